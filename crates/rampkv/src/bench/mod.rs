@@ -1,0 +1,448 @@
+//! The closed-loop benchmark: logical clients run read-only and write-only transactions
+//! back to back against an embedded local cluster (default) or an external one.
+//!
+//! Logical clients are multiplexed over a few client threads (a [`Driver`] per thread), so a
+//! 2-core machine can run many clients without a thread each. Every value written is a
+//! check-mode value (it starts with the writer's timestamp, see [`crate::history`]), so any
+//! run can record a history and be checked for read atomicity at the end.
+
+mod report;
+mod workload;
+
+pub use report::{BenchResult, LatencySummary, MachineInfo, RoundTwoSummary};
+pub use workload::KeyChooser;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use crate::checker;
+use crate::client::{ClientError, Completion, Driver, TxnResult};
+use crate::cluster::Cluster;
+use crate::history::{self, HistorySink, ReadRecord, Record, WriteRecord};
+use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
+use crate::protocol::ramp_fast::ReadOptions;
+use crate::server::{ServerConfig, ServerGroup};
+use crate::transport::tcp::TcpClientTransport;
+
+/// How long a driver waits in one poll before checking the clock again.
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// Most logical clients in one benchmark.
+pub const BENCH_CLIENTS_MAX: usize = 4096;
+/// Most keys in the benchmark's key space.
+pub const BENCH_KEYS_MAX: u64 = 100_000_000;
+
+/// When a benchmark stops.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopAfter {
+    Duration { seconds: f64 },
+    Transactions { count: u64 },
+}
+
+/// Everything that defines a benchmark run (recorded with its result).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchConfig {
+    /// Servers of the embedded cluster (ignored with `cluster_file`).
+    pub servers: usize,
+    /// Poller threads the embedded servers share.
+    pub server_threads: usize,
+    /// Logical clients (closed-loop transaction streams).
+    pub clients: usize,
+    /// Threads the logical clients are multiplexed over.
+    pub client_threads: usize,
+    /// Keys per transaction.
+    pub txn_size: usize,
+    /// Fraction of transactions that are read-only.
+    pub read_ratio: f64,
+    /// Size of the key space (`k0` .. `k{keys-1}`).
+    pub keys: u64,
+    /// Bytes per value (at least 8: values carry the writer's timestamp).
+    pub value_size: usize,
+    /// How keys are drawn.
+    pub key_chooser: KeyChooser,
+    pub stop_after: StopAfter,
+    pub seed: u64,
+    /// An external cluster instead of the embedded one.
+    pub cluster_file: Option<PathBuf>,
+    /// Where to write the history (JSON lines), if anywhere.
+    pub history: Option<PathBuf>,
+    /// Check the history for read atomicity at the end.
+    pub check: bool,
+    /// TEST ONLY: readers skip the RAMP round-2 repair (must make the checker fail).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mutant_skip_repair: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        Self {
+            servers: 4,
+            server_threads: 1,
+            clients: 8,
+            client_threads: 1,
+            txn_size: 4,
+            read_ratio: 0.95,
+            keys: 1_000,
+            value_size: 1_024,
+            key_chooser: KeyChooser::Uniform,
+            stop_after: StopAfter::Duration { seconds: 10.0 },
+            seed: 0,
+            cluster_file: None,
+            history: None,
+            check: false,
+            mutant_skip_repair: false,
+        }
+    }
+}
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    #[error("invalid benchmark configuration: {0}")]
+    Config(String),
+    #[error("cannot start the embedded cluster: {0}")]
+    Cluster(std::io::Error),
+    #[error(transparent)]
+    ClusterFile(#[from] crate::cluster::ClusterError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    History(#[from] history::HistoryError),
+    #[error("client thread failed: {0}")]
+    Thread(String),
+}
+
+impl BenchConfig {
+    /// Checks every field before anything starts.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        let fail = |why: String| Err(BenchError::Config(why));
+        if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
+            return fail(format!("--servers must be 1..=64, got {}", self.servers));
+        }
+        if self.server_threads == 0 || self.server_threads > self.servers.max(1) {
+            return fail(format!("--server-threads must be 1..=servers, got {}", self.server_threads));
+        }
+        if !(1..=BENCH_CLIENTS_MAX).contains(&self.clients) {
+            return fail(format!("--clients must be 1..={BENCH_CLIENTS_MAX}, got {}", self.clients));
+        }
+        if self.client_threads == 0 || self.client_threads > self.clients {
+            return fail(format!("--client-threads must be 1..=clients, got {}", self.client_threads));
+        }
+        if !(1..=TXN_KEYS_MAX).contains(&self.txn_size) {
+            return fail(format!("--txn-size must be 1..={TXN_KEYS_MAX}, got {}", self.txn_size));
+        }
+        if !(0.0..=1.0).contains(&self.read_ratio) {
+            return fail(format!("--read-ratio must be within 0..=1, got {}", self.read_ratio));
+        }
+        if self.keys < self.txn_size as u64 || self.keys > BENCH_KEYS_MAX {
+            return fail(format!("--keys must be txn-size..={BENCH_KEYS_MAX}, got {}", self.keys));
+        }
+        if !(history::CHECK_VALUE_PREFIX_LEN..=VALUE_BYTES_MAX).contains(&self.value_size) {
+            return fail(format!(
+                "--value-size must be {}..={VALUE_BYTES_MAX} (values carry the writer's timestamp), got {}",
+                history::CHECK_VALUE_PREFIX_LEN,
+                self.value_size
+            ));
+        }
+        match self.stop_after {
+            StopAfter::Duration { seconds } if !(seconds > 0.0 && seconds <= 86_400.0) => {
+                fail(format!("--duration must be within (0, 24h], got {seconds}s"))
+            }
+            StopAfter::Transactions { count: 0 } => fail("--txns must be at least 1".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Runs a benchmark to completion.
+pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
+    config.validate()?;
+    let (cluster, embedded) = match &config.cluster_file {
+        Some(path) => (Cluster::from_file(path)?, Vec::new()),
+        None => start_embedded_cluster(config)?,
+    };
+    let sink = config.history.as_ref().map(HistorySink::create).transpose()?;
+    let keep_records = config.check;
+    let shared = Arc::new(Shared {
+        clock_origin: Instant::now(),
+        started: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+    });
+    let deadline = match config.stop_after {
+        StopAfter::Duration { seconds } => Some(shared.clock_origin + Duration::from_secs_f64(seconds)),
+        StopAfter::Transactions { .. } => None,
+    };
+    let threads: Vec<_> = (0..config.client_threads)
+        .map(|thread| {
+            let sessions = sessions_of_thread(config.clients, config.client_threads, thread);
+            let config = config.clone();
+            let cluster = cluster.clone();
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("rampkv-bench-{thread}"))
+                .spawn(move || run_client_thread(&config, cluster, sessions, thread, &shared, deadline, keep_records))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|error| BenchError::Thread(error.to_string()))?;
+    let mut totals = ThreadTotals::new();
+    let mut first_error = None;
+    for thread in threads {
+        match thread.join() {
+            Ok(Ok(result)) => totals.merge(result),
+            Ok(Err(error)) => {
+                shared.stop.store(true, Ordering::Release);
+                first_error.get_or_insert(error);
+            }
+            Err(_) => {
+                shared.stop.store(true, Ordering::Release);
+                first_error.get_or_insert(BenchError::Thread("a client thread panicked".into()));
+            }
+        }
+    }
+    if let Some(error) = first_error {
+        return Err(error);
+    }
+    let elapsed = shared.clock_origin.elapsed();
+    if let Some(sink) = sink {
+        sink.append(&totals.records)?;
+        sink.finish()?;
+    }
+    let check = keep_records.then(|| checker::check(&totals.records));
+    let store_stats = embedded.iter().flat_map(|group| group.cores().iter().map(|core| core.store().stats())).collect();
+    drop(embedded);
+    Ok(report::build(config, &totals, elapsed, check, store_stats))
+}
+
+fn start_embedded_cluster(config: &BenchConfig) -> Result<(Cluster, Vec<ServerGroup>), BenchError> {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
+    let mut groups = Vec::with_capacity(config.server_threads);
+    let mut addresses = Vec::with_capacity(config.servers);
+    for thread in 0..config.server_threads {
+        let count = sessions_of_thread(config.servers, config.server_threads, thread).len();
+        let configs = vec![ServerConfig::new(localhost); count];
+        let group = ServerGroup::spawn(&configs).map_err(BenchError::Cluster)?;
+        addresses.extend(group.addresses().iter().map(SocketAddr::to_string));
+        groups.push(group);
+    }
+    Ok((Cluster::with_servers(addresses)?, groups))
+}
+
+/// The contiguous share `thread` gets of `total` items split over `threads`.
+fn sessions_of_thread(total: usize, threads: usize, thread: usize) -> std::ops::Range<usize> {
+    let base = total / threads;
+    let extra = total % threads;
+    let start = thread * base + thread.min(extra);
+    start..start + base + usize::from(thread < extra)
+}
+
+struct Shared {
+    clock_origin: Instant,
+    started: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn now_ns(&self) -> u64 {
+        self.clock_origin.elapsed().as_nanos() as u64
+    }
+}
+
+/// What one client thread measured.
+pub(crate) struct ThreadTotals {
+    pub(crate) read_latency_us: Histogram<u64>,
+    pub(crate) write_latency_us: Histogram<u64>,
+    pub(crate) reads: u64,
+    pub(crate) writes: u64,
+    pub(crate) reads_with_round2: u64,
+    pub(crate) round2_keys: u64,
+    pub(crate) read_restarts: u64,
+    pub(crate) failed: u64,
+    pub(crate) first_failure: Option<String>,
+    pub(crate) records: Vec<Record>,
+}
+
+impl ThreadTotals {
+    fn new() -> Self {
+        let histogram = || Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds");
+        Self {
+            read_latency_us: histogram(),
+            write_latency_us: histogram(),
+            reads: 0,
+            writes: 0,
+            reads_with_round2: 0,
+            round2_keys: 0,
+            read_restarts: 0,
+            failed: 0,
+            first_failure: None,
+            records: Vec::new(),
+        }
+    }
+
+    fn merge(&mut self, other: ThreadTotals) {
+        self.read_latency_us.add(&other.read_latency_us).expect("same histogram bounds");
+        self.write_latency_us.add(&other.write_latency_us).expect("same histogram bounds");
+        self.reads += other.reads;
+        self.writes += other.writes;
+        self.reads_with_round2 += other.reads_with_round2;
+        self.round2_keys += other.round2_keys;
+        self.read_restarts += other.read_restarts;
+        self.failed += other.failed;
+        if self.first_failure.is_none() {
+            self.first_failure = other.first_failure;
+        }
+        self.records.extend(other.records);
+    }
+}
+
+/// What a session is doing now.
+struct InFlight {
+    keys: Vec<Vec<u8>>,
+    write_ts: Option<u64>,
+    start: Instant,
+    start_ns: u64,
+}
+
+struct ClientThread<'a> {
+    config: &'a BenchConfig,
+    shared: &'a Shared,
+    deadline: Option<Instant>,
+    driver: Driver<TcpClientTransport>,
+    rng: SmallRng,
+    in_flight: Vec<Option<InFlight>>,
+    totals: ThreadTotals,
+    keep_records: bool,
+}
+
+fn run_client_thread(
+    config: &BenchConfig,
+    cluster: Cluster,
+    sessions: std::ops::Range<usize>,
+    thread: usize,
+    shared: &Shared,
+    deadline: Option<Instant>,
+    keep_records: bool,
+) -> Result<ThreadTotals, BenchError> {
+    let transport = TcpClientTransport::connect(cluster.servers()).map_err(ClientError::from)?;
+    let mut driver = Driver::connect(transport, cluster, sessions.len())?;
+    driver.set_read_options(ReadOptions { mutant_skip_repair: config.mutant_skip_repair });
+    let mut state = ClientThread {
+        config,
+        shared,
+        deadline,
+        rng: SmallRng::seed_from_u64(config.seed ^ (thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+        in_flight: (0..sessions.len()).map(|_| None).collect(),
+        driver,
+        totals: ThreadTotals::new(),
+        keep_records,
+    };
+    state.run()?;
+    Ok(state.totals)
+}
+
+impl ClientThread<'_> {
+    fn run(&mut self) -> Result<(), BenchError> {
+        for session in 0..self.in_flight.len() {
+            self.start_next(session)?;
+        }
+        let mut completions = Vec::new();
+        while self.driver.active() > 0 {
+            self.driver.step(Some(POLL_INTERVAL), &mut completions)?;
+            for completion in completions.drain(..) {
+                let session = completion.session;
+                self.record(completion);
+                self.start_next(session)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn should_stop(&self) -> bool {
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        match (self.deadline, self.config.stop_after) {
+            (Some(deadline), _) => Instant::now() >= deadline,
+            (None, StopAfter::Transactions { count }) => self.shared.started.fetch_add(1, Ordering::Relaxed) >= count,
+            (None, StopAfter::Duration { .. }) => unreachable!("a duration run has a deadline"),
+        }
+    }
+
+    fn start_next(&mut self, session: usize) -> Result<(), BenchError> {
+        if self.should_stop() {
+            return Ok(());
+        }
+        let keys = self.config.key_chooser.choose(&mut self.rng, self.config.keys, self.config.txn_size);
+        let start = Instant::now();
+        let start_ns = self.shared.now_ns();
+        let write_ts = if self.rng.gen_bool(self.config.read_ratio) {
+            self.driver.begin_read(session, keys.clone())?;
+            None
+        } else {
+            let value_size = self.config.value_size;
+            let write_keys = keys.clone();
+            let ts = self.driver.begin_write_with(session, move |ts| {
+                write_keys
+                    .into_iter()
+                    .map(|key| {
+                        let mut value = vec![0u8; value_size];
+                        history::fill_check_value(ts, &mut value);
+                        (key, value)
+                    })
+                    .collect()
+            })?;
+            Some(ts)
+        };
+        self.in_flight[session] = Some(InFlight { keys, write_ts, start, start_ns });
+        Ok(())
+    }
+
+    fn record(&mut self, completion: Completion) {
+        let in_flight = self.in_flight[completion.session].take().expect("a completed session was in flight");
+        let latency_us = (in_flight.start.elapsed().as_micros() as u64).max(1);
+        let end_ns = self.shared.now_ns();
+        let client = u64::from(self.driver.client_id(completion.session));
+        let keys: Vec<String> = in_flight.keys.iter().map(|key| history::key_to_history_string(key)).collect();
+        let (start_ns, ok) = (in_flight.start_ns, completion.result.is_ok());
+        let record = match completion.result {
+            Ok(TxnResult::Read(outcome)) => {
+                self.totals.reads += 1;
+                self.totals.read_latency_us.saturating_record(latency_us);
+                self.totals.round2_keys += u64::from(outcome.round2_keys);
+                self.totals.reads_with_round2 += u64::from(outcome.round2_keys > 0);
+                self.totals.read_restarts += u64::from(outcome.restarts);
+                let mut reads = std::collections::BTreeMap::new();
+                let mut value_ts = std::collections::BTreeMap::new();
+                for (key, item) in keys.iter().zip(&outcome.items) {
+                    reads.insert(key.clone(), item.ts);
+                    value_ts.insert(key.clone(), history::verify_check_value(&item.value).unwrap_or(u64::MAX));
+                }
+                Record::Read(ReadRecord { client, keys, reads, value_ts, start_ns, end_ns, ok })
+            }
+            Ok(TxnResult::Write(outcome)) => {
+                self.totals.writes += 1;
+                self.totals.write_latency_us.saturating_record(latency_us);
+                Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok })
+            }
+            Err(error) => {
+                self.totals.failed += 1;
+                self.totals.first_failure.get_or_insert_with(|| error.to_string());
+                match in_flight.write_ts {
+                    // A failed write may have prepared or committed somewhere: record it.
+                    Some(ts) => Record::Write(WriteRecord { client, ts, keys, start_ns, end_ns, ok }),
+                    None => return,
+                }
+            }
+        };
+        if self.keep_records || self.config.history.is_some() {
+            self.totals.records.push(record);
+        }
+    }
+}

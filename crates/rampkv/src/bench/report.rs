@@ -1,0 +1,195 @@
+//! The result of a benchmark run: numbers, configuration, seed, commit and machine.
+
+use std::fmt;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::{BenchConfig, ThreadTotals};
+use crate::checker::Report;
+use crate::storage::StoreStats;
+
+/// Latency percentiles of one transaction type, in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean_us: f64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+impl LatencySummary {
+    fn from_histogram(histogram: &Histogram<u64>) -> Self {
+        Self {
+            count: histogram.len(),
+            mean_us: histogram.mean(),
+            p50_us: histogram.value_at_quantile(0.50),
+            p99_us: histogram.value_at_quantile(0.99),
+            p999_us: histogram.value_at_quantile(0.999),
+            max_us: histogram.max(),
+        }
+    }
+}
+
+/// How often reads needed the RAMP round-2 repair.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundTwoSummary {
+    /// Reads that fetched at least one key in round 2.
+    pub reads_with_round2: u64,
+    /// Keys fetched in round 2, over all reads.
+    pub round2_keys: u64,
+    /// `reads_with_round2 / reads`.
+    pub fraction_of_reads: f64,
+    /// Reads restarted because a version they needed was collected.
+    pub read_restarts: u64,
+}
+
+/// Where the benchmark ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct MachineInfo {
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub os: String,
+}
+
+impl MachineInfo {
+    /// Reads this machine's description (Linux; "unknown" elsewhere).
+    pub fn current() -> Self {
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find(|line| line.starts_with("model name"))
+                    .and_then(|line| line.split(':').nth(1))
+                    .map(|model| model.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let os = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|release| format!("Linux {}", release.trim()))
+            .unwrap_or_else(|_| std::env::consts::OS.into());
+        Self { cpus: std::thread::available_parallelism().map_or(1, |n| n.get()), cpu_model, os }
+    }
+}
+
+/// The git commit of the working directory, if it is a git checkout ("unknown" otherwise).
+pub fn git_commit() -> String {
+    std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty", "--abbrev=12"])
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .and_then(|output| String::from_utf8(output.stdout).ok())
+        .map(|commit| commit.trim().to_string())
+        .filter(|commit| !commit.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// One benchmark run's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    pub rampkv_version: &'static str,
+    pub git_commit: String,
+    pub machine: MachineInfo,
+    pub protocol: &'static str,
+    pub transport: &'static str,
+    pub config: BenchConfig,
+    pub seed: u64,
+    pub elapsed_s: f64,
+    pub transactions: u64,
+    pub throughput_txn_per_s: f64,
+    pub read: LatencySummary,
+    pub write: LatencySummary,
+    pub round2: RoundTwoSummary,
+    pub failed_transactions: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_failure: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<Report>,
+    /// What each embedded server's store held at the end (empty for an external cluster).
+    pub store: Vec<StoreStats>,
+}
+
+pub(crate) fn build(
+    config: &BenchConfig,
+    totals: &ThreadTotals,
+    elapsed: Duration,
+    check: Option<Report>,
+    store: Vec<StoreStats>,
+) -> BenchResult {
+    let transactions = totals.reads + totals.writes;
+    let elapsed_s = elapsed.as_secs_f64();
+    BenchResult {
+        rampkv_version: env!("CARGO_PKG_VERSION"),
+        git_commit: git_commit(),
+        machine: MachineInfo::current(),
+        protocol: "ramp-fast",
+        transport: "tcp",
+        config: config.clone(),
+        seed: config.seed,
+        elapsed_s,
+        transactions,
+        throughput_txn_per_s: transactions as f64 / elapsed_s.max(f64::MIN_POSITIVE),
+        read: LatencySummary::from_histogram(&totals.read_latency_us),
+        write: LatencySummary::from_histogram(&totals.write_latency_us),
+        round2: RoundTwoSummary {
+            reads_with_round2: totals.reads_with_round2,
+            round2_keys: totals.round2_keys,
+            fraction_of_reads: totals.reads_with_round2 as f64 / (totals.reads.max(1)) as f64,
+            read_restarts: totals.read_restarts,
+        },
+        failed_transactions: totals.failed,
+        first_failure: totals.first_failure.clone(),
+        check,
+        store,
+    }
+}
+
+impl fmt::Display for BenchResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let config = &self.config;
+        writeln!(
+            f,
+            "rampkv bench: {} over {}, {} servers, {} clients on {} client threads, {} keys/txn, {:.0}% reads, {} keys, {} B values, seed {}",
+            self.protocol,
+            self.transport,
+            config.servers,
+            config.clients,
+            config.client_threads,
+            config.txn_size,
+            config.read_ratio * 100.0,
+            config.keys,
+            config.value_size,
+            self.seed
+        )?;
+        writeln!(
+            f,
+            "  {} transactions in {:.2} s: {:.0} txn/s ({} failed)",
+            self.transactions, self.elapsed_s, self.throughput_txn_per_s, self.failed_transactions
+        )?;
+        for (name, latency) in [("read ", &self.read), ("write", &self.write)] {
+            writeln!(
+                f,
+                "  {name} n={:<9} mean {:>8.1} us  p50 {:>6} us  p99 {:>6} us  p99.9 {:>6} us  max {:>7} us",
+                latency.count, latency.mean_us, latency.p50_us, latency.p99_us, latency.p999_us, latency.max_us
+            )?;
+        }
+        writeln!(
+            f,
+            "  round 2: {} reads ({:.3}%), {} keys; {} read restarts",
+            self.round2.reads_with_round2,
+            self.round2.fraction_of_reads * 100.0,
+            self.round2.round2_keys,
+            self.round2.read_restarts
+        )?;
+        if let Some(failure) = &self.first_failure {
+            writeln!(f, "  first failure: {failure}")?;
+        }
+        if let Some(check) = &self.check {
+            write!(f, "{check}")?;
+        }
+        write!(f, "  machine: {} x {}, {}; commit {}", self.machine.cpus, self.machine.cpu_model, self.machine.os, self.git_commit)
+    }
+}

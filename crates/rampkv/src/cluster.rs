@@ -1,0 +1,248 @@
+//! Cluster membership and key routing.
+//!
+//! # Partitioning
+//! A key belongs to partition `fnv1a64(key) % partitions` ([`key_hash`]: FNV-1a, 64-bit, offset
+//! basis 0xcbf29ce484222325, prime 0x100000001b3, over the key bytes), and each partition to
+//! exactly one server. This hash is part of the on-disk contract of cluster files: changing it
+//! moves keys.
+//!
+//! # Cluster file (TOML)
+//! ```toml
+//! partitions = 8                  # optional; default: one partition per server
+//! [[servers]]
+//! address = "127.0.0.1:7001"
+//! partitions = [0, 2, 4, 6]       # optional; default: partition p goes to server p % servers
+//! [[servers]]
+//! address = "127.0.0.1:7002"
+//! partitions = [1, 3, 5, 7]
+//! ```
+//! Either every server lists its partitions or none does; every partition must be owned by
+//! exactly one server. Any other shape is refused with an error naming the problem.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::limits::{CLUSTER_PARTITIONS_MAX, CLUSTER_SERVERS_MAX};
+
+/// FNV-1a 64-bit hash of a key: the stable partitioning hash.
+pub fn key_hash(key: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// Why a cluster description was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    #[error("cannot read cluster file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("cluster file {path} is not valid: {message}")]
+    Parse { path: String, message: String },
+    #[error("invalid cluster: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterFile {
+    partitions: Option<u32>,
+    servers: Vec<ServerEntry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerEntry {
+    address: String,
+    partitions: Option<Vec<u32>>,
+}
+
+/// A validated cluster: server addresses and the owner of every partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    servers: Vec<String>,
+    partition_owner: Vec<u16>,
+}
+
+impl Cluster {
+    /// A cluster of `addresses` with one partition per server.
+    pub fn with_servers(addresses: Vec<String>) -> Result<Cluster, ClusterError> {
+        let partitions = u32::try_from(addresses.len()).unwrap_or(u32::MAX);
+        Self::build(addresses, partitions, None)
+    }
+
+    /// Reads and validates a cluster file.
+    pub fn from_file(path: &Path) -> Result<Cluster, ClusterError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ClusterError::Read { path: shown.clone(), source })?;
+        Self::from_toml(&text).map_err(|error| match error {
+            ClusterError::Parse { message, .. } => ClusterError::Parse { path: shown, message },
+            ClusterError::Invalid(message) => ClusterError::Parse { path: shown, message },
+            other => other,
+        })
+    }
+
+    /// Parses and validates the text of a cluster file.
+    pub fn from_toml(text: &str) -> Result<Cluster, ClusterError> {
+        let file: ClusterFile = toml::from_str(text)
+            .map_err(|error| ClusterError::Parse { path: "<text>".into(), message: error.to_string() })?;
+        let partitions = file.partitions.unwrap_or(file.servers.len() as u32);
+        let listed: Vec<Option<Vec<u32>>> = file.servers.iter().map(|s| s.partitions.clone()).collect();
+        let addresses = file.servers.into_iter().map(|server| server.address).collect();
+        let assignment = match listed.iter().filter(|list| list.is_some()).count() {
+            0 => None,
+            count if count == listed.len() => Some(listed.into_iter().flatten().collect()),
+            _ => {
+                return Err(ClusterError::Invalid(
+                    "either every server lists its partitions or none does".into(),
+                ))
+            }
+        };
+        Self::build(addresses, partitions, assignment)
+    }
+
+    fn build(
+        servers: Vec<String>,
+        partitions: u32,
+        assignment: Option<Vec<Vec<u32>>>,
+    ) -> Result<Cluster, ClusterError> {
+        let invalid = |message: String| Err(ClusterError::Invalid(message));
+        if servers.is_empty() || servers.len() > CLUSTER_SERVERS_MAX {
+            return invalid(format!("need 1..={CLUSTER_SERVERS_MAX} servers, got {}", servers.len()));
+        }
+        if partitions == 0 || partitions > CLUSTER_PARTITIONS_MAX {
+            return invalid(format!("need 1..={CLUSTER_PARTITIONS_MAX} partitions, got {partitions}"));
+        }
+        for address in &servers {
+            validate_address(address)?;
+        }
+        let mut partition_owner = vec![u16::MAX; partitions as usize];
+        match assignment {
+            None => {
+                for (partition, owner) in partition_owner.iter_mut().enumerate() {
+                    *owner = (partition % servers.len()) as u16;
+                }
+            }
+            Some(lists) => {
+                for (server, list) in lists.iter().enumerate() {
+                    for &partition in list {
+                        let Some(owner) = partition_owner.get_mut(partition as usize) else {
+                            return invalid(format!(
+                                "server {} lists partition {partition}, but there are only {partitions}",
+                                servers[server]
+                            ));
+                        };
+                        if *owner != u16::MAX {
+                            return invalid(format!("partition {partition} is listed twice"));
+                        }
+                        *owner = server as u16;
+                    }
+                }
+                if let Some(missing) = partition_owner.iter().position(|owner| *owner == u16::MAX) {
+                    return invalid(format!("partition {missing} is owned by no server"));
+                }
+            }
+        }
+        Ok(Cluster { servers, partition_owner })
+    }
+
+    /// Server addresses, indexed by server number.
+    pub fn servers(&self) -> &[String] {
+        &self.servers
+    }
+
+    /// Number of partitions.
+    pub fn partition_count(&self) -> u32 {
+        self.partition_owner.len() as u32
+    }
+
+    /// The partition of `key`.
+    pub fn partition_of(&self, key: &[u8]) -> u32 {
+        (key_hash(key) % self.partition_owner.len() as u64) as u32
+    }
+
+    /// The server (index into [`Cluster::servers`]) that owns `key`.
+    pub fn server_of(&self, key: &[u8]) -> usize {
+        usize::from(self.partition_owner[self.partition_of(key) as usize])
+    }
+
+    /// Renders this cluster as a cluster file.
+    pub fn to_toml(&self) -> String {
+        let mut text = format!("partitions = {}\n", self.partition_owner.len());
+        for (server, address) in self.servers.iter().enumerate() {
+            let owned: Vec<String> = (0..self.partition_owner.len())
+                .filter(|p| usize::from(self.partition_owner[*p]) == server)
+                .map(|p| p.to_string())
+                .collect();
+            text.push_str(&format!(
+                "\n[[servers]]\naddress = \"{address}\"\npartitions = [{}]\n",
+                owned.join(", ")
+            ));
+        }
+        text
+    }
+}
+
+fn validate_address(address: &str) -> Result<(), ClusterError> {
+    let port_ok = address
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if port_ok {
+        Ok(())
+    } else {
+        Err(ClusterError::Invalid(format!("server address {address:?} is not HOST:PORT")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a_matches_the_published_test_vectors() {
+        assert_eq!(key_hash(b""), 0xcbf29ce484222325);
+        assert_eq!(key_hash(b"a"), 0xaf63dc4c8601ec8c);
+        assert_eq!(key_hash(b"foobar"), 0x85944171f73967e8);
+    }
+
+    #[test]
+    fn a_cluster_file_round_trips_and_routes_every_key_to_its_partition_owner() {
+        let text = "partitions = 4\n[[servers]]\naddress = \"127.0.0.1:1\"\npartitions = [0, 3]\n\
+                    [[servers]]\naddress = \"127.0.0.1:2\"\npartitions = [1, 2]\n";
+        let cluster = Cluster::from_toml(text).unwrap();
+        assert_eq!(Cluster::from_toml(&cluster.to_toml()).unwrap(), cluster);
+        for key in ["k1", "k2", "user1234", ""] {
+            let expected = match cluster.partition_of(key.as_bytes()) {
+                0 | 3 => 0,
+                _ => 1,
+            };
+            assert_eq!(cluster.server_of(key.as_bytes()), expected);
+        }
+    }
+
+    #[test]
+    fn malformed_cluster_files_give_clear_errors() {
+        let cases = [
+            ("servers = []", "need 1..="),
+            ("[[servers]]\naddress = \"nohost\"", "not HOST:PORT"),
+            ("[[servers]]\naddress = \"h:1\"\nbogus = 1", "unknown field"),
+            ("partitions = 2\n[[servers]]\naddress = \"h:1\"\npartitions = [0]", "owned by no server"),
+            ("partitions = 1\n[[servers]]\naddress = \"h:1\"\npartitions = [0, 0]", "listed twice"),
+            ("partitions = 1\n[[servers]]\naddress = \"h:1\"\npartitions = [7]", "only 1"),
+            (
+                "partitions = 2\n[[servers]]\naddress = \"h:1\"\npartitions = [0, 1]\n[[servers]]\naddress = \"h:2\"",
+                "every server lists",
+            ),
+            ("this is not toml", "expected"),
+        ];
+        for (text, expected) in cases {
+            let message = Cluster::from_toml(text).unwrap_err().to_string();
+            assert!(message.contains(expected), "{text:?} gave {message:?}");
+        }
+    }
+}

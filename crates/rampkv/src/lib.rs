@@ -1,0 +1,27 @@
+//! rampkv: read-atomic multi-key transactions (RAMP) over a hash-partitioned in-memory store.
+//!
+//! # Layout (bottom up; see `docs/architecture.md`)
+//! - [`limits`]: every bound, in one place.
+//! - [`types`]: timestamps and the per-client timestamp clock.
+//! - [`wire`]: the binary message format, framed for byte streams.
+//! - [`storage`]: the multi-version partition store (lastCommit by atomic max, GC).
+//! - [`cluster`]: cluster files and key routing (FNV-1a hash partitioning).
+//! - [`protocol`]: RAMP-Fast as I/O-free state machines (client transactions, server core).
+//! - [`transport`]: how requests reach servers: TCP today.
+//! - [`server`]: the event loop that serves connections with the server core.
+//! - [`client`]: the driver that runs transactions over a transport, and the blocking client.
+//! - [`history`], [`checker`]: recording histories and checking them for read atomicity.
+//! - [`bench`]: the closed-loop benchmark over an embedded or external cluster.
+
+pub mod bench;
+pub mod checker;
+pub mod client;
+pub mod cluster;
+pub mod history;
+pub mod limits;
+pub mod protocol;
+pub mod server;
+pub mod storage;
+pub mod transport;
+pub mod types;
+pub mod wire;

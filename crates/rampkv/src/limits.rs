@@ -1,0 +1,45 @@
+//! Every bound of the system, in one place.
+//!
+//! Tiger-style: a limit on everything (sizes, queues, retries, spins), named with its unit
+//! last, so that a reader can see what the system promises to stay within.
+
+/// Largest key accepted anywhere (client library, wire decoder, storage).
+pub const KEY_BYTES_MAX: usize = 256;
+
+/// Largest value accepted anywhere.
+pub const VALUE_BYTES_MAX: usize = 64 * 1024;
+
+/// Most keys in one transaction (read or write). Bounds frame sizes and per-transaction state.
+pub const TXN_KEYS_MAX: usize = 256;
+
+/// Largest frame body on the TCP wire. A transaction's largest message is a PREPARE carrying
+/// every write of the transaction to one server: `TXN_KEYS_MAX` values of `VALUE_BYTES_MAX`
+/// plus keys and metadata, which stays under this bound.
+pub const FRAME_BODY_BYTES_MAX: usize = 20 * 1024 * 1024;
+
+/// A read transaction restarts from round 1 at most this many times when a server answers
+/// that a requested version is gone (garbage collected); then it fails with an error.
+pub const READ_RESTARTS_MAX: u32 = 8;
+
+/// Superseded versions stay readable at least this long, so a round-2 read that asks for one
+/// finds it. Must exceed the longest a read transaction may take (see `TXN_TIMEOUT_MS`).
+pub const GC_GRACE_MS: u64 = 10_000;
+
+/// A transaction that has not finished after this long fails with a timeout error.
+pub const TXN_TIMEOUT_MS: u64 = 5_000;
+
+/// A server stops reading from a connection whose unsent replies exceed this, until the
+/// client drains them (back-pressure instead of unbounded buffering).
+pub const CONNECTION_WRITE_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Most connections one server accepts at once; more are refused (closed at once).
+pub const SERVER_CONNECTIONS_MAX: usize = 4096;
+
+/// Most logical clients (sessions) one client process may run: client ids are 16 bits.
+pub const CLIENT_IDS_MAX: u64 = (1 << 16) - 1;
+
+/// Most servers in a cluster file.
+pub const CLUSTER_SERVERS_MAX: usize = 1024;
+
+/// Most partitions in a cluster file.
+pub const CLUSTER_PARTITIONS_MAX: u32 = 65_536;

@@ -1,0 +1,87 @@
+//! The protocol core: transactions as I/O-free state machines.
+//!
+//! A client transaction is a value that, when started, returns the requests it wants sent
+//! (each tagged, and addressed to a server index), and that is fed the replies as they arrive;
+//! it answers with more requests or with its outcome. It never touches a socket, a thread or a
+//! clock, so the same code runs over every transport and under the simulated network of the
+//! tests. The server side ([`server::ServerCore`]) is likewise a function from a request to a
+//! reply over the [`crate::storage::Store`].
+//!
+//! # Tags
+//! Every outgoing request carries a `tag` (attempt in the high 16 bits, part in the low 16).
+//! The driver echoes it with the reply. A reply whose attempt is not the current one (a read
+//! that restarted) is ignored, so late replies can never mix into a newer attempt.
+
+pub mod ramp_fast;
+pub mod server;
+
+use crate::types::Timestamp;
+use crate::wire::{ErrorCode, Request};
+
+/// A request the transaction wants sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// Index of the destination server in the cluster.
+    pub server: usize,
+    /// Echoed back with the reply; see the module docs.
+    pub tag: u32,
+    pub request: Request,
+}
+
+/// Makes a tag from an attempt number and a part index.
+pub fn make_tag(attempt: u16, part: u16) -> u32 {
+    (u32::from(attempt) << 16) | u32::from(part)
+}
+
+/// Splits a tag into (attempt, part).
+pub fn split_tag(tag: u32) -> (u16, u16) {
+    ((tag >> 16) as u16, tag as u16)
+}
+
+/// What a transaction does after a reply.
+#[derive(Debug)]
+pub enum Step<T> {
+    /// Waiting for more replies (any new requests were appended to the output).
+    Pending,
+    /// Finished.
+    Done(T),
+}
+
+/// One key's result of a read transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadItem {
+    pub key: Vec<u8>,
+    /// Timestamp of the version returned; 0 for the initial (empty) value.
+    pub ts: Timestamp,
+    pub value: Vec<u8>,
+}
+
+/// The result of a read-only transaction, one item per requested key, in request order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOutcome {
+    pub items: Vec<ReadItem>,
+    /// Keys fetched again in round 2 (the RAMP repair), over all attempts.
+    pub round2_keys: u32,
+    /// Times the read restarted because a version it needed was collected.
+    pub restarts: u32,
+}
+
+/// The result of a write-only transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriteOutcome {
+    pub ts: Timestamp,
+}
+
+/// Why a transaction failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolError {
+    #[error("invalid transaction: {0}")]
+    InvalidTransaction(String),
+    #[error("server {server} refused the request ({code:?}): {message}")]
+    ServerError { server: usize, code: ErrorCode, message: String },
+    #[error("server {server} sent a reply that does not fit the request: {why}")]
+    MalformedReply { server: usize, why: String },
+    #[error("read restarted {0} times because versions it needed were collected")]
+    TooManyRestarts(u32),
+}

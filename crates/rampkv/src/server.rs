@@ -1,0 +1,290 @@
+//! The server event loop: one poller thread serves one or more servers and all their
+//! connections.
+//!
+//! Each server has its own listener and its own [`ServerCore`] (its own store). The loop reads
+//! every complete frame a connection has sent, answers each in order into that connection's
+//! output buffer, and writes the buffer with as few system calls as the socket takes. Nothing
+//! spins: the thread blocks in `epoll` when idle.
+//!
+//! # Fault model for bad input
+//! - A frame whose header is invalid (bad version, reserved bits, body over the maximum) gets
+//!   an error reply and the connection is closed after that reply: the stream cannot be
+//!   resynchronised.
+//! - A frame whose header is valid but whose body does not decode gets an error reply and the
+//!   connection goes on.
+//! - A connection that ends in the middle of a frame is closed; the partial frame is ignored.
+//! None of these changes the store, and other connections are served throughout.
+//! - A client that does not read its replies stops being read once
+//!   `CONNECTION_WRITE_BUFFER_BYTES_MAX` of replies wait for it (back-pressure).
+
+use std::io::ErrorKind;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use crate::limits::{CONNECTION_WRITE_BUFFER_BYTES_MAX, GC_GRACE_MS, SERVER_CONNECTIONS_MAX};
+use crate::protocol::server::ServerCore;
+use crate::transport::tcp::StreamBuffer;
+use crate::wire::{FrameHeader, Response, FRAME_HEADER_BYTES};
+
+const WAKER_TOKEN: Token = Token(usize::MAX);
+const EVENTS_CAPACITY: usize = 1024;
+
+/// Settings of one server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// How long superseded versions stay readable.
+    pub gc_grace_ms: u64,
+}
+
+impl ServerConfig {
+    /// A server on `listen` with the default garbage-collection grace period.
+    pub fn new(listen: SocketAddr) -> Self {
+        Self { listen, gc_grace_ms: GC_GRACE_MS }
+    }
+}
+
+/// A running group of servers sharing one poller thread. Dropping it stops them.
+#[derive(Debug)]
+pub struct ServerGroup {
+    addresses: Vec<SocketAddr>,
+    cores: Vec<Arc<ServerCore>>,
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl ServerGroup {
+    /// Binds every server's listener, then starts the poller thread.
+    pub fn spawn(configs: &[ServerConfig]) -> std::io::Result<ServerGroup> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
+        let mut listeners = Vec::with_capacity(configs.len());
+        let mut addresses = Vec::with_capacity(configs.len());
+        let mut cores = Vec::with_capacity(configs.len());
+        for (index, config) in configs.iter().enumerate() {
+            let mut listener = TcpListener::bind(config.listen)?;
+            poll.registry().register(&mut listener, Token(index), Interest::READABLE)?;
+            addresses.push(listener.local_addr()?);
+            let core = Arc::new(ServerCore::new(config.gc_grace_ms));
+            listeners.push((listener, Arc::clone(&core)));
+            cores.push(core);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let event_loop = EventLoop::new(poll, listeners, Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("rampkv-server".into())
+            .spawn(move || event_loop.run())?;
+        Ok(ServerGroup { addresses, cores, stop, waker, thread: Some(thread) })
+    }
+
+    /// The bound address of every server, in configuration order.
+    pub fn addresses(&self) -> &[SocketAddr] {
+        &self.addresses
+    }
+
+    /// The request-handling core of every server (for statistics).
+    pub fn cores(&self) -> &[Arc<ServerCore>] {
+        &self.cores
+    }
+
+    /// Stops the poller and waits for it; returns its result.
+    pub fn shutdown(mut self) -> std::io::Result<()> {
+        self.stop_and_join()
+    }
+
+    /// Blocks until the poller thread ends (it ends only on an I/O error of the poller).
+    pub fn wait(mut self) -> std::io::Result<()> {
+        match self.thread.take() {
+            Some(thread) => thread.join().unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
+            None => Ok(()),
+        }
+    }
+
+    fn stop_and_join(&mut self) -> std::io::Result<()> {
+        self.stop.store(true, Ordering::Release);
+        self.waker.wake()?;
+        match self.thread.take() {
+            Some(thread) => thread.join().unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ServerGroup {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}
+
+#[derive(Debug)]
+struct Connection {
+    stream: TcpStream,
+    core: Arc<ServerCore>,
+    incoming: StreamBuffer,
+    outgoing: StreamBuffer,
+    /// The socket has no more bytes for now (edge-triggered: read again only after an event).
+    read_drained: bool,
+    /// The peer finished sending, or the stream is broken: close once replies are written.
+    closing: bool,
+    wants_writable: bool,
+}
+
+struct EventLoop {
+    poll: Poll,
+    listeners: Vec<(TcpListener, Arc<ServerCore>)>,
+    connections: Vec<Option<Connection>>,
+    free_slots: Vec<usize>,
+    stop: Arc<AtomicBool>,
+    started: Instant,
+}
+
+impl EventLoop {
+    fn new(poll: Poll, listeners: Vec<(TcpListener, Arc<ServerCore>)>, stop: Arc<AtomicBool>) -> Self {
+        Self { poll, listeners, connections: Vec::new(), free_slots: Vec::new(), stop, started: Instant::now() }
+    }
+
+    fn run(mut self) -> std::io::Result<()> {
+        let mut events = Events::with_capacity(EVENTS_CAPACITY);
+        while !self.stop.load(Ordering::Acquire) {
+            match self.poll.poll(&mut events, None) {
+                Ok(()) => {}
+                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error),
+            }
+            let now_ms = self.started.elapsed().as_millis() as u64;
+            for event in events.iter() {
+                let token = event.token();
+                if token == WAKER_TOKEN {
+                    continue;
+                }
+                if token.0 < self.listeners.len() {
+                    self.accept(token.0)?;
+                } else {
+                    let slot = token.0 - self.listeners.len();
+                    if event.is_readable() || event.is_read_closed() || event.is_error() {
+                        if let Some(connection) = self.connections[slot].as_mut() {
+                            connection.read_drained = false;
+                        }
+                    }
+                    self.drive(slot, now_ms);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn accept(&mut self, listener_index: usize) -> std::io::Result<()> {
+        loop {
+            let (mut stream, _) = match self.listeners[listener_index].0.accept() {
+                Ok(accepted) => accepted,
+                Err(error) if error.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+                // A connection that failed during accept (reset, out of descriptors) only
+                // affects that connection; keep serving the others.
+                Err(_) => return Ok(()),
+            };
+            let open = self.connections.len() - self.free_slots.len();
+            if open >= SERVER_CONNECTIONS_MAX {
+                continue; // dropped: refused
+            }
+            let _ = stream.set_nodelay(true);
+            let slot = self.free_slots.pop().unwrap_or_else(|| {
+                self.connections.push(None);
+                self.connections.len() - 1
+            });
+            let token = Token(self.listeners.len() + slot);
+            if self.poll.registry().register(&mut stream, token, Interest::READABLE).is_err() {
+                self.free_slots.push(slot);
+                continue;
+            }
+            self.connections[slot] = Some(Connection {
+                stream,
+                core: Arc::clone(&self.listeners[listener_index].1),
+                incoming: StreamBuffer::default(),
+                outgoing: StreamBuffer::default(),
+                read_drained: false,
+                closing: false,
+                wants_writable: false,
+            });
+        }
+    }
+
+    /// Reads, serves and writes a connection until it would block; closes it when done.
+    fn drive(&mut self, slot: usize, now_ms: u64) {
+        let Some(connection) = self.connections[slot].as_mut() else {
+            return;
+        };
+        let keep = serve(connection, now_ms);
+        let token = Token(self.listeners.len() + slot);
+        if keep && connection.wants_writable == connection.outgoing.is_empty() {
+            let interest =
+                if connection.outgoing.is_empty() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
+            if self.poll.registry().reregister(&mut connection.stream, token, interest).is_ok() {
+                connection.wants_writable = !connection.outgoing.is_empty();
+                return;
+            }
+        } else if keep {
+            return;
+        }
+        if let Some(mut connection) = self.connections[slot].take() {
+            let _ = self.poll.registry().deregister(&mut connection.stream);
+            self.free_slots.push(slot);
+        }
+    }
+}
+
+/// Serves what the connection has; false when it should be closed now.
+fn serve(connection: &mut Connection, now_ms: u64) -> bool {
+    loop {
+        if !connection.closing && !process_frames(connection, now_ms) {
+            connection.closing = true; // an invalid header: reply queued, then close
+        }
+        match connection.outgoing.write_to(&mut connection.stream) {
+            Ok(true) if connection.closing => return false,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+        let backlogged = connection.outgoing.len() > CONNECTION_WRITE_BUFFER_BYTES_MAX;
+        if backlogged || connection.read_drained || connection.closing {
+            return true;
+        }
+        let room = connection.incoming.room_for_next_frame();
+        match connection.incoming.read_from(&mut connection.stream, room) {
+            Ok(0) => connection.closing = true,
+            Ok(_) => {}
+            Err(error) if error.kind() == ErrorKind::WouldBlock => connection.read_drained = true,
+            Err(error) if error.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Answers every complete frame at the front of the input while the output has room.
+/// Returns false when a frame header is invalid (an error reply has been queued).
+fn process_frames(connection: &mut Connection, now_ms: u64) -> bool {
+    while connection.outgoing.len() <= CONNECTION_WRITE_BUFFER_BYTES_MAX {
+        let pending = connection.incoming.pending();
+        let header = match FrameHeader::check(pending) {
+            Ok(Some(header)) => header,
+            Ok(None) => return true,
+            Err(error) => {
+                let request_id = pending.get(8..16).map_or(0, |id| u64::from_le_bytes(id.try_into().expect("8 bytes")));
+                Response::bad_request(format!("invalid frame header: {error}; closing the connection"))
+                    .encode_frame(request_id, connection.outgoing.tail());
+                return false;
+            }
+        };
+        let body = &pending[FRAME_HEADER_BYTES..header.frame_bytes()];
+        connection.core.handle_frame(header.kind, header.request_id, body, now_ms, connection.outgoing.tail());
+        connection.incoming.consume(header.frame_bytes());
+    }
+    true
+}

@@ -1,0 +1,386 @@
+//! The multi-version partition store of one server.
+//!
+//! # Contract
+//! - [`Store::prepare`] stores versions that are not yet visible. Calling it again for the
+//!   same (key, ts) replaces the version (a retried PREPARE is harmless).
+//! - [`Store::commit`] makes the versions of a transaction visible by advancing each key's
+//!   `lastCommit` with an atomic max, never a blind store: a commit of an older transaction
+//!   arriving late never hides a newer one.
+//! - [`Store::get_latest`] returns the version at `lastCommit` (or `None`: the initial value),
+//!   [`Store::get_at`] exactly the version with a given ts, prepared or committed, or
+//!   [`StoreError::VersionGone`] when it was collected or never existed.
+//! - Garbage collection: a version older than its key's `lastCommit` is removed only after it
+//!   has been seen superseded for at least the grace period. A reader that needs such a version
+//!   (round 2) started its read after the version was prepared and before it was superseded,
+//!   so a grace period longer than any read transaction means no live reader loses a version
+//!   it may ask for. Versions are marked lazily, when the key is next written, which only
+//!   makes them live longer.
+//!
+//! # Concurrency
+//! Keys live in `SHARD_COUNT` shards behind reader-writer locks. Reads and commits take a
+//! shard's read lock (commit only does an atomic max), so readers never wait for a commit and
+//! never block writers for longer than one map lookup. Prepares take the write lock of one
+//! shard per key.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::cluster::key_hash;
+use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
+use crate::types::{Timestamp, TIMESTAMP_INITIAL};
+
+/// Shards of the key map and of the pending-commit map.
+const SHARD_COUNT: usize = 64;
+
+/// A key as stored.
+pub type Key = Box<[u8]>;
+
+/// One stored version of a key.
+#[derive(Debug)]
+pub struct Version {
+    pub ts: Timestamp,
+    pub value: Box<[u8]>,
+    /// The whole write set of the writing transaction (shared by its versions on this server).
+    pub write_set: Arc<[Key]>,
+}
+
+/// Why the store refused an operation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    #[error("version {ts} of the key is not stored (collected, or never prepared)")]
+    VersionGone { ts: Timestamp },
+    #[error("invalid prepare: {0}")]
+    InvalidPrepare(String),
+}
+
+/// Counters describing what the store holds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StoreStats {
+    pub keys: usize,
+    pub versions: usize,
+    pub value_bytes: usize,
+    pub pending_transactions: usize,
+    pub versions_collected: usize,
+}
+
+#[derive(Debug)]
+struct StoredVersion {
+    version: Arc<Version>,
+    /// When (store clock, ms) the version was first seen older than `lastCommit`.
+    superseded_at_ms: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    last_commit: AtomicU64,
+    versions: BTreeMap<Timestamp, StoredVersion>,
+}
+
+/// The store of one server: every key it owns, with its versions.
+#[derive(Debug)]
+pub struct Store {
+    shards: Box<[RwLock<HashMap<Key, KeyState>>]>,
+    /// ts of a prepared transaction -> its keys on this server, until it commits.
+    pending: Box<[Mutex<HashMap<Timestamp, Vec<Key>>>]>,
+    grace_ms: u64,
+    version_count: AtomicUsize,
+    value_bytes: AtomicUsize,
+    versions_collected: AtomicUsize,
+}
+
+impl Store {
+    /// An empty store whose superseded versions live at least `grace_ms`.
+    pub fn new(grace_ms: u64) -> Self {
+        Self {
+            shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::new())).collect(),
+            pending: (0..SHARD_COUNT).map(|_| Mutex::new(HashMap::new())).collect(),
+            grace_ms,
+            version_count: AtomicUsize::new(0),
+            value_bytes: AtomicUsize::new(0),
+            versions_collected: AtomicUsize::new(0),
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> &RwLock<HashMap<Key, KeyState>> {
+        // The high half of the hash, so shard choice does not correlate with partitions
+        // (which use the hash modulo the partition count).
+        &self.shards[((key_hash(key) >> 32) as usize) % SHARD_COUNT]
+    }
+
+    fn pending_shard(&self, ts: Timestamp) -> &Mutex<HashMap<Timestamp, Vec<Key>>> {
+        // Timestamps end in the client id; mix so that one client's transactions spread out.
+        &self.pending[(ts.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARD_COUNT]
+    }
+
+    /// Stores `writes` as prepared versions of transaction `ts`. Everything is validated first,
+    /// so an invalid prepare changes nothing. `now_ms` is the caller's monotonic clock.
+    pub fn prepare(
+        &self,
+        ts: Timestamp,
+        write_set: Arc<[Key]>,
+        writes: Vec<(Key, Box<[u8]>)>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        validate_prepare(ts, &write_set, &writes)?;
+        let keys: Vec<Key> = writes.iter().map(|(key, _)| key.clone()).collect();
+        for (key, value) in writes {
+            let value_bytes = value.len();
+            let version = Arc::new(Version { ts, value, write_set: Arc::clone(&write_set) });
+            let mut shard = self.shard(&key).write();
+            let state = shard.entry(key).or_default();
+            let replaced = state
+                .versions
+                .insert(ts, StoredVersion { version, superseded_at_ms: None });
+            match replaced {
+                Some(old) => self.forget_version_bytes(old.version.value.len()),
+                None => {
+                    self.version_count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
+            self.collect_superseded(state, now_ms);
+        }
+        self.pending_shard(ts).lock().insert(ts, keys);
+        Ok(())
+    }
+
+    /// Makes transaction `ts` visible on this server. Returns how many keys it advanced
+    /// (0 for an unknown or already committed `ts`: a retried COMMIT is harmless).
+    pub fn commit(&self, ts: Timestamp) -> usize {
+        let Some(keys) = self.pending_shard(ts).lock().remove(&ts) else {
+            return 0;
+        };
+        for key in &keys {
+            let shard = self.shard(key).read();
+            let state = shard.get(key).expect("a pending key has a prepared version");
+            debug_assert!(state.versions.contains_key(&ts));
+            state.last_commit.fetch_max(ts, Ordering::AcqRel);
+        }
+        keys.len()
+    }
+
+    /// The latest committed version of `key`, or `None` when it has none (initial value).
+    pub fn get_latest(&self, key: &[u8]) -> Option<Arc<Version>> {
+        let shard = self.shard(key).read();
+        let state = shard.get(key)?;
+        let ts = state.last_commit.load(Ordering::Acquire);
+        if ts == TIMESTAMP_INITIAL {
+            return None;
+        }
+        let stored = state.versions.get(&ts).expect("lastCommit names a stored version");
+        Some(Arc::clone(&stored.version))
+    }
+
+    /// Exactly version `ts` of `key`, prepared or committed.
+    pub fn get_at(&self, key: &[u8], ts: Timestamp) -> Result<Arc<Version>, StoreError> {
+        let shard = self.shard(key).read();
+        shard
+            .get(key)
+            .and_then(|state| state.versions.get(&ts))
+            .map(|stored| Arc::clone(&stored.version))
+            .ok_or(StoreError::VersionGone { ts })
+    }
+
+    /// The `lastCommit` of `key` (0 when never committed).
+    pub fn last_commit(&self, key: &[u8]) -> Timestamp {
+        let shard = self.shard(key).read();
+        shard.get(key).map_or(TIMESTAMP_INITIAL, |state| state.last_commit.load(Ordering::Acquire))
+    }
+
+    /// What the store holds now.
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            keys: self.shards.iter().map(|shard| shard.read().len()).sum(),
+            versions: self.version_count.load(Ordering::Relaxed),
+            value_bytes: self.value_bytes.load(Ordering::Relaxed),
+            pending_transactions: self.pending.iter().map(|shard| shard.lock().len()).sum(),
+            versions_collected: self.versions_collected.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Marks versions below `lastCommit` as superseded and removes those marked longer ago
+    /// than the grace period. Called with the key's shard write-locked.
+    fn collect_superseded(&self, state: &mut KeyState, now_ms: u64) {
+        let last_commit = state.last_commit.load(Ordering::Acquire);
+        let mut expired = Vec::new();
+        for (ts, stored) in state.versions.range_mut(..last_commit) {
+            let superseded_at_ms = *stored.superseded_at_ms.get_or_insert(now_ms);
+            if now_ms.saturating_sub(superseded_at_ms) >= self.grace_ms {
+                expired.push(*ts);
+            }
+        }
+        for ts in expired {
+            let removed = state.versions.remove(&ts).expect("collected version exists");
+            self.forget_version_bytes(removed.version.value.len());
+            self.version_count.fetch_sub(1, Ordering::Relaxed);
+            self.versions_collected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn forget_version_bytes(&self, bytes: usize) {
+        self.value_bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+fn validate_prepare(
+    ts: Timestamp,
+    write_set: &[Key],
+    writes: &[(Key, Box<[u8]>)],
+) -> Result<(), StoreError> {
+    let invalid = |why: String| Err(StoreError::InvalidPrepare(why));
+    if ts == TIMESTAMP_INITIAL {
+        return invalid("timestamp 0 is reserved for the initial value".into());
+    }
+    if writes.is_empty() || writes.len() > TXN_KEYS_MAX || write_set.len() > TXN_KEYS_MAX {
+        return invalid(format!(
+            "{} writes and a write set of {} keys (need 1..={TXN_KEYS_MAX})",
+            writes.len(),
+            write_set.len()
+        ));
+    }
+    for (key, value) in writes {
+        if key.len() > KEY_BYTES_MAX || value.len() > VALUE_BYTES_MAX {
+            return invalid(format!(
+                "key of {} bytes or value of {} bytes over the limits ({KEY_BYTES_MAX}, {VALUE_BYTES_MAX})",
+                key.len(),
+                value.len()
+            ));
+        }
+        if !write_set.contains(key) {
+            return invalid("a written key is missing from the write set".into());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(text: &str) -> Key {
+        text.as_bytes().into()
+    }
+
+    fn write_set(keys: &[&str]) -> Arc<[Key]> {
+        keys.iter().map(|text| key(text)).collect()
+    }
+
+    fn prepare(store: &Store, ts: Timestamp, keys: &[&str], now_ms: u64) {
+        let writes = keys.iter().map(|text| (key(text), format!("{text}@{ts}").into_bytes().into())).collect();
+        store.prepare(ts, write_set(keys), writes, now_ms).unwrap();
+    }
+
+    #[test]
+    fn prepared_versions_are_invisible_until_commit() {
+        let store = Store::new(1_000);
+        prepare(&store, 10, &["a", "b"], 0);
+        assert!(store.get_latest(b"a").is_none());
+        assert_eq!(store.get_at(b"a", 10).unwrap().ts, 10);
+        assert_eq!(store.commit(10), 2);
+        assert_eq!(store.get_latest(b"a").unwrap().ts, 10);
+        assert_eq!(&*store.get_latest(b"b").unwrap().value, b"b@10");
+    }
+
+    #[test]
+    fn a_late_commit_of_an_older_transaction_never_hides_a_newer_one() {
+        // The bug this pins: lastCommit written with a blind store goes backwards.
+        let store = Store::new(1_000);
+        prepare(&store, 10, &["a"], 0);
+        prepare(&store, 20, &["a"], 0);
+        store.commit(20);
+        store.commit(10);
+        assert_eq!(store.last_commit(b"a"), 20);
+    }
+
+    #[test]
+    fn last_commit_keeps_advancing_after_the_first_write() {
+        let store = Store::new(1_000);
+        for ts in 1..=5 {
+            prepare(&store, ts, &["a"], 0);
+            store.commit(ts);
+            assert_eq!(store.last_commit(b"a"), ts);
+        }
+    }
+
+    #[test]
+    fn a_retried_commit_is_harmless() {
+        let store = Store::new(1_000);
+        prepare(&store, 10, &["a"], 0);
+        assert_eq!(store.commit(10), 1);
+        assert_eq!(store.commit(10), 0);
+        assert_eq!(store.last_commit(b"a"), 10);
+    }
+
+    #[test]
+    fn an_invalid_prepare_changes_nothing() {
+        let store = Store::new(1_000);
+        let oversized = vec![0u8; VALUE_BYTES_MAX + 1].into_boxed_slice();
+        let writes = vec![(key("a"), b"ok".to_vec().into()), (key("b"), oversized)];
+        let error = store.prepare(5, write_set(&["a", "b"]), writes, 0).unwrap_err();
+        assert!(matches!(error, StoreError::InvalidPrepare(_)));
+        assert_eq!(store.stats(), StoreStats::default());
+        let outside = vec![(key("c"), b"x".to_vec().into())];
+        assert!(store.prepare(6, write_set(&["a"]), outside, 0).is_err());
+        assert!(store.prepare(0, write_set(&["a"]), vec![(key("a"), b"x".to_vec().into())], 0).is_err());
+    }
+
+    #[test]
+    fn superseded_versions_survive_the_grace_period_then_go() {
+        let store = Store::new(100);
+        prepare(&store, 1, &["a"], 0);
+        store.commit(1);
+        prepare(&store, 2, &["a"], 10);
+        store.commit(2);
+        // Version 1 is marked superseded at t=50 and still readable within the grace period.
+        prepare(&store, 3, &["a"], 50);
+        assert_eq!(store.get_at(b"a", 1).unwrap().ts, 1);
+        store.commit(3);
+        prepare(&store, 4, &["a"], 149);
+        assert!(store.get_at(b"a", 1).is_ok(), "still inside the grace period");
+        prepare(&store, 5, &["a"], 150);
+        assert_eq!(store.get_at(b"a", 1).unwrap_err(), StoreError::VersionGone { ts: 1 });
+        // The committed latest is never collected.
+        assert_eq!(store.get_latest(b"a").unwrap().ts, 3);
+        assert_eq!(store.stats().versions_collected, 1);
+    }
+
+    #[test]
+    fn concurrent_writers_and_readers_see_only_committed_increasing_versions() {
+        let store = Arc::new(Store::new(50));
+        let writers: Vec<_> = (0..2u64)
+            .map(|writer| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    for round in 1..=2_000u64 {
+                        let ts = round * 2 + writer;
+                        prepare(&store, ts, &["a", "b"], round);
+                        store.commit(ts);
+                    }
+                })
+            })
+            .collect();
+        let reader = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                let mut last_seen = 0;
+                for _ in 0..20_000 {
+                    if let Some(version) = store.get_latest(b"a") {
+                        assert!(version.ts >= last_seen, "lastCommit went backwards");
+                        assert_eq!(&*version.value, format!("a@{}", version.ts).as_bytes());
+                        last_seen = version.ts;
+                    }
+                }
+            })
+        };
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        reader.join().unwrap();
+        assert_eq!(store.last_commit(b"a"), 4_001);
+        assert!(store.stats().versions < 4_000, "old versions were collected");
+    }
+}

@@ -1,0 +1,47 @@
+//! Transports: how a client's requests reach servers and replies come back.
+//!
+//! Every transport implements the small, batch-oriented [`ClientTransport`] trait: post any
+//! number of requests, flush them in as few operations as the medium allows, then poll for
+//! replies. The driver ([`crate::client::Driver`]) is generic over it, so there is no dynamic
+//! dispatch per message. Every transport carries the same frames ([`crate::wire`]).
+
+pub mod tcp;
+
+use std::time::Duration;
+
+use crate::wire::{Request, Response, WireError};
+
+/// Why a transport failed. A failed transport is broken for good: the caller reconnects.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    #[error("cannot connect to server {server} at {address}: {source}")]
+    Connect { server: usize, address: String, source: std::io::Error },
+    #[error("i/o error with server {server}: {source}")]
+    Io { server: usize, source: std::io::Error },
+    #[error("server {server} closed the connection")]
+    Closed { server: usize },
+    #[error("server {server} sent bytes that are not a valid reply: {source}")]
+    Malformed { server: usize, source: WireError },
+    #[error("no server {server} (the cluster has {servers})")]
+    NoSuchServer { server: usize, servers: usize },
+}
+
+/// The client side of a transport, connected to every server of a cluster.
+pub trait ClientTransport {
+    /// Number of servers this transport reaches.
+    fn server_count(&self) -> usize;
+
+    /// Queues `request` for `server`; it is sent by the next [`ClientTransport::flush`]
+    /// (or earlier, if the transport must make room).
+    fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError>;
+
+    /// Sends everything queued, as far as the medium accepts without blocking.
+    fn flush(&mut self) -> Result<(), TransportError>;
+
+    /// Waits up to `timeout` (None: until something arrives) for replies and hands each one,
+    /// with its server and request id, to `deliver`. Returns how many were delivered.
+    fn poll<F>(&mut self, timeout: Option<Duration>, deliver: F) -> Result<usize, TransportError>
+    where
+        F: FnMut(usize, u64, Response);
+}

@@ -1,0 +1,257 @@
+//! The TCP transport: one non-blocking socket per server, frames of [`crate::wire::frame`].
+//!
+//! Requests are pipelined: many may be outstanding on one connection, matched to replies by
+//! request id. `post` only appends encoded frames to a per-server buffer; `flush` writes each
+//! buffer with as few `write` calls as the socket allows, so many logical clients multiplexed
+//! on one thread share each system call. One `mio` poller watches every connection.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::ToSocketAddrs;
+use std::time::Duration;
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+
+use super::{ClientTransport, TransportError};
+use crate::limits::FRAME_BODY_BYTES_MAX;
+use crate::wire::{FrameHeader, Request, Response, FRAME_HEADER_BYTES};
+
+/// How long connecting to one server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes read from a socket per `read` call at least.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Readiness events taken per poll.
+const EVENTS_CAPACITY: usize = 256;
+
+/// A byte buffer that is consumed from the front and appended at the back.
+#[derive(Debug, Default)]
+pub(crate) struct StreamBuffer {
+    bytes: Vec<u8>,
+    start: usize,
+}
+
+impl StreamBuffer {
+    pub(crate) fn pending(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+    pub(crate) fn is_empty(&self) -> bool {
+        self.start == self.bytes.len()
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.len() - self.start
+    }
+    pub(crate) fn consume(&mut self, count: usize) {
+        self.start += count;
+        debug_assert!(self.start <= self.bytes.len());
+        if self.start == self.bytes.len() {
+            self.bytes.clear();
+            self.start = 0;
+        }
+    }
+    /// The buffer to append to (compacted first when most of it is consumed).
+    pub(crate) fn tail(&mut self) -> &mut Vec<u8> {
+        if self.start > 0 && self.start >= self.bytes.len() / 2 {
+            self.bytes.drain(..self.start);
+            self.start = 0;
+        }
+        &mut self.bytes
+    }
+
+    /// Reads what `source` has into the buffer. Returns Ok(0) at end of stream, and stops at
+    /// `WouldBlock` (reported as an error of that kind) or after a short read.
+    pub(crate) fn read_from(&mut self, source: &mut impl Read, room_bytes: usize) -> std::io::Result<usize> {
+        let tail = self.tail();
+        let filled = tail.len();
+        tail.resize(filled + room_bytes.max(READ_CHUNK_BYTES), 0);
+        let result = source.read(&mut tail[filled..]);
+        let read = *result.as_ref().unwrap_or(&0);
+        tail.truncate(filled + read);
+        result
+    }
+
+    /// Writes as much as `sink` takes; Ok(true) when everything was written.
+    pub(crate) fn write_to(&mut self, sink: &mut impl Write) -> std::io::Result<bool> {
+        while !self.is_empty() {
+            match sink.write(self.pending()) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(written) => self.consume(written),
+                Err(error) if error.kind() == ErrorKind::WouldBlock => return Ok(false),
+                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Room to ask for so that the frame at the front (if its header is here) fits whole.
+    pub(crate) fn room_for_next_frame(&self) -> usize {
+        let pending = self.pending();
+        match pending.get(..FRAME_HEADER_BYTES) {
+            Some(header) => {
+                let body = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+                (FRAME_HEADER_BYTES + body.min(FRAME_BODY_BYTES_MAX)).saturating_sub(pending.len())
+            }
+            None => FRAME_HEADER_BYTES,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Connection {
+    stream: TcpStream,
+    outgoing: StreamBuffer,
+    incoming: StreamBuffer,
+    /// Whether WRITABLE interest is registered (only while a write is incomplete).
+    wants_writable: bool,
+}
+
+/// A client's TCP connections to every server of a cluster.
+#[derive(Debug)]
+pub struct TcpClientTransport {
+    poll: Poll,
+    events: Events,
+    connections: Vec<Connection>,
+}
+
+impl TcpClientTransport {
+    /// Connects to every address (server i is `addresses[i]`).
+    pub fn connect(addresses: &[String]) -> Result<Self, TransportError> {
+        let poll = Poll::new().map_err(|source| TransportError::Io { server: 0, source })?;
+        let mut connections = Vec::with_capacity(addresses.len());
+        for (server, address) in addresses.iter().enumerate() {
+            let connect_error = |source| TransportError::Connect { server, address: address.clone(), source };
+            let socket_address = address
+                .to_socket_addrs()
+                .map_err(connect_error)?
+                .next()
+                .ok_or_else(|| connect_error(std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing")))?;
+            let stream = std::net::TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT).map_err(connect_error)?;
+            stream.set_nodelay(true).map_err(connect_error)?;
+            stream.set_nonblocking(true).map_err(connect_error)?;
+            let mut stream = TcpStream::from_std(stream);
+            poll.registry()
+                .register(&mut stream, Token(server), Interest::READABLE)
+                .map_err(|source| TransportError::Io { server, source })?;
+            connections.push(Connection {
+                stream,
+                outgoing: StreamBuffer::default(),
+                incoming: StreamBuffer::default(),
+                wants_writable: false,
+            });
+        }
+        Ok(Self { poll, events: Events::with_capacity(EVENTS_CAPACITY), connections })
+    }
+
+    fn write_connection(&mut self, server: usize) -> Result<(), TransportError> {
+        let connection = &mut self.connections[server];
+        let done = connection
+            .outgoing
+            .write_to(&mut connection.stream)
+            .map_err(|source| TransportError::Io { server, source })?;
+        if done == connection.wants_writable {
+            let interest = if done { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
+            self.poll
+                .registry()
+                .reregister(&mut connection.stream, Token(server), interest)
+                .map_err(|source| TransportError::Io { server, source })?;
+            connection.wants_writable = !done;
+        }
+        Ok(())
+    }
+
+    fn read_connection<F>(&mut self, server: usize, deliver: &mut F) -> Result<usize, TransportError>
+    where
+        F: FnMut(usize, u64, Response),
+    {
+        let connection = &mut self.connections[server];
+        let mut delivered = 0;
+        loop {
+            let room = connection.incoming.room_for_next_frame();
+            match connection.incoming.read_from(&mut connection.stream, room) {
+                Ok(0) => return Err(TransportError::Closed { server }),
+                Ok(_) => delivered += deliver_frames(server, &mut connection.incoming, deliver)?,
+                Err(error) if error.kind() == ErrorKind::WouldBlock => return Ok(delivered),
+                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+                Err(source) => return Err(TransportError::Io { server, source }),
+            }
+        }
+    }
+}
+
+/// Decodes and delivers every complete frame at the front of `incoming`.
+fn deliver_frames<F>(server: usize, incoming: &mut StreamBuffer, deliver: &mut F) -> Result<usize, TransportError>
+where
+    F: FnMut(usize, u64, Response),
+{
+    let mut delivered = 0;
+    loop {
+        let pending = incoming.pending();
+        let header = match FrameHeader::check(pending) {
+            Ok(Some(header)) => header,
+            Ok(None) => return Ok(delivered),
+            Err(source) => return Err(TransportError::Malformed { server, source }),
+        };
+        let body = &pending[FRAME_HEADER_BYTES..header.frame_bytes()];
+        let response =
+            Response::decode(header.kind, body).map_err(|source| TransportError::Malformed { server, source })?;
+        incoming.consume(header.frame_bytes());
+        deliver(server, header.request_id, response);
+        delivered += 1;
+    }
+}
+
+impl ClientTransport for TcpClientTransport {
+    fn server_count(&self) -> usize {
+        self.connections.len()
+    }
+
+    fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
+        let servers = self.connections.len();
+        let connection = self.connections.get_mut(server).ok_or(TransportError::NoSuchServer { server, servers })?;
+        request.encode_frame(request_id, connection.outgoing.tail());
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), TransportError> {
+        for server in 0..self.connections.len() {
+            if !self.connections[server].outgoing.is_empty() {
+                self.write_connection(server)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn poll<F>(&mut self, timeout: Option<Duration>, mut deliver: F) -> Result<usize, TransportError>
+    where
+        F: FnMut(usize, u64, Response),
+    {
+        match self.poll.poll(&mut self.events, timeout) {
+            Ok(()) => {}
+            Err(error) if error.kind() == ErrorKind::Interrupted => return Ok(0),
+            Err(source) => return Err(TransportError::Io { server: 0, source }),
+        }
+        // Taken out for the loop (no allocation: an empty `Events` has no buffer), put back after.
+        let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
+        let mut result = Ok(0);
+        for event in events.iter() {
+            let server = event.token().0;
+            if event.is_writable() {
+                if let Err(error) = self.write_connection(server) {
+                    result = Err(error);
+                    break;
+                }
+            }
+            if event.is_readable() || event.is_read_closed() {
+                match self.read_connection(server, &mut deliver) {
+                    Ok(count) => result = result.map(|total| total + count),
+                    Err(error) => {
+                        result = Err(error);
+                        break;
+                    }
+                }
+            }
+        }
+        self.events = events;
+        result
+    }
+}

@@ -1,0 +1,198 @@
+//! Server-to-client messages.
+//!
+//! # Format (frame bodies, all integers little-endian; `key`, `value`, `keys` as in request.rs)
+//! ```text
+//! 0x81 HELLO     u16 client_id_first, u16 client_ids_granted
+//! 0x82 VERSIONS  u32 count, (u64 ts, value, keys write_set) * count
+//!                one entry per GET item, in request order; ts 0 = initial (empty) value
+//! 0x83 ACK       (empty)                        PREPARE or COMMIT done
+//! 0xFF ERROR     u16 code, u32 length, UTF-8 message (length <= ERROR_MESSAGE_BYTES_MAX)
+//! ```
+
+use super::frame::append_frame;
+use super::{Decoder, Encoder, WireError};
+use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
+use crate::types::Timestamp;
+
+pub const KIND_HELLO_REPLY: u8 = 0x81;
+pub const KIND_VERSIONS: u8 = 0x82;
+pub const KIND_ACK: u8 = 0x83;
+pub const KIND_ERROR: u8 = 0xFF;
+
+/// Longest error message sent; longer ones are cut.
+pub const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
+
+/// One version returned by a GET.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionItem {
+    pub ts: Timestamp,
+    pub value: Vec<u8>,
+    /// The write set of the transaction that wrote this version (RAMP-Fast metadata);
+    /// empty for the initial value.
+    pub write_set: Vec<Vec<u8>>,
+}
+
+/// Why a server refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The request was malformed or broke a limit; nothing was changed.
+    BadRequest,
+    /// A requested version is no longer stored (collected); the read should restart.
+    VersionGone,
+    /// The server could not serve the request for a reason of its own.
+    Internal,
+    /// A code this build does not know (from a newer peer).
+    Unknown(u16),
+}
+
+impl ErrorCode {
+    fn to_wire(self) -> u16 {
+        match self {
+            ErrorCode::BadRequest => 1,
+            ErrorCode::VersionGone => 2,
+            ErrorCode::Internal => 3,
+            ErrorCode::Unknown(code) => code,
+        }
+    }
+    fn from_wire(code: u16) -> Self {
+        match code {
+            1 => ErrorCode::BadRequest,
+            2 => ErrorCode::VersionGone,
+            3 => ErrorCode::Internal,
+            other => ErrorCode::Unknown(other),
+        }
+    }
+}
+
+/// A reply from a server to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Response {
+    Hello { client_id_first: u16, client_ids_granted: u16 },
+    Versions { items: Vec<VersionItem> },
+    Ack,
+    Error { code: ErrorCode, message: String },
+}
+
+impl Response {
+    /// A `BadRequest` error reply.
+    pub fn bad_request(message: impl Into<String>) -> Response {
+        Response::Error { code: ErrorCode::BadRequest, message: message.into() }
+    }
+
+    /// The frame kind byte of this response.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Response::Hello { .. } => KIND_HELLO_REPLY,
+            Response::Versions { .. } => KIND_VERSIONS,
+            Response::Ack => KIND_ACK,
+            Response::Error { .. } => KIND_ERROR,
+        }
+    }
+
+    /// Appends this response as one frame to `out`.
+    pub fn encode_frame(&self, request_id: u64, out: &mut Vec<u8>) {
+        append_frame(out, self.kind(), request_id, |body| self.encode_body(body));
+    }
+
+    /// Appends the body of this response (no frame header) to `out`.
+    pub fn encode_body(&self, out: &mut Vec<u8>) {
+        let mut encoder = Encoder::new(out);
+        match self {
+            Response::Hello { client_id_first, client_ids_granted } => {
+                encoder.u16(*client_id_first);
+                encoder.u16(*client_ids_granted);
+            }
+            Response::Versions { items } => {
+                assert!(items.len() <= TXN_KEYS_MAX);
+                encoder.count(items.len());
+                for item in items {
+                    encode_version(&mut encoder, item.ts, &item.value, &item.write_set);
+                }
+            }
+            Response::Ack => {}
+            Response::Error { code, message } => {
+                encoder.u16(code.to_wire());
+                encoder.bytes(truncate_utf8(message, ERROR_MESSAGE_BYTES_MAX).as_bytes());
+            }
+        }
+    }
+
+    /// Decodes a response body of the given kind; every byte must be consumed.
+    pub fn decode(kind: u8, body: &[u8]) -> Result<Response, WireError> {
+        let mut decoder = Decoder::new(body);
+        let response = match kind {
+            KIND_HELLO_REPLY => Response::Hello {
+                client_id_first: decoder.u16()?,
+                client_ids_granted: decoder.u16()?,
+            },
+            KIND_VERSIONS => {
+                let count = decoder.count("versions", TXN_KEYS_MAX, 16)?;
+                let items = (0..count)
+                    .map(|_| {
+                        Ok(VersionItem {
+                            ts: decoder.u64()?,
+                            value: decoder.bytes_up_to("value", VALUE_BYTES_MAX)?,
+                            write_set: decoder.keys("write set")?,
+                        })
+                    })
+                    .collect::<Result<_, WireError>>()?;
+                Response::Versions { items }
+            }
+            KIND_ACK => Response::Ack,
+            KIND_ERROR => {
+                let code = ErrorCode::from_wire(decoder.u16()?);
+                let message = decoder.bytes_up_to("error message", ERROR_MESSAGE_BYTES_MAX)?;
+                let message = String::from_utf8(message)
+                    .map_err(|_| WireError::Invalid("error message is not UTF-8"))?;
+                Response::Error { code, message }
+            }
+            other => return Err(WireError::UnknownKind(other)),
+        };
+        decoder.finish()?;
+        Ok(response)
+    }
+}
+
+/// Encodes one VERSIONS entry straight from borrowed parts, so a server can reply from its
+/// stored versions without building a `VersionItem` copy first.
+pub(crate) fn encode_version<K: AsRef<[u8]>>(
+    encoder: &mut Encoder<'_>,
+    ts: Timestamp,
+    value: &[u8],
+    write_set: &[K],
+) {
+    encoder.u64(ts);
+    encoder.bytes(value);
+    encoder.count(write_set.len());
+    for key in write_set {
+        encoder.key(key.as_ref());
+    }
+}
+
+/// Appends a VERSIONS frame whose entries are produced by `entries` (count known up front).
+pub fn append_versions_frame<'v, K: AsRef<[u8]> + 'v>(
+    out: &mut Vec<u8>,
+    request_id: u64,
+    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], &'v [K])>,
+) {
+    append_frame(out, KIND_VERSIONS, request_id, |body| {
+        let mut encoder = Encoder::new(body);
+        encoder.count(entries.len());
+        for (ts, value, write_set) in entries {
+            encode_version(&mut encoder, ts, value, write_set);
+        }
+    });
+}
+
+fn truncate_utf8(text: &str, bytes_max: usize) -> &str {
+    if text.len() <= bytes_max {
+        return text;
+    }
+    let mut end = bytes_max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}

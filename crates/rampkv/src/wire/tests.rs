@@ -1,0 +1,165 @@
+//! Property tests of the frame codec: round trips, and truncated or corrupted frames decode
+//! to an error (or, for a flipped payload byte, to some other valid message), never a panic.
+
+use proptest::collection::vec;
+use proptest::prelude::*;
+
+use super::*;
+use crate::limits::FRAME_BODY_BYTES_MAX;
+
+fn key() -> impl Strategy<Value = Vec<u8>> {
+    vec(any::<u8>(), 0..24)
+}
+
+fn value() -> impl Strategy<Value = Vec<u8>> {
+    vec(any::<u8>(), 0..300)
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        any::<u16>().prop_map(|client_ids_wanted| Request::Hello { client_ids_wanted }),
+        vec((key(), any::<u64>()).prop_map(|(key, at)| GetItem { key, at }), 0..8)
+            .prop_map(|items| Request::Get { items }),
+        (any::<u64>(), vec(key(), 0..6), vec((key(), value()).prop_map(|(key, value)| Write { key, value }), 0..6))
+            .prop_map(|(ts, write_set, writes)| Request::Prepare { ts, write_set, writes }),
+        any::<u64>().prop_map(|ts| Request::Commit { ts }),
+    ]
+}
+
+fn response() -> impl Strategy<Value = Response> {
+    let code = prop_oneof![
+        Just(ErrorCode::BadRequest),
+        Just(ErrorCode::VersionGone),
+        Just(ErrorCode::Internal),
+        (100u16..).prop_map(ErrorCode::Unknown)
+    ];
+    prop_oneof![
+        (any::<u16>(), any::<u16>())
+            .prop_map(|(client_id_first, client_ids_granted)| Response::Hello { client_id_first, client_ids_granted }),
+        vec(
+            (any::<u64>(), value(), vec(key(), 0..5)).prop_map(|(ts, value, write_set)| VersionItem { ts, value, write_set }),
+            0..6
+        )
+        .prop_map(|items| Response::Versions { items }),
+        Just(Response::Ack),
+        (code, "[a-z ]{0,40}").prop_map(|(code, message)| Response::Error { code, message }),
+    ]
+}
+
+/// Splits one encoded frame into its header and body, checking it is complete and exact.
+fn split_frame(frame: &[u8]) -> (FrameHeader, &[u8]) {
+    let header = FrameHeader::check(frame).unwrap().expect("a complete frame");
+    assert_eq!(header.frame_bytes(), frame.len());
+    (header, &frame[FRAME_HEADER_BYTES..])
+}
+
+proptest! {
+    #[test]
+    fn requests_round_trip(request in request(), id in any::<u64>()) {
+        let mut frame = Vec::new();
+        request.encode_frame(id, &mut frame);
+        let (header, body) = split_frame(&frame);
+        prop_assert_eq!(header.request_id, id);
+        prop_assert_eq!(Request::decode(header.kind, body).unwrap(), request);
+    }
+
+    #[test]
+    fn responses_round_trip(response in response(), id in any::<u64>()) {
+        let mut frame = Vec::new();
+        response.encode_frame(id, &mut frame);
+        let (header, body) = split_frame(&frame);
+        prop_assert_eq!(header.request_id, id);
+        prop_assert_eq!(Response::decode(header.kind, body).unwrap(), response);
+    }
+
+    #[test]
+    fn every_truncation_is_incomplete_or_an_error(request in request(), response in response()) {
+        for frame in [encode_request(&request), encode_response(&response)] {
+            for cut in 0..frame.len() {
+                // The stream reader waits for the rest ...
+                prop_assert_eq!(FrameHeader::check(&frame[..cut]), Ok(None));
+            }
+            // ... and a body cut short never decodes.
+            let (header, body) = split_frame(&frame);
+            for cut in 0..body.len() {
+                prop_assert!(Request::decode(header.kind, &body[..cut]).is_err());
+                prop_assert!(Response::decode(header.kind, &body[..cut]).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn corrupted_frames_never_panic(
+        request in request(),
+        flips in vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+    ) {
+        let mut frame = encode_request(&request);
+        for (index, byte) in &flips {
+            let at = index.index(frame.len());
+            frame[at] = *byte;
+        }
+        if let Ok(Some(header)) = FrameHeader::check(&frame) {
+            let body = &frame[FRAME_HEADER_BYTES..header.frame_bytes()];
+            let _ = Request::decode(header.kind, body);
+            let _ = Response::decode(header.kind, body);
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_the_decoders(kind in any::<u8>(), body in vec(any::<u8>(), 0..512)) {
+        let _ = Request::decode(kind, &body);
+        let _ = Response::decode(kind, &body);
+        let _ = FrameHeader::check(&body);
+    }
+}
+
+fn encode_request(request: &Request) -> Vec<u8> {
+    let mut frame = Vec::new();
+    request.encode_frame(1, &mut frame);
+    frame
+}
+
+fn encode_response(response: &Response) -> Vec<u8> {
+    let mut frame = Vec::new();
+    response.encode_frame(1, &mut frame);
+    frame
+}
+
+#[test]
+fn trailing_bytes_after_a_message_are_refused() {
+    let mut body = Vec::new();
+    Request::Commit { ts: 5 }.encode_body(&mut body);
+    body.push(0);
+    assert_eq!(Request::decode(request::KIND_COMMIT, &body), Err(WireError::TrailingBytes(1)));
+}
+
+#[test]
+fn invalid_headers_are_refused_with_the_reason() {
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    FrameHeader { body_length: 0, kind: 1, request_id: 0 }.encode(&mut header);
+    let mut bad_version = header;
+    bad_version[4] = 9;
+    assert_eq!(FrameHeader::check(&bad_version), Err(WireError::UnsupportedVersion(9)));
+    let mut reserved = header;
+    reserved[6] = 1;
+    assert_eq!(FrameHeader::check(&reserved), Err(WireError::ReservedBitsSet(1)));
+    let mut oversized = header;
+    oversized[0..4].copy_from_slice(&(FRAME_BODY_BYTES_MAX as u32 + 1).to_le_bytes());
+    assert!(matches!(FrameHeader::check(&oversized), Err(WireError::FrameTooLarge { .. })));
+}
+
+#[test]
+fn a_huge_count_in_a_short_body_is_refused_without_allocating() {
+    // count = 200 items (under the limit) but no bytes for them.
+    let body = 200u32.to_le_bytes();
+    assert!(matches!(Request::decode(request::KIND_GET, &body), Err(WireError::Truncated { .. })));
+    let body = u32::MAX.to_le_bytes();
+    assert!(matches!(Request::decode(request::KIND_GET, &body), Err(WireError::FieldTooLarge { .. })));
+}
+
+#[test]
+fn the_header_layout_is_as_documented() {
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    FrameHeader { body_length: 0x0102_0304, kind: 0x82, request_id: 0x1122_3344_5566_7788 }.encode(&mut header);
+    assert_eq!(header, [0x04, 0x03, 0x02, 0x01, 1, 0x82, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
+}
