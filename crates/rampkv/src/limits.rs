@@ -43,3 +43,9 @@ pub const CLUSTER_SERVERS_MAX: usize = 1024;
 
 /// Most partitions in a cluster file.
 pub const CLUSTER_PARTITIONS_MAX: u32 = 65_536;
+
+/// A poller that finds nothing polls again without blocking for up to this long before it
+/// blocks in the kernel: on a busy machine the next message usually arrives within a few
+/// microseconds, and a sleep/wake-up pair costs more than that. Bounded so an idle poller
+/// sleeps and leaves the core to others (the machine has 2).
+pub const POLL_SPIN_US: u64 = 50;

@@ -29,7 +29,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::limits::{CONNECTION_WRITE_BUFFER_BYTES_MAX, GC_GRACE_MS, SERVER_CONNECTIONS_MAX};
 use crate::protocol::server::ServerCore;
-use crate::transport::tcp::StreamBuffer;
+use crate::transport::tcp::{poll_spinning, StreamBuffer};
 use crate::wire::{FrameHeader, Response, FRAME_HEADER_BYTES};
 
 const WAKER_TOKEN: Token = Token(usize::MAX);
@@ -47,7 +47,10 @@ pub struct ServerConfig {
 impl ServerConfig {
     /// A server on `listen` with the default garbage-collection grace period.
     pub fn new(listen: SocketAddr) -> Self {
-        Self { listen, gc_grace_ms: GC_GRACE_MS }
+        Self {
+            listen,
+            gc_grace_ms: GC_GRACE_MS,
+        }
     }
 }
 
@@ -71,7 +74,8 @@ impl ServerGroup {
         let mut cores = Vec::with_capacity(configs.len());
         for (index, config) in configs.iter().enumerate() {
             let mut listener = TcpListener::bind(config.listen)?;
-            poll.registry().register(&mut listener, Token(index), Interest::READABLE)?;
+            poll.registry()
+                .register(&mut listener, Token(index), Interest::READABLE)?;
             addresses.push(listener.local_addr()?);
             let core = Arc::new(ServerCore::new(config.gc_grace_ms));
             listeners.push((listener, Arc::clone(&core)));
@@ -82,7 +86,13 @@ impl ServerGroup {
         let thread = std::thread::Builder::new()
             .name("rampkv-server".into())
             .spawn(move || event_loop.run())?;
-        Ok(ServerGroup { addresses, cores, stop, waker, thread: Some(thread) })
+        Ok(ServerGroup {
+            addresses,
+            cores,
+            stop,
+            waker,
+            thread: Some(thread),
+        })
     }
 
     /// The bound address of every server, in configuration order.
@@ -103,7 +113,9 @@ impl ServerGroup {
     /// Blocks until the poller thread ends (it ends only on an I/O error of the poller).
     pub fn wait(mut self) -> std::io::Result<()> {
         match self.thread.take() {
-            Some(thread) => thread.join().unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
             None => Ok(()),
         }
     }
@@ -112,7 +124,9 @@ impl ServerGroup {
         self.stop.store(true, Ordering::Release);
         self.waker.wake()?;
         match self.thread.take() {
-            Some(thread) => thread.join().unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
             None => Ok(()),
         }
     }
@@ -147,18 +161,25 @@ struct EventLoop {
 }
 
 impl EventLoop {
-    fn new(poll: Poll, listeners: Vec<(TcpListener, Arc<ServerCore>)>, stop: Arc<AtomicBool>) -> Self {
-        Self { poll, listeners, connections: Vec::new(), free_slots: Vec::new(), stop, started: Instant::now() }
+    fn new(
+        poll: Poll,
+        listeners: Vec<(TcpListener, Arc<ServerCore>)>,
+        stop: Arc<AtomicBool>,
+    ) -> Self {
+        Self {
+            poll,
+            listeners,
+            connections: Vec::new(),
+            free_slots: Vec::new(),
+            stop,
+            started: Instant::now(),
+        }
     }
 
     fn run(mut self) -> std::io::Result<()> {
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         while !self.stop.load(Ordering::Acquire) {
-            match self.poll.poll(&mut events, None) {
-                Ok(()) => {}
-                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                Err(error) => return Err(error),
-            }
+            poll_spinning(&mut self.poll, &mut events, None)?;
             let now_ms = self.started.elapsed().as_millis() as u64;
             for event in events.iter() {
                 let token = event.token();
@@ -201,7 +222,12 @@ impl EventLoop {
                 self.connections.len() - 1
             });
             let token = Token(self.listeners.len() + slot);
-            if self.poll.registry().register(&mut stream, token, Interest::READABLE).is_err() {
+            if self
+                .poll
+                .registry()
+                .register(&mut stream, token, Interest::READABLE)
+                .is_err()
+            {
                 self.free_slots.push(slot);
                 continue;
             }
@@ -225,9 +251,17 @@ impl EventLoop {
         let keep = serve(connection, now_ms);
         let token = Token(self.listeners.len() + slot);
         if keep && connection.wants_writable == connection.outgoing.is_empty() {
-            let interest =
-                if connection.outgoing.is_empty() { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
-            if self.poll.registry().reregister(&mut connection.stream, token, interest).is_ok() {
+            let interest = if connection.outgoing.is_empty() {
+                Interest::READABLE
+            } else {
+                Interest::READABLE | Interest::WRITABLE
+            };
+            if self
+                .poll
+                .registry()
+                .reregister(&mut connection.stream, token, interest)
+                .is_ok()
+            {
                 connection.wants_writable = !connection.outgoing.is_empty();
                 return;
             }
@@ -276,14 +310,23 @@ fn process_frames(connection: &mut Connection, now_ms: u64) -> bool {
             Ok(Some(header)) => header,
             Ok(None) => return true,
             Err(error) => {
-                let request_id = pending.get(8..16).map_or(0, |id| u64::from_le_bytes(id.try_into().expect("8 bytes")));
-                Response::bad_request(format!("invalid frame header: {error}; closing the connection"))
-                    .encode_frame(request_id, connection.outgoing.tail());
+                let request_id = pending
+                    .get(8..16)
+                    .map_or(0, |id| u64::from_le_bytes(id.try_into().expect("8 bytes")));
+                let reply = Response::bad_request(format!(
+                    "invalid frame header: {error}; closing the connection"
+                ));
+                connection
+                    .outgoing
+                    .append(|out| reply.encode_frame(request_id, out));
                 return false;
             }
         };
         let body = &pending[FRAME_HEADER_BYTES..header.frame_bytes()];
-        connection.core.handle_frame(header.kind, header.request_id, body, now_ms, connection.outgoing.tail());
+        let core = &connection.core;
+        connection
+            .outgoing
+            .append(|out| core.handle_frame(header.kind, header.request_id, body, now_ms, out));
         connection.incoming.consume(header.frame_bytes());
     }
     true

@@ -14,7 +14,8 @@
 //!   (round 2) started its read after the version was prepared and before it was superseded,
 //!   so a grace period longer than any read transaction means no live reader loses a version
 //!   it may ask for. Versions are marked lazily, when the key is next written, which only
-//!   makes them live longer.
+//!   makes them live longer. A version whose COMMIT has not arrived yet is never collected
+//!   (its writer may be slow; cooperative termination will resolve a dead one).
 //!
 //! # Concurrency
 //! Keys live in `SHARD_COUNT` shards behind reader-writer locks. Reads and commits take a
@@ -23,7 +24,7 @@
 //! shard per key.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -70,6 +71,8 @@ pub struct StoreStats {
 #[derive(Debug)]
 struct StoredVersion {
     version: Arc<Version>,
+    /// Set by COMMIT (under the shard's read lock, hence atomic).
+    committed: AtomicBool,
     /// When (store clock, ms) the version was first seen older than `lastCommit`.
     superseded_at_ms: Option<u64>,
 }
@@ -96,8 +99,12 @@ impl Store {
     /// An empty store whose superseded versions live at least `grace_ms`.
     pub fn new(grace_ms: u64) -> Self {
         Self {
-            shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::new())).collect(),
-            pending: (0..SHARD_COUNT).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARD_COUNT)
+                .map(|_| RwLock::new(HashMap::new()))
+                .collect(),
+            pending: (0..SHARD_COUNT)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
             grace_ms,
             version_count: AtomicUsize::new(0),
             value_bytes: AtomicUsize::new(0),
@@ -129,12 +136,21 @@ impl Store {
         let keys: Vec<Key> = writes.iter().map(|(key, _)| key.clone()).collect();
         for (key, value) in writes {
             let value_bytes = value.len();
-            let version = Arc::new(Version { ts, value, write_set: Arc::clone(&write_set) });
+            let version = Arc::new(Version {
+                ts,
+                value,
+                write_set: Arc::clone(&write_set),
+            });
             let mut shard = self.shard(&key).write();
             let state = shard.entry(key).or_default();
-            let replaced = state
-                .versions
-                .insert(ts, StoredVersion { version, superseded_at_ms: None });
+            let replaced = state.versions.insert(
+                ts,
+                StoredVersion {
+                    version,
+                    committed: AtomicBool::new(false),
+                    superseded_at_ms: None,
+                },
+            );
             match replaced {
                 Some(old) => self.forget_version_bytes(old.version.value.len()),
                 None => {
@@ -156,8 +172,14 @@ impl Store {
         };
         for key in &keys {
             let shard = self.shard(key).read();
-            let state = shard.get(key).expect("a pending key has a prepared version");
-            debug_assert!(state.versions.contains_key(&ts));
+            let state = shard
+                .get(key)
+                .expect("a pending key has a prepared version");
+            let stored = state
+                .versions
+                .get(&ts)
+                .expect("a pending version is never collected");
+            stored.committed.store(true, Ordering::Release);
             state.last_commit.fetch_max(ts, Ordering::AcqRel);
         }
         keys.len()
@@ -171,7 +193,10 @@ impl Store {
         if ts == TIMESTAMP_INITIAL {
             return None;
         }
-        let stored = state.versions.get(&ts).expect("lastCommit names a stored version");
+        let stored = state
+            .versions
+            .get(&ts)
+            .expect("lastCommit names a stored version");
         Some(Arc::clone(&stored.version))
     }
 
@@ -188,7 +213,9 @@ impl Store {
     /// The `lastCommit` of `key` (0 when never committed).
     pub fn last_commit(&self, key: &[u8]) -> Timestamp {
         let shard = self.shard(key).read();
-        shard.get(key).map_or(TIMESTAMP_INITIAL, |state| state.last_commit.load(Ordering::Acquire))
+        shard.get(key).map_or(TIMESTAMP_INITIAL, |state| {
+            state.last_commit.load(Ordering::Acquire)
+        })
     }
 
     /// What the store holds now.
@@ -208,13 +235,19 @@ impl Store {
         let last_commit = state.last_commit.load(Ordering::Acquire);
         let mut expired = Vec::new();
         for (ts, stored) in state.versions.range_mut(..last_commit) {
+            if !stored.committed.load(Ordering::Acquire) {
+                continue; // its COMMIT is still to come
+            }
             let superseded_at_ms = *stored.superseded_at_ms.get_or_insert(now_ms);
             if now_ms.saturating_sub(superseded_at_ms) >= self.grace_ms {
                 expired.push(*ts);
             }
         }
         for ts in expired {
-            let removed = state.versions.remove(&ts).expect("collected version exists");
+            let removed = state
+                .versions
+                .remove(&ts)
+                .expect("collected version exists");
             self.forget_version_bytes(removed.version.value.len());
             self.version_count.fetch_sub(1, Ordering::Relaxed);
             self.versions_collected.fetch_add(1, Ordering::Relaxed);
@@ -270,7 +303,10 @@ mod tests {
     }
 
     fn prepare(store: &Store, ts: Timestamp, keys: &[&str], now_ms: u64) {
-        let writes = keys.iter().map(|text| (key(text), format!("{text}@{ts}").into_bytes().into())).collect();
+        let writes = keys
+            .iter()
+            .map(|text| (key(text), format!("{text}@{ts}").into_bytes().into()))
+            .collect();
         store.prepare(ts, write_set(keys), writes, now_ms).unwrap();
     }
 
@@ -320,12 +356,21 @@ mod tests {
         let store = Store::new(1_000);
         let oversized = vec![0u8; VALUE_BYTES_MAX + 1].into_boxed_slice();
         let writes = vec![(key("a"), b"ok".to_vec().into()), (key("b"), oversized)];
-        let error = store.prepare(5, write_set(&["a", "b"]), writes, 0).unwrap_err();
+        let error = store
+            .prepare(5, write_set(&["a", "b"]), writes, 0)
+            .unwrap_err();
         assert!(matches!(error, StoreError::InvalidPrepare(_)));
         assert_eq!(store.stats(), StoreStats::default());
         let outside = vec![(key("c"), b"x".to_vec().into())];
         assert!(store.prepare(6, write_set(&["a"]), outside, 0).is_err());
-        assert!(store.prepare(0, write_set(&["a"]), vec![(key("a"), b"x".to_vec().into())], 0).is_err());
+        assert!(store
+            .prepare(
+                0,
+                write_set(&["a"]),
+                vec![(key("a"), b"x".to_vec().into())],
+                0
+            )
+            .is_err());
     }
 
     #[test]
@@ -340,12 +385,47 @@ mod tests {
         assert_eq!(store.get_at(b"a", 1).unwrap().ts, 1);
         store.commit(3);
         prepare(&store, 4, &["a"], 149);
-        assert!(store.get_at(b"a", 1).is_ok(), "still inside the grace period");
+        assert!(
+            store.get_at(b"a", 1).is_ok(),
+            "still inside the grace period"
+        );
         prepare(&store, 5, &["a"], 150);
-        assert_eq!(store.get_at(b"a", 1).unwrap_err(), StoreError::VersionGone { ts: 1 });
+        assert_eq!(
+            store.get_at(b"a", 1).unwrap_err(),
+            StoreError::VersionGone { ts: 1 }
+        );
         // The committed latest is never collected.
         assert_eq!(store.get_latest(b"a").unwrap().ts, 3);
         assert_eq!(store.stats().versions_collected, 1);
+    }
+
+    #[test]
+    fn a_prepared_version_waiting_for_its_commit_is_never_collected() {
+        // The bug this pins: a slow writer's version, superseded by a newer commit while its
+        // own COMMIT was in flight, was collected; its COMMIT then found nothing.
+        let store = Store::new(10);
+        prepare(&store, 5, &["a"], 0);
+        prepare(&store, 9, &["a"], 0);
+        store.commit(9);
+        prepare(&store, 12, &["a"], 1_000);
+        prepare(&store, 13, &["a"], 5_000);
+        assert_eq!(
+            store.get_at(b"a", 5).unwrap().ts,
+            5,
+            "still awaiting its COMMIT"
+        );
+        assert_eq!(store.commit(5), 1);
+        assert_eq!(
+            store.last_commit(b"a"),
+            9,
+            "an older commit never moves lastCommit back"
+        );
+        prepare(&store, 14, &["a"], 6_000);
+        prepare(&store, 15, &["a"], 7_000);
+        assert!(
+            store.get_at(b"a", 5).is_err(),
+            "collected once committed and past the grace period"
+        );
     }
 
     #[test]
@@ -381,6 +461,9 @@ mod tests {
         }
         reader.join().unwrap();
         assert_eq!(store.last_commit(b"a"), 4_001);
-        assert!(store.stats().versions < 4_000, "old versions were collected");
+        assert!(
+            store.stats().versions < 4_000,
+            "old versions were collected"
+        );
     }
 }

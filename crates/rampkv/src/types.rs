@@ -52,7 +52,10 @@ impl TimestampClock {
     /// A clock for `client_id`, which must not be 0 (0 is reserved for the initial value).
     pub fn new(client_id: u16) -> Self {
         assert!(client_id != 0, "client id 0 is reserved");
-        Self { client_id, last_us: 0 }
+        Self {
+            client_id,
+            last_us: 0,
+        }
     }
 
     /// The client id stamped into every timestamp.

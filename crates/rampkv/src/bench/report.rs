@@ -70,7 +70,11 @@ impl MachineInfo {
         let os = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|release| format!("Linux {}", release.trim()))
             .unwrap_or_else(|_| std::env::consts::OS.into());
-        Self { cpus: std::thread::available_parallelism().map_or(1, |n| n.get()), cpu_model, os }
+        Self {
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model,
+            os,
+        }
     }
 }
 
@@ -190,6 +194,10 @@ impl fmt::Display for BenchResult {
         if let Some(check) = &self.check {
             write!(f, "{check}")?;
         }
-        write!(f, "  machine: {} x {}, {}; commit {}", self.machine.cpus, self.machine.cpu_model, self.machine.os, self.git_commit)
+        write!(
+            f,
+            "  machine: {} x {}, {}; commit {}",
+            self.machine.cpus, self.machine.cpu_model, self.machine.os, self.git_commit
+        )
     }
 }

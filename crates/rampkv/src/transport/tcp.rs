@@ -13,7 +13,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 
 use super::{ClientTransport, TransportError};
-use crate::limits::FRAME_BODY_BYTES_MAX;
+use crate::limits::{FRAME_BODY_BYTES_MAX, POLL_SPIN_US};
 use crate::wire::{FrameHeader, Request, Response, FRAME_HEADER_BYTES};
 
 /// How long connecting to one server may take.
@@ -24,49 +24,68 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 const EVENTS_CAPACITY: usize = 256;
 
 /// A byte buffer that is consumed from the front and appended at the back.
+///
+/// `bytes[start..end]` holds the pending data. The vector's length is its initialised size:
+/// it is zero-filled once when it grows, never per read, so reading into the spare room costs
+/// no `memset`.
 #[derive(Debug, Default)]
 pub(crate) struct StreamBuffer {
     bytes: Vec<u8>,
     start: usize,
+    end: usize,
 }
 
 impl StreamBuffer {
     pub(crate) fn pending(&self) -> &[u8] {
-        &self.bytes[self.start..]
+        &self.bytes[self.start..self.end]
     }
     pub(crate) fn is_empty(&self) -> bool {
-        self.start == self.bytes.len()
+        self.start == self.end
     }
     pub(crate) fn len(&self) -> usize {
-        self.bytes.len() - self.start
+        self.end - self.start
     }
     pub(crate) fn consume(&mut self, count: usize) {
         self.start += count;
-        debug_assert!(self.start <= self.bytes.len());
-        if self.start == self.bytes.len() {
-            self.bytes.clear();
+        debug_assert!(self.start <= self.end);
+        if self.start == self.end {
             self.start = 0;
+            self.end = 0;
         }
-    }
-    /// The buffer to append to (compacted first when most of it is consumed).
-    pub(crate) fn tail(&mut self) -> &mut Vec<u8> {
-        if self.start > 0 && self.start >= self.bytes.len() / 2 {
-            self.bytes.drain(..self.start);
-            self.start = 0;
-        }
-        &mut self.bytes
     }
 
-    /// Reads what `source` has into the buffer. Returns Ok(0) at end of stream, and stops at
-    /// `WouldBlock` (reported as an error of that kind) or after a short read.
-    pub(crate) fn read_from(&mut self, source: &mut impl Read, room_bytes: usize) -> std::io::Result<usize> {
-        let tail = self.tail();
-        let filled = tail.len();
-        tail.resize(filled + room_bytes.max(READ_CHUNK_BYTES), 0);
-        let result = source.read(&mut tail[filled..]);
-        let read = *result.as_ref().unwrap_or(&0);
-        tail.truncate(filled + read);
-        result
+    /// Moves pending bytes to the front when most of the buffer is consumed.
+    fn compact(&mut self) {
+        if self.start > 0 && self.start >= self.end / 2 {
+            self.bytes.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+    }
+
+    /// Appends whatever `encode` writes to the vector it is given.
+    pub(crate) fn append(&mut self, encode: impl FnOnce(&mut Vec<u8>)) {
+        self.compact();
+        self.bytes.truncate(self.end);
+        encode(&mut self.bytes);
+        self.end = self.bytes.len();
+    }
+
+    /// Reads what `source` has into the buffer, with room for at least `room_bytes`.
+    /// Returns Ok(0) at end of stream; `WouldBlock` comes back as that error.
+    pub(crate) fn read_from(
+        &mut self,
+        source: &mut impl Read,
+        room_bytes: usize,
+    ) -> std::io::Result<usize> {
+        self.compact();
+        let wanted = self.end + room_bytes.max(READ_CHUNK_BYTES);
+        if self.bytes.len() < wanted {
+            self.bytes.resize(wanted, 0);
+        }
+        let read = source.read(&mut self.bytes[self.end..])?;
+        self.end += read;
+        Ok(read)
     }
 
     /// Writes as much as `sink` takes; Ok(true) when everything was written.
@@ -119,13 +138,23 @@ impl TcpClientTransport {
         let poll = Poll::new().map_err(|source| TransportError::Io { server: 0, source })?;
         let mut connections = Vec::with_capacity(addresses.len());
         for (server, address) in addresses.iter().enumerate() {
-            let connect_error = |source| TransportError::Connect { server, address: address.clone(), source };
+            let connect_error = |source| TransportError::Connect {
+                server,
+                address: address.clone(),
+                source,
+            };
             let socket_address = address
                 .to_socket_addrs()
                 .map_err(connect_error)?
                 .next()
-                .ok_or_else(|| connect_error(std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing")))?;
-            let stream = std::net::TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT).map_err(connect_error)?;
+                .ok_or_else(|| {
+                    connect_error(std::io::Error::new(
+                        ErrorKind::NotFound,
+                        "address resolves to nothing",
+                    ))
+                })?;
+            let stream = std::net::TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT)
+                .map_err(connect_error)?;
             stream.set_nodelay(true).map_err(connect_error)?;
             stream.set_nonblocking(true).map_err(connect_error)?;
             let mut stream = TcpStream::from_std(stream);
@@ -139,7 +168,11 @@ impl TcpClientTransport {
                 wants_writable: false,
             });
         }
-        Ok(Self { poll, events: Events::with_capacity(EVENTS_CAPACITY), connections })
+        Ok(Self {
+            poll,
+            events: Events::with_capacity(EVENTS_CAPACITY),
+            connections,
+        })
     }
 
     fn write_connection(&mut self, server: usize) -> Result<(), TransportError> {
@@ -149,7 +182,11 @@ impl TcpClientTransport {
             .write_to(&mut connection.stream)
             .map_err(|source| TransportError::Io { server, source })?;
         if done == connection.wants_writable {
-            let interest = if done { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
+            let interest = if done {
+                Interest::READABLE
+            } else {
+                Interest::READABLE | Interest::WRITABLE
+            };
             self.poll
                 .registry()
                 .reregister(&mut connection.stream, Token(server), interest)
@@ -159,7 +196,11 @@ impl TcpClientTransport {
         Ok(())
     }
 
-    fn read_connection<F>(&mut self, server: usize, deliver: &mut F) -> Result<usize, TransportError>
+    fn read_connection<F>(
+        &mut self,
+        server: usize,
+        deliver: &mut F,
+    ) -> Result<usize, TransportError>
     where
         F: FnMut(usize, u64, Response),
     {
@@ -179,7 +220,11 @@ impl TcpClientTransport {
 }
 
 /// Decodes and delivers every complete frame at the front of `incoming`.
-fn deliver_frames<F>(server: usize, incoming: &mut StreamBuffer, deliver: &mut F) -> Result<usize, TransportError>
+fn deliver_frames<F>(
+    server: usize,
+    incoming: &mut StreamBuffer,
+    deliver: &mut F,
+) -> Result<usize, TransportError>
 where
     F: FnMut(usize, u64, Response),
 {
@@ -192,8 +237,8 @@ where
             Err(source) => return Err(TransportError::Malformed { server, source }),
         };
         let body = &pending[FRAME_HEADER_BYTES..header.frame_bytes()];
-        let response =
-            Response::decode(header.kind, body).map_err(|source| TransportError::Malformed { server, source })?;
+        let response = Response::decode(header.kind, body)
+            .map_err(|source| TransportError::Malformed { server, source })?;
         incoming.consume(header.frame_bytes());
         deliver(server, header.request_id, response);
         delivered += 1;
@@ -205,10 +250,20 @@ impl ClientTransport for TcpClientTransport {
         self.connections.len()
     }
 
-    fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
+    fn post(
+        &mut self,
+        server: usize,
+        request_id: u64,
+        request: &Request,
+    ) -> Result<(), TransportError> {
         let servers = self.connections.len();
-        let connection = self.connections.get_mut(server).ok_or(TransportError::NoSuchServer { server, servers })?;
-        request.encode_frame(request_id, connection.outgoing.tail());
+        let connection = self
+            .connections
+            .get_mut(server)
+            .ok_or(TransportError::NoSuchServer { server, servers })?;
+        connection
+            .outgoing
+            .append(|out| request.encode_frame(request_id, out));
         Ok(())
     }
 
@@ -221,15 +276,16 @@ impl ClientTransport for TcpClientTransport {
         Ok(())
     }
 
-    fn poll<F>(&mut self, timeout: Option<Duration>, mut deliver: F) -> Result<usize, TransportError>
+    fn poll<F>(
+        &mut self,
+        timeout: Option<Duration>,
+        mut deliver: F,
+    ) -> Result<usize, TransportError>
     where
         F: FnMut(usize, u64, Response),
     {
-        match self.poll.poll(&mut self.events, timeout) {
-            Ok(()) => {}
-            Err(error) if error.kind() == ErrorKind::Interrupted => return Ok(0),
-            Err(source) => return Err(TransportError::Io { server: 0, source }),
-        }
+        poll_spinning(&mut self.poll, &mut self.events, timeout)
+            .map_err(|source| TransportError::Io { server: 0, source })?;
         // Taken out for the loop (no allocation: an empty `Events` has no buffer), put back after.
         let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
         let mut result = Ok(0);
@@ -253,5 +309,33 @@ impl ClientTransport for TcpClientTransport {
         }
         self.events = events;
         result
+    }
+}
+
+/// Polls without blocking for up to `POLL_SPIN_US`, then blocks for the rest of `timeout`.
+/// Returns with `events` empty on timeout or interruption.
+pub(crate) fn poll_spinning(
+    poll: &mut Poll,
+    events: &mut Events,
+    timeout: Option<Duration>,
+) -> std::io::Result<()> {
+    let spin_until = std::time::Instant::now() + Duration::from_micros(POLL_SPIN_US);
+    loop {
+        match poll.poll(events, Some(Duration::ZERO)) {
+            Ok(()) => {}
+            Err(error) if error.kind() == ErrorKind::Interrupted => return Ok(()),
+            Err(error) => return Err(error),
+        }
+        if !events.is_empty() || timeout == Some(Duration::ZERO) {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= spin_until {
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    match poll.poll(events, timeout) {
+        Err(error) if error.kind() != ErrorKind::Interrupted => Err(error),
+        _ => Ok(()),
     }
 }

@@ -69,16 +69,27 @@ impl ErrorCode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Response {
-    Hello { client_id_first: u16, client_ids_granted: u16 },
-    Versions { items: Vec<VersionItem> },
+    Hello {
+        client_id_first: u16,
+        client_ids_granted: u16,
+    },
+    Versions {
+        items: Vec<VersionItem>,
+    },
     Ack,
-    Error { code: ErrorCode, message: String },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 impl Response {
     /// A `BadRequest` error reply.
     pub fn bad_request(message: impl Into<String>) -> Response {
-        Response::Error { code: ErrorCode::BadRequest, message: message.into() }
+        Response::Error {
+            code: ErrorCode::BadRequest,
+            message: message.into(),
+        }
     }
 
     /// The frame kind byte of this response.
@@ -100,7 +111,10 @@ impl Response {
     pub fn encode_body(&self, out: &mut Vec<u8>) {
         let mut encoder = Encoder::new(out);
         match self {
-            Response::Hello { client_id_first, client_ids_granted } => {
+            Response::Hello {
+                client_id_first,
+                client_ids_granted,
+            } => {
                 encoder.u16(*client_id_first);
                 encoder.u16(*client_ids_granted);
             }
