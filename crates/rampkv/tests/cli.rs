@@ -1,0 +1,158 @@
+//! The `rampkv` command as a user runs it.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn rampkv(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rampkv")).args(args).output().expect("rampkv runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A `rampkv local` cluster, killed on drop.
+struct LocalCluster {
+    child: Child,
+}
+
+impl LocalCluster {
+    fn start(cluster_file: &Path) -> LocalCluster {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+            .args(["local", "--servers", "3", "--cluster-file"])
+            .arg(cluster_file)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // The cluster file is written before the "rampkv local cluster" line is printed.
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.contains("rampkv local cluster"), "{line}");
+        LocalCluster { child }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn put_then_get_through_a_local_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster_file = dir.path().join("cluster.toml");
+    let _cluster = LocalCluster::start(&cluster_file);
+    let cluster = cluster_file.to_str().unwrap();
+    let put = rampkv(&["put", "k1=v1", "k2=hello world", "k3=a=b", "--cluster", cluster]);
+    assert!(put.status.success(), "{}", stderr(&put));
+    assert!(stdout(&put).starts_with("OK ts="));
+    let get = rampkv(&["get", "k1", "k2", "k3", "missing", "--cluster", cluster]);
+    assert!(get.status.success(), "{}", stderr(&get));
+    assert_eq!(stdout(&get), "k1=v1\nk2=hello world\nk3=a=b\nmissing (nil)\n");
+}
+
+#[test]
+fn an_oversized_value_is_refused_before_any_server_state_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster_file = dir.path().join("cluster.toml");
+    let _cluster = LocalCluster::start(&cluster_file);
+    let cluster = cluster_file.to_str().unwrap();
+    let big = format!("big={}", "x".repeat(rampkv::limits::VALUE_BYTES_MAX + 1));
+    let put = rampkv(&["put", "small=1", &big, "--cluster", cluster]);
+    assert_eq!(put.status.code(), Some(2));
+    assert!(stderr(&put).contains("exceeds the maximum"), "{}", stderr(&put));
+    let get = rampkv(&["get", "small", "--cluster", cluster]);
+    assert_eq!(stdout(&get), "small (nil)\n", "the valid half was not written either");
+}
+
+#[test]
+fn unknown_flags_and_bad_values_give_clear_errors() {
+    let unknown = rampkv(&["bench", "--no-such-flag"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(stderr(&unknown).contains("--no-such-flag"), "{}", stderr(&unknown));
+    for (args, expected) in [
+        (&["bench", "--read-ratio", "2"][..], "--read-ratio must be within 0..=1"),
+        (&["bench", "--value-size", "4"][..], "--value-size must be"),
+        (&["bench", "--txn-size", "0"][..], "--txn-size must be"),
+        (&["bench", "--duration", "soon"][..], "invalid duration"),
+        (&["put", "novalue", "--cluster", "x.toml"][..], "expected KEY=VALUE"),
+    ] {
+        let output = rampkv(args);
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&output).contains(expected), "{args:?}: {}", stderr(&output));
+        assert!(!stderr(&output).contains("panicked"));
+    }
+}
+
+#[test]
+fn a_malformed_or_missing_cluster_file_is_named_in_the_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, "[[servers]]\naddress = \"no-port\"\n").unwrap();
+    let output = rampkv(&["get", "k", "--cluster", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("bad.toml") && stderr(&output).contains("not HOST:PORT"), "{}", stderr(&output));
+    let missing = rampkv(&["get", "k", "--cluster", "/nonexistent/cluster.toml"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(stderr(&missing).contains("cannot read cluster file"), "{}", stderr(&missing));
+}
+
+#[test]
+fn check_exits_non_zero_on_garbage_files_and_fractured_histories() {
+    let dir = tempfile::tempdir().unwrap();
+    let garbage = dir.path().join("garbage.jsonl");
+    std::fs::write(&garbage, "{\"type\":\"write\"\nnot json\n").unwrap();
+    let output = rampkv(&["check", garbage.to_str().unwrap()]);
+    assert_ne!(output.status.code(), Some(0));
+    assert!(stderr(&output).contains("garbage.jsonl:1: malformed"), "{}", stderr(&output));
+
+    let fractured = dir.path().join("fractured.jsonl");
+    std::fs::write(
+        &fractured,
+        concat!(
+            "{\"type\":\"write\",\"client\":1,\"ts\":10,\"keys\":[\"a\",\"b\"],\"start_ns\":0,\"end_ns\":5,\"ok\":true}\n",
+            "{\"type\":\"read\",\"client\":2,\"keys\":[\"a\",\"b\"],\"reads\":{\"a\":10,\"b\":0},\"start_ns\":1,\"end_ns\":2,\"ok\":true}\n"
+        ),
+    )
+    .unwrap();
+    let output = rampkv(&["check", fractured.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(stdout(&output).contains("fractured"), "{}", stdout(&output));
+}
+
+#[test]
+fn bench_json_reports_throughput_latency_configuration_seed_and_a_clean_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("history.jsonl");
+    let started = Instant::now();
+    let output = rampkv(&[
+        "bench", "--servers", "2", "--clients", "4", "--txns", "400", "--read-ratio", "0.5", "--keys", "20", "--value-size",
+        "32", "--seed", "42", "--check", "--json", "--history", history.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let result: serde_json::Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object on stdout");
+    assert_eq!(result["seed"], 42);
+    assert_eq!(result["config"]["clients"], 4);
+    assert_eq!(result["transactions"], 400);
+    assert!(result["throughput_txn_per_s"].as_f64().unwrap() > 0.0);
+    for kind in ["read", "write"] {
+        assert!(result[kind]["p99_us"].as_u64().unwrap() >= result[kind]["p50_us"].as_u64().unwrap());
+        assert!(result[kind]["p999_us"].is_u64());
+    }
+    assert!(result["round2"]["reads_with_round2"].is_u64());
+    assert!(result["git_commit"].is_string());
+    assert_eq!(result["check"]["garbage"], 0);
+    assert_eq!(result["check"]["fractured"], 0);
+    let recorded = rampkv(&["check", history.to_str().unwrap()]);
+    assert!(recorded.status.success(), "the saved history checks clean: {}", stdout(&recorded));
+    assert_eq!(std::fs::read_to_string(&history).unwrap().lines().count(), 400);
+}
