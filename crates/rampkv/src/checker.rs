@@ -36,9 +36,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::{
-    self, HistoryError, ReadRecord, Record, WriteRecord, TIMESTAMP_INITIAL, VALUE_TS_CORRUPT,
-};
+use crate::history::{self, HistoryError, ReadRecord, Record, WriteRecord, TIMESTAMP_INITIAL, VALUE_TS_CORRUPT};
 
 /// Examples kept per class of finding; findings beyond this are counted, not kept, so a report
 /// stays small however broken the history is.
@@ -132,74 +130,34 @@ impl fmt::Display for TransactionRef {
 #[non_exhaustive]
 pub enum GarbageExample {
     /// The read returned `key` at `ts`, and no write has `ts`.
-    UnknownVersion {
-        read: TransactionRef,
-        key: String,
-        ts: u64,
-    },
+    UnknownVersion { read: TransactionRef, key: String, ts: u64 },
     /// The read returned `key` at `ts`; the write with `ts` exists but did not write `key`.
-    KeyNotWritten {
-        read: TransactionRef,
-        writer: TransactionRef,
-        key: String,
-        ts: u64,
-    },
+    KeyNotWritten { read: TransactionRef, writer: TransactionRef, key: String, ts: u64 },
     /// The read returned `key` at `ts`, but the value bytes carry `value_ts` (torn, misplaced,
     /// or [`VALUE_TS_CORRUPT`] when they failed verification).
-    ValueMismatch {
-        read: TransactionRef,
-        key: String,
-        ts: u64,
-        value_ts: u64,
-    },
+    ValueMismatch { read: TransactionRef, key: String, ts: u64, value_ts: u64 },
     /// Two write records share `ts`; the first is the one reads are checked against.
-    DuplicateWriteTimestamp {
-        ts: u64,
-        first: TransactionRef,
-        second: TransactionRef,
-    },
+    DuplicateWriteTimestamp { ts: u64, first: TransactionRef, second: TransactionRef },
 }
 
 impl fmt::Display for GarbageExample {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GarbageExample::UnknownVersion { read, key, ts } => {
-                write!(
-                    formatter,
-                    "{read} returned {key:?} at ts {ts}, which no write has"
-                )
+                write!(formatter, "{read} returned {key:?} at ts {ts}, which no write has")
             }
-            GarbageExample::KeyNotWritten {
-                read,
-                writer,
-                key,
-                ts,
-            } => write!(
-                formatter,
-                "{read} returned {key:?} at ts {ts}, but {writer} did not write {key:?}"
-            ),
-            GarbageExample::ValueMismatch {
-                read,
-                key,
-                ts,
-                value_ts,
-            } if *value_ts == VALUE_TS_CORRUPT => write!(
-                formatter,
-                "{read} returned {key:?} at ts {ts}, but the value failed verification (torn)"
-            ),
-            GarbageExample::ValueMismatch {
-                read,
-                key,
-                ts,
-                value_ts,
-            } => write!(
-                formatter,
-                "{read} returned {key:?} at ts {ts}, but the value is the one of ts {value_ts}"
-            ),
-            GarbageExample::DuplicateWriteTimestamp { ts, first, second } => write!(
-                formatter,
-                "ts {ts} is used by {first} and by {second}; timestamps must be unique"
-            ),
+            GarbageExample::KeyNotWritten { read, writer, key, ts } => {
+                write!(formatter, "{read} returned {key:?} at ts {ts}, but {writer} did not write {key:?}")
+            }
+            GarbageExample::ValueMismatch { read, key, ts, value_ts } if *value_ts == VALUE_TS_CORRUPT => {
+                write!(formatter, "{read} returned {key:?} at ts {ts}, but the value failed verification (torn)")
+            }
+            GarbageExample::ValueMismatch { read, key, ts, value_ts } => {
+                write!(formatter, "{read} returned {key:?} at ts {ts}, but the value is the one of ts {value_ts}")
+            }
+            GarbageExample::DuplicateWriteTimestamp { ts, first, second } => {
+                write!(formatter, "ts {ts} is used by {first} and by {second}; timestamps must be unique")
+            }
         }
     }
 }
@@ -310,11 +268,7 @@ fn keep_example<T>(examples: &mut Vec<T>, make_example: impl FnOnce() -> T) {
 
 impl fmt::Display for Report {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verdict = if self.is_clean() {
-            "clean (no garbage, no fractured reads)"
-        } else {
-            "VIOLATED"
-        };
+        let verdict = if self.is_clean() { "clean (no garbage, no fractured reads)" } else { "VIOLATED" };
         writeln!(formatter, "read atomicity: {verdict}")?;
         writeln!(
             formatter,
@@ -326,23 +280,10 @@ impl fmt::Display for Report {
             "  garbage: {} (of which duplicate write timestamps: {})",
             self.garbage, self.duplicate_write_timestamps
         )?;
-        writeln!(
-            formatter,
-            "  fractured: {} (in {} reads)",
-            self.fractured, self.fractured_reads
-        )?;
-        writeln!(
-            formatter,
-            "  stale: {} (counted only: RAMP promises no freshness across clients)",
-            self.stale
-        )?;
+        writeln!(formatter, "  fractured: {} (in {} reads)", self.fractured, self.fractured_reads)?;
+        writeln!(formatter, "  stale: {} (counted only: RAMP promises no freshness across clients)", self.stale)?;
         write_examples(formatter, "garbage", self.garbage, &self.garbage_examples)?;
-        write_examples(
-            formatter,
-            "fractured",
-            self.fractured,
-            &self.fractured_examples,
-        )?;
+        write_examples(formatter, "fractured", self.fractured, &self.fractured_examples)?;
         write_examples(formatter, "stale", self.stale, &self.stale_examples)
     }
 }
@@ -356,11 +297,7 @@ fn write_examples<T: fmt::Display>(
     if examples.is_empty() {
         return Ok(());
     }
-    writeln!(
-        formatter,
-        "  {class} examples ({} of {count}):",
-        examples.len()
-    )?;
+    writeln!(formatter, "  {class} examples ({} of {count}):", examples.len())?;
     for example in examples {
         writeln!(formatter, "    - {example}")?;
     }
@@ -448,8 +385,7 @@ impl<'a> WriteIndex<'a> {
     }
 
     fn written_key_ids(&self, writer: usize) -> &[usize] {
-        &self.written_key_ids
-            [self.written_key_offsets[writer]..self.written_key_offsets[writer + 1]]
+        &self.written_key_ids[self.written_key_offsets[writer]..self.written_key_offsets[writer + 1]]
     }
 
     /// Per key id, the ok writes of the key sorted by `end_ns`, each entry carrying the newest
@@ -483,13 +419,7 @@ impl<'a> WriteIndex<'a> {
     }
 
     /// Checks one read. `resolved` is scratch space, reused across reads to spare allocations.
-    fn check_read(
-        &self,
-        location: Location,
-        read: &ReadRecord,
-        resolved: &mut Vec<ResolvedRead>,
-        report: &mut Report,
-    ) {
+    fn check_read(&self, location: Location, read: &ReadRecord, resolved: &mut Vec<ResolvedRead>, report: &mut Report) {
         if !read.ok {
             report.reads_not_ok += 1;
             return;
@@ -503,13 +433,7 @@ impl<'a> WriteIndex<'a> {
 
     /// Resolves the read's keys into `resolved`, sorted by key id, noting reads of versions
     /// that do not exist as garbage.
-    fn resolve(
-        &self,
-        location: Location,
-        read: &ReadRecord,
-        resolved: &mut Vec<ResolvedRead>,
-        report: &mut Report,
-    ) {
+    fn resolve(&self, location: Location, read: &ReadRecord, resolved: &mut Vec<ResolvedRead>, report: &mut Report) {
         resolved.clear();
         for (key, &ts) in &read.reads {
             let key_id = self.key_ids.get(key.as_str()).copied();
@@ -539,11 +463,7 @@ impl<'a> WriteIndex<'a> {
     ) -> GarbageExample {
         let read_ref = TransactionRef::of_read(location, read);
         match writer {
-            None => GarbageExample::UnknownVersion {
-                read: read_ref,
-                key: key.to_owned(),
-                ts,
-            },
+            None => GarbageExample::UnknownVersion { read: read_ref, key: key.to_owned(), ts },
             Some(writer) => GarbageExample::KeyNotWritten {
                 read: read_ref,
                 writer: self.write_ref(writer),
@@ -553,13 +473,7 @@ impl<'a> WriteIndex<'a> {
         }
     }
 
-    fn check_fractured(
-        &self,
-        location: Location,
-        read: &ReadRecord,
-        resolved: &[ResolvedRead],
-        report: &mut Report,
-    ) {
+    fn check_fractured(&self, location: Location, read: &ReadRecord, resolved: &[ResolvedRead], report: &mut Report) {
         // (sibling, key) pairs where the sibling was read older than the key's writer. Empty
         // for almost every read, so the vector almost never allocates.
         let mut violations: Vec<(ResolvedRead, ResolvedRead, usize)> = Vec::new();
@@ -568,8 +482,7 @@ impl<'a> WriteIndex<'a> {
                 continue;
             };
             for &sibling_id in self.written_key_ids(writer) {
-                let Ok(position) = resolved.binary_search_by_key(&sibling_id, |other| other.key_id)
-                else {
+                let Ok(position) = resolved.binary_search_by_key(&sibling_id, |other| other.key_id) else {
                     continue;
                 };
                 if resolved[position].ts < entry.ts {
@@ -598,13 +511,7 @@ impl<'a> WriteIndex<'a> {
         }
     }
 
-    fn check_stale(
-        &self,
-        location: Location,
-        read: &ReadRecord,
-        resolved: &[ResolvedRead],
-        report: &mut Report,
-    ) {
+    fn check_stale(&self, location: Location, read: &ReadRecord, resolved: &[ResolvedRead], report: &mut Report) {
         for entry in resolved {
             let finished = &self.finished_by_key[entry.key_id];
             let finished_count = finished.partition_point(|write| write.end_ns < read.start_ns);
@@ -677,18 +584,12 @@ fn check_values(location: Location, read: &ReadRecord, report: &mut Report) {
 
 /// Checks a history held in memory. Findings name records by their index in `records`.
 pub fn check(records: &[Record]) -> Report {
-    let location = |record_index| Location {
-        record_index,
-        line: None,
-    };
+    let location = |record_index| Location { record_index, line: None };
     let writes = records
         .iter()
         .enumerate()
         .filter_map(|(record_index, record)| match record {
-            Record::Write(write) => Some(IndexedWrite {
-                location: location(record_index),
-                record: write,
-            }),
+            Record::Write(write) => Some(IndexedWrite { location: location(record_index), record: write }),
             Record::Read(_) => None,
         })
         .collect();
@@ -719,13 +620,7 @@ pub fn check_file(path: impl AsRef<Path>) -> Result<Report, HistoryError> {
             owned_writes.push((located(record_index, numbered.line), write));
         }
     }
-    let writes = owned_writes
-        .iter()
-        .map(|(location, record)| IndexedWrite {
-            location: *location,
-            record,
-        })
-        .collect();
+    let writes = owned_writes.iter().map(|(location, record)| IndexedWrite { location: *location, record }).collect();
     let mut report = Report::default();
     let index = WriteIndex::build(writes, &mut report);
     let mut resolved = Vec::new();
@@ -740,10 +635,7 @@ pub fn check_file(path: impl AsRef<Path>) -> Result<Report, HistoryError> {
 }
 
 fn located(record_index: usize, line: u64) -> Location {
-    Location {
-        record_index,
-        line: Some(line),
-    }
+    Location { record_index, line: Some(line) }
 }
 
 #[cfg(test)]
@@ -773,10 +665,7 @@ mod tests {
 
     /// A check-mode read whose values all match their versions.
     fn read(client: u64, reads: &[(&str, u64)], start_ns: u64, end_ns: u64) -> Record {
-        let reads: BTreeMap<String, u64> = reads
-            .iter()
-            .map(|(key, ts)| (key.to_string(), *ts))
-            .collect();
+        let reads: BTreeMap<String, u64> = reads.iter().map(|(key, ts)| (key.to_string(), *ts)).collect();
         Record::Read(ReadRecord {
             client,
             keys: reads.keys().cloned().collect(),
@@ -824,40 +713,25 @@ mod tests {
 
     #[test]
     fn fractured_read_is_reported_with_both_transactions() {
-        let history = [
-            write(1, 10, &["a", "b"], 0, 5),
-            write(2, 20, &["a", "b"], 6, 8),
-            read(3, &[("a", 20), ("b", 10)], 7, 9),
-        ];
+        let history =
+            [write(1, 10, &["a", "b"], 0, 5), write(2, 20, &["a", "b"], 6, 8), read(3, &[("a", 20), ("b", 10)], 7, 9)];
         let report = check(&history);
         assert!(!report.is_clean());
-        assert_eq!(
-            (report.fractured, report.fractured_reads, report.garbage),
-            (1, 1, 0)
-        );
+        assert_eq!((report.fractured, report.fractured_reads, report.garbage), (1, 1, 0));
         let example = &report.fractured_examples[0];
         assert_eq!(example.read.record_index, 2);
         assert_eq!(example.read.client, 3);
         assert_eq!(example.writer.record_index, 1);
         assert_eq!(example.writer.ts, Some(20));
         assert_eq!((example.key.as_str(), example.key_ts), ("a", 20));
-        assert_eq!(
-            (example.sibling_key.as_str(), example.sibling_ts),
-            ("b", 10)
-        );
+        assert_eq!((example.sibling_key.as_str(), example.sibling_ts), ("b", 10));
         let text = report.to_string();
-        assert!(
-            text.contains("VIOLATED") && text.contains("older ts 10"),
-            "{text}"
-        );
+        assert!(text.contains("VIOLATED") && text.contains("older ts 10"), "{text}");
     }
 
     #[test]
     fn fractured_against_the_initial_value() {
-        let history = [
-            write(1, 10, &["a", "b"], 0, 5),
-            read(3, &[("a", 10), ("b", 0)], 1, 2),
-        ];
+        let history = [write(1, 10, &["a", "b"], 0, 5), read(3, &[("a", 10), ("b", 0)], 1, 2)];
         let report = check(&history);
         assert_eq!(report.fractured, 1);
         assert_eq!(report.fractured_examples[0].sibling_ts, 0);
@@ -881,10 +755,7 @@ mod tests {
 
     #[test]
     fn fractured_reads_of_a_write_that_failed_are_still_found() {
-        let history = [
-            failed_write(1, 10, &["a", "b"], 0, 5),
-            read(3, &[("a", 10), ("b", 0)], 1, 2),
-        ];
+        let history = [failed_write(1, 10, &["a", "b"], 0, 5), read(3, &[("a", 10), ("b", 0)], 1, 2)];
         let report = check(&history);
         assert_eq!((report.fractured, report.garbage), (1, 0));
     }
@@ -926,10 +797,7 @@ mod tests {
             panic!("expected a value mismatch: {report}");
         };
         assert_eq!((*ts, *value_ts), (10, 20));
-        assert!(
-            report.to_string().contains("failed verification"),
-            "{report}"
-        );
+        assert!(report.to_string().contains("failed verification"), "{report}");
     }
 
     #[test]
@@ -966,11 +834,7 @@ mod tests {
     #[test]
     fn stale_uses_the_newest_ts_not_the_latest_finish() {
         // ts 30 finished first, ts 20 later; a read of 20 after both is still stale.
-        let history = [
-            write(1, 30, &["a"], 0, 2),
-            write(2, 20, &["a"], 0, 5),
-            read(3, &[("a", 20)], 10, 12),
-        ];
+        let history = [write(1, 30, &["a"], 0, 2), write(2, 20, &["a"], 0, 5), read(3, &[("a", 20)], 10, 12)];
         let report = check(&history);
         assert_eq!(report.stale, 1);
         assert_eq!(report.stale_examples[0].newer_write.ts, Some(30));
@@ -991,17 +855,11 @@ mod tests {
 
     #[test]
     fn duplicate_write_timestamps_are_garbage() {
-        let history = [
-            write(1, 10, &["a"], 0, 5),
-            write(2, 10, &["b"], 0, 5),
-            write(3, 10, &["c"], 0, 5),
-        ];
+        let history = [write(1, 10, &["a"], 0, 5), write(2, 10, &["b"], 0, 5), write(3, 10, &["c"], 0, 5)];
         let report = check(&history);
         assert!(!report.is_clean());
         assert_eq!((report.garbage, report.duplicate_write_timestamps), (2, 2));
-        let GarbageExample::DuplicateWriteTimestamp { ts, first, second } =
-            &report.garbage_examples[1]
-        else {
+        let GarbageExample::DuplicateWriteTimestamp { ts, first, second } = &report.garbage_examples[1] else {
             panic!("expected a duplicate: {report}");
         };
         assert_eq!((*ts, first.record_index, second.record_index), (10, 0, 2));
@@ -1009,10 +867,7 @@ mod tests {
 
     #[test]
     fn failed_reads_are_not_checked() {
-        let history = [
-            write(1, 10, &["a", "b"], 0, 5),
-            failed(read(2, &[("a", 99)], 6, 7)),
-        ];
+        let history = [write(1, 10, &["a", "b"], 0, 5), failed(read(2, &[("a", 99)], 6, 7))];
         let report = check(&history);
         assert!(report.is_clean(), "{report}");
         assert_eq!((report.reads_checked, report.reads_not_ok), (0, 1));
@@ -1020,9 +875,7 @@ mod tests {
 
     #[test]
     fn examples_are_bounded_but_counts_are_complete() {
-        let history: Vec<Record> = (0..30)
-            .map(|client| read(client, &[("a", 7)], 1, 2))
-            .collect();
+        let history: Vec<Record> = (0..30).map(|client| read(client, &[("a", 7)], 1, 2)).collect();
         let report = check(&history);
         assert_eq!(report.garbage, 30);
         assert_eq!(report.garbage_examples.len(), EXAMPLES_PER_CLASS_MAX);
@@ -1031,10 +884,7 @@ mod tests {
 
     #[test]
     fn report_serializes_to_json_and_back() {
-        let report = check(&[
-            write(1, 10, &["a", "b"], 0, 5),
-            read(3, &[("a", 10), ("b", 0)], 1, 2),
-        ]);
+        let report = check(&[write(1, 10, &["a", "b"], 0, 5), read(3, &[("a", 10), ("b", 0)], 1, 2)]);
         let json = serde_json::to_value(&report).expect("serializable");
         assert_eq!(json["fractured"], 1);
         assert_eq!(json["fractured_examples"][0]["writer"]["ts"], 10);
@@ -1056,10 +906,7 @@ mod tests {
         let report = check_file(&path).expect("readable history");
         let example = &report.fractured_examples[0];
         assert_eq!((example.read.record_index, example.read.line), (1, Some(3)));
-        assert_eq!(
-            (example.writer.record_index, example.writer.line),
-            (0, Some(1))
-        );
+        assert_eq!((example.writer.record_index, example.writer.line), (0, Some(1)));
         assert!(report.to_string().contains("line 3"), "{report}");
     }
 
@@ -1067,16 +914,10 @@ mod tests {
     fn check_file_refuses_a_malformed_history() {
         let directory = tempfile::tempdir().expect("temporary directory");
         let path = directory.path().join("history.jsonl");
-        let text = format!(
-            "{}\n{{\"type\":\"read\"",
-            write(1, 10, &["a"], 0, 5).to_json_line()
-        );
+        let text = format!("{}\n{{\"type\":\"read\"", write(1, 10, &["a"], 0, 5).to_json_line());
         std::fs::write(&path, text).expect("write history");
         let error = check_file(&path).expect_err("truncated last line");
-        assert!(
-            matches!(error, HistoryError::Malformed { line: 2, .. }),
-            "{error}"
-        );
+        assert!(matches!(error, HistoryError::Malformed { line: 2, .. }), "{error}");
     }
 
     /// SplitMix64: a seeded generator for synthetic histories, so no test depends on `rand`.
@@ -1098,12 +939,7 @@ mod tests {
     /// A history of an atomic store: transactions take effect one at a time, reads see the
     /// current state, 10% writes, `keys_per_txn` distinct keys out of `key_count`. Read-atomic
     /// and never stale by construction.
-    fn atomic_history(
-        seed: u64,
-        records_count: u64,
-        key_count: u64,
-        keys_per_txn: u64,
-    ) -> Vec<Record> {
+    fn atomic_history(seed: u64, records_count: u64, key_count: u64, keys_per_txn: u64) -> Vec<Record> {
         let mut random = SplitMix(seed);
         let mut state: HashMap<String, u64> = HashMap::new();
         let mut records = Vec::with_capacity(records_count as usize);
@@ -1125,10 +961,8 @@ mod tests {
                 let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
                 records.push(write(client, ts, &keys, start_ns, end_ns));
             } else {
-                let reads: Vec<(&str, u64)> = keys
-                    .iter()
-                    .map(|key| (key.as_str(), state.get(key).copied().unwrap_or(0)))
-                    .collect();
+                let reads: Vec<(&str, u64)> =
+                    keys.iter().map(|key| (key.as_str(), state.get(key).copied().unwrap_or(0))).collect();
                 records.push(read(client, &reads, start_ns, end_ns));
             }
         }
@@ -1148,39 +982,16 @@ mod tests {
         let base_ts = u64::MAX / 2;
         for injected in 0..50u64 {
             let (left, right) = (format!("x{injected}l"), format!("x{injected}r"));
-            history.push(write(
-                1,
-                base_ts + injected,
-                &[left.as_str(), right.as_str()],
-                0,
-                u64::MAX,
-            ));
-            history.push(read(
-                2,
-                &[(left.as_str(), base_ts + injected), (right.as_str(), 0)],
-                1,
-                2,
-            ));
+            history.push(write(1, base_ts + injected, &[left.as_str(), right.as_str()], 0, u64::MAX));
+            history.push(read(2, &[(left.as_str(), base_ts + injected), (right.as_str(), 0)], 1, 2));
         }
         for injected in 0..7 {
-            history.push(with_value_ts(
-                read(3, &[("k1", 0)], 0, 1),
-                "k1",
-                injected + 1,
-            ));
+            history.push(with_value_ts(read(3, &[("k1", 0)], 0, 1), "k1", injected + 1));
         }
         let started = Instant::now();
         let report = check(&history);
-        println!(
-            "checked {} records in {:?}",
-            history.len(),
-            started.elapsed()
-        );
-        assert_eq!(
-            (report.fractured, report.garbage),
-            (50, 7),
-            "seed {seed:#x}: {report}"
-        );
+        println!("checked {} records in {:?}", history.len(), started.elapsed());
+        assert_eq!((report.fractured, report.garbage), (50, 7), "seed {seed:#x}: {report}");
         assert_eq!(report.fractured_examples.len(), EXAMPLES_PER_CLASS_MAX);
     }
 

@@ -40,10 +40,7 @@ pub fn key_hash(key: &[u8]) -> u64 {
 #[non_exhaustive]
 pub enum ClusterError {
     #[error("cannot read cluster file {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    Read { path: String, source: std::io::Error },
     #[error("cluster file {path} is not valid: {message}")]
     Parse { path: String, message: String },
     #[error("invalid cluster: {0}")]
@@ -81,45 +78,26 @@ impl Cluster {
     /// Reads and validates a cluster file.
     pub fn from_file(path: &Path) -> Result<Cluster, ClusterError> {
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ClusterError::Read {
-            path: shown.clone(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ClusterError::Read { path: shown.clone(), source })?;
         Self::from_toml(&text).map_err(|error| match error {
-            ClusterError::Parse { message, .. } => ClusterError::Parse {
-                path: shown,
-                message,
-            },
-            ClusterError::Invalid(message) => ClusterError::Parse {
-                path: shown,
-                message,
-            },
+            ClusterError::Parse { message, .. } => ClusterError::Parse { path: shown, message },
+            ClusterError::Invalid(message) => ClusterError::Parse { path: shown, message },
             other => other,
         })
     }
 
     /// Parses and validates the text of a cluster file.
     pub fn from_toml(text: &str) -> Result<Cluster, ClusterError> {
-        let file: ClusterFile = toml::from_str(text).map_err(|error| ClusterError::Parse {
-            path: "<text>".into(),
-            message: error.to_string(),
-        })?;
+        let file: ClusterFile = toml::from_str(text)
+            .map_err(|error| ClusterError::Parse { path: "<text>".into(), message: error.to_string() })?;
         let partitions = file.partitions.unwrap_or(file.servers.len() as u32);
-        let listed: Vec<Option<Vec<u32>>> =
-            file.servers.iter().map(|s| s.partitions.clone()).collect();
-        let addresses = file
-            .servers
-            .into_iter()
-            .map(|server| server.address)
-            .collect();
+        let listed: Vec<Option<Vec<u32>>> = file.servers.iter().map(|s| s.partitions.clone()).collect();
+        let addresses = file.servers.into_iter().map(|server| server.address).collect();
         let assignment = match listed.iter().filter(|list| list.is_some()).count() {
             0 => None,
             count if count == listed.len() => Some(listed.into_iter().flatten().collect()),
-            _ => {
-                return Err(ClusterError::Invalid(
-                    "either every server lists its partitions or none does".into(),
-                ))
-            }
+            _ => return Err(ClusterError::Invalid("either every server lists its partitions or none does".into())),
         };
         Self::build(addresses, partitions, assignment)
     }
@@ -131,15 +109,10 @@ impl Cluster {
     ) -> Result<Cluster, ClusterError> {
         let invalid = |message: String| Err(ClusterError::Invalid(message));
         if servers.is_empty() || servers.len() > CLUSTER_SERVERS_MAX {
-            return invalid(format!(
-                "need 1..={CLUSTER_SERVERS_MAX} servers, got {}",
-                servers.len()
-            ));
+            return invalid(format!("need 1..={CLUSTER_SERVERS_MAX} servers, got {}", servers.len()));
         }
         if partitions == 0 || partitions > CLUSTER_PARTITIONS_MAX {
-            return invalid(format!(
-                "need 1..={CLUSTER_PARTITIONS_MAX} partitions, got {partitions}"
-            ));
+            return invalid(format!("need 1..={CLUSTER_PARTITIONS_MAX} partitions, got {partitions}"));
         }
         for address in &servers {
             validate_address(address)?;
@@ -171,10 +144,7 @@ impl Cluster {
                 }
             }
         }
-        Ok(Cluster {
-            servers,
-            partition_owner,
-        })
+        Ok(Cluster { servers, partition_owner })
     }
 
     /// Server addresses, indexed by server number.
@@ -205,25 +175,18 @@ impl Cluster {
                 .filter(|p| usize::from(self.partition_owner[*p]) == server)
                 .map(|p| p.to_string())
                 .collect();
-            text.push_str(&format!(
-                "\n[[servers]]\naddress = \"{address}\"\npartitions = [{}]\n",
-                owned.join(", ")
-            ));
+            text.push_str(&format!("\n[[servers]]\naddress = \"{address}\"\npartitions = [{}]\n", owned.join(", ")));
         }
         text
     }
 }
 
 fn validate_address(address: &str) -> Result<(), ClusterError> {
-    let port_ok = address
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    let port_ok = address.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
     if port_ok {
         Ok(())
     } else {
-        Err(ClusterError::Invalid(format!(
-            "server address {address:?} is not HOST:PORT"
-        )))
+        Err(ClusterError::Invalid(format!("server address {address:?} is not HOST:PORT")))
     }
 }
 

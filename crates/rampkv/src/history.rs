@@ -185,25 +185,13 @@ pub enum HistoryError {
     InvalidRecord { path: PathBuf, reason: String },
     /// Reading the history failed at the operating-system level.
     #[error("cannot read {origin} at line {line}: {error}")]
-    Read {
-        origin: String,
-        line: u64,
-        error: io::Error,
-    },
+    Read { origin: String, line: u64, error: io::Error },
     /// A line is longer than [`HISTORY_LINE_BYTES_MAX`]; reading stops there.
     #[error("{origin}:{line}: line longer than {bytes_max} bytes")]
-    LineTooLong {
-        origin: String,
-        line: u64,
-        bytes_max: usize,
-    },
+    LineTooLong { origin: String, line: u64, bytes_max: usize },
     /// A line is not a valid record: bad JSON, a missing or mistyped field, or a broken rule.
     #[error("{origin}:{line}: malformed history record: {reason}")]
-    Malformed {
-        origin: String,
-        line: u64,
-        reason: String,
-    },
+    Malformed { origin: String, line: u64, reason: String },
 }
 
 impl Record {
@@ -276,18 +264,10 @@ impl ReadRecord {
         validate_times(self.start_ns, self.end_ns)?;
         let asked: BTreeSet<&str> = self.keys.iter().map(String::as_str).collect();
         if let Some(key) = self.reads.keys().find(|key| !asked.contains(key.as_str())) {
-            return Err(format!(
-                "\"reads\" has key {key:?}, which is not in \"keys\""
-            ));
+            return Err(format!("\"reads\" has key {key:?}, which is not in \"keys\""));
         }
-        if let Some(key) = self
-            .value_ts
-            .keys()
-            .find(|key| !self.reads.contains_key(*key))
-        {
-            return Err(format!(
-                "\"value_ts\" has key {key:?}, which is not in \"reads\""
-            ));
+        if let Some(key) = self.value_ts.keys().find(|key| !self.reads.contains_key(*key)) {
+            return Err(format!("\"value_ts\" has key {key:?}, which is not in \"reads\""));
         }
         if self.ok {
             if let Some(key) = asked.iter().find(|key| !self.reads.contains_key(**key)) {
@@ -384,8 +364,7 @@ pub fn decode_check_value(value: &[u8]) -> Option<u64> {
     if value.is_empty() {
         return Some(TIMESTAMP_INITIAL);
     }
-    let prefix: [u8; CHECK_VALUE_PREFIX_LEN] =
-        value.get(..CHECK_VALUE_PREFIX_LEN)?.try_into().ok()?;
+    let prefix: [u8; CHECK_VALUE_PREFIX_LEN] = value.get(..CHECK_VALUE_PREFIX_LEN)?.try_into().ok()?;
     Some(u64::from_le_bytes(prefix))
 }
 
@@ -432,11 +411,7 @@ fn pattern_seed(ts: u64, value_len: usize) -> u64 {
 }
 
 fn pattern_word(seed: u64, word_index: usize) -> u64 {
-    mix(seed.wrapping_add(
-        (word_index as u64)
-            .wrapping_add(1)
-            .wrapping_mul(PATTERN_GAMMA),
-    ))
+    mix(seed.wrapping_add((word_index as u64).wrapping_add(1).wrapping_mul(PATTERN_GAMMA)))
 }
 
 /// A thread-safe appender of records to a history file.
@@ -459,14 +434,8 @@ impl HistorySink {
     /// [`HistoryError::Create`] when the file cannot be created.
     pub fn create(path: impl AsRef<Path>) -> Result<Self, HistoryError> {
         let path = path.as_ref().to_path_buf();
-        let file = File::create(&path).map_err(|error| HistoryError::Create {
-            path: path.clone(),
-            error,
-        })?;
-        Ok(Self {
-            path,
-            writer: Mutex::new(BufWriter::with_capacity(SINK_BUFFER_BYTES, file)),
-        })
+        let file = File::create(&path).map_err(|error| HistoryError::Create { path: path.clone(), error })?;
+        Ok(Self { path, writer: Mutex::new(BufWriter::with_capacity(SINK_BUFFER_BYTES, file)) })
     }
 
     /// The file this sink writes.
@@ -483,9 +452,7 @@ impl HistorySink {
     pub fn append(&self, records: &[Record]) -> Result<(), HistoryError> {
         let batch = self.encode_batch(records)?;
         let mut writer = self.lock_writer();
-        writer
-            .write_all(&batch)
-            .map_err(|error| self.write_error(error))
+        writer.write_all(&batch).map_err(|error| self.write_error(error))
     }
 
     /// Writes buffered lines to the file.
@@ -493,9 +460,7 @@ impl HistorySink {
     /// # Errors
     /// [`HistoryError::Write`] when the file cannot be written.
     pub fn flush(&self) -> Result<(), HistoryError> {
-        self.lock_writer()
-            .flush()
-            .map_err(|error| self.write_error(error))
+        self.lock_writer().flush().map_err(|error| self.write_error(error))
     }
 
     /// Flushes and syncs the file to stable storage, consuming the sink.
@@ -503,31 +468,20 @@ impl HistorySink {
     /// # Errors
     /// [`HistoryError::Write`] when flushing or syncing fails.
     pub fn finish(self) -> Result<(), HistoryError> {
-        let writer = self
-            .writer
+        let writer = self.writer.into_inner().unwrap_or_else(PoisonError::into_inner);
+        let file = writer
             .into_inner()
-            .unwrap_or_else(PoisonError::into_inner);
-        let file = writer.into_inner().map_err(|error| HistoryError::Write {
-            path: self.path.clone(),
-            error: error.into_error(),
-        })?;
-        file.sync_all().map_err(|error| HistoryError::Write {
-            path: self.path.clone(),
-            error,
-        })
+            .map_err(|error| HistoryError::Write { path: self.path.clone(), error: error.into_error() })?;
+        file.sync_all().map_err(|error| HistoryError::Write { path: self.path.clone(), error })
     }
 
     fn encode_batch(&self, records: &[Record]) -> Result<Vec<u8>, HistoryError> {
         // About 160 bytes per line for small transactions; a hint, not a bound.
         let mut batch = Vec::with_capacity(records.len() * 160);
         for record in records {
-            let invalid = |reason: String| HistoryError::InvalidRecord {
-                path: self.path.clone(),
-                reason,
-            };
+            let invalid = |reason: String| HistoryError::InvalidRecord { path: self.path.clone(), reason };
             record.validate().map_err(invalid)?;
-            serde_json::to_writer(&mut batch, record)
-                .map_err(|error| invalid(error.to_string()))?;
+            serde_json::to_writer(&mut batch, record).map_err(|error| invalid(error.to_string()))?;
             batch.push(b'\n');
         }
         Ok(batch)
@@ -541,10 +495,7 @@ impl HistorySink {
     }
 
     fn write_error(&self, error: io::Error) -> HistoryError {
-        HistoryError::Write {
-            path: self.path.clone(),
-            error,
-        }
+        HistoryError::Write { path: self.path.clone(), error }
     }
 }
 
@@ -566,13 +517,7 @@ pub struct HistoryReader<R> {
 impl<R: BufRead> HistoryReader<R> {
     /// Reads `reader`; `origin` names it in errors (a path, say).
     pub fn new(reader: R, origin: impl Into<String>) -> Self {
-        Self {
-            reader,
-            origin: origin.into(),
-            line: 0,
-            buffer: Vec::new(),
-            finished: false,
-        }
+        Self { reader, origin: origin.into(), line: 0, buffer: Vec::new(), finished: false }
     }
 
     /// Reads the next line into the buffer. `Ok(false)` at the end of the input.
@@ -584,11 +529,7 @@ impl<R: BufRead> HistoryReader<R> {
         let bytes_read = (&mut self.reader)
             .take(limit)
             .read_until(b'\n', &mut self.buffer)
-            .map_err(|error| HistoryError::Read {
-                origin: self.origin.clone(),
-                line: self.line,
-                error,
-            })?;
+            .map_err(|error| HistoryError::Read { origin: self.origin.clone(), line: self.line, error })?;
         if self.buffer.len() > HISTORY_LINE_BYTES_MAX && self.buffer.last() != Some(&b'\n') {
             return Err(HistoryError::LineTooLong {
                 origin: self.origin.clone(),
@@ -600,18 +541,11 @@ impl<R: BufRead> HistoryReader<R> {
     }
 
     fn parse_buffer(&self) -> Result<NumberedRecord, HistoryError> {
-        let malformed = |reason: String| HistoryError::Malformed {
-            origin: self.origin.clone(),
-            line: self.line,
-            reason,
-        };
-        let record: Record =
-            serde_json::from_slice(&self.buffer).map_err(|error| malformed(error.to_string()))?;
+        let malformed =
+            |reason: String| HistoryError::Malformed { origin: self.origin.clone(), line: self.line, reason };
+        let record: Record = serde_json::from_slice(&self.buffer).map_err(|error| malformed(error.to_string()))?;
         record.validate().map_err(malformed)?;
-        Ok(NumberedRecord {
-            line: self.line,
-            record,
-        })
+        Ok(NumberedRecord { line: self.line, record })
     }
 }
 
@@ -638,18 +572,10 @@ impl<R: BufRead> Iterator for HistoryReader<R> {
 ///
 /// # Errors
 /// [`HistoryError::Open`] when the file cannot be opened.
-pub fn open_history(
-    path: impl AsRef<Path>,
-) -> Result<HistoryReader<BufReader<File>>, HistoryError> {
+pub fn open_history(path: impl AsRef<Path>) -> Result<HistoryReader<BufReader<File>>, HistoryError> {
     let path = path.as_ref();
-    let file = File::open(path).map_err(|error| HistoryError::Open {
-        path: path.to_path_buf(),
-        error,
-    })?;
-    Ok(HistoryReader::new(
-        BufReader::with_capacity(SINK_BUFFER_BYTES, file),
-        path.display().to_string(),
-    ))
+    let file = File::open(path).map_err(|error| HistoryError::Open { path: path.to_path_buf(), error })?;
+    Ok(HistoryReader::new(BufReader::with_capacity(SINK_BUFFER_BYTES, file), path.display().to_string()))
 }
 
 /// Reads a whole history file.
@@ -669,9 +595,7 @@ pub fn parse_history(reader: impl BufRead) -> Result<Vec<Record>, HistoryError> 
 }
 
 fn collect_records<R: BufRead>(reader: HistoryReader<R>) -> Result<Vec<Record>, HistoryError> {
-    reader
-        .map(|numbered| numbered.map(|numbered| numbered.record))
-        .collect()
+    reader.map(|numbered| numbered.map(|numbered| numbered.record)).collect()
 }
 
 #[cfg(test)]
@@ -691,18 +615,11 @@ mod tests {
     }
 
     fn read_record(client: u64, reads: &[(&str, u64)], with_values: bool) -> ReadRecord {
-        let reads: BTreeMap<String, u64> = reads
-            .iter()
-            .map(|(key, ts)| (key.to_string(), *ts))
-            .collect();
+        let reads: BTreeMap<String, u64> = reads.iter().map(|(key, ts)| (key.to_string(), *ts)).collect();
         ReadRecord {
             client,
             keys: reads.keys().cloned().collect(),
-            value_ts: if with_values {
-                reads.clone()
-            } else {
-                BTreeMap::new()
-            },
+            value_ts: if with_values { reads.clone() } else { BTreeMap::new() },
             reads,
             start_ns: 300,
             end_ns: 400,
@@ -716,10 +633,7 @@ mod tests {
             Record::Read(read_record(5, &[("k1", 1234), ("k7", 1234)], true)),
             Record::Read(read_record(6, &[("k1", 0)], false)),
         ];
-        records
-            .iter()
-            .map(|record| record.to_json_line() + "\n")
-            .collect()
+        records.iter().map(|record| record.to_json_line() + "\n").collect()
     }
 
     #[test]
@@ -758,14 +672,8 @@ mod tests {
         assert_eq!(read.reads.get("k7"), Some(&1234));
         assert_eq!(read.value_ts.get("k1"), Some(&1234));
         // Serialization emits the fields in the documented order.
-        assert_eq!(
-            records[0].to_json_line(),
-            text.lines().next().unwrap_or_default()
-        );
-        assert_eq!(
-            records[1].to_json_line(),
-            text.lines().nth(1).unwrap_or_default()
-        );
+        assert_eq!(records[0].to_json_line(), text.lines().next().unwrap_or_default());
+        assert_eq!(records[1].to_json_line(), text.lines().nth(1).unwrap_or_default());
     }
 
     #[test]
@@ -797,14 +705,8 @@ mod tests {
     #[test]
     fn rule_violations_are_malformed_lines() {
         let cases = [
-            (
-                r#"{"type":"write","client":1,"ts":0,"keys":["a"],"start_ns":1,"end_ns":2,"ok":true}"#,
-                "ts 0",
-            ),
-            (
-                r#"{"type":"write","client":1,"ts":9,"keys":["a"],"start_ns":5,"end_ns":2,"ok":true}"#,
-                "before start_ns",
-            ),
+            (r#"{"type":"write","client":1,"ts":0,"keys":["a"],"start_ns":1,"end_ns":2,"ok":true}"#, "ts 0"),
+            (r#"{"type":"write","client":1,"ts":9,"keys":["a"],"start_ns":5,"end_ns":2,"ok":true}"#, "before start_ns"),
             (
                 r#"{"type":"read","client":1,"keys":["a"],"reads":{"a":1,"b":2},"start_ns":1,"end_ns":2,"ok":true}"#,
                 "\"b\", which is not in \"keys\"",
@@ -817,26 +719,11 @@ mod tests {
                 r#"{"type":"read","client":1,"keys":["a","b"],"reads":{"a":1},"value_ts":{"b":1},"start_ns":1,"end_ns":2,"ok":false}"#,
                 "\"value_ts\" has key \"b\"",
             ),
-            (
-                r#"{"type":"scan","client":1,"keys":[],"start_ns":1,"end_ns":2,"ok":true}"#,
-                "unknown variant",
-            ),
-            (
-                r#"{"type":"write","client":1,"keys":["a"],"start_ns":1,"end_ns":2,"ok":true}"#,
-                "needs field `ts`",
-            ),
-            (
-                r#"{"type":"read","client":1,"keys":["a"],"start_ns":1,"end_ns":2,"ok":true}"#,
-                "needs field `reads`",
-            ),
-            (
-                r#"{"client":1,"ts":3,"keys":["a"],"start_ns":1,"end_ns":2,"ok":true}"#,
-                "missing field `type`",
-            ),
-            (
-                r#"{"type":"write","client":-1,"ts":3,"keys":["a"],"start_ns":1,"end_ns":2,"ok":true}"#,
-                "invalid value",
-            ),
+            (r#"{"type":"scan","client":1,"keys":[],"start_ns":1,"end_ns":2,"ok":true}"#, "unknown variant"),
+            (r#"{"type":"write","client":1,"keys":["a"],"start_ns":1,"end_ns":2,"ok":true}"#, "needs field `ts`"),
+            (r#"{"type":"read","client":1,"keys":["a"],"start_ns":1,"end_ns":2,"ok":true}"#, "needs field `reads`"),
+            (r#"{"client":1,"ts":3,"keys":["a"],"start_ns":1,"end_ns":2,"ok":true}"#, "missing field `type`"),
+            (r#"{"type":"write","client":-1,"ts":3,"keys":["a"],"start_ns":1,"end_ns":2,"ok":true}"#, "invalid value"),
         ];
         for (line, expected) in cases {
             let error = parse_history(line.as_bytes()).expect_err(line);
@@ -867,18 +754,9 @@ mod tests {
         );
         let items: Vec<_> = HistoryReader::new(text.as_bytes(), "test").collect();
         assert_eq!(items.len(), 3);
-        assert_eq!(
-            items[0].as_ref().map(|numbered| numbered.line).ok(),
-            Some(1)
-        );
-        assert!(matches!(
-            items[1],
-            Err(HistoryError::Malformed { line: 2, .. })
-        ));
-        assert_eq!(
-            items[2].as_ref().map(|numbered| numbered.line).ok(),
-            Some(4)
-        );
+        assert_eq!(items[0].as_ref().map(|numbered| numbered.line).ok(), Some(1));
+        assert!(matches!(items[1], Err(HistoryError::Malformed { line: 2, .. })));
+        assert_eq!(items[2].as_ref().map(|numbered| numbered.line).ok(), Some(4));
     }
 
     #[test]
@@ -887,10 +765,7 @@ mod tests {
         text.extend_from_slice(b"\n{}\n");
         let items: Vec<_> = HistoryReader::new(text.as_slice(), "big").collect();
         assert_eq!(items.len(), 1);
-        assert!(matches!(
-            items[0],
-            Err(HistoryError::LineTooLong { line: 1, .. })
-        ));
+        assert!(matches!(items[0], Err(HistoryError::LineTooLong { line: 1, .. })));
     }
 
     #[test]
@@ -1004,11 +879,7 @@ mod tests {
         for position in 0..value.len() {
             let mut corrupted = value.clone();
             corrupted[position] ^= 0x10;
-            assert_eq!(
-                verify_check_value(&corrupted),
-                None,
-                "flip at byte {position}"
-            );
+            assert_eq!(verify_check_value(&corrupted), None, "flip at byte {position}");
         }
     }
 
@@ -1023,11 +894,7 @@ mod tests {
         torn.extend_from_slice(&old[32..]);
         assert_eq!(decode_check_value(&torn), Some(200));
         assert_eq!(verify_check_value(&torn), None);
-        assert_eq!(
-            verify_check_value(&old[..40]),
-            None,
-            "a truncated value fails too"
-        );
+        assert_eq!(verify_check_value(&old[..40]), None, "a truncated value fails too");
     }
 
     #[test]
@@ -1077,10 +944,7 @@ mod tests {
         });
         sink.finish().expect("finish");
         let records = read_history(&path).expect("read back");
-        assert_eq!(
-            records.len() as u64,
-            threads_count * batches_per_thread * 10
-        );
+        assert_eq!(records.len() as u64, threads_count * batches_per_thread * 10);
         let distinct: BTreeSet<u64> = records
             .iter()
             .filter_map(|record| match record {
@@ -1096,10 +960,7 @@ mod tests {
         let directory = tempfile::tempdir().expect("temporary directory");
         let path = directory.path().join("history.jsonl");
         let sink = HistorySink::create(&path).expect("create");
-        let batch = [
-            Record::Write(write_record(1, 5, &["a"])),
-            Record::Write(write_record(1, 0, &["a"])),
-        ];
+        let batch = [Record::Write(write_record(1, 5, &["a"])), Record::Write(write_record(1, 0, &["a"]))];
         let error = sink.append(&batch).expect_err("ts 0 is invalid");
         assert!(matches!(error, HistoryError::InvalidRecord { .. }));
         assert!(error.to_string().contains("history.jsonl"), "{error}");
@@ -1112,15 +973,9 @@ mod tests {
         let directory = tempfile::tempdir().expect("temporary directory");
         let missing = directory.path().join("no-such-dir").join("history.jsonl");
         let create_error = HistorySink::create(&missing).expect_err("parent is missing");
-        assert!(
-            create_error.to_string().contains("no-such-dir"),
-            "{create_error}"
-        );
+        assert!(create_error.to_string().contains("no-such-dir"), "{create_error}");
         let open_error = read_history(&missing).expect_err("file is missing");
-        assert!(
-            open_error.to_string().contains("no-such-dir"),
-            "{open_error}"
-        );
+        assert!(open_error.to_string().contains("no-such-dir"), "{open_error}");
 
         let path = directory.path().join("bad.jsonl");
         std::fs::write(&path, "{}\n").expect("write");

@@ -142,29 +142,16 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Server {
-            listen,
-            gc_grace_ms,
-        } => {
-            let group = ServerGroup::spawn(&[ServerConfig {
-                listen,
-                gc_grace_ms,
-            }])
-            .with_context(|| format!("cannot listen on {listen}"))?;
+        Command::Server { listen, gc_grace_ms } => {
+            let group = ServerGroup::spawn(&[ServerConfig { listen, gc_grace_ms }])
+                .with_context(|| format!("cannot listen on {listen}"))?;
             eprintln!("rampkv server listening on {}", group.addresses()[0]);
             group.wait().context("server failed")?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Local {
-            servers,
-            base_port,
-            cluster_file,
-        } => run_local(servers, base_port, &cluster_file),
+        Command::Local { servers, base_port, cluster_file } => run_local(servers, base_port, &cluster_file),
         Command::Put { pairs, cluster } => {
-            let pairs = pairs
-                .iter()
-                .map(|pair| parse_pair(pair))
-                .collect::<Result<Vec<_>>>()?;
+            let pairs = pairs.iter().map(|pair| parse_pair(pair)).collect::<Result<Vec<_>>>()?;
             let cluster = Cluster::from_file(&cluster)?;
             let ts = Client::connect(&cluster)?.put_all(pairs)?;
             println!("OK ts={ts}");
@@ -172,8 +159,7 @@ fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Get { keys, cluster } => {
             let cluster = Cluster::from_file(&cluster)?;
-            let outcome = Client::connect(&cluster)?
-                .get_all(keys.into_iter().map(String::into_bytes).collect())?;
+            let outcome = Client::connect(&cluster)?.get_all(keys.into_iter().map(String::into_bytes).collect())?;
             let mut stdout = std::io::stdout().lock();
             for item in outcome.items {
                 let key = String::from_utf8_lossy(&item.key);
@@ -187,18 +173,13 @@ fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Bench(args) => run_bench(args),
         Command::Check { file, json } => {
-            let report = checker::check_file(&file)
-                .with_context(|| format!("cannot check {}", file.display()))?;
+            let report = checker::check_file(&file).with_context(|| format!("cannot check {}", file.display()))?;
             if json {
                 println!("{}", serde_json::to_string(&report)?);
             } else {
                 print!("{report}");
             }
-            Ok(if report.is_clean() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            })
+            Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
     }
 }
@@ -209,34 +190,17 @@ fn run_local(servers: usize, base_port: u16, cluster_file: &PathBuf) -> Result<E
     }
     let configs = (0..servers)
         .map(|index| {
-            let port = if base_port == 0 {
-                0
-            } else {
-                base_port
-                    .checked_add(index as u16)
-                    .context("port overflow")?
-            };
+            let port = if base_port == 0 { 0 } else { base_port.checked_add(index as u16).context("port overflow")? };
             Ok(ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], port))))
         })
         .collect::<Result<Vec<_>>>()?;
     let group = ServerGroup::spawn(&configs).context("cannot start the local cluster")?;
-    let cluster = Cluster::with_servers(
-        group
-            .addresses()
-            .iter()
-            .map(SocketAddr::to_string)
-            .collect(),
-    )?;
+    let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())?;
     std::fs::write(cluster_file, cluster.to_toml())
         .with_context(|| format!("cannot write {}", cluster_file.display()))?;
     eprintln!(
         "rampkv local cluster: {servers} servers on {}; cluster file {}",
-        group
-            .addresses()
-            .iter()
-            .map(SocketAddr::to_string)
-            .collect::<Vec<_>>()
-            .join(", "),
+        group.addresses().iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", "),
         cluster_file.display()
     );
     group.wait().context("local cluster failed")?;
@@ -246,9 +210,7 @@ fn run_local(servers: usize, base_port: u16, cluster_file: &PathBuf) -> Result<E
 /// Splits `KEY=VALUE` at the first `=`.
 fn parse_pair(pair: &str) -> Result<(Vec<u8>, Vec<u8>)> {
     match pair.split_once('=') {
-        Some((key, value)) if !key.is_empty() => {
-            Ok((key.as_bytes().to_vec(), value.as_bytes().to_vec()))
-        }
+        Some((key, value)) if !key.is_empty() => Ok((key.as_bytes().to_vec(), value.as_bytes().to_vec())),
         _ => bail!("expected KEY=VALUE with a non-empty key, got {pair:?}"),
     }
 }
@@ -265,10 +227,8 @@ fn parse_duration(text: &str) -> Result<Duration> {
     } else {
         (text, 1.0)
     };
-    let value: f64 = number
-        .trim()
-        .parse()
-        .with_context(|| format!("invalid duration {text:?} (try 10s, 500ms, 2m)"))?;
+    let value: f64 =
+        number.trim().parse().with_context(|| format!("invalid duration {text:?} (try 10s, 500ms, 2m)"))?;
     let seconds = value * scale;
     if !(seconds.is_finite() && seconds > 0.0) {
         bail!("duration must be positive, got {text:?}");
@@ -279,9 +239,7 @@ fn parse_duration(text: &str) -> Result<Duration> {
 fn run_bench(args: BenchArgs) -> Result<ExitCode> {
     let stop_after = match (&args.duration, args.txns) {
         (_, Some(count)) => StopAfter::Transactions { count },
-        (Some(text), None) => StopAfter::Duration {
-            seconds: parse_duration(text)?.as_secs_f64(),
-        },
+        (Some(text), None) => StopAfter::Duration { seconds: parse_duration(text)?.as_secs_f64() },
         (None, None) => StopAfter::Duration { seconds: 10.0 },
     };
     let seed = args.seed.unwrap_or_else(|| {
@@ -315,11 +273,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         println!("{result}");
     }
     let clean = result.check.as_ref().is_none_or(|report| report.is_clean());
-    Ok(if clean {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 #[cfg(test)]
@@ -339,10 +293,7 @@ mod tests {
 
     #[test]
     fn pairs_split_at_the_first_equals_sign() {
-        assert_eq!(
-            parse_pair("k=v=w").unwrap(),
-            (b"k".to_vec(), b"v=w".to_vec())
-        );
+        assert_eq!(parse_pair("k=v=w").unwrap(), (b"k".to_vec(), b"v=w".to_vec()));
         assert_eq!(parse_pair("k=").unwrap(), (b"k".to_vec(), b"".to_vec()));
         assert!(parse_pair("=v").is_err());
         assert!(parse_pair("novalue").is_err());

@@ -29,7 +29,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::limits::{CONNECTION_WRITE_BUFFER_BYTES_MAX, GC_GRACE_MS, SERVER_CONNECTIONS_MAX};
 use crate::protocol::server::ServerCore;
-use crate::transport::tcp::{poll_spinning, StreamBuffer};
+use crate::transport::tcp::{poll_spinning, ReadStatus, StreamBuffer};
 use crate::wire::{FrameHeader, Response, FRAME_HEADER_BYTES};
 
 const WAKER_TOKEN: Token = Token(usize::MAX);
@@ -47,10 +47,7 @@ pub struct ServerConfig {
 impl ServerConfig {
     /// A server on `listen` with the default garbage-collection grace period.
     pub fn new(listen: SocketAddr) -> Self {
-        Self {
-            listen,
-            gc_grace_ms: GC_GRACE_MS,
-        }
+        Self { listen, gc_grace_ms: GC_GRACE_MS }
     }
 }
 
@@ -74,8 +71,7 @@ impl ServerGroup {
         let mut cores = Vec::with_capacity(configs.len());
         for (index, config) in configs.iter().enumerate() {
             let mut listener = TcpListener::bind(config.listen)?;
-            poll.registry()
-                .register(&mut listener, Token(index), Interest::READABLE)?;
+            poll.registry().register(&mut listener, Token(index), Interest::READABLE)?;
             addresses.push(listener.local_addr()?);
             let core = Arc::new(ServerCore::new(config.gc_grace_ms));
             listeners.push((listener, Arc::clone(&core)));
@@ -83,16 +79,8 @@ impl ServerGroup {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let event_loop = EventLoop::new(poll, listeners, Arc::clone(&stop));
-        let thread = std::thread::Builder::new()
-            .name("rampkv-server".into())
-            .spawn(move || event_loop.run())?;
-        Ok(ServerGroup {
-            addresses,
-            cores,
-            stop,
-            waker,
-            thread: Some(thread),
-        })
+        let thread = std::thread::Builder::new().name("rampkv-server".into()).spawn(move || event_loop.run())?;
+        Ok(ServerGroup { addresses, cores, stop, waker, thread: Some(thread) })
     }
 
     /// The bound address of every server, in configuration order.
@@ -113,9 +101,7 @@ impl ServerGroup {
     /// Blocks until the poller thread ends (it ends only on an I/O error of the poller).
     pub fn wait(mut self) -> std::io::Result<()> {
         match self.thread.take() {
-            Some(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
+            Some(thread) => thread.join().unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
             None => Ok(()),
         }
     }
@@ -124,9 +110,7 @@ impl ServerGroup {
         self.stop.store(true, Ordering::Release);
         self.waker.wake()?;
         match self.thread.take() {
-            Some(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
+            Some(thread) => thread.join().unwrap_or_else(|_| Err(std::io::Error::other("server thread panicked"))),
             None => Ok(()),
         }
     }
@@ -161,19 +145,8 @@ struct EventLoop {
 }
 
 impl EventLoop {
-    fn new(
-        poll: Poll,
-        listeners: Vec<(TcpListener, Arc<ServerCore>)>,
-        stop: Arc<AtomicBool>,
-    ) -> Self {
-        Self {
-            poll,
-            listeners,
-            connections: Vec::new(),
-            free_slots: Vec::new(),
-            stop,
-            started: Instant::now(),
-        }
+    fn new(poll: Poll, listeners: Vec<(TcpListener, Arc<ServerCore>)>, stop: Arc<AtomicBool>) -> Self {
+        Self { poll, listeners, connections: Vec::new(), free_slots: Vec::new(), stop, started: Instant::now() }
     }
 
     fn run(mut self) -> std::io::Result<()> {
@@ -222,12 +195,7 @@ impl EventLoop {
                 self.connections.len() - 1
             });
             let token = Token(self.listeners.len() + slot);
-            if self
-                .poll
-                .registry()
-                .register(&mut stream, token, Interest::READABLE)
-                .is_err()
-            {
+            if self.poll.registry().register(&mut stream, token, Interest::READABLE).is_err() {
                 self.free_slots.push(slot);
                 continue;
             }
@@ -256,12 +224,7 @@ impl EventLoop {
             } else {
                 Interest::READABLE | Interest::WRITABLE
             };
-            if self
-                .poll
-                .registry()
-                .reregister(&mut connection.stream, token, interest)
-                .is_ok()
-            {
+            if self.poll.registry().reregister(&mut connection.stream, token, interest).is_ok() {
                 connection.wants_writable = !connection.outgoing.is_empty();
                 return;
             }
@@ -292,8 +255,9 @@ fn serve(connection: &mut Connection, now_ms: u64) -> bool {
         }
         let room = connection.incoming.room_for_next_frame();
         match connection.incoming.read_from(&mut connection.stream, room) {
-            Ok(0) => connection.closing = true,
-            Ok(_) => {}
+            Ok(ReadStatus::EndOfStream) => connection.closing = true,
+            Ok(ReadStatus::Drained) => connection.read_drained = true,
+            Ok(ReadStatus::MoreMayFollow) => {}
             Err(error) if error.kind() == ErrorKind::WouldBlock => connection.read_drained = true,
             Err(error) if error.kind() == ErrorKind::Interrupted => {}
             Err(_) => return false,
@@ -310,23 +274,15 @@ fn process_frames(connection: &mut Connection, now_ms: u64) -> bool {
             Ok(Some(header)) => header,
             Ok(None) => return true,
             Err(error) => {
-                let request_id = pending
-                    .get(8..16)
-                    .map_or(0, |id| u64::from_le_bytes(id.try_into().expect("8 bytes")));
-                let reply = Response::bad_request(format!(
-                    "invalid frame header: {error}; closing the connection"
-                ));
-                connection
-                    .outgoing
-                    .append(|out| reply.encode_frame(request_id, out));
+                let request_id = pending.get(8..16).map_or(0, |id| u64::from_le_bytes(id.try_into().expect("8 bytes")));
+                let reply = Response::bad_request(format!("invalid frame header: {error}; closing the connection"));
+                connection.outgoing.append(|out| reply.encode_frame(request_id, out));
                 return false;
             }
         };
         let body = &pending[FRAME_HEADER_BYTES..header.frame_bytes()];
         let core = &connection.core;
-        connection
-            .outgoing
-            .append(|out| core.handle_frame(header.kind, header.request_id, body, now_ms, out));
+        connection.outgoing.append(|out| core.handle_frame(header.kind, header.request_id, body, now_ms, out));
         connection.incoming.consume(header.frame_bytes());
     }
     true

@@ -99,12 +99,8 @@ impl Store {
     /// An empty store whose superseded versions live at least `grace_ms`.
     pub fn new(grace_ms: u64) -> Self {
         Self {
-            shards: (0..SHARD_COUNT)
-                .map(|_| RwLock::new(HashMap::new()))
-                .collect(),
-            pending: (0..SHARD_COUNT)
-                .map(|_| Mutex::new(HashMap::new()))
-                .collect(),
+            shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::new())).collect(),
+            pending: (0..SHARD_COUNT).map(|_| Mutex::new(HashMap::new())).collect(),
             grace_ms,
             version_count: AtomicUsize::new(0),
             value_bytes: AtomicUsize::new(0),
@@ -136,21 +132,12 @@ impl Store {
         let keys: Vec<Key> = writes.iter().map(|(key, _)| key.clone()).collect();
         for (key, value) in writes {
             let value_bytes = value.len();
-            let version = Arc::new(Version {
-                ts,
-                value,
-                write_set: Arc::clone(&write_set),
-            });
+            let version = Arc::new(Version { ts, value, write_set: Arc::clone(&write_set) });
             let mut shard = self.shard(&key).write();
             let state = shard.entry(key).or_default();
-            let replaced = state.versions.insert(
-                ts,
-                StoredVersion {
-                    version,
-                    committed: AtomicBool::new(false),
-                    superseded_at_ms: None,
-                },
-            );
+            let replaced = state
+                .versions
+                .insert(ts, StoredVersion { version, committed: AtomicBool::new(false), superseded_at_ms: None });
             match replaced {
                 Some(old) => self.forget_version_bytes(old.version.value.len()),
                 None => {
@@ -172,13 +159,8 @@ impl Store {
         };
         for key in &keys {
             let shard = self.shard(key).read();
-            let state = shard
-                .get(key)
-                .expect("a pending key has a prepared version");
-            let stored = state
-                .versions
-                .get(&ts)
-                .expect("a pending version is never collected");
+            let state = shard.get(key).expect("a pending key has a prepared version");
+            let stored = state.versions.get(&ts).expect("a pending version is never collected");
             stored.committed.store(true, Ordering::Release);
             state.last_commit.fetch_max(ts, Ordering::AcqRel);
         }
@@ -193,10 +175,7 @@ impl Store {
         if ts == TIMESTAMP_INITIAL {
             return None;
         }
-        let stored = state
-            .versions
-            .get(&ts)
-            .expect("lastCommit names a stored version");
+        let stored = state.versions.get(&ts).expect("lastCommit names a stored version");
         Some(Arc::clone(&stored.version))
     }
 
@@ -213,9 +192,7 @@ impl Store {
     /// The `lastCommit` of `key` (0 when never committed).
     pub fn last_commit(&self, key: &[u8]) -> Timestamp {
         let shard = self.shard(key).read();
-        shard.get(key).map_or(TIMESTAMP_INITIAL, |state| {
-            state.last_commit.load(Ordering::Acquire)
-        })
+        shard.get(key).map_or(TIMESTAMP_INITIAL, |state| state.last_commit.load(Ordering::Acquire))
     }
 
     /// What the store holds now.
@@ -244,10 +221,7 @@ impl Store {
             }
         }
         for ts in expired {
-            let removed = state
-                .versions
-                .remove(&ts)
-                .expect("collected version exists");
+            let removed = state.versions.remove(&ts).expect("collected version exists");
             self.forget_version_bytes(removed.version.value.len());
             self.version_count.fetch_sub(1, Ordering::Relaxed);
             self.versions_collected.fetch_add(1, Ordering::Relaxed);
@@ -259,11 +233,7 @@ impl Store {
     }
 }
 
-fn validate_prepare(
-    ts: Timestamp,
-    write_set: &[Key],
-    writes: &[(Key, Box<[u8]>)],
-) -> Result<(), StoreError> {
+fn validate_prepare(ts: Timestamp, write_set: &[Key], writes: &[(Key, Box<[u8]>)]) -> Result<(), StoreError> {
     let invalid = |why: String| Err(StoreError::InvalidPrepare(why));
     if ts == TIMESTAMP_INITIAL {
         return invalid("timestamp 0 is reserved for the initial value".into());
@@ -303,10 +273,7 @@ mod tests {
     }
 
     fn prepare(store: &Store, ts: Timestamp, keys: &[&str], now_ms: u64) {
-        let writes = keys
-            .iter()
-            .map(|text| (key(text), format!("{text}@{ts}").into_bytes().into()))
-            .collect();
+        let writes = keys.iter().map(|text| (key(text), format!("{text}@{ts}").into_bytes().into())).collect();
         store.prepare(ts, write_set(keys), writes, now_ms).unwrap();
     }
 
@@ -356,21 +323,12 @@ mod tests {
         let store = Store::new(1_000);
         let oversized = vec![0u8; VALUE_BYTES_MAX + 1].into_boxed_slice();
         let writes = vec![(key("a"), b"ok".to_vec().into()), (key("b"), oversized)];
-        let error = store
-            .prepare(5, write_set(&["a", "b"]), writes, 0)
-            .unwrap_err();
+        let error = store.prepare(5, write_set(&["a", "b"]), writes, 0).unwrap_err();
         assert!(matches!(error, StoreError::InvalidPrepare(_)));
         assert_eq!(store.stats(), StoreStats::default());
         let outside = vec![(key("c"), b"x".to_vec().into())];
         assert!(store.prepare(6, write_set(&["a"]), outside, 0).is_err());
-        assert!(store
-            .prepare(
-                0,
-                write_set(&["a"]),
-                vec![(key("a"), b"x".to_vec().into())],
-                0
-            )
-            .is_err());
+        assert!(store.prepare(0, write_set(&["a"]), vec![(key("a"), b"x".to_vec().into())], 0).is_err());
     }
 
     #[test]
@@ -385,15 +343,9 @@ mod tests {
         assert_eq!(store.get_at(b"a", 1).unwrap().ts, 1);
         store.commit(3);
         prepare(&store, 4, &["a"], 149);
-        assert!(
-            store.get_at(b"a", 1).is_ok(),
-            "still inside the grace period"
-        );
+        assert!(store.get_at(b"a", 1).is_ok(), "still inside the grace period");
         prepare(&store, 5, &["a"], 150);
-        assert_eq!(
-            store.get_at(b"a", 1).unwrap_err(),
-            StoreError::VersionGone { ts: 1 }
-        );
+        assert_eq!(store.get_at(b"a", 1).unwrap_err(), StoreError::VersionGone { ts: 1 });
         // The committed latest is never collected.
         assert_eq!(store.get_latest(b"a").unwrap().ts, 3);
         assert_eq!(store.stats().versions_collected, 1);
@@ -409,23 +361,12 @@ mod tests {
         store.commit(9);
         prepare(&store, 12, &["a"], 1_000);
         prepare(&store, 13, &["a"], 5_000);
-        assert_eq!(
-            store.get_at(b"a", 5).unwrap().ts,
-            5,
-            "still awaiting its COMMIT"
-        );
+        assert_eq!(store.get_at(b"a", 5).unwrap().ts, 5, "still awaiting its COMMIT");
         assert_eq!(store.commit(5), 1);
-        assert_eq!(
-            store.last_commit(b"a"),
-            9,
-            "an older commit never moves lastCommit back"
-        );
+        assert_eq!(store.last_commit(b"a"), 9, "an older commit never moves lastCommit back");
         prepare(&store, 14, &["a"], 6_000);
         prepare(&store, 15, &["a"], 7_000);
-        assert!(
-            store.get_at(b"a", 5).is_err(),
-            "collected once committed and past the grace period"
-        );
+        assert!(store.get_at(b"a", 5).is_err(), "collected once committed and past the grace period");
     }
 
     #[test]
@@ -461,9 +402,6 @@ mod tests {
         }
         reader.join().unwrap();
         assert_eq!(store.last_commit(b"a"), 4_001);
-        assert!(
-            store.stats().versions < 4_000,
-            "old versions were collected"
-        );
+        assert!(store.stats().versions < 4_000, "old versions were collected");
     }
 }

@@ -30,10 +30,8 @@ pub fn timestamp_client_id(ts: Timestamp) -> u16 {
 
 /// Microseconds since [`CLOCK_EPOCH_UNIX_US`], from the wall clock (0 if the clock is before it).
 pub fn wall_clock_us() -> u64 {
-    let since_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_micros() as u64)
-        .unwrap_or(0);
+    let since_unix =
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_micros() as u64).unwrap_or(0);
     since_unix.saturating_sub(CLOCK_EPOCH_UNIX_US)
 }
 
@@ -52,10 +50,7 @@ impl TimestampClock {
     /// A clock for `client_id`, which must not be 0 (0 is reserved for the initial value).
     pub fn new(client_id: u16) -> Self {
         assert!(client_id != 0, "client id 0 is reserved");
-        Self {
-            client_id,
-            last_us: 0,
-        }
+        Self { client_id, last_us: 0 }
     }
 
     /// The client id stamped into every timestamp.

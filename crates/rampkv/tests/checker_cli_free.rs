@@ -11,8 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use rampkv::checker::{check, check_file, GarbageExample};
 use rampkv::history::{
-    fill_check_value, read_history, value_ts_of, HistorySink, ReadRecord, Record, WriteRecord,
-    VALUE_TS_CORRUPT,
+    fill_check_value, read_history, value_ts_of, HistorySink, ReadRecord, Record, WriteRecord, VALUE_TS_CORRUPT,
 };
 
 const VALUE_BYTES: usize = 64;
@@ -57,13 +56,8 @@ struct Stored {
 }
 
 enum Work {
-    Write {
-        ts: u64,
-    },
-    Read {
-        reads: BTreeMap<String, u64>,
-        value_ts: BTreeMap<String, u64>,
-    },
+    Write { ts: u64 },
+    Read { reads: BTreeMap<String, u64>, value_ts: BTreeMap<String, u64> },
 }
 
 struct Transaction {
@@ -123,21 +117,11 @@ impl Simulation {
             }
         }
         let work = if self.random.below(2) == 0 {
-            Work::Write {
-                ts: (self.transactions_started << 16) | (client as u64 + 1),
-            }
+            Work::Write { ts: (self.transactions_started << 16) | (client as u64 + 1) }
         } else {
-            Work::Read {
-                reads: BTreeMap::new(),
-                value_ts: BTreeMap::new(),
-            }
+            Work::Read { reads: BTreeMap::new(), value_ts: BTreeMap::new() }
         };
-        Transaction {
-            work,
-            keys,
-            steps_done: 0,
-            start_ns: self.clock_ns,
-        }
+        Transaction { work, keys, steps_done: 0, start_ns: self.clock_ns }
     }
 
     /// Does one step of the client's transaction (all of it when atomic); finishes it when done.
@@ -146,11 +130,7 @@ impl Simulation {
             return;
         };
         let steps_total = self.steps_total(&transaction);
-        let steps_now = if self.isolation == Isolation::Atomic {
-            steps_total
-        } else {
-            1
-        };
+        let steps_now = if self.isolation == Isolation::Atomic { steps_total } else { 1 };
         for _ in 0..steps_now {
             self.step(&mut transaction);
         }
@@ -224,15 +204,9 @@ impl Simulation {
                 // Some clients "die" after their write took effect: it may still be read.
                 ok: self.random.below(20) != 0,
             }),
-            Work::Read { reads, value_ts } => Record::Read(ReadRecord {
-                client,
-                keys: transaction.keys,
-                reads,
-                value_ts,
-                start_ns,
-                end_ns,
-                ok: true,
-            }),
+            Work::Read { reads, value_ts } => {
+                Record::Read(ReadRecord { client, keys: transaction.keys, reads, value_ts, start_ns, end_ns, ok: true })
+            }
         }
     }
 }
@@ -265,10 +239,7 @@ fn atomic_store_gives_a_clean_history() {
     let report = simulate_and_check(Isolation::Atomic, 0xA70_u64, 20_000);
     assert!(report.is_clean(), "{report}");
     assert!(report.reads_checked > 1_000, "{report}");
-    assert!(
-        report.writes_not_ok > 0,
-        "dead clients' writes are part of the test: {report}"
-    );
+    assert!(report.writes_not_ok > 0, "dead clients' writes are part of the test: {report}");
 }
 
 #[test]
@@ -283,9 +254,9 @@ fn per_key_store_gives_fractured_reads() {
 fn half_written_values_are_garbage() {
     let report = simulate_and_check(Isolation::PerKeyTorn, 0x7047_u64, 20_000);
     assert!(report.garbage > 0, "{report}");
-    let torn = report.garbage_examples.iter().any(|example| {
-        matches!(example, GarbageExample::ValueMismatch { value_ts, .. } if *value_ts == VALUE_TS_CORRUPT)
-    });
+    let torn = report.garbage_examples.iter().any(
+        |example| matches!(example, GarbageExample::ValueMismatch { value_ts, .. } if *value_ts == VALUE_TS_CORRUPT),
+    );
     assert!(torn, "torn values show as corrupt: {report}");
 }
 

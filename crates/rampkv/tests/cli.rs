@@ -134,8 +134,25 @@ fn bench_json_reports_throughput_latency_configuration_seed_and_a_clean_check() 
     let history = dir.path().join("history.jsonl");
     let started = Instant::now();
     let output = rampkv(&[
-        "bench", "--servers", "2", "--clients", "4", "--txns", "400", "--read-ratio", "0.5", "--keys", "20", "--value-size",
-        "32", "--seed", "42", "--check", "--json", "--history", history.to_str().unwrap(),
+        "bench",
+        "--servers",
+        "2",
+        "--clients",
+        "4",
+        "--txns",
+        "400",
+        "--read-ratio",
+        "0.5",
+        "--keys",
+        "20",
+        "--value-size",
+        "32",
+        "--seed",
+        "42",
+        "--check",
+        "--json",
+        "--history",
+        history.to_str().unwrap(),
     ]);
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(started.elapsed() < Duration::from_secs(60));

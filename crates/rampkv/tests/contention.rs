@@ -21,15 +21,9 @@ fn contended(seed: u64, seconds: f64) -> BenchConfig {
 }
 
 fn seed() -> u64 {
-    let seed = std::env::var("RAMPKV_TEST_SEED")
-        .ok()
-        .and_then(|text| text.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = std::env::var("RAMPKV_TEST_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
     println!("seed {seed} (replay the workload with RAMPKV_TEST_SEED={seed})");
     seed
 }
@@ -41,14 +35,8 @@ fn ramp_fast_under_contention_has_no_fractured_or_garbage_reads() {
     let report = result.check.as_ref().unwrap();
     assert!(report.is_clean(), "{report}");
     assert_eq!(result.failed_transactions, 0, "{:?}", result.first_failure);
-    assert!(
-        result.read.count > 500 && result.write.count > 500,
-        "the run did real work"
-    );
-    assert!(
-        result.round2.reads_with_round2 > 0,
-        "contention must exercise the round-2 repair"
-    );
+    assert!(result.read.count > 500 && result.write.count > 500, "the run did real work");
+    assert!(result.round2.reads_with_round2 > 0, "contention must exercise the round-2 repair");
 }
 
 #[test]
@@ -62,10 +50,7 @@ fn the_checker_catches_the_skip_repair_mutant() {
         let report = result.check.as_ref().unwrap();
         println!("attempt {attempt}: {report}");
         if !report.is_clean() {
-            assert!(
-                report.fractured_reads > 0,
-                "the mutant's anomaly must be a fractured read"
-            );
+            assert!(report.fractured_reads > 0, "the mutant's anomaly must be a fractured read");
             return;
         }
     }

@@ -128,40 +128,22 @@ impl BenchConfig {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
         }
         if self.server_threads == 0 || self.server_threads > self.servers.max(1) {
-            return fail(format!(
-                "--server-threads must be 1..=servers, got {}",
-                self.server_threads
-            ));
+            return fail(format!("--server-threads must be 1..=servers, got {}", self.server_threads));
         }
         if !(1..=BENCH_CLIENTS_MAX).contains(&self.clients) {
-            return fail(format!(
-                "--clients must be 1..={BENCH_CLIENTS_MAX}, got {}",
-                self.clients
-            ));
+            return fail(format!("--clients must be 1..={BENCH_CLIENTS_MAX}, got {}", self.clients));
         }
         if self.client_threads == 0 || self.client_threads > self.clients {
-            return fail(format!(
-                "--client-threads must be 1..=clients, got {}",
-                self.client_threads
-            ));
+            return fail(format!("--client-threads must be 1..=clients, got {}", self.client_threads));
         }
         if !(1..=TXN_KEYS_MAX).contains(&self.txn_size) {
-            return fail(format!(
-                "--txn-size must be 1..={TXN_KEYS_MAX}, got {}",
-                self.txn_size
-            ));
+            return fail(format!("--txn-size must be 1..={TXN_KEYS_MAX}, got {}", self.txn_size));
         }
         if !(0.0..=1.0).contains(&self.read_ratio) {
-            return fail(format!(
-                "--read-ratio must be within 0..=1, got {}",
-                self.read_ratio
-            ));
+            return fail(format!("--read-ratio must be within 0..=1, got {}", self.read_ratio));
         }
         if self.keys < self.txn_size as u64 || self.keys > BENCH_KEYS_MAX {
-            return fail(format!(
-                "--keys must be txn-size..={BENCH_KEYS_MAX}, got {}",
-                self.keys
-            ));
+            return fail(format!("--keys must be txn-size..={BENCH_KEYS_MAX}, got {}", self.keys));
         }
         if !(history::CHECK_VALUE_PREFIX_LEN..=VALUE_BYTES_MAX).contains(&self.value_size) {
             return fail(format!(
@@ -171,9 +153,9 @@ impl BenchConfig {
             ));
         }
         match self.stop_after {
-            StopAfter::Duration { seconds } if !(seconds > 0.0 && seconds <= 86_400.0) => fail(
-                format!("--duration must be within (0, 24h], got {seconds}s"),
-            ),
+            StopAfter::Duration { seconds } if !(seconds > 0.0 && seconds <= 86_400.0) => {
+                fail(format!("--duration must be within (0, 24h], got {seconds}s"))
+            }
             StopAfter::Transactions { count: 0 } => fail("--txns must be at least 1".into()),
             _ => Ok(()),
         }
@@ -187,21 +169,12 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
         Some(path) => (Cluster::from_file(path)?, Vec::new()),
         None => start_embedded_cluster(config)?,
     };
-    let sink = config
-        .history
-        .as_ref()
-        .map(HistorySink::create)
-        .transpose()?;
+    let sink = config.history.as_ref().map(HistorySink::create).transpose()?;
     let keep_records = config.check;
-    let shared = Arc::new(Shared {
-        clock_origin: Instant::now(),
-        started: AtomicU64::new(0),
-        stop: AtomicBool::new(false),
-    });
+    let shared =
+        Arc::new(Shared { clock_origin: Instant::now(), started: AtomicU64::new(0), stop: AtomicBool::new(false) });
     let deadline = match config.stop_after {
-        StopAfter::Duration { seconds } => {
-            Some(shared.clock_origin + Duration::from_secs_f64(seconds))
-        }
+        StopAfter::Duration { seconds } => Some(shared.clock_origin + Duration::from_secs_f64(seconds)),
         StopAfter::Transactions { .. } => None,
     };
     let threads: Vec<_> = (0..config.client_threads)
@@ -212,17 +185,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name(format!("rampkv-bench-{thread}"))
-                .spawn(move || {
-                    run_client_thread(
-                        &config,
-                        cluster,
-                        sessions,
-                        thread,
-                        &shared,
-                        deadline,
-                        keep_records,
-                    )
-                })
+                .spawn(move || run_client_thread(&config, cluster, sessions, thread, &shared, deadline, keep_records))
         })
         .collect::<Result<_, _>>()
         .map_err(|error| BenchError::Thread(error.to_string()))?;
@@ -250,10 +213,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
         sink.finish()?;
     }
     let check = keep_records.then(|| checker::check(&totals.records));
-    let store_stats = embedded
-        .iter()
-        .flat_map(|group| group.cores().iter().map(|core| core.store().stats()))
-        .collect();
+    let store_stats = embedded.iter().flat_map(|group| group.cores().iter().map(|core| core.store().stats())).collect();
     drop(embedded);
     Ok(report::build(config, &totals, elapsed, check, store_stats))
 }
@@ -308,8 +268,7 @@ pub(crate) struct ThreadTotals {
 
 impl ThreadTotals {
     fn new() -> Self {
-        let histogram =
-            || Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds");
+        let histogram = || Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds");
         Self {
             read_latency_us: histogram(),
             write_latency_us: histogram(),
@@ -325,12 +284,8 @@ impl ThreadTotals {
     }
 
     fn merge(&mut self, other: ThreadTotals) {
-        self.read_latency_us
-            .add(&other.read_latency_us)
-            .expect("same histogram bounds");
-        self.write_latency_us
-            .add(&other.write_latency_us)
-            .expect("same histogram bounds");
+        self.read_latency_us.add(&other.read_latency_us).expect("same histogram bounds");
+        self.write_latency_us.add(&other.write_latency_us).expect("same histogram bounds");
         self.reads += other.reads;
         self.writes += other.writes;
         self.reads_with_round2 += other.reads_with_round2;
@@ -374,16 +329,12 @@ fn run_client_thread(
 ) -> Result<ThreadTotals, BenchError> {
     let transport = TcpClientTransport::connect(cluster.servers()).map_err(ClientError::from)?;
     let mut driver = Driver::connect(transport, cluster, sessions.len())?;
-    driver.set_read_options(ReadOptions {
-        mutant_skip_repair: config.mutant_skip_repair,
-    });
+    driver.set_read_options(ReadOptions { mutant_skip_repair: config.mutant_skip_repair });
     let mut state = ClientThread {
         config,
         shared,
         deadline,
-        rng: SmallRng::seed_from_u64(
-            config.seed ^ (thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
-        ),
+        rng: SmallRng::seed_from_u64(config.seed ^ (thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
         in_flight: (0..sessions.len()).map(|_| None).collect(),
         driver,
         totals: ThreadTotals::new(),
@@ -416,9 +367,7 @@ impl ClientThread<'_> {
         }
         match (self.deadline, self.config.stop_after) {
             (Some(deadline), _) => Instant::now() >= deadline,
-            (None, StopAfter::Transactions { count }) => {
-                self.shared.started.fetch_add(1, Ordering::Relaxed) >= count
-            }
+            (None, StopAfter::Transactions { count }) => self.shared.started.fetch_add(1, Ordering::Relaxed) >= count,
             (None, StopAfter::Duration { .. }) => unreachable!("a duration run has a deadline"),
         }
     }
@@ -427,10 +376,7 @@ impl ClientThread<'_> {
         if self.should_stop() {
             return Ok(());
         }
-        let keys =
-            self.config
-                .key_chooser
-                .choose(&mut self.rng, self.config.keys, self.config.txn_size);
+        let keys = self.config.key_chooser.choose(&mut self.rng, self.config.keys, self.config.txn_size);
         let start = Instant::now();
         let start_ns = self.shared.now_ns();
         let write_ts = if self.rng.gen_bool(self.config.read_ratio) {
@@ -451,27 +397,16 @@ impl ClientThread<'_> {
             })?;
             Some(ts)
         };
-        self.in_flight[session] = Some(InFlight {
-            keys,
-            write_ts,
-            start,
-            start_ns,
-        });
+        self.in_flight[session] = Some(InFlight { keys, write_ts, start, start_ns });
         Ok(())
     }
 
     fn record(&mut self, completion: Completion) {
-        let in_flight = self.in_flight[completion.session]
-            .take()
-            .expect("a completed session was in flight");
+        let in_flight = self.in_flight[completion.session].take().expect("a completed session was in flight");
         let latency_us = (in_flight.start.elapsed().as_micros() as u64).max(1);
         let end_ns = self.shared.now_ns();
         let client = u64::from(self.driver.client_id(completion.session));
-        let keys: Vec<String> = in_flight
-            .keys
-            .iter()
-            .map(|key| history::key_to_history_string(key))
-            .collect();
+        let keys: Vec<String> = in_flight.keys.iter().map(|key| history::key_to_history_string(key)).collect();
         let (start_ns, ok) = (in_flight.start_ns, completion.result.is_ok());
         let record = match completion.result {
             Ok(TxnResult::Read(outcome)) => {
@@ -484,48 +419,21 @@ impl ClientThread<'_> {
                 let mut value_ts = std::collections::BTreeMap::new();
                 for (key, item) in keys.iter().zip(&outcome.items) {
                     reads.insert(key.clone(), item.ts);
-                    value_ts.insert(
-                        key.clone(),
-                        history::verify_check_value(&item.value).unwrap_or(u64::MAX),
-                    );
+                    value_ts.insert(key.clone(), history::verify_check_value(&item.value).unwrap_or(u64::MAX));
                 }
-                Record::Read(ReadRecord {
-                    client,
-                    keys,
-                    reads,
-                    value_ts,
-                    start_ns,
-                    end_ns,
-                    ok,
-                })
+                Record::Read(ReadRecord { client, keys, reads, value_ts, start_ns, end_ns, ok })
             }
             Ok(TxnResult::Write(outcome)) => {
                 self.totals.writes += 1;
                 self.totals.write_latency_us.saturating_record(latency_us);
-                Record::Write(WriteRecord {
-                    client,
-                    ts: outcome.ts,
-                    keys,
-                    start_ns,
-                    end_ns,
-                    ok,
-                })
+                Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok })
             }
             Err(error) => {
                 self.totals.failed += 1;
-                self.totals
-                    .first_failure
-                    .get_or_insert_with(|| error.to_string());
+                self.totals.first_failure.get_or_insert_with(|| error.to_string());
                 match in_flight.write_ts {
                     // A failed write may have prepared or committed somewhere: record it.
-                    Some(ts) => Record::Write(WriteRecord {
-                        client,
-                        ts,
-                        keys,
-                        start_ns,
-                        end_ns,
-                        ok,
-                    }),
+                    Some(ts) => Record::Write(WriteRecord { client, ts, keys, start_ns, end_ns, ok }),
                     None => return,
                 }
             }

@@ -70,11 +70,7 @@ impl MachineInfo {
         let os = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|release| format!("Linux {}", release.trim()))
             .unwrap_or_else(|_| std::env::consts::OS.into());
-        Self {
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            cpu_model,
-            os,
-        }
+        Self { cpus: std::thread::available_parallelism().map_or(1, |n| n.get()), cpu_model, os }
     }
 }
 

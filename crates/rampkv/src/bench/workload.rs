@@ -51,10 +51,7 @@ mod tests {
             sorted.sort();
             sorted.dedup();
             assert_eq!(sorted.len(), 5);
-            assert!(keys
-                .iter()
-                .all(|key| ["k0", "k1", "k2", "k3", "k4"]
-                    .contains(&std::str::from_utf8(key).unwrap())));
+            assert!(keys.iter().all(|key| ["k0", "k1", "k2", "k3", "k4"].contains(&std::str::from_utf8(key).unwrap())));
         }
     }
 }

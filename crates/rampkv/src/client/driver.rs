@@ -75,30 +75,18 @@ fn request_id(session: usize, generation: u8, tag: u32) -> u64 {
 }
 
 fn split_request_id(request_id: u64) -> (usize, u8, u32) {
-    (
-        (request_id >> 40) as usize,
-        (request_id >> 32) as u8,
-        request_id as u32,
-    )
+    ((request_id >> 40) as usize, (request_id >> 32) as u8, request_id as u32)
 }
 
 impl<T: ClientTransport> Driver<T> {
     /// A driver with `sessions` logical clients; asks the cluster's first server for their
     /// client ids (so timestamps are unique across every client of the cluster).
-    pub fn connect(
-        mut transport: T,
-        cluster: Cluster,
-        sessions: usize,
-    ) -> Result<Self, ClientError> {
+    pub fn connect(mut transport: T, cluster: Cluster, sessions: usize) -> Result<Self, ClientError> {
         if sessions == 0 || sessions > DRIVER_SESSIONS_MAX || sessions > usize::from(u16::MAX) {
-            return Err(ClientError::Config(format!(
-                "need 1..=65535 sessions, got {sessions}"
-            )));
+            return Err(ClientError::Config(format!("need 1..=65535 sessions, got {sessions}")));
         }
         if transport.server_count() != cluster.servers().len() {
-            return Err(ClientError::Config(
-                "transport and cluster disagree on the servers".into(),
-            ));
+            return Err(ClientError::Config("transport and cluster disagree on the servers".into()));
         }
         let first_id = hello(&mut transport, sessions as u16)?;
         let now = Instant::now();
@@ -151,11 +139,7 @@ impl<T: ClientTransport> Driver<T> {
 
     /// Starts a write-only transaction on an idle session; `value_for` builds each value from
     /// the transaction's timestamp (check-mode values embed it). Returns the timestamp.
-    pub fn begin_write(
-        &mut self,
-        session: usize,
-        writes: Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<Timestamp, ClientError> {
+    pub fn begin_write(&mut self, session: usize, writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Timestamp, ClientError> {
         self.begin_write_with(session, |_| writes)
     }
 
@@ -176,9 +160,7 @@ impl<T: ClientTransport> Driver<T> {
     fn check_idle(&self, session: usize) -> Result<(), ClientError> {
         match self.sessions.get(session) {
             None => Err(ClientError::Config(format!("no session {session}"))),
-            Some(state) if state.txn.is_some() => {
-                Err(ClientError::Config(format!("session {session} is busy")))
-            }
+            Some(state) if state.txn.is_some() => Err(ClientError::Config(format!("session {session} is busy"))),
             Some(_) => Ok(()),
         }
     }
@@ -196,8 +178,7 @@ impl<T: ClientTransport> Driver<T> {
         let generation = self.sessions[session].generation;
         for outgoing in self.outgoing.drain(..) {
             let id = request_id(session, generation, outgoing.tag);
-            self.transport
-                .post(outgoing.server, id, &outgoing.request)?;
+            self.transport.post(outgoing.server, id, &outgoing.request)?;
         }
         Ok(())
     }
@@ -205,16 +186,10 @@ impl<T: ClientTransport> Driver<T> {
     /// Sends what is queued, waits up to `timeout` for replies, advances the transactions they
     /// answer, and appends finished ones to `completions`. Transactions past their deadline
     /// finish with [`ClientError::Timeout`].
-    pub fn step(
-        &mut self,
-        timeout: Option<Duration>,
-        completions: &mut Vec<Completion>,
-    ) -> Result<(), ClientError> {
+    pub fn step(&mut self, timeout: Option<Duration>, completions: &mut Vec<Completion>) -> Result<(), ClientError> {
         self.transport.flush()?;
         let mut replies = std::mem::take(&mut self.replies);
-        let polled = self.transport.poll(timeout, |_server, id, response| {
-            replies.push((id, response))
-        });
+        let polled = self.transport.poll(timeout, |_server, id, response| replies.push((id, response)));
         let mut result: Result<(), ClientError> = polled.map(|_| ()).map_err(ClientError::from);
         for (id, response) in replies.drain(..) {
             if result.is_ok() {
@@ -227,12 +202,7 @@ impl<T: ClientTransport> Driver<T> {
         Ok(())
     }
 
-    fn on_reply(
-        &mut self,
-        id: u64,
-        response: Response,
-        completions: &mut Vec<Completion>,
-    ) -> Result<(), ClientError> {
+    fn on_reply(&mut self, id: u64, response: Response, completions: &mut Vec<Completion>) -> Result<(), ClientError> {
         let (session, generation, tag) = split_request_id(id);
         let Some(state) = self.sessions.get_mut(session) else {
             return Ok(()); // not ours: ignore
@@ -242,12 +212,12 @@ impl<T: ClientTransport> Driver<T> {
         }
         let step = match state.txn.as_mut() {
             None => return Ok(()),
-            Some(ActiveTxn::Read(txn)) => txn
-                .on_reply(tag, response, &mut self.outgoing)
-                .map(|step| map_step(step, TxnResult::Read)),
-            Some(ActiveTxn::Write(txn)) => txn
-                .on_reply(tag, response, &mut self.outgoing)
-                .map(|step| map_step(step, TxnResult::Write)),
+            Some(ActiveTxn::Read(txn)) => {
+                txn.on_reply(tag, response, &mut self.outgoing).map(|step| map_step(step, TxnResult::Read))
+            }
+            Some(ActiveTxn::Write(txn)) => {
+                txn.on_reply(tag, response, &mut self.outgoing).map(|step| map_step(step, TxnResult::Write))
+            }
         };
         match step {
             Ok(Step::Pending) => self.post_outgoing(session)?,
@@ -266,12 +236,7 @@ impl<T: ClientTransport> Driver<T> {
         Ok(())
     }
 
-    fn finish(
-        &mut self,
-        session: usize,
-        result: Result<TxnResult, ClientError>,
-        completions: &mut Vec<Completion>,
-    ) {
+    fn finish(&mut self, session: usize, result: Result<TxnResult, ClientError>, completions: &mut Vec<Completion>) {
         let state = &mut self.sessions[session];
         debug_assert!(state.txn.is_some());
         state.txn = None;
@@ -304,13 +269,7 @@ fn map_step<O>(step: Step<O>, wrap: impl FnOnce(O) -> TxnResult) -> Step<TxnResu
 
 /// Asks server 0 for `count` client ids; returns the first.
 fn hello<T: ClientTransport>(transport: &mut T, count: u16) -> Result<u16, ClientError> {
-    transport.post(
-        0,
-        0,
-        &Request::Hello {
-            client_ids_wanted: count,
-        },
-    )?;
+    transport.post(0, 0, &Request::Hello { client_ids_wanted: count })?;
     transport.flush()?;
     let deadline = Instant::now() + HELLO_TIMEOUT;
     let mut reply = None;
@@ -322,12 +281,11 @@ fn hello<T: ClientTransport>(transport: &mut T, count: u16) -> Result<u16, Clien
         transport.poll(Some(left), |_, _, response| reply = Some(response))?;
     }
     match reply {
-        Some(Response::Hello {
-            client_id_first,
-            client_ids_granted,
-        }) if client_ids_granted >= count && client_id_first > 0 => Ok(client_id_first),
-        other => Err(ClientError::Handshake(format!(
-            "unexpected HELLO reply {other:?}"
-        ))),
+        Some(Response::Hello { client_id_first, client_ids_granted })
+            if client_ids_granted >= count && client_id_first > 0 =>
+        {
+            Ok(client_id_first)
+        }
+        other => Err(ClientError::Handshake(format!("unexpected HELLO reply {other:?}"))),
     }
 }

@@ -48,9 +48,7 @@ impl Client {
     /// Connects to every server of `cluster`.
     pub fn connect(cluster: &Cluster) -> Result<Client, ClientError> {
         let transport = TcpClientTransport::connect(cluster.servers())?;
-        Ok(Client {
-            driver: Driver::connect(transport, cluster.clone(), 1)?,
-        })
+        Ok(Client { driver: Driver::connect(transport, cluster.clone(), 1)? })
     }
 
     /// Reads `keys` read-atomically. Each item has the key, the version's timestamp (0 for a
@@ -76,8 +74,7 @@ impl Client {
     fn wait(&mut self) -> Result<TxnResult, ClientError> {
         let mut completions = Vec::with_capacity(1);
         loop {
-            self.driver
-                .step(Some(Duration::from_millis(50)), &mut completions)?;
+            self.driver.step(Some(Duration::from_millis(50)), &mut completions)?;
             if let Some(completion) = completions.pop() {
                 return completion.result;
             }

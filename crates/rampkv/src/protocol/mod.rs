@@ -79,11 +79,7 @@ pub enum ProtocolError {
     #[error("invalid transaction: {0}")]
     InvalidTransaction(String),
     #[error("server {server} refused the request ({code:?}): {message}")]
-    ServerError {
-        server: usize,
-        code: ErrorCode,
-        message: String,
-    },
+    ServerError { server: usize, code: ErrorCode, message: String },
     #[error("server {server} sent a reply that does not fit the request: {why}")]
     MalformedReply { server: usize, why: String },
     #[error("read restarted {0} times because versions it needed were collected")]

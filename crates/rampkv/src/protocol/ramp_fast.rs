@@ -16,9 +16,7 @@
 
 use std::collections::HashMap;
 
-use super::{
-    make_tag, split_tag, Outgoing, ProtocolError, ReadItem, ReadOutcome, Step, WriteOutcome,
-};
+use super::{make_tag, split_tag, Outgoing, ProtocolError, ReadItem, ReadOutcome, Step, WriteOutcome};
 use crate::cluster::Cluster;
 use crate::limits::{KEY_BYTES_MAX, READ_RESTARTS_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
@@ -34,22 +32,14 @@ pub struct ReadOptions {
 }
 
 /// Validates the keys of a transaction before anything is sent.
-pub fn validate_keys<'k>(
-    keys: impl ExactSizeIterator<Item = &'k [u8]>,
-) -> Result<(), ProtocolError> {
+pub fn validate_keys<'k>(keys: impl ExactSizeIterator<Item = &'k [u8]>) -> Result<(), ProtocolError> {
     let invalid = |why: String| Err(ProtocolError::InvalidTransaction(why));
     if keys.len() == 0 || keys.len() > TXN_KEYS_MAX {
-        return invalid(format!(
-            "a transaction needs 1..={TXN_KEYS_MAX} keys, got {}",
-            keys.len()
-        ));
+        return invalid(format!("a transaction needs 1..={TXN_KEYS_MAX} keys, got {}", keys.len()));
     }
     for key in keys {
         if key.len() > KEY_BYTES_MAX {
-            return invalid(format!(
-                "a key of {} bytes exceeds the maximum of {KEY_BYTES_MAX}",
-                key.len()
-            ));
+            return invalid(format!("a key of {} bytes exceeds the maximum of {KEY_BYTES_MAX}", key.len()));
         }
     }
     Ok(())
@@ -85,11 +75,7 @@ pub struct ReadTxn {
 
 impl ReadTxn {
     /// Plans a read of `keys` (repeats allowed; each gets the same result).
-    pub fn new(
-        cluster: &Cluster,
-        keys: Vec<Vec<u8>>,
-        options: ReadOptions,
-    ) -> Result<ReadTxn, ProtocolError> {
+    pub fn new(cluster: &Cluster, keys: Vec<Vec<u8>>, options: ReadOptions) -> Result<ReadTxn, ProtocolError> {
         validate_keys(keys.iter().map(Vec::as_slice))?;
         let mut index_of: HashMap<&[u8], usize> = HashMap::with_capacity(keys.len());
         let mut distinct: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
@@ -124,11 +110,8 @@ impl ReadTxn {
     pub fn start(&mut self, out: &mut Vec<Outgoing>) {
         self.round = 1;
         self.results.iter_mut().for_each(|result| *result = None);
-        self.repair_at
-            .iter_mut()
-            .for_each(|at| *at = TIMESTAMP_INITIAL);
-        let wanted: Vec<(usize, Timestamp)> =
-            (0..self.keys.len()).map(|index| (index, 0)).collect();
+        self.repair_at.iter_mut().for_each(|at| *at = TIMESTAMP_INITIAL);
+        let wanted: Vec<(usize, Timestamp)> = (0..self.keys.len()).map(|index| (index, 0)).collect();
         self.send_round(&wanted, out);
     }
 
@@ -141,20 +124,13 @@ impl ReadTxn {
             let part = match self.parts.iter().position(|part| part.server == server) {
                 Some(part) => part,
                 None => {
-                    self.parts.push(Part {
-                        server,
-                        key_indices: Vec::new(),
-                        done: false,
-                    });
+                    self.parts.push(Part { server, key_indices: Vec::new(), done: false });
                     items_by_part.push(Vec::new());
                     self.parts.len() - 1
                 }
             };
             self.parts[part].key_indices.push(index);
-            items_by_part[part].push(GetItem {
-                key: self.keys[index].clone(),
-                at,
-            });
+            items_by_part[part].push(GetItem { key: self.keys[index].clone(), at });
         }
         self.outstanding = self.parts.len();
         for (part, items) in items_by_part.into_iter().enumerate() {
@@ -185,30 +161,15 @@ impl ReadTxn {
         };
         let server = part.server;
         if part.done {
-            return Err(ProtocolError::MalformedReply {
-                server,
-                why: "duplicate reply".into(),
-            });
+            return Err(ProtocolError::MalformedReply { server, why: "duplicate reply".into() });
         }
         part.done = true;
         let items = match response {
             Response::Versions { items } => items,
-            Response::Error {
-                code: ErrorCode::VersionGone,
-                ..
-            } => return self.restart(out),
-            Response::Error { code, message } => {
-                return Err(ProtocolError::ServerError {
-                    server,
-                    code,
-                    message,
-                })
-            }
+            Response::Error { code: ErrorCode::VersionGone, .. } => return self.restart(out),
+            Response::Error { code, message } => return Err(ProtocolError::ServerError { server, code, message }),
             other => {
-                return Err(ProtocolError::MalformedReply {
-                    server,
-                    why: format!("expected VERSIONS, got {other:?}"),
-                })
+                return Err(ProtocolError::MalformedReply { server, why: format!("expected VERSIONS, got {other:?}") })
             }
         };
         let key_indices = std::mem::take(&mut part.key_indices);
@@ -222,10 +183,7 @@ impl ReadTxn {
             if self.round == 2 && item.ts != self.repair_at[index] {
                 return Err(ProtocolError::MalformedReply {
                     server,
-                    why: format!(
-                        "asked for version {}, got {}",
-                        self.repair_at[index], item.ts
-                    ),
+                    why: format!("asked for version {}, got {}", self.repair_at[index], item.ts),
                 });
             }
             self.results[index] = Some(item);
@@ -244,12 +202,8 @@ impl ReadTxn {
     /// Returns whether round 2 was sent.
     fn plan_repair(&mut self, out: &mut Vec<Outgoing>) -> bool {
         let mut required = vec![TIMESTAMP_INITIAL; self.keys.len()];
-        let index_of: HashMap<&[u8], usize> = self
-            .keys
-            .iter()
-            .enumerate()
-            .map(|(index, key)| (key.as_slice(), index))
-            .collect();
+        let index_of: HashMap<&[u8], usize> =
+            self.keys.iter().enumerate().map(|(index, key)| (key.as_slice(), index)).collect();
         for result in self.results.iter().flatten() {
             for key in &result.write_set {
                 if let Some(&index) = index_of.get(key.as_slice()) {
@@ -276,9 +230,7 @@ impl ReadTxn {
     }
 
     fn result_ts(&self, index: usize) -> Timestamp {
-        self.results[index]
-            .as_ref()
-            .map_or(TIMESTAMP_INITIAL, |item| item.ts)
+        self.results[index].as_ref().map_or(TIMESTAMP_INITIAL, |item| item.ts)
     }
 
     fn restart(&mut self, out: &mut Vec<Outgoing>) -> Result<Step<ReadOutcome>, ProtocolError> {
@@ -297,18 +249,10 @@ impl ReadTxn {
             .iter()
             .map(|&index| {
                 let result = self.results[index].as_ref().expect("every key answered");
-                ReadItem {
-                    key: self.keys[index].clone(),
-                    ts: result.ts,
-                    value: result.value.clone(),
-                }
+                ReadItem { key: self.keys[index].clone(), ts: result.ts, value: result.value.clone() }
             })
             .collect();
-        ReadOutcome {
-            items,
-            round2_keys: self.round2_keys,
-            restarts: self.restarts,
-        }
+        ReadOutcome { items, round2_keys: self.round2_keys, restarts: self.restarts }
     }
 }
 
@@ -333,21 +277,12 @@ pub struct WriteTxn {
 impl WriteTxn {
     /// Plans writing `writes` at timestamp `ts`. A key written twice keeps its last value.
     /// Everything is validated here, before any server state changes.
-    pub fn new(
-        cluster: &Cluster,
-        ts: Timestamp,
-        writes: Vec<(Vec<u8>, Vec<u8>)>,
-    ) -> Result<WriteTxn, ProtocolError> {
+    pub fn new(cluster: &Cluster, ts: Timestamp, writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<WriteTxn, ProtocolError> {
         validate_keys(writes.iter().map(|(key, _)| key.as_slice()))?;
         if ts == TIMESTAMP_INITIAL {
-            return Err(ProtocolError::InvalidTransaction(
-                "timestamp 0 is reserved".into(),
-            ));
+            return Err(ProtocolError::InvalidTransaction("timestamp 0 is reserved".into()));
         }
-        if let Some((_, value)) = writes
-            .iter()
-            .find(|(_, value)| value.len() > VALUE_BYTES_MAX)
-        {
+        if let Some((_, value)) = writes.iter().find(|(_, value)| value.len() > VALUE_BYTES_MAX) {
             return Err(ProtocolError::InvalidTransaction(format!(
                 "a value of {} bytes exceeds the maximum of {VALUE_BYTES_MAX}",
                 value.len()
@@ -364,10 +299,7 @@ impl WriteTxn {
         for key in &write_set {
             let server = cluster.server_of(key);
             let value = last.remove(key).expect("every write-set key has a value");
-            let write = Write {
-                key: key.clone(),
-                value,
-            };
+            let write = Write { key: key.clone(), value };
             match parts.iter_mut().find(|(owner, _)| *owner == server) {
                 Some((_, writes)) => writes.push(write),
                 None => parts.push((server, vec![write])),
@@ -420,35 +352,18 @@ impl WriteTxn {
     ) -> Result<Step<WriteOutcome>, ProtocolError> {
         let (attempt, part) = split_tag(tag);
         let part = usize::from(part);
-        let server = self
-            .parts
-            .get(part)
-            .map_or(usize::MAX, |(server, _)| *server);
+        let server = self.parts.get(part).map_or(usize::MAX, |(server, _)| *server);
         let expected_attempt = match self.phase {
             WritePhase::Prepare => 0,
             WritePhase::Commit => 1,
         };
         if attempt != expected_attempt || part >= self.parts.len() || self.acknowledged[part] {
-            return Err(ProtocolError::MalformedReply {
-                server,
-                why: format!("unexpected reply tag {tag:#x}"),
-            });
+            return Err(ProtocolError::MalformedReply { server, why: format!("unexpected reply tag {tag:#x}") });
         }
         match response {
             Response::Ack => {}
-            Response::Error { code, message } => {
-                return Err(ProtocolError::ServerError {
-                    server,
-                    code,
-                    message,
-                })
-            }
-            other => {
-                return Err(ProtocolError::MalformedReply {
-                    server,
-                    why: format!("expected ACK, got {other:?}"),
-                })
-            }
+            Response::Error { code, message } => return Err(ProtocolError::ServerError { server, code, message }),
+            other => return Err(ProtocolError::MalformedReply { server, why: format!("expected ACK, got {other:?}") }),
         }
         self.acknowledged[part] = true;
         self.outstanding -= 1;

@@ -24,10 +24,7 @@ pub struct ServerCore {
 impl ServerCore {
     /// A server whose store keeps superseded versions for `gc_grace_ms`.
     pub fn new(gc_grace_ms: u64) -> Self {
-        Self {
-            store: Store::new(gc_grace_ms),
-            next_client_id: AtomicU32::new(1),
-        }
+        Self { store: Store::new(gc_grace_ms), next_client_id: AtomicU32::new(1) }
     }
 
     /// The store, for statistics and tests.
@@ -37,14 +34,7 @@ impl ServerCore {
 
     /// Decodes a request frame body and appends the reply frame to `out`. A body that does
     /// not decode gets a `BadRequest` reply (the framing is intact, so the connection goes on).
-    pub fn handle_frame(
-        &self,
-        kind: u8,
-        request_id: u64,
-        body: &[u8],
-        now_ms: u64,
-        out: &mut Vec<u8>,
-    ) {
+    pub fn handle_frame(&self, kind: u8, request_id: u64, body: &[u8], now_ms: u64, out: &mut Vec<u8>) {
         match Request::decode(kind, body) {
             Ok(request) => self.handle(request, request_id, now_ms, out),
             Err(error) => reply_decode_error(&error, request_id, out),
@@ -54,26 +44,17 @@ impl ServerCore {
     /// Serves one request and appends the reply frame to `out`.
     pub fn handle(&self, request: Request, request_id: u64, now_ms: u64, out: &mut Vec<u8>) {
         match request {
-            Request::Hello { client_ids_wanted } => {
-                self.hello(client_ids_wanted).encode_frame(request_id, out)
-            }
+            Request::Hello { client_ids_wanted } => self.hello(client_ids_wanted).encode_frame(request_id, out),
             Request::Get { items } => self.get(&items, request_id, out),
-            Request::Prepare {
-                ts,
-                write_set,
-                writes,
-            } => {
-                let write_set: Arc<[Key]> =
-                    write_set.into_iter().map(Vec::into_boxed_slice).collect();
+            Request::Prepare { ts, write_set, writes } => {
+                let write_set: Arc<[Key]> = write_set.into_iter().map(Vec::into_boxed_slice).collect();
                 let writes = writes
                     .into_iter()
                     .map(|write| (write.key.into_boxed_slice(), write.value.into_boxed_slice()))
                     .collect();
                 match self.store.prepare(ts, write_set, writes, now_ms) {
                     Ok(()) => Response::Ack.encode_frame(request_id, out),
-                    Err(error) => {
-                        Response::bad_request(error.to_string()).encode_frame(request_id, out)
-                    }
+                    Err(error) => Response::bad_request(error.to_string()).encode_frame(request_id, out),
                 }
             }
             Request::Commit { ts } => {
@@ -92,10 +73,7 @@ impl ServerCore {
         if first + wanted - 1 > span {
             first = 1;
         }
-        Response::Hello {
-            client_id_first: first as u16,
-            client_ids_granted: wanted as u16,
-        }
+        Response::Hello { client_id_first: first as u16, client_ids_granted: wanted as u16 }
     }
 
     fn get(&self, items: &[GetItem], request_id: u64, out: &mut Vec<u8>) {
@@ -109,20 +87,12 @@ impl ServerCore {
                 Ok(version) => versions.push(Some(version)),
                 Err(StoreError::VersionGone { ts }) => {
                     let message = format!("version {ts} is gone; restart the read");
-                    Response::Error {
-                        code: ErrorCode::VersionGone,
-                        message,
-                    }
-                    .encode_frame(request_id, out);
+                    Response::Error { code: ErrorCode::VersionGone, message }.encode_frame(request_id, out);
                     return;
                 }
                 Err(other) => {
                     let message = other.to_string();
-                    Response::Error {
-                        code: ErrorCode::Internal,
-                        message,
-                    }
-                    .encode_frame(request_id, out);
+                    Response::Error { code: ErrorCode::Internal, message }.encode_frame(request_id, out);
                     return;
                 }
             }

@@ -16,16 +16,9 @@ use crate::wire::{Request, Response, WireError};
 #[non_exhaustive]
 pub enum TransportError {
     #[error("cannot connect to server {server} at {address}: {source}")]
-    Connect {
-        server: usize,
-        address: String,
-        source: std::io::Error,
-    },
+    Connect { server: usize, address: String, source: std::io::Error },
     #[error("i/o error with server {server}: {source}")]
-    Io {
-        server: usize,
-        source: std::io::Error,
-    },
+    Io { server: usize, source: std::io::Error },
     #[error("server {server} closed the connection")]
     Closed { server: usize },
     #[error("server {server} sent bytes that are not a valid reply: {source}")]
@@ -41,12 +34,7 @@ pub trait ClientTransport {
 
     /// Queues `request` for `server`; it is sent by the next [`ClientTransport::flush`]
     /// (or earlier, if the transport must make room).
-    fn post(
-        &mut self,
-        server: usize,
-        request_id: u64,
-        request: &Request,
-    ) -> Result<(), TransportError>;
+    fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError>;
 
     /// Sends everything queued, as far as the medium accepts without blocking.
     fn flush(&mut self) -> Result<(), TransportError>;

@@ -71,41 +71,22 @@ impl FrameHeader {
             return Err(WireError::ReservedBitsSet(reserved));
         }
         if body_length as usize > FRAME_BODY_BYTES_MAX {
-            return Err(WireError::FrameTooLarge {
-                length: body_length as usize,
-                max: FRAME_BODY_BYTES_MAX,
-            });
+            return Err(WireError::FrameTooLarge { length: body_length as usize, max: FRAME_BODY_BYTES_MAX });
         }
         let request_id = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
-        Ok(FrameHeader {
-            body_length,
-            kind: bytes[5],
-            request_id,
-        })
+        Ok(FrameHeader { body_length, kind: bytes[5], request_id })
     }
 }
 
 /// Appends one frame (header then the body produced by `encode_body`) to `out`.
 /// The body length is patched in after encoding, so bodies are written once, in place.
-pub fn append_frame(
-    out: &mut Vec<u8>,
-    kind: u8,
-    request_id: u64,
-    encode_body: impl FnOnce(&mut Vec<u8>),
-) {
+pub fn append_frame(out: &mut Vec<u8>, kind: u8, request_id: u64, encode_body: impl FnOnce(&mut Vec<u8>)) {
     let start = out.len();
     out.extend_from_slice(&[0u8; FRAME_HEADER_BYTES]);
     encode_body(out);
     let body_length = out.len() - start - FRAME_HEADER_BYTES;
-    assert!(
-        body_length <= FRAME_BODY_BYTES_MAX,
-        "encoder produced an oversized frame"
-    );
-    let header = FrameHeader {
-        body_length: body_length as u32,
-        kind,
-        request_id,
-    };
+    assert!(body_length <= FRAME_BODY_BYTES_MAX, "encoder produced an oversized frame");
+    let header = FrameHeader { body_length: body_length as u32, kind, request_id };
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
     header.encode(&mut header_bytes);
     out[start..start + FRAME_HEADER_BYTES].copy_from_slice(&header_bytes);

@@ -35,11 +35,7 @@ pub enum WireError {
     #[error("frame body of {length} bytes exceeds the maximum of {max}")]
     FrameTooLarge { length: usize, max: usize },
     #[error("{what} of {length} exceeds the maximum of {max}")]
-    FieldTooLarge {
-        what: &'static str,
-        length: usize,
-        max: usize,
-    },
+    FieldTooLarge { what: &'static str, length: usize, max: usize },
     #[error("{0} trailing bytes after the message")]
     TrailingBytes(usize),
     #[error("invalid field: {0}")]
@@ -92,9 +88,7 @@ impl<'a> Decoder<'a> {
     }
     fn take(&mut self, length: usize) -> Result<&'a [u8], WireError> {
         if self.bytes.len() < length {
-            return Err(WireError::Truncated {
-                needed: length - self.bytes.len(),
-            });
+            return Err(WireError::Truncated { needed: length - self.bytes.len() });
         }
         let (head, rest) = self.bytes.split_at(length);
         self.bytes = rest;
@@ -116,47 +110,28 @@ impl<'a> Decoder<'a> {
     }
     /// A count of items, each at least `item_bytes_min` long: refused if above `max` or if the
     /// remaining bytes cannot hold that many items (so garbage never drives an allocation).
-    pub(crate) fn count(
-        &mut self,
-        what: &'static str,
-        max: usize,
-        item_bytes_min: usize,
-    ) -> Result<usize, WireError> {
+    pub(crate) fn count(&mut self, what: &'static str, max: usize, item_bytes_min: usize) -> Result<usize, WireError> {
         let count = self.u32()? as usize;
         if count > max {
-            return Err(WireError::FieldTooLarge {
-                what,
-                length: count,
-                max,
-            });
+            return Err(WireError::FieldTooLarge { what, length: count, max });
         }
         let needed = count.saturating_mul(item_bytes_min);
         if needed > self.bytes.len() {
-            return Err(WireError::Truncated {
-                needed: needed - self.bytes.len(),
-            });
+            return Err(WireError::Truncated { needed: needed - self.bytes.len() });
         }
         Ok(count)
     }
     pub(crate) fn key(&mut self) -> Result<Vec<u8>, WireError> {
         let length = self.u16()? as usize;
         if length > KEY_BYTES_MAX {
-            return Err(WireError::FieldTooLarge {
-                what: "key",
-                length,
-                max: KEY_BYTES_MAX,
-            });
+            return Err(WireError::FieldTooLarge { what: "key", length, max: KEY_BYTES_MAX });
         }
         Ok(self.take(length)?.to_vec())
     }
     pub(crate) fn value(&mut self) -> Result<Vec<u8>, WireError> {
         self.bytes_up_to("value", VALUE_BYTES_MAX)
     }
-    pub(crate) fn bytes_up_to(
-        &mut self,
-        what: &'static str,
-        max: usize,
-    ) -> Result<Vec<u8>, WireError> {
+    pub(crate) fn bytes_up_to(&mut self, what: &'static str, max: usize) -> Result<Vec<u8>, WireError> {
         let length = self.u32()? as usize;
         if length > max {
             return Err(WireError::FieldTooLarge { what, length, max });

@@ -48,11 +48,7 @@ pub enum Request {
     Get { items: Vec<GetItem> },
     /// Stores the transaction's writes on this server as prepared (invisible) versions;
     /// `write_set` is the transaction's whole write set (RAMP-Fast metadata).
-    Prepare {
-        ts: Timestamp,
-        write_set: Vec<Vec<u8>>,
-        writes: Vec<Write>,
-    },
+    Prepare { ts: Timestamp, write_set: Vec<Vec<u8>>, writes: Vec<Write> },
     /// Makes the prepared versions of transaction `ts` on this server visible.
     Commit { ts: Timestamp },
 }
@@ -86,11 +82,7 @@ impl Request {
                     encoder.u64(item.at);
                 }
             }
-            Request::Prepare {
-                ts,
-                write_set,
-                writes,
-            } => {
+            Request::Prepare { ts, write_set, writes } => {
                 assert!(write_set.len() <= TXN_KEYS_MAX && writes.len() <= TXN_KEYS_MAX);
                 encoder.u64(*ts);
                 encoder.count(write_set.len());
@@ -111,18 +103,11 @@ impl Request {
     pub fn decode(kind: u8, body: &[u8]) -> Result<Request, WireError> {
         let mut decoder = Decoder::new(body);
         let request = match kind {
-            KIND_HELLO => Request::Hello {
-                client_ids_wanted: decoder.u16()?,
-            },
+            KIND_HELLO => Request::Hello { client_ids_wanted: decoder.u16()? },
             KIND_GET => {
                 let count = decoder.count("get items", TXN_KEYS_MAX, 10)?;
                 let items = (0..count)
-                    .map(|_| {
-                        Ok(GetItem {
-                            key: decoder.key()?,
-                            at: decoder.u64()?,
-                        })
-                    })
+                    .map(|_| Ok(GetItem { key: decoder.key()?, at: decoder.u64()? }))
                     .collect::<Result<_, WireError>>()?;
                 Request::Get { items }
             }
@@ -131,18 +116,9 @@ impl Request {
                 let write_set = decoder.keys("write set")?;
                 let count = decoder.count("writes", TXN_KEYS_MAX, 6)?;
                 let writes = (0..count)
-                    .map(|_| {
-                        Ok(Write {
-                            key: decoder.key()?,
-                            value: decoder.value()?,
-                        })
-                    })
+                    .map(|_| Ok(Write { key: decoder.key()?, value: decoder.value()? }))
                     .collect::<Result<_, WireError>>()?;
-                Request::Prepare {
-                    ts,
-                    write_set,
-                    writes,
-                }
+                Request::Prepare { ts, write_set, writes }
             }
             KIND_COMMIT => Request::Commit { ts: decoder.u64()? },
             other => return Err(WireError::UnknownKind(other)),

@@ -69,27 +69,16 @@ impl ErrorCode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Response {
-    Hello {
-        client_id_first: u16,
-        client_ids_granted: u16,
-    },
-    Versions {
-        items: Vec<VersionItem>,
-    },
+    Hello { client_id_first: u16, client_ids_granted: u16 },
+    Versions { items: Vec<VersionItem> },
     Ack,
-    Error {
-        code: ErrorCode,
-        message: String,
-    },
+    Error { code: ErrorCode, message: String },
 }
 
 impl Response {
     /// A `BadRequest` error reply.
     pub fn bad_request(message: impl Into<String>) -> Response {
-        Response::Error {
-            code: ErrorCode::BadRequest,
-            message: message.into(),
-        }
+        Response::Error { code: ErrorCode::BadRequest, message: message.into() }
     }
 
     /// The frame kind byte of this response.
@@ -111,10 +100,7 @@ impl Response {
     pub fn encode_body(&self, out: &mut Vec<u8>) {
         let mut encoder = Encoder::new(out);
         match self {
-            Response::Hello {
-                client_id_first,
-                client_ids_granted,
-            } => {
+            Response::Hello { client_id_first, client_ids_granted } => {
                 encoder.u16(*client_id_first);
                 encoder.u16(*client_ids_granted);
             }
@@ -137,10 +123,7 @@ impl Response {
     pub fn decode(kind: u8, body: &[u8]) -> Result<Response, WireError> {
         let mut decoder = Decoder::new(body);
         let response = match kind {
-            KIND_HELLO_REPLY => Response::Hello {
-                client_id_first: decoder.u16()?,
-                client_ids_granted: decoder.u16()?,
-            },
+            KIND_HELLO_REPLY => Response::Hello { client_id_first: decoder.u16()?, client_ids_granted: decoder.u16()? },
             KIND_VERSIONS => {
                 let count = decoder.count("versions", TXN_KEYS_MAX, 16)?;
                 let items = (0..count)
@@ -158,8 +141,8 @@ impl Response {
             KIND_ERROR => {
                 let code = ErrorCode::from_wire(decoder.u16()?);
                 let message = decoder.bytes_up_to("error message", ERROR_MESSAGE_BYTES_MAX)?;
-                let message = String::from_utf8(message)
-                    .map_err(|_| WireError::Invalid("error message is not UTF-8"))?;
+                let message =
+                    String::from_utf8(message).map_err(|_| WireError::Invalid("error message is not UTF-8"))?;
                 Response::Error { code, message }
             }
             other => return Err(WireError::UnknownKind(other)),
@@ -171,12 +154,7 @@ impl Response {
 
 /// Encodes one VERSIONS entry straight from borrowed parts, so a server can reply from its
 /// stored versions without building a `VersionItem` copy first.
-pub(crate) fn encode_version<K: AsRef<[u8]>>(
-    encoder: &mut Encoder<'_>,
-    ts: Timestamp,
-    value: &[u8],
-    write_set: &[K],
-) {
+pub(crate) fn encode_version<K: AsRef<[u8]>>(encoder: &mut Encoder<'_>, ts: Timestamp, value: &[u8], write_set: &[K]) {
     encoder.u64(ts);
     encoder.bytes(value);
     encoder.count(write_set.len());

@@ -18,24 +18,10 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         any::<u16>().prop_map(|client_ids_wanted| Request::Hello { client_ids_wanted }),
-        vec(
-            (key(), any::<u64>()).prop_map(|(key, at)| GetItem { key, at }),
-            0..8
-        )
-        .prop_map(|items| Request::Get { items }),
-        (
-            any::<u64>(),
-            vec(key(), 0..6),
-            vec(
-                (key(), value()).prop_map(|(key, value)| Write { key, value }),
-                0..6
-            )
-        )
-            .prop_map(|(ts, write_set, writes)| Request::Prepare {
-                ts,
-                write_set,
-                writes
-            }),
+        vec((key(), any::<u64>()).prop_map(|(key, at)| GetItem { key, at }), 0..8)
+            .prop_map(|items| Request::Get { items }),
+        (any::<u64>(), vec(key(), 0..6), vec((key(), value()).prop_map(|(key, value)| Write { key, value }), 0..6))
+            .prop_map(|(ts, write_set, writes)| Request::Prepare { ts, write_set, writes }),
         any::<u64>().prop_map(|ts| Request::Commit { ts }),
     ]
 }
@@ -49,19 +35,11 @@ fn response() -> impl Strategy<Value = Response> {
     ];
     prop_oneof![
         (any::<u16>(), any::<u16>()).prop_map(|(client_id_first, client_ids_granted)| {
-            Response::Hello {
-                client_id_first,
-                client_ids_granted,
-            }
+            Response::Hello { client_id_first, client_ids_granted }
         }),
         vec(
-            (any::<u64>(), value(), vec(key(), 0..5)).prop_map(|(ts, value, write_set)| {
-                VersionItem {
-                    ts,
-                    value,
-                    write_set,
-                }
-            }),
+            (any::<u64>(), value(), vec(key(), 0..5))
+                .prop_map(|(ts, value, write_set)| { VersionItem { ts, value, write_set } }),
             0..6
         )
         .prop_map(|items| Response::Versions { items }),
@@ -72,9 +50,7 @@ fn response() -> impl Strategy<Value = Response> {
 
 /// Splits one encoded frame into its header and body, checking it is complete and exact.
 fn split_frame(frame: &[u8]) -> (FrameHeader, &[u8]) {
-    let header = FrameHeader::check(frame)
-        .unwrap()
-        .expect("a complete frame");
+    let header = FrameHeader::check(frame).unwrap().expect("a complete frame");
     assert_eq!(header.frame_bytes(), frame.len());
     (header, &frame[FRAME_HEADER_BYTES..])
 }
@@ -156,67 +132,36 @@ fn trailing_bytes_after_a_message_are_refused() {
     let mut body = Vec::new();
     Request::Commit { ts: 5 }.encode_body(&mut body);
     body.push(0);
-    assert_eq!(
-        Request::decode(request::KIND_COMMIT, &body),
-        Err(WireError::TrailingBytes(1))
-    );
+    assert_eq!(Request::decode(request::KIND_COMMIT, &body), Err(WireError::TrailingBytes(1)));
 }
 
 #[test]
 fn invalid_headers_are_refused_with_the_reason() {
     let mut header = [0u8; FRAME_HEADER_BYTES];
-    FrameHeader {
-        body_length: 0,
-        kind: 1,
-        request_id: 0,
-    }
-    .encode(&mut header);
+    FrameHeader { body_length: 0, kind: 1, request_id: 0 }.encode(&mut header);
     let mut bad_version = header;
     bad_version[4] = 9;
-    assert_eq!(
-        FrameHeader::check(&bad_version),
-        Err(WireError::UnsupportedVersion(9))
-    );
+    assert_eq!(FrameHeader::check(&bad_version), Err(WireError::UnsupportedVersion(9)));
     let mut reserved = header;
     reserved[6] = 1;
-    assert_eq!(
-        FrameHeader::check(&reserved),
-        Err(WireError::ReservedBitsSet(1))
-    );
+    assert_eq!(FrameHeader::check(&reserved), Err(WireError::ReservedBitsSet(1)));
     let mut oversized = header;
     oversized[0..4].copy_from_slice(&(FRAME_BODY_BYTES_MAX as u32 + 1).to_le_bytes());
-    assert!(matches!(
-        FrameHeader::check(&oversized),
-        Err(WireError::FrameTooLarge { .. })
-    ));
+    assert!(matches!(FrameHeader::check(&oversized), Err(WireError::FrameTooLarge { .. })));
 }
 
 #[test]
 fn a_huge_count_in_a_short_body_is_refused_without_allocating() {
     // count = 200 items (under the limit) but no bytes for them.
     let body = 200u32.to_le_bytes();
-    assert!(matches!(
-        Request::decode(request::KIND_GET, &body),
-        Err(WireError::Truncated { .. })
-    ));
+    assert!(matches!(Request::decode(request::KIND_GET, &body), Err(WireError::Truncated { .. })));
     let body = u32::MAX.to_le_bytes();
-    assert!(matches!(
-        Request::decode(request::KIND_GET, &body),
-        Err(WireError::FieldTooLarge { .. })
-    ));
+    assert!(matches!(Request::decode(request::KIND_GET, &body), Err(WireError::FieldTooLarge { .. })));
 }
 
 #[test]
 fn the_header_layout_is_as_documented() {
     let mut header = [0u8; FRAME_HEADER_BYTES];
-    FrameHeader {
-        body_length: 0x0102_0304,
-        kind: 0x82,
-        request_id: 0x1122_3344_5566_7788,
-    }
-    .encode(&mut header);
-    assert_eq!(
-        header,
-        [0x04, 0x03, 0x02, 0x01, 1, 0x82, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]
-    );
+    FrameHeader { body_length: 0x0102_0304, kind: 0x82, request_id: 0x1122_3344_5566_7788 }.encode(&mut header);
+    assert_eq!(header, [0x04, 0x03, 0x02, 0x01, 1, 0x82, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
 }
