@@ -23,7 +23,9 @@
 //! never block writers for longer than one map lookup. Prepares take the write lock of one
 //! shard per key.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use ahash::AHashMap as HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -99,8 +101,8 @@ impl Store {
     /// An empty store whose superseded versions live at least `grace_ms`.
     pub fn new(grace_ms: u64) -> Self {
         Self {
-            shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::new())).collect(),
-            pending: (0..SHARD_COUNT).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::default())).collect(),
+            pending: (0..SHARD_COUNT).map(|_| Mutex::new(HashMap::default())).collect(),
             grace_ms,
             version_count: AtomicUsize::new(0),
             value_bytes: AtomicUsize::new(0),

@@ -16,6 +16,8 @@
 
 use std::collections::HashMap;
 
+use ahash::AHashMap;
+
 use super::{make_tag, split_tag, Outgoing, ProtocolError, ReadItem, ReadOutcome, Step, WriteOutcome};
 use crate::cluster::Cluster;
 use crate::limits::{KEY_BYTES_MAX, READ_RESTARTS_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
@@ -77,16 +79,21 @@ impl ReadTxn {
     /// Plans a read of `keys` (repeats allowed; each gets the same result).
     pub fn new(cluster: &Cluster, keys: Vec<Vec<u8>>, options: ReadOptions) -> Result<ReadTxn, ProtocolError> {
         validate_keys(keys.iter().map(Vec::as_slice))?;
-        let mut index_of: HashMap<&[u8], usize> = HashMap::with_capacity(keys.len());
         let mut distinct: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
         let mut positions = Vec::with_capacity(keys.len());
-        for key in &keys {
-            let next = distinct.len();
-            let index = *index_of.entry(key.as_slice()).or_insert(next);
-            if index == next {
-                distinct.push(key.clone());
+        {
+            let mut index = KeyIndex::new(keys.len());
+            for key in &keys {
+                let position = match index.find(&distinct, key) {
+                    Some(position) => position,
+                    None => {
+                        index.insert(key, distinct.len());
+                        distinct.push(key.clone());
+                        distinct.len() - 1
+                    }
+                };
+                positions.push(position);
             }
-            positions.push(index);
         }
         let key_servers = distinct.iter().map(|key| cluster.server_of(key)).collect();
         let count = distinct.len();
@@ -202,11 +209,13 @@ impl ReadTxn {
     /// Returns whether round 2 was sent.
     fn plan_repair(&mut self, out: &mut Vec<Outgoing>) -> bool {
         let mut required = vec![TIMESTAMP_INITIAL; self.keys.len()];
-        let index_of: HashMap<&[u8], usize> =
-            self.keys.iter().enumerate().map(|(index, key)| (key.as_slice(), index)).collect();
+        let mut index_of = KeyIndex::new(self.keys.len());
+        for (index, key) in self.keys.iter().enumerate() {
+            index_of.insert(key, index);
+        }
         for result in self.results.iter().flatten() {
             for key in &result.write_set {
-                if let Some(&index) = index_of.get(key.as_slice()) {
+                if let Some(index) = index_of.find(&self.keys, key) {
                     required[index] = required[index].max(result.ts);
                 }
             }
@@ -244,15 +253,55 @@ impl ReadTxn {
     }
 
     fn finish(&mut self) -> ReadOutcome {
-        let items = self
-            .positions
-            .iter()
-            .map(|&index| {
-                let result = self.results[index].as_ref().expect("every key answered");
-                ReadItem { key: self.keys[index].clone(), ts: result.ts, value: result.value.clone() }
-            })
-            .collect();
+        // Moves each distinct key's value out; a key asked for twice is cloned from its first item.
+        let mut first_item: Vec<Option<usize>> = vec![None; self.keys.len()];
+        let mut items: Vec<ReadItem> = Vec::with_capacity(self.positions.len());
+        for &index in &self.positions {
+            let item = match first_item[index] {
+                Some(earlier) => items[earlier].clone(),
+                None => {
+                    first_item[index] = Some(items.len());
+                    let result = self.results[index].as_mut().expect("every key answered");
+                    ReadItem { key: self.keys[index].clone(), ts: result.ts, value: std::mem::take(&mut result.value) }
+                }
+            };
+            items.push(item);
+        }
         ReadOutcome { items, round2_keys: self.round2_keys, restarts: self.restarts }
+    }
+}
+
+/// Finds a key's index among a transaction's distinct keys: a linear scan for the usual
+/// handful of keys (no allocation, no hashing), a hash map beyond that.
+enum KeyIndex<'k> {
+    Scan,
+    Map(AHashMap<&'k [u8], usize>),
+}
+
+/// Transactions with at most this many keys use a linear scan.
+const KEY_INDEX_SCAN_MAX: usize = 16;
+
+impl<'k> KeyIndex<'k> {
+    fn new(capacity: usize) -> Self {
+        if capacity <= KEY_INDEX_SCAN_MAX {
+            KeyIndex::Scan
+        } else {
+            KeyIndex::Map(AHashMap::with_capacity(capacity))
+        }
+    }
+
+    /// Records that `key` is `keys[index]` (the scan variant reads `keys` directly).
+    fn insert(&mut self, key: &'k [u8], index: usize) {
+        if let KeyIndex::Map(map) = self {
+            map.insert(key, index);
+        }
+    }
+
+    fn find(&self, keys: &[Vec<u8>], key: &[u8]) -> Option<usize> {
+        match self {
+            KeyIndex::Scan => keys.iter().position(|candidate| candidate.as_slice() == key),
+            KeyIndex::Map(map) => map.get(key).copied(),
+        }
     }
 }
 
