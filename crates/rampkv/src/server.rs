@@ -130,6 +130,9 @@ struct Connection {
     outgoing: StreamBuffer,
     /// The socket has no more bytes for now (edge-triggered: read again only after an event).
     read_drained: bool,
+    /// epoll reported the peer's end of stream: read until EOF, not only until a short read
+    /// (the FIN may have arrived with the last data, and no further event will come).
+    peer_finished: bool,
     /// The peer finished sending, or the stream is broken: close once replies are written.
     closing: bool,
     wants_writable: bool,
@@ -166,6 +169,7 @@ impl EventLoop {
                     if event.is_readable() || event.is_read_closed() || event.is_error() {
                         if let Some(connection) = self.connections[slot].as_mut() {
                             connection.read_drained = false;
+                            connection.peer_finished |= event.is_read_closed() || event.is_error();
                         }
                     }
                     self.drive(slot, now_ms);
@@ -205,6 +209,7 @@ impl EventLoop {
                 incoming: StreamBuffer::default(),
                 outgoing: StreamBuffer::default(),
                 read_drained: false,
+                peer_finished: false,
                 closing: false,
                 wants_writable: false,
             });
@@ -256,7 +261,7 @@ fn serve(connection: &mut Connection, now_ms: u64) -> bool {
         let room = connection.incoming.room_for_next_frame();
         match connection.incoming.read_from(&mut connection.stream, room) {
             Ok(ReadStatus::EndOfStream) => connection.closing = true,
-            Ok(ReadStatus::Drained) => connection.read_drained = true,
+            Ok(ReadStatus::Drained) => connection.read_drained = !connection.peer_finished,
             Ok(ReadStatus::MoreMayFollow) => {}
             Err(error) if error.kind() == ErrorKind::WouldBlock => connection.read_drained = true,
             Err(error) if error.kind() == ErrorKind::Interrupted => {}

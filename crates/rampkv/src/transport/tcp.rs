@@ -194,7 +194,14 @@ impl TcpClientTransport {
         Ok(())
     }
 
-    fn read_connection<F>(&mut self, server: usize, deliver: &mut F) -> Result<usize, TransportError>
+    /// Reads and delivers what the connection has. `peer_finished`: epoll saw the server's
+    /// end of stream, so read until EOF rather than stopping at a short read.
+    fn read_connection<F>(
+        &mut self,
+        server: usize,
+        peer_finished: bool,
+        deliver: &mut F,
+    ) -> Result<usize, TransportError>
     where
         F: FnMut(usize, u64, Response),
     {
@@ -206,7 +213,7 @@ impl TcpClientTransport {
                 Ok(ReadStatus::EndOfStream) => return Err(TransportError::Closed { server }),
                 Ok(status) => {
                     delivered += deliver_frames(server, &mut connection.incoming, deliver)?;
-                    if status == ReadStatus::Drained {
+                    if status == ReadStatus::Drained && !peer_finished {
                         return Ok(delivered);
                     }
                 }
@@ -279,7 +286,7 @@ impl ClientTransport for TcpClientTransport {
                 }
             }
             if event.is_readable() || event.is_read_closed() {
-                match self.read_connection(server, &mut deliver) {
+                match self.read_connection(server, event.is_read_closed(), &mut deliver) {
                     Ok(count) => result = result.map(|total| total + count),
                     Err(error) => {
                         result = Err(error);
