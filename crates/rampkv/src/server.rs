@@ -13,9 +13,10 @@
 //! - A frame whose header is valid but whose body does not decode gets an error reply and the
 //!   connection goes on.
 //! - A connection that ends in the middle of a frame is closed; the partial frame is ignored.
-//! None of these changes the store, and other connections are served throughout.
 //! - A client that does not read its replies stops being read once
 //!   `CONNECTION_WRITE_BUFFER_BYTES_MAX` of replies wait for it (back-pressure).
+//!
+//! None of these changes the store, and other connections are served throughout.
 
 use std::io::ErrorKind;
 use std::net::SocketAddr;

@@ -41,6 +41,9 @@ const SHARD_COUNT: usize = 64;
 /// A key as stored.
 pub type Key = Box<[u8]>;
 
+/// Keys of prepared transactions awaiting COMMIT, by timestamp (one shard of them).
+type PendingShard = Mutex<HashMap<Timestamp, Vec<Key>>>;
+
 /// One stored version of a key.
 #[derive(Debug)]
 pub struct Version {
@@ -90,7 +93,7 @@ struct KeyState {
 pub struct Store {
     shards: Box<[RwLock<HashMap<Key, KeyState>>]>,
     /// ts of a prepared transaction -> its keys on this server, until it commits.
-    pending: Box<[Mutex<HashMap<Timestamp, Vec<Key>>>]>,
+    pending: Box<[PendingShard]>,
     grace_ms: u64,
     version_count: AtomicUsize,
     value_bytes: AtomicUsize,
@@ -116,7 +119,7 @@ impl Store {
         &self.shards[((key_hash(key) >> 32) as usize) % SHARD_COUNT]
     }
 
-    fn pending_shard(&self, ts: Timestamp) -> &Mutex<HashMap<Timestamp, Vec<Key>>> {
+    fn pending_shard(&self, ts: Timestamp) -> &PendingShard {
         // Timestamps end in the client id; mix so that one client's transactions spread out.
         &self.pending[(ts.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 58) as usize % SHARD_COUNT]
     }
