@@ -10,6 +10,7 @@
 //! - [`transport`]: how requests reach servers: TCP today.
 //! - [`server`]: the event loop that serves connections with the server core.
 //! - [`client`]: the driver that runs transactions over a transport, and the blocking client.
+//! - [`resp`]: a Redis-protocol gateway that runs MGET/MSET as read-atomic transactions.
 //! - [`history`], [`checker`]: recording histories and checking them for read atomicity.
 //! - [`bench`]: the closed-loop benchmark over an embedded or external cluster.
 
@@ -20,6 +21,7 @@ pub mod cluster;
 pub mod history;
 pub mod limits;
 pub mod protocol;
+pub mod resp;
 pub mod server;
 pub mod storage;
 pub mod transport;

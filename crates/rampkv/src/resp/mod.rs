@@ -1,0 +1,1 @@
+//! RESP (Redis protocol) gateway: see docs/resp.md.
