@@ -39,8 +39,8 @@ pub fn key_hash(key: &[u8]) -> u64 {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClusterError {
-    #[error("cannot read cluster file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    #[error("cannot read cluster file {path}: {error}")]
+    Read { path: String, error: std::io::Error },
     #[error("cluster file {path} is not valid: {message}")]
     Parse { path: String, message: String },
     #[error("invalid cluster: {0}")]
@@ -78,8 +78,7 @@ impl Cluster {
     /// Reads and validates a cluster file.
     pub fn from_file(path: &Path) -> Result<Cluster, ClusterError> {
         let shown = path.display().to_string();
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ClusterError::Read { path: shown.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|error| ClusterError::Read { path: shown.clone(), error })?;
         Self::from_toml(&text).map_err(|error| match error {
             ClusterError::Parse { message, .. } => ClusterError::Parse { path: shown, message },
             ClusterError::Invalid(message) => ClusterError::Parse { path: shown, message },

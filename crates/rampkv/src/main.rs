@@ -14,6 +14,8 @@ use rampkv::checker;
 use rampkv::client::Client;
 use rampkv::cluster::Cluster;
 use rampkv::limits::GC_GRACE_MS;
+use rampkv::protocol::bloom::BloomParameters;
+use rampkv::protocol::ramp::Algorithm;
 use rampkv::server::{ServerConfig, ServerGroup};
 
 #[derive(Debug, Parser)]
@@ -79,6 +81,15 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct BenchArgs {
+    /// Transaction algorithm: ramp-fast, ramp-small, ramp-hybrid or nocc.
+    #[arg(long, default_value = "ramp-fast", value_parser = parse_algorithm)]
+    protocol: Algorithm,
+    /// RAMP-Hybrid: Bloom filter size in bits (a multiple of 8).
+    #[arg(long, default_value_t = BloomParameters::default().bits)]
+    bloom_bits: u32,
+    /// RAMP-Hybrid: hash functions per key.
+    #[arg(long, default_value_t = BloomParameters::default().hashes)]
+    bloom_hashes: u8,
     /// Servers of the embedded cluster.
     #[arg(long, default_value_t = 4)]
     servers: usize,
@@ -207,6 +218,13 @@ fn run_local(servers: usize, base_port: u16, cluster_file: &PathBuf) -> Result<E
     Ok(ExitCode::SUCCESS)
 }
 
+fn parse_algorithm(name: &str) -> Result<Algorithm, String> {
+    Algorithm::from_name(name).ok_or_else(|| {
+        let known: Vec<&str> = Algorithm::ALL.iter().map(Algorithm::name).collect();
+        format!("unknown protocol {name:?}; choose one of {}", known.join(", "))
+    })
+}
+
 /// Splits `KEY=VALUE` at the first `=`.
 fn parse_pair(pair: &str) -> Result<(Vec<u8>, Vec<u8>)> {
     match pair.split_once('=') {
@@ -248,6 +266,8 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
             .map_or(1, |elapsed| elapsed.as_nanos() as u64)
     });
     let config = BenchConfig {
+        algorithm: args.protocol,
+        bloom: BloomParameters { bits: args.bloom_bits, hashes: args.bloom_hashes },
         servers: args.servers,
         server_threads: args.server_threads,
         clients: args.clients,

@@ -34,6 +34,7 @@ use parking_lot::{Mutex, RwLock};
 use crate::cluster::key_hash;
 use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
+use crate::wire::MetadataRef;
 
 /// Shards of the key map and of the pending-commit map.
 const SHARD_COUNT: usize = 64;
@@ -44,13 +45,35 @@ pub type Key = Box<[u8]>;
 /// Keys of prepared transactions awaiting COMMIT, by timestamp (one shard of them).
 type PendingShard = Mutex<HashMap<Timestamp, Vec<Key>>>;
 
+/// What a version carries about its transaction (shared by its versions on one server).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum StoredMetadata {
+    /// RAMP-Small and NoCC: nothing.
+    #[default]
+    None,
+    /// RAMP-Fast: the transaction's whole write set.
+    WriteSet(Arc<[Key]>),
+    /// RAMP-Hybrid: a Bloom filter of the write set.
+    Bloom(Arc<[u8]>),
+}
+
+impl StoredMetadata {
+    /// A borrowed view for encoding a reply.
+    pub fn as_wire(&self) -> MetadataRef<'_, Key> {
+        match self {
+            StoredMetadata::None => MetadataRef::None,
+            StoredMetadata::WriteSet(keys) => MetadataRef::WriteSet(keys),
+            StoredMetadata::Bloom(bits) => MetadataRef::Bloom(bits),
+        }
+    }
+}
+
 /// One stored version of a key.
 #[derive(Debug)]
 pub struct Version {
     pub ts: Timestamp,
     pub value: Box<[u8]>,
-    /// The whole write set of the writing transaction (shared by its versions on this server).
-    pub write_set: Arc<[Key]>,
+    pub metadata: StoredMetadata,
 }
 
 /// Why the store refused an operation.
@@ -86,6 +109,9 @@ struct StoredVersion {
 struct KeyState {
     last_commit: AtomicU64,
     versions: BTreeMap<Timestamp, StoredVersion>,
+    /// The highest timestamp ever collected for this key (0: none). A HIGHEST_OF read whose
+    /// answer might have been a collected version is refused, never answered wrongly.
+    collected_max_ts: Timestamp,
 }
 
 /// The store of one server: every key it owns, with its versions.
@@ -129,15 +155,15 @@ impl Store {
     pub fn prepare(
         &self,
         ts: Timestamp,
-        write_set: Arc<[Key]>,
+        metadata: StoredMetadata,
         writes: Vec<(Key, Box<[u8]>)>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
-        validate_prepare(ts, &write_set, &writes)?;
+        validate_prepare(ts, &metadata, &writes)?;
         let keys: Vec<Key> = writes.iter().map(|(key, _)| key.clone()).collect();
         for (key, value) in writes {
             let value_bytes = value.len();
-            let version = Arc::new(Version { ts, value, write_set: Arc::clone(&write_set) });
+            let version = Arc::new(Version { ts, value, metadata: metadata.clone() });
             let mut shard = self.shard(&key).write();
             let state = shard.entry(key).or_default();
             let replaced = state
@@ -170,6 +196,34 @@ impl Store {
             state.last_commit.fetch_max(ts, Ordering::AcqRel);
         }
         keys.len()
+    }
+
+    /// Stores `writes` of transaction `ts` and makes them visible at once, key by key, with no
+    /// metadata: NoCC, which promises no atomicity across keys.
+    pub fn put(&self, ts: Timestamp, writes: Vec<(Key, Box<[u8]>)>, now_ms: u64) -> Result<(), StoreError> {
+        self.prepare(ts, StoredMetadata::None, writes, now_ms)?;
+        self.commit(ts);
+        Ok(())
+    }
+
+    /// The highest stored version of `key` whose timestamp is in `candidates`, prepared or
+    /// committed (RAMP-Small and RAMP-Hybrid round 2); `Ok(None)` when none is stored.
+    /// `VersionGone` when a candidate above the best stored one may have been collected: the
+    /// answer could be wrong, so the reader must restart.
+    pub fn get_highest_of(&self, key: &[u8], candidates: &[Timestamp]) -> Result<Option<Arc<Version>>, StoreError> {
+        let shard = self.shard(key).read();
+        let Some(state) = shard.get(key) else {
+            return Ok(None);
+        };
+        let best = candidates.iter().filter_map(|ts| state.versions.get(ts)).max_by_key(|stored| stored.version.ts);
+        let best_ts = best.map_or(TIMESTAMP_INITIAL, |stored| stored.version.ts);
+        let maybe_collected = candidates
+            .iter()
+            .find(|&&ts| ts > best_ts && ts <= state.collected_max_ts && !state.versions.contains_key(&ts));
+        if let Some(&ts) = maybe_collected {
+            return Err(StoreError::VersionGone { ts });
+        }
+        Ok(best.map(|stored| Arc::clone(&stored.version)))
     }
 
     /// The latest committed version of `key`, or `None` when it has none (initial value).
@@ -226,6 +280,7 @@ impl Store {
             }
         }
         for ts in expired {
+            state.collected_max_ts = state.collected_max_ts.max(ts);
             let removed = state.versions.remove(&ts).expect("collected version exists");
             self.forget_version_bytes(removed.version.value.len());
             self.version_count.fetch_sub(1, Ordering::Relaxed);
@@ -238,17 +293,21 @@ impl Store {
     }
 }
 
-fn validate_prepare(ts: Timestamp, write_set: &[Key], writes: &[(Key, Box<[u8]>)]) -> Result<(), StoreError> {
+fn validate_prepare(ts: Timestamp, metadata: &StoredMetadata, writes: &[(Key, Box<[u8]>)]) -> Result<(), StoreError> {
     let invalid = |why: String| Err(StoreError::InvalidPrepare(why));
     if ts == TIMESTAMP_INITIAL {
         return invalid("timestamp 0 is reserved for the initial value".into());
     }
-    if writes.is_empty() || writes.len() > TXN_KEYS_MAX || write_set.len() > TXN_KEYS_MAX {
-        return invalid(format!(
-            "{} writes and a write set of {} keys (need 1..={TXN_KEYS_MAX})",
-            writes.len(),
-            write_set.len()
-        ));
+    if writes.is_empty() || writes.len() > TXN_KEYS_MAX {
+        return invalid(format!("{} writes (need 1..={TXN_KEYS_MAX})", writes.len()));
+    }
+    if let StoredMetadata::WriteSet(write_set) = metadata {
+        if write_set.len() > TXN_KEYS_MAX {
+            return invalid(format!("a write set of {} keys (at most {TXN_KEYS_MAX})", write_set.len()));
+        }
+        if writes.iter().any(|(key, _)| !write_set.contains(key)) {
+            return invalid("a written key is missing from the write set".into());
+        }
     }
     for (key, value) in writes {
         if key.len() > KEY_BYTES_MAX || value.len() > VALUE_BYTES_MAX {
@@ -257,9 +316,6 @@ fn validate_prepare(ts: Timestamp, write_set: &[Key], writes: &[(Key, Box<[u8]>)
                 key.len(),
                 value.len()
             ));
-        }
-        if !write_set.contains(key) {
-            return invalid("a written key is missing from the write set".into());
         }
     }
     Ok(())
@@ -273,8 +329,8 @@ mod tests {
         text.as_bytes().into()
     }
 
-    fn write_set(keys: &[&str]) -> Arc<[Key]> {
-        keys.iter().map(|text| key(text)).collect()
+    fn write_set(keys: &[&str]) -> StoredMetadata {
+        StoredMetadata::WriteSet(keys.iter().map(|text| key(text)).collect())
     }
 
     fn prepare(store: &Store, ts: Timestamp, keys: &[&str], now_ms: u64) {
@@ -372,6 +428,38 @@ mod tests {
         prepare(&store, 14, &["a"], 6_000);
         prepare(&store, 15, &["a"], 7_000);
         assert!(store.get_at(b"a", 5).is_err(), "collected once committed and past the grace period");
+    }
+
+    #[test]
+    fn highest_of_returns_the_newest_stored_candidate_prepared_or_committed() {
+        let store = Store::new(1_000);
+        prepare(&store, 10, &["a"], 0);
+        prepare(&store, 20, &["a"], 0);
+        store.commit(10);
+        let found = store.get_highest_of(b"a", &[5, 10, 20, 30]).unwrap().unwrap();
+        assert_eq!(found.ts, 20, "a prepared version counts");
+        assert!(store.get_highest_of(b"a", &[7, 30]).unwrap().is_none());
+        assert!(store.get_highest_of(b"nothing", &[7]).unwrap().is_none());
+    }
+
+    #[test]
+    fn highest_of_refuses_rather_than_answer_below_a_collected_candidate() {
+        let store = Store::new(10);
+        for (ts, now_ms) in [(1, 0), (2, 0), (3, 100), (4, 200), (5, 300)] {
+            prepare(&store, ts, &["a"], now_ms);
+            store.commit(ts);
+        }
+        assert!(store.get_at(b"a", 2).is_err(), "version 2 was collected");
+        assert!(matches!(store.get_highest_of(b"a", &[1, 2]), Err(StoreError::VersionGone { .. })));
+        assert_eq!(store.get_highest_of(b"a", &[2, 5]).unwrap().unwrap().ts, 5, "a newer stored candidate wins");
+    }
+
+    #[test]
+    fn put_is_visible_at_once() {
+        let store = Store::new(1_000);
+        store.put(7, vec![(key("a"), b"x".to_vec().into())], 0).unwrap();
+        assert_eq!(store.get_latest(b"a").unwrap().ts, 7);
+        assert_eq!(store.stats().pending_transactions, 0);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use rampkv::client::Client;
 use rampkv::cluster::Cluster;
 use rampkv::limits::FRAME_BODY_BYTES_MAX;
 use rampkv::server::{ServerConfig, ServerGroup};
-use rampkv::wire::{ErrorCode, FrameHeader, Request, Response, FRAME_HEADER_BYTES};
+use rampkv::wire::{ErrorCode, FrameHeader, Metadata, Request, Response, Selector, FRAME_HEADER_BYTES};
 
 struct Fixture {
     group: ServerGroup,
@@ -103,7 +103,7 @@ fn a_truncated_frame_is_never_parsed_and_its_connection_is_closed_at_end_of_stre
     let mut frame = Vec::new();
     Request::Prepare {
         ts: 99 << 16 | 1,
-        write_set: vec![b"kept".to_vec()],
+        metadata: Metadata::WriteSet(vec![b"kept".to_vec()]),
         writes: vec![rampkv::wire::Write { key: b"kept".to_vec(), value: b"evil".to_vec() }],
     }
     .encode_frame(7, &mut frame);
@@ -127,7 +127,8 @@ fn a_valid_frame_with_a_garbage_body_gets_an_error_and_the_connection_goes_on() 
         bytes.extend_from_slice(&header);
         bytes.extend_from_slice(body);
     }
-    Request::Get { items: vec![rampkv::wire::GetItem { key: b"kept".to_vec(), at: 0 }] }.encode_frame(1000, &mut bytes);
+    Request::Get { items: vec![rampkv::wire::GetItem { key: b"kept".to_vec(), selector: Selector::Latest }] }
+        .encode_frame(1000, &mut bytes);
     stream.write_all(&bytes).unwrap();
     for expected_id in [0x02, 0x03, 0x7E] {
         let (id, response) = read_one_reply(&mut stream);
@@ -151,7 +152,7 @@ fn an_invalid_prepare_is_refused_whole() {
     // "kept" is written but missing from the write set: refused, and "kept" is not touched.
     Request::Prepare {
         ts: 5 << 16 | 9,
-        write_set: vec![b"other".to_vec()],
+        metadata: Metadata::WriteSet(vec![b"other".to_vec()]),
         writes: vec![rampkv::wire::Write { key: b"kept".to_vec(), value: b"evil".to_vec() }],
     }
     .encode_frame(1, &mut bytes);

@@ -27,7 +27,8 @@ use crate::client::{ClientError, Completion, Driver, TxnResult};
 use crate::cluster::Cluster;
 use crate::history::{self, HistorySink, ReadRecord, Record, WriteRecord};
 use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
-use crate::protocol::ramp_fast::ReadOptions;
+use crate::protocol::bloom::BloomParameters;
+use crate::protocol::ramp::{Algorithm, TxnOptions};
 use crate::server::{ServerConfig, ServerGroup};
 use crate::transport::tcp::TcpClientTransport;
 
@@ -49,6 +50,10 @@ pub enum StopAfter {
 /// Everything that defines a benchmark run (recorded with its result).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BenchConfig {
+    /// The transaction algorithm.
+    pub algorithm: Algorithm,
+    /// RAMP-Hybrid's Bloom filter parameters.
+    pub bloom: BloomParameters,
     /// Servers of the embedded cluster (ignored with `cluster_file`).
     pub servers: usize,
     /// Poller threads the embedded servers share.
@@ -83,6 +88,8 @@ pub struct BenchConfig {
 impl Default for BenchConfig {
     fn default() -> Self {
         Self {
+            algorithm: Algorithm::RampFast,
+            bloom: BloomParameters::default(),
             servers: 4,
             server_threads: 1,
             clients: 8,
@@ -124,6 +131,7 @@ impl BenchConfig {
     /// Checks every field before anything starts.
     pub fn validate(&self) -> Result<(), BenchError> {
         let fail = |why: String| Err(BenchError::Config(why));
+        self.bloom.validate().map_err(BenchError::Config)?;
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
         }
@@ -260,6 +268,7 @@ pub(crate) struct ThreadTotals {
     pub(crate) writes: u64,
     pub(crate) reads_with_round2: u64,
     pub(crate) round2_keys: u64,
+    pub(crate) round2_found_nothing: u64,
     pub(crate) read_restarts: u64,
     pub(crate) failed: u64,
     pub(crate) first_failure: Option<String>,
@@ -276,6 +285,7 @@ impl ThreadTotals {
             writes: 0,
             reads_with_round2: 0,
             round2_keys: 0,
+            round2_found_nothing: 0,
             read_restarts: 0,
             failed: 0,
             first_failure: None,
@@ -290,6 +300,7 @@ impl ThreadTotals {
         self.writes += other.writes;
         self.reads_with_round2 += other.reads_with_round2;
         self.round2_keys += other.round2_keys;
+        self.round2_found_nothing += other.round2_found_nothing;
         self.read_restarts += other.read_restarts;
         self.failed += other.failed;
         if self.first_failure.is_none() {
@@ -329,7 +340,11 @@ fn run_client_thread(
 ) -> Result<ThreadTotals, BenchError> {
     let transport = TcpClientTransport::connect(cluster.servers()).map_err(ClientError::from)?;
     let mut driver = Driver::connect(transport, cluster, sessions.len())?;
-    driver.set_read_options(ReadOptions { mutant_skip_repair: config.mutant_skip_repair });
+    driver.set_txn_options(TxnOptions {
+        algorithm: config.algorithm,
+        bloom: config.bloom,
+        mutant_skip_repair: config.mutant_skip_repair,
+    });
     let mut state = ClientThread {
         config,
         shared,
@@ -413,6 +428,7 @@ impl ClientThread<'_> {
                 self.totals.reads += 1;
                 self.totals.read_latency_us.saturating_record(latency_us);
                 self.totals.round2_keys += u64::from(outcome.round2_keys);
+                self.totals.round2_found_nothing += u64::from(outcome.round2_found_nothing);
                 self.totals.reads_with_round2 += u64::from(outcome.round2_keys > 0);
                 self.totals.read_restarts += u64::from(outcome.restarts);
                 let mut reads = std::collections::BTreeMap::new();

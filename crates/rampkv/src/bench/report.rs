@@ -41,6 +41,10 @@ pub struct RoundTwoSummary {
     pub reads_with_round2: u64,
     /// Keys fetched in round 2, over all reads.
     pub round2_keys: u64,
+    /// Mean keys fetched in round 2 per read.
+    pub round2_keys_per_read: f64,
+    /// Round-2 fetches that found none of their candidates (RAMP-Hybrid: Bloom false positives).
+    pub round2_found_nothing: u64,
     /// `reads_with_round2 / reads`.
     pub fraction_of_reads: f64,
     /// Reads restarted because a version they needed was collected.
@@ -125,7 +129,7 @@ pub(crate) fn build(
         rampkv_version: env!("CARGO_PKG_VERSION"),
         git_commit: git_commit(),
         machine: MachineInfo::current(),
-        protocol: "ramp-fast",
+        protocol: config.algorithm.name(),
         transport: "tcp",
         config: config.clone(),
         seed: config.seed,
@@ -137,6 +141,8 @@ pub(crate) fn build(
         round2: RoundTwoSummary {
             reads_with_round2: totals.reads_with_round2,
             round2_keys: totals.round2_keys,
+            round2_keys_per_read: totals.round2_keys as f64 / (totals.reads.max(1)) as f64,
+            round2_found_nothing: totals.round2_found_nothing,
             fraction_of_reads: totals.reads_with_round2 as f64 / (totals.reads.max(1)) as f64,
             read_restarts: totals.read_restarts,
         },
@@ -178,10 +184,12 @@ impl fmt::Display for BenchResult {
         }
         writeln!(
             f,
-            "  round 2: {} reads ({:.3}%), {} keys; {} read restarts",
+            "  round 2: {} reads ({:.3}%), {} keys ({:.4} per read, {} found nothing); {} read restarts",
             self.round2.reads_with_round2,
             self.round2.fraction_of_reads * 100.0,
             self.round2.round2_keys,
+            self.round2.round2_keys_per_read,
+            self.round2.round2_found_nothing,
             self.round2.read_restarts
         )?;
         if let Some(failure) = &self.first_failure {

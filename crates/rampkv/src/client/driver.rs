@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use super::ClientError;
 use crate::cluster::Cluster;
 use crate::limits::TXN_TIMEOUT_MS;
-use crate::protocol::ramp_fast::{ReadOptions, ReadTxn, WriteTxn};
+use crate::protocol::ramp::{ReadTxn, TxnOptions, WriteTxn};
 use crate::protocol::{Outgoing, ReadOutcome, Step, WriteOutcome};
 use crate::transport::ClientTransport;
 use crate::types::{wall_clock_us, Timestamp, TimestampClock};
@@ -65,7 +65,7 @@ pub struct Driver<T: ClientTransport> {
     sessions: Vec<Session>,
     outgoing: Vec<Outgoing>,
     active: usize,
-    read_options: ReadOptions,
+    options: TxnOptions,
     /// Replies of one poll, kept between steps to avoid an allocation per step.
     replies: Vec<(u64, Response)>,
 }
@@ -104,14 +104,19 @@ impl<T: ClientTransport> Driver<T> {
             sessions,
             outgoing: Vec::new(),
             active: 0,
-            read_options: ReadOptions::default(),
+            options: TxnOptions::default(),
             replies: Vec::new(),
         })
     }
 
-    /// Sets the options every later read uses (the skip-repair mutant in tests).
-    pub fn set_read_options(&mut self, options: ReadOptions) {
-        self.read_options = options;
+    /// Sets the algorithm (and its options) of every later transaction.
+    pub fn set_txn_options(&mut self, options: TxnOptions) {
+        self.options = options;
+    }
+
+    /// The options transactions run with.
+    pub fn txn_options(&self) -> &TxnOptions {
+        &self.options
     }
 
     /// Number of sessions.
@@ -132,7 +137,7 @@ impl<T: ClientTransport> Driver<T> {
     /// Starts a read-only transaction of `keys` on an idle session.
     pub fn begin_read(&mut self, session: usize, keys: Vec<Vec<u8>>) -> Result<(), ClientError> {
         self.check_idle(session)?;
-        let mut txn = ReadTxn::new(&self.cluster, keys, self.read_options)?;
+        let mut txn = ReadTxn::new(&self.cluster, keys, self.options)?;
         txn.start(&mut self.outgoing);
         self.activate(session, ActiveTxn::Read(txn))
     }
@@ -151,7 +156,7 @@ impl<T: ClientTransport> Driver<T> {
     ) -> Result<Timestamp, ClientError> {
         self.check_idle(session)?;
         let ts = self.sessions[session].clock.next(wall_clock_us());
-        let mut txn = WriteTxn::new(&self.cluster, ts, build(ts))?;
+        let mut txn = WriteTxn::new(&self.cluster, ts, build(ts), self.options)?;
         txn.start(&mut self.outgoing);
         self.activate(session, ActiveTxn::Write(txn))?;
         Ok(ts)

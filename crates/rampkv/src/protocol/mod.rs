@@ -12,7 +12,8 @@
 //! The driver echoes it with the reply. A reply whose attempt is not the current one (a read
 //! that restarted) is ignored, so late replies can never mix into a newer attempt.
 
-pub mod ramp_fast;
+pub mod bloom;
+pub mod ramp;
 pub mod server;
 
 use crate::types::Timestamp;
@@ -60,8 +61,10 @@ pub struct ReadItem {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadOutcome {
     pub items: Vec<ReadItem>,
-    /// Keys fetched again in round 2 (the RAMP repair), over all attempts.
+    /// Keys fetched in round 2 (the RAMP repair), over all attempts.
     pub round2_keys: u32,
+    /// Round-2 fetches that found none of their candidates (RAMP-Hybrid: Bloom false positives).
+    pub round2_found_nothing: u32,
     /// Times the read restarted because a version it needed was collected.
     pub restarts: u32,
 }

@@ -1,36 +1,91 @@
-//! RAMP-Fast (Bailis et al., Algorithm 2): one round for reads in the common case, two when a
-//! read raced a write; two rounds (PREPARE, COMMIT) for writes; metadata = the write set.
+//! Read-only and write-only transactions of the RAMP family (Bailis et al., SIGMOD 2014) and
+//! of the NoCC baseline, as I/O-free state machines.
 //!
-//! # Read (get_all)
-//! Round 1 asks each server for the latest committed version of its keys. For every key `k`
-//! the reader computes `required[k]` = the highest ts among the returned versions whose write
-//! set contains `k`. Where `required[k]` is newer than what round 1 returned for `k`, the reader
-//! missed part of a transaction that another key shows as committed, and round 2 fetches exactly
-//! version `required[k]` of `k`. That version is at least prepared on its server, because its
-//! writer sent COMMIT only after every PREPARE was acknowledged. The result contains no
-//! fractured read.
+//! # Reads (get_all)
+//! - **RAMP-Fast** (metadata: the write set). Round 1 asks for the latest committed version of
+//!   every key, with metadata. For every key `k`, `required[k]` is the highest ts among the
+//!   returned versions whose write set contains `k`; where that is newer than what round 1
+//!   returned for `k`, the reader missed part of a committed transaction, and round 2 fetches
+//!   exactly version `required[k]` (EXACT). One round when nothing raced.
+//! - **RAMP-Small** (no metadata). Round 1 asks only for the timestamps of the latest committed
+//!   versions. Round 2 asks every key for the highest stored version whose ts is one of the
+//!   timestamps round 1 returned (HIGHEST_OF). Always two rounds; constant-size metadata.
+//! - **RAMP-Hybrid** (metadata: a Bloom filter of the write set). Round 1 as RAMP-Fast. For
+//!   every key `k`, the candidates are the timestamps of returned versions that are newer than
+//!   `k`'s and whose filter may contain `k`; round 2 asks for the highest stored version among
+//!   them (HIGHEST_OF, the RAMP-Small rule: an EXACT fetch would be wrong, because a false
+//!   positive names a transaction that never wrote `k`). A reply of "none stored" was a false
+//!   positive and keeps round 1's version.
+//! - **NoCC**: one round of latest versions, no repair. It is not read-atomic, on purpose.
 //!
-//! # Write (put_all)
-//! PREPARE every write (with the write set) to its server; once every PREPARE is acknowledged,
-//! COMMIT on every participating server. Readers never wait for either.
-
-use std::collections::HashMap;
+//! Every repaired version is at least prepared on its server, because writers send COMMIT only
+//! after every PREPARE was acknowledged; so round 2 always finds what it needs unless garbage
+//! collection removed it, in which case the server answers VersionGone and the read restarts.
+//!
+//! # Writes (put_all)
+//! RAMP: PREPARE every write with the algorithm's metadata; once every PREPARE is
+//! acknowledged, COMMIT on every participating server. NoCC: one PUT per server, visible at
+//! once. Readers never wait for either.
 
 use ahash::AHashMap;
 
+use super::bloom::{may_contain, BloomParameters};
 use super::{make_tag, split_tag, Outgoing, ProtocolError, ReadItem, ReadOutcome, Step, WriteOutcome};
 use crate::cluster::Cluster;
 use crate::limits::{KEY_BYTES_MAX, READ_RESTARTS_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
-use crate::wire::{ErrorCode, GetItem, Request, Response, VersionItem, Write};
+use crate::wire::{ErrorCode, GetItem, Metadata, Request, Response, Selector, VersionItem, Write};
 
-/// Options of a read transaction.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReadOptions {
-    /// TEST ONLY: skip the round-2 repair. This breaks read atomicity on purpose; the test
-    /// suite uses it to prove that the checker detects fractured reads.
+/// The transaction algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Algorithm {
+    RampFast,
+    RampSmall,
+    RampHybrid,
+    /// No concurrency control: a baseline that shows fractured reads under contention.
+    NoCc,
+}
+
+impl Algorithm {
+    /// Every algorithm, in the order reports list them.
+    pub const ALL: [Algorithm; 4] = [Algorithm::RampFast, Algorithm::RampSmall, Algorithm::RampHybrid, Algorithm::NoCc];
+
+    /// The name used on the command line and in results.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Algorithm::RampFast => "ramp-fast",
+            Algorithm::RampSmall => "ramp-small",
+            Algorithm::RampHybrid => "ramp-hybrid",
+            Algorithm::NoCc => "nocc",
+        }
+    }
+
+    /// Parses a name given by [`Algorithm::name`].
+    pub fn from_name(name: &str) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|algorithm| algorithm.name() == name)
+    }
+}
+
+/// How a client runs its transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct TxnOptions {
+    pub algorithm: Algorithm,
+    /// Filter size and hash count for RAMP-Hybrid.
+    pub bloom: BloomParameters,
+    /// TEST ONLY: readers skip the round-2 repair (RAMP-Small: ask each key only for its own
+    /// round-1 version). This breaks read atomicity on purpose; the tests use it to prove that
+    /// the checker detects fractured reads.
     #[doc(hidden)]
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub mutant_skip_repair: bool,
+}
+
+impl Default for TxnOptions {
+    fn default() -> Self {
+        Self { algorithm: Algorithm::RampFast, bloom: BloomParameters::default(), mutant_skip_repair: false }
+    }
 }
 
 /// Validates the keys of a transaction before anything is sent.
@@ -55,7 +110,7 @@ struct Part {
     done: bool,
 }
 
-/// A RAMP-Fast read-only transaction.
+/// A read-only transaction.
 #[derive(Debug)]
 pub struct ReadTxn {
     /// Distinct keys, in first-seen order.
@@ -64,20 +119,21 @@ pub struct ReadTxn {
     positions: Vec<usize>,
     key_servers: Vec<usize>,
     results: Vec<Option<VersionItem>>,
-    /// Round-2 target per key (the ts asked for), 0 when not fetched in round 2.
-    repair_at: Vec<Timestamp>,
+    /// What round 2 asked each key for (empty: not asked).
+    repair: Vec<Selector>,
     parts: Vec<Part>,
     outstanding: usize,
     round: u8,
     attempt: u16,
     restarts: u32,
     round2_keys: u32,
-    options: ReadOptions,
+    round2_found_nothing: u32,
+    options: TxnOptions,
 }
 
 impl ReadTxn {
     /// Plans a read of `keys` (repeats allowed; each gets the same result).
-    pub fn new(cluster: &Cluster, keys: Vec<Vec<u8>>, options: ReadOptions) -> Result<ReadTxn, ProtocolError> {
+    pub fn new(cluster: &Cluster, keys: Vec<Vec<u8>>, options: TxnOptions) -> Result<ReadTxn, ProtocolError> {
         validate_keys(keys.iter().map(Vec::as_slice))?;
         let mut distinct: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
         let mut positions = Vec::with_capacity(keys.len());
@@ -102,31 +158,35 @@ impl ReadTxn {
             positions,
             key_servers,
             results: vec![None; count],
-            repair_at: vec![TIMESTAMP_INITIAL; count],
+            repair: vec![Selector::Latest; count],
             parts: Vec::new(),
             outstanding: 0,
             round: 1,
             attempt: 0,
             restarts: 0,
             round2_keys: 0,
+            round2_found_nothing: 0,
             options,
         })
     }
 
-    /// Round 1: the latest committed version of every key, one request per server.
+    /// Round 1, one request per server.
     pub fn start(&mut self, out: &mut Vec<Outgoing>) {
         self.round = 1;
         self.results.iter_mut().for_each(|result| *result = None);
-        self.repair_at.iter_mut().for_each(|at| *at = TIMESTAMP_INITIAL);
-        let wanted: Vec<(usize, Timestamp)> = (0..self.keys.len()).map(|index| (index, 0)).collect();
-        self.send_round(&wanted, out);
+        let selector = match self.options.algorithm {
+            Algorithm::RampSmall => Selector::LatestTimestamp,
+            _ => Selector::Latest,
+        };
+        let wanted: Vec<(usize, Selector)> = (0..self.keys.len()).map(|index| (index, selector.clone())).collect();
+        self.send_round(wanted, out);
     }
 
-    /// Groups `(key index, at)` by server and emits one GET per server.
-    fn send_round(&mut self, wanted: &[(usize, Timestamp)], out: &mut Vec<Outgoing>) {
+    /// Groups `(key index, selector)` by server and emits one GET per server.
+    fn send_round(&mut self, wanted: Vec<(usize, Selector)>, out: &mut Vec<Outgoing>) {
         self.parts.clear();
         let mut items_by_part: Vec<Vec<GetItem>> = Vec::new();
-        for &(index, at) in wanted {
+        for (index, selector) in wanted {
             let server = self.key_servers[index];
             let part = match self.parts.iter().position(|part| part.server == server) {
                 Some(part) => part,
@@ -137,7 +197,7 @@ impl ReadTxn {
                 }
             };
             self.parts[part].key_indices.push(index);
-            items_by_part[part].push(GetItem { key: self.keys[index].clone(), at });
+            items_by_part[part].push(GetItem { key: self.keys[index].clone(), selector });
         }
         self.outstanding = self.parts.len();
         for (part, items) in items_by_part.into_iter().enumerate() {
@@ -187,59 +247,136 @@ impl ReadTxn {
             });
         }
         for (index, item) in key_indices.into_iter().zip(items) {
-            if self.round == 2 && item.ts != self.repair_at[index] {
-                return Err(ProtocolError::MalformedReply {
-                    server,
-                    why: format!("asked for version {}, got {}", self.repair_at[index], item.ts),
-                });
-            }
-            self.results[index] = Some(item);
+            self.accept(server, index, item)?;
         }
         self.outstanding -= 1;
         if self.outstanding > 0 {
             return Ok(Step::Pending);
         }
-        if self.round == 1 && !self.options.mutant_skip_repair && self.plan_repair(out) {
+        if self.round == 1 && self.plan_round_two(out) {
             return Ok(Step::Pending);
         }
         Ok(Step::Done(self.finish()))
     }
 
-    /// Computes `required[k]` from the metadata of round 1 and sends round 2 where needed.
-    /// Returns whether round 2 was sent.
-    fn plan_repair(&mut self, out: &mut Vec<Outgoing>) -> bool {
+    /// Stores one returned version, checking it answers what was asked.
+    fn accept(&mut self, server: usize, index: usize, item: VersionItem) -> Result<(), ProtocolError> {
+        let malformed = |why: String| Err(ProtocolError::MalformedReply { server, why });
+        if self.round == 1 {
+            self.results[index] = Some(item);
+            return Ok(());
+        }
+        match &self.repair[index] {
+            Selector::Exact(ts) if item.ts != *ts => malformed(format!("asked for version {ts}, got {}", item.ts)),
+            Selector::HighestOf(candidates) if item.ts != TIMESTAMP_INITIAL && !candidates.contains(&item.ts) => {
+                malformed(format!("version {} is not among the candidates", item.ts))
+            }
+            Selector::HighestOf(_) if item.ts == TIMESTAMP_INITIAL => {
+                // None of the candidates is stored: a Bloom false positive (RAMP-Hybrid) keeps
+                // round 1's version; for RAMP-Small the key has no version among them: initial.
+                self.round2_found_nothing += 1;
+                if self.options.algorithm == Algorithm::RampSmall {
+                    self.results[index] = Some(item);
+                }
+                Ok(())
+            }
+            _ => {
+                self.results[index] = Some(item);
+                Ok(())
+            }
+        }
+    }
+
+    /// Decides round 2 from round 1's results and sends it; false when none is needed.
+    fn plan_round_two(&mut self, out: &mut Vec<Outgoing>) -> bool {
+        let wanted = match self.options.algorithm {
+            Algorithm::NoCc => Vec::new(),
+            Algorithm::RampFast if self.options.mutant_skip_repair => Vec::new(),
+            Algorithm::RampHybrid if self.options.mutant_skip_repair => Vec::new(),
+            Algorithm::RampFast => self.fast_repairs(),
+            Algorithm::RampSmall => self.small_round_two(),
+            Algorithm::RampHybrid => self.hybrid_repairs(),
+        };
+        if wanted.is_empty() {
+            return false;
+        }
+        for (index, selector) in &wanted {
+            self.repair[*index] = selector.clone();
+        }
+        self.round = 2;
+        self.round2_keys += wanted.len() as u32;
+        self.send_round(wanted, out);
+        true
+    }
+
+    fn result_ts(&self, index: usize) -> Timestamp {
+        self.results[index].as_ref().map_or(TIMESTAMP_INITIAL, |item| item.ts)
+    }
+
+    /// RAMP-Fast: `required[k]` from the write sets; EXACT where it is newer than round 1's.
+    fn fast_repairs(&self) -> Vec<(usize, Selector)> {
         let mut required = vec![TIMESTAMP_INITIAL; self.keys.len()];
         let mut index_of = KeyIndex::new(self.keys.len());
         for (index, key) in self.keys.iter().enumerate() {
             index_of.insert(key, index);
         }
         for result in self.results.iter().flatten() {
-            for key in &result.write_set {
-                if let Some(index) = index_of.find(&self.keys, key) {
-                    required[index] = required[index].max(result.ts);
+            if let Metadata::WriteSet(write_set) = &result.metadata {
+                for key in write_set {
+                    if let Some(index) = index_of.find(&self.keys, key) {
+                        required[index] = required[index].max(result.ts);
+                    }
                 }
             }
         }
-        let wanted: Vec<(usize, Timestamp)> = required
-            .iter()
-            .enumerate()
-            .filter(|(index, required)| **required > self.result_ts(*index))
-            .map(|(index, required)| (index, *required))
-            .collect();
-        if wanted.is_empty() {
-            return false;
-        }
-        for &(index, at) in &wanted {
-            self.repair_at[index] = at;
-        }
-        self.round = 2;
-        self.round2_keys += wanted.len() as u32;
-        self.send_round(&wanted, out);
-        true
+        (0..self.keys.len())
+            .filter(|&index| required[index] > self.result_ts(index))
+            .map(|index| (index, Selector::Exact(required[index])))
+            .collect()
     }
 
-    fn result_ts(&self, index: usize) -> Timestamp {
-        self.results[index].as_ref().map_or(TIMESTAMP_INITIAL, |item| item.ts)
+    /// RAMP-Small: every key, for the highest of round 1's timestamps it has.
+    fn small_round_two(&self) -> Vec<(usize, Selector)> {
+        let mut seen: Vec<Timestamp> = self.results.iter().flatten().map(|item| item.ts).collect();
+        seen.retain(|&ts| ts != TIMESTAMP_INITIAL);
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.is_empty() {
+            return Vec::new(); // nothing was ever written: every key reads its initial value
+        }
+        (0..self.keys.len())
+            .map(|index| {
+                let candidates =
+                    if self.options.mutant_skip_repair { vec![self.result_ts(index)] } else { seen.clone() };
+                (index, Selector::HighestOf(candidates))
+            })
+            .collect()
+    }
+
+    /// RAMP-Hybrid: per key, the newer round-1 versions whose filter may contain it.
+    fn hybrid_repairs(&self) -> Vec<(usize, Selector)> {
+        let hashes = self.options.bloom.hashes;
+        (0..self.keys.len())
+            .filter_map(|index| {
+                let own_ts = self.result_ts(index);
+                let mut candidates: Vec<Timestamp> = self
+                    .results
+                    .iter()
+                    .enumerate()
+                    .filter(|(other, _)| *other != index)
+                    .filter_map(|(_, result)| result.as_ref())
+                    .filter(|result| result.ts > own_ts)
+                    .filter(|result| match &result.metadata {
+                        Metadata::Bloom(filter) => may_contain(filter, hashes, &self.keys[index]),
+                        _ => false,
+                    })
+                    .map(|result| result.ts)
+                    .collect();
+                candidates.sort_unstable();
+                candidates.dedup();
+                (!candidates.is_empty()).then_some((index, Selector::HighestOf(candidates)))
+            })
+            .collect()
     }
 
     fn restart(&mut self, out: &mut Vec<Outgoing>) -> Result<Step<ReadOutcome>, ProtocolError> {
@@ -267,7 +404,12 @@ impl ReadTxn {
             };
             items.push(item);
         }
-        ReadOutcome { items, round2_keys: self.round2_keys, restarts: self.restarts }
+        ReadOutcome {
+            items,
+            round2_keys: self.round2_keys,
+            round2_found_nothing: self.round2_found_nothing,
+            restarts: self.restarts,
+        }
     }
 }
 
@@ -311,22 +453,28 @@ enum WritePhase {
     Commit,
 }
 
-/// A RAMP-Fast write-only transaction.
+/// A write-only transaction.
 #[derive(Debug)]
 pub struct WriteTxn {
     ts: Timestamp,
     write_set: Vec<Vec<u8>>,
-    /// Per participating server: its writes, until PREPARE is sent.
+    /// Per participating server: its writes, until PREPARE (or PUT) is sent.
     parts: Vec<(usize, Vec<Write>)>,
     acknowledged: Vec<bool>,
     outstanding: usize,
     phase: WritePhase,
+    options: TxnOptions,
 }
 
 impl WriteTxn {
     /// Plans writing `writes` at timestamp `ts`. A key written twice keeps its last value.
     /// Everything is validated here, before any server state changes.
-    pub fn new(cluster: &Cluster, ts: Timestamp, writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<WriteTxn, ProtocolError> {
+    pub fn new(
+        cluster: &Cluster,
+        ts: Timestamp,
+        writes: Vec<(Vec<u8>, Vec<u8>)>,
+        options: TxnOptions,
+    ) -> Result<WriteTxn, ProtocolError> {
         validate_keys(writes.iter().map(|(key, _)| key.as_slice()))?;
         if ts == TIMESTAMP_INITIAL {
             return Err(ProtocolError::InvalidTransaction("timestamp 0 is reserved".into()));
@@ -337,7 +485,7 @@ impl WriteTxn {
                 value.len()
             )));
         }
-        let mut last: HashMap<Vec<u8>, Vec<u8>> = HashMap::with_capacity(writes.len());
+        let mut last: AHashMap<Vec<u8>, Vec<u8>> = AHashMap::with_capacity(writes.len());
         let mut write_set = Vec::with_capacity(writes.len());
         for (key, value) in writes {
             if last.insert(key.clone(), value).is_none() {
@@ -362,6 +510,7 @@ impl WriteTxn {
             acknowledged: vec![false; count],
             outstanding: 0,
             phase: WritePhase::Prepare,
+            options,
         })
     }
 
@@ -375,20 +524,29 @@ impl WriteTxn {
         &self.write_set
     }
 
-    /// Sends PREPARE to every participating server.
+    /// The metadata every version of this transaction carries.
+    fn metadata(&self) -> Metadata {
+        match self.options.algorithm {
+            Algorithm::RampFast => Metadata::WriteSet(self.write_set.clone()),
+            Algorithm::RampHybrid => {
+                Metadata::Bloom(self.options.bloom.build(self.write_set.iter().map(Vec::as_slice)))
+            }
+            Algorithm::RampSmall | Algorithm::NoCc => Metadata::None,
+        }
+    }
+
+    /// Sends PREPARE (NoCC: PUT) to every participating server.
     pub fn start(&mut self, out: &mut Vec<Outgoing>) {
         self.phase = WritePhase::Prepare;
         self.outstanding = self.parts.len();
+        let metadata = self.metadata();
         for (part, (server, writes)) in self.parts.iter_mut().enumerate() {
-            out.push(Outgoing {
-                server: *server,
-                tag: make_tag(0, part as u16),
-                request: Request::Prepare {
-                    ts: self.ts,
-                    write_set: self.write_set.clone(),
-                    writes: std::mem::take(writes),
-                },
-            });
+            let writes = std::mem::take(writes);
+            let request = match self.options.algorithm {
+                Algorithm::NoCc => Request::Put { ts: self.ts, writes },
+                _ => Request::Prepare { ts: self.ts, metadata: metadata.clone(), writes },
+            };
+            out.push(Outgoing { server: *server, tag: make_tag(0, part as u16), request });
         }
     }
 
@@ -420,7 +578,7 @@ impl WriteTxn {
             return Ok(Step::Pending);
         }
         match self.phase {
-            WritePhase::Prepare => {
+            WritePhase::Prepare if self.options.algorithm != Algorithm::NoCc => {
                 // Every PREPARE is acknowledged: only now may any server make ts visible.
                 self.phase = WritePhase::Commit;
                 self.outstanding = self.parts.len();
@@ -434,7 +592,7 @@ impl WriteTxn {
                 }
                 Ok(Step::Pending)
             }
-            WritePhase::Commit => Ok(Step::Done(WriteOutcome { ts: self.ts })),
+            _ => Ok(Step::Done(WriteOutcome { ts: self.ts })),
         }
     }
 }

@@ -8,10 +8,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::limits::CLIENT_IDS_MAX;
-use crate::storage::{Key, Store, StoreError, Version};
-use crate::types::Timestamp;
+use crate::storage::{Key, Store, StoreError, StoredMetadata, Version};
+use crate::types::{Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::append_versions_frame;
-use crate::wire::{ErrorCode, GetItem, Request, Response, WireError};
+use crate::wire::{ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, WireError, Write};
 
 /// The request-handling state of one server.
 #[derive(Debug)]
@@ -43,24 +43,24 @@ impl ServerCore {
 
     /// Serves one request and appends the reply frame to `out`.
     pub fn handle(&self, request: Request, request_id: u64, now_ms: u64, out: &mut Vec<u8>) {
-        match request {
-            Request::Hello { client_ids_wanted } => self.hello(client_ids_wanted).encode_frame(request_id, out),
-            Request::Get { items } => self.get(&items, request_id, out),
-            Request::Prepare { ts, write_set, writes } => {
-                let write_set: Arc<[Key]> = write_set.into_iter().map(Vec::into_boxed_slice).collect();
-                let writes = writes
-                    .into_iter()
-                    .map(|write| (write.key.into_boxed_slice(), write.value.into_boxed_slice()))
-                    .collect();
-                match self.store.prepare(ts, write_set, writes, now_ms) {
-                    Ok(()) => Response::Ack.encode_frame(request_id, out),
-                    Err(error) => Response::bad_request(error.to_string()).encode_frame(request_id, out),
-                }
+        let result = match request {
+            Request::Hello { client_ids_wanted } => {
+                self.hello(client_ids_wanted).encode_frame(request_id, out);
+                return;
+            }
+            Request::Get { items } => return self.get(&items, request_id, out),
+            Request::Prepare { ts, metadata, writes } => {
+                self.store.prepare(ts, stored_metadata(metadata), stored_writes(writes), now_ms)
             }
             Request::Commit { ts } => {
                 self.store.commit(ts);
-                Response::Ack.encode_frame(request_id, out);
+                Ok(())
             }
+            Request::Put { ts, writes } => self.store.put(ts, stored_writes(writes), now_ms),
+        };
+        match result {
+            Ok(()) => Response::Ack.encode_frame(request_id, out),
+            Err(error) => Response::bad_request(error.to_string()).encode_frame(request_id, out),
         }
     }
 
@@ -77,33 +77,58 @@ impl ServerCore {
     }
 
     fn get(&self, items: &[GetItem], request_id: u64, out: &mut Vec<u8>) {
-        let mut versions: Vec<Option<Arc<Version>>> = Vec::with_capacity(items.len());
+        let mut answers: Vec<Answer> = Vec::with_capacity(items.len());
         for item in items {
-            if item.at == 0 {
-                versions.push(self.store.get_latest(&item.key));
-                continue;
-            }
-            match self.store.get_at(&item.key, item.at) {
-                Ok(version) => versions.push(Some(version)),
+            let answer = match &item.selector {
+                Selector::Latest => Ok(self.store.get_latest(&item.key).map_or(Answer::Initial, Answer::Version)),
+                Selector::LatestTimestamp => Ok(Answer::TimestampOnly(self.store.last_commit(&item.key))),
+                Selector::Exact(ts) => self.store.get_at(&item.key, *ts).map(Answer::Version),
+                Selector::HighestOf(candidates) => self
+                    .store
+                    .get_highest_of(&item.key, candidates)
+                    .map(|found| found.map_or(Answer::Initial, Answer::Version)),
+            };
+            match answer {
+                Ok(answer) => answers.push(answer),
                 Err(StoreError::VersionGone { ts }) => {
                     let message = format!("version {ts} is gone; restart the read");
                     Response::Error { code: ErrorCode::VersionGone, message }.encode_frame(request_id, out);
                     return;
                 }
                 Err(other) => {
-                    let message = other.to_string();
-                    Response::Error { code: ErrorCode::Internal, message }.encode_frame(request_id, out);
+                    Response::Error { code: ErrorCode::Internal, message: other.to_string() }
+                        .encode_frame(request_id, out);
                     return;
                 }
             }
         }
-        const NO_KEYS: &[Key] = &[];
-        let entries = versions.iter().map(|version| match version {
-            Some(version) => (version.ts, &*version.value, &*version.write_set),
-            None => (0 as Timestamp, &[][..], NO_KEYS),
+        let entries = answers.iter().map(|answer| match answer {
+            Answer::Version(version) => (version.ts, &*version.value, version.metadata.as_wire()),
+            Answer::TimestampOnly(ts) => (*ts, &[][..], MetadataRef::None),
+            Answer::Initial => (TIMESTAMP_INITIAL, &[][..], MetadataRef::None),
         });
         append_versions_frame(out, request_id, entries);
     }
+}
+
+/// What a GET item is answered with.
+enum Answer {
+    Version(Arc<Version>),
+    TimestampOnly(Timestamp),
+    /// The initial value, or no candidate stored.
+    Initial,
+}
+
+fn stored_metadata(metadata: Metadata) -> StoredMetadata {
+    match metadata {
+        Metadata::None => StoredMetadata::None,
+        Metadata::WriteSet(keys) => StoredMetadata::WriteSet(keys.into_iter().map(Vec::into_boxed_slice).collect()),
+        Metadata::Bloom(bits) => StoredMetadata::Bloom(bits.into()),
+    }
+}
+
+fn stored_writes(writes: Vec<Write>) -> Vec<(Key, Box<[u8]>)> {
+    writes.into_iter().map(|write| (write.key.into_boxed_slice(), write.value.into_boxed_slice())).collect()
 }
 
 fn reply_decode_error(error: &WireError, request_id: u64, out: &mut Vec<u8>) {

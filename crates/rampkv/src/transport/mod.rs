@@ -15,14 +15,14 @@ use crate::wire::{Request, Response, WireError};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TransportError {
-    #[error("cannot connect to server {server} at {address}: {source}")]
-    Connect { server: usize, address: String, source: std::io::Error },
-    #[error("i/o error with server {server}: {source}")]
-    Io { server: usize, source: std::io::Error },
+    #[error("cannot connect to server {server} at {address}: {error}")]
+    Connect { server: usize, address: String, error: std::io::Error },
+    #[error("i/o error with server {server}: {error}")]
+    Io { server: usize, error: std::io::Error },
     #[error("server {server} closed the connection")]
     Closed { server: usize },
-    #[error("server {server} sent bytes that are not a valid reply: {source}")]
-    Malformed { server: usize, source: WireError },
+    #[error("server {server} sent bytes that are not a valid reply: {error}")]
+    Malformed { server: usize, error: WireError },
     #[error("no server {server} (the cluster has {servers})")]
     NoSuchServer { server: usize, servers: usize },
 }

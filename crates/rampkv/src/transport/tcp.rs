@@ -152,10 +152,10 @@ pub struct TcpClientTransport {
 impl TcpClientTransport {
     /// Connects to every address (server i is `addresses[i]`).
     pub fn connect(addresses: &[String]) -> Result<Self, TransportError> {
-        let poll = Poll::new().map_err(|source| TransportError::Io { server: 0, source })?;
+        let poll = Poll::new().map_err(|error| TransportError::Io { server: 0, error })?;
         let mut connections = Vec::with_capacity(addresses.len());
         for (server, address) in addresses.iter().enumerate() {
-            let connect_error = |source| TransportError::Connect { server, address: address.clone(), source };
+            let connect_error = |error| TransportError::Connect { server, address: address.clone(), error };
             let socket_address = address.to_socket_addrs().map_err(connect_error)?.next().ok_or_else(|| {
                 connect_error(std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing"))
             })?;
@@ -166,7 +166,7 @@ impl TcpClientTransport {
             let mut stream = TcpStream::from_std(stream);
             poll.registry()
                 .register(&mut stream, Token(server), Interest::READABLE)
-                .map_err(|source| TransportError::Io { server, source })?;
+                .map_err(|error| TransportError::Io { server, error })?;
             connections.push(Connection {
                 stream,
                 outgoing: StreamBuffer::default(),
@@ -182,13 +182,13 @@ impl TcpClientTransport {
         let done = connection
             .outgoing
             .write_to(&mut connection.stream)
-            .map_err(|source| TransportError::Io { server, source })?;
+            .map_err(|error| TransportError::Io { server, error })?;
         if done == connection.wants_writable {
             let interest = if done { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
             self.poll
                 .registry()
                 .reregister(&mut connection.stream, Token(server), interest)
-                .map_err(|source| TransportError::Io { server, source })?;
+                .map_err(|error| TransportError::Io { server, error })?;
             connection.wants_writable = !done;
         }
         Ok(())
@@ -219,7 +219,7 @@ impl TcpClientTransport {
                 }
                 Err(error) if error.kind() == ErrorKind::WouldBlock => return Ok(delivered),
                 Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                Err(source) => return Err(TransportError::Io { server, source }),
+                Err(error) => return Err(TransportError::Io { server, error }),
             }
         }
     }
@@ -236,11 +236,11 @@ where
         let header = match FrameHeader::check(pending) {
             Ok(Some(header)) => header,
             Ok(None) => return Ok(delivered),
-            Err(source) => return Err(TransportError::Malformed { server, source }),
+            Err(error) => return Err(TransportError::Malformed { server, error }),
         };
         let body = &pending[FRAME_HEADER_BYTES..header.frame_bytes()];
         let response =
-            Response::decode(header.kind, body).map_err(|source| TransportError::Malformed { server, source })?;
+            Response::decode(header.kind, body).map_err(|error| TransportError::Malformed { server, error })?;
         incoming.consume(header.frame_bytes());
         deliver(server, header.request_id, response);
         delivered += 1;
@@ -273,7 +273,7 @@ impl ClientTransport for TcpClientTransport {
         F: FnMut(usize, u64, Response),
     {
         poll_spinning(&mut self.poll, &mut self.events, timeout)
-            .map_err(|source| TransportError::Io { server: 0, source })?;
+            .map_err(|error| TransportError::Io { server: 0, error })?;
         // Taken out for the loop (no allocation: an empty `Events` has no buffer), put back after.
         let events = std::mem::replace(&mut self.events, Events::with_capacity(0));
         let mut result = Ok(0);

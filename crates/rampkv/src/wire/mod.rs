@@ -11,11 +11,13 @@
 //! never a panic and never a huge allocation. `docs/wire.md` has the byte tables.
 
 pub mod frame;
+pub mod metadata;
 pub mod request;
 pub mod response;
 
 pub use frame::{FrameHeader, FRAME_HEADER_BYTES};
-pub use request::{GetItem, Request, Write};
+pub use metadata::{Metadata, MetadataRef, BLOOM_BYTES_MAX};
+pub use request::{GetItem, Request, Selector, Write};
 pub use response::{ErrorCode, Response, VersionItem};
 
 use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
@@ -50,6 +52,12 @@ pub(crate) struct Encoder<'a> {
 impl<'a> Encoder<'a> {
     pub(crate) fn new(buffer: &'a mut Vec<u8>) -> Self {
         Self { buffer }
+    }
+    pub(crate) fn u8(&mut self, value: u8) {
+        self.buffer.push(value);
+    }
+    pub(crate) fn raw(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
     }
     pub(crate) fn u16(&mut self, value: u16) {
         self.buffer.extend_from_slice(&value.to_le_bytes());
@@ -86,7 +94,7 @@ impl<'a> Decoder<'a> {
     pub(crate) fn new(bytes: &'a [u8]) -> Self {
         Self { bytes }
     }
-    fn take(&mut self, length: usize) -> Result<&'a [u8], WireError> {
+    pub(crate) fn take(&mut self, length: usize) -> Result<&'a [u8], WireError> {
         if self.bytes.len() < length {
             return Err(WireError::Truncated { needed: length - self.bytes.len() });
         }
@@ -98,6 +106,9 @@ impl<'a> Decoder<'a> {
         let mut array = [0u8; N];
         array.copy_from_slice(self.take(N)?);
         Ok(array)
+    }
+    pub(crate) fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
     }
     pub(crate) fn u16(&mut self) -> Result<u16, WireError> {
         Ok(u16::from_le_bytes(self.array()?))

@@ -5,16 +5,25 @@
 //! key      := u16 length, bytes                 (length <= KEY_BYTES_MAX)
 //! value    := u32 length, bytes                 (length <= VALUE_BYTES_MAX)
 //! keys     := u32 count, key * count            (count <= TXN_KEYS_MAX)
+//! metadata := see metadata.rs
+//! selector := u8 tag, then
+//!   0x00 LATEST                    the latest committed version, with value and metadata
+//!   0x01 LATEST_TS                 only the timestamp of the latest committed version
+//!   0x02 EXACT      u64 ts         exactly version ts, prepared or committed
+//!   0x03 HIGHEST_OF u32 n, u64 * n the highest stored version whose ts is one of these
+//!                                  (n <= TXN_KEYS_MAX); ts 0 in the reply: none is stored
 //!
 //! 0x01 HELLO    u16 client_ids_wanted            ask for a block of unique client ids
-//! 0x02 GET      u32 count, (key, u64 at) * count at = 0: the latest committed version;
-//!                                                 at = ts: exactly version ts (round 2)
-//! 0x03 PREPARE  u64 ts, keys write_set,           store versions, not yet visible
+//! 0x02 GET      u32 count, (key, selector) * count
+//! 0x03 PREPARE  u64 ts, metadata,                store versions, not yet visible
 //!               u32 count, (key, value) * count
 //! 0x04 COMMIT   u64 ts                           make the versions of ts visible
+//! 0x05 PUT      u64 ts, u32 count, (key, value) * count
+//!                                                store and make visible at once (NoCC)
 //! ```
 
 use super::frame::append_frame;
+use super::metadata::Metadata;
 use super::{Decoder, Encoder, WireError};
 use crate::limits::TXN_KEYS_MAX;
 use crate::types::Timestamp;
@@ -23,15 +32,36 @@ pub const KIND_HELLO: u8 = 0x01;
 pub const KIND_GET: u8 = 0x02;
 pub const KIND_PREPARE: u8 = 0x03;
 pub const KIND_COMMIT: u8 = 0x04;
+pub const KIND_PUT: u8 = 0x05;
 
-/// One key of a GET: the latest committed version (`at == 0`) or exactly version `at`.
+const SELECTOR_LATEST: u8 = 0;
+const SELECTOR_LATEST_TS: u8 = 1;
+const SELECTOR_EXACT: u8 = 2;
+const SELECTOR_HIGHEST_OF: u8 = 3;
+
+/// Which version of a key a GET asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selector {
+    /// The latest committed version with its value and metadata (round 1 of RAMP-Fast and
+    /// RAMP-Hybrid; NoCC reads).
+    Latest,
+    /// Only the timestamp of the latest committed version (round 1 of RAMP-Small).
+    LatestTimestamp,
+    /// Exactly this version, prepared or committed (round 2 of RAMP-Fast).
+    Exact(Timestamp),
+    /// The highest stored version whose timestamp is one of these (round 2 of RAMP-Small and
+    /// RAMP-Hybrid); the reply has ts 0 when none is stored.
+    HighestOf(Vec<Timestamp>),
+}
+
+/// One key of a GET.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GetItem {
     pub key: Vec<u8>,
-    pub at: Timestamp,
+    pub selector: Selector,
 }
 
-/// One write of a PREPARE.
+/// One write of a PREPARE or PUT.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
     pub key: Vec<u8>,
@@ -46,11 +76,13 @@ pub enum Request {
     Hello { client_ids_wanted: u16 },
     /// Reads keys stored on this server.
     Get { items: Vec<GetItem> },
-    /// Stores the transaction's writes on this server as prepared (invisible) versions;
-    /// `write_set` is the transaction's whole write set (RAMP-Fast metadata).
-    Prepare { ts: Timestamp, write_set: Vec<Vec<u8>>, writes: Vec<Write> },
+    /// Stores the transaction's writes on this server as prepared (invisible) versions, each
+    /// with the transaction's metadata.
+    Prepare { ts: Timestamp, metadata: Metadata, writes: Vec<Write> },
     /// Makes the prepared versions of transaction `ts` on this server visible.
     Commit { ts: Timestamp },
+    /// Stores and commits at once, with no metadata (NoCC: no atomicity across keys).
+    Put { ts: Timestamp, writes: Vec<Write> },
 }
 
 impl Request {
@@ -61,6 +93,7 @@ impl Request {
             Request::Get { .. } => KIND_GET,
             Request::Prepare { .. } => KIND_PREPARE,
             Request::Commit { .. } => KIND_COMMIT,
+            Request::Put { .. } => KIND_PUT,
         }
     }
 
@@ -79,23 +112,19 @@ impl Request {
                 encoder.count(items.len());
                 for item in items {
                     encoder.key(&item.key);
-                    encoder.u64(item.at);
+                    encode_selector(&mut encoder, &item.selector);
                 }
             }
-            Request::Prepare { ts, write_set, writes } => {
-                assert!(write_set.len() <= TXN_KEYS_MAX && writes.len() <= TXN_KEYS_MAX);
+            Request::Prepare { ts, metadata, writes } => {
                 encoder.u64(*ts);
-                encoder.count(write_set.len());
-                for key in write_set {
-                    encoder.key(key);
-                }
-                encoder.count(writes.len());
-                for write in writes {
-                    encoder.key(&write.key);
-                    encoder.bytes(&write.value);
-                }
+                metadata.as_ref().encode(&mut encoder);
+                encode_writes(&mut encoder, writes);
             }
             Request::Commit { ts } => encoder.u64(*ts),
+            Request::Put { ts, writes } => {
+                encoder.u64(*ts);
+                encode_writes(&mut encoder, writes);
+            }
         }
     }
 
@@ -105,25 +134,71 @@ impl Request {
         let request = match kind {
             KIND_HELLO => Request::Hello { client_ids_wanted: decoder.u16()? },
             KIND_GET => {
-                let count = decoder.count("get items", TXN_KEYS_MAX, 10)?;
+                let count = decoder.count("get items", TXN_KEYS_MAX, 3)?;
                 let items = (0..count)
-                    .map(|_| Ok(GetItem { key: decoder.key()?, at: decoder.u64()? }))
+                    .map(|_| Ok(GetItem { key: decoder.key()?, selector: decode_selector(&mut decoder)? }))
                     .collect::<Result<_, WireError>>()?;
                 Request::Get { items }
             }
             KIND_PREPARE => {
                 let ts = decoder.u64()?;
-                let write_set = decoder.keys("write set")?;
-                let count = decoder.count("writes", TXN_KEYS_MAX, 6)?;
-                let writes = (0..count)
-                    .map(|_| Ok(Write { key: decoder.key()?, value: decoder.value()? }))
-                    .collect::<Result<_, WireError>>()?;
-                Request::Prepare { ts, write_set, writes }
+                let metadata = Metadata::decode(&mut decoder)?;
+                Request::Prepare { ts, metadata, writes: decode_writes(&mut decoder)? }
             }
             KIND_COMMIT => Request::Commit { ts: decoder.u64()? },
+            KIND_PUT => {
+                let ts = decoder.u64()?;
+                Request::Put { ts, writes: decode_writes(&mut decoder)? }
+            }
             other => return Err(WireError::UnknownKind(other)),
         };
         decoder.finish()?;
         Ok(request)
     }
+}
+
+fn encode_selector(encoder: &mut Encoder<'_>, selector: &Selector) {
+    match selector {
+        Selector::Latest => encoder.u8(SELECTOR_LATEST),
+        Selector::LatestTimestamp => encoder.u8(SELECTOR_LATEST_TS),
+        Selector::Exact(ts) => {
+            encoder.u8(SELECTOR_EXACT);
+            encoder.u64(*ts);
+        }
+        Selector::HighestOf(candidates) => {
+            assert!(candidates.len() <= TXN_KEYS_MAX);
+            encoder.u8(SELECTOR_HIGHEST_OF);
+            encoder.count(candidates.len());
+            for ts in candidates {
+                encoder.u64(*ts);
+            }
+        }
+    }
+}
+
+fn decode_selector(decoder: &mut Decoder<'_>) -> Result<Selector, WireError> {
+    match decoder.u8()? {
+        SELECTOR_LATEST => Ok(Selector::Latest),
+        SELECTOR_LATEST_TS => Ok(Selector::LatestTimestamp),
+        SELECTOR_EXACT => Ok(Selector::Exact(decoder.u64()?)),
+        SELECTOR_HIGHEST_OF => {
+            let count = decoder.count("candidate timestamps", TXN_KEYS_MAX, 8)?;
+            Ok(Selector::HighestOf((0..count).map(|_| decoder.u64()).collect::<Result<_, _>>()?))
+        }
+        _ => Err(WireError::Invalid("unknown selector tag")),
+    }
+}
+
+fn encode_writes(encoder: &mut Encoder<'_>, writes: &[Write]) {
+    assert!(writes.len() <= TXN_KEYS_MAX);
+    encoder.count(writes.len());
+    for write in writes {
+        encoder.key(&write.key);
+        encoder.bytes(&write.value);
+    }
+}
+
+fn decode_writes(decoder: &mut Decoder<'_>) -> Result<Vec<Write>, WireError> {
+    let count = decoder.count("writes", TXN_KEYS_MAX, 6)?;
+    (0..count).map(|_| Ok(Write { key: decoder.key()?, value: decoder.value()? })).collect()
 }

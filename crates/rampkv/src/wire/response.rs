@@ -3,13 +3,15 @@
 //! # Format (frame bodies, all integers little-endian; `key`, `value`, `keys` as in request.rs)
 //! ```text
 //! 0x81 HELLO     u16 client_id_first, u16 client_ids_granted
-//! 0x82 VERSIONS  u32 count, (u64 ts, value, keys write_set) * count
-//!                one entry per GET item, in request order; ts 0 = initial (empty) value
+//! 0x82 VERSIONS  u32 count, (u64 ts, value, metadata) * count
+//!                one entry per GET item, in request order; ts 0 = the initial (empty) value,
+//!                or for HIGHEST_OF: none of the candidates is stored
 //! 0x83 ACK       (empty)                        PREPARE or COMMIT done
 //! 0xFF ERROR     u16 code, u32 length, UTF-8 message (length <= ERROR_MESSAGE_BYTES_MAX)
 //! ```
 
 use super::frame::append_frame;
+use super::metadata::{Metadata, MetadataRef};
 use super::{Decoder, Encoder, WireError};
 use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::Timestamp;
@@ -27,9 +29,8 @@ pub const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
 pub struct VersionItem {
     pub ts: Timestamp,
     pub value: Vec<u8>,
-    /// The write set of the transaction that wrote this version (RAMP-Fast metadata);
-    /// empty for the initial value.
-    pub write_set: Vec<Vec<u8>>,
+    /// What the writing transaction attached (its write set, a Bloom filter of it, or nothing).
+    pub metadata: Metadata,
 }
 
 /// Why a server refused a request.
@@ -108,7 +109,7 @@ impl Response {
                 assert!(items.len() <= TXN_KEYS_MAX);
                 encoder.count(items.len());
                 for item in items {
-                    encode_version(&mut encoder, item.ts, &item.value, &item.write_set);
+                    encode_version(&mut encoder, item.ts, &item.value, item.metadata.as_ref());
                 }
             }
             Response::Ack => {}
@@ -125,13 +126,13 @@ impl Response {
         let response = match kind {
             KIND_HELLO_REPLY => Response::Hello { client_id_first: decoder.u16()?, client_ids_granted: decoder.u16()? },
             KIND_VERSIONS => {
-                let count = decoder.count("versions", TXN_KEYS_MAX, 16)?;
+                let count = decoder.count("versions", TXN_KEYS_MAX, 13)?;
                 let items = (0..count)
                     .map(|_| {
                         Ok(VersionItem {
                             ts: decoder.u64()?,
                             value: decoder.bytes_up_to("value", VALUE_BYTES_MAX)?,
-                            write_set: decoder.keys("write set")?,
+                            metadata: Metadata::decode(&mut decoder)?,
                         })
                     })
                     .collect::<Result<_, WireError>>()?;
@@ -154,26 +155,28 @@ impl Response {
 
 /// Encodes one VERSIONS entry straight from borrowed parts, so a server can reply from its
 /// stored versions without building a `VersionItem` copy first.
-pub(crate) fn encode_version<K: AsRef<[u8]>>(encoder: &mut Encoder<'_>, ts: Timestamp, value: &[u8], write_set: &[K]) {
+pub(crate) fn encode_version<K: AsRef<[u8]>>(
+    encoder: &mut Encoder<'_>,
+    ts: Timestamp,
+    value: &[u8],
+    metadata: MetadataRef<'_, K>,
+) {
     encoder.u64(ts);
     encoder.bytes(value);
-    encoder.count(write_set.len());
-    for key in write_set {
-        encoder.key(key.as_ref());
-    }
+    metadata.encode(encoder);
 }
 
 /// Appends a VERSIONS frame whose entries are produced by `entries` (count known up front).
 pub fn append_versions_frame<'v, K: AsRef<[u8]> + 'v>(
     out: &mut Vec<u8>,
     request_id: u64,
-    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], &'v [K])>,
+    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
 ) {
     append_frame(out, KIND_VERSIONS, request_id, |body| {
         let mut encoder = Encoder::new(body);
         encoder.count(entries.len());
-        for (ts, value, write_set) in entries {
-            encode_version(&mut encoder, ts, value, write_set);
+        for (ts, value, metadata) in entries {
+            encode_version(&mut encoder, ts, value, metadata);
         }
     });
 }

@@ -15,14 +15,39 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
     vec(any::<u8>(), 0..300)
 }
 
+fn selector() -> impl Strategy<Value = Selector> {
+    prop_oneof![
+        Just(Selector::Latest),
+        Just(Selector::LatestTimestamp),
+        any::<u64>().prop_map(Selector::Exact),
+        vec(any::<u64>(), 0..6).prop_map(Selector::HighestOf),
+    ]
+}
+
+fn metadata() -> impl Strategy<Value = Metadata> {
+    prop_oneof![
+        Just(Metadata::None),
+        vec(key(), 0..5).prop_map(Metadata::WriteSet),
+        vec(any::<u8>(), 0..64).prop_map(Metadata::Bloom),
+    ]
+}
+
+fn writes() -> impl Strategy<Value = Vec<Write>> {
+    vec((key(), value()).prop_map(|(key, value)| Write { key, value }), 0..6)
+}
+
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         any::<u16>().prop_map(|client_ids_wanted| Request::Hello { client_ids_wanted }),
-        vec((key(), any::<u64>()).prop_map(|(key, at)| GetItem { key, at }), 0..8)
+        vec((key(), selector()).prop_map(|(key, selector)| GetItem { key, selector }), 0..8)
             .prop_map(|items| Request::Get { items }),
-        (any::<u64>(), vec(key(), 0..6), vec((key(), value()).prop_map(|(key, value)| Write { key, value }), 0..6))
-            .prop_map(|(ts, write_set, writes)| Request::Prepare { ts, write_set, writes }),
+        (any::<u64>(), metadata(), writes()).prop_map(|(ts, metadata, writes)| Request::Prepare {
+            ts,
+            metadata,
+            writes
+        }),
         any::<u64>().prop_map(|ts| Request::Commit { ts }),
+        (any::<u64>(), writes()).prop_map(|(ts, writes)| Request::Put { ts, writes }),
     ]
 }
 
@@ -38,8 +63,7 @@ fn response() -> impl Strategy<Value = Response> {
             Response::Hello { client_id_first, client_ids_granted }
         }),
         vec(
-            (any::<u64>(), value(), vec(key(), 0..5))
-                .prop_map(|(ts, value, write_set)| { VersionItem { ts, value, write_set } }),
+            (any::<u64>(), value(), metadata()).prop_map(|(ts, value, metadata)| VersionItem { ts, value, metadata }),
             0..6
         )
         .prop_map(|items| Response::Versions { items }),
