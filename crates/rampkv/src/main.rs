@@ -96,6 +96,9 @@ struct BenchArgs {
     /// Poller threads the embedded servers share.
     #[arg(long, default_value_t = 1)]
     server_threads: usize,
+    /// How long the embedded servers keep superseded versions, in milliseconds.
+    #[arg(long, default_value_t = GC_GRACE_MS)]
+    gc_grace_ms: u64,
     /// Logical clients (closed-loop transaction streams).
     #[arg(long, default_value_t = 8)]
     clients: usize,
@@ -270,6 +273,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         bloom: BloomParameters { bits: args.bloom_bits, hashes: args.bloom_hashes },
         servers: args.servers,
         server_threads: args.server_threads,
+        gc_grace_ms: args.gc_grace_ms,
         clients: args.clients,
         client_threads: args.client_threads,
         txn_size: args.txn_size,

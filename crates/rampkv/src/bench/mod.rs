@@ -26,7 +26,7 @@ use crate::checker;
 use crate::client::{ClientError, Completion, Driver, TxnResult};
 use crate::cluster::Cluster;
 use crate::history::{self, HistorySink, ReadRecord, Record, WriteRecord};
-use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
+use crate::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::protocol::bloom::BloomParameters;
 use crate::protocol::ramp::{Algorithm, TxnOptions};
 use crate::server::{ServerConfig, ServerGroup};
@@ -58,6 +58,8 @@ pub struct BenchConfig {
     pub servers: usize,
     /// Poller threads the embedded servers share.
     pub server_threads: usize,
+    /// How long the embedded servers keep superseded versions.
+    pub gc_grace_ms: u64,
     /// Logical clients (closed-loop transaction streams).
     pub clients: usize,
     /// Threads the logical clients are multiplexed over.
@@ -92,6 +94,7 @@ impl Default for BenchConfig {
             bloom: BloomParameters::default(),
             servers: 4,
             server_threads: 1,
+            gc_grace_ms: GC_GRACE_MS,
             clients: 8,
             client_threads: 1,
             txn_size: 4,
@@ -232,7 +235,7 @@ fn start_embedded_cluster(config: &BenchConfig) -> Result<(Cluster, Vec<ServerGr
     let mut addresses = Vec::with_capacity(config.servers);
     for thread in 0..config.server_threads {
         let count = sessions_of_thread(config.servers, config.server_threads, thread).len();
-        let configs = vec![ServerConfig::new(localhost); count];
+        let configs = vec![ServerConfig { listen: localhost, gc_grace_ms: config.gc_grace_ms }; count];
         let group = ServerGroup::spawn(&configs).map_err(BenchError::Cluster)?;
         addresses.extend(group.addresses().iter().map(SocketAddr::to_string));
         groups.push(group);
