@@ -49,3 +49,16 @@ pub const CLUSTER_PARTITIONS_MAX: u32 = 65_536;
 /// microseconds, and a sleep/wake-up pair costs more than that. Bounded so an idle poller
 /// sleeps and leaves the core to others (the machine has 2).
 pub const POLL_SPIN_US: u64 = 50;
+
+/// S2PL: the longest a lock request may wait before its transaction is aborted (and retried).
+pub const LOCK_WAIT_MS_MAX: u64 = 200;
+
+/// S2PL: a transaction aborted by wait-die or a lock timeout is retried at most this many times.
+pub const LOCKING_ATTEMPTS_MAX: u32 = 64;
+
+/// S2PL: the first backoff after an abort; it doubles per attempt up to `LOCK_BACKOFF_US_MAX`,
+/// with jitter.
+pub const LOCK_BACKOFF_US_MIN: u64 = 50;
+
+/// S2PL: the longest backoff after an abort.
+pub const LOCK_BACKOFF_US_MAX: u64 = 5_000;

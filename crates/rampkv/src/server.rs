@@ -29,7 +29,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::limits::{CONNECTION_WRITE_BUFFER_BYTES_MAX, GC_GRACE_MS, SERVER_CONNECTIONS_MAX};
-use crate::protocol::server::ServerCore;
+use crate::protocol::server::{DeferredReply, ServerCore};
 use crate::transport::tcp::{poll_spinning, ReadStatus, StreamBuffer};
 use crate::wire::{FrameHeader, Response, FRAME_HEADER_BYTES};
 
@@ -125,6 +125,9 @@ impl Drop for ServerGroup {
 
 #[derive(Debug)]
 struct Connection {
+    /// `generation << 32 | slot`: unique for the loop's lifetime, so a deferred reply never
+    /// reaches a newer connection that reuses the slot.
+    id: u64,
     stream: TcpStream,
     core: Arc<ServerCore>,
     incoming: StreamBuffer,
@@ -146,18 +149,61 @@ struct EventLoop {
     free_slots: Vec<usize>,
     stop: Arc<AtomicBool>,
     started: Instant,
+    generation: u64,
+    /// Replies to requests that waited (S2PL locks), to hand to their connections.
+    deferred: Vec<DeferredReply>,
 }
 
 impl EventLoop {
     fn new(poll: Poll, listeners: Vec<(TcpListener, Arc<ServerCore>)>, stop: Arc<AtomicBool>) -> Self {
-        Self { poll, listeners, connections: Vec::new(), free_slots: Vec::new(), stop, started: Instant::now() }
+        Self {
+            poll,
+            listeners,
+            connections: Vec::new(),
+            free_slots: Vec::new(),
+            stop,
+            started: Instant::now(),
+            generation: 0,
+            deferred: Vec::new(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// How long the poller may sleep: until the next lock wait expires, or indefinitely.
+    fn poll_timeout(&self) -> Option<std::time::Duration> {
+        let deadline = self.listeners.iter().filter_map(|(_, core)| core.next_lock_deadline_ms()).min()?;
+        Some(std::time::Duration::from_millis(deadline.saturating_sub(self.now_ms()) + 1))
+    }
+
+    /// Aborts expired lock waits and delivers every deferred reply.
+    fn deliver_deferred(&mut self, now_ms: u64) {
+        for (_, core) in &self.listeners {
+            if core.next_lock_deadline_ms().is_some_and(|deadline| deadline <= now_ms) {
+                core.expire_lock_waits(now_ms, &mut self.deferred);
+            }
+        }
+        while let Some(reply) = self.deferred.pop() {
+            let slot = (reply.connection & 0xFFFF_FFFF) as usize;
+            let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else {
+                continue; // the connection closed: nobody to tell
+            };
+            if connection.id != reply.connection || connection.closing {
+                continue;
+            }
+            connection.outgoing.append(|out| out.extend_from_slice(&reply.frame));
+            self.drive(slot, now_ms);
+        }
     }
 
     fn run(mut self) -> std::io::Result<()> {
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         while !self.stop.load(Ordering::Acquire) {
-            poll_spinning(&mut self.poll, &mut events, None)?;
-            let now_ms = self.started.elapsed().as_millis() as u64;
+            let timeout = self.poll_timeout();
+            poll_spinning(&mut self.poll, &mut events, timeout)?;
+            let now_ms = self.now_ms();
             for event in events.iter() {
                 let token = event.token();
                 if token == WAKER_TOKEN {
@@ -176,6 +222,7 @@ impl EventLoop {
                     self.drive(slot, now_ms);
                 }
             }
+            self.deliver_deferred(now_ms);
         }
         Ok(())
     }
@@ -204,7 +251,9 @@ impl EventLoop {
                 self.free_slots.push(slot);
                 continue;
             }
+            self.generation += 1;
             self.connections[slot] = Some(Connection {
+                id: (self.generation << 32) | slot as u64,
                 stream,
                 core: Arc::clone(&self.listeners[listener_index].1),
                 incoming: StreamBuffer::default(),
@@ -222,7 +271,7 @@ impl EventLoop {
         let Some(connection) = self.connections[slot].as_mut() else {
             return;
         };
-        let keep = serve(connection, now_ms);
+        let keep = serve(connection, now_ms, &mut self.deferred);
         let token = Token(self.listeners.len() + slot);
         if keep && connection.wants_writable == connection.outgoing.is_empty() {
             let interest = if connection.outgoing.is_empty() {
@@ -239,15 +288,16 @@ impl EventLoop {
         }
         if let Some(mut connection) = self.connections[slot].take() {
             let _ = self.poll.registry().deregister(&mut connection.stream);
+            connection.core.connection_closed(connection.id, &mut self.deferred);
             self.free_slots.push(slot);
         }
     }
 }
 
 /// Serves what the connection has; false when it should be closed now.
-fn serve(connection: &mut Connection, now_ms: u64) -> bool {
+fn serve(connection: &mut Connection, now_ms: u64, deferred: &mut Vec<DeferredReply>) -> bool {
     loop {
-        if !connection.closing && !process_frames(connection, now_ms) {
+        if !connection.closing && !process_frames(connection, now_ms, deferred) {
             connection.closing = true; // an invalid header: reply queued, then close
         }
         match connection.outgoing.write_to(&mut connection.stream) {
@@ -273,7 +323,7 @@ fn serve(connection: &mut Connection, now_ms: u64) -> bool {
 
 /// Answers every complete frame at the front of the input while the output has room.
 /// Returns false when a frame header is invalid (an error reply has been queued).
-fn process_frames(connection: &mut Connection, now_ms: u64) -> bool {
+fn process_frames(connection: &mut Connection, now_ms: u64, deferred: &mut Vec<DeferredReply>) -> bool {
     while connection.outgoing.len() <= CONNECTION_WRITE_BUFFER_BYTES_MAX {
         let pending = connection.incoming.pending();
         let header = match FrameHeader::check(pending) {
@@ -287,8 +337,10 @@ fn process_frames(connection: &mut Connection, now_ms: u64) -> bool {
             }
         };
         let body = &pending[FRAME_HEADER_BYTES..header.frame_bytes()];
-        let core = &connection.core;
-        connection.outgoing.append(|out| core.handle_frame(header.kind, header.request_id, body, now_ms, out));
+        let (core, id) = (&connection.core, connection.id);
+        connection
+            .outgoing
+            .append(|out| core.handle_frame(id, header.kind, header.request_id, body, now_ms, out, deferred));
         connection.incoming.consume(header.frame_bytes());
     }
     true

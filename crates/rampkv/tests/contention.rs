@@ -78,6 +78,17 @@ fn ramp_hybrid_under_contention_has_no_fractured_or_garbage_reads() {
 }
 
 #[test]
+fn s2pl_under_contention_has_no_fractured_or_garbage_reads() {
+    let result = bench::run(&contended(Algorithm::S2pl, seed(), 2.0)).unwrap();
+    println!("{result}");
+    let report = result.check.as_ref().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(result.failed_transactions, 0, "{:?}", result.first_failure);
+    assert!(result.read.count > 100 && result.write.count > 100, "the run did real work");
+    assert!(result.round2.read_restarts > 0, "contention must exercise wait-die aborts and retries");
+}
+
+#[test]
 fn nocc_under_contention_is_caught_with_fractured_reads() {
     caught(contended(Algorithm::NoCc, seed(), 2.0));
 }

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use super::ClientError;
 use crate::cluster::Cluster;
 use crate::limits::TXN_TIMEOUT_MS;
-use crate::protocol::ramp::{ReadTxn, TxnOptions, WriteTxn};
+use crate::protocol::locking::{LockingReadTxn, LockingWriteTxn};
+use crate::protocol::ramp::{Algorithm, ReadTxn, TxnOptions, WriteTxn};
 use crate::protocol::{Outgoing, ReadOutcome, Step, WriteOutcome};
 use crate::transport::ClientTransport;
 use crate::types::{wall_clock_us, Timestamp, TimestampClock};
@@ -47,6 +48,8 @@ pub struct Completion {
 enum ActiveTxn {
     Read(ReadTxn),
     Write(WriteTxn),
+    LockingRead(LockingReadTxn),
+    LockingWrite(LockingWriteTxn),
 }
 
 #[derive(Debug)]
@@ -55,6 +58,8 @@ struct Session {
     generation: u8,
     txn: Option<ActiveTxn>,
     deadline: Instant,
+    /// When an aborted (S2PL) transaction starts its next attempt.
+    restart_at: Option<Instant>,
 }
 
 /// Runs transactions of many sessions over one transport.
@@ -96,6 +101,7 @@ impl<T: ClientTransport> Driver<T> {
                 generation: 0,
                 txn: None,
                 deadline: now,
+                restart_at: None,
             })
             .collect();
         Ok(Driver {
@@ -137,9 +143,18 @@ impl<T: ClientTransport> Driver<T> {
     /// Starts a read-only transaction of `keys` on an idle session.
     pub fn begin_read(&mut self, session: usize, keys: Vec<Vec<u8>>) -> Result<(), ClientError> {
         self.check_idle(session)?;
-        let mut txn = ReadTxn::new(&self.cluster, keys, self.options)?;
-        txn.start(&mut self.outgoing);
-        self.activate(session, ActiveTxn::Read(txn))
+        let txn = if self.options.algorithm == Algorithm::S2pl {
+            // Locking reads need a timestamp: their age under wait-die.
+            let ts = self.sessions[session].clock.next(wall_clock_us());
+            let mut txn = LockingReadTxn::new(&self.cluster, ts, keys)?;
+            txn.start(&mut self.outgoing);
+            ActiveTxn::LockingRead(txn)
+        } else {
+            let mut txn = ReadTxn::new(&self.cluster, keys, self.options)?;
+            txn.start(&mut self.outgoing);
+            ActiveTxn::Read(txn)
+        };
+        self.activate(session, txn)
     }
 
     /// Starts a write-only transaction on an idle session; `value_for` builds each value from
@@ -156,9 +171,16 @@ impl<T: ClientTransport> Driver<T> {
     ) -> Result<Timestamp, ClientError> {
         self.check_idle(session)?;
         let ts = self.sessions[session].clock.next(wall_clock_us());
-        let mut txn = WriteTxn::new(&self.cluster, ts, build(ts), self.options)?;
-        txn.start(&mut self.outgoing);
-        self.activate(session, ActiveTxn::Write(txn))?;
+        let txn = if self.options.algorithm == Algorithm::S2pl {
+            let mut txn = LockingWriteTxn::new(&self.cluster, ts, build(ts))?;
+            txn.start(&mut self.outgoing);
+            ActiveTxn::LockingWrite(txn)
+        } else {
+            let mut txn = WriteTxn::new(&self.cluster, ts, build(ts), self.options)?;
+            txn.start(&mut self.outgoing);
+            ActiveTxn::Write(txn)
+        };
+        self.activate(session, txn)?;
         Ok(ts)
     }
 
@@ -193,6 +215,13 @@ impl<T: ClientTransport> Driver<T> {
     /// finish with [`ClientError::Timeout`].
     pub fn step(&mut self, timeout: Option<Duration>, completions: &mut Vec<Completion>) -> Result<(), ClientError> {
         self.transport.flush()?;
+        let timeout = match self.sessions.iter().filter_map(|state| state.restart_at).min() {
+            Some(restart_at) => {
+                let until = restart_at.saturating_duration_since(Instant::now());
+                Some(timeout.map_or(until, |timeout| timeout.min(until)))
+            }
+            None => timeout,
+        };
         let mut replies = std::mem::take(&mut self.replies);
         let polled = self.transport.poll(timeout, |_server, id, response| replies.push((id, response)));
         let mut result: Result<(), ClientError> = polled.map(|_| ()).map_err(ClientError::from);
@@ -203,7 +232,27 @@ impl<T: ClientTransport> Driver<T> {
         }
         self.replies = replies;
         result?;
+        self.restart_backed_off()?;
         self.expire(completions);
+        Ok(())
+    }
+
+    /// Starts the next attempt of every transaction whose backoff is over.
+    fn restart_backed_off(&mut self) -> Result<(), ClientError> {
+        let now = Instant::now();
+        for session in 0..self.sessions.len() {
+            let state = &mut self.sessions[session];
+            if state.restart_at.is_none_or(|restart_at| restart_at > now) {
+                continue;
+            }
+            state.restart_at = None;
+            match state.txn.as_mut() {
+                Some(ActiveTxn::LockingRead(txn)) => txn.start(&mut self.outgoing),
+                Some(ActiveTxn::LockingWrite(txn)) => txn.start(&mut self.outgoing),
+                _ => {}
+            }
+            self.post_outgoing(session)?;
+        }
         Ok(())
     }
 
@@ -223,10 +272,24 @@ impl<T: ClientTransport> Driver<T> {
             Some(ActiveTxn::Write(txn)) => {
                 txn.on_reply(tag, response, &mut self.outgoing).map(|step| map_step(step, TxnResult::Write))
             }
+            Some(ActiveTxn::LockingRead(txn)) => {
+                txn.on_reply(tag, response, &mut self.outgoing).map(|step| map_step(step, TxnResult::Read))
+            }
+            Some(ActiveTxn::LockingWrite(txn)) => {
+                txn.on_reply(tag, response, &mut self.outgoing).map(|step| map_step(step, TxnResult::Write))
+            }
         };
         match step {
             Ok(Step::Pending) => self.post_outgoing(session)?,
+            Ok(Step::Backoff(delay)) => {
+                self.post_outgoing(session)?; // the releases
+                self.sessions[session].restart_at = Some(Instant::now() + delay);
+            }
             Ok(Step::Done(result)) => {
+                // A finished transaction may still have messages to send (S2PL releases);
+                // their replies come back under this generation and are dropped later.
+                self.post_outgoing(session)?;
+                let state = &mut self.sessions[session];
                 if let TxnResult::Read(outcome) = &result {
                     let newest = outcome.items.iter().map(|item| item.ts).max().unwrap_or(0);
                     state.clock.observe(newest);
@@ -259,6 +322,7 @@ impl<T: ClientTransport> Driver<T> {
             if state.txn.is_some() && state.deadline <= now {
                 // Bump the generation so that late replies are dropped.
                 state.generation = state.generation.wrapping_add(1);
+                state.restart_at = None;
                 self.finish(session, Err(ClientError::Timeout), completions);
             }
         }
@@ -268,6 +332,7 @@ impl<T: ClientTransport> Driver<T> {
 fn map_step<O>(step: Step<O>, wrap: impl FnOnce(O) -> TxnResult) -> Step<TxnResult> {
     match step {
         Step::Pending => Step::Pending,
+        Step::Backoff(delay) => Step::Backoff(delay),
         Step::Done(outcome) => Step::Done(wrap(outcome)),
     }
 }

@@ -13,6 +13,8 @@
 //! that restarted) is ignored, so late replies can never mix into a newer attempt.
 
 pub mod bloom;
+pub mod locking;
+pub mod locks;
 pub mod ramp;
 pub mod server;
 
@@ -44,6 +46,10 @@ pub fn split_tag(tag: u32) -> (u16, u16) {
 pub enum Step<T> {
     /// Waiting for more replies (any new requests were appended to the output).
     Pending,
+    /// Aborted (S2PL): call `restart` after this long. The delay lets the older transaction
+    /// that caused the abort finish first; without it a younger one retries into the same
+    /// conflict and burns its attempts in one round trip.
+    Backoff(std::time::Duration),
     /// Finished.
     Done(T),
 }
@@ -87,4 +93,6 @@ pub enum ProtocolError {
     MalformedReply { server: usize, why: String },
     #[error("read restarted {0} times because versions it needed were collected")]
     TooManyRestarts(u32),
+    #[error("transaction aborted {0} times by lock conflicts (S2PL wait-die or lock timeouts)")]
+    TooManyAborts(u32),
 }

@@ -46,11 +46,15 @@ pub enum Algorithm {
     RampHybrid,
     /// No concurrency control: a baseline that shows fractured reads under contention.
     NoCc,
+    /// Strict two-phase locking with two-phase commit (see `protocol::locking`): the baseline
+    /// the RAMP papers compare against. Readers take locks, so they can block writers.
+    S2pl,
 }
 
 impl Algorithm {
     /// Every algorithm, in the order reports list them.
-    pub const ALL: [Algorithm; 4] = [Algorithm::RampFast, Algorithm::RampSmall, Algorithm::RampHybrid, Algorithm::NoCc];
+    pub const ALL: [Algorithm; 5] =
+        [Algorithm::RampFast, Algorithm::RampSmall, Algorithm::RampHybrid, Algorithm::NoCc, Algorithm::S2pl];
 
     /// The name used on the command line and in results.
     pub fn name(&self) -> &'static str {
@@ -59,6 +63,7 @@ impl Algorithm {
             Algorithm::RampSmall => "ramp-small",
             Algorithm::RampHybrid => "ramp-hybrid",
             Algorithm::NoCc => "nocc",
+            Algorithm::S2pl => "s2pl",
         }
     }
 
@@ -102,6 +107,14 @@ pub fn validate_keys<'k>(keys: impl ExactSizeIterator<Item = &'k [u8]>) -> Resul
     Ok(())
 }
 
+/// The RAMP machines do not run S2PL (its machines are in `protocol::locking`).
+fn refuse_locking(options: &TxnOptions) -> Result<(), ProtocolError> {
+    match options.algorithm {
+        Algorithm::S2pl => Err(ProtocolError::InvalidTransaction("S2PL runs on the locking machines".into())),
+        _ => Ok(()),
+    }
+}
+
 #[derive(Debug)]
 struct Part {
     server: usize,
@@ -135,6 +148,7 @@ impl ReadTxn {
     /// Plans a read of `keys` (repeats allowed; each gets the same result).
     pub fn new(cluster: &Cluster, keys: Vec<Vec<u8>>, options: TxnOptions) -> Result<ReadTxn, ProtocolError> {
         validate_keys(keys.iter().map(Vec::as_slice))?;
+        refuse_locking(&options)?;
         let mut distinct: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
         let mut positions = Vec::with_capacity(keys.len());
         {
@@ -290,7 +304,7 @@ impl ReadTxn {
     /// Decides round 2 from round 1's results and sends it; false when none is needed.
     fn plan_round_two(&mut self, out: &mut Vec<Outgoing>) -> bool {
         let wanted = match self.options.algorithm {
-            Algorithm::NoCc => Vec::new(),
+            Algorithm::NoCc | Algorithm::S2pl => Vec::new(),
             Algorithm::RampFast if self.options.mutant_skip_repair => Vec::new(),
             Algorithm::RampHybrid if self.options.mutant_skip_repair => Vec::new(),
             Algorithm::RampFast => self.fast_repairs(),
@@ -476,6 +490,7 @@ impl WriteTxn {
         options: TxnOptions,
     ) -> Result<WriteTxn, ProtocolError> {
         validate_keys(writes.iter().map(|(key, _)| key.as_slice()))?;
+        refuse_locking(&options)?;
         if ts == TIMESTAMP_INITIAL {
             return Err(ProtocolError::InvalidTransaction("timestamp 0 is reserved".into()));
         }
@@ -531,7 +546,7 @@ impl WriteTxn {
             Algorithm::RampHybrid => {
                 Metadata::Bloom(self.options.bloom.build(self.write_set.iter().map(Vec::as_slice)))
             }
-            Algorithm::RampSmall | Algorithm::NoCc => Metadata::None,
+            Algorithm::RampSmall | Algorithm::NoCc | Algorithm::S2pl => Metadata::None,
         }
     }
 

@@ -7,16 +7,30 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::limits::CLIENT_IDS_MAX;
+use parking_lot::Mutex;
+
+use super::locks::{LockDecision, LockMode, LockTable};
+use crate::limits::{CLIENT_IDS_MAX, KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::storage::{Key, Store, StoreError, StoredMetadata, Version};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::append_versions_frame;
 use crate::wire::{ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, WireError, Write};
 
+/// A reply to a request that arrived earlier, possibly on another connection (an S2PL lock
+/// granted or aborted when another transaction released its locks).
+#[derive(Debug)]
+pub struct DeferredReply {
+    pub connection: u64,
+    pub frame: Vec<u8>,
+}
+
 /// The request-handling state of one server.
 #[derive(Debug)]
 pub struct ServerCore {
     store: Store,
+    /// S2PL locks. One poller serves a server, so the mutex is uncontended; it makes the core
+    /// `Sync` for statistics readers.
+    locks: Mutex<LockTable>,
     /// Next client id to hand out (ids are 16 bits, never 0; they wrap after 65,535).
     next_client_id: AtomicU32,
 }
@@ -24,7 +38,11 @@ pub struct ServerCore {
 impl ServerCore {
     /// A server whose store keeps superseded versions for `gc_grace_ms`.
     pub fn new(gc_grace_ms: u64) -> Self {
-        Self { store: Store::new(gc_grace_ms), next_client_id: AtomicU32::new(1) }
+        Self {
+            store: Store::new(gc_grace_ms),
+            locks: Mutex::new(LockTable::default()),
+            next_client_id: AtomicU32::new(1),
+        }
     }
 
     /// The store, for statistics and tests.
@@ -34,19 +52,130 @@ impl ServerCore {
 
     /// Decodes a request frame body and appends the reply frame to `out`. A body that does
     /// not decode gets a `BadRequest` reply (the framing is intact, so the connection goes on).
-    pub fn handle_frame(&self, kind: u8, request_id: u64, body: &[u8], now_ms: u64, out: &mut Vec<u8>) {
+    pub fn handle_frame(
+        &self,
+        connection: u64,
+        kind: u8,
+        request_id: u64,
+        body: &[u8],
+        now_ms: u64,
+        out: &mut Vec<u8>,
+        deferred: &mut Vec<DeferredReply>,
+    ) {
         match Request::decode(kind, body) {
-            Ok(request) => self.handle(request, request_id, now_ms, out),
+            Ok(request) => self.handle_from(connection, request, request_id, now_ms, out, deferred),
             Err(error) => reply_decode_error(&error, request_id, out),
         }
     }
 
-    /// Serves one request and appends the reply frame to `out`.
+    /// Serves one request from a client on a single connection and appends the reply (and any
+    /// reply it releases) to `out`. For tests and tools that do not multiplex connections.
     pub fn handle(&self, request: Request, request_id: u64, now_ms: u64, out: &mut Vec<u8>) {
+        let mut deferred = Vec::new();
+        self.handle_from(0, request, request_id, now_ms, out, &mut deferred);
+        for reply in deferred {
+            out.extend_from_slice(&reply.frame);
+        }
+    }
+
+    /// Serves one request that came over `connection`. Its reply is appended to `out`, unless
+    /// it must wait for locks; replies to other waiting requests that it unblocks go to
+    /// `deferred`.
+    pub fn handle_from(
+        &self,
+        connection: u64,
+        request: Request,
+        request_id: u64,
+        now_ms: u64,
+        out: &mut Vec<u8>,
+        deferred: &mut Vec<DeferredReply>,
+    ) {
+        match request {
+            Request::LockRead { ts, keys } => {
+                let keys = keys.into_iter().map(Vec::into_boxed_slice).collect();
+                let decisions =
+                    self.locks.lock().request(ts, LockMode::Shared, connection, request_id, keys, Vec::new(), now_ms);
+                self.reply_to_decisions(decisions, deferred);
+            }
+            Request::LockWrite { ts, writes } => {
+                let writes = stored_writes(writes);
+                if let Err(error) = validate_writes(&writes) {
+                    return Response::bad_request(error).encode_frame(request_id, out);
+                }
+                let keys = writes.iter().map(|(key, _)| key.clone()).collect();
+                let decisions =
+                    self.locks.lock().request(ts, LockMode::Exclusive, connection, request_id, keys, writes, now_ms);
+                self.reply_to_decisions(decisions, deferred);
+            }
+            Request::CommitLocked { ts } => {
+                let (staged, decisions) = self.locks.lock().finish(ts);
+                let applied = if staged.is_empty() { Ok(()) } else { self.store.put(ts, staged, now_ms) };
+                reply_ack_or_error(applied, request_id, out);
+                self.reply_to_decisions(decisions, deferred);
+            }
+            Request::Release { ts } => {
+                let (_, decisions) = self.locks.lock().finish(ts);
+                Response::Ack.encode_frame(request_id, out);
+                self.reply_to_decisions(decisions, deferred);
+            }
+            other => self.handle_plain(other, request_id, now_ms, out),
+        }
+    }
+
+    /// Aborts lock waits past their deadline; replies go to `deferred`.
+    pub fn expire_lock_waits(&self, now_ms: u64, deferred: &mut Vec<DeferredReply>) {
+        let decisions = self.locks.lock().expire(now_ms);
+        self.reply_to_decisions(decisions, deferred);
+    }
+
+    /// When the next lock wait expires (the event loop wakes up then), if any waits.
+    pub fn next_lock_deadline_ms(&self) -> Option<u64> {
+        self.locks.lock().next_deadline_ms()
+    }
+
+    /// A connection closed: the transactions it was running release their locks.
+    pub fn connection_closed(&self, connection: u64, deferred: &mut Vec<DeferredReply>) {
+        let decisions = self.locks.lock().release_connection(connection);
+        self.reply_to_decisions(decisions, deferred);
+    }
+
+    /// Serves granted lock requests (reads answered, writes staged) and aborted ones.
+    fn reply_to_decisions(&self, decisions: Vec<LockDecision>, deferred: &mut Vec<DeferredReply>) {
+        for decision in decisions {
+            let mut frame = Vec::new();
+            let connection = match decision {
+                LockDecision::Granted(request) => {
+                    match request.mode {
+                        LockMode::Shared => {
+                            let answers: Vec<Answer> = request
+                                .keys
+                                .iter()
+                                .map(|key| self.store.get_latest(key).map_or(Answer::Initial, Answer::Version))
+                                .collect();
+                            encode_answers(&answers, request.request_id, &mut frame);
+                        }
+                        LockMode::Exclusive => {
+                            self.locks.lock().stage(request.ts, request.writes);
+                            Response::Ack.encode_frame(request.request_id, &mut frame);
+                        }
+                    }
+                    request.connection
+                }
+                LockDecision::Aborted(request) => {
+                    let message = format!("transaction {} aborted (wait-die or lock timeout); retry", request.ts);
+                    Response::Error { code: ErrorCode::Aborted, message }.encode_frame(request.request_id, &mut frame);
+                    request.connection
+                }
+            };
+            deferred.push(DeferredReply { connection, frame });
+        }
+    }
+
+    /// Requests that never wait; each writes its one reply.
+    fn handle_plain(&self, request: Request, request_id: u64, now_ms: u64, out: &mut Vec<u8>) {
         let result = match request {
             Request::Hello { client_ids_wanted } => {
-                self.hello(client_ids_wanted).encode_frame(request_id, out);
-                return;
+                return self.hello(client_ids_wanted).encode_frame(request_id, out);
             }
             Request::Get { items } => return self.get(&items, request_id, out),
             Request::Prepare { ts, metadata, writes } => {
@@ -57,11 +186,12 @@ impl ServerCore {
                 Ok(())
             }
             Request::Put { ts, writes } => self.store.put(ts, stored_writes(writes), now_ms),
+            other => {
+                let message = format!("request kind {:#04x} is not served here", other.kind());
+                Err(StoreError::InvalidPrepare(message))
+            }
         };
-        match result {
-            Ok(()) => Response::Ack.encode_frame(request_id, out),
-            Err(error) => Response::bad_request(error.to_string()).encode_frame(request_id, out),
-        }
+        reply_ack_or_error(result, request_id, out);
     }
 
     fn hello(&self, wanted: u16) -> Response {
@@ -102,12 +232,34 @@ impl ServerCore {
                 }
             }
         }
-        let entries = answers.iter().map(|answer| match answer {
-            Answer::Version(version) => (version.ts, &*version.value, version.metadata.as_wire()),
-            Answer::TimestampOnly(ts) => (*ts, &[][..], MetadataRef::None),
-            Answer::Initial => (TIMESTAMP_INITIAL, &[][..], MetadataRef::None),
-        });
-        append_versions_frame(out, request_id, entries);
+        encode_answers(&answers, request_id, out);
+    }
+}
+
+fn encode_answers(answers: &[Answer], request_id: u64, out: &mut Vec<u8>) {
+    let entries = answers.iter().map(|answer| match answer {
+        Answer::Version(version) => (version.ts, &*version.value, version.metadata.as_wire()),
+        Answer::TimestampOnly(ts) => (*ts, &[][..], MetadataRef::None),
+        Answer::Initial => (TIMESTAMP_INITIAL, &[][..], MetadataRef::None),
+    });
+    append_versions_frame(out, request_id, entries);
+}
+
+fn reply_ack_or_error(result: Result<(), StoreError>, request_id: u64, out: &mut Vec<u8>) {
+    match result {
+        Ok(()) => Response::Ack.encode_frame(request_id, out),
+        Err(error) => Response::bad_request(error.to_string()).encode_frame(request_id, out),
+    }
+}
+
+/// The limits a write must meet before it touches the lock table or the store.
+fn validate_writes(writes: &[(Key, Box<[u8]>)]) -> Result<(), String> {
+    if writes.is_empty() || writes.len() > TXN_KEYS_MAX {
+        return Err(format!("{} writes (need 1..={TXN_KEYS_MAX})", writes.len()));
+    }
+    match writes.iter().find(|(key, value)| key.len() > KEY_BYTES_MAX || value.len() > VALUE_BYTES_MAX) {
+        Some((key, value)) => Err(format!("a key of {} or value of {} bytes over the limits", key.len(), value.len())),
+        None => Ok(()),
     }
 }
 

@@ -20,6 +20,14 @@
 //! 0x04 COMMIT   u64 ts                           make the versions of ts visible
 //! 0x05 PUT      u64 ts, u32 count, (key, value) * count
 //!                                                store and make visible at once (NoCC)
+//! 0x06 LOCK_READ      u64 ts, keys               S2PL: shared-lock the keys, then reply with
+//!                                                their latest versions (or ERROR Aborted)
+//! 0x07 LOCK_WRITE     u64 ts, u32 count, (key, value) * count
+//!                                                S2PL 2PC prepare: exclusive-lock the keys and
+//!                                                stage the writes; ACK votes yes
+//! 0x08 COMMIT_LOCKED  u64 ts                     S2PL 2PC commit: apply staged writes, unlock
+//! 0x09 RELEASE        u64 ts                     S2PL: drop ts's locks, staged writes and any
+//!                                                waiting request (which gets ERROR Aborted)
 //! ```
 
 use super::frame::append_frame;
@@ -33,6 +41,10 @@ pub const KIND_GET: u8 = 0x02;
 pub const KIND_PREPARE: u8 = 0x03;
 pub const KIND_COMMIT: u8 = 0x04;
 pub const KIND_PUT: u8 = 0x05;
+pub const KIND_LOCK_READ: u8 = 0x06;
+pub const KIND_LOCK_WRITE: u8 = 0x07;
+pub const KIND_COMMIT_LOCKED: u8 = 0x08;
+pub const KIND_RELEASE: u8 = 0x09;
 
 const SELECTOR_LATEST: u8 = 0;
 const SELECTOR_LATEST_TS: u8 = 1;
@@ -83,6 +95,14 @@ pub enum Request {
     Commit { ts: Timestamp },
     /// Stores and commits at once, with no metadata (NoCC: no atomicity across keys).
     Put { ts: Timestamp, writes: Vec<Write> },
+    /// S2PL: shared locks on `keys` for transaction `ts`, then their latest versions.
+    LockRead { ts: Timestamp, keys: Vec<Vec<u8>> },
+    /// S2PL two-phase commit, phase 1: exclusive locks on the keys, writes staged.
+    LockWrite { ts: Timestamp, writes: Vec<Write> },
+    /// S2PL two-phase commit, phase 2: apply the staged writes of `ts` and release its locks.
+    CommitLocked { ts: Timestamp },
+    /// S2PL: release everything `ts` holds or waits for on this server (end of a read, or abort).
+    Release { ts: Timestamp },
 }
 
 impl Request {
@@ -94,6 +114,10 @@ impl Request {
             Request::Prepare { .. } => KIND_PREPARE,
             Request::Commit { .. } => KIND_COMMIT,
             Request::Put { .. } => KIND_PUT,
+            Request::LockRead { .. } => KIND_LOCK_READ,
+            Request::LockWrite { .. } => KIND_LOCK_WRITE,
+            Request::CommitLocked { .. } => KIND_COMMIT_LOCKED,
+            Request::Release { .. } => KIND_RELEASE,
         }
     }
 
@@ -120,10 +144,18 @@ impl Request {
                 metadata.as_ref().encode(&mut encoder);
                 encode_writes(&mut encoder, writes);
             }
-            Request::Commit { ts } => encoder.u64(*ts),
-            Request::Put { ts, writes } => {
+            Request::Commit { ts } | Request::CommitLocked { ts } | Request::Release { ts } => encoder.u64(*ts),
+            Request::Put { ts, writes } | Request::LockWrite { ts, writes } => {
                 encoder.u64(*ts);
                 encode_writes(&mut encoder, writes);
+            }
+            Request::LockRead { ts, keys } => {
+                assert!(keys.len() <= TXN_KEYS_MAX);
+                encoder.u64(*ts);
+                encoder.count(keys.len());
+                for key in keys {
+                    encoder.key(key);
+                }
             }
         }
     }
@@ -150,6 +182,16 @@ impl Request {
                 let ts = decoder.u64()?;
                 Request::Put { ts, writes: decode_writes(&mut decoder)? }
             }
+            KIND_LOCK_READ => {
+                let ts = decoder.u64()?;
+                Request::LockRead { ts, keys: decoder.keys("keys")? }
+            }
+            KIND_LOCK_WRITE => {
+                let ts = decoder.u64()?;
+                Request::LockWrite { ts, writes: decode_writes(&mut decoder)? }
+            }
+            KIND_COMMIT_LOCKED => Request::CommitLocked { ts: decoder.u64()? },
+            KIND_RELEASE => Request::Release { ts: decoder.u64()? },
             other => return Err(WireError::UnknownKind(other)),
         };
         decoder.finish()?;

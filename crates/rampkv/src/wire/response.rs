@@ -8,6 +8,7 @@
 //!                or for HIGHEST_OF: none of the candidates is stored
 //! 0x83 ACK       (empty)                        PREPARE or COMMIT done
 //! 0xFF ERROR     u16 code, u32 length, UTF-8 message (length <= ERROR_MESSAGE_BYTES_MAX)
+//!                codes: 1 BadRequest, 2 VersionGone, 3 Internal, 4 Aborted
 //! ```
 
 use super::frame::append_frame;
@@ -43,6 +44,8 @@ pub enum ErrorCode {
     VersionGone,
     /// The server could not serve the request for a reason of its own.
     Internal,
+    /// S2PL: the transaction must abort (wait-die, or a lock wait timed out) and retry.
+    Aborted,
     /// A code this build does not know (from a newer peer).
     Unknown(u16),
 }
@@ -53,6 +56,7 @@ impl ErrorCode {
             ErrorCode::BadRequest => 1,
             ErrorCode::VersionGone => 2,
             ErrorCode::Internal => 3,
+            ErrorCode::Aborted => 4,
             ErrorCode::Unknown(code) => code,
         }
     }
@@ -61,6 +65,7 @@ impl ErrorCode {
             1 => ErrorCode::BadRequest,
             2 => ErrorCode::VersionGone,
             3 => ErrorCode::Internal,
+            4 => ErrorCode::Aborted,
             other => ErrorCode::Unknown(other),
         }
     }

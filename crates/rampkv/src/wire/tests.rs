@@ -48,6 +48,10 @@ fn request() -> impl Strategy<Value = Request> {
         }),
         any::<u64>().prop_map(|ts| Request::Commit { ts }),
         (any::<u64>(), writes()).prop_map(|(ts, writes)| Request::Put { ts, writes }),
+        (any::<u64>(), vec(key(), 0..6)).prop_map(|(ts, keys)| Request::LockRead { ts, keys }),
+        (any::<u64>(), writes()).prop_map(|(ts, writes)| Request::LockWrite { ts, writes }),
+        any::<u64>().prop_map(|ts| Request::CommitLocked { ts }),
+        any::<u64>().prop_map(|ts| Request::Release { ts }),
     ]
 }
 
@@ -56,6 +60,7 @@ fn response() -> impl Strategy<Value = Response> {
         Just(ErrorCode::BadRequest),
         Just(ErrorCode::VersionGone),
         Just(ErrorCode::Internal),
+        Just(ErrorCode::Aborted),
         (100u16..).prop_map(ErrorCode::Unknown)
     ];
     prop_oneof![
