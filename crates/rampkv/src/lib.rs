@@ -8,6 +8,7 @@
 //! - [`cluster`]: cluster files and key routing (FNV-1a hash partitioning).
 //! - [`protocol`]: RAMP-Fast as I/O-free state machines (client transactions, server core).
 //! - [`transport`]: how requests reach servers: TCP today.
+//! - [`recovery`]: cooperative termination of transactions whose writer died.
 //! - [`server`]: the event loop that serves connections with the server core.
 //! - [`client`]: the driver that runs transactions over a transport, and the blocking client.
 //! - [`resp`]: a Redis-protocol gateway that runs MGET/MSET as read-atomic transactions.
@@ -21,6 +22,7 @@ pub mod cluster;
 pub mod history;
 pub mod limits;
 pub mod protocol;
+pub mod recovery;
 pub mod resp;
 pub mod server;
 pub mod storage;

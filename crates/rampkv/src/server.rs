@@ -28,8 +28,10 @@ use std::time::Instant;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use crate::cluster::Cluster;
 use crate::limits::{CONNECTION_WRITE_BUFFER_BYTES_MAX, GC_GRACE_MS, SERVER_CONNECTIONS_MAX};
 use crate::protocol::server::{DeferredReply, ServerCore};
+use crate::recovery::{spawn_resolver, Resolver};
 use crate::transport::tcp::{poll_spinning, ReadStatus, StreamBuffer};
 use crate::wire::{FrameHeader, Response, FRAME_HEADER_BYTES};
 
@@ -60,6 +62,9 @@ pub struct ServerGroup {
     stop: Arc<AtomicBool>,
     waker: Arc<Waker>,
     thread: Option<JoinHandle<std::io::Result<()>>>,
+    /// The clock the event loop stamps prepares with (recovery measures staleness with it).
+    clock: Instant,
+    resolver: Option<Resolver>,
 }
 
 impl ServerGroup {
@@ -79,9 +84,22 @@ impl ServerGroup {
             cores.push(core);
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let event_loop = EventLoop::new(poll, listeners, Arc::clone(&stop));
+        let clock = Instant::now();
+        let event_loop = EventLoop::new(poll, listeners, Arc::clone(&stop), clock);
         let thread = std::thread::Builder::new().name("rampkv-server".into()).spawn(move || event_loop.run())?;
-        Ok(ServerGroup { addresses, cores, stop, waker, thread: Some(thread) })
+        Ok(ServerGroup { addresses, cores, stop, waker, thread: Some(thread), clock, resolver: None })
+    }
+
+    /// Starts cooperative termination for these servers, which are servers
+    /// `first_index..first_index + count` of `cluster`: transactions prepared longer than
+    /// `timeout_ms` ago and not committed are resolved with the other participants.
+    pub fn start_recovery(&mut self, cluster: Cluster, first_index: usize, timeout_ms: u64) -> std::io::Result<()> {
+        if first_index + self.cores.len() > cluster.servers().len() {
+            return Err(std::io::Error::other("these servers are not all in the cluster"));
+        }
+        let resolver = spawn_resolver(self.cores.clone(), first_index, cluster, self.clock, timeout_ms)?;
+        self.resolver = Some(resolver);
+        Ok(())
     }
 
     /// The bound address of every server, in configuration order.
@@ -108,6 +126,7 @@ impl ServerGroup {
     }
 
     fn stop_and_join(&mut self) -> std::io::Result<()> {
+        self.resolver = None; // stops the resolver first: it talks to these servers
         self.stop.store(true, Ordering::Release);
         self.waker.wake()?;
         match self.thread.take() {
@@ -155,14 +174,14 @@ struct EventLoop {
 }
 
 impl EventLoop {
-    fn new(poll: Poll, listeners: Vec<(TcpListener, Arc<ServerCore>)>, stop: Arc<AtomicBool>) -> Self {
+    fn new(poll: Poll, listeners: Vec<(TcpListener, Arc<ServerCore>)>, stop: Arc<AtomicBool>, clock: Instant) -> Self {
         Self {
             poll,
             listeners,
             connections: Vec::new(),
             free_slots: Vec::new(),
             stop,
-            started: Instant::now(),
+            started: clock,
             generation: 0,
             deferred: Vec::new(),
         }

@@ -34,16 +34,34 @@ use parking_lot::{Mutex, RwLock};
 use crate::cluster::key_hash;
 use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
-use crate::wire::MetadataRef;
+use crate::wire::{MetadataRef, TxnState};
 
 /// Shards of the key map and of the pending-commit map.
 const SHARD_COUNT: usize = 64;
 
+/// Aborted transactions are remembered at least this long (a PREPARE delayed longer than this
+/// could slip through; writers give up after `TXN_TIMEOUT_MS`, far less).
+const ABORTED_RETENTION_MS: u64 = 60_000;
+
+/// Past this many remembered aborts, the ones older than the retention are forgotten.
+const ABORTED_REMEMBERED_MAX: usize = 4_096;
+
 /// A key as stored.
 pub type Key = Box<[u8]>;
 
-/// Keys of prepared transactions awaiting COMMIT, by timestamp (one shard of them).
-type PendingShard = Mutex<HashMap<Timestamp, Vec<Key>>>;
+/// A prepared transaction awaiting COMMIT on this server.
+#[derive(Debug, Clone)]
+pub struct PendingTxn {
+    /// Its keys on this server.
+    pub keys: Vec<Key>,
+    /// Its whole write set (for recovery: who else to ask).
+    pub write_set: Arc<[Key]>,
+    /// When it was prepared here (store clock, ms).
+    pub prepared_at_ms: u64,
+}
+
+/// Prepared transactions awaiting COMMIT, by timestamp (one shard of them).
+type PendingShard = Mutex<HashMap<Timestamp, PendingTxn>>;
 
 /// What a version carries about its transaction (shared by its versions on one server).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -84,6 +102,8 @@ pub enum StoreError {
     VersionGone { ts: Timestamp },
     #[error("invalid prepare: {0}")]
     InvalidPrepare(String),
+    #[error("transaction {ts} was aborted by recovery; it cannot be prepared")]
+    Aborted { ts: Timestamp },
 }
 
 /// Counters describing what the store holds.
@@ -120,6 +140,8 @@ pub struct Store {
     shards: Box<[RwLock<HashMap<Key, KeyState>>]>,
     /// ts of a prepared transaction -> its keys on this server, until it commits.
     pending: Box<[PendingShard]>,
+    /// Transactions recovery aborted here, with when (pruned after `ABORTED_RETENTION_MS`).
+    aborted: Mutex<HashMap<Timestamp, u64>>,
     grace_ms: u64,
     version_count: AtomicUsize,
     value_bytes: AtomicUsize,
@@ -132,6 +154,7 @@ impl Store {
         Self {
             shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::default())).collect(),
             pending: (0..SHARD_COUNT).map(|_| Mutex::new(HashMap::default())).collect(),
+            aborted: Mutex::new(HashMap::default()),
             grace_ms,
             version_count: AtomicUsize::new(0),
             value_bytes: AtomicUsize::new(0),
@@ -156,10 +179,14 @@ impl Store {
         &self,
         ts: Timestamp,
         metadata: StoredMetadata,
+        write_set: Arc<[Key]>,
         writes: Vec<(Key, Box<[u8]>)>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
         validate_prepare(ts, &metadata, &writes)?;
+        if self.aborted.lock().contains_key(&ts) {
+            return Err(StoreError::Aborted { ts });
+        }
         let keys: Vec<Key> = writes.iter().map(|(key, _)| key.clone()).collect();
         for (key, value) in writes {
             let value_bytes = value.len();
@@ -178,14 +205,14 @@ impl Store {
             self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
             self.collect_superseded(state, now_ms);
         }
-        self.pending_shard(ts).lock().insert(ts, keys);
+        self.pending_shard(ts).lock().insert(ts, PendingTxn { keys, write_set, prepared_at_ms: now_ms });
         Ok(())
     }
 
     /// Makes transaction `ts` visible on this server. Returns how many keys it advanced
     /// (0 for an unknown or already committed `ts`: a retried COMMIT is harmless).
     pub fn commit(&self, ts: Timestamp) -> usize {
-        let Some(keys) = self.pending_shard(ts).lock().remove(&ts) else {
+        let Some(PendingTxn { keys, .. }) = self.pending_shard(ts).lock().remove(&ts) else {
             return 0;
         };
         for key in &keys {
@@ -201,9 +228,74 @@ impl Store {
     /// Stores `writes` of transaction `ts` and makes them visible at once, key by key, with no
     /// metadata: NoCC, which promises no atomicity across keys.
     pub fn put(&self, ts: Timestamp, writes: Vec<(Key, Box<[u8]>)>, now_ms: u64) -> Result<(), StoreError> {
-        self.prepare(ts, StoredMetadata::None, writes, now_ms)?;
+        self.prepare(ts, StoredMetadata::None, Arc::from([]), writes, now_ms)?;
         self.commit(ts);
         Ok(())
+    }
+
+    /// Recovery: what this store knows of transaction `ts` on `keys` (its keys here). A
+    /// transaction never prepared here is from now on aborted here, so that a PREPARE still in
+    /// flight is refused and its writer can never commit it anywhere.
+    pub fn status(&self, ts: Timestamp, keys: &[Key], now_ms: u64) -> TxnState {
+        if self.aborted.lock().contains_key(&ts) {
+            return TxnState::Aborted;
+        }
+        let mut state = TxnState::Unknown;
+        for key in keys {
+            let shard = self.shard(key).read();
+            if let Some(stored) = shard.get(key).and_then(|entry| entry.versions.get(&ts)) {
+                if stored.committed.load(Ordering::Acquire) {
+                    return TxnState::Committed;
+                }
+                state = TxnState::Prepared;
+            }
+        }
+        if state == TxnState::Unknown {
+            self.remember_aborted(ts, now_ms);
+        }
+        state
+    }
+
+    /// Recovery: drops the uncommitted versions of `ts` and refuses it from now on.
+    pub fn abort(&self, ts: Timestamp, now_ms: u64) {
+        self.remember_aborted(ts, now_ms);
+        let Some(pending) = self.pending_shard(ts).lock().remove(&ts) else {
+            return;
+        };
+        for key in &pending.keys {
+            let mut shard = self.shard(key).write();
+            let Some(state) = shard.get_mut(key) else { continue };
+            let committed = state.versions.get(&ts).is_some_and(|stored| stored.committed.load(Ordering::Acquire));
+            if !committed {
+                if let Some(removed) = state.versions.remove(&ts) {
+                    self.forget_version_bytes(removed.version.value.len());
+                    self.version_count.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// Prepared transactions waiting for COMMIT since before `prepared_before_ms`.
+    pub fn stale_pending(&self, prepared_before_ms: u64) -> Vec<(Timestamp, PendingTxn)> {
+        self.pending
+            .iter()
+            .flat_map(|shard| {
+                let shard = shard.lock();
+                shard
+                    .iter()
+                    .filter(|(_, pending)| pending.prepared_at_ms < prepared_before_ms)
+                    .map(|(ts, pending)| (*ts, pending.clone()))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    fn remember_aborted(&self, ts: Timestamp, now_ms: u64) {
+        let mut aborted = self.aborted.lock();
+        if aborted.len() >= ABORTED_REMEMBERED_MAX {
+            aborted.retain(|_, at_ms| now_ms.saturating_sub(*at_ms) < ABORTED_RETENTION_MS);
+        }
+        aborted.insert(ts, now_ms);
     }
 
     /// The highest stored version of `key` whose timestamp is in `candidates`, prepared or
@@ -335,7 +427,7 @@ mod tests {
 
     fn prepare(store: &Store, ts: Timestamp, keys: &[&str], now_ms: u64) {
         let writes = keys.iter().map(|text| (key(text), format!("{text}@{ts}").into_bytes().into())).collect();
-        store.prepare(ts, write_set(keys), writes, now_ms).unwrap();
+        store.prepare(ts, write_set(keys), Arc::from([]), writes, now_ms).unwrap();
     }
 
     #[test]
@@ -384,12 +476,12 @@ mod tests {
         let store = Store::new(1_000);
         let oversized = vec![0u8; VALUE_BYTES_MAX + 1].into_boxed_slice();
         let writes = vec![(key("a"), b"ok".to_vec().into()), (key("b"), oversized)];
-        let error = store.prepare(5, write_set(&["a", "b"]), writes, 0).unwrap_err();
+        let error = store.prepare(5, write_set(&["a", "b"]), Arc::from([]), writes, 0).unwrap_err();
         assert!(matches!(error, StoreError::InvalidPrepare(_)));
         assert_eq!(store.stats(), StoreStats::default());
         let outside = vec![(key("c"), b"x".to_vec().into())];
-        assert!(store.prepare(6, write_set(&["a"]), outside, 0).is_err());
-        assert!(store.prepare(0, write_set(&["a"]), vec![(key("a"), b"x".to_vec().into())], 0).is_err());
+        assert!(store.prepare(6, write_set(&["a"]), Arc::from([]), outside, 0).is_err());
+        assert!(store.prepare(0, write_set(&["a"]), Arc::from([]), vec![(key("a"), b"x".to_vec().into())], 0).is_err());
     }
 
     #[test]
@@ -452,6 +544,33 @@ mod tests {
         assert!(store.get_at(b"a", 2).is_err(), "version 2 was collected");
         assert!(matches!(store.get_highest_of(b"a", &[1, 2]), Err(StoreError::VersionGone { .. })));
         assert_eq!(store.get_highest_of(b"a", &[2, 5]).unwrap().unwrap().ts, 5, "a newer stored candidate wins");
+    }
+
+    #[test]
+    fn recovery_sees_prepared_and_committed_and_an_unknown_transaction_becomes_aborted() {
+        let store = Store::new(1_000);
+        prepare(&store, 10, &["a"], 0);
+        assert_eq!(store.status(10, &[key("a")], 0), TxnState::Prepared);
+        assert_eq!(store.stale_pending(1).len(), 1);
+        assert!(store.stale_pending(0).is_empty(), "not stale yet");
+        store.commit(10);
+        assert_eq!(store.status(10, &[key("a")], 0), TxnState::Committed);
+        assert_eq!(store.status(20, &[key("a")], 0), TxnState::Unknown);
+        // A PREPARE of 20 still in flight is now refused, so its writer can never commit it.
+        let late = store.prepare(20, write_set(&["a"]), Arc::from([]), vec![(key("a"), b"x".to_vec().into())], 0);
+        assert_eq!(late.unwrap_err(), StoreError::Aborted { ts: 20 });
+        assert_eq!(store.status(20, &[key("a")], 0), TxnState::Aborted);
+    }
+
+    #[test]
+    fn abort_drops_the_uncommitted_versions() {
+        let store = Store::new(1_000);
+        prepare(&store, 10, &["a", "b"], 0);
+        store.abort(10, 0);
+        assert!(store.get_at(b"a", 10).is_err());
+        assert_eq!(store.stats().versions, 0);
+        assert_eq!(store.stats().pending_transactions, 0);
+        assert_eq!(store.commit(10), 0, "nothing left to commit");
     }
 
     #[test]

@@ -104,6 +104,7 @@ fn a_truncated_frame_is_never_parsed_and_its_connection_is_closed_at_end_of_stre
     Request::Prepare {
         ts: 99 << 16 | 1,
         metadata: Metadata::WriteSet(vec![b"kept".to_vec()]),
+        write_set: vec![],
         writes: vec![rampkv::wire::Write { key: b"kept".to_vec(), value: b"evil".to_vec() }],
     }
     .encode_frame(7, &mut frame);
@@ -153,6 +154,7 @@ fn an_invalid_prepare_is_refused_whole() {
     Request::Prepare {
         ts: 5 << 16 | 9,
         metadata: Metadata::WriteSet(vec![b"other".to_vec()]),
+        write_set: vec![],
         writes: vec![rampkv::wire::Write { key: b"kept".to_vec(), value: b"evil".to_vec() }],
     }
     .encode_frame(1, &mut bytes);

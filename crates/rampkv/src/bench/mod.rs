@@ -29,6 +29,7 @@ use crate::history::{self, HistorySink, ReadRecord, Record, WriteRecord};
 use crate::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::protocol::bloom::BloomParameters;
 use crate::protocol::ramp::{Algorithm, TxnOptions};
+use crate::recovery::RECOVERY_TIMEOUT_MS;
 use crate::server::{ServerConfig, ServerGroup};
 use crate::transport::tcp::TcpClientTransport;
 
@@ -240,7 +241,13 @@ fn start_embedded_cluster(config: &BenchConfig) -> Result<(Cluster, Vec<ServerGr
         addresses.extend(group.addresses().iter().map(SocketAddr::to_string));
         groups.push(group);
     }
-    Ok((Cluster::with_servers(addresses)?, groups))
+    let cluster = Cluster::with_servers(addresses)?;
+    let mut first_index = 0;
+    for group in &mut groups {
+        group.start_recovery(cluster.clone(), first_index, RECOVERY_TIMEOUT_MS).map_err(BenchError::Cluster)?;
+        first_index += group.addresses().len();
+    }
+    Ok((cluster, groups))
 }
 
 /// The contiguous share `thread` gets of `total` items split over `threads`.

@@ -559,7 +559,12 @@ impl WriteTxn {
             let writes = std::mem::take(writes);
             let request = match self.options.algorithm {
                 Algorithm::NoCc => Request::Put { ts: self.ts, writes },
-                _ => Request::Prepare { ts: self.ts, metadata: metadata.clone(), writes },
+                _ => {
+                    // Recovery needs the write set; RAMP-Fast's metadata already is it.
+                    let write_set =
+                        if matches!(metadata, Metadata::WriteSet(_)) { Vec::new() } else { self.write_set.clone() };
+                    Request::Prepare { ts: self.ts, metadata: metadata.clone(), write_set, writes }
+                }
             };
             out.push(Outgoing { server: *server, tag: make_tag(0, part as u16), request });
         }

@@ -178,8 +178,18 @@ impl ServerCore {
                 return self.hello(client_ids_wanted).encode_frame(request_id, out);
             }
             Request::Get { items } => return self.get(&items, request_id, out),
-            Request::Prepare { ts, metadata, writes } => {
-                self.store.prepare(ts, stored_metadata(metadata), stored_writes(writes), now_ms)
+            Request::Prepare { ts, metadata, write_set, writes } => {
+                let metadata = stored_metadata(metadata);
+                let write_set: Arc<[Key]> = match (&metadata, write_set.is_empty()) {
+                    (StoredMetadata::WriteSet(keys), true) => Arc::clone(keys),
+                    _ => write_set.into_iter().map(Vec::into_boxed_slice).collect(),
+                };
+                self.store.prepare(ts, metadata, write_set, stored_writes(writes), now_ms)
+            }
+            Request::Status { ts, keys } => {
+                let keys: Vec<Key> = keys.into_iter().map(Vec::into_boxed_slice).collect();
+                let state = self.store.status(ts, &keys, now_ms);
+                return Response::Status { state }.encode_frame(request_id, out);
             }
             Request::Commit { ts } => {
                 self.store.commit(ts);

@@ -18,7 +18,7 @@ pub mod response;
 pub use frame::{FrameHeader, FRAME_HEADER_BYTES};
 pub use metadata::{Metadata, MetadataRef, BLOOM_BYTES_MAX};
 pub use request::{GetItem, Request, Selector, Write};
-pub use response::{ErrorCode, Response, VersionItem};
+pub use response::{ErrorCode, Response, TxnState, VersionItem};
 
 use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 

@@ -15,8 +15,9 @@
 //!
 //! 0x01 HELLO    u16 client_ids_wanted            ask for a block of unique client ids
 //! 0x02 GET      u32 count, (key, selector) * count
-//! 0x03 PREPARE  u64 ts, metadata,                store versions, not yet visible
-//!               u32 count, (key, value) * count
+//! 0x03 PREPARE  u64 ts, metadata, keys write_set, store versions, not yet visible; the
+//!               u32 count, (key, value) * count  write set is for recovery (cooperative
+//!                                                termination), empty when the metadata is it
 //! 0x04 COMMIT   u64 ts                           make the versions of ts visible
 //! 0x05 PUT      u64 ts, u32 count, (key, value) * count
 //!                                                store and make visible at once (NoCC)
@@ -28,6 +29,9 @@
 //! 0x08 COMMIT_LOCKED  u64 ts                     S2PL 2PC commit: apply staged writes, unlock
 //! 0x09 RELEASE        u64 ts                     S2PL: drop ts's locks, staged writes and any
 //!                                                waiting request (which gets ERROR Aborted)
+//! 0x0A STATUS         u64 ts, keys               recovery: has this server prepared or
+//!                                                committed ts (on these keys)? reply STATUS;
+//!                                                "unknown" also marks ts aborted here
 //! ```
 
 use super::frame::append_frame;
@@ -45,6 +49,7 @@ pub const KIND_LOCK_READ: u8 = 0x06;
 pub const KIND_LOCK_WRITE: u8 = 0x07;
 pub const KIND_COMMIT_LOCKED: u8 = 0x08;
 pub const KIND_RELEASE: u8 = 0x09;
+pub const KIND_STATUS: u8 = 0x0A;
 
 const SELECTOR_LATEST: u8 = 0;
 const SELECTOR_LATEST_TS: u8 = 1;
@@ -90,7 +95,9 @@ pub enum Request {
     Get { items: Vec<GetItem> },
     /// Stores the transaction's writes on this server as prepared (invisible) versions, each
     /// with the transaction's metadata.
-    Prepare { ts: Timestamp, metadata: Metadata, writes: Vec<Write> },
+    /// `write_set` is the transaction's whole write set, kept for recovery only (empty when
+    /// `metadata` is the write set).
+    Prepare { ts: Timestamp, metadata: Metadata, write_set: Vec<Vec<u8>>, writes: Vec<Write> },
     /// Makes the prepared versions of transaction `ts` on this server visible.
     Commit { ts: Timestamp },
     /// Stores and commits at once, with no metadata (NoCC: no atomicity across keys).
@@ -103,6 +110,8 @@ pub enum Request {
     CommitLocked { ts: Timestamp },
     /// S2PL: release everything `ts` holds or waits for on this server (end of a read, or abort).
     Release { ts: Timestamp },
+    /// Recovery: what this server knows of transaction `ts` on `keys` (its keys here).
+    Status { ts: Timestamp, keys: Vec<Vec<u8>> },
 }
 
 impl Request {
@@ -118,6 +127,7 @@ impl Request {
             Request::LockWrite { .. } => KIND_LOCK_WRITE,
             Request::CommitLocked { .. } => KIND_COMMIT_LOCKED,
             Request::Release { .. } => KIND_RELEASE,
+            Request::Status { .. } => KIND_STATUS,
         }
     }
 
@@ -139,9 +149,10 @@ impl Request {
                     encode_selector(&mut encoder, &item.selector);
                 }
             }
-            Request::Prepare { ts, metadata, writes } => {
+            Request::Prepare { ts, metadata, write_set, writes } => {
                 encoder.u64(*ts);
                 metadata.as_ref().encode(&mut encoder);
+                encode_keys(&mut encoder, write_set);
                 encode_writes(&mut encoder, writes);
             }
             Request::Commit { ts } | Request::CommitLocked { ts } | Request::Release { ts } => encoder.u64(*ts),
@@ -149,13 +160,9 @@ impl Request {
                 encoder.u64(*ts);
                 encode_writes(&mut encoder, writes);
             }
-            Request::LockRead { ts, keys } => {
-                assert!(keys.len() <= TXN_KEYS_MAX);
+            Request::LockRead { ts, keys } | Request::Status { ts, keys } => {
                 encoder.u64(*ts);
-                encoder.count(keys.len());
-                for key in keys {
-                    encoder.key(key);
-                }
+                encode_keys(&mut encoder, keys);
             }
         }
     }
@@ -175,7 +182,8 @@ impl Request {
             KIND_PREPARE => {
                 let ts = decoder.u64()?;
                 let metadata = Metadata::decode(&mut decoder)?;
-                Request::Prepare { ts, metadata, writes: decode_writes(&mut decoder)? }
+                let write_set = decoder.keys("write set")?;
+                Request::Prepare { ts, metadata, write_set, writes: decode_writes(&mut decoder)? }
             }
             KIND_COMMIT => Request::Commit { ts: decoder.u64()? },
             KIND_PUT => {
@@ -192,6 +200,10 @@ impl Request {
             }
             KIND_COMMIT_LOCKED => Request::CommitLocked { ts: decoder.u64()? },
             KIND_RELEASE => Request::Release { ts: decoder.u64()? },
+            KIND_STATUS => {
+                let ts = decoder.u64()?;
+                Request::Status { ts, keys: decoder.keys("keys")? }
+            }
             other => return Err(WireError::UnknownKind(other)),
         };
         decoder.finish()?;
@@ -228,6 +240,14 @@ fn decode_selector(decoder: &mut Decoder<'_>) -> Result<Selector, WireError> {
             Ok(Selector::HighestOf((0..count).map(|_| decoder.u64()).collect::<Result<_, _>>()?))
         }
         _ => Err(WireError::Invalid("unknown selector tag")),
+    }
+}
+
+fn encode_keys(encoder: &mut Encoder<'_>, keys: &[Vec<u8>]) {
+    assert!(keys.len() <= TXN_KEYS_MAX);
+    encoder.count(keys.len());
+    for key in keys {
+        encoder.key(key);
     }
 }
 

@@ -7,6 +7,8 @@
 //!                one entry per GET item, in request order; ts 0 = the initial (empty) value,
 //!                or for HIGHEST_OF: none of the candidates is stored
 //! 0x83 ACK       (empty)                        PREPARE or COMMIT done
+//! 0x84 STATUS    u8 state                       0 unknown (now aborted here), 1 prepared,
+//!                                               2 committed, 3 aborted
 //! 0xFF ERROR     u16 code, u32 length, UTF-8 message (length <= ERROR_MESSAGE_BYTES_MAX)
 //!                codes: 1 BadRequest, 2 VersionGone, 3 Internal, 4 Aborted
 //! ```
@@ -20,6 +22,7 @@ use crate::types::Timestamp;
 pub const KIND_HELLO_REPLY: u8 = 0x81;
 pub const KIND_VERSIONS: u8 = 0x82;
 pub const KIND_ACK: u8 = 0x83;
+pub const KIND_STATUS: u8 = 0x84;
 pub const KIND_ERROR: u8 = 0xFF;
 
 /// Longest error message sent; longer ones are cut.
@@ -71,6 +74,16 @@ impl ErrorCode {
     }
 }
 
+/// What a server knows of a transaction (recovery).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnState {
+    /// Never prepared here; from now on a PREPARE of it is refused here.
+    Unknown,
+    Prepared,
+    Committed,
+    Aborted,
+}
+
 /// A reply from a server to one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -78,6 +91,7 @@ pub enum Response {
     Hello { client_id_first: u16, client_ids_granted: u16 },
     Versions { items: Vec<VersionItem> },
     Ack,
+    Status { state: TxnState },
     Error { code: ErrorCode, message: String },
 }
 
@@ -93,6 +107,7 @@ impl Response {
             Response::Hello { .. } => KIND_HELLO_REPLY,
             Response::Versions { .. } => KIND_VERSIONS,
             Response::Ack => KIND_ACK,
+            Response::Status { .. } => KIND_STATUS,
             Response::Error { .. } => KIND_ERROR,
         }
     }
@@ -118,6 +133,12 @@ impl Response {
                 }
             }
             Response::Ack => {}
+            Response::Status { state } => encoder.u8(match state {
+                TxnState::Unknown => 0,
+                TxnState::Prepared => 1,
+                TxnState::Committed => 2,
+                TxnState::Aborted => 3,
+            }),
             Response::Error { code, message } => {
                 encoder.u16(code.to_wire());
                 encoder.bytes(truncate_utf8(message, ERROR_MESSAGE_BYTES_MAX).as_bytes());
@@ -144,6 +165,15 @@ impl Response {
                 Response::Versions { items }
             }
             KIND_ACK => Response::Ack,
+            KIND_STATUS => Response::Status {
+                state: match decoder.u8()? {
+                    0 => TxnState::Unknown,
+                    1 => TxnState::Prepared,
+                    2 => TxnState::Committed,
+                    3 => TxnState::Aborted,
+                    _ => return Err(WireError::Invalid("unknown transaction state")),
+                },
+            },
             KIND_ERROR => {
                 let code = ErrorCode::from_wire(decoder.u16()?);
                 let message = decoder.bytes_up_to("error message", ERROR_MESSAGE_BYTES_MAX)?;

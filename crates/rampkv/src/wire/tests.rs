@@ -41,11 +41,9 @@ fn request() -> impl Strategy<Value = Request> {
         any::<u16>().prop_map(|client_ids_wanted| Request::Hello { client_ids_wanted }),
         vec((key(), selector()).prop_map(|(key, selector)| GetItem { key, selector }), 0..8)
             .prop_map(|items| Request::Get { items }),
-        (any::<u64>(), metadata(), writes()).prop_map(|(ts, metadata, writes)| Request::Prepare {
-            ts,
-            metadata,
-            writes
-        }),
+        (any::<u64>(), metadata(), vec(key(), 0..4), writes())
+            .prop_map(|(ts, metadata, write_set, writes)| Request::Prepare { ts, metadata, write_set, writes }),
+        (any::<u64>(), vec(key(), 0..4)).prop_map(|(ts, keys)| Request::Status { ts, keys }),
         any::<u64>().prop_map(|ts| Request::Commit { ts }),
         (any::<u64>(), writes()).prop_map(|(ts, writes)| Request::Put { ts, writes }),
         (any::<u64>(), vec(key(), 0..6)).prop_map(|(ts, keys)| Request::LockRead { ts, keys }),
@@ -73,6 +71,13 @@ fn response() -> impl Strategy<Value = Response> {
         )
         .prop_map(|items| Response::Versions { items }),
         Just(Response::Ack),
+        prop_oneof![
+            Just(TxnState::Unknown),
+            Just(TxnState::Prepared),
+            Just(TxnState::Committed),
+            Just(TxnState::Aborted)
+        ]
+        .prop_map(|state| Response::Status { state }),
         (code, "[a-z ]{0,40}").prop_map(|(code, message)| Response::Error { code, message }),
     ]
 }

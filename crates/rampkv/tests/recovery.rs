@@ -1,0 +1,124 @@
+//! Cooperative termination under fault injection: a writer "dies" (its connection is dropped)
+//! at chosen points between PREPARE and COMMIT. Within the recovery timeout the servers resolve
+//! the transaction from its metadata; readers see all of its writes or none, and never wait.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rampkv::client::Client;
+use rampkv::cluster::Cluster;
+use rampkv::server::{ServerConfig, ServerGroup};
+use rampkv::transport::tcp::TcpClientTransport;
+use rampkv::transport::ClientTransport;
+use rampkv::wire::{Metadata, Request, Write};
+
+const TIMEOUT_MS: u64 = 300;
+
+fn cluster() -> (ServerGroup, Cluster, Vec<Vec<u8>>) {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let mut group = ServerGroup::spawn(&vec![ServerConfig::new(localhost); 2]).unwrap();
+    let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
+    group.start_recovery(cluster.clone(), 0, TIMEOUT_MS).unwrap();
+    let x = (0..).map(|i| format!("x{i}").into_bytes()).find(|key| cluster.server_of(key) == 0).unwrap();
+    let y = (0..).map(|i| format!("y{i}").into_bytes()).find(|key| cluster.server_of(key) == 1).unwrap();
+    (group, cluster, vec![x, y])
+}
+
+/// A writer that sends exactly the given requests, waits for their replies, then vanishes.
+fn dying_writer(cluster: &Cluster, requests: &[(usize, Request)]) {
+    let mut transport = TcpClientTransport::connect(cluster.servers()).unwrap();
+    for (id, (server, request)) in requests.iter().enumerate() {
+        transport.post(*server, id as u64, request).unwrap();
+    }
+    transport.flush().unwrap();
+    let mut replies = 0;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while replies < requests.len() && Instant::now() < deadline {
+        replies += transport.poll(Some(Duration::from_millis(50)), |_, _, _| {}).unwrap();
+    }
+    assert_eq!(replies, requests.len());
+}
+
+fn prepare(ts: u64, keys: &[Vec<u8>], key: &[u8]) -> Request {
+    Request::Prepare {
+        ts,
+        metadata: Metadata::WriteSet(keys.to_vec()),
+        write_set: vec![],
+        writes: vec![Write { key: key.to_vec(), value: ts.to_le_bytes().to_vec() }],
+    }
+}
+
+/// Reads both keys until `done` says the result is final or the deadline passes; every read
+/// must be atomic with respect to transaction `ts` and must return at once.
+fn read_until(cluster: &Cluster, keys: &[Vec<u8>], ts: u64, done: impl Fn(&[u64]) -> bool) -> Vec<u64> {
+    let mut client = Client::connect(cluster).unwrap();
+    let deadline = Instant::now() + Duration::from_millis(TIMEOUT_MS * 10);
+    loop {
+        let started = Instant::now();
+        let read = client.get_all(keys.to_vec()).unwrap();
+        assert!(started.elapsed() < Duration::from_millis(200), "a reader never waits for recovery");
+        let seen: Vec<u64> = read.items.iter().map(|item| item.ts).collect();
+        assert!(seen.iter().all(|&t| t == ts) || seen.iter().all(|&t| t != ts), "fractured: {seen:?}");
+        if done(&seen) || Instant::now() > deadline {
+            return seen;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_writer_that_died_after_one_commit_is_committed_everywhere() {
+    let (group, cluster, keys) = cluster();
+    let ts = (1 << 40) | 7;
+    dying_writer(
+        &cluster,
+        &[(0, prepare(ts, &keys, &keys[0])), (1, prepare(ts, &keys, &keys[1])), (0, Request::Commit { ts })],
+    );
+    let started = Instant::now();
+    // Readers see both writes at once, through RAMP's round-2 repair, even before recovery.
+    let seen = read_until(&cluster, &keys, ts, |seen| seen.iter().all(|&t| t == ts));
+    assert_eq!(seen, vec![ts, ts]);
+    wait_resolved(&group);
+    assert!(started.elapsed() < Duration::from_millis(TIMEOUT_MS * 5), "resolved within the timeout");
+    assert_eq!(group.cores()[1].store().last_commit(&keys[1]), ts, "recovery committed the second key");
+}
+
+/// Waits (bounded) until no server has a prepared transaction waiting for COMMIT.
+fn wait_resolved(group: &ServerGroup) {
+    let deadline = Instant::now() + Duration::from_millis(TIMEOUT_MS * 10);
+    let pending = || group.cores().iter().map(|core| core.store().stats().pending_transactions).sum::<usize>();
+    while pending() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(pending(), 0, "every prepared transaction was resolved");
+}
+
+#[test]
+fn a_writer_that_died_after_all_prepares_is_committed_everywhere() {
+    let (group, cluster, keys) = cluster();
+    let ts = (2 << 40) | 7;
+    dying_writer(&cluster, &[(0, prepare(ts, &keys, &keys[0])), (1, prepare(ts, &keys, &keys[1]))]);
+    // Nothing is committed yet, so readers see neither write until recovery commits both.
+    let seen = read_until(&cluster, &keys, ts, |seen| seen.iter().all(|&t| t == ts));
+    assert_eq!(seen, vec![ts, ts]);
+    wait_resolved(&group);
+}
+
+#[test]
+fn a_writer_that_died_before_preparing_everywhere_is_aborted_and_its_late_prepare_refused() {
+    let (group, cluster, keys) = cluster();
+    let ts = (3 << 40) | 7;
+    dying_writer(&cluster, &[(0, prepare(ts, &keys, &keys[0]))]);
+    wait_resolved(&group);
+    assert_eq!(group.cores()[0].store().stats().versions, 0, "the prepared version was dropped");
+    // The PREPARE that never arrived now arrives: it is refused, so nobody can commit ts.
+    let mut transport = TcpClientTransport::connect(cluster.servers()).unwrap();
+    transport.post(1, 9, &prepare(ts, &keys, &keys[1])).unwrap();
+    transport.flush().unwrap();
+    let mut reply = None;
+    while reply.is_none() {
+        transport.poll(Some(Duration::from_millis(100)), |_, _, response| reply = Some(response)).unwrap();
+    }
+    assert!(matches!(reply, Some(rampkv::wire::Response::Error { .. })), "{reply:?}");
+    assert_eq!(read_until(&cluster, &keys, ts, |_| true), vec![0, 0]);
+}
