@@ -41,13 +41,44 @@ const RECOVERY_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most transactions resolved per scan (the rest wait for the next scan).
 const RECOVERY_BATCH_MAX: usize = 1_024;
 
-/// What a resolution decided (for tests and statistics).
+/// What a resolution decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     Committed,
     Aborted,
     /// A participant could not be asked; try again later.
     Undecided,
+}
+
+/// The verdict on a stale prepared transaction from what every other participant answered
+/// (this server has it prepared). `None` in `states`: a participant could not be asked.
+pub fn verdict(states: &[Option<TxnState>]) -> Verdict {
+    if states.iter().any(|state| *state == Some(TxnState::Committed)) {
+        return Verdict::Committed; // readers may have seen it: it must stand everywhere
+    }
+    if states.iter().any(Option::is_none) {
+        return Verdict::Undecided;
+    }
+    match states.iter().all(|state| *state == Some(TxnState::Prepared)) {
+        true => Verdict::Committed,
+        false => Verdict::Aborted,
+    }
+}
+
+/// The other participants of a transaction with `write_set`, and its keys at each.
+pub fn participants(cluster: &Cluster, own: usize, write_set: &[Box<[u8]>]) -> Vec<(usize, Vec<Vec<u8>>)> {
+    let mut participants: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+    for key in write_set {
+        let server = cluster.server_of(key);
+        if server == own {
+            continue;
+        }
+        match participants.iter_mut().find(|(known, _)| *known == server) {
+            Some((_, keys)) => keys.push(key.to_vec()),
+            None => participants.push((server, vec![key.to_vec()])),
+        }
+    }
+    participants
 }
 
 /// A running resolver; stops when dropped.
@@ -116,31 +147,22 @@ impl ResolverThread {
 
     /// Decides transaction `ts` prepared on core `offset`, and applies the decision.
     fn resolve(&mut self, offset: usize, ts: Timestamp, pending: &PendingTxn) -> Verdict {
-        let own = self.first_index + offset;
-        let mut participants: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
-        for key in pending.write_set.iter() {
-            let server = self.cluster.server_of(key);
-            if server == own {
-                continue;
-            }
-            match participants.iter_mut().find(|(known, _)| *known == server) {
-                Some((_, keys)) => keys.push(key.to_vec()),
-                None => participants.push((server, vec![key.to_vec()])),
-            }
-        }
-        let mut commit = true;
-        for (server, keys) in &participants {
-            match self.ask(*server, Request::Status { ts, keys: keys.clone() }) {
-                Some(Response::Status { state: TxnState::Committed }) => {}
-                Some(Response::Status { state: TxnState::Prepared }) => {}
-                Some(Response::Status { state: TxnState::Unknown | TxnState::Aborted }) => commit = false,
-                _ => return Verdict::Undecided,
-            }
-        }
+        let participants = participants(&self.cluster, self.first_index + offset, &pending.write_set);
+        let states: Vec<Option<TxnState>> = participants
+            .iter()
+            .map(|(server, keys)| match self.ask(*server, Request::Status { ts, keys: keys.clone() }) {
+                Some(Response::Status { state }) => Some(state),
+                _ => None,
+            })
+            .collect();
         let core = &self.cores[offset];
-        if !commit {
-            core.store().abort(ts, self.now_ms());
-            return Verdict::Aborted;
+        match verdict(&states) {
+            Verdict::Undecided => return Verdict::Undecided,
+            Verdict::Aborted => {
+                core.store().abort(ts, self.now_ms());
+                return Verdict::Aborted;
+            }
+            Verdict::Committed => {}
         }
         core.store().commit(ts);
         for (server, _) in &participants {
