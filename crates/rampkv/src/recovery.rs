@@ -53,7 +53,7 @@ pub enum Verdict {
 /// The verdict on a stale prepared transaction from what every other participant answered
 /// (this server has it prepared). `None` in `states`: a participant could not be asked.
 pub fn verdict(states: &[Option<TxnState>]) -> Verdict {
-    if states.iter().any(|state| *state == Some(TxnState::Committed)) {
+    if states.contains(&Some(TxnState::Committed)) {
         return Verdict::Committed; // readers may have seen it: it must stand everywhere
     }
     if states.iter().any(Option::is_none) {
