@@ -28,7 +28,7 @@ use crate::cluster::Cluster;
 use crate::history::{self, HistorySink, ReadRecord, Record, WriteRecord};
 use crate::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::protocol::bloom::BloomParameters;
-use crate::protocol::ramp::{Algorithm, TxnOptions};
+use crate::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
 use crate::recovery::RECOVERY_TIMEOUT_MS;
 use crate::server::{ServerConfig, ServerGroup};
 use crate::transport::tcp::TcpClientTransport;
@@ -279,6 +279,9 @@ pub(crate) struct ThreadTotals {
     pub(crate) reads_with_round2: u64,
     pub(crate) round2_keys: u64,
     pub(crate) round2_found_nothing: u64,
+    /// Bytes of per-version metadata written (as encoded on the wire), over all written items.
+    pub(crate) metadata_bytes: u64,
+    pub(crate) written_items: u64,
     pub(crate) read_restarts: u64,
     pub(crate) failed: u64,
     pub(crate) first_failure: Option<String>,
@@ -296,6 +299,8 @@ impl ThreadTotals {
             reads_with_round2: 0,
             round2_keys: 0,
             round2_found_nothing: 0,
+            metadata_bytes: 0,
+            written_items: 0,
             read_restarts: 0,
             failed: 0,
             first_failure: None,
@@ -311,6 +316,8 @@ impl ThreadTotals {
         self.reads_with_round2 += other.reads_with_round2;
         self.round2_keys += other.round2_keys;
         self.round2_found_nothing += other.round2_found_nothing;
+        self.metadata_bytes += other.metadata_bytes;
+        self.written_items += other.written_items;
         self.read_restarts += other.read_restarts;
         self.failed += other.failed;
         if self.first_failure.is_none() {
@@ -451,6 +458,9 @@ impl ClientThread<'_> {
             }
             Ok(TxnResult::Write(outcome)) => {
                 self.totals.writes += 1;
+                let metadata = metadata_for(self.driver.txn_options(), &in_flight.keys);
+                self.totals.metadata_bytes += (metadata.encoded_bytes() * in_flight.keys.len()) as u64;
+                self.totals.written_items += in_flight.keys.len() as u64;
                 self.totals.write_latency_us.saturating_record(latency_us);
                 Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok })
             }

@@ -47,8 +47,10 @@ pub struct RoundTwoSummary {
     pub round2_found_nothing: u64,
     /// `reads_with_round2 / reads`.
     pub fraction_of_reads: f64,
-    /// Reads restarted because a version they needed was collected.
+    /// Reads restarted: a version they needed was collected (RAMP), or lock conflicts (S2PL).
     pub read_restarts: u64,
+    /// Mean bytes of metadata stored and sent with each written version (wire encoding).
+    pub metadata_bytes_per_item: f64,
 }
 
 /// Where the benchmark ran.
@@ -145,6 +147,7 @@ pub(crate) fn build(
             round2_found_nothing: totals.round2_found_nothing,
             fraction_of_reads: totals.reads_with_round2 as f64 / (totals.reads.max(1)) as f64,
             read_restarts: totals.read_restarts,
+            metadata_bytes_per_item: totals.metadata_bytes as f64 / (totals.written_items.max(1)) as f64,
         },
         failed_transactions: totals.failed,
         first_failure: totals.first_failure.clone(),
@@ -184,13 +187,14 @@ impl fmt::Display for BenchResult {
         }
         writeln!(
             f,
-            "  round 2: {} reads ({:.3}%), {} keys ({:.4} per read, {} found nothing); {} read restarts",
+            "  round 2: {} reads ({:.3}%), {} keys ({:.4} per read, {} found nothing); {} read restarts; {:.1} B metadata per item",
             self.round2.reads_with_round2,
             self.round2.fraction_of_reads * 100.0,
             self.round2.round2_keys,
             self.round2.round2_keys_per_read,
             self.round2.round2_found_nothing,
-            self.round2.read_restarts
+            self.round2.read_restarts,
+            self.round2.metadata_bytes_per_item
         )?;
         if let Some(failure) = &self.first_failure {
             writeln!(f, "  first failure: {failure}")?;

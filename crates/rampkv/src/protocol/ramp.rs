@@ -107,6 +107,15 @@ pub fn validate_keys<'k>(keys: impl ExactSizeIterator<Item = &'k [u8]>) -> Resul
     Ok(())
 }
 
+/// The metadata each version written by a transaction with `write_set` carries.
+pub fn metadata_for(options: &TxnOptions, write_set: &[Vec<u8>]) -> Metadata {
+    match options.algorithm {
+        Algorithm::RampFast => Metadata::WriteSet(write_set.to_vec()),
+        Algorithm::RampHybrid => Metadata::Bloom(options.bloom.build(write_set.iter().map(Vec::as_slice))),
+        Algorithm::RampSmall | Algorithm::NoCc | Algorithm::S2pl => Metadata::None,
+    }
+}
+
 /// The RAMP machines do not run S2PL (its machines are in `protocol::locking`).
 fn refuse_locking(options: &TxnOptions) -> Result<(), ProtocolError> {
     match options.algorithm {
