@@ -16,10 +16,10 @@
 //! Tags: attempt in the high 16 bits; the low 16 bits are the part, with `RELEASE_PART` set on
 //! releases (whose acknowledgements are not awaited).
 
-use super::ramp::validate_keys;
+use super::ramp::{distinct_keys, last_write_wins, validate_keys};
 use super::{make_tag, split_tag, Outgoing, ProtocolError, ReadItem, ReadOutcome, Step, WriteOutcome};
 use crate::cluster::Cluster;
-use crate::limits::{LOCKING_ATTEMPTS_MAX, LOCK_BACKOFF_US_MAX, LOCK_BACKOFF_US_MIN, VALUE_BYTES_MAX};
+use crate::limits::{LOCKING_ATTEMPTS_MAX, LOCK_BACKOFF_US_MAX, LOCK_BACKOFF_US_MIN};
 use crate::types::Timestamp;
 use crate::wire::{ErrorCode, Request, Response, VersionItem, Write};
 
@@ -139,17 +139,7 @@ impl LockingReadTxn {
     /// Plans a locking read of `keys` (distinct) with priority `ts` (a fresh timestamp).
     pub fn new(cluster: &Cluster, ts: Timestamp, keys: Vec<Vec<u8>>) -> Result<Self, ProtocolError> {
         validate_keys(keys.iter().map(Vec::as_slice))?;
-        let mut distinct: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
-        let positions = keys
-            .into_iter()
-            .map(|key| match distinct.iter().position(|known| *known == key) {
-                Some(position) => position,
-                None => {
-                    distinct.push(key);
-                    distinct.len() - 1
-                }
-            })
-            .collect();
+        let (distinct, positions) = distinct_keys(keys);
         let attempts = Attempts::new(ts, distinct.iter().map(|key| cluster.server_of(key)));
         Ok(LockingReadTxn { results: vec![None; distinct.len()], keys: distinct, positions, attempts, aborted: false })
     }
@@ -229,19 +219,7 @@ impl LockingWriteTxn {
     /// Plans writing `writes` at `ts`; a key written twice keeps its last value.
     pub fn new(cluster: &Cluster, ts: Timestamp, writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Self, ProtocolError> {
         validate_keys(writes.iter().map(|(key, _)| key.as_slice()))?;
-        if let Some((_, value)) = writes.iter().find(|(_, value)| value.len() > VALUE_BYTES_MAX) {
-            return Err(ProtocolError::InvalidTransaction(format!(
-                "a value of {} bytes exceeds the maximum of {VALUE_BYTES_MAX}",
-                value.len()
-            )));
-        }
-        let mut deduplicated: Vec<Write> = Vec::with_capacity(writes.len());
-        for (key, value) in writes {
-            match deduplicated.iter_mut().find(|write| write.key == key) {
-                Some(write) => write.value = value,
-                None => deduplicated.push(Write { key, value }),
-            }
-        }
+        let deduplicated = last_write_wins(writes)?;
         let attempts = Attempts::new(ts, deduplicated.iter().map(|write| cluster.server_of(&write.key)));
         Ok(LockingWriteTxn { writes: deduplicated, attempts, committing: false, aborted: false })
     }

@@ -107,6 +107,48 @@ pub fn validate_keys<'k>(keys: impl ExactSizeIterator<Item = &'k [u8]>) -> Resul
     Ok(())
 }
 
+/// The distinct keys of a transaction in first-seen order, and for each requested key (with
+/// repeats) its index among them.
+pub(super) fn distinct_keys(keys: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<usize>) {
+    let mut distinct: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
+    let mut positions = Vec::with_capacity(keys.len());
+    // A linear scan for the usual handful of keys; a map (of owned keys) beyond that.
+    let mut large: Option<AHashMap<Vec<u8>, usize>> = (keys.len() > KEY_INDEX_SCAN_MAX).then(AHashMap::default);
+    for key in keys {
+        let found = match &large {
+            Some(map) => map.get(&key).copied(),
+            None => distinct.iter().position(|known| *known == key),
+        };
+        let position = found.unwrap_or_else(|| {
+            if let Some(map) = large.as_mut() {
+                map.insert(key.clone(), distinct.len());
+            }
+            distinct.push(key);
+            distinct.len() - 1
+        });
+        positions.push(position);
+    }
+    (distinct, positions)
+}
+
+/// Checks value sizes and keeps the last value of a key written twice, in first-seen key order.
+pub(super) fn last_write_wins(writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<Write>, ProtocolError> {
+    if let Some((_, value)) = writes.iter().find(|(_, value)| value.len() > VALUE_BYTES_MAX) {
+        return Err(ProtocolError::InvalidTransaction(format!(
+            "a value of {} bytes exceeds the maximum of {VALUE_BYTES_MAX}",
+            value.len()
+        )));
+    }
+    let mut deduplicated: Vec<Write> = Vec::with_capacity(writes.len());
+    for (key, value) in writes {
+        match deduplicated.iter_mut().find(|write| write.key == key) {
+            Some(write) => write.value = value,
+            None => deduplicated.push(Write { key, value }),
+        }
+    }
+    Ok(deduplicated)
+}
+
 /// The metadata each version written by a transaction with `write_set` carries.
 pub fn metadata_for(options: &TxnOptions, write_set: &[Vec<u8>]) -> Metadata {
     match options.algorithm {
@@ -158,22 +200,7 @@ impl ReadTxn {
     pub fn new(cluster: &Cluster, keys: Vec<Vec<u8>>, options: TxnOptions) -> Result<ReadTxn, ProtocolError> {
         validate_keys(keys.iter().map(Vec::as_slice))?;
         refuse_locking(&options)?;
-        let mut distinct: Vec<Vec<u8>> = Vec::with_capacity(keys.len());
-        let mut positions = Vec::with_capacity(keys.len());
-        {
-            let mut index = KeyIndex::new(keys.len());
-            for key in &keys {
-                let position = match index.find(&distinct, key) {
-                    Some(position) => position,
-                    None => {
-                        index.insert(key, distinct.len());
-                        distinct.push(key.clone());
-                        distinct.len() - 1
-                    }
-                };
-                positions.push(position);
-            }
-        }
+        let (distinct, positions) = distinct_keys(keys);
         let key_servers = distinct.iter().map(|key| cluster.server_of(key)).collect();
         let count = distinct.len();
         Ok(ReadTxn {
@@ -503,24 +530,11 @@ impl WriteTxn {
         if ts == TIMESTAMP_INITIAL {
             return Err(ProtocolError::InvalidTransaction("timestamp 0 is reserved".into()));
         }
-        if let Some((_, value)) = writes.iter().find(|(_, value)| value.len() > VALUE_BYTES_MAX) {
-            return Err(ProtocolError::InvalidTransaction(format!(
-                "a value of {} bytes exceeds the maximum of {VALUE_BYTES_MAX}",
-                value.len()
-            )));
-        }
-        let mut last: AHashMap<Vec<u8>, Vec<u8>> = AHashMap::with_capacity(writes.len());
-        let mut write_set = Vec::with_capacity(writes.len());
-        for (key, value) in writes {
-            if last.insert(key.clone(), value).is_none() {
-                write_set.push(key);
-            }
-        }
+        let writes = last_write_wins(writes)?;
+        let write_set: Vec<Vec<u8>> = writes.iter().map(|write| write.key.clone()).collect();
         let mut parts: Vec<(usize, Vec<Write>)> = Vec::new();
-        for key in &write_set {
-            let server = cluster.server_of(key);
-            let value = last.remove(key).expect("every write-set key has a value");
-            let write = Write { key: key.clone(), value };
+        for write in writes {
+            let server = cluster.server_of(&write.key);
             match parts.iter_mut().find(|(owner, _)| *owner == server) {
                 Some((_, writes)) => writes.push(write),
                 None => parts.push((server, vec![write])),
@@ -550,13 +564,7 @@ impl WriteTxn {
 
     /// The metadata every version of this transaction carries.
     fn metadata(&self) -> Metadata {
-        match self.options.algorithm {
-            Algorithm::RampFast => Metadata::WriteSet(self.write_set.clone()),
-            Algorithm::RampHybrid => {
-                Metadata::Bloom(self.options.bloom.build(self.write_set.iter().map(Vec::as_slice)))
-            }
-            Algorithm::RampSmall | Algorithm::NoCc | Algorithm::S2pl => Metadata::None,
-        }
+        metadata_for(&self.options, &self.write_set)
     }
 
     /// Sends PREPARE (NoCC: PUT) to every participating server.
