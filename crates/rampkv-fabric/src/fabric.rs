@@ -1,0 +1,178 @@
+//! The fabric traits: registered regions and one-sided operations on a peer's memory.
+//!
+//! # Contract
+//! A process *registers* a region of its memory (RDMA: `ibv_reg_mr`) and hands its
+//! [`RegionDescriptor`] to peers over a control channel (RDMA: rdma-cm private data). A peer
+//! *maps* the descriptor and then reads, writes and runs 8-byte atomics on the region
+//! **one-sidedly**: the owner's CPU takes no part and is not told.
+//!
+//! The split follows the control-path / data-path split of eRPC's transports: [`Fabric`]
+//! (register, map; may allocate, open files, fail in many ways) and [`OneSided`] (the data
+//! path: generic, no `dyn`, no allocation, only range/alignment/access errors).
+//!
+//! # What a one-sided operation promises (and what it does not)
+//! - 8-byte aligned words are single-copy atomic: a word is never torn. Nothing larger is.
+//! - A [`OneSided::read`] can interleave with the owner rewriting the bytes; its words are
+//!   loaded in no promised order. Readers must validate what they read (see `slot`).
+//! - A [`OneSided::write`] followed by a release [`OneSided::write_word`] to the same region is
+//!   seen in that order (like two RDMA writes posted on one reliable connection). The words
+//!   inside one write are not ordered among themselves.
+//! - Offsets are in bytes and must be 8-aligned; lengths are rounded up to whole words
+//!   (a write zero-fills the padding). Our layouts are all word-aligned and word-padded.
+
+use crate::words::{LoadOrdering, StoreOrdering, Words};
+use serde::{Deserialize, Serialize};
+
+/// Rights a peer gets on a region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Access {
+    /// Peers may only read (item slots: only the server writes them). A peer maps the region
+    /// with `PROT_READ`, so even a buggy peer cannot write it.
+    ReadOnly,
+    /// Peers may read, write and run atomics (message rings, credit and doorbell words).
+    ReadWrite,
+}
+
+/// A region as a plain value that can travel over a control channel (the analogue of an RDMA
+/// `(address, length, rkey)` triple).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RegionDescriptor {
+    /// Global name of the region (for the shm fabric: the file name under /dev/shm).
+    pub name: String,
+    /// Length in bytes, a multiple of 8.
+    pub len_bytes: u64,
+    /// What peers may do with it.
+    pub access: Access,
+}
+
+/// Errors of the fabric layer.
+///
+/// The data-path variants (`OutOfBounds`, `Misaligned`, `NoWriteAccess`) carry no heap data,
+/// so returning them does not allocate.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum FabricError {
+    /// The access (length rounded up to words) does not fit inside the region.
+    #[error("{len_bytes} bytes at offset {offset_bytes} do not fit in a region of {region_len_bytes} bytes")]
+    OutOfBounds {
+        /// Requested offset.
+        offset_bytes: u64,
+        /// Requested length.
+        len_bytes: u64,
+        /// Length of the region.
+        region_len_bytes: u64,
+    },
+    /// The offset is not a multiple of 8.
+    #[error("offset {offset_bytes} is not 8-byte aligned")]
+    Misaligned {
+        /// Requested offset.
+        offset_bytes: u64,
+    },
+    /// A write or atomic on a region mapped read-only.
+    #[error("no write access: the region is mapped read-only")]
+    NoWriteAccess,
+    /// The named region does not exist (its owner never registered it, or has exited).
+    #[error("region {name} is missing")]
+    RegionMissing {
+        /// Region name.
+        name: String,
+    },
+    /// A name, length or descriptor that cannot be registered or mapped.
+    #[error("invalid region {name:?}: {reason}")]
+    InvalidRegion {
+        /// Region name as given.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
+    /// The operating system refused (open, truncate, map, ...).
+    #[error("i/o on region {name}: {source}")]
+    Io {
+        /// Region name.
+        name: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The data path: one-sided operations on a mapped peer region.
+///
+/// Every method checks range, alignment and access and returns an error value; none panics on
+/// bad offsets. All are generic (static dispatch) and allocation-free.
+pub trait OneSided {
+    /// A peer's region as mapped by this process.
+    type RemoteRegion;
+
+    /// Length of a mapped region in bytes.
+    fn remote_len_bytes(&self, remote: &Self::RemoteRegion) -> usize;
+
+    /// Reads `dst.len()` bytes at `offset_bytes` (8-aligned). The read may interleave with
+    /// writers; its words are atomic but mutually unordered. It ends with an acquire fence.
+    fn read(&self, remote: &Self::RemoteRegion, offset_bytes: usize, dst: &mut [u8]) -> Result<(), FabricError>;
+
+    /// Writes `src` at `offset_bytes` (8-aligned), zero-padding a partial last word. Words are
+    /// stored relaxed, in no promised order.
+    fn write(&self, remote: &Self::RemoteRegion, offset_bytes: usize, src: &[u8]) -> Result<(), FabricError>;
+
+    /// Atomic compare-and-swap of the word at `offset_bytes`; returns the previous value
+    /// (the swap happened iff it equals `expected`). Acquire-release.
+    fn compare_and_swap(
+        &self,
+        remote: &Self::RemoteRegion,
+        offset_bytes: usize,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, FabricError>;
+
+    /// Atomic wrapping add to the word at `offset_bytes`; returns the previous value.
+    /// Acquire-release.
+    fn fetch_add(&self, remote: &Self::RemoteRegion, offset_bytes: usize, add: u64) -> Result<u64, FabricError>;
+
+    /// Atomic load of one word. `Acquire` orders every later read of this process after it.
+    fn read_word(
+        &self,
+        remote: &Self::RemoteRegion,
+        offset_bytes: usize,
+        ordering: LoadOrdering,
+    ) -> Result<u64, FabricError>;
+
+    /// Atomic store of one word. `Release` makes every earlier write of this process (to any
+    /// region) visible before it: the completion marker of a message is written this way.
+    fn write_word(
+        &self,
+        remote: &Self::RemoteRegion,
+        offset_bytes: usize,
+        value: u64,
+        ordering: StoreOrdering,
+    ) -> Result<(), FabricError>;
+
+    /// Wakes the owner's threads blocked on the word at `offset_bytes` (see `ring::Doorbell`).
+    /// The one operation that involves the target's CPU, and only because it asked to sleep:
+    /// on RDMA this would be a write-with-immediate raising a completion event.
+    fn wake(&self, remote: &Self::RemoteRegion, offset_bytes: usize) -> Result<(), FabricError>;
+}
+
+/// The control path: registering local regions and mapping peers' regions.
+pub trait Fabric: OneSided {
+    /// A region of this process's memory, registered for peers. The owner accesses it as
+    /// [`Words`] (it is the CPU-side view, not a one-sided operation).
+    type LocalRegion: Words;
+
+    /// Registers `len_bytes` (a positive multiple of 8) of zeroed memory under `name`.
+    ///
+    /// # Errors
+    /// `InvalidRegion` for a bad name or length or a name already registered; `Io` when the
+    /// operating system refuses.
+    fn register(&self, name: &str, len_bytes: usize, access: Access) -> Result<Self::LocalRegion, FabricError>;
+
+    /// The descriptor that peers need to map `local`.
+    fn describe(&self, local: &Self::LocalRegion) -> RegionDescriptor;
+
+    /// Maps a peer's region. A descriptor comes from outside: it is checked, never trusted.
+    ///
+    /// # Errors
+    /// `RegionMissing` if it does not exist, `InvalidRegion` if the descriptor is malformed or
+    /// disagrees with the region, `Io` when the operating system refuses.
+    fn map(&self, descriptor: &RegionDescriptor) -> Result<Self::RemoteRegion, FabricError>;
+}

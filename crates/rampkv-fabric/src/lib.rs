@@ -1,0 +1,40 @@
+//! rampkv-fabric: registered regions and one-sided remote-memory operations, as RDMA offers
+//! them, emulated honestly over shared memory.
+//!
+//! A server registers regions; a client maps them and reads, writes and runs 8-byte atomics on
+//! them with no server thread taking part. RDMA's hard parts stay real: a read can race a write
+//! and see a torn item, only aligned 8-byte words are atomic, and the target does nothing. The
+//! byte formats and the ordering argument are in `docs/fabric.md`.
+//!
+//! # Layout
+//! - [`fabric`]: the [`Fabric`] (control path: register, describe, map) and [`OneSided`] (data
+//!   path: read, write, compare-and-swap, fetch-add, word read/write, wake) traits, region
+//!   descriptors and the layer's error.
+//! - [`words`]: memory as 64-bit atomic words ([`Words`]), and the one-sided operations written
+//!   once over it.
+//! - [`shm`]: the shared-memory fabric (files under /dev/shm; all `unsafe` of the crate).
+//! - [`memory`]: an in-process fabric over heap memory, for tests and loom models.
+//! - [`slot`]: self-verifying item slots for one-sided GET\* reads (a seqlock with checksum).
+//! - [`ring`]: message rings for GET+/PUT+ with credit flow control and a cross-process
+//!   futex doorbell shared by all rings of a poller.
+//! - [`limits`]: every bound of the crate.
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("rampkv-fabric needs Linux: /dev/shm regions and futex doorbells");
+
+pub mod fabric;
+pub mod limits;
+pub mod memory;
+pub mod ring;
+pub mod shm;
+pub mod slot;
+pub mod words;
+
+pub use fabric::{Access, Fabric, FabricError, OneSided, RegionDescriptor};
+pub use memory::{MemoryFabric, MemoryLocalRegion, MemoryRemoteRegion};
+pub use ring::{
+    Doorbell, MessageView, RingAddresses, RingError, RingLayout, RingReceiver, RingSender, SendError, WaitError,
+};
+pub use shm::{cleanup_stale, ShmFabric, ShmLocalRegion, ShmRemoteRegion};
+pub use slot::{read_slot, slot_bytes, SlotReadError, SlotView, SlotWriteError, SlotWriter};
+pub use words::{FenceOrdering, HeapWords, LoadOrdering, StoreOrdering, Words};

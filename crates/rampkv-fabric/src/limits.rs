@@ -1,0 +1,53 @@
+//! Every bound of the fabric, in one place.
+//!
+//! Tiger-style: a limit on everything (sizes, retries, spins, scans), named with its unit last,
+//! so that a reader can see what the fabric promises to stay within.
+
+/// Bytes in a fabric word: the unit of atomicity, alignment and padding everywhere in this
+/// crate (RDMA atomics are 8 bytes too).
+pub const WORD_BYTES: usize = 8;
+
+/// Directory whose files stand for registered regions (tmpfs: memory, never disk).
+pub const SHM_DIRECTORY: &str = "/dev/shm";
+
+/// Every region file is named `rampkv-<pid>-<name>`, so that `cleanup_stale` can tell whose
+/// file it is and whether its owner is still alive.
+pub const SHM_FILE_PREFIX: &str = "rampkv-";
+
+/// Longest region name a caller may register (the part after `rampkv-<pid>-`).
+pub const REGION_NAME_BYTES_MAX: usize = 64;
+
+/// Largest region. Bounds what a descriptor from a peer can make us map.
+pub const REGION_BYTES_MAX: u64 = 1 << 32;
+
+/// Most directory entries `cleanup_stale` looks at, so that a crowded /dev/shm cannot stall
+/// start-up.
+pub const STALE_SCAN_ENTRIES_MAX: usize = 100_000;
+
+/// A slot reader retries a torn read at most this many times, then returns `Torn` so that
+/// the caller falls back to a GET+ (message) read served by the server's CPU.
+pub const SLOT_READ_ATTEMPTS_MAX: u32 = 8;
+
+/// Largest item slot. A slot holds a key (<= 256 B), a value (<= 64 KiB) and metadata (the
+/// write set of a transaction, <= 256 keys of <= 256 B), with room to spare.
+pub const SLOT_BYTES_MAX: usize = 1 << 20;
+
+/// Smallest receive ring: two minimal frames (header + trailer).
+pub const RING_BYTES_MIN: usize = 32;
+
+/// Largest receive ring. Must stay below `8 << RING_TAG_BITS` bytes so that the lap tag in a
+/// frame header differs between consecutive laps over the same position.
+pub const RING_BYTES_MAX: usize = 1 << 30;
+
+/// Bits of the stream position (in words) stored in every frame header. A header left over
+/// from an earlier lap, or a desynchronised sender, then fails the receiver's check.
+pub const RING_TAG_BITS: u32 = 30;
+
+/// The receiver writes credit back to the sender once at least `ring_bytes / this` bytes are
+/// freed, or at once when it finds the ring empty (so a sender that waits for credit always
+/// gets it). Batching saves a remote write per message.
+pub const RING_CREDIT_RETURN_DIVISOR: usize = 4;
+
+/// A waiter polls its condition this many times before it blocks on the doorbell. A few
+/// microseconds of spinning catch a reply that is already on its way without a syscall.
+pub const DOORBELL_SPIN_ITERATIONS: u32 = 2_000;

@@ -1,0 +1,595 @@
+//! The shared-memory fabric: the default, and the honest emulation of RDMA on one machine.
+//!
+//! # What stands for what
+//! - A registered region is a file `/dev/shm/rampkv-<pid>-<name>` (tmpfs: memory only), mapped
+//!   `MAP_SHARED` by its owner. Its descriptor is the file name, length and access.
+//! - Mapping a peer's region opens that file and maps it: `PROT_READ` for a
+//!   [`Access::ReadOnly`] region (a client cannot write server data even by mistake: it would
+//!   fault), `PROT_READ | PROT_WRITE` for [`Access::ReadWrite`].
+//! - A one-sided operation is a CPU load, store or atomic on the mapping, done by the calling
+//!   thread. No thread of the owner takes part, exactly as with an RDMA NIC.
+//!
+//! # Fault model
+//! A peer may write any word at any moment (another process, outside our memory model's
+//! reach), so every access is an 8-byte relaxed atomic through [`Words`]; no reference to the
+//! mapped bytes is ever created. Region files are removed when the owner's [`ShmLocalRegion`]
+//! drops (clean exit); a crashed owner leaves its files, which [`cleanup_stale`] removes on
+//! the next start once that pid is no longer alive. Mappings survive the file's removal, so a
+//! peer that mapped a region keeps valid memory until it drops its handle.
+//!
+//! What this does not emulate: no NIC, no PCIe, no network latency, no in-bound/out-bound
+//! asymmetry. Words of one read are in fact loaded in address order here, and x86 keeps
+//! stores in order, but real RDMA promises neither, so no code in this crate relies on it.
+//! Access rights are enforced by mapping protection for well-behaved peers only: all processes
+//! run as one user, so a peer that forges a `ReadWrite` descriptor can map any region writable
+//! (RDMA enforces rights with per-registration keys instead).
+//!
+//! All `unsafe` of the crate lives in this module.
+
+use crate::fabric::{Access, Fabric, FabricError, OneSided, RegionDescriptor};
+use crate::limits::{REGION_NAME_BYTES_MAX, SHM_DIRECTORY, SHM_FILE_PREFIX, STALE_SCAN_ENTRIES_MAX, WORD_BYTES};
+use crate::memory::check_length;
+use crate::words::{self, FenceOrdering, LoadOrdering, StoreOrdering, Words};
+use memmap2::{Mmap, MmapMut, MmapOptions};
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("the fabric's futex doorbell waits on the low half of a 64-bit word: little-endian only");
+
+/// The shared-memory fabric of this process.
+#[derive(Clone, Copy, Debug)]
+pub struct ShmFabric {
+    pid: u32,
+}
+
+impl ShmFabric {
+    /// The fabric of this process. Removes region files left by dead processes first (see
+    /// [`cleanup_stale`]), so that a crashed run does not leak memory into the next.
+    ///
+    /// # Errors
+    /// `Io` if /dev/shm cannot be listed.
+    pub fn new() -> Result<Self, FabricError> {
+        cleanup_stale()?;
+        Ok(Self { pid: std::process::id() })
+    }
+
+    fn file_name(&self, name: &str) -> String {
+        format!("{SHM_FILE_PREFIX}{}-{name}", self.pid)
+    }
+}
+
+/// A region this process registered. Dropping it removes the region file (peers that already
+/// mapped it keep their mapping).
+#[derive(Debug)]
+pub struct ShmLocalRegion {
+    mapping: Mapping,
+    descriptor: RegionDescriptor,
+    path: PathBuf,
+}
+
+impl ShmLocalRegion {
+    /// The descriptor peers need to map this region.
+    pub fn descriptor(&self) -> &RegionDescriptor {
+        &self.descriptor
+    }
+}
+
+impl Drop for ShmLocalRegion {
+    fn drop(&mut self) {
+        // A missing file is fine (cleanup_stale of a process that reused our pid cannot
+        // happen, but an operator may have removed it); nothing else can be done in drop.
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A peer's region mapped into this process. Cloning shares the mapping.
+#[derive(Clone, Debug)]
+pub struct ShmRemoteRegion {
+    mapping: Arc<Mapping>,
+    access: Access,
+}
+
+/// One `mmap` of a region file, accessed only as atomic words.
+#[derive(Debug)]
+struct Mapping {
+    base: NonNull<AtomicU64>,
+    len_words: usize,
+    writable: bool,
+    // Keeps the mapping alive; never dereferenced as bytes.
+    _map: MapHolder,
+}
+
+#[derive(Debug)]
+enum MapHolder {
+    ReadOnly(#[allow(dead_code)] Mmap),
+    ReadWrite(#[allow(dead_code)] MmapMut),
+}
+
+// SAFETY: `Mapping` owns its mmap; the memory is only ever accessed through atomic operations
+// (`&AtomicU64`), which are safe to perform from any thread, so sharing and sending the raw
+// base pointer between threads cannot create a data race.
+unsafe impl Send for Mapping {}
+// SAFETY: as for `Send`: every access through `&Mapping` is atomic.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn read_only(map: Mmap) -> Self {
+        let len_words = map.len() / WORD_BYTES;
+        let base = NonNull::new(map.as_ptr() as *mut AtomicU64).expect("mmap returned null");
+        Self { base, len_words, writable: false, _map: MapHolder::ReadOnly(map) }
+    }
+
+    fn read_write(mut map: MmapMut) -> Self {
+        let len_words = map.len() / WORD_BYTES;
+        let base = NonNull::new(map.as_mut_ptr() as *mut AtomicU64).expect("mmap returned null");
+        Self { base, len_words, writable: true, _map: MapHolder::ReadWrite(map) }
+    }
+
+    /// The word at `index`; panics when out of range (a caller bug: ranges are checked first).
+    fn word(&self, index: usize) -> &AtomicU64 {
+        assert!(index < self.len_words, "word {index} outside a mapping of {} words", self.len_words);
+        // SAFETY: `index < len_words`, so the address lies inside the mapping, which lives as
+        // long as `self`. The mapping is page-aligned and the offset a multiple of 8, so the
+        // pointer is aligned for `AtomicU64`. All processes access this memory only through
+        // atomic operations, so viewing it as `AtomicU64` does not race with plain accesses.
+        unsafe { &*self.base.as_ptr().add(index) }
+    }
+
+    /// All words as a slice (for the bulk copy).
+    fn all_words(&self) -> &[AtomicU64] {
+        // SAFETY: `base` points to `len_words` aligned words that live as long as `self` and
+        // are only ever accessed atomically (see `word`).
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.len_words) }
+    }
+
+    fn assert_writable(&self) {
+        // A store to a PROT_READ mapping would fault; the fabric returns NoWriteAccess before
+        // ever getting here, so this is a cheap second line of defence.
+        assert!(self.writable, "store to a read-only mapping");
+    }
+}
+
+impl Words for Mapping {
+    fn len_words(&self) -> usize {
+        self.len_words
+    }
+    fn load(&self, index: usize, ordering: LoadOrdering) -> u64 {
+        words::std_load(self.word(index), ordering)
+    }
+    fn store(&self, index: usize, value: u64, ordering: StoreOrdering) {
+        self.assert_writable();
+        words::std_store(self.word(index), value, ordering)
+    }
+    fn compare_and_swap(&self, index: usize, expected: u64, new: u64) -> u64 {
+        self.assert_writable();
+        match self.word(index).compare_exchange(expected, new, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(previous) | Err(previous) => previous,
+        }
+    }
+    fn fetch_add(&self, index: usize, add: u64) -> u64 {
+        self.assert_writable();
+        self.word(index).fetch_add(add, Ordering::AcqRel)
+    }
+    fn fence(&self, ordering: FenceOrdering) {
+        words::std_fence(ordering)
+    }
+    fn wait_while_equal(&self, index: usize, expected_low: u32, timeout: Duration) {
+        futex_wait(self.word(index), expected_low, timeout)
+    }
+    fn wake_all(&self, index: usize) {
+        futex_wake_all(self.word(index))
+    }
+    fn copy_out(&self, first_index: usize, dst: &mut [u8]) {
+        words::copy_out_atomics(self.all_words(), first_index, dst)
+    }
+}
+
+impl Words for ShmLocalRegion {
+    fn len_words(&self) -> usize {
+        self.mapping.len_words()
+    }
+    fn load(&self, index: usize, ordering: LoadOrdering) -> u64 {
+        self.mapping.load(index, ordering)
+    }
+    fn store(&self, index: usize, value: u64, ordering: StoreOrdering) {
+        self.mapping.store(index, value, ordering)
+    }
+    fn compare_and_swap(&self, index: usize, expected: u64, new: u64) -> u64 {
+        self.mapping.compare_and_swap(index, expected, new)
+    }
+    fn fetch_add(&self, index: usize, add: u64) -> u64 {
+        self.mapping.fetch_add(index, add)
+    }
+    fn fence(&self, ordering: FenceOrdering) {
+        self.mapping.fence(ordering)
+    }
+    fn wait_while_equal(&self, index: usize, expected_low: u32, timeout: Duration) {
+        self.mapping.wait_while_equal(index, expected_low, timeout)
+    }
+    fn wake_all(&self, index: usize) {
+        self.mapping.wake_all(index)
+    }
+    fn copy_out(&self, first_index: usize, dst: &mut [u8]) {
+        self.mapping.copy_out(first_index, dst)
+    }
+}
+
+impl OneSided for ShmFabric {
+    type RemoteRegion = ShmRemoteRegion;
+
+    fn remote_len_bytes(&self, remote: &Self::RemoteRegion) -> usize {
+        remote.mapping.len_words * WORD_BYTES
+    }
+    fn read(&self, remote: &Self::RemoteRegion, offset_bytes: usize, dst: &mut [u8]) -> Result<(), FabricError> {
+        words::read_bytes(&*remote.mapping, offset_bytes, dst)
+    }
+    fn write(&self, remote: &Self::RemoteRegion, offset_bytes: usize, src: &[u8]) -> Result<(), FabricError> {
+        words::write_bytes(&*remote.mapping, remote.access, offset_bytes, src)
+    }
+    fn compare_and_swap(
+        &self,
+        remote: &Self::RemoteRegion,
+        offset_bytes: usize,
+        expected: u64,
+        new: u64,
+    ) -> Result<u64, FabricError> {
+        words::compare_and_swap(&*remote.mapping, remote.access, offset_bytes, expected, new)
+    }
+    fn fetch_add(&self, remote: &Self::RemoteRegion, offset_bytes: usize, add: u64) -> Result<u64, FabricError> {
+        words::fetch_add(&*remote.mapping, remote.access, offset_bytes, add)
+    }
+    fn read_word(
+        &self,
+        remote: &Self::RemoteRegion,
+        offset_bytes: usize,
+        ordering: LoadOrdering,
+    ) -> Result<u64, FabricError> {
+        words::read_word(&*remote.mapping, offset_bytes, ordering)
+    }
+    fn write_word(
+        &self,
+        remote: &Self::RemoteRegion,
+        offset_bytes: usize,
+        value: u64,
+        ordering: StoreOrdering,
+    ) -> Result<(), FabricError> {
+        words::write_word(&*remote.mapping, remote.access, offset_bytes, value, ordering)
+    }
+    fn wake(&self, remote: &Self::RemoteRegion, offset_bytes: usize) -> Result<(), FabricError> {
+        words::wake(&*remote.mapping, remote.access, offset_bytes)
+    }
+}
+
+impl Fabric for ShmFabric {
+    type LocalRegion = ShmLocalRegion;
+
+    fn register(&self, name: &str, len_bytes: usize, access: Access) -> Result<Self::LocalRegion, FabricError> {
+        check_registered_name(name)?;
+        check_length(name, len_bytes as u64)?;
+        let file_name = self.file_name(name);
+        let path = PathBuf::from(SHM_DIRECTORY).join(&file_name);
+        let io_error = |source| FabricError::Io { name: file_name.clone(), source };
+        let file =
+            OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path).map_err(|source| {
+                match source.kind() {
+                    ErrorKind::AlreadyExists => {
+                        FabricError::InvalidRegion { name: file_name.clone(), reason: "name already registered" }
+                    }
+                    _ => io_error(source),
+                }
+            })?;
+        // From here on the file exists: the region owns it, so an error below removes it.
+        let cleanup = RemoveOnError(Some(path.clone()));
+        file.set_len(len_bytes as u64).map_err(io_error)?;
+        // SAFETY: the file was just created by us (O_EXCL) with mode 0600 and has exactly
+        // `len_bytes`; the owner never shrinks it, so the mapping stays backed. Other
+        // processes may write it concurrently, which is why it is only accessed atomically.
+        let map = unsafe { MmapOptions::new().len(len_bytes).map_mut(&file) }.map_err(io_error)?;
+        cleanup.disarm();
+        Ok(ShmLocalRegion {
+            mapping: Mapping::read_write(map),
+            descriptor: RegionDescriptor { name: file_name, len_bytes: len_bytes as u64, access },
+            path,
+        })
+    }
+
+    fn describe(&self, local: &Self::LocalRegion) -> RegionDescriptor {
+        local.descriptor.clone()
+    }
+
+    fn map(&self, descriptor: &RegionDescriptor) -> Result<Self::RemoteRegion, FabricError> {
+        let name = &descriptor.name;
+        check_file_name(name)?;
+        check_length(name, descriptor.len_bytes)?;
+        let path = PathBuf::from(SHM_DIRECTORY).join(name);
+        let open = match descriptor.access {
+            Access::ReadOnly => File::open(&path),
+            Access::ReadWrite => OpenOptions::new().read(true).write(true).open(&path),
+        };
+        let file = open.map_err(|source| match source.kind() {
+            ErrorKind::NotFound => FabricError::RegionMissing { name: name.clone() },
+            _ => FabricError::Io { name: name.clone(), source },
+        })?;
+        let io_error = |source| FabricError::Io { name: name.clone(), source };
+        let file_len_bytes = file.metadata().map_err(io_error)?.len();
+        if file_len_bytes != descriptor.len_bytes {
+            return Err(FabricError::InvalidRegion {
+                name: name.clone(),
+                reason: "descriptor length differs from the region's",
+            });
+        }
+        let len_bytes = descriptor.len_bytes as usize;
+        let mapping = match descriptor.access {
+            Access::ReadOnly => {
+                // SAFETY: the file has `len_bytes` (checked above) and its owner never shrinks
+                // it. The mapping is PROT_READ and only read with atomic loads.
+                let map = unsafe { MmapOptions::new().len(len_bytes).map(&file) }.map_err(io_error)?;
+                Mapping::read_only(map)
+            }
+            Access::ReadWrite => {
+                // SAFETY: as above; the shared writable mapping is only accessed atomically.
+                let map = unsafe { MmapOptions::new().len(len_bytes).map_mut(&file) }.map_err(io_error)?;
+                Mapping::read_write(map)
+            }
+        };
+        Ok(ShmRemoteRegion { mapping: Arc::new(mapping), access: descriptor.access })
+    }
+}
+
+/// Removes a half-created region file if registration fails.
+struct RemoveOnError(Option<PathBuf>);
+
+impl RemoveOnError {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for RemoveOnError {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+fn is_name_byte(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'_' | b'-' | b'.')
+}
+
+/// A name given to `register`: 1..=REGION_NAME_BYTES_MAX bytes of `[A-Za-z0-9_.-]`, starting
+/// with a letter or digit.
+fn check_registered_name(name: &str) -> Result<(), FabricError> {
+    let reason = if name.is_empty() || name.len() > REGION_NAME_BYTES_MAX {
+        "name must have 1 to REGION_NAME_BYTES_MAX bytes"
+    } else if !name.bytes().all(is_name_byte) || !name.as_bytes()[0].is_ascii_alphanumeric() {
+        "name may only contain [A-Za-z0-9_.-] and must start with a letter or digit"
+    } else {
+        return Ok(());
+    };
+    Err(FabricError::InvalidRegion { name: name.to_owned(), reason })
+}
+
+/// A name from a peer's descriptor: `rampkv-<pid>-<registered name>`, nothing that could
+/// leave /dev/shm.
+fn check_file_name(name: &str) -> Result<(), FabricError> {
+    let parsed = parse_file_name(name);
+    match parsed {
+        Some((_, registered)) if check_registered_name(registered).is_ok() => Ok(()),
+        _ => Err(FabricError::InvalidRegion {
+            name: name.to_owned(),
+            reason: "not a rampkv region file name (rampkv-<pid>-<name>)",
+        }),
+    }
+}
+
+/// Splits `rampkv-<pid>-<rest>` into (pid, rest).
+fn parse_file_name(name: &str) -> Option<(u32, &str)> {
+    let rest = name.strip_prefix(SHM_FILE_PREFIX)?;
+    let (pid, registered) = rest.split_once('-')?;
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let pid: u32 = pid.parse().ok()?;
+    Some((pid, registered))
+}
+
+/// Whether process `pid` exists (a zombie counts as alive; a reused pid looks alive, which
+/// only means a stale file is kept a little longer).
+fn process_alive(pid: u32) -> bool {
+    // pid 0 and values beyond pid_t would address process groups or be invalid: never signal.
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return true;
+    };
+    if pid <= 0 {
+        return true;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only checks that the process exists and
+    // may be signalled. No memory is passed.
+    let result = unsafe { libc::kill(pid, 0) };
+    result == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Removes region files (`rampkv-<pid>-*` under /dev/shm) whose owner process is gone; returns
+/// how many it removed. Looks at most at `STALE_SCAN_ENTRIES_MAX` entries. Files of this
+/// process and of live processes are kept.
+///
+/// # Errors
+/// `Io` if /dev/shm cannot be listed. Files that vanish meanwhile are not errors.
+pub fn cleanup_stale() -> Result<usize, FabricError> {
+    let io_error = |source| FabricError::Io { name: SHM_DIRECTORY.to_owned(), source };
+    let own_pid = std::process::id();
+    let mut removed = 0;
+    for entry in std::fs::read_dir(SHM_DIRECTORY).map_err(io_error)?.take(STALE_SCAN_ENTRIES_MAX) {
+        let Ok(entry) = entry else { continue };
+        let file_name = entry.file_name();
+        let Some(name) = file_name.to_str() else {
+            continue;
+        };
+        let Some((pid, _)) = parse_file_name(name) else {
+            continue;
+        };
+        if pid == own_pid || process_alive(pid) {
+            continue;
+        }
+        match std::fs::remove_file(entry.path()) {
+            Ok(()) => removed += 1,
+            Err(error) if error.kind() == ErrorKind::NotFound => {}
+            Err(error) => return Err(io_error(error)),
+        }
+    }
+    Ok(removed)
+}
+
+/// Blocks while the low 32 bits of `word` equal `expected_low`, at most `timeout`. Returns
+/// early on a wake, a signal, a value change or spuriously; callers re-check.
+///
+/// Uses a process-shared futex (no `FUTEX_PRIVATE_FLAG`), so a waker in another process that
+/// maps the same file page reaches it.
+pub(crate) fn futex_wait(word: &AtomicU64, expected_low: u32, timeout: Duration) {
+    let timeout = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: the address is that of a live, 8-aligned `AtomicU64`, so its first 4 bytes (the
+    // low half on little-endian) are a valid, 4-aligned futex word for the whole call. The
+    // timeout pointer refers to a local that outlives the call. FUTEX_WAIT only reads the
+    // word. The result is ignored on purpose: EAGAIN (value changed), ETIMEDOUT and EINTR all
+    // mean "re-check your condition", which every caller does.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr() as *const u32,
+            libc::FUTEX_WAIT,
+            expected_low,
+            &timeout as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// Wakes every waiter on `word` in any process.
+pub(crate) fn futex_wake_all(word: &AtomicU64) {
+    // SAFETY: the address is that of a live, 8-aligned `AtomicU64` (see `futex_wait`);
+    // FUTEX_WAKE neither reads nor writes user memory through it, it only keys the wait
+    // queue. The number of woken waiters is not needed.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr() as *const u32,
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+    /// Region names unique within this test process (tests run in parallel).
+    fn unique(name: &str) -> String {
+        format!("unit-{name}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+
+    #[test]
+    fn register_map_read_write_and_remove_on_drop() {
+        let fabric = ShmFabric::new().unwrap();
+        let local = fabric.register(&unique("rw"), 4096, Access::ReadWrite).unwrap();
+        let descriptor = fabric.describe(&local);
+        assert!(descriptor.name.starts_with(&format!("rampkv-{}-unit-rw-", std::process::id())));
+        let remote = fabric.map(&descriptor).unwrap();
+        fabric.write(&remote, 16, b"hello fabric").unwrap();
+        let mut buf = [0u8; 12];
+        fabric.read(&remote, 16, &mut buf).unwrap();
+        assert_eq!(&buf, b"hello fabric");
+        // The owner sees the peer's write through its own mapping.
+        assert_eq!(local.load(2, LoadOrdering::Acquire), u64::from_le_bytes(*b"hello fa"));
+        assert_eq!(fabric.fetch_add(&remote, 0, 5).unwrap(), 0);
+        assert_eq!(fabric.compare_and_swap(&remote, 0, 5, 9).unwrap(), 5);
+        assert_eq!(local.load(0, LoadOrdering::Relaxed), 9);
+        assert!(matches!(fabric.read(&remote, 4096, &mut buf), Err(FabricError::OutOfBounds { .. })));
+        let path = PathBuf::from(SHM_DIRECTORY).join(&descriptor.name);
+        assert!(path.exists());
+        drop(local);
+        assert!(!path.exists());
+        // The peer's mapping outlives the file.
+        assert_eq!(fabric.read_word(&remote, 0, LoadOrdering::Relaxed).unwrap(), 9);
+        assert!(matches!(fabric.map(&descriptor), Err(FabricError::RegionMissing { .. })));
+    }
+
+    #[test]
+    fn read_only_regions_refuse_writes_and_atomics() {
+        let fabric = ShmFabric::new().unwrap();
+        let local = fabric.register(&unique("ro"), 64, Access::ReadOnly).unwrap();
+        let remote = fabric.map(&fabric.describe(&local)).unwrap();
+        local.store(0, 7, StoreOrdering::Release);
+        assert_eq!(fabric.read_word(&remote, 0, LoadOrdering::Acquire).unwrap(), 7);
+        assert!(matches!(fabric.write(&remote, 0, b"x"), Err(FabricError::NoWriteAccess)));
+        assert!(matches!(fabric.compare_and_swap(&remote, 0, 7, 8), Err(FabricError::NoWriteAccess)));
+        assert!(matches!(fabric.fetch_add(&remote, 0, 1), Err(FabricError::NoWriteAccess)));
+        assert!(matches!(fabric.wake(&remote, 0), Err(FabricError::NoWriteAccess)));
+        assert!(!remote.mapping.writable);
+    }
+
+    #[test]
+    fn bad_names_and_descriptors_are_errors_not_panics() {
+        let fabric = ShmFabric::new().unwrap();
+        for name in ["", "a/b", "..", "x y", &"n".repeat(REGION_NAME_BYTES_MAX + 1)] {
+            assert!(
+                matches!(fabric.register(name, 64, Access::ReadOnly), Err(FabricError::InvalidRegion { .. })),
+                "{name:?}"
+            );
+        }
+        let name = unique("dup");
+        let _first = fabric.register(&name, 64, Access::ReadOnly).unwrap();
+        assert!(fabric.register(&name, 64, Access::ReadOnly).is_err());
+        assert!(fabric.register(&unique("len"), 12, Access::ReadOnly).is_err());
+        for bad in ["../etc/passwd", "rampkv-12-../x", "rampkv--x", "other-1-x", "rampkv-1"] {
+            let descriptor = RegionDescriptor { name: bad.into(), len_bytes: 64, access: Access::ReadOnly };
+            assert!(matches!(fabric.map(&descriptor), Err(FabricError::InvalidRegion { .. })), "{bad}");
+        }
+        let mut descriptor = fabric.describe(&_first);
+        descriptor.len_bytes = 128;
+        assert!(matches!(fabric.map(&descriptor), Err(FabricError::InvalidRegion { .. })));
+    }
+
+    #[test]
+    fn cleanup_stale_removes_files_of_dead_processes_only() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = child.id();
+        child.wait().unwrap();
+        let dead = PathBuf::from(SHM_DIRECTORY).join(format!("rampkv-{dead_pid}-stale-test"));
+        std::fs::write(&dead, b"x").unwrap();
+        let fabric = ShmFabric::new().unwrap();
+        let own = fabric.register(&unique("keep"), 64, Access::ReadOnly).unwrap();
+        cleanup_stale().unwrap();
+        assert!(!dead.exists(), "file of dead pid {dead_pid} kept");
+        assert!(PathBuf::from(SHM_DIRECTORY).join(&own.descriptor().name).exists());
+    }
+
+    #[test]
+    fn futex_wait_returns_at_once_on_a_changed_value_and_times_out_otherwise() {
+        let word = AtomicU64::new(5);
+        let start = std::time::Instant::now();
+        futex_wait(&word, 4, Duration::from_secs(5));
+        assert!(start.elapsed() < Duration::from_secs(1));
+        let start = std::time::Instant::now();
+        futex_wait(&word, 5, Duration::from_millis(20));
+        assert!(start.elapsed() >= Duration::from_millis(15));
+    }
+}
