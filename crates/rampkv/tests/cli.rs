@@ -173,3 +173,40 @@ fn bench_json_reports_throughput_latency_configuration_seed_and_a_clean_check() 
     assert!(recorded.status.success(), "the saved history checks clean: {}", stdout(&recorded));
     assert_eq!(std::fs::read_to_string(&history).unwrap().lines().count(), 400);
 }
+
+#[test]
+fn ycsb_workloads_run_checked_and_print_ycsb_s_text_format() {
+    let output =
+        rampkv(&["bench", "--workload", "a", "--keys", "200", "--txns", "300", "--seed", "5", "--check", "--ycsb"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = stdout(&output);
+    // Parse as YCSB's tooling does: "[SECTION], Metric, number" per line.
+    let mut metrics = std::collections::HashMap::new();
+    for line in text.lines().filter(|line| line.starts_with('[')) {
+        let fields: Vec<&str> = line.split(", ").collect();
+        assert_eq!(fields.len(), 3, "{line}");
+        assert!(fields[0].ends_with(']'), "{line}");
+        let value: f64 = fields[2].parse().unwrap_or_else(|_| panic!("not a number: {line}"));
+        metrics.insert(format!("{} {}", fields[0], fields[1]), value);
+    }
+    assert!(metrics["[OVERALL] RunTime(ms)"] >= 0.0);
+    assert!(metrics["[OVERALL] Throughput(ops/sec)"] > 0.0);
+    for section in ["[READ]", "[UPDATE]"] {
+        let operations = metrics[&format!("{section} Operations")];
+        assert!(operations > 0.0, "workload A reads and updates");
+        assert_eq!(metrics[&format!("{section} Return=OK")], operations);
+        assert!(
+            metrics[&format!("{section} 99thPercentileLatency(us)")] >= metrics[&format!("{section} MinLatency(us)")]
+        );
+    }
+    let total = metrics["[READ] Operations"] + metrics["[UPDATE] Operations"];
+    assert_eq!(total, 300.0 * 4.0, "operations are transactions times keys per transaction");
+    assert!(text.contains("read atomicity: clean"), "{text}");
+}
+
+#[test]
+fn ycsb_workload_e_is_refused_with_the_reason() {
+    let output = rampkv(&["bench", "--workload", "e"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("range scans"), "{}", stderr(&output));
+}

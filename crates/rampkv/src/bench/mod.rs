@@ -9,8 +9,10 @@
 mod report;
 mod workload;
 
+use workload::TxnSource;
+
 pub use report::{BenchResult, LatencySummary, MachineInfo, RoundTwoSummary};
-pub use workload::KeyChooser;
+pub use workload::Workload;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,8 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
+use rampkv_ycsb::{Txn, TxnKind};
 
 use crate::checker;
 use crate::client::{ClientError, Completion, Driver, TxnResult};
@@ -73,8 +74,8 @@ pub struct BenchConfig {
     pub keys: u64,
     /// Bytes per value (at least 8: values carry the writer's timestamp).
     pub value_size: usize,
-    /// How keys are drawn.
-    pub key_chooser: KeyChooser,
+    /// What the clients run.
+    pub workload: Workload,
     pub stop_after: StopAfter,
     pub seed: u64,
     /// An external cluster instead of the embedded one.
@@ -102,7 +103,7 @@ impl Default for BenchConfig {
             read_ratio: 0.95,
             keys: 1_000,
             value_size: 1_024,
-            key_chooser: KeyChooser::Uniform,
+            workload: Workload::Micro { zipfian: false },
             stop_after: StopAfter::Duration { seconds: 10.0 },
             seed: 0,
             cluster_file: None,
@@ -185,8 +186,10 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     let keep_records = config.check;
     let shared =
         Arc::new(Shared { clock_origin: Instant::now(), started: AtomicU64::new(0), stop: AtomicBool::new(false) });
+    let load_records = load_ycsb(config, &cluster, &shared)?;
+    let run_started = Instant::now();
     let deadline = match config.stop_after {
-        StopAfter::Duration { seconds } => Some(shared.clock_origin + Duration::from_secs_f64(seconds)),
+        StopAfter::Duration { seconds } => Some(run_started + Duration::from_secs_f64(seconds)),
         StopAfter::Transactions { .. } => None,
     };
     let threads: Vec<_> = (0..config.client_threads)
@@ -202,6 +205,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
         .collect::<Result<_, _>>()
         .map_err(|error| BenchError::Thread(error.to_string()))?;
     let mut totals = ThreadTotals::new();
+    totals.records = load_records;
     let mut first_error = None;
     for thread in threads {
         match thread.join() {
@@ -219,7 +223,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     if let Some(error) = first_error {
         return Err(error);
     }
-    let elapsed = shared.clock_origin.elapsed();
+    let elapsed = run_started.elapsed();
     if let Some(sink) = sink {
         sink.append(&totals.records)?;
         sink.finish()?;
@@ -331,6 +335,8 @@ impl ThreadTotals {
 struct InFlight {
     keys: Vec<Vec<u8>>,
     write_ts: Option<u64>,
+    /// A YCSB read-modify-write: the read is done first, then a write of the same keys.
+    then_write: bool,
     start: Instant,
     start_ns: u64,
 }
@@ -340,7 +346,9 @@ struct ClientThread<'a> {
     shared: &'a Shared,
     deadline: Option<Instant>,
     driver: Driver<TcpClientTransport>,
-    rng: SmallRng,
+    source: TxnSource,
+    /// Each session's current transaction as generated (YCSB acknowledges inserts with it).
+    txns: Vec<Txn>,
     in_flight: Vec<Option<InFlight>>,
     totals: ThreadTotals,
     keep_records: bool,
@@ -362,11 +370,13 @@ fn run_client_thread(
         bloom: config.bloom,
         mutant_skip_repair: config.mutant_skip_repair,
     });
+    let seed = config.seed ^ (thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     let mut state = ClientThread {
         config,
         shared,
         deadline,
-        rng: SmallRng::seed_from_u64(config.seed ^ (thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+        source: TxnSource::new(config, seed)?,
+        txns: (0..sessions.len()).map(|_| Txn::new()).collect(),
         in_flight: (0..sessions.len()).map(|_| None).collect(),
         driver,
         totals: ThreadTotals::new(),
@@ -386,8 +396,14 @@ impl ClientThread<'_> {
             self.driver.step(Some(POLL_INTERVAL), &mut completions)?;
             for completion in completions.drain(..) {
                 let session = completion.session;
-                self.record(completion);
-                self.start_next(session)?;
+                match self.record(completion) {
+                    // A read-modify-write goes on with its write, whatever the stop condition.
+                    Some(keys) => self.begin_write(session, keys)?,
+                    None => {
+                        self.source.acknowledge(&self.txns[session]);
+                        self.start_next(session)?;
+                    }
+                }
             }
         }
         Ok(())
@@ -408,33 +424,38 @@ impl ClientThread<'_> {
         if self.should_stop() {
             return Ok(());
         }
-        let keys = self.config.key_chooser.choose(&mut self.rng, self.config.keys, self.config.txn_size);
-        let start = Instant::now();
-        let start_ns = self.shared.now_ns();
-        let write_ts = if self.rng.gen_bool(self.config.read_ratio) {
-            self.driver.begin_read(session, keys.clone())?;
-            None
-        } else {
-            let value_size = self.config.value_size;
-            let write_keys = keys.clone();
-            let ts = self.driver.begin_write_with(session, move |ts| {
-                write_keys
-                    .into_iter()
-                    .map(|key| {
-                        let mut value = vec![0u8; value_size];
-                        history::fill_check_value(ts, &mut value);
-                        (key, value)
-                    })
-                    .collect()
-            })?;
-            Some(ts)
-        };
-        self.in_flight[session] = Some(InFlight { keys, write_ts, start, start_ns });
+        self.source.next(&mut self.txns[session])?;
+        let txn = &self.txns[session];
+        let keys: Vec<Vec<u8>> = txn.keys().map(<[u8]>::to_vec).collect();
+        match txn.kind() {
+            TxnKind::ReadOnly => self.begin_read(session, keys, false),
+            TxnKind::ReadThenWrite => self.begin_read(session, keys, true),
+            TxnKind::WriteOnly => self.begin_write(session, keys),
+        }
+    }
+
+    fn begin_read(&mut self, session: usize, keys: Vec<Vec<u8>>, then_write: bool) -> Result<(), BenchError> {
+        let (start, start_ns) = (Instant::now(), self.shared.now_ns());
+        self.driver.begin_read(session, keys.clone())?;
+        self.in_flight[session] = Some(InFlight { keys, write_ts: None, then_write, start, start_ns });
         Ok(())
     }
 
-    fn record(&mut self, completion: Completion) {
+    /// Writes check-mode values (the writer's timestamp first) of the configured size.
+    fn begin_write(&mut self, session: usize, keys: Vec<Vec<u8>>) -> Result<(), BenchError> {
+        let (start, start_ns) = (Instant::now(), self.shared.now_ns());
+        let value_size = self.config.value_size;
+        let write_keys = keys.clone();
+        let ts = self.driver.begin_write_with(session, move |ts| check_values(write_keys, ts, value_size))?;
+        self.in_flight[session] = Some(InFlight { keys, write_ts: Some(ts), then_write: false, start, start_ns });
+        Ok(())
+    }
+
+    /// Records a finished transaction; returns the keys to write next for the read half of a
+    /// read-modify-write that succeeded.
+    fn record(&mut self, completion: Completion) -> Option<Vec<Vec<u8>>> {
         let in_flight = self.in_flight[completion.session].take().expect("a completed session was in flight");
+        let then_write = in_flight.then_write && completion.result.is_ok();
         let latency_us = (in_flight.start.elapsed().as_micros() as u64).max(1);
         let end_ns = self.shared.now_ns();
         let client = u64::from(self.driver.client_id(completion.session));
@@ -470,12 +491,44 @@ impl ClientThread<'_> {
                 match in_flight.write_ts {
                     // A failed write may have prepared or committed somewhere: record it.
                     Some(ts) => Record::Write(WriteRecord { client, ts, keys, start_ns, end_ns, ok }),
-                    None => return,
+                    None => return None,
                 }
             }
         };
         if self.keep_records || self.config.history.is_some() {
             self.totals.records.push(record);
         }
+        then_write.then_some(in_flight.keys)
     }
+}
+
+/// Check-mode values for `keys`: each starts with the writer's timestamp (see `history`).
+fn check_values(keys: Vec<Vec<u8>>, ts: u64, value_size: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    keys.into_iter()
+        .map(|key| {
+            let mut value = vec![0u8; value_size];
+            history::fill_check_value(ts, &mut value);
+            (key, value)
+        })
+        .collect()
+}
+
+/// YCSB's load phase: writes records `0..keys` before the run, so reads find them. Returns the
+/// history records of the load (its writes may be read by the run).
+fn load_ycsb(config: &BenchConfig, cluster: &Cluster, shared: &Shared) -> Result<Vec<Record>, BenchError> {
+    let Some(mut loader) = TxnSource::loader(config)? else {
+        return Ok(Vec::new());
+    };
+    let mut client = crate::client::Client::connect(cluster)?;
+    client.set_txn_options(TxnOptions { algorithm: config.algorithm, bloom: config.bloom, mutant_skip_repair: false });
+    let mut txn = Txn::new();
+    let mut records = Vec::new();
+    while loader.next_load_txn(&mut txn) {
+        let keys: Vec<Vec<u8>> = txn.keys().map(<[u8]>::to_vec).collect();
+        let start_ns = shared.now_ns();
+        let ts = client.put_all_with(|ts| check_values(keys.clone(), ts, config.value_size))?;
+        let keys = keys.iter().map(|key| history::key_to_history_string(key)).collect();
+        records.push(Record::Write(WriteRecord { client: 0, ts, keys, start_ns, end_ns: shared.now_ns(), ok: true }));
+    }
+    Ok(records)
 }

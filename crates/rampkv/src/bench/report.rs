@@ -15,6 +15,8 @@ use crate::storage::StoreStats;
 pub struct LatencySummary {
     pub count: u64,
     pub mean_us: f64,
+    pub min_us: u64,
+    pub p95_us: u64,
     pub p50_us: u64,
     pub p99_us: u64,
     pub p999_us: u64,
@@ -26,6 +28,8 @@ impl LatencySummary {
         Self {
             count: histogram.len(),
             mean_us: histogram.mean(),
+            min_us: histogram.min(),
+            p95_us: histogram.value_at_quantile(0.95),
             p50_us: histogram.value_at_quantile(0.50),
             p99_us: histogram.value_at_quantile(0.99),
             p999_us: histogram.value_at_quantile(0.999),
@@ -156,14 +160,51 @@ pub(crate) fn build(
     }
 }
 
+impl BenchResult {
+    /// The result in YCSB's text format, as YCSB's own client prints it, so that YCSB tooling
+    /// reads it. Operations count keys (a transaction of `txn_size` keys is `txn_size` YCSB
+    /// operations); latencies are per transaction: `[READ]` are read-only transactions,
+    /// `[UPDATE]` write-only ones.
+    pub fn ycsb_text(&self) -> String {
+        let operations = self.transactions * self.config.txn_size as u64;
+        let mut text = format!(
+            "[OVERALL], RunTime(ms), {}\n[OVERALL], Throughput(ops/sec), {}\n",
+            (self.elapsed_s * 1000.0).round() as u64,
+            operations as f64 / self.elapsed_s.max(f64::MIN_POSITIVE)
+        );
+        for (name, latency) in [("READ", &self.read), ("UPDATE", &self.write)] {
+            if latency.count == 0 {
+                continue;
+            }
+            text.push_str(&format!(
+                "[{name}], Operations, {}\n[{name}], AverageLatency(us), {}\n[{name}], MinLatency(us), {}\n\
+                 [{name}], MaxLatency(us), {}\n[{name}], 95thPercentileLatency(us), {}\n\
+                 [{name}], 99thPercentileLatency(us), {}\n[{name}], Return=OK, {}\n",
+                latency.count * self.config.txn_size as u64,
+                latency.mean_us,
+                latency.min_us,
+                latency.max_us,
+                latency.p95_us,
+                latency.p99_us,
+                latency.count * self.config.txn_size as u64,
+            ));
+        }
+        if self.failed_transactions > 0 {
+            text.push_str(&format!("[FAILED-TXN], Return=ERROR, {}\n", self.failed_transactions));
+        }
+        text
+    }
+}
+
 impl fmt::Display for BenchResult {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let config = &self.config;
         writeln!(
             f,
-            "rampkv bench: {} over {}, {} servers, {} clients on {} client threads, {} keys/txn, {:.0}% reads, {} keys, {} B values, seed {}",
+            "rampkv bench: {} over {}, workload {}, {} servers, {} clients on {} client threads, {} keys/txn, {:.0}% reads, {} keys, {} B values, seed {}",
             self.protocol,
             self.transport,
+            config.workload.name(),
             config.servers,
             config.clients,
             config.client_threads,

@@ -7,6 +7,7 @@ pub use driver::{Completion, Driver, TxnResult, DRIVER_SESSIONS_MAX};
 use std::time::Duration;
 
 use crate::cluster::Cluster;
+use crate::protocol::ramp::TxnOptions;
 use crate::protocol::{ProtocolError, ReadOutcome};
 use crate::transport::tcp::TcpClientTransport;
 use crate::transport::TransportError;
@@ -64,11 +65,24 @@ impl Client {
     /// Writes every pair atomically (readers see all of them or none). Returns the
     /// transaction's timestamp. Invalid input fails before any server is contacted.
     pub fn put_all(&mut self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Timestamp, ClientError> {
-        self.driver.begin_write(0, pairs)?;
+        self.put_all_with(|_| pairs)
+    }
+
+    /// Like [`Client::put_all`], with the pairs built once the timestamp is known.
+    pub fn put_all_with(
+        &mut self,
+        build: impl FnOnce(Timestamp) -> Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Timestamp, ClientError> {
+        self.driver.begin_write_with(0, build)?;
         match self.wait()? {
             TxnResult::Write(outcome) => Ok(outcome.ts),
             TxnResult::Read(_) => unreachable!("a write session finished a read"),
         }
+    }
+
+    /// Sets the algorithm (and its options) of later transactions (default RAMP-Fast).
+    pub fn set_txn_options(&mut self, options: TxnOptions) {
+        self.driver.set_txn_options(options);
     }
 
     fn wait(&mut self) -> Result<TxnResult, ClientError> {
