@@ -9,13 +9,15 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use rampkv::bench::{self, BenchConfig, KeyChooser, StopAfter};
+use rampkv::bench::{self, BenchConfig, StopAfter, Workload};
 use rampkv::checker;
 use rampkv::client::Client;
 use rampkv::cluster::Cluster;
 use rampkv::limits::GC_GRACE_MS;
 use rampkv::protocol::bloom::BloomParameters;
 use rampkv::protocol::ramp::Algorithm;
+use rampkv::recovery::RECOVERY_TIMEOUT_MS;
+use rampkv::resp::gateway::{Gateway, GatewayConfig};
 use rampkv::server::{ServerConfig, ServerGroup};
 
 #[derive(Debug, Parser)]
@@ -39,6 +41,10 @@ enum Command {
         /// How long superseded versions stay readable, in milliseconds.
         #[arg(long, default_value_t = GC_GRACE_MS)]
         gc_grace_ms: u64,
+        /// The cluster this server belongs to (its --listen address must be listed): enables
+        /// cooperative termination of transactions whose writer died.
+        #[arg(long)]
+        cluster: Option<PathBuf>,
     },
     /// Run a local cluster of several servers in this process and write its cluster file.
     Local {
@@ -51,6 +57,17 @@ enum Command {
         /// Where to write the cluster file.
         #[arg(long, default_value = "cluster.toml")]
         cluster_file: PathBuf,
+        /// Also serve the Redis protocol (RESP) on 127.0.0.1:PORT (see docs/resp.md).
+        #[arg(long)]
+        resp_port: Option<u16>,
+    },
+    /// Serve the Redis protocol (RESP) for a running cluster: rampkv gateway --cluster FILE --listen ADDR
+    Gateway {
+        #[arg(long)]
+        cluster: PathBuf,
+        /// Address to listen on, e.g. 127.0.0.1:6379.
+        #[arg(long)]
+        listen: SocketAddr,
     },
     /// Write keys atomically: rampkv put k1=v1 k2=v2 --cluster FILE
     Put {
@@ -81,7 +98,14 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// Transaction algorithm: ramp-fast, ramp-small, ramp-hybrid or nocc.
+    /// Workload: micro (the paper's micro-benchmark, uniform keys), micro-zipfian, or a YCSB
+    /// core workload a, b, c, d or f (--keys is its recordcount; its own read proportion).
+    #[arg(long, default_value = "micro", value_parser = Workload::from_name)]
+    workload: Workload,
+    /// Also print the result in YCSB's text format ([OVERALL], [READ], [UPDATE] lines).
+    #[arg(long)]
+    ycsb: bool,
+    /// Transaction algorithm: ramp-fast, ramp-small, ramp-hybrid, s2pl or nocc.
     #[arg(long, default_value = "ramp-fast", value_parser = parse_algorithm)]
     protocol: Algorithm,
     /// RAMP-Hybrid: Bloom filter size in bits (a multiple of 8).
@@ -156,14 +180,33 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Server { listen, gc_grace_ms } => {
-            let group = ServerGroup::spawn(&[ServerConfig { listen, gc_grace_ms }])
+        Command::Server { listen, gc_grace_ms, cluster } => {
+            let mut group = ServerGroup::spawn(&[ServerConfig { listen, gc_grace_ms }])
                 .with_context(|| format!("cannot listen on {listen}"))?;
+            if let Some(path) = cluster {
+                let cluster = Cluster::from_file(&path)?;
+                let index = cluster.servers().iter().position(|address| {
+                    address.parse::<SocketAddr>().is_ok_and(|address| address == listen)
+                        || *address == listen.to_string()
+                });
+                let Some(index) = index else {
+                    bail!("{listen} is not one of the servers in {}", path.display());
+                };
+                group.start_recovery(cluster, index, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
+            }
             eprintln!("rampkv server listening on {}", group.addresses()[0]);
             group.wait().context("server failed")?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Local { servers, base_port, cluster_file } => run_local(servers, base_port, &cluster_file),
+        Command::Local { servers, base_port, cluster_file, resp_port } => {
+            run_local(servers, base_port, &cluster_file, resp_port)
+        }
+        Command::Gateway { cluster, listen } => {
+            let gateway = Gateway::spawn(&Cluster::from_file(&cluster)?, &GatewayConfig::new(listen))?;
+            eprintln!("rampkv gateway: RESP on {}", gateway.address());
+            gateway.wait()?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Put { pairs, cluster } => {
             let pairs = pairs.iter().map(|pair| parse_pair(pair)).collect::<Result<Vec<_>>>()?;
             let cluster = Cluster::from_file(&cluster)?;
@@ -198,7 +241,7 @@ fn run(command: Command) -> Result<ExitCode> {
     }
 }
 
-fn run_local(servers: usize, base_port: u16, cluster_file: &PathBuf) -> Result<ExitCode> {
+fn run_local(servers: usize, base_port: u16, cluster_file: &PathBuf, resp_port: Option<u16>) -> Result<ExitCode> {
     if !(1..=64).contains(&servers) {
         bail!("--servers must be 1..=64, got {servers}");
     }
@@ -208,8 +251,9 @@ fn run_local(servers: usize, base_port: u16, cluster_file: &PathBuf) -> Result<E
             Ok(ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], port))))
         })
         .collect::<Result<Vec<_>>>()?;
-    let group = ServerGroup::spawn(&configs).context("cannot start the local cluster")?;
+    let mut group = ServerGroup::spawn(&configs).context("cannot start the local cluster")?;
     let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())?;
+    group.start_recovery(cluster.clone(), 0, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
     std::fs::write(cluster_file, cluster.to_toml())
         .with_context(|| format!("cannot write {}", cluster_file.display()))?;
     eprintln!(
@@ -217,6 +261,19 @@ fn run_local(servers: usize, base_port: u16, cluster_file: &PathBuf) -> Result<E
         group.addresses().iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", "),
         cluster_file.display()
     );
+    let _gateway = match resp_port {
+        Some(port) => {
+            let config = GatewayConfig::new(SocketAddr::from(([127, 0, 0, 1], port)));
+            let gateway = Gateway::spawn(&cluster, &config).context("cannot start the RESP gateway")?;
+            eprintln!(
+                "rampkv local cluster: RESP on {} (try redis-cli -p {})",
+                gateway.address(),
+                gateway.address().port()
+            );
+            Some(gateway)
+        }
+        None => None,
+    };
     group.wait().context("local cluster failed")?;
     Ok(ExitCode::SUCCESS)
 }
@@ -280,7 +337,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         read_ratio: args.read_ratio,
         keys: args.keys,
         value_size: args.value_size,
-        key_chooser: KeyChooser::Uniform,
+        workload: args.workload,
         stop_after,
         seed,
         cluster_file: args.cluster,
@@ -295,6 +352,9 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string(&result)?);
     } else {
         println!("{result}");
+    }
+    if args.ycsb {
+        print!("{}", result.ycsb_text());
     }
     let clean = result.check.as_ref().is_none_or(|report| report.is_clean());
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })

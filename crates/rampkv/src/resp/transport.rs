@@ -1,0 +1,278 @@
+//! The gateway's transport to the rampkv servers: TCP, with the server sockets registered in the
+//! gateway's own poller, so that one thread waits for RESP clients and servers in one `epoll`.
+//!
+//! [`crate::transport::tcp::TcpClientTransport`] owns a poller and blocks (after a short spin) in
+//! it; a gateway using it must alternate between two pollers, and a RESP request that arrives
+//! while it waits for servers waits too. This transport never blocks in the event loop: the loop
+//! waits for every socket at once, marks the servers whose sockets are ready in [`TransportSignals`],
+//! and steps the driver, whose [`ClientTransport::poll`] then reads only those sockets. Frames
+//! and their checks are the wire format's ([`crate::wire`]), as in the TCP transport.
+//!
+//! The one blocking wait is the HELLO at connect time, before the loop runs: a poll with a
+//! non-zero timeout reads every socket and sleeps between attempts (backing off from 20 µs to
+//! 1 ms) until a reply comes or the timeout passes.
+
+use std::io::ErrorKind;
+use std::net::ToSocketAddrs;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Interest, Registry, Token};
+
+use crate::limits::FRAME_BODY_BYTES_MAX;
+use crate::transport::tcp::{ReadStatus, StreamBuffer};
+use crate::transport::{ClientTransport, TransportError};
+use crate::wire::{FrameHeader, Request, Response, FRAME_HEADER_BYTES};
+
+/// How long connecting to one server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Sleeps between the attempts of a blocking poll: from the first to the last, doubling.
+const BLOCKING_POLL_SLEEP_FIRST: Duration = Duration::from_micros(20);
+const BLOCKING_POLL_SLEEP_LAST: Duration = Duration::from_millis(1);
+
+/// Token of server `index` in the gateway's poller: far above the RESP connection slots.
+pub(crate) fn server_token(index: usize) -> Token {
+    Token(SERVER_TOKEN_BASE + index)
+}
+
+/// First token of the servers; RESP connections use the tokens below it.
+pub(crate) const SERVER_TOKEN_BASE: usize = 1 << 40;
+
+const READY_READABLE: u8 = 1;
+/// epoll reported the server's end of stream: read to EOF, not only to a short read.
+const READY_FINISHED: u8 = 2;
+
+/// What the event loop and the transport tell each other (both run on the loop's thread; the
+/// atomics only make the shared value `Send`): which server sockets were seen ready since the
+/// transport last read them, and whether requests wait to be sent. The loop steps the driver
+/// only when one of them says there is something to do.
+#[derive(Debug)]
+pub(crate) struct TransportSignals {
+    servers: Vec<AtomicU8>,
+    any_ready: AtomicBool,
+    unsent: AtomicBool,
+}
+
+impl TransportSignals {
+    fn new(servers: usize) -> Self {
+        Self {
+            servers: (0..servers).map(|_| AtomicU8::new(0)).collect(),
+            any_ready: AtomicBool::new(false),
+            unsent: AtomicBool::new(false),
+        }
+    }
+
+    /// Records a readiness event of `server` (called by the event loop).
+    pub(crate) fn mark(&self, server: usize, finished: bool) {
+        let bits = READY_READABLE | if finished { READY_FINISHED } else { 0 };
+        if let Some(flags) = self.servers.get(server) {
+            flags.fetch_or(bits, Ordering::Relaxed);
+            self.any_ready.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Records a WRITABLE event of a server whose last write was partial.
+    pub(crate) fn mark_writable(&self) {
+        self.unsent.store(true, Ordering::Relaxed);
+    }
+
+    /// True if a step of the driver has something to send or to read.
+    pub(crate) fn work_pending(&self) -> bool {
+        self.any_ready.load(Ordering::Relaxed) || self.unsent.load(Ordering::Relaxed)
+    }
+
+    fn take(&self, server: usize) -> u8 {
+        self.servers[server].swap(0, Ordering::Relaxed)
+    }
+}
+
+#[derive(Debug)]
+struct Connection {
+    stream: TcpStream,
+    outgoing: StreamBuffer,
+    incoming: StreamBuffer,
+    /// Whether WRITABLE interest is registered (only while a write is incomplete).
+    wants_writable: bool,
+}
+
+/// TCP connections to every server, registered in a poller the gateway owns.
+#[derive(Debug)]
+pub(crate) struct SharedPollTransport {
+    registry: Registry,
+    connections: Vec<Connection>,
+    ready: Arc<TransportSignals>,
+}
+
+impl SharedPollTransport {
+    /// Connects to every address (server i is `addresses[i]`) and registers the sockets in
+    /// `registry` under [`server_token`]. The returned flags are for the event loop.
+    pub(crate) fn connect(
+        registry: &Registry,
+        addresses: &[String],
+    ) -> Result<(Self, Arc<TransportSignals>), TransportError> {
+        let registry = registry.try_clone().map_err(|error| TransportError::Io { server: 0, error })?;
+        let mut connections = Vec::with_capacity(addresses.len());
+        for (server, address) in addresses.iter().enumerate() {
+            let connect_error = |error| TransportError::Connect { server, address: address.clone(), error };
+            let socket_address = address.to_socket_addrs().map_err(connect_error)?.next().ok_or_else(|| {
+                connect_error(std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing"))
+            })?;
+            let stream =
+                std::net::TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT).map_err(connect_error)?;
+            stream.set_nodelay(true).map_err(connect_error)?;
+            stream.set_nonblocking(true).map_err(connect_error)?;
+            let mut stream = TcpStream::from_std(stream);
+            registry
+                .register(&mut stream, server_token(server), Interest::READABLE)
+                .map_err(|error| TransportError::Io { server, error })?;
+            connections.push(Connection {
+                stream,
+                outgoing: StreamBuffer::default(),
+                incoming: StreamBuffer::default(),
+                wants_writable: false,
+            });
+        }
+        let ready = Arc::new(TransportSignals::new(addresses.len()));
+        Ok((Self { registry, connections, ready: Arc::clone(&ready) }, ready))
+    }
+
+    fn write_connection(&mut self, server: usize) -> Result<(), TransportError> {
+        let connection = &mut self.connections[server];
+        let done = connection
+            .outgoing
+            .write_to(&mut connection.stream)
+            .map_err(|error| TransportError::Io { server, error })?;
+        if done == connection.wants_writable {
+            let interest = if done { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
+            self.registry
+                .reregister(&mut connection.stream, server_token(server), interest)
+                .map_err(|error| TransportError::Io { server, error })?;
+            connection.wants_writable = !done;
+        }
+        Ok(())
+    }
+
+    /// Reads and delivers what the connection has, until a short read (or EOF if `finished`).
+    fn read_connection<F>(&mut self, server: usize, finished: bool, deliver: &mut F) -> Result<usize, TransportError>
+    where
+        F: FnMut(usize, u64, Response),
+    {
+        let connection = &mut self.connections[server];
+        let mut delivered = 0;
+        loop {
+            let room = connection.incoming.room_for_next_frame();
+            match connection.incoming.read_from(&mut connection.stream, room) {
+                Ok(ReadStatus::EndOfStream) => return Err(TransportError::Closed { server }),
+                Ok(status) => {
+                    delivered += deliver_frames(server, &mut connection.incoming, deliver)?;
+                    if status == ReadStatus::Drained && !finished {
+                        return Ok(delivered);
+                    }
+                }
+                Err(error) if error.kind() == ErrorKind::WouldBlock => return Ok(delivered),
+                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+                Err(error) => return Err(TransportError::Io { server, error }),
+            }
+        }
+    }
+
+    /// Reads every server the event loop marked ready.
+    fn read_marked<F>(&mut self, deliver: &mut F) -> Result<usize, TransportError>
+    where
+        F: FnMut(usize, u64, Response),
+    {
+        let mut delivered = 0;
+        self.ready.any_ready.store(false, Ordering::Relaxed);
+        for server in 0..self.connections.len() {
+            let flags = self.ready.take(server);
+            if flags & READY_READABLE != 0 {
+                delivered += self.read_connection(server, flags & READY_FINISHED != 0, deliver)?;
+            }
+        }
+        Ok(delivered)
+    }
+
+    /// Reads every server, sleeping between attempts, until something arrives or `timeout`.
+    fn read_blocking<F>(&mut self, timeout: Option<Duration>, deliver: &mut F) -> Result<usize, TransportError>
+    where
+        F: FnMut(usize, u64, Response),
+    {
+        let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        let mut sleep = BLOCKING_POLL_SLEEP_FIRST;
+        loop {
+            let mut delivered = 0;
+            for server in 0..self.connections.len() {
+                delivered += self.read_connection(server, false, deliver)?;
+            }
+            let left = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            if delivered > 0 || left == Some(Duration::ZERO) {
+                return Ok(delivered);
+            }
+            std::thread::sleep(left.map_or(sleep, |left| left.min(sleep)));
+            sleep = (sleep * 2).min(BLOCKING_POLL_SLEEP_LAST);
+        }
+    }
+}
+
+/// Decodes and delivers every complete frame at the front of `incoming`.
+fn deliver_frames<F>(server: usize, incoming: &mut StreamBuffer, deliver: &mut F) -> Result<usize, TransportError>
+where
+    F: FnMut(usize, u64, Response),
+{
+    let mut delivered = 0;
+    loop {
+        let pending = incoming.pending();
+        let header = match FrameHeader::check(pending) {
+            Ok(Some(header)) => header,
+            Ok(None) => return Ok(delivered),
+            Err(error) => return Err(TransportError::Malformed { server, error }),
+        };
+        debug_assert!(header.frame_bytes() <= FRAME_HEADER_BYTES + FRAME_BODY_BYTES_MAX);
+        let body = &pending[FRAME_HEADER_BYTES..header.frame_bytes()];
+        let response =
+            Response::decode(header.kind, body).map_err(|error| TransportError::Malformed { server, error })?;
+        incoming.consume(header.frame_bytes());
+        deliver(server, header.request_id, response);
+        delivered += 1;
+    }
+}
+
+impl ClientTransport for SharedPollTransport {
+    fn server_count(&self) -> usize {
+        self.connections.len()
+    }
+
+    fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
+        let servers = self.connections.len();
+        let connection = self.connections.get_mut(server).ok_or(TransportError::NoSuchServer { server, servers })?;
+        connection.outgoing.append(|out| request.encode_frame(request_id, out));
+        self.ready.unsent.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), TransportError> {
+        for server in 0..self.connections.len() {
+            if !self.connections[server].outgoing.is_empty() {
+                self.write_connection(server)?;
+            }
+        }
+        // What a partial write left waits for the socket's WRITABLE event (mark_writable).
+        self.ready.unsent.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// With a zero timeout (the event loop's steps): reads the servers marked ready, never
+    /// blocks. Otherwise (the HELLO at connect time): waits as the module docs say.
+    fn poll<F>(&mut self, timeout: Option<Duration>, mut deliver: F) -> Result<usize, TransportError>
+    where
+        F: FnMut(usize, u64, Response),
+    {
+        if timeout == Some(Duration::ZERO) {
+            self.read_marked(&mut deliver)
+        } else {
+            self.read_blocking(timeout, &mut deliver)
+        }
+    }
+}

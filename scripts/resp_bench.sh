@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# redis-benchmark against rampkv's RESP gateway and against a real redis-server, in one run.
+#
+# Starts `rampkv local --resp-port` (4 servers on one poller thread, the gateway on its own
+# thread, all in one process) and `redis-server` (no persistence) on free loopback ports, then
+# runs, for each pipeline depth and each test, redis-benchmark against rampkv and right after
+# against Redis (interleaved, so machine noise hits both alike): GET, MGET of 4 keys, SET and
+# MSET of 4 keys (GET and SET are redis-benchmark's own tests; MGET and MSET are custom
+# commands, as its `-t mset` is 10 keys). Reads run first, on a key space rewritten by
+# single-key SETs (see prefill below). Prints a table and writes it, with the configuration and git commit, to
+# target/resp_bench/result.txt.
+#
+# Usage: scripts/resp_bench.sh [REQUESTS] (default 100000). Environment: CLIENTS (8),
+# VALUE_BYTES (1024), KEYSPACE (10000), PIPELINES ("1 16"), RAMPKV_BIN (a built binary: no build).
+# Needs redis-tools, redis-server and python3 (.ci/run installs them). Kills what it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+REQUESTS="${1:-100000}"
+CLIENTS="${CLIENTS:-8}"
+VALUE_BYTES="${VALUE_BYTES:-1024}"
+KEYSPACE="${KEYSPACE:-10000}"
+PIPELINES="${PIPELINES:-1 16}"
+OUT_DIR=target/resp_bench
+mkdir -p "$OUT_DIR"
+
+for tool in redis-benchmark redis-cli redis-server python3; do
+  command -v "$tool" >/dev/null || { echo "resp_bench.sh: $tool is missing (apt-get install redis-tools redis-server)" >&2; exit 2; }
+done
+
+if [ -z "${RAMPKV_BIN:-}" ]; then
+  cargo build --release -q -p rampkv --bin rampkv
+fi
+RAMPKV="${RAMPKV_BIN:-target/release/rampkv}"
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+RAMPKV_PORT=$(free_port)
+REDIS_PORT=$(free_port)
+while [ "$REDIS_PORT" = "$RAMPKV_PORT" ]; do REDIS_PORT=$(free_port); done
+
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+"$RAMPKV" local --cluster-file "$OUT_DIR/cluster.toml" --resp-port "$RAMPKV_PORT" 2>"$OUT_DIR/rampkv.log" &
+PIDS+=($!)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT_DIR/redis.log" 2>&1 &
+PIDS+=($!)
+
+wait_for() {
+  for _ in $(seq 1 100); do
+    if [ "$(redis-cli -p "$1" PING 2>/dev/null)" = "PONG" ]; then return 0; fi
+    sleep 0.1
+  done
+  echo "resp_bench.sh: nothing answers PING on port $1" >&2
+  exit 1
+}
+wait_for "$RAMPKV_PORT"
+wait_for "$REDIS_PORT"
+
+VALUE=$(head -c "$VALUE_BYTES" /dev/zero | tr '\0' 'x')
+KEY='key:__rand_int__'
+
+# One redis-benchmark run; prints "rps p50_ms".
+bench() {
+  local port=$1 pipeline=$2 test=$3
+  local common=(-p "$port" -n "$REQUESTS" -c "$CLIENTS" -r "$KEYSPACE" -P "$pipeline" --csv)
+  local output
+  case "$test" in
+    GET) output=$(redis-benchmark "${common[@]}" -d "$VALUE_BYTES" -t get) ;;
+    SET) output=$(redis-benchmark "${common[@]}" -d "$VALUE_BYTES" -t set) ;;
+    MGET4) output=$(redis-benchmark "${common[@]}" MGET "$KEY" "$KEY" "$KEY" "$KEY") ;;
+    MSET4) output=$(redis-benchmark "${common[@]}" MSET "$KEY" "$VALUE" "$KEY" "$VALUE" "$KEY" "$VALUE" "$KEY" "$VALUE") ;;
+  esac
+  if grep -q "ERR" <<<"$output"; then
+    echo "resp_bench.sh: errors from port $port in $test: $output" >&2
+    exit 1
+  fi
+  # CSV: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",...
+  grep -v '^"test"' <<<"$output" | tail -1 | awk -F'","' '{ print $2, $5 }'
+}
+
+# Before each pipeline depth, (re)write the key space on both with single-key SETs, without
+# pipelining, so that every read test reads versions of the same shape. (RAMP-Fast stores each
+# version with its transaction's write set: versions written by MSET, or by pipelined SETs that
+# the gateway batches into one transaction, make later reads of them dearer.)
+prefill() {
+  for port in "$RAMPKV_PORT" "$REDIS_PORT"; do
+    redis-benchmark -p "$port" -n $((KEYSPACE * 5)) -c "$CLIENTS" -r "$KEYSPACE" -d "$VALUE_BYTES" -t set -q >/dev/null
+  done
+}
+
+RESULT="$OUT_DIR/result.txt"
+{
+  echo "# resp_bench.sh $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty')"
+  echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -r)"
+  echo "# redis-benchmark $(redis-benchmark --version | awk '{print $2}'): -n $REQUESTS -c $CLIENTS -r $KEYSPACE, values $VALUE_BYTES B; redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2) (no persistence)"
+  echo "# rampkv: rampkv local --resp-port (4 servers on 1 poller thread + gateway thread, RAMP-Fast), loopback"
+  printf "| %-6s | %8s | %12s | %12s | %7s | %13s | %13s |\n" test pipeline "rampkv req/s" "redis req/s" ratio "rampkv p50 ms" "redis p50 ms"
+  printf "|%s|%s|%s|%s|%s|%s|%s|\n" -------- ---------- -------------- -------------- --------- --------------- ---------------
+} | tee "$RESULT"
+for pipeline in $PIPELINES; do
+  prefill
+  for test in GET MGET4 SET MSET4; do
+    rampkv_line=$(bench "$RAMPKV_PORT" "$pipeline" "$test")
+    redis_line=$(bench "$REDIS_PORT" "$pipeline" "$test")
+    read -r rampkv_rps rampkv_p50 <<<"$rampkv_line"
+    read -r redis_rps redis_p50 <<<"$redis_line"
+    ratio=$(awk -v a="$rampkv_rps" -v b="$redis_rps" 'BEGIN { printf "%.2f", a / b }')
+    printf "| %-6s | %8s | %12.0f | %12.0f | %7s | %13s | %13s |\n" \
+      "$test" "$pipeline" "$rampkv_rps" "$redis_rps" "$ratio" "$rampkv_p50" "$redis_p50" | tee -a "$RESULT"
+  done
+done
