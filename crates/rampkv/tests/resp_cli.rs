@@ -431,6 +431,57 @@ fn connections_beyond_the_session_pool_are_refused_until_one_closes() {
     exchange(&mut third, b"SET k v\r\nGET k\r\n", b"+OK\r\n$1\r\nv\r\n");
 }
 
+/// When the cluster goes away, every command waiting on it gets an error reply (one per
+/// pipelined command, batched or not) and the connection stays usable; once the servers are
+/// back on their addresses, the gateway reconnects on a later command.
+#[test]
+fn losing_the_cluster_fails_each_waiting_command_and_the_gateway_reconnects_later() {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let group = ServerGroup::spawn(&vec![ServerConfig::new(localhost); 2]).unwrap();
+    let addresses = group.addresses().to_vec();
+    let cluster = Cluster::with_servers(addresses.iter().map(SocketAddr::to_string).collect()).unwrap();
+    let gateway = Gateway::spawn(&cluster, &GatewayConfig { sessions: 4, ..GatewayConfig::new(localhost) }).unwrap();
+    let mut stream = TcpStream::connect(gateway.address()).unwrap();
+    stream.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
+    exchange(&mut stream, b"SET k v\r\n", b"+OK\r\n");
+
+    group.shutdown().unwrap();
+    stream.write_all(b"GET k\r\nGET k\r\nMGET a b\r\nSET x 1\r\nPING\r\n").unwrap();
+    let replies = String::from_utf8(read_until_lines(&mut stream, 5)).unwrap();
+    let lines: Vec<&str> = replies.split_terminator("\r\n").collect();
+    assert_eq!(lines.len(), 5, "{replies}");
+    assert!(lines[..4].iter().all(|line| line.starts_with("-ERR rampkv")), "{replies}");
+    assert_eq!(lines[4], "+PONG");
+
+    let configs: Vec<ServerConfig> = addresses.iter().map(|address| ServerConfig::new(*address)).collect();
+    let _group = ServerGroup::spawn(&configs).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        stream.write_all(b"SET k v2\r\n").unwrap();
+        let reply = read_until_lines(&mut stream, 1);
+        if reply == b"+OK\r\n" {
+            break;
+        }
+        assert!(reply.starts_with(b"-ERR rampkv"), "{}", String::from_utf8_lossy(&reply));
+        assert!(std::time::Instant::now() < deadline, "the gateway did not reconnect");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    exchange(&mut stream, b"GET k\r\n", b"$2\r\nv2\r\n");
+}
+
+/// Reads until `count` CRLF-terminated lines (replies of one line each) have arrived.
+fn read_until_lines(stream: &mut TcpStream, count: usize) -> Vec<u8> {
+    let mut reply = Vec::new();
+    let mut byte = [0u8; 1];
+    while reply.windows(2).filter(|pair| pair == b"\r\n").count() < count {
+        match stream.read(&mut byte) {
+            Ok(1) => reply.push(byte[0]),
+            other => panic!("reading replies: {other:?} after {:?}", String::from_utf8_lossy(&reply)),
+        }
+    }
+    reply
+}
+
 /// redis-benchmark's own tests (GET, SET, MSET of 10 keys) and MGET of 4 random keys, with and
 /// without pipelining, finish without an error from the server.
 #[test]

@@ -22,7 +22,7 @@
 //!
 //! # Waiting
 //! One poller watches the listener, the RESP connections and the driver's server connections
-//! (the driver runs over [`SharedPollTransport`], which registers its sockets there). Each turn
+//! (the driver runs over `SharedPollTransport`, which registers its sockets there). Each turn
 //! of the loop waits in that poller, serves the RESP connections that have something, then
 //! steps the driver without blocking: it reads the server sockets that were ready, advances the
 //! transactions, and the loop answers the finished ones. The loop never spins: it blocks in
@@ -53,17 +53,17 @@ use ahash::AHashSet;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::codec::{self, Protocol, RequestParser};
+use super::codec::{self, Frame, Protocol, RequestParser};
 use super::command::{parse_request, Request};
 use super::transport::{SharedPollTransport, TransportSignals, SERVER_TOKEN_BASE};
-use super::{value, GATEWAY_OUTPUT_BACKLOG_BYTES_MAX, GATEWAY_SESSIONS_DEFAULT, GATEWAY_SESSIONS_MAX};
+use super::{
+    value, GATEWAY_OUTPUT_BACKLOG_BYTES_MAX, GATEWAY_SESSIONS_DEFAULT, GATEWAY_SESSIONS_MAX, REDIS_COMPATIBLE_VERSION,
+};
 use crate::client::{ClientError, Completion, Driver, TxnResult};
 use crate::cluster::Cluster;
 use crate::limits::TXN_KEYS_MAX;
 use crate::protocol::ramp::TxnOptions;
 use crate::protocol::ReadOutcome;
-use crate::resp::codec::Frame;
-use crate::resp::REDIS_COMPATIBLE_VERSION;
 use crate::transport::tcp::{ReadStatus, StreamBuffer};
 
 const WAKER_TOKEN: Token = Token(usize::MAX);
@@ -664,7 +664,7 @@ impl EventLoop {
         let session = self.connections[slot].as_ref().expect("open").session;
         let started = match self.driver() {
             Ok(driver) => driver.begin_read(session, keys),
-            Err(message) => return self.reply_error(slot, &message),
+            Err(message) => return self.reply_errors(slot, &message, pending.replies()),
         };
         self.on_begin(slot, session, started, pending);
     }
@@ -673,7 +673,7 @@ impl EventLoop {
         let session = self.connections[slot].as_ref().expect("open").session;
         let started = match self.driver() {
             Ok(driver) => driver.begin_write(session, pairs).map(|_ts| ()),
-            Err(message) => return self.reply_error(slot, &message),
+            Err(message) => return self.reply_errors(slot, &message, pending.replies()),
         };
         self.on_begin(slot, session, started, pending);
     }
@@ -686,16 +686,17 @@ impl EventLoop {
                 self.connections[slot].as_mut().expect("open").pending = Some(pending);
             }
             Err(error @ ClientError::Transport(_)) => {
-                self.reply_error(slot, &format!("ERR rampkv: {error}"));
+                self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies());
                 self.fail_driver(error);
             }
-            Err(error) => self.reply_error(slot, &format!("ERR rampkv: {error}")),
+            Err(error) => self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies()),
         }
     }
 
-    fn reply_error(&mut self, slot: usize, message: &str) {
+    /// Answers `count` commands with the same error.
+    fn reply_errors(&mut self, slot: usize, message: &str, count: usize) {
         if let Some(connection) = self.connections[slot].as_mut() {
-            connection.outgoing.append(|out| codec::write_error(out, message.as_bytes()));
+            connection.outgoing.append(|out| write_errors(out, message, count));
         }
     }
 
@@ -766,8 +767,8 @@ impl EventLoop {
                 None => self.free_sessions.push(session),
                 Some(slot) => {
                     let connection = self.connections[slot].as_mut().expect("a session's owner is open");
-                    connection.pending = None;
-                    connection.outgoing.append(|out| codec::write_error(out, message.as_bytes()));
+                    let count = connection.pending.take().map_or(0, |pending| pending.replies());
+                    connection.outgoing.append(|out| write_errors(out, &message, count));
                     self.enqueue(slot);
                 }
             }
@@ -789,7 +790,9 @@ impl EventLoop {
         let protocol = connection.protocol;
         let out = &mut connection.outgoing;
         match (pending, completion.result) {
-            (_, Err(error)) => out.append(|out| codec::write_error(out, format!("ERR rampkv: {error}").as_bytes())),
+            (pending, Err(error)) => {
+                out.append(|out| write_errors(out, &format!("ERR rampkv: {error}"), pending.replies()))
+            }
             (Pending::Reads(commands), Ok(TxnResult::Read(outcome))) => {
                 out.append(|out| write_read_replies(out, protocol, &commands, &outcome));
             }
@@ -823,6 +826,23 @@ impl EventLoop {
         let tombstones = distinct.into_iter().map(|key| (key.to_vec(), value::tombstone())).collect();
         self.begin_write(slot, tombstones, Pending::DeleteWrite { removed });
         self.enqueue(slot);
+    }
+}
+
+impl Pending {
+    /// How many commands wait on the transaction: each gets a reply, an error included.
+    fn replies(&self) -> usize {
+        match self {
+            Pending::Reads(commands) => commands.len(),
+            Pending::Writes { commands } => *commands,
+            Pending::DeleteRead | Pending::DeleteWrite { .. } => 1,
+        }
+    }
+}
+
+fn write_errors(out: &mut Vec<u8>, message: &str, count: usize) {
+    for _ in 0..count {
+        codec::write_error(out, message.as_bytes());
     }
 }
 

@@ -10,7 +10,7 @@
 //!   over versions that have no tombstone).
 //! - [`gateway`]: the event loop: one thread, RESP connections on one side, one
 //!   [`crate::client::Driver`] with a fixed pool of sessions on the other.
-//! - [`transport`]: the driver's TCP transport, with its sockets in the gateway's poller.
+//! - `transport` (private): the driver's TCP transport, with its sockets in the gateway's poller.
 //!
 //! # Contract
 //! The gateway is a rampkv *client*: it holds no data. Each RESP connection owns one driver
