@@ -211,7 +211,7 @@ impl<T: ClientTransport> Driver<T> {
     }
 
     /// Sends what is queued, waits up to `timeout` for replies, advances the transactions they
-    /// answer, and appends finished ones to `completions`. Transactions past their deadline
+    /// answer, sends what that queued, and appends finished ones to `completions`. Transactions past their deadline
     /// finish with [`ClientError::Timeout`].
     pub fn step(&mut self, timeout: Option<Duration>, completions: &mut Vec<Completion>) -> Result<(), ClientError> {
         self.transport.flush()?;
@@ -234,6 +234,10 @@ impl<T: ClientTransport> Driver<T> {
         result?;
         self.restart_backed_off()?;
         self.expire(completions);
+        // Send what the replies caused (COMMITs, round-2 reads, restarts) now, not at the next
+        // step: a caller that waits on something else first (the RESP gateway) must not sit on
+        // them.
+        self.transport.flush()?;
         Ok(())
     }
 
