@@ -12,22 +12,16 @@
 //! non-zero timeout reads every socket and sleeps between attempts (backing off from 20 µs to
 //! 1 ms) until a reply comes or the timeout passes.
 
-use std::io::ErrorKind;
-use std::net::ToSocketAddrs;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
-use mio::{Interest, Registry, Token};
+use mio::{Registry, Token};
 
-use crate::limits::FRAME_BODY_BYTES_MAX;
-use crate::transport::tcp::{ReadStatus, StreamBuffer};
+use crate::transport::tcp::ServerConnection;
 use crate::transport::{ClientTransport, TransportError};
-use crate::wire::{FrameHeader, Request, Response, FRAME_HEADER_BYTES};
+use crate::wire::{Request, Response};
 
-/// How long connecting to one server may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Sleeps between the attempts of a blocking poll: from the first to the last, doubling.
 const BLOCKING_POLL_SLEEP_FIRST: Duration = Duration::from_micros(20);
 const BLOCKING_POLL_SLEEP_LAST: Duration = Duration::from_millis(1);
@@ -88,20 +82,11 @@ impl TransportSignals {
     }
 }
 
-#[derive(Debug)]
-struct Connection {
-    stream: TcpStream,
-    outgoing: StreamBuffer,
-    incoming: StreamBuffer,
-    /// Whether WRITABLE interest is registered (only while a write is incomplete).
-    wants_writable: bool,
-}
-
 /// TCP connections to every server, registered in a poller the gateway owns.
 #[derive(Debug)]
 pub(crate) struct SharedPollTransport {
     registry: Registry,
-    connections: Vec<Connection>,
+    connections: Vec<ServerConnection>,
     ready: Arc<TransportSignals>,
 }
 
@@ -113,69 +98,13 @@ impl SharedPollTransport {
         addresses: &[String],
     ) -> Result<(Self, Arc<TransportSignals>), TransportError> {
         let registry = registry.try_clone().map_err(|error| TransportError::Io { server: 0, error })?;
-        let mut connections = Vec::with_capacity(addresses.len());
-        for (server, address) in addresses.iter().enumerate() {
-            let connect_error = |error| TransportError::Connect { server, address: address.clone(), error };
-            let socket_address = address.to_socket_addrs().map_err(connect_error)?.next().ok_or_else(|| {
-                connect_error(std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing"))
-            })?;
-            let stream =
-                std::net::TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT).map_err(connect_error)?;
-            stream.set_nodelay(true).map_err(connect_error)?;
-            stream.set_nonblocking(true).map_err(connect_error)?;
-            let mut stream = TcpStream::from_std(stream);
-            registry
-                .register(&mut stream, server_token(server), Interest::READABLE)
-                .map_err(|error| TransportError::Io { server, error })?;
-            connections.push(Connection {
-                stream,
-                outgoing: StreamBuffer::default(),
-                incoming: StreamBuffer::default(),
-                wants_writable: false,
-            });
-        }
+        let connections = addresses
+            .iter()
+            .enumerate()
+            .map(|(server, address)| ServerConnection::connect(server, address, &registry, server_token(server)))
+            .collect::<Result<_, _>>()?;
         let ready = Arc::new(TransportSignals::new(addresses.len()));
         Ok((Self { registry, connections, ready: Arc::clone(&ready) }, ready))
-    }
-
-    fn write_connection(&mut self, server: usize) -> Result<(), TransportError> {
-        let connection = &mut self.connections[server];
-        let done = connection
-            .outgoing
-            .write_to(&mut connection.stream)
-            .map_err(|error| TransportError::Io { server, error })?;
-        if done == connection.wants_writable {
-            let interest = if done { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
-            self.registry
-                .reregister(&mut connection.stream, server_token(server), interest)
-                .map_err(|error| TransportError::Io { server, error })?;
-            connection.wants_writable = !done;
-        }
-        Ok(())
-    }
-
-    /// Reads and delivers what the connection has, until a short read (or EOF if `finished`).
-    fn read_connection<F>(&mut self, server: usize, finished: bool, deliver: &mut F) -> Result<usize, TransportError>
-    where
-        F: FnMut(usize, u64, Response),
-    {
-        let connection = &mut self.connections[server];
-        let mut delivered = 0;
-        loop {
-            let room = connection.incoming.room_for_next_frame();
-            match connection.incoming.read_from(&mut connection.stream, room) {
-                Ok(ReadStatus::EndOfStream) => return Err(TransportError::Closed { server }),
-                Ok(status) => {
-                    delivered += deliver_frames(server, &mut connection.incoming, deliver)?;
-                    if status == ReadStatus::Drained && !finished {
-                        return Ok(delivered);
-                    }
-                }
-                Err(error) if error.kind() == ErrorKind::WouldBlock => return Ok(delivered),
-                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                Err(error) => return Err(TransportError::Io { server, error }),
-            }
-        }
     }
 
     /// Reads every server the event loop marked ready.
@@ -188,7 +117,7 @@ impl SharedPollTransport {
         for server in 0..self.connections.len() {
             let flags = self.ready.take(server);
             if flags & READY_READABLE != 0 {
-                delivered += self.read_connection(server, flags & READY_FINISHED != 0, deliver)?;
+                delivered += self.connections[server].read(server, flags & READY_FINISHED != 0, deliver)?;
             }
         }
         Ok(delivered)
@@ -204,7 +133,7 @@ impl SharedPollTransport {
         loop {
             let mut delivered = 0;
             for server in 0..self.connections.len() {
-                delivered += self.read_connection(server, false, deliver)?;
+                delivered += self.connections[server].read(server, false, deliver)?;
             }
             let left = deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
             if delivered > 0 || left == Some(Duration::ZERO) {
@@ -216,29 +145,6 @@ impl SharedPollTransport {
     }
 }
 
-/// Decodes and delivers every complete frame at the front of `incoming`.
-fn deliver_frames<F>(server: usize, incoming: &mut StreamBuffer, deliver: &mut F) -> Result<usize, TransportError>
-where
-    F: FnMut(usize, u64, Response),
-{
-    let mut delivered = 0;
-    loop {
-        let pending = incoming.pending();
-        let header = match FrameHeader::check(pending) {
-            Ok(Some(header)) => header,
-            Ok(None) => return Ok(delivered),
-            Err(error) => return Err(TransportError::Malformed { server, error }),
-        };
-        debug_assert!(header.frame_bytes() <= FRAME_HEADER_BYTES + FRAME_BODY_BYTES_MAX);
-        let body = &pending[FRAME_HEADER_BYTES..header.frame_bytes()];
-        let response =
-            Response::decode(header.kind, body).map_err(|error| TransportError::Malformed { server, error })?;
-        incoming.consume(header.frame_bytes());
-        deliver(server, header.request_id, response);
-        delivered += 1;
-    }
-}
-
 impl ClientTransport for SharedPollTransport {
     fn server_count(&self) -> usize {
         self.connections.len()
@@ -247,15 +153,15 @@ impl ClientTransport for SharedPollTransport {
     fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
         let servers = self.connections.len();
         let connection = self.connections.get_mut(server).ok_or(TransportError::NoSuchServer { server, servers })?;
-        connection.outgoing.append(|out| request.encode_frame(request_id, out));
+        connection.post(request_id, request);
         self.ready.unsent.store(true, Ordering::Relaxed);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<(), TransportError> {
-        for server in 0..self.connections.len() {
-            if !self.connections[server].outgoing.is_empty() {
-                self.write_connection(server)?;
+        for (server, connection) in self.connections.iter_mut().enumerate() {
+            if connection.has_outgoing() {
+                connection.write(server, &self.registry, server_token(server))?;
             }
         }
         // What a partial write left waits for the socket's WRITABLE event (mark_writable).

@@ -10,7 +10,7 @@ use std::net::ToSocketAddrs;
 use std::time::Duration;
 
 use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Registry, Token};
 
 use super::{ClientTransport, TransportError};
 use crate::limits::{FRAME_BODY_BYTES_MAX, POLL_SPIN_US};
@@ -132,8 +132,11 @@ impl StreamBuffer {
     }
 }
 
+/// A client's connection to one server: a non-blocking socket and its two buffers. Shared by
+/// every client-side TCP transport (this one, and the RESP gateway's, whose sockets sit in the
+/// gateway's own poller).
 #[derive(Debug)]
-struct Connection {
+pub(crate) struct ServerConnection {
     stream: TcpStream,
     outgoing: StreamBuffer,
     incoming: StreamBuffer,
@@ -141,62 +144,60 @@ struct Connection {
     wants_writable: bool,
 }
 
-/// A client's TCP connections to every server of a cluster.
-#[derive(Debug)]
-pub struct TcpClientTransport {
-    poll: Poll,
-    events: Events,
-    connections: Vec<Connection>,
-}
-
-impl TcpClientTransport {
-    /// Connects to every address (server i is `addresses[i]`).
-    pub fn connect(addresses: &[String]) -> Result<Self, TransportError> {
-        let poll = Poll::new().map_err(|error| TransportError::Io { server: 0, error })?;
-        let mut connections = Vec::with_capacity(addresses.len());
-        for (server, address) in addresses.iter().enumerate() {
-            let connect_error = |error| TransportError::Connect { server, address: address.clone(), error };
-            let socket_address = address.to_socket_addrs().map_err(connect_error)?.next().ok_or_else(|| {
+impl ServerConnection {
+    /// Connects to server number `server` at `address` and registers the socket for reading.
+    pub(crate) fn connect(
+        server: usize,
+        address: &str,
+        registry: &Registry,
+        token: Token,
+    ) -> Result<ServerConnection, TransportError> {
+        let connect_error = |error| TransportError::Connect { server, address: address.to_string(), error };
+        let socket_address =
+            address.to_socket_addrs().map_err(connect_error)?.next().ok_or_else(|| {
                 connect_error(std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing"))
             })?;
-            let stream =
-                std::net::TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT).map_err(connect_error)?;
-            stream.set_nodelay(true).map_err(connect_error)?;
-            stream.set_nonblocking(true).map_err(connect_error)?;
-            let mut stream = TcpStream::from_std(stream);
-            poll.registry()
-                .register(&mut stream, Token(server), Interest::READABLE)
-                .map_err(|error| TransportError::Io { server, error })?;
-            connections.push(Connection {
-                stream,
-                outgoing: StreamBuffer::default(),
-                incoming: StreamBuffer::default(),
-                wants_writable: false,
-            });
-        }
-        Ok(Self { poll, events: Events::with_capacity(EVENTS_CAPACITY), connections })
+        let stream = std::net::TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT).map_err(connect_error)?;
+        stream.set_nodelay(true).map_err(connect_error)?;
+        stream.set_nonblocking(true).map_err(connect_error)?;
+        let mut stream = TcpStream::from_std(stream);
+        registry
+            .register(&mut stream, token, Interest::READABLE)
+            .map_err(|error| TransportError::Io { server, error })?;
+        Ok(ServerConnection {
+            stream,
+            outgoing: StreamBuffer::default(),
+            incoming: StreamBuffer::default(),
+            wants_writable: false,
+        })
     }
 
-    fn write_connection(&mut self, server: usize) -> Result<(), TransportError> {
-        let connection = &mut self.connections[server];
-        let done = connection
-            .outgoing
-            .write_to(&mut connection.stream)
-            .map_err(|error| TransportError::Io { server, error })?;
-        if done == connection.wants_writable {
+    /// Queues one request frame.
+    pub(crate) fn post(&mut self, request_id: u64, request: &Request) {
+        self.outgoing.append(|out| request.encode_frame(request_id, out));
+    }
+
+    /// Whether frames wait to be written.
+    pub(crate) fn has_outgoing(&self) -> bool {
+        !self.outgoing.is_empty()
+    }
+
+    /// Writes what the socket takes; asks for WRITABLE events only while a write is incomplete.
+    pub(crate) fn write(&mut self, server: usize, registry: &Registry, token: Token) -> Result<(), TransportError> {
+        let done = self.outgoing.write_to(&mut self.stream).map_err(|error| TransportError::Io { server, error })?;
+        if done == self.wants_writable {
             let interest = if done { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
-            self.poll
-                .registry()
-                .reregister(&mut connection.stream, Token(server), interest)
+            registry
+                .reregister(&mut self.stream, token, interest)
                 .map_err(|error| TransportError::Io { server, error })?;
-            connection.wants_writable = !done;
+            self.wants_writable = !done;
         }
         Ok(())
     }
 
-    /// Reads and delivers what the connection has. `peer_finished`: epoll saw the server's
-    /// end of stream, so read until EOF rather than stopping at a short read.
-    fn read_connection<F>(
+    /// Reads and delivers what the connection has. `peer_finished`: epoll saw the server's end
+    /// of stream, so read until EOF rather than stopping at a short read.
+    pub(crate) fn read<F>(
         &mut self,
         server: usize,
         peer_finished: bool,
@@ -205,14 +206,13 @@ impl TcpClientTransport {
     where
         F: FnMut(usize, u64, Response),
     {
-        let connection = &mut self.connections[server];
         let mut delivered = 0;
         loop {
-            let room = connection.incoming.room_for_next_frame();
-            match connection.incoming.read_from(&mut connection.stream, room) {
+            let room = self.incoming.room_for_next_frame();
+            match self.incoming.read_from(&mut self.stream, room) {
                 Ok(ReadStatus::EndOfStream) => return Err(TransportError::Closed { server }),
                 Ok(status) => {
-                    delivered += deliver_frames(server, &mut connection.incoming, deliver)?;
+                    delivered += deliver_frames(server, &mut self.incoming, deliver)?;
                     if status == ReadStatus::Drained && !peer_finished {
                         return Ok(delivered);
                     }
@@ -222,6 +222,27 @@ impl TcpClientTransport {
                 Err(error) => return Err(TransportError::Io { server, error }),
             }
         }
+    }
+}
+
+/// A client's TCP connections to every server of a cluster.
+#[derive(Debug)]
+pub struct TcpClientTransport {
+    poll: Poll,
+    events: Events,
+    connections: Vec<ServerConnection>,
+}
+
+impl TcpClientTransport {
+    /// Connects to every address (server i is `addresses[i]`).
+    pub fn connect(addresses: &[String]) -> Result<Self, TransportError> {
+        let poll = Poll::new().map_err(|error| TransportError::Io { server: 0, error })?;
+        let connections = addresses
+            .iter()
+            .enumerate()
+            .map(|(server, address)| ServerConnection::connect(server, address, poll.registry(), Token(server)))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { poll, events: Events::with_capacity(EVENTS_CAPACITY), connections })
     }
 }
 
@@ -255,14 +276,14 @@ impl ClientTransport for TcpClientTransport {
     fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
         let servers = self.connections.len();
         let connection = self.connections.get_mut(server).ok_or(TransportError::NoSuchServer { server, servers })?;
-        connection.outgoing.append(|out| request.encode_frame(request_id, out));
+        connection.post(request_id, request);
         Ok(())
     }
 
     fn flush(&mut self) -> Result<(), TransportError> {
-        for server in 0..self.connections.len() {
-            if !self.connections[server].outgoing.is_empty() {
-                self.write_connection(server)?;
+        for (server, connection) in self.connections.iter_mut().enumerate() {
+            if connection.has_outgoing() {
+                connection.write(server, self.poll.registry(), Token(server))?;
             }
         }
         Ok(())
@@ -280,13 +301,13 @@ impl ClientTransport for TcpClientTransport {
         for event in events.iter() {
             let server = event.token().0;
             if event.is_writable() {
-                if let Err(error) = self.write_connection(server) {
+                if let Err(error) = self.connections[server].write(server, self.poll.registry(), Token(server)) {
                     result = Err(error);
                     break;
                 }
             }
             if event.is_readable() || event.is_read_closed() {
-                match self.read_connection(server, event.is_read_closed(), &mut deliver) {
+                match self.connections[server].read(server, event.is_read_closed(), &mut deliver) {
                     Ok(count) => result = result.map(|total| total + count),
                     Err(error) => {
                         result = Err(error);
