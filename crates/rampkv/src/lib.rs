@@ -10,6 +10,7 @@
 //! - [`transport`]: how requests reach servers: TCP today.
 //! - [`recovery`]: cooperative termination of transactions whose writer died.
 //! - [`server`]: the event loop that serves connections with the server core.
+//! - [`server_writepoll`]: the ring poller that serves GET+/PUT+ clients with the same cores.
 //! - [`client`]: the driver that runs transactions over a transport, and the blocking client.
 //! - [`resp`]: a Redis-protocol gateway that runs MGET/MSET as read-atomic transactions.
 //! - [`history`], [`checker`]: recording histories and checking them for read atomicity.
@@ -25,6 +26,7 @@ pub mod protocol;
 pub mod recovery;
 pub mod resp;
 pub mod server;
+pub mod server_writepoll;
 pub mod storage;
 pub mod transport;
 pub mod types;

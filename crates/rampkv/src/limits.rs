@@ -62,3 +62,32 @@ pub const LOCK_BACKOFF_US_MIN: u64 = 50;
 
 /// S2PL: the longest backoff after an abort.
 pub const LOCK_BACKOFF_US_MAX: u64 = 5_000;
+
+/// GET+/PUT+ (write-poll transport): bytes of each message ring (request ring in the server's
+/// region, reply ring in the client's). Sparse in /dev/shm until a connection zeroes it.
+pub const WRITEPOLL_RING_BYTES: usize = 1 << 20;
+
+/// GET+/PUT+: largest ring message body. A message carries one or more whole frames; a single
+/// frame larger than this is refused with an error (a reply is replaced by an ERROR frame).
+pub const WRITEPOLL_MESSAGE_BYTES_MAX: usize = 1 << 19;
+
+/// GET+/PUT+: a client's reply ring must carry at least this much per message, so that an
+/// ERROR reply always fits.
+pub const WRITEPOLL_MESSAGE_BYTES_MIN: usize = 4096;
+
+/// GET+/PUT+: most ring connections one server group serves at once (the group registers one
+/// region with this many request-ring slots at start-up); more are refused.
+pub const WRITEPOLL_GROUP_CONNECTIONS_MAX: usize = 64;
+
+/// GET+/PUT+: longest line of the JSON control handshake.
+pub const WRITEPOLL_CONTROL_LINE_BYTES_MAX: usize = 4096;
+
+/// GET+/PUT+: how long connecting and the control handshake may take.
+pub const WRITEPOLL_CONTROL_TIMEOUT_MS: u64 = 5_000;
+
+/// GET+/PUT+: the longest a ring poller sleeps on its doorbell before it re-checks its stop
+/// flag, lock deadlines and (client) whether the control connection is still open.
+pub const WRITEPOLL_SLEEP_MS_MAX: u64 = 50;
+
+/// GET+/PUT+: ring messages the server takes from one connection per pass (fairness).
+pub const WRITEPOLL_MESSAGES_PER_PASS_MAX: usize = 64;

@@ -165,6 +165,10 @@ struct BenchArgs {
     /// TEST ONLY: readers skip the RAMP round-2 repair (the checker must then fail).
     #[arg(long, hide = true)]
     mutant_skip_repair: bool,
+    /// Transport: tcp, or writepoll (GET+/PUT+ message rings over shared memory; embedded
+    /// cluster only).
+    #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
+    transport: bench::TransportKind,
 }
 
 fn main() -> ExitCode {
@@ -344,6 +348,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         history: args.history,
         check: args.check,
         mutant_skip_repair: args.mutant_skip_repair,
+        transport: args.transport,
     };
     config.validate()?;
     eprintln!("rampkv bench: seed {seed}");

@@ -32,6 +32,7 @@ use crate::cluster::Cluster;
 use crate::limits::{CONNECTION_WRITE_BUFFER_BYTES_MAX, GC_GRACE_MS, SERVER_CONNECTIONS_MAX};
 use crate::protocol::server::{DeferredReply, ServerCore};
 use crate::recovery::{spawn_resolver, Resolver};
+use crate::server_writepoll::{is_ring_connection, DeferredExchange};
 use crate::transport::tcp::{poll_spinning, ReadStatus, StreamBuffer};
 use crate::wire::{FrameHeader, Response, FRAME_HEADER_BYTES};
 
@@ -65,6 +66,8 @@ pub struct ServerGroup {
     /// The clock the event loop stamps prepares with (recovery measures staleness with it).
     clock: Instant,
     resolver: Option<Resolver>,
+    /// Deferred replies to and from a ring front end serving the same cores.
+    exchange: Arc<DeferredExchange>,
 }
 
 impl ServerGroup {
@@ -85,9 +88,10 @@ impl ServerGroup {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let clock = Instant::now();
-        let event_loop = EventLoop::new(poll, listeners, Arc::clone(&stop), clock);
+        let exchange = Arc::new(DeferredExchange::new(Arc::clone(&waker)));
+        let event_loop = EventLoop::new(poll, listeners, Arc::clone(&stop), clock, Arc::clone(&exchange));
         let thread = std::thread::Builder::new().name("rampkv-server".into()).spawn(move || event_loop.run())?;
-        Ok(ServerGroup { addresses, cores, stop, waker, thread: Some(thread), clock, resolver: None })
+        Ok(ServerGroup { addresses, cores, stop, waker, thread: Some(thread), clock, resolver: None, exchange })
     }
 
     /// Starts cooperative termination for these servers, which are servers
@@ -105,6 +109,17 @@ impl ServerGroup {
     /// The bound address of every server, in configuration order.
     pub fn addresses(&self) -> &[SocketAddr] {
         &self.addresses
+    }
+
+    /// The clock the poller stamps prepares with (another front end serving these cores, such
+    /// as [`crate::server_writepoll::WritePollGroup`], must use the same one).
+    pub fn clock(&self) -> Instant {
+        self.clock
+    }
+
+    /// Where deferred replies cross to and from a ring front end of these cores.
+    pub fn deferred_exchange(&self) -> &Arc<DeferredExchange> {
+        &self.exchange
     }
 
     /// The request-handling core of every server (for statistics).
@@ -171,10 +186,17 @@ struct EventLoop {
     generation: u64,
     /// Replies to requests that waited (S2PL locks), to hand to their connections.
     deferred: Vec<DeferredReply>,
+    exchange: Arc<DeferredExchange>,
 }
 
 impl EventLoop {
-    fn new(poll: Poll, listeners: Vec<(TcpListener, Arc<ServerCore>)>, stop: Arc<AtomicBool>, clock: Instant) -> Self {
+    fn new(
+        poll: Poll,
+        listeners: Vec<(TcpListener, Arc<ServerCore>)>,
+        stop: Arc<AtomicBool>,
+        clock: Instant,
+        exchange: Arc<DeferredExchange>,
+    ) -> Self {
         Self {
             poll,
             listeners,
@@ -184,6 +206,7 @@ impl EventLoop {
             started: clock,
             generation: 0,
             deferred: Vec::new(),
+            exchange,
         }
     }
 
@@ -204,7 +227,12 @@ impl EventLoop {
                 core.expire_lock_waits(now_ms, &mut self.deferred);
             }
         }
+        self.exchange.take_for_tcp(&mut self.deferred);
         while let Some(reply) = self.deferred.pop() {
+            if is_ring_connection(reply.connection) {
+                self.exchange.send_to_rings(reply); // served by the ring poller
+                continue;
+            }
             let slot = (reply.connection & 0xFFFF_FFFF) as usize;
             let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else {
                 continue; // the connection closed: nobody to tell

@@ -32,7 +32,10 @@ use crate::protocol::bloom::BloomParameters;
 use crate::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
 use crate::recovery::RECOVERY_TIMEOUT_MS;
 use crate::server::{ServerConfig, ServerGroup};
+use crate::server_writepoll::WritePollGroup;
 use crate::transport::tcp::TcpClientTransport;
+use crate::transport::writepoll::WritePollClientTransport;
+use crate::transport::ClientTransport;
 
 /// How long a driver waits in one poll before checking the clock again.
 const POLL_INTERVAL: Duration = Duration::from_millis(5);
@@ -47,6 +50,37 @@ pub const BENCH_KEYS_MAX: u64 = 100_000_000;
 pub enum StopAfter {
     Duration { seconds: f64 },
     Transactions { count: u64 },
+}
+
+/// How the benchmark's clients reach the servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportKind {
+    /// One TCP connection per (client thread, server).
+    #[default]
+    Tcp,
+    /// GET+/PUT+: message rings written one-sidedly over the shared-memory fabric.
+    #[serde(rename = "writepoll")]
+    WritePoll,
+}
+
+impl TransportKind {
+    /// The name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Tcp => "tcp",
+            TransportKind::WritePoll => "writepoll",
+        }
+    }
+
+    /// Parses `tcp` or `writepoll`.
+    pub fn from_name(name: &str) -> Result<Self, String> {
+        match name {
+            "tcp" => Ok(TransportKind::Tcp),
+            "writepoll" => Ok(TransportKind::WritePoll),
+            other => Err(format!("unknown transport {other:?} (tcp or writepoll)")),
+        }
+    }
 }
 
 /// Everything that defines a benchmark run (recorded with its result).
@@ -87,6 +121,8 @@ pub struct BenchConfig {
     /// TEST ONLY: readers skip the RAMP round-2 repair (must make the checker fail).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub mutant_skip_repair: bool,
+    /// How the clients reach the servers (the embedded cluster serves both).
+    pub transport: TransportKind,
 }
 
 impl Default for BenchConfig {
@@ -110,6 +146,7 @@ impl Default for BenchConfig {
             history: None,
             check: false,
             mutant_skip_repair: false,
+            transport: TransportKind::Tcp,
         }
     }
 }
@@ -137,6 +174,11 @@ impl BenchConfig {
     pub fn validate(&self) -> Result<(), BenchError> {
         let fail = |why: String| Err(BenchError::Config(why));
         self.bloom.validate().map_err(BenchError::Config)?;
+        if self.transport == TransportKind::WritePoll && self.cluster_file.is_some() {
+            return fail(
+                "--transport writepoll needs the embedded cluster (its control ports are not in cluster files)".into(),
+            );
+        }
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
         }
@@ -178,10 +220,12 @@ impl BenchConfig {
 /// Runs a benchmark to completion.
 pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     config.validate()?;
-    let (cluster, embedded) = match &config.cluster_file {
-        Some(path) => (Cluster::from_file(path)?, Vec::new()),
+    let (cluster, embedded, ring_fronts) = match &config.cluster_file {
+        Some(path) => (Cluster::from_file(path)?, Vec::new(), Vec::new()),
         None => start_embedded_cluster(config)?,
     };
+    let control_addresses: Vec<String> =
+        ring_fronts.iter().flat_map(|front| front.control_addresses().iter().map(SocketAddr::to_string)).collect();
     let sink = config.history.as_ref().map(HistorySink::create).transpose()?;
     let keep_records = config.check;
     let shared =
@@ -198,9 +242,21 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
             let config = config.clone();
             let cluster = cluster.clone();
             let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name(format!("rampkv-bench-{thread}"))
-                .spawn(move || run_client_thread(&config, cluster, sessions, thread, &shared, deadline, keep_records))
+            let control_addresses = control_addresses.clone();
+            std::thread::Builder::new().name(format!("rampkv-bench-{thread}")).spawn(move || {
+                let context = ThreadContext { sessions, thread, shared: &shared, deadline, keep_records };
+                match config.transport {
+                    TransportKind::Tcp => {
+                        let transport = TcpClientTransport::connect(cluster.servers()).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
+                    TransportKind::WritePoll => {
+                        let transport =
+                            WritePollClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
+                }
+            })
         })
         .collect::<Result<_, _>>()
         .map_err(|error| BenchError::Thread(error.to_string()))?;
@@ -230,11 +286,16 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     }
     let check = keep_records.then(|| checker::check(&totals.records));
     let store_stats = embedded.iter().flat_map(|group| group.cores().iter().map(|core| core.store().stats())).collect();
+    drop(ring_fronts);
     drop(embedded);
     Ok(report::build(config, &totals, elapsed, check, store_stats))
 }
 
-fn start_embedded_cluster(config: &BenchConfig) -> Result<(Cluster, Vec<ServerGroup>), BenchError> {
+/// The embedded cluster: TCP server groups, and a write-poll front end for each group that
+/// serves the same cores (so both transports reach the same stores).
+type Embedded = (Cluster, Vec<ServerGroup>, Vec<WritePollGroup>);
+
+fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> {
     let localhost: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
     let mut groups = Vec::with_capacity(config.server_threads);
     let mut addresses = Vec::with_capacity(config.servers);
@@ -251,7 +312,12 @@ fn start_embedded_cluster(config: &BenchConfig) -> Result<(Cluster, Vec<ServerGr
         group.start_recovery(cluster.clone(), first_index, RECOVERY_TIMEOUT_MS).map_err(BenchError::Cluster)?;
         first_index += group.addresses().len();
     }
-    Ok((cluster, groups))
+    let ring_fronts = groups
+        .iter()
+        .map(|group| WritePollGroup::spawn(group, localhost))
+        .collect::<Result<_, _>>()
+        .map_err(BenchError::Cluster)?;
+    Ok((cluster, groups, ring_fronts))
 }
 
 /// The contiguous share `thread` gets of `total` items split over `threads`.
@@ -341,11 +407,11 @@ struct InFlight {
     start_ns: u64,
 }
 
-struct ClientThread<'a> {
+struct ClientThread<'a, T: ClientTransport> {
     config: &'a BenchConfig,
     shared: &'a Shared,
     deadline: Option<Instant>,
-    driver: Driver<TcpClientTransport>,
+    driver: Driver<T>,
     source: TxnSource,
     /// Each session's current transaction as generated (YCSB acknowledges inserts with it).
     txns: Vec<Txn>,
@@ -354,16 +420,22 @@ struct ClientThread<'a> {
     keep_records: bool,
 }
 
-fn run_client_thread(
-    config: &BenchConfig,
-    cluster: Cluster,
+/// What a client thread is given besides its transport.
+struct ThreadContext<'a> {
     sessions: std::ops::Range<usize>,
     thread: usize,
-    shared: &Shared,
+    shared: &'a Shared,
     deadline: Option<Instant>,
     keep_records: bool,
+}
+
+fn run_client_thread<T: ClientTransport>(
+    config: &BenchConfig,
+    transport: T,
+    cluster: Cluster,
+    context: ThreadContext<'_>,
 ) -> Result<ThreadTotals, BenchError> {
-    let transport = TcpClientTransport::connect(cluster.servers()).map_err(ClientError::from)?;
+    let ThreadContext { sessions, thread, shared, deadline, keep_records } = context;
     let mut driver = Driver::connect(transport, cluster, sessions.len())?;
     driver.set_txn_options(TxnOptions {
         algorithm: config.algorithm,
@@ -386,7 +458,7 @@ fn run_client_thread(
     Ok(state.totals)
 }
 
-impl ClientThread<'_> {
+impl<T: ClientTransport> ClientThread<'_, T> {
     fn run(&mut self) -> Result<(), BenchError> {
         for session in 0..self.in_flight.len() {
             self.start_next(session)?;

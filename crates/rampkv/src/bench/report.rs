@@ -136,7 +136,7 @@ pub(crate) fn build(
         git_commit: git_commit(),
         machine: MachineInfo::current(),
         protocol: config.algorithm.name(),
-        transport: "tcp",
+        transport: config.transport.name(),
         config: config.clone(),
         seed: config.seed,
         elapsed_s,

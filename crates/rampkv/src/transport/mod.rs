@@ -4,8 +4,12 @@
 //! number of requests, flush them in as few operations as the medium allows, then poll for
 //! replies. The driver ([`crate::client::Driver`]) is generic over it, so there is no dynamic
 //! dispatch per message. Every transport carries the same frames ([`crate::wire`]).
+//!
+//! - [`tcp`]: one socket per server.
+//! - [`writepoll`]: GET+/PUT+, message rings written one-sidedly over the fabric.
 
 pub mod tcp;
+pub mod writepoll;
 
 use std::time::Duration;
 
@@ -25,6 +29,10 @@ pub enum TransportError {
     Malformed { server: usize, error: WireError },
     #[error("no server {server} (the cluster has {servers})")]
     NoSuchServer { server: usize, servers: usize },
+    #[error("fabric or ring failure with server {server}: {reason}")]
+    Fabric { server: usize, reason: String },
+    #[error("a frame of {frame_bytes} bytes for server {server} exceeds the ring message maximum {message_bytes_max}")]
+    MessageTooLarge { server: usize, frame_bytes: usize, message_bytes_max: usize },
 }
 
 /// The client side of a transport, connected to every server of a cluster.

@@ -1,0 +1,329 @@
+//! The write-poll transport (GET+/PUT+) end to end: real servers (TCP groups with a ring front
+//! end over the shared-memory fabric) and clients on this machine.
+//!
+//! - a put/get round trip over rings;
+//! - the contention test over rings is checker-clean (RAMP-Fast and S2PL), and the
+//!   skip-repair mutant is caught;
+//! - a large batch is split into ring messages, waits for credit and wraps the ring;
+//! - S2PL deferred replies cross between TCP and ring clients of the same servers;
+//! - a corrupt message in a server's request ring closes that connection (and only that one).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rampkv::bench::{self, BenchConfig, StopAfter, TransportKind};
+use rampkv::client::{Driver, TxnResult};
+use rampkv::cluster::Cluster;
+use rampkv::protocol::ramp::Algorithm;
+use rampkv::server::{ServerConfig, ServerGroup};
+use rampkv::server_writepoll::WritePollGroup;
+use rampkv::transport::writepoll::WritePollClientTransport;
+use rampkv::transport::{ClientTransport, TransportError};
+use rampkv::wire::{Request, Write};
+
+/// Two servers on one TCP group, with a ring front end serving the same cores.
+fn cluster() -> (ServerGroup, WritePollGroup, Cluster, Vec<String>) {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let group = ServerGroup::spawn(&[ServerConfig::new(localhost), ServerConfig::new(localhost)]).unwrap();
+    let rings = WritePollGroup::spawn(&group, localhost).unwrap();
+    let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
+    let control = rings.control_addresses().iter().map(SocketAddr::to_string).collect();
+    (group, rings, cluster, control)
+}
+
+fn wait_for<T: ClientTransport>(driver: &mut Driver<T>) -> TxnResult {
+    let mut completions = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        driver.step(Some(Duration::from_millis(20)), &mut completions).unwrap();
+        if let Some(completion) = completions.pop() {
+            return completion.result.unwrap();
+        }
+    }
+    panic!("no completion within 10 s");
+}
+
+fn put_get_round_trip(driver: &mut Driver<WritePollClientTransport>, round: u32) {
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..6).map(|key| (format!("key-{key}").into_bytes(), format!("value-{key}-{round}").into_bytes())).collect();
+    let keys: Vec<Vec<u8>> = pairs.iter().map(|(key, _)| key.clone()).collect();
+    let ts = driver.begin_write(0, pairs.clone()).unwrap();
+    let TxnResult::Write(outcome) = wait_for(driver) else { panic!("a write finished as a read") };
+    assert_eq!(outcome.ts, ts);
+    driver.begin_read(0, keys).unwrap();
+    let TxnResult::Read(read) = wait_for(driver) else { panic!("a read finished as a write") };
+    for ((_, value), item) in pairs.iter().zip(&read.items) {
+        assert_eq!(&item.value, value);
+        assert_eq!(item.ts, ts);
+    }
+}
+
+#[test]
+fn put_then_get_round_trips_over_message_rings() {
+    let (_group, _rings, cluster, control) = cluster();
+    let transport = WritePollClientTransport::connect(&control).unwrap();
+    let mut driver = Driver::connect(transport, cluster, 1).unwrap();
+    for round in 0..50 {
+        put_get_round_trip(&mut driver, round);
+    }
+}
+
+#[test]
+fn a_large_batch_spans_several_ring_messages_and_wraps_the_ring() {
+    // 3,000 writes of 2 KiB posted at once: about 6 MiB for two 1 MiB rings, so the client
+    // must split the batch into messages, wait for credit and wrap, and the server must do the
+    // same with the replies.
+    let (_group, _rings, cluster, control) = cluster();
+    let mut transport = WritePollClientTransport::connect(&control).unwrap();
+    let requests = 3_000u64;
+    for id in 0..requests {
+        let key = format!("big-{id}").into_bytes();
+        let server = cluster.server_of(&key);
+        let request =
+            Request::Put { ts: ((1 + id) << 16) | 1, writes: vec![Write { key, value: vec![id as u8; 2048] }] };
+        transport.post(server, id + 1, &request).unwrap();
+    }
+    transport.flush().unwrap();
+    let mut replies = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while replies < requests && Instant::now() < deadline {
+        replies += transport.poll(Some(Duration::from_millis(50)), |_, _, _| {}).unwrap() as u64;
+    }
+    assert_eq!(replies, requests);
+}
+
+#[test]
+fn replies_far_larger_than_the_rings_all_arrive_to_a_client_that_reads_late() {
+    // 1,500 GETs of a 60 KiB value (about 90 MiB of replies) posted in one batch, before the
+    // client reads anything: the server fills the 1 MiB reply ring, then stops at its backlog
+    // bound (keeping the rest of the request message for later) until the client returns
+    // credit. Every reply must still arrive, in order.
+    let (_group, _rings, cluster, control) = cluster();
+    let mut transport = WritePollClientTransport::connect(&control).unwrap();
+    let key = b"large".to_vec();
+    let server = cluster.server_of(&key);
+    let put = Request::Put { ts: (7 << 16) | 1, writes: vec![Write { key: key.clone(), value: vec![7; 60 * 1024] }] };
+    transport.post(server, 1, &put).unwrap();
+    transport.flush().unwrap();
+    while transport.poll(Some(Duration::from_millis(50)), |_, _, _| {}).unwrap() == 0 {}
+    let get = Request::Get {
+        items: vec![rampkv::wire::GetItem { key: key.clone(), selector: rampkv::wire::Selector::Latest }],
+    };
+    let requests = 1_500u64;
+    for id in 0..requests {
+        transport.post(server, 100 + id, &get).unwrap();
+    }
+    transport.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(200)); // let the server hit its bounds
+    let mut next = 100;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while next < 100 + requests && Instant::now() < deadline {
+        transport
+            .poll(Some(Duration::from_millis(50)), |_, id, response| {
+                assert_eq!(id, next, "replies arrive in order");
+                assert!(matches!(response, rampkv::wire::Response::Versions { .. }), "{response:?}");
+                next += 1;
+            })
+            .unwrap();
+    }
+    assert_eq!(next, 100 + requests, "every reply arrived");
+}
+
+#[test]
+fn ramp_fast_over_message_rings_under_contention_is_checker_clean() {
+    let result = bench::run(&contended(Algorithm::RampFast, seed(), 2.0)).unwrap();
+    println!("{result}");
+    assert_eq!(result.transport, "writepoll");
+    let report = result.check.as_ref().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(result.failed_transactions, 0, "{:?}", result.first_failure);
+    assert!(result.read.count > 300 && result.write.count > 300, "the run did real work");
+    assert!(result.round2.reads_with_round2 > 0, "contention must exercise round 2");
+}
+
+#[test]
+fn s2pl_over_message_rings_under_contention_is_checker_clean() {
+    // Deferred lock grants and wait aborts travel over the reply rings.
+    let result = bench::run(&contended(Algorithm::S2pl, seed(), 2.0)).unwrap();
+    println!("{result}");
+    let report = result.check.as_ref().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(result.failed_transactions, 0, "{:?}", result.first_failure);
+    assert!(result.read.count > 100 && result.write.count > 100, "the run did real work");
+    assert!(result.round2.read_restarts > 0, "contention must exercise wait-die aborts and retries");
+}
+
+#[test]
+fn the_skip_repair_mutant_is_caught_over_message_rings() {
+    let mut config = contended(Algorithm::RampFast, seed(), 1.5);
+    config.mutant_skip_repair = true;
+    for attempt in 0..5 {
+        config.seed = config.seed.wrapping_add(attempt);
+        let result = bench::run(&config).unwrap();
+        let report = result.check.as_ref().unwrap();
+        println!("attempt {attempt}: {report}");
+        if !report.is_clean() {
+            assert!(report.fractured_reads > 0, "the anomaly must be a fractured read: {report}");
+            return;
+        }
+    }
+    panic!("the skip-repair mutant was never caught over message rings");
+}
+
+#[test]
+fn a_corrupt_request_ring_closes_that_connection_and_others_keep_working() {
+    let (_group, _rings, cluster, control) = cluster();
+    let mut healthy =
+        Driver::connect(WritePollClientTransport::connect(&control).unwrap(), cluster.clone(), 1).unwrap();
+    put_get_round_trip(&mut healthy, 0);
+
+    // Three kinds of corruption, each on a fresh connection to server 0.
+    let garbage_header = |transport: &mut WritePollClientTransport| {
+        transport.inject_ring_start_word_for_test(0, 0x0123_4567_89AB_CDEF).unwrap();
+    };
+    let invalid_frame = |transport: &mut WritePollClientTransport| {
+        let mut frame = vec![0u8; 32];
+        frame[0..4].copy_from_slice(&16u32.to_le_bytes());
+        frame[4] = 9; // protocol version 9 does not exist
+        transport.send_raw_message_for_test(0, &frame).unwrap();
+    };
+    let cut_frame = |transport: &mut WritePollClientTransport| {
+        let mut frame = vec![0u8; 24];
+        frame[0..4].copy_from_slice(&100u32.to_le_bytes()); // claims 100 body bytes, has 8
+        frame[4] = 1;
+        frame[5] = 0x02;
+        transport.send_raw_message_for_test(0, &frame).unwrap();
+    };
+    let corruptions: [&dyn Fn(&mut WritePollClientTransport); 3] = [&garbage_header, &invalid_frame, &cut_frame];
+    for (index, corrupt) in corruptions.iter().enumerate() {
+        let mut victim = WritePollClientTransport::connect(&control).unwrap();
+        corrupt(&mut victim);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let closed = loop {
+            assert!(Instant::now() < deadline, "corruption {index}: the server did not close the connection");
+            match victim.poll(Some(Duration::from_millis(100)), |_, _, _| panic!("no reply expected")) {
+                Err(TransportError::Closed { server: 0 }) => break true,
+                Err(other) => panic!("corruption {index}: unexpected error {other}"),
+                Ok(_) => {}
+            }
+        };
+        assert!(closed);
+        // The healthy client is served throughout, on the same server.
+        put_get_round_trip(&mut healthy, index as u32 + 1);
+    }
+}
+
+fn contended(algorithm: Algorithm, seed: u64, seconds: f64) -> BenchConfig {
+    BenchConfig {
+        algorithm,
+        servers: 3,
+        server_threads: 2,
+        clients: 24,
+        client_threads: 2,
+        txn_size: 3,
+        read_ratio: 0.5,
+        keys: 6,
+        value_size: 24,
+        stop_after: StopAfter::Duration { seconds },
+        seed,
+        check: true,
+        transport: TransportKind::WritePoll,
+        ..BenchConfig::default()
+    }
+}
+
+fn seed() -> u64 {
+    let seed = std::env::var("RAMPKV_TEST_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    println!("seed {seed} (replay the workload with RAMPKV_TEST_SEED={seed})");
+    seed
+}
+
+/// Not a check: prints the GET round-trip latency over rings and over TCP, one request in
+/// flight, against the same servers. Run by hand:
+/// `cargo test --release -p rampkv --test writepoll -- --ignored --nocapture round_trip`.
+#[test]
+#[ignore]
+fn round_trip_latency_probe() {
+    let (_group, _rings, cluster, control) = cluster();
+    let rings = WritePollClientTransport::connect(&control).unwrap();
+    let tcp = rampkv::transport::tcp::TcpClientTransport::connect(cluster.servers()).unwrap();
+    println!("rings: {}", probe(rings));
+    println!("tcp:   {}", probe(tcp));
+}
+
+fn probe<T: ClientTransport>(mut transport: T) -> String {
+    let request = Request::Get {
+        items: vec![rampkv::wire::GetItem { key: b"probe".to_vec(), selector: rampkv::wire::Selector::Latest }],
+    };
+    let mut samples_ns = Vec::with_capacity(20_000);
+    for id in 0..20_000u64 {
+        let start = Instant::now();
+        transport.post(0, id, &request).unwrap();
+        transport.flush().unwrap();
+        let mut got = 0;
+        while got == 0 {
+            got = transport.poll(Some(Duration::from_secs(1)), |_, _, _| {}).unwrap();
+        }
+        samples_ns.push(start.elapsed().as_nanos() as u64);
+    }
+    samples_ns.sort_unstable();
+    let at = |quantile: f64| samples_ns[((samples_ns.len() - 1) as f64 * quantile) as usize];
+    format!("p50 {} ns, p99 {} ns, p99.9 {} ns", at(0.5), at(0.99), at(0.999))
+}
+
+/// The story: S2PL defers a lock grant (or a wait's abort) and emits it as a reply for the
+/// connection that waits, which may be served by the other front end (TCP loop or ring
+/// poller) than the one that released the lock or expired the wait. Before the deferred
+/// exchange, such a reply was dropped and the waiting transaction hung until its timeout.
+/// TCP and ring clients write the same two keys under S2PL; every transaction must finish,
+/// without error, well within `TXN_TIMEOUT_MS`.
+#[test]
+fn s2pl_lock_grants_cross_between_tcp_and_ring_clients() {
+    use rampkv::protocol::ramp::TxnOptions;
+    let (_group, _rings, cluster, control) = cluster();
+    let options = TxnOptions { algorithm: Algorithm::S2pl, ..TxnOptions::default() };
+    let sessions = 2;
+    let mut tcp = Driver::connect(
+        rampkv::transport::tcp::TcpClientTransport::connect(cluster.servers()).unwrap(),
+        cluster.clone(),
+        sessions,
+    )
+    .unwrap();
+    let mut ring =
+        Driver::connect(WritePollClientTransport::connect(&control).unwrap(), cluster.clone(), sessions).unwrap();
+    tcp.set_txn_options(options);
+    ring.set_txn_options(options);
+    let pairs = || vec![(b"lock-a".to_vec(), vec![1u8; 16]), (b"lock-b".to_vec(), vec![2u8; 16])];
+    for session in 0..sessions {
+        tcp.begin_write(session, pairs()).unwrap();
+        ring.begin_write(session, pairs()).unwrap();
+    }
+    let (mut finished, mut last_progress) = (0, Instant::now());
+    let run_until = Instant::now() + Duration::from_millis(1500);
+    let mut completions = Vec::new();
+    while tcp.active() + ring.active() > 0 {
+        assert!(last_progress.elapsed() < Duration::from_secs(3), "no transaction finished for 3 s: a reply was lost");
+        tcp.step(Some(Duration::from_micros(100)), &mut completions).unwrap();
+        for completion in completions.drain(..) {
+            completion.result.unwrap();
+            finished += 1;
+            last_progress = Instant::now();
+            if Instant::now() < run_until {
+                tcp.begin_write(completion.session, pairs()).unwrap();
+            }
+        }
+        ring.step(Some(Duration::from_micros(100)), &mut completions).unwrap();
+        for completion in completions.drain(..) {
+            completion.result.unwrap();
+            finished += 1;
+            last_progress = Instant::now();
+            if Instant::now() < run_until {
+                ring.begin_write(completion.session, pairs()).unwrap();
+            }
+        }
+    }
+    println!("{finished} S2PL write transactions finished");
+    assert!(finished > 50, "the run did real work");
+}
