@@ -1,14 +1,29 @@
 #!/usr/bin/env bash
 # The test command (README: "Run the tests"; CI runs it too).
 # Unit, property and integration tests of every crate, then the loom models of the
-# concurrency-critical fabric code, then a smoke run of the benchmark with the checker.
+# concurrency-critical fabric code, then smoke runs of every benchmark (checked where they
+# record histories), so none can rot.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The RESP tests drive real Redis tools; install what a fresh machine lacks (Debian packages and
+# PyPI, as root). They fail rather than skip without them.
+echo "== tools of the RESP tests: redis-cli, redis-benchmark, redis-server, redis-py"
+if ! command -v redis-cli >/dev/null || ! command -v redis-benchmark >/dev/null || ! command -v redis-server >/dev/null; then
+  apt-get update
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends redis-tools redis-server
+fi
+if ! python3 -c "import redis" 2>/dev/null; then
+  python3 -m pip install --quiet redis
+fi
 
 cargo nextest run --workspace --no-fail-fast
 
 echo "== loom (fabric: item-slot seqlock, message ring)"
 RUSTFLAGS="--cfg loom" cargo test -p rampkv-fabric --release --target-dir target/loom --lib loom
 
-echo "== benchmark smoke run with the read-atomicity checker"
+echo "== benchmark smoke runs (with the read-atomicity checker)"
 cargo run --release -p rampkv -- bench --duration 3s --check --seed 1
+cargo run --release -p rampkv -- bench --transport writepoll --duration 2s --check --seed 1
+cargo run --release -p rampkv -- bench --workload a --keys 1000 --txns 2000 --check --ycsb --seed 1
+cargo bench -p rampkv-ycsb --bench generate -- --test
