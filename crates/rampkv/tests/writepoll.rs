@@ -11,7 +11,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use rampkv::bench::{self, BenchConfig, StopAfter, TransportKind};
+mod common;
+
+use common::{assert_clean, caught, contended, seed};
+use rampkv::bench::TransportKind;
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
 use rampkv::protocol::ramp::Algorithm;
@@ -20,6 +23,8 @@ use rampkv::server_writepoll::WritePollGroup;
 use rampkv::transport::writepoll::WritePollClientTransport;
 use rampkv::transport::{ClientTransport, TransportError};
 use rampkv::wire::{Request, Write};
+
+const RINGS: TransportKind = TransportKind::WritePoll;
 
 /// Two servers on one TCP group, with a ring front end serving the same cores.
 fn cluster() -> (ServerGroup, WritePollGroup, Cluster, Vec<String>) {
@@ -131,43 +136,23 @@ fn replies_far_larger_than_the_rings_all_arrive_to_a_client_that_reads_late() {
 
 #[test]
 fn ramp_fast_over_message_rings_under_contention_is_checker_clean() {
-    let result = bench::run(&contended(Algorithm::RampFast, seed(), 2.0)).unwrap();
-    println!("{result}");
+    let result = assert_clean(&contended(Algorithm::RampFast, RINGS, seed(), 2.0), 300);
     assert_eq!(result.transport, "writepoll");
-    let report = result.check.as_ref().unwrap();
-    assert!(report.is_clean(), "{report}");
-    assert_eq!(result.failed_transactions, 0, "{:?}", result.first_failure);
-    assert!(result.read.count > 300 && result.write.count > 300, "the run did real work");
     assert!(result.round2.reads_with_round2 > 0, "contention must exercise round 2");
 }
 
 #[test]
 fn s2pl_over_message_rings_under_contention_is_checker_clean() {
     // Deferred lock grants and wait aborts travel over the reply rings.
-    let result = bench::run(&contended(Algorithm::S2pl, seed(), 2.0)).unwrap();
-    println!("{result}");
-    let report = result.check.as_ref().unwrap();
-    assert!(report.is_clean(), "{report}");
-    assert_eq!(result.failed_transactions, 0, "{:?}", result.first_failure);
-    assert!(result.read.count > 100 && result.write.count > 100, "the run did real work");
+    let result = assert_clean(&contended(Algorithm::S2pl, RINGS, seed(), 2.0), 100);
     assert!(result.round2.read_restarts > 0, "contention must exercise wait-die aborts and retries");
 }
 
 #[test]
 fn the_skip_repair_mutant_is_caught_over_message_rings() {
-    let mut config = contended(Algorithm::RampFast, seed(), 1.5);
+    let mut config = contended(Algorithm::RampFast, RINGS, seed(), 1.5);
     config.mutant_skip_repair = true;
-    for attempt in 0..5 {
-        config.seed = config.seed.wrapping_add(attempt);
-        let result = bench::run(&config).unwrap();
-        let report = result.check.as_ref().unwrap();
-        println!("attempt {attempt}: {report}");
-        if !report.is_clean() {
-            assert!(report.fractured_reads > 0, "the anomaly must be a fractured read: {report}");
-            return;
-        }
-    }
-    panic!("the skip-repair mutant was never caught over message rings");
+    caught(config);
 }
 
 #[test]
@@ -213,36 +198,6 @@ fn a_corrupt_request_ring_closes_that_connection_and_others_keep_working() {
     }
 }
 
-fn contended(algorithm: Algorithm, seed: u64, seconds: f64) -> BenchConfig {
-    BenchConfig {
-        algorithm,
-        servers: 3,
-        server_threads: 2,
-        clients: 24,
-        client_threads: 2,
-        txn_size: 3,
-        read_ratio: 0.5,
-        keys: 6,
-        value_size: 24,
-        stop_after: StopAfter::Duration { seconds },
-        seed,
-        check: true,
-        transport: TransportKind::WritePoll,
-        ..BenchConfig::default()
-    }
-}
-
-fn seed() -> u64 {
-    let seed = std::env::var("RAMPKV_TEST_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    });
-    println!("seed {seed} (replay the workload with RAMPKV_TEST_SEED={seed})");
-    seed
-}
-
-/// Not a check: prints the GET round-trip latency over rings and over TCP, one request in
-/// flight, against the same servers. Run by hand:
-/// `cargo test --release -p rampkv --test writepoll -- --ignored --nocapture round_trip`.
 #[test]
 #[ignore]
 fn round_trip_latency_probe() {

@@ -1,0 +1,64 @@
+//! Helpers shared by the contention tests over every transport: the contended configuration,
+//! the printed and replayable seed, and the assertions that a run is clean or that an
+//! anomaly was caught.
+
+use rampkv::bench::{self, BenchConfig, BenchResult, StopAfter, TransportKind};
+use rampkv::protocol::ramp::Algorithm;
+
+/// Many clients, few keys, half writes: reads race writes all the time.
+pub fn contended(algorithm: Algorithm, transport: TransportKind, seed: u64, seconds: f64) -> BenchConfig {
+    BenchConfig {
+        algorithm,
+        transport,
+        servers: 3,
+        server_threads: 2,
+        clients: 24,
+        client_threads: 2,
+        txn_size: 3,
+        read_ratio: 0.5,
+        keys: 6,
+        value_size: 24,
+        stop_after: StopAfter::Duration { seconds },
+        seed,
+        check: true,
+        ..BenchConfig::default()
+    }
+}
+
+/// The workload seed: `RAMPKV_TEST_SEED` to replay, otherwise the clock; printed either way.
+pub fn seed() -> u64 {
+    let seed = std::env::var("RAMPKV_TEST_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    println!("seed {seed} (replay the workload with RAMPKV_TEST_SEED={seed})");
+    seed
+}
+
+/// Runs `config` and asserts the history is read-atomic and the run did real work.
+pub fn assert_clean(config: &BenchConfig, reads_and_writes_min: u64) -> BenchResult {
+    let result = bench::run(config).unwrap();
+    println!("{result}");
+    let report = result.check.as_ref().unwrap();
+    assert!(report.is_clean(), "{report}");
+    assert_eq!(result.failed_transactions, 0, "{:?}", result.first_failure);
+    assert!(
+        result.read.count > reads_and_writes_min && result.write.count > reads_and_writes_min,
+        "the run did real work"
+    );
+    result
+}
+
+/// Runs `config` until the checker reports an anomaly (bounded), which must be a fractured read.
+pub fn caught(mut config: BenchConfig) -> BenchResult {
+    for attempt in 0..5 {
+        config.seed = config.seed.wrapping_add(attempt);
+        let result = bench::run(&config).unwrap();
+        let report = result.check.as_ref().unwrap();
+        println!("attempt {attempt}: {report}");
+        if !report.is_clean() {
+            assert!(report.fractured_reads > 0, "the anomaly must be a fractured read: {report}");
+            return result;
+        }
+    }
+    panic!("{} (mutant: {}) was never caught", config.algorithm.name(), config.mutant_skip_repair);
+}
