@@ -34,7 +34,7 @@ use crate::protocol::server::{DeferredReply, ServerCore};
 use crate::recovery::{spawn_resolver, Resolver};
 use crate::server_writepoll::{is_ring_connection, DeferredExchange};
 use crate::transport::tcp::{poll_spinning, ReadStatus, StreamBuffer};
-use crate::wire::{FrameHeader, Response, FRAME_HEADER_BYTES};
+use crate::wire::{FrameHeader, Response};
 
 const WAKER_TOKEN: Token = Token(usize::MAX);
 const EVENTS_CAPACITY: usize = 1024;
@@ -373,8 +373,8 @@ fn serve(connection: &mut Connection, now_ms: u64, deferred: &mut Vec<DeferredRe
 fn process_frames(connection: &mut Connection, now_ms: u64, deferred: &mut Vec<DeferredReply>) -> bool {
     while connection.outgoing.len() <= CONNECTION_WRITE_BUFFER_BYTES_MAX {
         let pending = connection.incoming.pending();
-        let header = match FrameHeader::check(pending) {
-            Ok(Some(header)) => header,
+        let (header, body) = match FrameHeader::split(pending) {
+            Ok(Some(split)) => split,
             Ok(None) => return true,
             Err(error) => {
                 let request_id = pending.get(8..16).map_or(0, |id| u64::from_le_bytes(id.try_into().expect("8 bytes")));
@@ -383,7 +383,6 @@ fn process_frames(connection: &mut Connection, now_ms: u64, deferred: &mut Vec<D
                 return false;
             }
         };
-        let body = &pending[FRAME_HEADER_BYTES..header.frame_bytes()];
         let (core, id) = (&connection.core, connection.id);
         connection
             .outgoing

@@ -69,7 +69,7 @@ use crate::transport::writepoll::{
     read_json_line, send_frames, unique_region_name, write_json_line, ClientHello, RegionLayout, ServerReply,
     ShmReceiver, ShmSender, CONTROL_VERSION,
 };
-use crate::wire::{FrameHeader, Response, FRAME_HEADER_BYTES};
+use crate::wire::{FrameHeader, Response};
 
 /// Ring connection ids have this bit set, so they never equal a TCP connection id of the same
 /// core (both are `generation << 32 | slot`), and S2PL lock ownership stays apart.
@@ -716,12 +716,11 @@ fn serve_frames(
     let mut consumed = 0;
     while consumed < body.len() && connection.replies.len() - connection.sent <= CONNECTION_WRITE_BUFFER_BYTES_MAX {
         let rest = &body[consumed..];
-        let header = match FrameHeader::check(rest) {
-            Ok(Some(header)) => header,
+        let (header, frame) = match FrameHeader::split(rest) {
+            Ok(Some(split)) => split,
             // A message holds whole frames: a partial or invalid one is corruption.
             Ok(None) | Err(_) => return Err(Fault::Corrupt),
         };
-        let frame = &rest[FRAME_HEADER_BYTES..header.frame_bytes()];
         let start = connection.replies.len();
         let (core, id) = (&connection.core, connection.id);
         core.handle_frame(id, header.kind, header.request_id, frame, now_ms, &mut connection.replies, deferred);

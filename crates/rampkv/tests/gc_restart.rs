@@ -10,7 +10,7 @@ use rampkv::cluster::Cluster;
 use rampkv::protocol::ramp::{ReadTxn, TxnOptions, WriteTxn};
 use rampkv::protocol::server::ServerCore;
 use rampkv::protocol::{Outgoing, ReadOutcome, Step};
-use rampkv::wire::{FrameHeader, Request, Response, FRAME_HEADER_BYTES};
+use rampkv::wire::{FrameHeader, Request, Response};
 
 const GRACE_MS: u64 = 100;
 
@@ -23,8 +23,8 @@ impl Servers {
     fn call(&self, outgoing: &Outgoing) -> Response {
         let mut frame = Vec::new();
         self.cores[outgoing.server].handle(outgoing.request.clone(), 0, self.now_ms, &mut frame);
-        let header = FrameHeader::check(&frame).unwrap().unwrap();
-        Response::decode(header.kind, &frame[FRAME_HEADER_BYTES..]).unwrap()
+        let (header, body) = FrameHeader::split(&frame).unwrap().unwrap();
+        Response::decode(header.kind, body).unwrap()
     }
 
     /// Runs a whole write transaction at once.

@@ -23,7 +23,7 @@ use rampkv::protocol::bloom::{may_contain, BloomParameters};
 use rampkv::protocol::ramp::{Algorithm, ReadTxn, TxnOptions, WriteTxn};
 use rampkv::protocol::server::ServerCore;
 use rampkv::protocol::{Outgoing, ReadOutcome, Step};
-use rampkv::wire::{FrameHeader, Request, Response, FRAME_HEADER_BYTES};
+use rampkv::wire::{FrameHeader, Request, Response};
 
 /// An in-flight request; `id` is (client, sequence number), stable across replays.
 #[derive(Debug, Clone)]
@@ -96,8 +96,8 @@ impl World {
         let message = self.in_flight.remove(position);
         let mut frame = Vec::new();
         self.servers[message.server].handle(message.request, 0, 0, &mut frame);
-        let header = FrameHeader::check(&frame).unwrap().unwrap();
-        let response = Response::decode(header.kind, &frame[FRAME_HEADER_BYTES..]).unwrap();
+        let (header, body) = FrameHeader::split(&frame).unwrap().unwrap();
+        let response = Response::decode(header.kind, body).unwrap();
         let client = message.id.0;
         let mut out = Vec::new();
         match &mut self.clients[client] {

@@ -26,7 +26,7 @@ use rampkv::protocol::server::ServerCore;
 use rampkv::protocol::{Outgoing, Step};
 use rampkv::recovery::{participants, verdict, Verdict};
 use rampkv::types::TimestampClock;
-use rampkv::wire::{FrameHeader, Request, Response, FRAME_HEADER_BYTES};
+use rampkv::wire::{FrameHeader, Request, Response};
 
 const SERVERS: usize = 3;
 const KEYS: u64 = 5;
@@ -145,8 +145,8 @@ impl World {
             Message::Request { client, txn_id, server, tag, request } => {
                 let mut frame = Vec::new();
                 self.servers[server].handle(request, 0, self.now_ms, &mut frame);
-                let header = FrameHeader::check(&frame).unwrap().unwrap();
-                let response = Response::decode(header.kind, &frame[FRAME_HEADER_BYTES..]).unwrap();
+                let (header, body) = FrameHeader::split(&frame).unwrap().unwrap();
+                let response = Response::decode(header.kind, body).unwrap();
                 self.network.push(Message::Reply { client, txn_id, tag, response });
             }
             Message::Reply { client, txn_id, tag, response } => self.on_reply(client, txn_id, tag, response),

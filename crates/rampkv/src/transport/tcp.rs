@@ -254,12 +254,11 @@ where
     let mut delivered = 0;
     loop {
         let pending = incoming.pending();
-        let header = match FrameHeader::check(pending) {
-            Ok(Some(header)) => header,
+        let (header, body) = match FrameHeader::split(pending) {
+            Ok(Some(split)) => split,
             Ok(None) => return Ok(delivered),
             Err(error) => return Err(TransportError::Malformed { server, error }),
         };
-        let body = &pending[FRAME_HEADER_BYTES..header.frame_bytes()];
         let response =
             Response::decode(header.kind, body).map_err(|error| TransportError::Malformed { server, error })?;
         incoming.consume(header.frame_bytes());

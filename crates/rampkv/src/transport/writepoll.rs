@@ -391,14 +391,13 @@ where
 {
     let mut delivered = 0;
     while !body.is_empty() {
-        let header = match FrameHeader::check(body) {
-            Ok(Some(header)) => header,
+        let (header, frame) = match FrameHeader::split(body) {
+            Ok(Some(split)) => split,
             Ok(None) => {
                 return Err(TransportError::Fabric { server, reason: "ring message ends inside a frame".into() })
             }
             Err(error) => return Err(TransportError::Malformed { server, error }),
         };
-        let frame = &body[FRAME_HEADER_BYTES..header.frame_bytes()];
         let response =
             Response::decode(header.kind, frame).map_err(|error| TransportError::Malformed { server, error })?;
         deliver(server, header.request_id, response);

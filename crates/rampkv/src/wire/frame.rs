@@ -60,6 +60,11 @@ impl FrameHeader {
         Ok(Some(header))
     }
 
+    /// [`FrameHeader::check`], and for a whole frame also its body (`buffer[16..frame_bytes]`).
+    pub fn split(buffer: &[u8]) -> Result<Option<(FrameHeader, &[u8])>, WireError> {
+        Ok(Self::check(buffer)?.map(|header| (header, &buffer[FRAME_HEADER_BYTES..header.frame_bytes()])))
+    }
+
     /// Decodes and validates a header (version, reserved bits, body length bound).
     pub fn decode(bytes: &[u8; FRAME_HEADER_BYTES]) -> Result<FrameHeader, WireError> {
         let body_length = u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes"));
