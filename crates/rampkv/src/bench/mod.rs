@@ -529,11 +529,7 @@ impl<T: ClientTransport> ClientThread<'_, T> {
         let in_flight = self.in_flight[completion.session].take().expect("a completed session was in flight");
         let then_write = in_flight.then_write && completion.result.is_ok();
         let latency_us = (in_flight.start.elapsed().as_micros() as u64).max(1);
-        let end_ns = self.shared.now_ns();
-        let client = u64::from(self.driver.client_id(completion.session));
-        let keys: Vec<String> = in_flight.keys.iter().map(|key| history::key_to_history_string(key)).collect();
-        let (start_ns, ok) = (in_flight.start_ns, completion.result.is_ok());
-        let record = match completion.result {
+        match &completion.result {
             Ok(TxnResult::Read(outcome)) => {
                 self.totals.reads += 1;
                 self.totals.read_latency_us.saturating_record(latency_us);
@@ -541,36 +537,56 @@ impl<T: ClientTransport> ClientThread<'_, T> {
                 self.totals.round2_found_nothing += u64::from(outcome.round2_found_nothing);
                 self.totals.reads_with_round2 += u64::from(outcome.round2_keys > 0);
                 self.totals.read_restarts += u64::from(outcome.restarts);
-                let mut reads = std::collections::BTreeMap::new();
-                let mut value_ts = std::collections::BTreeMap::new();
-                for (key, item) in keys.iter().zip(&outcome.items) {
-                    reads.insert(key.clone(), item.ts);
-                    value_ts.insert(key.clone(), history::verify_check_value(&item.value).unwrap_or(u64::MAX));
-                }
-                Record::Read(ReadRecord { client, keys, reads, value_ts, start_ns, end_ns, ok })
             }
-            Ok(TxnResult::Write(outcome)) => {
+            Ok(TxnResult::Write(_)) => {
                 self.totals.writes += 1;
                 let metadata = metadata_for(self.driver.txn_options(), &in_flight.keys);
                 self.totals.metadata_bytes += (metadata.encoded_bytes() * in_flight.keys.len()) as u64;
                 self.totals.written_items += in_flight.keys.len() as u64;
                 self.totals.write_latency_us.saturating_record(latency_us);
-                Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok })
             }
             Err(error) => {
                 self.totals.failed += 1;
                 self.totals.first_failure.get_or_insert_with(|| error.to_string());
-                match in_flight.write_ts {
-                    // A failed write may have prepared or committed somewhere: record it.
-                    Some(ts) => Record::Write(WriteRecord { client, ts, keys, start_ns, end_ns, ok }),
-                    None => return None,
-                }
             }
-        };
+        }
+        // Rendering keys and verifying every value byte is history work: skipped when no history
+        // is kept, so that it does not load the measured client thread.
         if self.keep_records || self.config.history.is_some() {
-            self.totals.records.push(record);
+            let client = u64::from(self.driver.client_id(completion.session));
+            let end_ns = self.shared.now_ns();
+            if let Some(record) = history_record(&in_flight, client, end_ns, completion.result) {
+                self.totals.records.push(record);
+            }
         }
         then_write.then_some(in_flight.keys)
+    }
+}
+
+/// The history line of a finished transaction (`None` for a failed read: nothing to check).
+fn history_record(
+    in_flight: &InFlight,
+    client: u64,
+    end_ns: u64,
+    result: Result<TxnResult, ClientError>,
+) -> Option<Record> {
+    let keys: Vec<String> = in_flight.keys.iter().map(|key| history::key_to_history_string(key)).collect();
+    let (start_ns, ok) = (in_flight.start_ns, result.is_ok());
+    match result {
+        Ok(TxnResult::Read(outcome)) => {
+            let mut reads = std::collections::BTreeMap::new();
+            let mut value_ts = std::collections::BTreeMap::new();
+            for (key, item) in keys.iter().zip(&outcome.items) {
+                reads.insert(key.clone(), item.ts);
+                value_ts.insert(key.clone(), history::verify_check_value(&item.value).unwrap_or(u64::MAX));
+            }
+            Some(Record::Read(ReadRecord { client, keys, reads, value_ts, start_ns, end_ns, ok }))
+        }
+        Ok(TxnResult::Write(outcome)) => {
+            Some(Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok }))
+        }
+        // A failed write may have prepared or committed somewhere: record it.
+        Err(_) => in_flight.write_ts.map(|ts| Record::Write(WriteRecord { client, ts, keys, start_ns, end_ns, ok })),
     }
 }
 
