@@ -169,6 +169,10 @@ struct BenchArgs {
     /// cluster only).
     #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
     transport: bench::TransportKind,
+    /// Run this configuration over every transport in turn (--transport is ignored) and print
+    /// a table side by side, with throughput ratios to TCP. With --json: one result per line.
+    #[arg(long)]
+    compare: bool,
 }
 
 fn main() -> ExitCode {
@@ -352,6 +356,9 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
     };
     config.validate()?;
     eprintln!("rampkv bench: seed {seed}");
+    if args.compare {
+        return run_comparison(&config, args.json);
+    }
     let result = bench::run(&config)?;
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
@@ -362,6 +369,35 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         print!("{}", result.ycsb_text());
     }
     let clean = result.check.as_ref().is_none_or(|report| report.is_clean());
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
+    let results = bench::compare::run_each(config, bench::TransportKind::ALL, |result| {
+        eprintln!("rampkv bench --compare: {} done, {:.0} txn/s", result.transport, result.throughput_txn_per_s);
+    })?;
+    if json {
+        for result in &results {
+            println!("{}", serde_json::to_string(result)?);
+        }
+    } else {
+        let first = &results[0];
+        println!(
+            "protocol {}, {} servers, {} clients, {} keys/txn, {:.0}% reads, {} keys, {} B values, seed {}",
+            first.protocol,
+            config.servers,
+            config.clients,
+            config.txn_size,
+            config.read_ratio * 100.0,
+            config.keys,
+            config.value_size,
+            config.seed
+        );
+        println!("machine: {} x {} ({})", first.machine.cpus, first.machine.cpu_model, first.machine.os);
+        println!("one-sided transports run over the shared-memory fabric emulation, not RDMA hardware\n");
+        print!("{}", bench::compare::comparison_table(&results));
+    }
+    let clean = results.iter().all(|result| result.check.as_ref().is_none_or(|report| report.is_clean()));
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 

@@ -6,6 +6,7 @@
 //! check-mode value (it starts with the writer's timestamp, see [`crate::history`]), so any
 //! run can record a history and be checked for read atomicity at the end.
 
+pub mod compare;
 mod report;
 mod workload;
 
@@ -65,6 +66,9 @@ pub enum TransportKind {
 }
 
 impl TransportKind {
+    /// Every transport, TCP first (the baseline of comparisons).
+    pub const ALL: &'static [TransportKind] = &[TransportKind::Tcp, TransportKind::WritePoll];
+
     /// The name used on the command line and in results.
     pub fn name(self) -> &'static str {
         match self {
