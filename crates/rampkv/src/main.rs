@@ -17,7 +17,7 @@ use rampkv::limits::GC_GRACE_MS;
 use rampkv::protocol::bloom::BloomParameters;
 use rampkv::protocol::ramp::Algorithm;
 use rampkv::recovery::RECOVERY_TIMEOUT_MS;
-use rampkv::resp::gateway::{Gateway, GatewayConfig};
+use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::{ServerConfig, ServerGroup};
 
 #[derive(Debug, Parser)]
@@ -271,7 +271,12 @@ fn run_local(servers: usize, base_port: u16, cluster_file: &PathBuf, resp_port: 
     );
     let _gateway = match resp_port {
         Some(port) => {
-            let config = GatewayConfig::new(SocketAddr::from(([127, 0, 0, 1], port)));
+            // The gateway lives with the servers: it calls their cores rather than their sockets.
+            let in_process = InProcessServers { cores: group.cores().to_vec(), clock: group.clock() };
+            let config = GatewayConfig {
+                in_process: Some(in_process),
+                ..GatewayConfig::new(SocketAddr::from(([127, 0, 0, 1], port)))
+            };
             let gateway = Gateway::spawn(&cluster, &config).context("cannot start the RESP gateway")?;
             eprintln!(
                 "rampkv local cluster: RESP on {} (try redis-cli -p {})",

@@ -16,7 +16,7 @@ use rampkv::client::Client;
 use rampkv::cluster::Cluster;
 use rampkv::history::{key_from_history_string, read_history, verify_check_value, Record};
 use rampkv::protocol::ramp::Algorithm;
-use rampkv::resp::gateway::{Gateway, GatewayConfig};
+use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::{ServerConfig, ServerGroup};
 
 const WRITERS: usize = 4;
@@ -44,7 +44,8 @@ struct Run {
 }
 
 /// Starts 4 servers and two gateways running `algorithm` (writers and half of the readers on the
-/// first, the other readers on the second), runs the script against them.
+/// first, which calls the server cores in-process as `rampkv local` does; the other readers on
+/// the second, which reaches them over TCP), runs the script against them.
 fn run_script(algorithm: Algorithm, extra: &[&str]) -> Run {
     require_redis_py();
     let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
@@ -52,8 +53,9 @@ fn run_script(algorithm: Algorithm, extra: &[&str]) -> Run {
     let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
     let mut config = GatewayConfig::new(localhost);
     config.txn_options.algorithm = algorithm;
-    let gateway = Gateway::spawn(&cluster, &config).unwrap();
     let second_gateway = Gateway::spawn(&cluster, &config).unwrap();
+    config.in_process = Some(InProcessServers { cores: group.cores().to_vec(), clock: group.clock() });
+    let gateway = Gateway::spawn(&cluster, &config).unwrap();
     for writer in 0..WRITERS {
         let servers: HashSet<usize> =
             (0..KEYS_PER_GROUP).map(|key| cluster.server_of(format!("w{writer}:k{key}").as_bytes())).collect();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use rampkv::cluster::Cluster;
 use rampkv::resp::codec::{parse_frame, Frame};
-use rampkv::resp::gateway::{Gateway, GatewayConfig};
+use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::resp::RESP_BULK_BYTES_MAX;
 use rampkv::server::{ServerConfig, ServerGroup};
 
@@ -27,11 +27,22 @@ struct Stack {
 }
 
 impl Stack {
+    /// A gateway reaching its servers over TCP.
     fn start(servers: usize, sessions: usize) -> Stack {
+        Self::start_with(servers, sessions, false)
+    }
+
+    /// A gateway calling the server cores of its process directly (as `rampkv local` does).
+    fn start_in_process(servers: usize, sessions: usize) -> Stack {
+        Self::start_with(servers, sessions, true)
+    }
+
+    fn start_with(servers: usize, sessions: usize, in_process: bool) -> Stack {
         let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let group = ServerGroup::spawn(&vec![ServerConfig::new(localhost); servers]).unwrap();
         let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
-        let config = GatewayConfig { sessions, ..GatewayConfig::new(localhost) };
+        let in_process = in_process.then(|| InProcessServers { cores: group.cores().to_vec(), clock: group.clock() });
+        let config = GatewayConfig { sessions, in_process, ..GatewayConfig::new(localhost) };
         let gateway = Gateway::spawn(&cluster, &config).unwrap();
         Stack { _group: group, cluster, gateway }
     }
@@ -295,11 +306,19 @@ fn pipelined_commands_are_answered_in_order_and_see_earlier_writes() {
 /// transaction keeps every command's reply and order. Set `RESP_PIPELINE_SEED` to replay.
 #[test]
 fn random_pipelines_get_the_replies_of_a_sequential_model() {
+    random_pipelines_match_the_model(Stack::start(4, 16));
+}
+
+#[test]
+fn random_pipelines_get_the_replies_of_a_sequential_model_in_process() {
+    random_pipelines_match_the_model(Stack::start_in_process(4, 16));
+}
+
+fn random_pipelines_match_the_model(stack: Stack) {
     use rand::{Rng, SeedableRng};
     let seed: u64 = std::env::var("RESP_PIPELINE_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(rand::random);
     println!("seed {seed}");
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-    let stack = Stack::start(4, 16);
     let mut model: std::collections::HashMap<String, String> = Default::default();
     let bulk = |value: Option<&String>| match value {
         Some(value) => format!("${}\r\n{value}\r\n", value.len()),
@@ -486,7 +505,15 @@ fn read_until_lines(stream: &mut TcpStream, count: usize) -> Vec<u8> {
 /// without pipelining, finish without an error from the server.
 #[test]
 fn redis_benchmark_runs_get_set_mget_mset_without_errors() {
-    let stack = Stack::start(4, 64);
+    redis_benchmark_runs_clean(Stack::start(4, 64));
+}
+
+#[test]
+fn redis_benchmark_runs_get_set_mget_mset_without_errors_in_process() {
+    redis_benchmark_runs_clean(Stack::start_in_process(4, 64));
+}
+
+fn redis_benchmark_runs_clean(stack: Stack) {
     let port = stack.port().to_string();
     let common = ["-p", &port, "-n", "2000", "-c", "8", "-r", "1000", "-d", "64", "--csv"];
     let mget = ["MGET", "k:__rand_int__", "k:__rand_int__", "k:__rand_int__", "k:__rand_int__"];

@@ -62,8 +62,10 @@ use super::{
 use crate::client::{ClientError, Completion, Driver, TxnResult};
 use crate::cluster::Cluster;
 use crate::limits::TXN_KEYS_MAX;
-use crate::protocol::ramp::TxnOptions;
+use crate::protocol::ramp::{Algorithm, TxnOptions};
+use crate::protocol::server::ServerCore;
 use crate::protocol::ReadOutcome;
+use crate::transport::local::LocalTransport;
 use crate::transport::tcp::{ReadStatus, StreamBuffer};
 
 const WAKER_TOKEN: Token = Token(usize::MAX);
@@ -115,12 +117,24 @@ pub struct GatewayConfig {
     /// The transaction algorithm (RAMP-Fast by default; the tests also run the no-concurrency-
     /// control baseline to show that their checks catch fractured reads).
     pub txn_options: TxnOptions,
+    /// The cluster's servers run in this process: call their cores directly rather than over
+    /// TCP (`rampkv local` does this). Not with S2PL, whose lock grants need the servers' event
+    /// loops.
+    pub in_process: Option<InProcessServers>,
+}
+
+/// The server cores of this process, server i of the cluster being `cores[i]`.
+#[derive(Debug, Clone)]
+pub struct InProcessServers {
+    pub cores: Vec<Arc<ServerCore>>,
+    /// The clock their event loops measure time with ([`crate::server::ServerGroup::clock`]).
+    pub clock: Instant,
 }
 
 impl GatewayConfig {
     /// A gateway on `listen` with the default session pool and RAMP-Fast.
     pub fn new(listen: SocketAddr) -> Self {
-        Self { listen, sessions: GATEWAY_SESSIONS_DEFAULT, txn_options: TxnOptions::default() }
+        Self { listen, sessions: GATEWAY_SESSIONS_DEFAULT, txn_options: TxnOptions::default(), in_process: None }
     }
 }
 
@@ -143,15 +157,34 @@ impl Gateway {
                 config.sessions
             )));
         }
+        if let Some(servers) = &config.in_process {
+            if servers.cores.len() != cluster.servers().len() {
+                return Err(GatewayError::Config(format!(
+                    "{} in-process servers for a cluster of {}",
+                    servers.cores.len(),
+                    cluster.servers().len()
+                )));
+            }
+            if config.txn_options.algorithm == Algorithm::S2pl {
+                return Err(GatewayError::Config("S2PL needs the servers' event loops: not in-process".into()));
+            }
+        }
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
-        let (driver, ready) = connect_driver(poll.registry(), cluster, config.sessions, config.txn_options)?;
+        let (driver, ready) =
+            connect_driver(poll.registry(), cluster, config.in_process.as_ref(), config.sessions, config.txn_options)?;
         let mut listener = TcpListener::bind(config.listen)?;
         poll.registry().register(&mut listener, LISTENER_TOKEN, Interest::READABLE)?;
         let address = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let event_loop =
-            EventLoop::new(poll, listener, Arc::clone(&stop), cluster.clone(), (driver, ready), address.port());
+        let event_loop = EventLoop::new(
+            poll,
+            listener,
+            Arc::clone(&stop),
+            (cluster.clone(), config.in_process.clone()),
+            (driver, ready),
+            address.port(),
+        );
         let thread = std::thread::Builder::new().name("rampkv-gateway".into()).spawn(move || event_loop.run())?;
         Ok(Gateway { address, stop, waker, thread: Some(thread) })
     }
@@ -200,10 +233,16 @@ type GatewayDriver = Driver<SharedPollTransport>;
 fn connect_driver(
     registry: &mio::Registry,
     cluster: &Cluster,
+    in_process: Option<&InProcessServers>,
     sessions: usize,
     options: TxnOptions,
 ) -> Result<(GatewayDriver, Arc<TransportSignals>), ClientError> {
-    let (transport, ready) = SharedPollTransport::connect(registry, cluster.servers())?;
+    let (transport, ready) = match in_process {
+        Some(servers) => {
+            SharedPollTransport::in_process(registry, LocalTransport::new(servers.cores.clone(), servers.clock))?
+        }
+        None => SharedPollTransport::connect(registry, cluster.servers())?,
+    };
     let mut driver = Driver::connect(transport, cluster.clone(), sessions)?;
     driver.set_txn_options(options);
     Ok((driver, ready))
@@ -277,6 +316,7 @@ struct EventLoop {
     listener: TcpListener,
     stop: Arc<AtomicBool>,
     cluster: Cluster,
+    in_process: Option<InProcessServers>,
     /// None after the driver failed, until a reconnect works.
     driver: Option<GatewayDriver>,
     /// Which server sockets are ready; shared with the driver's transport.
@@ -304,7 +344,7 @@ impl EventLoop {
         poll: Poll,
         listener: TcpListener,
         stop: Arc<AtomicBool>,
-        cluster: Cluster,
+        (cluster, in_process): (Cluster, Option<InProcessServers>),
         (driver, ready): (GatewayDriver, Arc<TransportSignals>),
         port: u16,
     ) -> Self {
@@ -315,6 +355,7 @@ impl EventLoop {
             listener,
             stop,
             cluster,
+            in_process,
             driver: Some(driver),
             server_ready: ready,
             txn_options,
@@ -705,7 +746,9 @@ impl EventLoop {
     fn driver(&mut self) -> Result<&mut GatewayDriver, String> {
         if self.driver.is_none() && self.last_reconnect.elapsed() >= RECONNECT_INTERVAL {
             self.last_reconnect = Instant::now();
-            match connect_driver(self.poll.registry(), &self.cluster, self.sessions.len(), self.txn_options) {
+            let in_process = self.in_process.as_ref();
+            match connect_driver(self.poll.registry(), &self.cluster, in_process, self.sessions.len(), self.txn_options)
+            {
                 Ok((driver, ready)) => {
                     self.driver = Some(driver);
                     self.server_ready = ready;

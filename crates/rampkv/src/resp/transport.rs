@@ -8,6 +8,10 @@
 //! and steps the driver, whose [`ClientTransport::poll`] then reads only those sockets. Frames
 //! and their checks are the wire format's ([`crate::wire`]), as in the TCP transport.
 //!
+//! In a process that also runs the servers (`rampkv local`), the gateway can skip the sockets:
+//! [`SharedPollTransport::in_process`] hands each request to the server core directly
+//! ([`LocalTransport`]) and marks the replies ready for the loop's next step.
+//!
 //! The one blocking wait is the HELLO at connect time, before the loop runs: a poll with a
 //! non-zero timeout reads every socket and sleeps between attempts (backing off from 20 µs to
 //! 1 ms) until a reply comes or the timeout passes.
@@ -18,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use mio::{Registry, Token};
 
+use crate::transport::local::LocalTransport;
 use crate::transport::tcp::ServerConnection;
 use crate::transport::{ClientTransport, TransportError};
 use crate::wire::{Request, Response};
@@ -87,6 +92,8 @@ impl TransportSignals {
 pub(crate) struct SharedPollTransport {
     registry: Registry,
     connections: Vec<ServerConnection>,
+    /// Set when the servers are in this process: every request goes here, none to a socket.
+    local: Option<LocalTransport>,
     ready: Arc<TransportSignals>,
 }
 
@@ -104,7 +111,17 @@ impl SharedPollTransport {
             .map(|(server, address)| ServerConnection::connect(server, address, &registry, server_token(server)))
             .collect::<Result<_, _>>()?;
         let ready = Arc::new(TransportSignals::new(addresses.len()));
-        Ok((Self { registry, connections, ready: Arc::clone(&ready) }, ready))
+        Ok((Self { registry, connections, local: None, ready: Arc::clone(&ready) }, ready))
+    }
+
+    /// Reaches the servers of this process through `local` instead of sockets.
+    pub(crate) fn in_process(
+        registry: &Registry,
+        local: LocalTransport,
+    ) -> Result<(Self, Arc<TransportSignals>), TransportError> {
+        let registry = registry.try_clone().map_err(|error| TransportError::Io { server: 0, error })?;
+        let ready = Arc::new(TransportSignals::new(local.server_count()));
+        Ok((Self { registry, connections: Vec::new(), local: Some(local), ready: Arc::clone(&ready) }, ready))
     }
 
     /// Reads every server the event loop marked ready.
@@ -147,10 +164,15 @@ impl SharedPollTransport {
 
 impl ClientTransport for SharedPollTransport {
     fn server_count(&self) -> usize {
-        self.connections.len()
+        self.local.as_ref().map_or(self.connections.len(), LocalTransport::server_count)
     }
 
     fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
+        if let Some(local) = self.local.as_mut() {
+            local.post(server, request_id, request)?;
+            self.ready.any_ready.store(true, Ordering::Relaxed); // its reply is there to read
+            return Ok(());
+        }
         let servers = self.connections.len();
         let connection = self.connections.get_mut(server).ok_or(TransportError::NoSuchServer { server, servers })?;
         connection.post(request_id, request);
@@ -175,6 +197,10 @@ impl ClientTransport for SharedPollTransport {
     where
         F: FnMut(usize, u64, Response),
     {
+        if let Some(local) = self.local.as_mut() {
+            self.ready.any_ready.store(false, Ordering::Relaxed);
+            return local.poll(timeout, deliver);
+        }
         if timeout == Some(Duration::ZERO) {
             self.read_marked(&mut deliver)
         } else {

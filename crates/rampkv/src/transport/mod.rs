@@ -7,7 +7,9 @@
 //!
 //! - [`tcp`]: one socket per server.
 //! - [`writepoll`]: GET+/PUT+, message rings written one-sidedly over the fabric.
+//! - [`local`]: direct calls into the server cores of the client's own process.
 
+pub mod local;
 pub mod tcp;
 pub mod writepoll;
 
@@ -31,6 +33,8 @@ pub enum TransportError {
     NoSuchServer { server: usize, servers: usize },
     #[error("fabric or ring failure with server {server}: {reason}")]
     Fabric { server: usize, reason: String },
+    #[error("server {server} cannot be asked this way: {what}")]
+    Unsupported { server: usize, what: String },
     #[error("a frame of {frame_bytes} bytes for server {server} exceeds the ring message maximum {message_bytes_max}")]
     MessageTooLarge { server: usize, frame_bytes: usize, message_bytes_max: usize },
 }

@@ -1,0 +1,153 @@
+//! The in-process transport: a client living in the same process as its servers hands each
+//! request straight to the server's [`ServerCore`], on the client's own thread, and takes the
+//! reply frame back. No socket, no ring, no second thread; everything else (the protocol
+//! machines, the wire encoding of replies, the stores and their concurrency with the server
+//! threads serving other clients) is what every other transport uses.
+//!
+//! It serves deployments that put a client next to its partitions, such as the RESP gateway of
+//! `rampkv local`. S2PL's lock requests are refused: a lock granted later is answered through
+//! the serving event loop's deferred replies, which a call on the client's thread has no way to
+//! receive.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{ClientTransport, TransportError};
+use crate::protocol::server::{DeferredReply, ServerCore};
+use crate::wire::{FrameHeader, Request, Response};
+
+/// Connection id the cores see for in-process clients (lock ownership only; never used, as
+/// lock requests are refused).
+const LOCAL_CONNECTION: u64 = u64::MAX - 1;
+
+/// Direct calls into the server cores of this process (server i is `cores[i]`).
+#[derive(Debug)]
+pub struct LocalTransport {
+    cores: Vec<Arc<ServerCore>>,
+    /// The servers' clock, so that prepares are stamped as their event loops stamp them.
+    clock: Instant,
+    replies: VecDeque<(usize, u64, Response)>,
+    frame: Vec<u8>,
+    deferred: Vec<DeferredReply>,
+}
+
+impl LocalTransport {
+    /// A transport to `cores`, whose event loops measure time from `clock`
+    /// ([`crate::server::ServerGroup::clock`]).
+    pub fn new(cores: Vec<Arc<ServerCore>>, clock: Instant) -> Self {
+        Self { cores, clock, replies: VecDeque::new(), frame: Vec::new(), deferred: Vec::new() }
+    }
+
+    /// True if replies wait to be polled.
+    pub fn has_replies(&self) -> bool {
+        !self.replies.is_empty()
+    }
+}
+
+impl ClientTransport for LocalTransport {
+    fn server_count(&self) -> usize {
+        self.cores.len()
+    }
+
+    fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
+        let servers = self.cores.len();
+        let core = self.cores.get(server).ok_or(TransportError::NoSuchServer { server, servers })?;
+        if matches!(
+            request,
+            Request::LockRead { .. }
+                | Request::LockWrite { .. }
+                | Request::CommitLocked { .. }
+                | Request::Release { .. }
+        ) {
+            return Err(TransportError::Unsupported {
+                server,
+                what: "S2PL lock requests over the in-process transport (use TCP or a ring transport)".into(),
+            });
+        }
+        let now_ms = self.clock.elapsed().as_millis() as u64;
+        self.frame.clear();
+        core.handle_from(LOCAL_CONNECTION, request.clone(), request_id, now_ms, &mut self.frame, &mut self.deferred);
+        debug_assert!(self.deferred.is_empty(), "only lock requests defer replies");
+        self.deferred.clear();
+        let (header, body) = match FrameHeader::split(&self.frame) {
+            Ok(Some(split)) => split,
+            Ok(None) => return Err(TransportError::Closed { server }),
+            Err(error) => return Err(TransportError::Malformed { server, error }),
+        };
+        let response =
+            Response::decode(header.kind, body).map_err(|error| TransportError::Malformed { server, error })?;
+        self.replies.push_back((server, header.request_id, response));
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), TransportError> {
+        Ok(()) // every request was served when posted
+    }
+
+    fn poll<F>(&mut self, timeout: Option<Duration>, mut deliver: F) -> Result<usize, TransportError>
+    where
+        F: FnMut(usize, u64, Response),
+    {
+        if self.replies.is_empty() {
+            // Nothing can arrive later: replies exist only for posted requests.
+            if let Some(timeout) = timeout {
+                std::thread::sleep(timeout.min(Duration::from_millis(1)));
+            }
+            return Ok(0);
+        }
+        let delivered = self.replies.len();
+        for (server, request_id, response) in self.replies.drain(..) {
+            deliver(server, request_id, response);
+        }
+        Ok(delivered)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{Driver, TxnResult};
+    use crate::cluster::Cluster;
+    use crate::protocol::ramp::{Algorithm, TxnOptions};
+
+    fn cluster_of(cores: &[Arc<ServerCore>]) -> Cluster {
+        Cluster::with_servers((0..cores.len()).map(|i| format!("local:{i}")).collect()).unwrap()
+    }
+
+    #[test]
+    fn a_driver_writes_and_reads_across_partitions_in_process() {
+        let cores: Vec<Arc<ServerCore>> = (0..3).map(|_| Arc::new(ServerCore::new(1_000))).collect();
+        let cluster = cluster_of(&cores);
+        let mut driver = Driver::connect(LocalTransport::new(cores.clone(), Instant::now()), cluster, 1).unwrap();
+        let pairs: Vec<(Vec<u8>, Vec<u8>)> =
+            (0..8).map(|i| (format!("key{i}").into_bytes(), format!("value{i}").into_bytes())).collect();
+        let ts = driver.begin_write(0, pairs.clone()).unwrap();
+        let mut completions = Vec::new();
+        while completions.is_empty() {
+            driver.step(Some(Duration::ZERO), &mut completions).unwrap();
+        }
+        assert!(matches!(completions[0].result, Ok(TxnResult::Write(_))));
+        let partitions_written = cores.iter().filter(|core| core.store().stats().versions > 0).count();
+        assert!(partitions_written > 1, "8 keys land on more than one of 3 partitions");
+        completions.clear();
+        driver.begin_read(0, pairs.iter().map(|(key, _)| key.clone()).collect()).unwrap();
+        while completions.is_empty() {
+            driver.step(Some(Duration::ZERO), &mut completions).unwrap();
+        }
+        let Ok(TxnResult::Read(outcome)) = &completions[0].result else { panic!("{:?}", completions[0].result) };
+        for (item, (key, value)) in outcome.items.iter().zip(&pairs) {
+            assert_eq!((&item.key, &item.value, item.ts), (key, value, ts));
+        }
+    }
+
+    #[test]
+    fn lock_requests_are_refused_with_a_clear_error() {
+        let cores = vec![Arc::new(ServerCore::new(1_000))];
+        let mut driver =
+            Driver::connect(LocalTransport::new(cores.clone(), Instant::now()), cluster_of(&cores), 1).unwrap();
+        driver.set_txn_options(TxnOptions { algorithm: Algorithm::S2pl, ..TxnOptions::default() });
+        let error = driver.begin_read(0, vec![b"k".to_vec()]).unwrap_err();
+        assert!(error.to_string().contains("S2PL lock requests"), "{error}");
+    }
+}
