@@ -165,8 +165,9 @@ struct BenchArgs {
     /// TEST ONLY: readers skip the RAMP round-2 repair (the checker must then fail).
     #[arg(long, hide = true)]
     mutant_skip_repair: bool,
-    /// Transport: tcp, or writepoll (GET+/PUT+ message rings over shared memory; embedded
-    /// cluster only).
+    /// Transport: tcp; writepoll (GET+/PUT+ message rings over shared memory; embedded
+    /// cluster only); inprocess (no transport: client threads call the embedded servers'
+    /// cores, the ceiling any transport could reach; not with s2pl).
     #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
     transport: bench::TransportKind,
     /// Run this configuration over every transport in turn (--transport is ignored) and print
@@ -378,7 +379,12 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
 }
 
 fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
-    let results = bench::compare::run_each(config, bench::TransportKind::ALL, |result| {
+    let mut transports = bench::TransportKind::ALL.to_vec();
+    let ceiling = config.algorithm != Algorithm::S2pl;
+    if ceiling {
+        transports.push(bench::TransportKind::InProcess);
+    }
+    let results = bench::compare::run_each(config, &transports, |result| {
         eprintln!("rampkv bench --compare: {} done, {:.0} txn/s", result.transport, result.throughput_txn_per_s);
     })?;
     if json {
@@ -401,6 +407,11 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
         println!("machine: {} x {} ({})", first.machine.cpus, first.machine.cpu_model, first.machine.os);
         println!("one-sided transports run over the shared-memory fabric emulation, not RDMA hardware\n");
         print!("{}", bench::compare::comparison_table(&results));
+        if ceiling {
+            println!(
+                "\ninprocess: no transport at all (client threads call the server cores): the ceiling on this machine"
+            );
+        }
     }
     let clean = results.iter().all(|result| result.check.as_ref().is_none_or(|report| report.is_clean()));
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })

@@ -106,6 +106,31 @@ mod tests {
     }
 
     #[test]
+    fn the_in_process_ceiling_runs_clean_and_refuses_what_it_cannot_carry() {
+        let config = BenchConfig {
+            clients: 4,
+            client_threads: 2,
+            keys: 50,
+            txn_size: 4,
+            read_ratio: 0.5,
+            value_size: 64,
+            check: true,
+            stop_after: StopAfter::Transactions { count: 2_000 },
+            seed: 11,
+            transport: TransportKind::InProcess,
+            ..BenchConfig::default()
+        };
+        let result = run(&config).unwrap();
+        assert!(result.transactions >= 2_000 && result.failed_transactions == 0, "{result}");
+        let report = result.check.as_ref().unwrap();
+        assert!(report.is_clean() && report.reads_checked > 0, "{report}");
+        let s2pl = BenchConfig { algorithm: crate::protocol::ramp::Algorithm::S2pl, ..config.clone() };
+        assert!(run(&s2pl).unwrap_err().to_string().contains("S2PL"));
+        let external = BenchConfig { cluster_file: Some("cluster.toml".into()), ..config };
+        assert!(run(&external).unwrap_err().to_string().contains("--cluster"));
+    }
+
+    #[test]
     fn a_cluster_file_is_refused_before_anything_runs() {
         let config = BenchConfig { cluster_file: Some("cluster.toml".into()), ..BenchConfig::default() };
         let mut ran = false;

@@ -31,9 +31,11 @@ use crate::history::{self, HistorySink, ReadRecord, Record, WriteRecord};
 use crate::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::protocol::bloom::BloomParameters;
 use crate::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
+use crate::protocol::server::ServerCore;
 use crate::recovery::RECOVERY_TIMEOUT_MS;
 use crate::server::{ServerConfig, ServerGroup};
 use crate::server_writepoll::WritePollGroup;
+use crate::transport::local::LocalTransport;
 use crate::transport::tcp::TcpClientTransport;
 use crate::transport::writepoll::WritePollClientTransport;
 use crate::transport::ClientTransport;
@@ -63,6 +65,10 @@ pub enum TransportKind {
     /// GET+/PUT+: message rings written one-sidedly over the shared-memory fabric.
     #[serde(rename = "writepoll")]
     WritePoll,
+    /// No transport: client threads call the embedded server cores directly (the ceiling any
+    /// transport could reach on this machine; not with S2PL). Not in [`TransportKind::ALL`].
+    #[serde(rename = "inprocess")]
+    InProcess,
 }
 
 impl TransportKind {
@@ -74,6 +80,7 @@ impl TransportKind {
         match self {
             TransportKind::Tcp => "tcp",
             TransportKind::WritePoll => "writepoll",
+            TransportKind::InProcess => "inprocess",
         }
     }
 
@@ -82,7 +89,8 @@ impl TransportKind {
         match name {
             "tcp" => Ok(TransportKind::Tcp),
             "writepoll" => Ok(TransportKind::WritePoll),
-            other => Err(format!("unknown transport {other:?} (tcp or writepoll)")),
+            "inprocess" => Ok(TransportKind::InProcess),
+            other => Err(format!("unknown transport {other:?} (tcp, writepoll or inprocess)")),
         }
     }
 }
@@ -183,6 +191,12 @@ impl BenchConfig {
                 "--transport writepoll needs the embedded cluster (its control ports are not in cluster files)".into(),
             );
         }
+        if self.transport == TransportKind::InProcess && self.cluster_file.is_some() {
+            return fail("--transport inprocess calls the embedded cluster's servers: not with --cluster".into());
+        }
+        if self.transport == TransportKind::InProcess && self.algorithm == Algorithm::S2pl {
+            return fail("--transport inprocess cannot carry S2PL (lock grants need the servers' event loops)".into());
+        }
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
         }
@@ -230,6 +244,8 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     };
     let control_addresses: Vec<String> =
         ring_fronts.iter().flat_map(|front| front.control_addresses().iter().map(SocketAddr::to_string)).collect();
+    let local_servers: Vec<(Arc<ServerCore>, Instant)> =
+        embedded.iter().flat_map(|group| group.cores().iter().map(|core| (Arc::clone(core), group.clock()))).collect();
     let sink = config.history.as_ref().map(HistorySink::create).transpose()?;
     let keep_records = config.check;
     let shared =
@@ -247,6 +263,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
             let cluster = cluster.clone();
             let shared = Arc::clone(&shared);
             let control_addresses = control_addresses.clone();
+            let local_servers = local_servers.clone();
             std::thread::Builder::new().name(format!("rampkv-bench-{thread}")).spawn(move || {
                 let context = ThreadContext { sessions, thread, shared: &shared, deadline, keep_records };
                 match config.transport {
@@ -258,6 +275,9 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
                         let transport =
                             WritePollClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
                         run_client_thread(&config, transport, cluster, context)
+                    }
+                    TransportKind::InProcess => {
+                        run_client_thread(&config, LocalTransport::with_clocks(local_servers), cluster, context)
                     }
                 }
             })

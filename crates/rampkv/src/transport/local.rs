@@ -24,9 +24,9 @@ const LOCAL_CONNECTION: u64 = u64::MAX - 1;
 /// Direct calls into the server cores of this process (server i is `cores[i]`).
 #[derive(Debug)]
 pub struct LocalTransport {
-    cores: Vec<Arc<ServerCore>>,
-    /// The servers' clock, so that prepares are stamped as their event loops stamp them.
-    clock: Instant,
+    /// Each server's core and the clock its event loop stamps prepares with (so that GC and
+    /// recovery see the same times whoever asks).
+    servers: Vec<(Arc<ServerCore>, Instant)>,
     replies: VecDeque<(usize, u64, Response)>,
     frame: Vec<u8>,
     deferred: Vec<DeferredReply>,
@@ -36,7 +36,12 @@ impl LocalTransport {
     /// A transport to `cores`, whose event loops measure time from `clock`
     /// ([`crate::server::ServerGroup::clock`]).
     pub fn new(cores: Vec<Arc<ServerCore>>, clock: Instant) -> Self {
-        Self { cores, clock, replies: VecDeque::new(), frame: Vec::new(), deferred: Vec::new() }
+        Self::with_clocks(cores.into_iter().map(|core| (core, clock)).collect())
+    }
+
+    /// A transport to servers of several groups, each core with its group's clock.
+    pub fn with_clocks(servers: Vec<(Arc<ServerCore>, Instant)>) -> Self {
+        Self { servers, replies: VecDeque::new(), frame: Vec::new(), deferred: Vec::new() }
     }
 
     /// True if replies wait to be polled.
@@ -47,12 +52,12 @@ impl LocalTransport {
 
 impl ClientTransport for LocalTransport {
     fn server_count(&self) -> usize {
-        self.cores.len()
+        self.servers.len()
     }
 
     fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
-        let servers = self.cores.len();
-        let core = self.cores.get(server).ok_or(TransportError::NoSuchServer { server, servers })?;
+        let servers = self.servers.len();
+        let (core, clock) = self.servers.get(server).ok_or(TransportError::NoSuchServer { server, servers })?;
         if matches!(
             request,
             Request::LockRead { .. }
@@ -65,7 +70,7 @@ impl ClientTransport for LocalTransport {
                 what: "S2PL lock requests over the in-process transport (use TCP or a ring transport)".into(),
             });
         }
-        let now_ms = self.clock.elapsed().as_millis() as u64;
+        let now_ms = clock.elapsed().as_millis() as u64;
         self.frame.clear();
         core.handle_from(LOCAL_CONNECTION, request.clone(), request_id, now_ms, &mut self.frame, &mut self.deferred);
         debug_assert!(self.deferred.is_empty(), "only lock requests defer replies");
