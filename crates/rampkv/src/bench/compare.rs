@@ -43,9 +43,9 @@ pub fn comparison_table(results: &[BenchResult]) -> String {
         .map_or(f64::NAN, |result| result.throughput_txn_per_s);
     let mut table = String::new();
     table.push_str(
-        "| transport | txn/s | vs tcp | read p50 µs | read p99 µs | write p50 µs | write p99 µs | round-2 reads | failed | checker |\n",
+        "| transport | txn/s | vs tcp | read p50 µs | read p99 µs | write p50 µs | write p99 µs | round-2 reads | client CPU µs/txn | failed | checker |\n",
     );
-    table.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+    table.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for result in results {
         let checker = match &result.check {
             None => "not run",
@@ -54,7 +54,7 @@ pub fn comparison_table(results: &[BenchResult]) -> String {
         };
         let _ = writeln!(
             table,
-            "| {} | {:.0} | {:.2}x | {} | {} | {} | {} | {:.2}% | {} | {} |",
+            "| {} | {:.0} | {:.2}x | {} | {} | {} | {} | {:.2}% | {} | {} | {} |",
             result.transport,
             result.throughput_txn_per_s,
             result.throughput_txn_per_s / baseline,
@@ -63,6 +63,7 @@ pub fn comparison_table(results: &[BenchResult]) -> String {
             result.write.p50_us,
             result.write.p99_us,
             result.round2.fraction_of_reads * 100.0,
+            result.client_cpu_us_per_txn.map_or("-".to_string(), |cpu| format!("{cpu:.1}")),
             result.failed_transactions,
             checker,
         );

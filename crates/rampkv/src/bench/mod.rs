@@ -380,6 +380,8 @@ pub(crate) struct ThreadTotals {
     pub(crate) failed: u64,
     pub(crate) first_failure: Option<String>,
     pub(crate) records: Vec<Record>,
+    /// CPU time the client threads spent during the run (user + system), when the OS says.
+    pub(crate) client_cpu: Option<Duration>,
 }
 
 impl ThreadTotals {
@@ -399,6 +401,7 @@ impl ThreadTotals {
             failed: 0,
             first_failure: None,
             records: Vec::new(),
+            client_cpu: Some(Duration::ZERO),
         }
     }
 
@@ -414,6 +417,10 @@ impl ThreadTotals {
         self.written_items += other.written_items;
         self.read_restarts += other.read_restarts;
         self.failed += other.failed;
+        self.client_cpu = match (self.client_cpu, other.client_cpu) {
+            (Some(mine), Some(theirs)) => Some(mine + theirs),
+            _ => None,
+        };
         if self.first_failure.is_none() {
             self.first_failure = other.first_failure;
         }
@@ -478,8 +485,24 @@ fn run_client_thread<T: ClientTransport>(
         totals: ThreadTotals::new(),
         keep_records,
     };
+    let cpu_before = thread_cpu_time();
     state.run()?;
+    state.totals.client_cpu = match (cpu_before, thread_cpu_time()) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
     Ok(state.totals)
+}
+
+/// CPU time (user + system) of the calling thread so far, from `/proc/thread-self/stat`
+/// (Linux; clock ticks of 1/100 s: fine over a run of seconds). None where that is missing.
+fn thread_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at its closing parenthesis:
+    // state is field 3, utime 14 and stime 15 (1-based), so 11 and 12 after the name.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
 }
 
 impl<T: ClientTransport> ClientThread<'_, T> {
@@ -643,4 +666,27 @@ fn load_ycsb(config: &BenchConfig, cluster: &Cluster, shared: &Shared) -> Result
         records.push(Record::Write(WriteRecord { client: 0, ts, keys, start_ns, end_ns: shared.now_ns(), ok: true }));
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod cpu_time_tests {
+    use super::*;
+
+    #[test]
+    fn thread_cpu_time_counts_this_threads_work() {
+        let before = thread_cpu_time();
+        if !cfg!(target_os = "linux") && before.is_none() {
+            return; // only Linux is promised the figure
+        }
+        let before = before.expect("Linux has /proc/thread-self/stat");
+        let started = Instant::now();
+        let mut spin = 0u64;
+        while started.elapsed() < Duration::from_millis(200) {
+            spin = std::hint::black_box(spin.wrapping_add(1));
+        }
+        let used = thread_cpu_time().unwrap().saturating_sub(before);
+        // At least some of 200 ms of spinning, however busy the machine; never more than the
+        // wall time plus a tick.
+        assert!(used >= Duration::from_millis(20) && used <= Duration::from_millis(300), "{used:?}");
+    }
 }

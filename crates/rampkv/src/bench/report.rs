@@ -113,6 +113,11 @@ pub struct BenchResult {
     pub read: LatencySummary,
     pub write: LatencySummary,
     pub round2: RoundTwoSummary,
+    /// Client-side overhead: CPU time (user + system) of the client threads per transaction,
+    /// in µs, from the OS's per-thread accounting (10 ms ticks). With `inprocess` it includes
+    /// the servers' work, which runs on the client threads there. None where the OS does not
+    /// say.
+    pub client_cpu_us_per_txn: Option<f64>,
     pub failed_transactions: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_failure: Option<String>,
@@ -153,6 +158,10 @@ pub(crate) fn build(
             read_restarts: totals.read_restarts,
             metadata_bytes_per_item: totals.metadata_bytes as f64 / (totals.written_items.max(1)) as f64,
         },
+        client_cpu_us_per_txn: totals
+            .client_cpu
+            .filter(|_| transactions > 0)
+            .map(|cpu| cpu.as_secs_f64() * 1e6 / transactions as f64),
         failed_transactions: totals.failed,
         first_failure: totals.first_failure.clone(),
         check,
@@ -219,6 +228,9 @@ impl fmt::Display for BenchResult {
             "  {} transactions in {:.2} s: {:.0} txn/s ({} failed)",
             self.transactions, self.elapsed_s, self.throughput_txn_per_s, self.failed_transactions
         )?;
+        if let Some(cpu) = self.client_cpu_us_per_txn {
+            writeln!(f, "  client threads: {cpu:.1} us of CPU per transaction")?;
+        }
         for (name, latency) in [("read ", &self.read), ("write", &self.write)] {
             writeln!(
                 f,
