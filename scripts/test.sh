@@ -19,11 +19,12 @@ fi
 
 cargo nextest run --workspace --no-fail-fast
 
-echo "== loom (fabric: item-slot seqlock, message ring)"
+echo "== loom (fabric: item-slot seqlock, message ring, send/recv queue pair)"
 RUSTFLAGS="--cfg loom" cargo test -p rampkv-fabric --release --target-dir target/loom --lib loom
 
 echo "== benchmark smoke runs (with the read-atomicity checker)"
 cargo run --release -p rampkv -- bench --duration 3s --check --seed 1
 cargo run --release -p rampkv -- bench --transport writepoll --duration 2s --check --seed 1
+cargo run --release -p rampkv -- bench --transport sendrecv --duration 2s --check --seed 1
 cargo run --release -p rampkv -- bench --workload a --keys 1000 --txns 2000 --check --ycsb --seed 1
 cargo bench -p rampkv-ycsb --bench generate -- --test

@@ -165,8 +165,9 @@ struct BenchArgs {
     /// TEST ONLY: readers skip the RAMP round-2 repair (the checker must then fail).
     #[arg(long, hide = true)]
     mutant_skip_repair: bool,
-    /// Transport: tcp, or writepoll (GET+/PUT+ message rings over shared memory; embedded
-    /// cluster only).
+    /// Transport: tcp, writepoll (GET+/PUT+ message rings over shared memory) or sendrecv
+    /// (two-sided send/recv emulated over shared memory); the fabric ones need the embedded
+    /// cluster.
     #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
     transport: bench::TransportKind,
 }

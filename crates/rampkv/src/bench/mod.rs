@@ -33,6 +33,7 @@ use crate::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
 use crate::recovery::RECOVERY_TIMEOUT_MS;
 use crate::server::{ServerConfig, ServerGroup};
 use crate::server_writepoll::WritePollGroup;
+use crate::transport::sendrecv::SendRecvClientTransport;
 use crate::transport::tcp::TcpClientTransport;
 use crate::transport::writepoll::WritePollClientTransport;
 use crate::transport::ClientTransport;
@@ -62,6 +63,10 @@ pub enum TransportKind {
     /// GET+/PUT+: message rings written one-sidedly over the shared-memory fabric.
     #[serde(rename = "writepoll")]
     WritePoll,
+    /// Two-sided send/recv emulated over the shared-memory fabric (posted receive buffers and a
+    /// completion queue, as RDMA SEND/RECV).
+    #[serde(rename = "sendrecv")]
+    SendRecv,
 }
 
 impl TransportKind {
@@ -70,15 +75,17 @@ impl TransportKind {
         match self {
             TransportKind::Tcp => "tcp",
             TransportKind::WritePoll => "writepoll",
+            TransportKind::SendRecv => "sendrecv",
         }
     }
 
-    /// Parses `tcp` or `writepoll`.
+    /// Parses `tcp`, `writepoll` or `sendrecv`.
     pub fn from_name(name: &str) -> Result<Self, String> {
         match name {
             "tcp" => Ok(TransportKind::Tcp),
             "writepoll" => Ok(TransportKind::WritePoll),
-            other => Err(format!("unknown transport {other:?} (tcp or writepoll)")),
+            "sendrecv" => Ok(TransportKind::SendRecv),
+            other => Err(format!("unknown transport {other:?} (tcp, writepoll or sendrecv)")),
         }
     }
 }
@@ -179,6 +186,11 @@ impl BenchConfig {
                 "--transport writepoll needs the embedded cluster (its control ports are not in cluster files)".into(),
             );
         }
+        if self.transport == TransportKind::SendRecv && self.cluster_file.is_some() {
+            return fail(
+                "--transport sendrecv needs the embedded cluster (its control ports are not in cluster files)".into(),
+            );
+        }
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
         }
@@ -253,6 +265,11 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
                     TransportKind::WritePoll => {
                         let transport =
                             WritePollClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
+                    TransportKind::SendRecv => {
+                        let transport =
+                            SendRecvClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
                         run_client_thread(&config, transport, cluster, context)
                     }
                 }

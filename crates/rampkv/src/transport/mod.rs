@@ -7,7 +7,10 @@
 //!
 //! - [`tcp`]: one socket per server.
 //! - [`writepoll`]: GET+/PUT+, message rings written one-sidedly over the fabric.
+//! - [`sendrecv`]: two-sided send/recv emulated over the fabric (posted receive buffers and a
+//!   completion queue, as RDMA SEND/RECV).
 
+pub mod sendrecv;
 pub mod tcp;
 pub mod writepoll;
 
