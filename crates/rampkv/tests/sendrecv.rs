@@ -301,3 +301,37 @@ fn s2pl_lock_grants_cross_between_tcp_and_send_recv_clients() {
     println!("{finished} S2PL write transactions finished");
     assert!(finished > 50, "the run did real work");
 }
+
+/// Transport alone, one request in flight: a GET of one key to one server, 20,000 round trips
+/// over each transport against the same servers. Measurement only (`--ignored`).
+#[test]
+#[ignore]
+fn round_trip_latency_probe() {
+    let (_group, _front, cluster, control) = cluster();
+    let send_recv = SendRecvClientTransport::connect(&control).unwrap();
+    let rings = rampkv::transport::writepoll::WritePollClientTransport::connect(&control).unwrap();
+    let tcp = rampkv::transport::tcp::TcpClientTransport::connect(cluster.servers()).unwrap();
+    println!("sendrecv:  {}", probe(send_recv));
+    println!("writepoll: {}", probe(rings));
+    println!("tcp:       {}", probe(tcp));
+}
+
+fn probe<T: ClientTransport>(mut transport: T) -> String {
+    let request = Request::Get {
+        items: vec![rampkv::wire::GetItem { key: b"probe".to_vec(), selector: rampkv::wire::Selector::Latest }],
+    };
+    let mut samples_ns = Vec::with_capacity(20_000);
+    for id in 0..20_000u64 {
+        let start = Instant::now();
+        transport.post(0, id, &request).unwrap();
+        transport.flush().unwrap();
+        let mut got = 0;
+        while got == 0 {
+            got = transport.poll(Some(Duration::from_secs(1)), |_, _, _| {}).unwrap();
+        }
+        samples_ns.push(start.elapsed().as_nanos() as u64);
+    }
+    samples_ns.sort_unstable();
+    let at = |quantile: f64| samples_ns[((samples_ns.len() - 1) as f64 * quantile) as usize];
+    format!("p50 {} ns, p99 {} ns, p99.9 {} ns", at(0.5), at(0.99), at(0.999))
+}
