@@ -19,7 +19,7 @@ fi
 
 cargo nextest run --workspace --no-fail-fast
 
-echo "== loom (fabric: item-slot seqlock, message ring)"
+echo "== loom (fabric: item-slot seqlock, message ring, send/recv queue pair)"
 RUSTFLAGS="--cfg loom" cargo test -p rampkv-fabric --release --target-dir target/loom --lib loom
 
 echo "== benchmark smoke runs (with the read-atomicity checker)"

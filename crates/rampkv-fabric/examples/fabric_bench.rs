@@ -5,13 +5,15 @@
 //! ```
 //! Measures (1) a verified one-sided read of a 1 KiB item slot (`read_slot`: seqlock, checksum,
 //! key check), idle and while a writer thread rewrites it; (2) a message-ring round trip (32-byte
-//! ping and echo) between two threads and between two processes. These are shared-memory
+//! ping and echo) between two threads and between two processes; (3) the same round trip over an
+//! emulated send/recv queue pair (posted buffers, completion queue). These are shared-memory
 //! emulation figures, not RDMA: no NIC, no PCIe, no network.
 
 use rampkv_fabric::slot::SLOT_FLAG_VALID;
 use rampkv_fabric::{
-    read_slot, slot_bytes, Access, Doorbell, Fabric, OneSided, RegionDescriptor, RingAddresses, RingLayout,
-    RingReceiver, RingSender, ShmFabric, ShmLocalRegion, SlotReadError, SlotWriter,
+    read_slot, slot_bytes, Access, Doorbell, Fabric, OneSided, QueueAddresses, QueueLayout, ReceiveQueue,
+    RegionDescriptor, RingAddresses, RingLayout, RingReceiver, RingSender, SendQueue, ShmFabric, ShmLocalRegion,
+    SlotReadError, SlotWriter,
 };
 use std::error::Error;
 use std::io::{BufRead, BufReader, Write};
@@ -53,6 +55,7 @@ fn main() -> Result<()> {
     bench_slot_reads(fabric, 2_000_000 / scale)?;
     bench_ring_threads(fabric, 200_000 / scale)?;
     bench_ring_processes(fabric, 200_000 / scale)?;
+    bench_sendrecv_threads(fabric, 200_000 / scale)?;
     println!("\nAll figures: shared-memory emulation of one-sided access on one machine, not RDMA.");
     Ok(())
 }
@@ -290,5 +293,97 @@ fn echo_child(client_descriptor: &str) -> Result<()> {
     // Keep `region` (and its file) alive until the client has its last reply.
     drop(server);
     drop(region);
+    Ok(())
+}
+
+// Send/recv: doorbell at 0, queues and 16 buffers of 4 KiB at 128 of each side's region.
+const QUEUE_OFFSET_BYTES: u64 = 128;
+const QUEUE_DEPTH: usize = 16;
+const QUEUE_BUFFER_BYTES: usize = 4096;
+const QUEUE_REGION_BYTES: usize = QUEUE_OFFSET_BYTES as usize + QueueLayout::len_bytes(QUEUE_DEPTH, QUEUE_BUFFER_BYTES);
+const QUEUE_ADDRESSES: QueueAddresses = QueueAddresses {
+    queue: QueueLayout {
+        offset_bytes: QUEUE_OFFSET_BYTES,
+        depth: QUEUE_DEPTH as u64,
+        buffer_bytes: QUEUE_BUFFER_BYTES as u64,
+    },
+    receiver_doorbell_offset_bytes: DOORBELL_OFFSET_BYTES,
+    sender_doorbell_offset_bytes: DOORBELL_OFFSET_BYTES,
+};
+
+/// One end of a send/recv ping-pong: a receive queue (posted buffers) in its own region, a
+/// send queue into the peer's.
+struct QueueEndpoint {
+    receiver: ReceiveQueue<ShmFabric, Region>,
+    sender: SendQueue<ShmFabric, Region>,
+    doorbell: Doorbell<Region>,
+    message: Vec<u8>,
+}
+
+impl QueueEndpoint {
+    fn new(fabric: ShmFabric, local: &Region, peer: &RegionDescriptor) -> Result<Self> {
+        let receiver = ReceiveQueue::new(fabric, Arc::clone(local), fabric.map(peer)?, QUEUE_ADDRESSES)?;
+        let sender = SendQueue::new(fabric, fabric.map(peer)?, Arc::clone(local), QUEUE_ADDRESSES)?;
+        let doorbell = Doorbell::new(Arc::clone(local), DOORBELL_OFFSET_BYTES as usize)?;
+        Ok(Self { receiver, sender, doorbell, message: Vec::with_capacity(QUEUE_BUFFER_BYTES) })
+    }
+
+    /// Waits for the next completion (spin, then doorbell), copies the message out and posts
+    /// the buffer again: the receiver's share of a SEND.
+    fn receive(&mut self) -> Result<()> {
+        loop {
+            if let Some(completion) = self.receiver.poll()? {
+                self.message.clear();
+                self.receiver.copy_message(&completion, &mut self.message);
+                self.receiver.repost(completion)?;
+                return Ok(());
+            }
+            let receiver = &self.receiver;
+            self.doorbell.wait_until(|| receiver.has_pending(), WAIT_TIMEOUT)?;
+        }
+    }
+
+    fn echo(&mut self) -> Result<()> {
+        loop {
+            self.receive()?;
+            self.sender.send(&self.message, WAIT_TIMEOUT)?;
+            if self.message.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn ping(&mut self, rounds: u64) -> Result<Vec<u64>> {
+        let ping = [0x5Au8; PING_BYTES];
+        let mut latencies = Vec::with_capacity(rounds as usize);
+        for _ in 0..rounds {
+            let start = Instant::now();
+            self.sender.send(&ping, WAIT_TIMEOUT)?;
+            self.receive()?;
+            latencies.push(start.elapsed().as_nanos() as u64);
+            assert!(self.message == ping, "echo differs from ping");
+        }
+        self.sender.send(b"", WAIT_TIMEOUT)?;
+        self.receive()?;
+        latencies.sort_unstable();
+        Ok(latencies)
+    }
+}
+
+fn bench_sendrecv_threads(fabric: ShmFabric, rounds: u64) -> Result<()> {
+    println!(
+        "\n3. send/recv round trip (posted buffers, completion queue), {PING_BYTES}-byte ping + echo, {rounds} rounds"
+    );
+    let client_region = Arc::new(fabric.register("bench-sr-client", QUEUE_REGION_BYTES, Access::ReadWrite)?);
+    let server_region = Arc::new(fabric.register("bench-sr-server", QUEUE_REGION_BYTES, Access::ReadWrite)?);
+    let mut client = QueueEndpoint::new(fabric, &client_region, &fabric.describe(&server_region))?;
+    let mut server = QueueEndpoint::new(fabric, &server_region, &fabric.describe(&client_region))?;
+    let latencies = std::thread::scope(|scope| {
+        let echo = scope.spawn(move || server.echo().map_err(|error| error.to_string()));
+        let latencies = client.ping(rounds).map_err(|error| error.to_string());
+        echo.join().expect("echo thread panicked")?;
+        latencies
+    })?;
+    report_round_trips("two threads  ", &latencies);
     Ok(())
 }

@@ -17,6 +17,9 @@
 //! - [`slot`]: self-verifying item slots for one-sided GET\* reads (a seqlock with checksum).
 //! - [`ring`]: message rings for GET+/PUT+ with credit flow control and a cross-process
 //!   futex doorbell shared by all rings of a poller.
+//! - [`sendrecv`]: two-sided send/recv emulated as RDMA does it: the receiver posts buffers to
+//!   a receive queue, the sender (playing the receiving NIC) places each message into the next
+//!   posted buffer and appends a completion the receiver polls.
 //! - [`limits`]: every bound of the crate.
 
 #[cfg(not(target_os = "linux"))]
@@ -26,6 +29,7 @@ pub mod fabric;
 pub mod limits;
 pub mod memory;
 pub mod ring;
+pub mod sendrecv;
 pub mod shm;
 pub mod slot;
 pub mod words;
@@ -35,6 +39,7 @@ pub use memory::{MemoryFabric, MemoryLocalRegion, MemoryRemoteRegion};
 pub use ring::{
     Doorbell, MessageView, RingAddresses, RingError, RingLayout, RingReceiver, RingSender, SendError, WaitError,
 };
+pub use sendrecv::{Completion, PostError, QueueAddresses, QueueError, QueueLayout, ReceiveQueue, SendQueue};
 pub use shm::{cleanup_stale, ShmFabric, ShmLocalRegion, ShmRemoteRegion};
 pub use slot::{read_slot, slot_bytes, SlotReadError, SlotView, SlotWriteError, SlotWriter};
 pub use words::{FenceOrdering, HeapWords, LoadOrdering, StoreOrdering, Words};

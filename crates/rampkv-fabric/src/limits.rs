@@ -51,3 +51,15 @@ pub const RING_CREDIT_RETURN_DIVISOR: usize = 4;
 /// A waiter polls its condition this many times before it blocks on the doorbell. A few
 /// microseconds of spinning catch a reply that is already on its way without a syscall.
 pub const DOORBELL_SPIN_ITERATIONS: u32 = 2_000;
+
+/// Most entries of a send/recv queue pair (receive queue, completion queue, buffers: one of
+/// each per entry). Far below `2^SENDRECV_TAG_BITS`, so that an entry left over from the
+/// previous lap never carries the tag the reader expects now.
+pub const SENDRECV_DEPTH_MAX: usize = 4096;
+
+/// Largest posted receive buffer of a send/recv queue pair.
+pub const SENDRECV_BUFFER_BYTES_MAX: usize = 16 << 20;
+
+/// Bits of the post / completion sequence number stored in every receive-queue and
+/// completion-queue entry (the lap tag).
+pub const SENDRECV_TAG_BITS: u32 = 30;

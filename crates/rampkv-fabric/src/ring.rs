@@ -242,7 +242,7 @@ fn check_words(region_len_bytes: usize, offset_bytes: u64, len_bytes: usize) -> 
 /// Notifies a remote doorbell, after the caller's release store of the data: SeqCst fence,
 /// then only if someone sleeps there, bump the bell and wake. `fence_memory` is any local
 /// memory (it supplies the fence, so that loom can check this too).
-fn notify<F: OneSided, L: Words + ?Sized>(
+pub(crate) fn notify<F: OneSided, L: Words + ?Sized>(
     fabric: &F,
     remote: &F::RemoteRegion,
     doorbell_offset_bytes: usize,

@@ -91,3 +91,16 @@ pub const WRITEPOLL_SLEEP_MS_MAX: u64 = 50;
 
 /// GET+/PUT+: ring messages the server takes from one connection per pass (fairness).
 pub const WRITEPOLL_MESSAGES_PER_PASS_MAX: usize = 64;
+
+/// Send/recv: receive buffers each side posts per connection (and entries of its receive and
+/// completion queues). A sender that finds none posted waits (receiver not ready).
+pub const SENDRECV_QUEUE_DEPTH: usize = 16;
+
+/// Send/recv: bytes of each posted receive buffer, the largest message. A message carries one
+/// or more whole frames; a single frame larger than this is refused with an error (a reply is
+/// replaced by an ERROR frame). Must be at least `WRITEPOLL_MESSAGE_BYTES_MIN`.
+pub const SENDRECV_BUFFER_BYTES: usize = 256 * 1024;
+
+/// Send/recv: most send/recv connections one server group serves at once (its region holds
+/// this many request-queue slots after the write-poll slots); more are refused.
+pub const SENDRECV_GROUP_CONNECTIONS_MAX: usize = 64;

@@ -170,9 +170,10 @@ struct BenchArgs {
     /// TEST ONLY: readers skip the RAMP round-2 repair (the checker must then fail).
     #[arg(long, hide = true)]
     mutant_skip_repair: bool,
-    /// Transport: tcp; writepoll (GET+/PUT+ message rings over shared memory; embedded
-    /// cluster only); inprocess (no transport: client threads call the embedded servers'
-    /// cores, the ceiling any transport could reach; not with s2pl).
+    /// Transport: tcp; writepoll (GET+/PUT+ message rings over shared memory); sendrecv
+    /// (two-sided send/recv emulated over shared memory); inprocess (no transport: client
+    /// threads call the embedded servers' cores, the ceiling any transport could reach; not
+    /// with s2pl). All but tcp need the embedded cluster.
     #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
     transport: bench::TransportKind,
     /// Run this configuration over every transport in turn (--transport is ignored) and print

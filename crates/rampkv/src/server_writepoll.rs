@@ -18,8 +18,13 @@
 //!
 //! The group registers **one** region at start-up: the doorbell and
 //! `WRITEPOLL_GROUP_CONNECTIONS_MAX` slots, each a request ring plus the credit word of that
-//! connection's reply ring (layout: [`RegionLayout`]). One region is what lets one poller sleep
-//! for all its rings on one doorbell. Pages are touched only for slots in use.
+//! connection's reply ring (layout: [`RegionLayout`]), followed by
+//! `SENDRECV_GROUP_CONNECTIONS_MAX` send/recv request-queue slots. One region is what lets one
+//! poller sleep for all its connections on one doorbell. Pages are touched only for slots in use.
+//!
+//! The same control port and the same poller also serve **send/recv** clients
+//! ([`crate::transport::sendrecv`]): the hello line tells the two apart, and the submodule
+//! `sendrecv` holds their connections (global slots `WRITEPOLL_GROUP_CONNECTIONS_MAX..`).
 //!
 //! # Fault model
 //! A request ring holding something no correct client writes (`RingError::Corrupt`), a ring
@@ -60,8 +65,9 @@ use rampkv_fabric::{
 };
 
 use crate::limits::{
-    CONNECTION_WRITE_BUFFER_BYTES_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_GROUP_CONNECTIONS_MAX,
-    WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_MESSAGE_BYTES_MIN, WRITEPOLL_SLEEP_MS_MAX,
+    CONNECTION_WRITE_BUFFER_BYTES_MAX, SENDRECV_GROUP_CONNECTIONS_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS,
+    WRITEPOLL_GROUP_CONNECTIONS_MAX, WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_MESSAGE_BYTES_MIN,
+    WRITEPOLL_SLEEP_MS_MAX,
 };
 use crate::protocol::server::{DeferredReply, ServerCore};
 use crate::server::ServerGroup;
@@ -70,6 +76,9 @@ use crate::transport::writepoll::{
     ShmReceiver, ShmSender, CONTROL_VERSION,
 };
 use crate::wire::{FrameHeader, Response};
+
+mod sendrecv;
+use sendrecv::{ControlHello, SendRecvConnection};
 
 /// Ring connection ids have this bit set, so they never equal a TCP connection id of the same
 /// core (both are `generation << 32 | slot`), and S2PL lock ownership stays apart.
@@ -148,6 +157,8 @@ const DOORBELL_WORD_INDEX: usize = RegionLayout::DOORBELL_OFFSET_BYTES as usize 
 enum ControlEvent {
     /// A new connection, ready to serve.
     Open(Box<RingConnection>),
+    /// A new send/recv connection, ready to serve.
+    OpenSendRecv(Box<SendRecvConnection>),
     /// The control connection of `slot` ended: drop the connection (if still open) and free
     /// the slot.
     Closed { slot: usize },
@@ -161,6 +172,8 @@ struct Shared {
     control_pending: AtomicBool,
     /// Ring slots not in use. The control thread takes, the poller gives back.
     free_slots: Mutex<Vec<usize>>,
+    /// Send/recv slots not in use (global slot numbers).
+    free_sendrecv_slots: Mutex<Vec<usize>>,
 }
 
 impl Shared {
@@ -196,7 +209,7 @@ impl WritePollGroup {
         let clock = group.clock();
         let exchange = Arc::clone(group.deferred_exchange());
         let fabric = ShmFabric::new().map_err(std::io::Error::other)?;
-        let region_bytes = RegionLayout::region_bytes(WRITEPOLL_GROUP_CONNECTIONS_MAX);
+        let region_bytes = RegionLayout::region_bytes(WRITEPOLL_GROUP_CONNECTIONS_MAX) + sendrecv::AREA_BYTES;
         let region = fabric
             .register(&unique_region_name("wp-server"), region_bytes, Access::ReadWrite)
             .map_err(std::io::Error::other)?;
@@ -209,6 +222,7 @@ impl WritePollGroup {
             stop: AtomicBool::new(false),
             control_pending: AtomicBool::new(false),
             free_slots: Mutex::new((0..WRITEPOLL_GROUP_CONNECTIONS_MAX).rev().collect()),
+            free_sendrecv_slots: Mutex::new(sendrecv::slots().rev().collect()),
         });
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
@@ -224,7 +238,7 @@ impl WritePollGroup {
         let control = ControlLoop {
             poll,
             listeners,
-            streams: (0..WRITEPOLL_GROUP_CONNECTIONS_MAX).map(|_| None).collect(),
+            streams: (0..WRITEPOLL_GROUP_CONNECTIONS_MAX + SENDRECV_GROUP_CONNECTIONS_MAX).map(|_| None).collect(),
             fabric,
             shared: Arc::clone(&shared),
             events,
@@ -237,6 +251,7 @@ impl WritePollGroup {
             doorbell,
             inbox,
             connections: (0..WRITEPOLL_GROUP_CONNECTIONS_MAX).map(|_| None).collect(),
+            sendrecv: (0..SENDRECV_GROUP_CONNECTIONS_MAX).map(|_| None).collect(),
             clock,
             deferred: Vec::new(),
             exchange,
@@ -329,8 +344,9 @@ impl ControlLoop {
         mut stream: std::net::TcpStream,
         core: Arc<ServerCore>,
     ) -> Option<(usize, std::net::TcpStream)> {
-        let hello: ClientHello = match read_json_line(&mut stream) {
-            Ok(hello) => hello,
+        let hello = match read_json_line(&mut stream) {
+            Ok(ControlHello::WritePoll(hello)) => hello,
+            Ok(ControlHello::SendRecv(hello)) => return self.handshake_sendrecv(stream, core, &hello),
             Err(error) => {
                 refuse(&mut stream, format!("bad hello: {error}"));
                 return None;
@@ -526,6 +542,8 @@ struct Poller {
     doorbell: Doorbell<Arc<ShmLocalRegion>>,
     inbox: Receiver<ControlEvent>,
     connections: Vec<Option<RingConnection>>,
+    /// Send/recv connections, by global slot minus `WRITEPOLL_GROUP_CONNECTIONS_MAX`.
+    sendrecv: Vec<Option<SendRecvConnection>>,
     clock: Instant,
     deferred: Vec<DeferredReply>,
     exchange: Arc<DeferredExchange>,
@@ -545,6 +563,7 @@ impl Poller {
             for slot in 0..self.connections.len() {
                 served += self.serve(slot, now_ms);
             }
+            served += self.serve_sendrecv(now_ms);
             self.deliver_deferred(now_ms);
             if served == 0 {
                 // Spins `DOORBELL_SPIN_ITERATIONS` ring checks, then sleeps (see `sleep`).
@@ -552,7 +571,7 @@ impl Poller {
             }
         }
         // Stopping: drop every connection and tell their clients.
-        for slot in 0..self.connections.len() {
+        for slot in 0..self.connections.len() + self.sendrecv.len() {
             self.close(slot);
         }
     }
@@ -567,6 +586,11 @@ impl Poller {
                     let slot = connection.slot;
                     debug_assert!(self.connections[slot].is_none(), "a slot is handed out once");
                     self.connections[slot] = Some(*connection);
+                }
+                ControlEvent::OpenSendRecv(connection) => self.open_sendrecv(*connection),
+                ControlEvent::Closed { slot } if sendrecv::is_sendrecv_slot(slot) => {
+                    self.close(slot);
+                    self.shared.free_sendrecv_slots.lock().push(slot);
                 }
                 ControlEvent::Closed { slot } => {
                     self.close(slot);
@@ -588,8 +612,10 @@ impl Poller {
             connection.credit_seen = region.load(connection.credit_index(), LoadOrdering::Relaxed);
         }
         let (connections, shared, exchange) = (&self.connections, &self.shared, &self.exchange);
+        let sendrecv_connections = &self.sendrecv;
         let ready = || {
             shared.stop.load(Ordering::Relaxed)
+                || sendrecv_connections.iter().flatten().any(SendRecvConnection::ready)
                 || shared.control_pending.load(Ordering::Relaxed)
                 || exchange.to_rings_pending.load(Ordering::Relaxed)
                 || connections.iter().flatten().any(|connection| {
@@ -622,6 +648,9 @@ impl Poller {
     /// connection shut down so the client learns it. The slot is freed when the control
     /// thread reports the control connection's end.
     fn close(&mut self, slot: usize) {
+        if sendrecv::is_sendrecv_slot(slot) {
+            return self.close_sendrecv(slot);
+        }
         if let Some(connection) = self.connections[slot].take() {
             let _ = connection.control.shutdown(Shutdown::Both);
             connection.core.connection_closed(connection.id, &mut self.deferred);
@@ -643,6 +672,10 @@ impl Poller {
                 continue;
             }
             let slot = (reply.connection & 0xFFFF_FFFF) as usize;
+            if sendrecv::is_sendrecv_slot(slot) {
+                self.deliver_sendrecv(slot, reply);
+                continue;
+            }
             let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { continue };
             if connection.id != reply.connection {
                 continue; // the connection closed: nobody to tell

@@ -36,6 +36,7 @@ use crate::recovery::RECOVERY_TIMEOUT_MS;
 use crate::server::{ServerConfig, ServerGroup};
 use crate::server_writepoll::WritePollGroup;
 use crate::transport::local::LocalTransport;
+use crate::transport::sendrecv::SendRecvClientTransport;
 use crate::transport::tcp::TcpClientTransport;
 use crate::transport::writepoll::WritePollClientTransport;
 use crate::transport::ClientTransport;
@@ -69,11 +70,15 @@ pub enum TransportKind {
     /// transport could reach on this machine; not with S2PL). Not in [`TransportKind::ALL`].
     #[serde(rename = "inprocess")]
     InProcess,
+    /// Two-sided send/recv emulated over the shared-memory fabric (posted receive buffers and a
+    /// completion queue, as RDMA SEND/RECV).
+    #[serde(rename = "sendrecv")]
+    SendRecv,
 }
 
 impl TransportKind {
     /// Every transport, TCP first (the baseline of comparisons).
-    pub const ALL: &'static [TransportKind] = &[TransportKind::Tcp, TransportKind::WritePoll];
+    pub const ALL: &'static [TransportKind] = &[TransportKind::Tcp, TransportKind::SendRecv, TransportKind::WritePoll];
 
     /// The name used on the command line and in results.
     pub fn name(self) -> &'static str {
@@ -81,16 +86,18 @@ impl TransportKind {
             TransportKind::Tcp => "tcp",
             TransportKind::WritePoll => "writepoll",
             TransportKind::InProcess => "inprocess",
+            TransportKind::SendRecv => "sendrecv",
         }
     }
 
-    /// Parses `tcp` or `writepoll`.
+    /// Parses `tcp`, `writepoll` or `sendrecv`.
     pub fn from_name(name: &str) -> Result<Self, String> {
         match name {
             "tcp" => Ok(TransportKind::Tcp),
             "writepoll" => Ok(TransportKind::WritePoll),
+            "sendrecv" => Ok(TransportKind::SendRecv),
             "inprocess" => Ok(TransportKind::InProcess),
-            other => Err(format!("unknown transport {other:?} (tcp, writepoll or inprocess)")),
+            other => Err(format!("unknown transport {other:?} (tcp, writepoll, sendrecv or inprocess)")),
         }
     }
 }
@@ -197,6 +204,11 @@ impl BenchConfig {
         if self.transport == TransportKind::InProcess && self.algorithm == Algorithm::S2pl {
             return fail("--transport inprocess cannot carry S2PL (lock grants need the servers' event loops)".into());
         }
+        if self.transport == TransportKind::SendRecv && self.cluster_file.is_some() {
+            return fail(
+                "--transport sendrecv needs the embedded cluster (its control ports are not in cluster files)".into(),
+            );
+        }
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
         }
@@ -278,6 +290,11 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
                     }
                     TransportKind::InProcess => {
                         run_client_thread(&config, LocalTransport::with_clocks(local_servers), cluster, context)
+                    }
+                    TransportKind::SendRecv => {
+                        let transport =
+                            SendRecvClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
                     }
                 }
             })

@@ -7,9 +7,12 @@
 //!
 //! - [`tcp`]: one socket per server.
 //! - [`writepoll`]: GET+/PUT+, message rings written one-sidedly over the fabric.
+//! - [`sendrecv`]: two-sided send/recv emulated over the fabric (posted receive buffers and a
+//!   completion queue, as RDMA SEND/RECV).
 //! - [`local`]: direct calls into the server cores of the client's own process.
 
 pub mod local;
+pub mod sendrecv;
 pub mod tcp;
 pub mod writepoll;
 

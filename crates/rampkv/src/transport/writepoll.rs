@@ -75,7 +75,7 @@ impl RegionLayout {
     const STRIDE_BYTES: usize = 64 + WRITEPOLL_RING_BYTES;
 
     /// Bytes of a region with `slots` slots.
-    pub fn region_bytes(slots: usize) -> usize {
+    pub const fn region_bytes(slots: usize) -> usize {
         Self::HEADER_BYTES + slots * Self::STRIDE_BYTES
     }
     /// Offset of slot `slot`'s credit word.
@@ -160,6 +160,22 @@ pub(crate) fn read_json_line<T: for<'de> Deserialize<'de>>(stream: &mut TcpStrea
 /// the ring (the connection is broken).
 pub(crate) fn send_frames(sender: &mut ShmSender, frames: &[u8]) -> Result<usize, SendError> {
     let message_bytes_max = sender.body_bytes_max();
+    send_frames_with(frames, message_bytes_max, |message| match sender.try_send(message) {
+        Ok(()) => Ok(true),
+        Err(SendError::NoCredit) => Ok(false),
+        Err(error) => Err(error),
+    })
+}
+
+/// Sends whole frames from `frames` in messages of at most `message_bytes_max` through
+/// `try_send` (`Ok(false)`: no room now, try later) until it refuses or everything is sent.
+/// Returns the bytes of `frames` sent (a frame boundary). Shared by every message transport
+/// (rings, send/recv).
+pub(crate) fn send_frames_with<E>(
+    frames: &[u8],
+    message_bytes_max: usize,
+    mut try_send: impl FnMut(&[u8]) -> Result<bool, E>,
+) -> Result<usize, E> {
     let mut sent = 0;
     while sent < frames.len() {
         let mut end = sent;
@@ -171,11 +187,10 @@ pub(crate) fn send_frames(sender: &mut ShmSender, frames: &[u8]) -> Result<usize
             end += frame;
         }
         assert!(end <= frames.len(), "frames buffer holds only whole frames");
-        match sender.try_send(&frames[sent..end]) {
-            Ok(()) => sent = end,
-            Err(SendError::NoCredit) => return Ok(sent),
-            Err(error) => return Err(error),
+        if !try_send(&frames[sent..end])? {
+            return Ok(sent);
         }
+        sent = end;
     }
     Ok(sent)
 }
@@ -218,7 +233,7 @@ pub struct WritePollClientTransport {
     credit_seen: Vec<u64>,
 }
 
-fn fabric_error(server: usize, error: impl std::fmt::Display) -> TransportError {
+pub(crate) fn fabric_error(server: usize, error: impl std::fmt::Display) -> TransportError {
     TransportError::Fabric { server, reason: error.to_string() }
 }
 
@@ -318,6 +333,22 @@ impl WritePollClientTransport {
     }
 }
 
+/// Opens the control connection to `address` (blocking, with the control timeout for
+/// connecting and reading the handshake reply). Shared by every fabric transport.
+pub(crate) fn open_control(server: usize, address: &str) -> Result<TcpStream, TransportError> {
+    let connect_error = |error| TransportError::Connect { server, address: address.to_string(), error };
+    let timeout = Duration::from_millis(WRITEPOLL_CONTROL_TIMEOUT_MS);
+    let socket_address = address
+        .to_socket_addrs()
+        .map_err(connect_error)?
+        .next()
+        .ok_or_else(|| connect_error(std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing")))?;
+    let control = TcpStream::connect_timeout(&socket_address, timeout).map_err(connect_error)?;
+    control.set_read_timeout(Some(timeout)).map_err(connect_error)?;
+    control.set_nodelay(true).map_err(connect_error)?;
+    Ok(control)
+}
+
 /// Control handshake and ring set-up for one server.
 fn connect_one(
     fabric: ShmFabric,
@@ -326,15 +357,7 @@ fn connect_one(
     address: &str,
 ) -> Result<Connection, TransportError> {
     let connect_error = |error| TransportError::Connect { server, address: address.to_string(), error };
-    let timeout = Duration::from_millis(WRITEPOLL_CONTROL_TIMEOUT_MS);
-    let socket_address = address
-        .to_socket_addrs()
-        .map_err(connect_error)?
-        .next()
-        .ok_or_else(|| connect_error(std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing")))?;
-    let mut control = TcpStream::connect_timeout(&socket_address, timeout).map_err(connect_error)?;
-    control.set_read_timeout(Some(timeout)).map_err(connect_error)?;
-    control.set_nodelay(true).map_err(connect_error)?;
+    let mut control = open_control(server, address)?;
     let hello = ClientHello {
         version: CONTROL_VERSION,
         region: region.descriptor().clone(),
@@ -385,7 +408,7 @@ fn connect_one(
 }
 
 /// Decodes and delivers every frame of one ring message (whole frames only).
-fn deliver_frames<F>(server: usize, mut body: &[u8], deliver: &mut F) -> Result<usize, TransportError>
+pub(crate) fn deliver_frames<F>(server: usize, mut body: &[u8], deliver: &mut F) -> Result<usize, TransportError>
 where
     F: FnMut(usize, u64, Response),
 {
