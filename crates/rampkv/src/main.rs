@@ -463,9 +463,17 @@ fn run_figures(args: FiguresArgs) -> Result<ExitCode> {
 }
 
 fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
-    let results = bench::compare::run_each(config, bench::TransportKind::ALL, |result| {
-        eprintln!("rampkv bench --compare: {} done, {:.0} txn/s", result.transport, result.throughput_txn_per_s);
-    })?;
+    let transports = bench::TransportKind::ALL;
+    let progress = ProgressBar::new(Goal::Steps { total: transports.len() as u64 }, "rampkv bench --compare");
+    let results = bench::compare::run_each(config, transports, |result| {
+        progress.println(&format!(
+            "rampkv bench --compare: {} done, {:.0} txn/s",
+            result.transport, result.throughput_txn_per_s
+        ));
+        progress.inc();
+    });
+    progress.finish();
+    let results = results?;
     if json {
         for result in &results {
             println!("{}", serde_json::to_string(result)?);
