@@ -190,7 +190,7 @@ struct FiguresArgs {
     #[arg(long)]
     full: bool,
     /// Output directory (index.md, NAME.md, NAME.svg, summary.json, results/).
-    #[arg(long, default_value = "figures")]
+    #[arg(long, default_value = "target/figures")]
     out: PathBuf,
     /// Only these figures (comma-separated): comm, txnsize, readratio, ycsb.
     #[arg(long, value_delimiter = ',', value_parser = figures::Sweep::from_name)]

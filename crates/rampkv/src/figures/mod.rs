@@ -444,7 +444,7 @@ pub struct FiguresOutcome {
     pub load_before: String,
     pub load_after: String,
     pub sweeps: Vec<SweepOutcome>,
-    /// `index.md`, relative to nothing: the path as given.
+    /// Where `index.md` was written (inside `config.out`).
     pub index_file: PathBuf,
 }
 

@@ -333,3 +333,74 @@ pub(super) fn index_markdown(outcome: &FiguresOutcome) -> String {
     let _ = writeln!(text, "\n{EMULATION_NOTE}");
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::figures::{SeriesOutcome, SweepPlan};
+
+    fn point(x: f64, throughput: f64, error: Option<&str>) -> PointOutcome {
+        PointOutcome {
+            x,
+            category: None,
+            throughput_txn_per_s: throughput,
+            read_p50_us: 10,
+            read_p99_us: 20,
+            write_p50_us: 30,
+            write_p99_us: 40,
+            transactions: 100,
+            failed_transactions: 0,
+            check_clean: error.is_none().then_some(true),
+            result_file: error.is_none().then(|| format!("results/txnsize/x-{x}.json")),
+            error: error.map(String::from),
+        }
+    }
+
+    fn series(id: &str, points: Vec<PointOutcome>) -> SeriesOutcome {
+        SeriesOutcome { id: id.into(), label: id.to_uppercase(), paper_name: String::new(), points }
+    }
+
+    /// A failed point is marked in the table, listed with its error, left out of the plot, and
+    /// the ratios that need it say n/a instead of inventing a number.
+    #[test]
+    fn a_failed_point_is_marked_listed_and_left_out_of_the_plot() {
+        let mut config = FiguresConfig::new(Mode::Full, "out".into(), 1);
+        config.sweeps = vec![SweepPlan { sweep: Sweep::TxnSize, xs: vec![1.0, 4.0] }];
+        let outcome = SweepOutcome {
+            sweep: Sweep::TxnSize,
+            series: vec![
+                series("ramp-fast-tcp", vec![point(1.0, 1000.0, None), point(4.0, 500.0, None)]),
+                series("ramp-fast-writepoll", vec![point(1.0, 1500.0, None), point(4.0, f64::NAN, Some("boom"))]),
+            ],
+            unavailable: vec!["X: this build has no transport `x`".into()],
+            table_file: "txnsize.md".into(),
+            svg_file: "txnsize.svg".into(),
+        };
+        let markdown = sweep_markdown(&config, &outcome);
+        assert!(
+            markdown.contains("| 1 | [1,000](results/txnsize/x-1.json) | [1,500](results/txnsize/x-1.json) |"),
+            "{markdown}"
+        );
+        assert!(markdown.contains("| 4 | [500](results/txnsize/x-4.json) | failed |"), "{markdown}");
+        assert!(markdown.contains("| 1 | 1.00x | 1.50x |"), "{markdown}");
+        assert!(markdown.contains("| 4 | 1.00x | n/a |"), "{markdown}");
+        assert!(markdown.contains("- RAMP-FAST-WRITEPOLL at 4: boom"), "{markdown}");
+        assert!(markdown.contains("| txn size 4 | 2.07x | n/a |"), "{markdown}");
+        assert!(markdown.contains("| txn size 4 | 2.78x | not in this build |"), "{markdown}");
+        assert!(markdown.contains("- X: this build has no transport `x`"), "{markdown}");
+        let plot = sweep_plot(&config, &outcome);
+        let svg = plot.to_svg();
+        let polylines: Vec<&str> = svg.lines().filter(|line| line.starts_with("<polyline")).collect();
+        assert_eq!(polylines.len(), 2);
+        assert_eq!(polylines[1].matches(',').count(), 1, "the failed point is not drawn: {}", polylines[1]);
+        assert!(!svg.contains("NaN"), "{svg}");
+    }
+
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(throughput_text(&point(0.0, 1_234_567.4, None)), "1,234,567");
+        assert_eq!(throughput_text(&point(0.0, 999.6, None)), "1,000");
+        assert_eq!(throughput_text(&point(0.0, 12.0, None)), "12");
+        assert_eq!(throughput_text(&point(0.0, f64::INFINITY, None)), "failed");
+    }
+}
