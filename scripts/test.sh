@@ -26,4 +26,7 @@ echo "== benchmark smoke runs (with the read-atomicity checker)"
 cargo run --release -p rampkv -- bench --duration 3s --check --seed 1
 cargo run --release -p rampkv -- bench --compare --duration 2s --check --seed 1
 cargo run --release -p rampkv -- bench --workload a --keys 1000 --txns 2000 --check --ycsb --seed 1
+# The paper's four figures in quick mode (about 30 points of 0.3 s, each checked): plots,
+# tables and results under target/figures-smoke (see docs/figures.md).
+cargo run --release -p rampkv -- figures --quick --check --out target/figures-smoke
 cargo bench -p rampkv-ycsb --bench generate -- --test

@@ -15,13 +15,17 @@
 //! - [`resp`]: a Redis-protocol gateway that runs MGET/MSET as read-atomic transactions.
 //! - [`history`], [`checker`]: recording histories and checking them for read atomicity.
 //! - [`bench`]: the closed-loop benchmark over an embedded or external cluster.
+//! - [`figures`]: the reference paper's four figures as benchmark sweeps, plots and tables.
+//! - [`progress`]: a progress line on stderr for long runs.
 
 pub mod bench;
 pub mod checker;
 pub mod client;
 pub mod cluster;
+pub mod figures;
 pub mod history;
 pub mod limits;
+pub mod progress;
 pub mod protocol;
 pub mod recovery;
 pub mod resp;

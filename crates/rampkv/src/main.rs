@@ -18,7 +18,9 @@ use rampkv::bench::{self, BenchConfig, StopAfter, Workload};
 use rampkv::checker;
 use rampkv::client::Client;
 use rampkv::cluster::Cluster;
+use rampkv::figures;
 use rampkv::limits::GC_GRACE_MS;
+use rampkv::progress::{Goal, ProgressBar};
 use rampkv::protocol::bloom::BloomParameters;
 use rampkv::protocol::ramp::Algorithm;
 use rampkv::recovery::RECOVERY_TIMEOUT_MS;
@@ -91,6 +93,9 @@ enum Command {
     },
     /// Run the closed-loop benchmark (an embedded local cluster unless --cluster is given).
     Bench(BenchArgs),
+    /// Reproduce the reference paper's four figures: benchmark sweeps written as SVG plots,
+    /// Markdown tables with the paper's ratios, and every point's result (see docs/figures.md).
+    Figures(FiguresArgs),
     /// Check a recorded history for read atomicity (exit status 1 on any anomaly).
     Check {
         /// The history file (JSON lines).
@@ -103,8 +108,9 @@ enum Command {
 
 #[derive(Debug, Args)]
 struct BenchArgs {
-    /// Workload: micro (the paper's micro-benchmark, uniform keys), micro-zipfian, or a YCSB
-    /// core workload a, b, c, d or f (--keys is its recordcount; its own read proportion).
+    /// Workload: micro (the paper's micro-benchmark, uniform keys), micro-zipfian, a YCSB
+    /// core workload a, b, c, d or f (--keys is its recordcount; its own read proportion), or
+    /// ycsb-read-ratio (YCSB workload A with readproportion = --read-ratio, the rest updates).
     #[arg(long, default_value = "micro", value_parser = Workload::from_name)]
     workload: Workload,
     /// Also print the result in YCSB's text format ([OVERALL], [READ], [UPDATE] lines).
@@ -137,7 +143,7 @@ struct BenchArgs {
     /// Keys per transaction.
     #[arg(long, default_value_t = 4)]
     txn_size: usize,
-    /// Fraction of read-only transactions (0 to 1).
+    /// Fraction of read-only transactions (0 to 1; micro and ycsb-read-ratio workloads).
     #[arg(long, default_value_t = 0.95)]
     read_ratio: f64,
     /// Size of the key space.
@@ -180,6 +186,31 @@ struct BenchArgs {
     /// a table side by side, with throughput ratios to TCP. With --json: one result per line.
     #[arg(long)]
     compare: bool,
+}
+
+#[derive(Debug, Args)]
+struct FiguresArgs {
+    /// Fewer points of a fraction of a second each: a smoke test for CI (the default).
+    #[arg(long, conflicts_with = "full")]
+    quick: bool,
+    /// Every point, seconds each: for numbers, on a quiet machine.
+    #[arg(long)]
+    full: bool,
+    /// Output directory (index.md, NAME.md, NAME.svg, summary.json, results/).
+    #[arg(long, default_value = "target/figures")]
+    out: PathBuf,
+    /// Only these figures (comma-separated): comm, txnsize, readratio, ycsb.
+    #[arg(long, value_delimiter = ',', value_parser = figures::Sweep::from_name)]
+    only: Vec<figures::Sweep>,
+    /// Seed of every point.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Measured time per point instead of the mode's (e.g. 2s, 500ms).
+    #[arg(long)]
+    point_duration: Option<String>,
+    /// Check every point's history for read atomicity (slower; exit status 1 on any anomaly).
+    #[arg(long)]
+    check: bool,
 }
 
 fn main() -> ExitCode {
@@ -244,6 +275,7 @@ fn run(command: Command) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(args) => run_bench(args),
+        Command::Figures(args) => run_figures(args),
         Command::Check { file, json } => {
             let report = checker::check_file(&file).with_context(|| format!("cannot check {}", file.display()))?;
             if json {
@@ -371,7 +403,10 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
     if args.compare {
         return run_comparison(&config, args.json);
     }
-    let result = bench::run(&config)?;
+    let progress = ProgressBar::new(bench_goal(&config.stop_after), "rampkv bench");
+    let result = bench::run(&config);
+    progress.finish();
+    let result = result?;
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
     } else {
@@ -384,15 +419,72 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+/// The progress bar of a benchmark: its duration, or open-ended for a transaction count.
+fn bench_goal(stop_after: &StopAfter) -> Goal {
+    match *stop_after {
+        StopAfter::Duration { seconds } => Goal::Time { total: Duration::from_secs_f64(seconds) },
+        StopAfter::Transactions { .. } => Goal::Open,
+    }
+}
+
+fn run_figures(args: FiguresArgs) -> Result<ExitCode> {
+    let mode = if args.full { figures::Mode::Full } else { figures::Mode::Quick };
+    let mut config = figures::FiguresConfig::new(mode, args.out, args.seed);
+    if !args.only.is_empty() {
+        config.keep_only(&args.only);
+    }
+    if let Some(text) = &args.point_duration {
+        config.point_seconds = parse_duration(text)?.as_secs_f64();
+    }
+    config.check = args.check;
+    config.validate()?;
+    let points = figures::point_count(&config);
+    eprintln!(
+        "rampkv figures: {points} points of {} s ({:?} mode), seed {}, into {}",
+        config.point_seconds,
+        mode,
+        config.seed,
+        config.out.display()
+    );
+    let progress = ProgressBar::new(Goal::Steps { total: points as u64 }, "starting");
+    let outcome = figures::run(&config, &progress);
+    progress.finish();
+    let outcome = outcome?;
+    for sweep in &outcome.sweeps {
+        println!(
+            "{}: {} and {}",
+            sweep.sweep.title(),
+            config.out.join(&sweep.table_file).display(),
+            config.out.join(&sweep.svg_file).display()
+        );
+        for missing in &sweep.unavailable {
+            println!("  not in this build: {missing}");
+        }
+    }
+    println!("index: {}", outcome.index_file.display());
+    let problems = outcome.problems();
+    for problem in &problems {
+        eprintln!("rampkv figures: {problem}");
+    }
+    Ok(if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
 fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
     let mut transports = bench::TransportKind::ALL.to_vec();
     let ceiling = config.algorithm != Algorithm::S2pl;
     if ceiling {
         transports.push(bench::TransportKind::InProcess);
     }
+    let progress = ProgressBar::new(Goal::Steps { total: transports.len() as u64 }, "rampkv bench --compare");
     let results = bench::compare::run_each(config, &transports, |result| {
-        eprintln!("rampkv bench --compare: {} done, {:.0} txn/s", result.transport, result.throughput_txn_per_s);
-    })?;
+        progress.println(&format!(
+            "rampkv bench --compare: {} done, {:.0} txn/s",
+            result.transport, result.throughput_txn_per_s
+        ));
+        progress.inc();
+    });
+    progress.finish();
+    let results = results?;
     if json {
         for result in &results {
             println!("{}", serde_json::to_string(result)?);

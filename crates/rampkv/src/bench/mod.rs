@@ -264,10 +264,6 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
         Arc::new(Shared { clock_origin: Instant::now(), started: AtomicU64::new(0), stop: AtomicBool::new(false) });
     let load_records = load_ycsb(config, &cluster, &shared)?;
     let run_started = Instant::now();
-    let deadline = match config.stop_after {
-        StopAfter::Duration { seconds } => Some(run_started + Duration::from_secs_f64(seconds)),
-        StopAfter::Transactions { .. } => None,
-    };
     let threads: Vec<_> = (0..config.client_threads)
         .map(|thread| {
             let sessions = sessions_of_thread(config.clients, config.client_threads, thread);
@@ -277,7 +273,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
             let control_addresses = control_addresses.clone();
             let local_servers = local_servers.clone();
             std::thread::Builder::new().name(format!("rampkv-bench-{thread}")).spawn(move || {
-                let context = ThreadContext { sessions, thread, shared: &shared, deadline, keep_records };
+                let context = ThreadContext { sessions, thread, shared: &shared, keep_records };
                 match config.transport {
                     TransportKind::Tcp => {
                         let transport = TcpClientTransport::connect(cluster.servers()).map_err(ClientError::from)?;
@@ -320,7 +316,9 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     if let Some(error) = first_error {
         return Err(error);
     }
-    let elapsed = run_started.elapsed();
+    // The measured window starts once the client threads have connected (connection set-up,
+    // such as zeroing message rings, is not transaction time) and ends when the last finishes.
+    let elapsed = totals.window.map_or_else(|| run_started.elapsed(), |(start, end)| end - start);
     if let Some(sink) = sink {
         sink.append(&totals.records)?;
         sink.finish()?;
@@ -399,6 +397,9 @@ pub(crate) struct ThreadTotals {
     pub(crate) records: Vec<Record>,
     /// CPU time the client threads spent during the run (user + system), when the OS says.
     pub(crate) client_cpu: Option<Duration>,
+    /// When the thread's measured run started (after connecting) and ended; merged: the
+    /// earliest start to the latest end.
+    pub(crate) window: Option<(Instant, Instant)>,
 }
 
 impl ThreadTotals {
@@ -419,6 +420,7 @@ impl ThreadTotals {
             first_failure: None,
             records: Vec::new(),
             client_cpu: Some(Duration::ZERO),
+            window: None,
         }
     }
 
@@ -442,6 +444,10 @@ impl ThreadTotals {
             self.first_failure = other.first_failure;
         }
         self.records.extend(other.records);
+        self.window = match (self.window, other.window) {
+            (Some((start, end)), Some((other_start, other_end))) => Some((start.min(other_start), end.max(other_end))),
+            (window, None) | (None, window) => window,
+        };
     }
 }
 
@@ -473,7 +479,6 @@ struct ThreadContext<'a> {
     sessions: std::ops::Range<usize>,
     thread: usize,
     shared: &'a Shared,
-    deadline: Option<Instant>,
     keep_records: bool,
 }
 
@@ -483,7 +488,7 @@ fn run_client_thread<T: ClientTransport>(
     cluster: Cluster,
     context: ThreadContext<'_>,
 ) -> Result<ThreadTotals, BenchError> {
-    let ThreadContext { sessions, thread, shared, deadline, keep_records } = context;
+    let ThreadContext { sessions, thread, shared, keep_records } = context;
     let mut driver = Driver::connect(transport, cluster, sessions.len())?;
     driver.set_txn_options(TxnOptions {
         algorithm: config.algorithm,
@@ -491,11 +496,17 @@ fn run_client_thread<T: ClientTransport>(
         mutant_skip_repair: config.mutant_skip_repair,
     });
     let seed = config.seed ^ (thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let source = TxnSource::new(config, seed)?;
+    let started = Instant::now();
+    let deadline = match config.stop_after {
+        StopAfter::Duration { seconds } => Some(started + Duration::from_secs_f64(seconds)),
+        StopAfter::Transactions { .. } => None,
+    };
     let mut state = ClientThread {
         config,
         shared,
         deadline,
-        source: TxnSource::new(config, seed)?,
+        source,
         txns: (0..sessions.len()).map(|_| Txn::new()).collect(),
         in_flight: (0..sessions.len()).map(|_| None).collect(),
         driver,
@@ -508,6 +519,7 @@ fn run_client_thread<T: ClientTransport>(
         (Some(before), Some(after)) => Some(after.saturating_sub(before)),
         _ => None,
     };
+    state.totals.window = Some((started, Instant::now()));
     Ok(state.totals)
 }
 
