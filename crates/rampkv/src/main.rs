@@ -166,9 +166,18 @@ struct BenchArgs {
     #[arg(long, hide = true)]
     mutant_skip_repair: bool,
     /// Transport: tcp, or writepoll (GET+/PUT+ message rings over shared memory; embedded
-    /// cluster only).
+    /// cluster only), or onesided (GET* reads of item slots, PUT+ writes; embedded only).
     #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
     transport: bench::TransportKind,
+    /// onesided: item slots per server.
+    #[arg(long, default_value_t = rampkv::limits::ITEM_SLOTS_DEFAULT)]
+    item_slots: usize,
+    /// onesided: bytes per item slot (versions that do not fit are read over GET+).
+    #[arg(long, default_value_t = rampkv::limits::ITEM_SLOT_BYTES_DEFAULT)]
+    item_slot_bytes: usize,
+    /// onesided: fall back to GET+ when a slot's "newer version prepared" bit is set.
+    #[arg(long)]
+    getstar_newer_prepared_fallback: bool,
 }
 
 fn main() -> ExitCode {
@@ -349,6 +358,8 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         check: args.check,
         mutant_skip_repair: args.mutant_skip_repair,
         transport: args.transport,
+        item_slots: rampkv::item_slots::ItemSlotConfig { slots: args.item_slots, slot_bytes: args.item_slot_bytes },
+        getstar_newer_prepared_fallback: args.getstar_newer_prepared_fallback,
     };
     config.validate()?;
     eprintln!("rampkv bench: seed {seed}");

@@ -27,12 +27,14 @@ use crate::checker;
 use crate::client::{ClientError, Completion, Driver, TxnResult};
 use crate::cluster::Cluster;
 use crate::history::{self, HistorySink, ReadRecord, Record, WriteRecord};
+use crate::item_slots::ItemSlotConfig;
 use crate::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::protocol::bloom::BloomParameters;
 use crate::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
 use crate::recovery::RECOVERY_TIMEOUT_MS;
 use crate::server::{ServerConfig, ServerGroup};
 use crate::server_writepoll::WritePollGroup;
+use crate::transport::onesided::{GetStarStats, OneSidedClientTransport, OneSidedOptions};
 use crate::transport::tcp::TcpClientTransport;
 use crate::transport::writepoll::WritePollClientTransport;
 use crate::transport::ClientTransport;
@@ -62,6 +64,9 @@ pub enum TransportKind {
     /// GET+/PUT+: message rings written one-sidedly over the shared-memory fabric.
     #[serde(rename = "writepoll")]
     WritePoll,
+    /// GET\*/PUT+: round-1 reads from item slots read one-sidedly, the rest as write-poll.
+    #[serde(rename = "onesided")]
+    OneSided,
 }
 
 impl TransportKind {
@@ -70,6 +75,7 @@ impl TransportKind {
         match self {
             TransportKind::Tcp => "tcp",
             TransportKind::WritePoll => "writepoll",
+            TransportKind::OneSided => "onesided",
         }
     }
 
@@ -78,7 +84,8 @@ impl TransportKind {
         match name {
             "tcp" => Ok(TransportKind::Tcp),
             "writepoll" => Ok(TransportKind::WritePoll),
-            other => Err(format!("unknown transport {other:?} (tcp or writepoll)")),
+            "onesided" => Ok(TransportKind::OneSided),
+            other => Err(format!("unknown transport {other:?} (tcp, writepoll or onesided)")),
         }
     }
 }
@@ -123,6 +130,10 @@ pub struct BenchConfig {
     pub mutant_skip_repair: bool,
     /// How the clients reach the servers (the embedded cluster serves both).
     pub transport: TransportKind,
+    /// GET\* (`onesided`): item slots per server and their size.
+    pub item_slots: ItemSlotConfig,
+    /// GET\* (`onesided`): fall back to GET+ when a slot's newer-prepared bit is set.
+    pub getstar_newer_prepared_fallback: bool,
 }
 
 impl Default for BenchConfig {
@@ -147,6 +158,8 @@ impl Default for BenchConfig {
             check: false,
             mutant_skip_repair: false,
             transport: TransportKind::Tcp,
+            item_slots: ItemSlotConfig::default(),
+            getstar_newer_prepared_fallback: false,
         }
     }
 }
@@ -174,11 +187,13 @@ impl BenchConfig {
     pub fn validate(&self) -> Result<(), BenchError> {
         let fail = |why: String| Err(BenchError::Config(why));
         self.bloom.validate().map_err(BenchError::Config)?;
-        if self.transport == TransportKind::WritePoll && self.cluster_file.is_some() {
-            return fail(
-                "--transport writepoll needs the embedded cluster (its control ports are not in cluster files)".into(),
-            );
+        if matches!(self.transport, TransportKind::WritePoll | TransportKind::OneSided) && self.cluster_file.is_some() {
+            return fail(format!(
+                "--transport {} needs the embedded cluster (its control ports are not in cluster files)",
+                self.transport.name()
+            ));
         }
+        self.item_slots.validate().map_err(BenchError::Config)?;
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
         }
@@ -255,6 +270,15 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
                             WritePollClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
                         run_client_thread(&config, transport, cluster, context)
                     }
+                    TransportKind::OneSided => {
+                        let options = OneSidedOptions {
+                            newer_prepared_fallback: config.getstar_newer_prepared_fallback,
+                            ..OneSidedOptions::default()
+                        };
+                        let transport =
+                            OneSidedClientTransport::connect(&control_addresses, options).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
                 }
             })
         })
@@ -314,7 +338,10 @@ fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> 
     }
     let ring_fronts = groups
         .iter()
-        .map(|group| WritePollGroup::spawn(group, localhost))
+        .map(|group| {
+            let item_slots = (config.transport == TransportKind::OneSided).then_some(config.item_slots);
+            WritePollGroup::spawn_with_item_slots(group, localhost, item_slots)
+        })
         .collect::<Result<_, _>>()
         .map_err(BenchError::Cluster)?;
     Ok((cluster, groups, ring_fronts))
@@ -356,6 +383,8 @@ pub(crate) struct ThreadTotals {
     pub(crate) failed: u64,
     pub(crate) first_failure: Option<String>,
     pub(crate) records: Vec<Record>,
+    /// GET\* counters (onesided transport only).
+    pub(crate) getstar: Option<GetStarStats>,
 }
 
 impl ThreadTotals {
@@ -375,6 +404,7 @@ impl ThreadTotals {
             failed: 0,
             first_failure: None,
             records: Vec::new(),
+            getstar: None,
         }
     }
 
@@ -394,6 +424,9 @@ impl ThreadTotals {
             self.first_failure = other.first_failure;
         }
         self.records.extend(other.records);
+        if let Some(other) = other.getstar {
+            self.getstar.get_or_insert_with(GetStarStats::default).merge(&other);
+        }
     }
 }
 
@@ -455,6 +488,7 @@ fn run_client_thread<T: ClientTransport>(
         keep_records,
     };
     state.run()?;
+    state.totals.getstar = state.driver.transport().getstar_stats();
     Ok(state.totals)
 }
 

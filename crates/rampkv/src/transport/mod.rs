@@ -7,7 +7,10 @@
 //!
 //! - [`tcp`]: one socket per server.
 //! - [`writepoll`]: GET+/PUT+, message rings written one-sidedly over the fabric.
+//! - [`onesided`]: GET\*/PUT+, round-1 reads from item slots read one-sidedly, the rest as
+//!   write-poll.
 
+pub mod onesided;
 pub mod tcp;
 pub mod writepoll;
 
@@ -52,4 +55,9 @@ pub trait ClientTransport {
     fn poll<F>(&mut self, timeout: Option<Duration>, deliver: F) -> Result<usize, TransportError>
     where
         F: FnMut(usize, u64, Response);
+
+    /// GET\* counters, for a transport that reads item slots (`None` for the others).
+    fn getstar_stats(&self) -> Option<onesided::GetStarStats> {
+        None
+    }
 }

@@ -41,6 +41,8 @@ fn request() -> impl Strategy<Value = Request> {
         any::<u16>().prop_map(|client_ids_wanted| Request::Hello { client_ids_wanted }),
         vec((key(), selector()).prop_map(|(key, selector)| GetItem { key, selector }), 0..8)
             .prop_map(|items| Request::Get { items }),
+        vec((key(), selector()).prop_map(|(key, selector)| GetItem { key, selector }), 0..8)
+            .prop_map(|items| Request::GetLocate { items }),
         (any::<u64>(), metadata(), vec(key(), 0..4), writes())
             .prop_map(|(ts, metadata, write_set, writes)| Request::Prepare { ts, metadata, write_set, writes }),
         (any::<u64>(), vec(key(), 0..4)).prop_map(|(ts, keys)| Request::Status { ts, keys }),
@@ -70,6 +72,15 @@ fn response() -> impl Strategy<Value = Response> {
             0..6
         )
         .prop_map(|items| Response::Versions { items }),
+        vec(
+            (any::<u64>(), value(), metadata(), proptest::option::of(0u32..u32::MAX))
+                .prop_map(|(ts, value, metadata, slot)| (VersionItem { ts, value, metadata }, slot)),
+            0..6
+        )
+        .prop_map(|entries| {
+            let (items, slots) = entries.into_iter().unzip();
+            Response::VersionsLocated { items, slots }
+        }),
         Just(Response::Ack),
         prop_oneof![
             Just(TxnState::Unknown),
