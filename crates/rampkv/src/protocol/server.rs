@@ -4,7 +4,7 @@
 //! and the output buffer. A request is validated completely before it changes anything, so a
 //! refused request leaves the store as it was.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
@@ -36,6 +36,8 @@ pub struct ServerCore {
     next_client_id: AtomicU32,
     /// GET\*: the item slots this server publishes committed versions in, once attached.
     item_slots: OnceLock<Arc<ItemSlots>>,
+    /// GET and GET_LOCATE requests served (statistics: how many reads GET\* saved).
+    gets_served: AtomicU64,
 }
 
 impl ServerCore {
@@ -46,6 +48,7 @@ impl ServerCore {
             locks: Mutex::new(LockTable::default()),
             next_client_id: AtomicU32::new(1),
             item_slots: OnceLock::new(),
+            gets_served: AtomicU64::new(0),
         }
     }
 
@@ -53,6 +56,11 @@ impl ServerCore {
     /// attached if there are (one item region per server).
     pub fn attach_item_slots(&self, slots: Arc<ItemSlots>) -> Result<(), Arc<ItemSlots>> {
         self.item_slots.set(slots)
+    }
+
+    /// GET and GET_LOCATE requests this server has served.
+    pub fn gets_served(&self) -> u64 {
+        self.gets_served.load(Ordering::Relaxed)
     }
 
     /// The item slots, if attached.
@@ -255,6 +263,7 @@ impl ServerCore {
 
     /// Serves a GET, or with `locate` a GET_LOCATE (whose reply also names each key's slot).
     fn get(&self, items: &[GetItem], request_id: u64, locate: bool, out: &mut Vec<u8>) {
+        self.gets_served.fetch_add(1, Ordering::Relaxed);
         let mut answers: Vec<Answer> = Vec::with_capacity(items.len());
         for item in items {
             let answer = match &item.selector {
