@@ -320,3 +320,142 @@ impl ItemSlots {
         self.table.lock().entries.get(key).map(|entry| entry.index)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::StoredMetadata;
+    use rampkv_fabric::{read_slot, OneSided, ShmRemoteRegion, SlotReadError};
+
+    static NAMES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    fn slots(config: ItemSlotConfig) -> (ShmFabric, ItemSlots, ShmRemoteRegion) {
+        let fabric = ShmFabric::new().unwrap();
+        let name = format!("items-test-{}", NAMES.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let slots = ItemSlots::register(&fabric, &name, config).unwrap();
+        let remote = fabric.map(&slots.info().region).unwrap();
+        (fabric, slots, remote)
+    }
+
+    fn prepare(store: &Store, ts: Timestamp, key: &[u8], value: &[u8]) {
+        let metadata = StoredMetadata::WriteSet(Arc::from([Key::from(key)]));
+        store.prepare(ts, metadata, Arc::from([]), vec![(key.into(), value.into())], 0).unwrap();
+    }
+
+    /// (ts, value, newer_prepared) of `key`'s slot as a client reads it.
+    fn read<F: OneSided<RemoteRegion = ShmRemoteRegion>>(
+        fabric: &F,
+        remote: &ShmRemoteRegion,
+        slots: &ItemSlots,
+        key: &[u8],
+    ) -> Result<(Timestamp, Vec<u8>, bool), SlotReadError> {
+        let index = slots.slot_of(key).expect("the key has a slot");
+        let bytes = slots.config.slot_bytes;
+        let mut buffer = vec![0; bytes];
+        let view = read_slot(fabric, remote, index as usize * bytes, bytes, key, &mut buffer)?;
+        Ok((view.ts(), view.value().to_vec(), view.newer_prepared()))
+    }
+
+    #[test]
+    fn only_committed_versions_are_published_and_the_bit_marks_a_newer_prepared_one() {
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 256 });
+        let store = Store::new(1_000);
+        prepare(&store, 10, b"a", b"ten");
+        slots.note_prepared(10, [&b"a"[..]]);
+        assert_eq!(slots.locate(&store, b"a"), None, "a prepared version is not published");
+        assert_eq!(slots.slot_of(b"a"), None);
+        store.commit(10);
+        slots.publish_committed(&store, [&b"a"[..]]);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (10, b"ten".to_vec(), false));
+        prepare(&store, 20, b"a", b"twenty");
+        slots.note_prepared(20, [&b"a"[..]]);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (10, b"ten".to_vec(), true), "still 10, marked");
+        store.commit(20);
+        slots.publish_committed(&store, [&b"a"[..]]);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (20, b"twenty".to_vec(), false), "bit cleared");
+    }
+
+    #[test]
+    fn a_late_commit_of_an_older_version_never_moves_the_slot_back() {
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 256 });
+        let store = Store::new(1_000);
+        prepare(&store, 10, b"a", b"ten");
+        prepare(&store, 20, b"a", b"twenty");
+        store.commit(20);
+        slots.publish_committed(&store, [&b"a"[..]]);
+        store.commit(10);
+        slots.publish_committed(&store, [&b"a"[..]]);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap().0, 20);
+        assert_eq!(slots.stats().publishes, 1);
+    }
+
+    #[test]
+    fn a_version_that_outgrows_its_slot_frees_it_and_full_tables_publish_nothing() {
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 1, slot_bytes: 128 });
+        let store = Store::new(1_000);
+        prepare(&store, 10, b"a", b"small");
+        store.commit(10);
+        assert_eq!(slots.locate(&store, b"a"), Some(0));
+        prepare(&store, 11, b"b", b"small");
+        store.commit(11);
+        assert_eq!(slots.locate(&store, b"b"), None, "no free slot");
+        prepare(&store, 12, b"a", &[1; 200]);
+        store.commit(12);
+        let index = slots.slot_of(b"a").unwrap();
+        slots.publish_committed(&store, [&b"a"[..]]);
+        assert_eq!(slots.slot_of(b"a"), None, "freed");
+        let mut buffer = vec![0; 128];
+        let stale = read_slot(&fabric, &remote, index as usize * 128, 128, b"a", &mut buffer);
+        assert!(matches!(stale, Err(SlotReadError::NotValid)), "the old version is no longer served: {stale:?}");
+        assert_eq!(slots.locate(&store, b"b"), Some(0), "b takes the slot over");
+        assert_eq!(read(&fabric, &remote, &slots, b"b").unwrap().0, 11);
+        let stats = slots.stats();
+        assert_eq!((stats.used, stats.too_large, stats.no_free_slot), (1, 1, 1));
+    }
+
+    #[test]
+    fn concurrent_publishers_keep_the_slot_increasing_and_readers_see_whole_versions() {
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 512 });
+        let (store, slots) = (Arc::new(Store::new(50)), Arc::new(slots));
+        let value_of = |ts: u64| -> Vec<u8> {
+            ts.to_le_bytes().iter().copied().cycle().take(8 * (ts % 40) as usize + 8).collect()
+        };
+        prepare(&store, 1, b"a", &value_of(1));
+        store.commit(1);
+        slots.publish_committed(&store, [&b"a"[..]]);
+        let publishers: Vec<_> = (0..2u64)
+            .map(|thread| {
+                let (store, slots) = (Arc::clone(&store), Arc::clone(&slots));
+                std::thread::spawn(move || {
+                    for round in 1..=3_000u64 {
+                        let ts = round * 2 + thread;
+                        prepare(&store, ts, b"a", &value_of(ts));
+                        slots.note_prepared(ts, [&b"a"[..]]);
+                        store.commit(ts);
+                        slots.publish_committed(&store, [&b"a"[..]]);
+                    }
+                })
+            })
+            .collect();
+        let mut last = 0;
+        let mut accepted = 0;
+        while publishers.iter().any(|publisher| !publisher.is_finished()) {
+            match read(&fabric, &remote, &slots, b"a") {
+                Ok((ts, value, _)) => {
+                    assert!(ts >= last, "the slot went back from {last} to {ts}");
+                    assert_eq!(&value[..8], &ts.to_le_bytes(), "value of another version");
+                    assert_eq!(value, value_of(ts), "a whole version");
+                    last = ts;
+                    accepted += 1;
+                }
+                Err(SlotReadError::Torn { .. }) => {}
+                Err(other) => panic!("{other}"),
+            }
+        }
+        for publisher in publishers {
+            publisher.join().unwrap();
+        }
+        assert!(accepted > 0);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap().0, store.last_commit(b"a"));
+    }
+}

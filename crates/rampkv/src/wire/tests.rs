@@ -210,3 +210,23 @@ fn the_header_layout_is_as_documented() {
     FrameHeader { body_length: 0x0102_0304, kind: 0x82, request_id: 0x1122_3344_5566_7788 }.encode(&mut header);
     assert_eq!(header, [0x04, 0x03, 0x02, 0x01, 1, 0x82, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
 }
+
+#[test]
+fn versions_located_needs_one_slot_per_version_and_matches_the_server_encoder() {
+    let items = vec![
+        VersionItem { ts: 7, value: b"v".to_vec(), metadata: Metadata::WriteSet(vec![b"k".to_vec()]) },
+        VersionItem { ts: 0, value: Vec::new(), metadata: Metadata::None },
+    ];
+    let response = Response::VersionsLocated { items: items.clone(), slots: vec![Some(3), None] };
+    let mut frame = Vec::new();
+    response.encode_frame(9, &mut frame);
+    let mut direct = Vec::new();
+    let entries = items.iter().map(|item| (item.ts, &item.value[..], item.metadata.as_ref()));
+    response::append_versions_located_frame(&mut direct, 9, entries, [Some(3), None].into_iter());
+    assert_eq!(frame, direct, "the server's borrowed encoder writes the same bytes");
+    // The slot list is the VERSIONS body's tail: u32 count, u32 per slot (u32::MAX: none).
+    assert_eq!(&frame[frame.len() - 12..], &[2, 0, 0, 0, 3, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]);
+    let mut mismatched = frame[FRAME_HEADER_BYTES..frame.len() - 12].to_vec();
+    mismatched.extend_from_slice(&[1, 0, 0, 0, 3, 0, 0, 0]);
+    assert!(matches!(Response::decode(response::KIND_VERSIONS_LOCATED, &mismatched), Err(WireError::Invalid(_))));
+}
