@@ -84,7 +84,7 @@ pub struct GetStarStats {
     pub fallback_newer_prepared: u64,
     /// Address-cache entries evicted after a failed slot check.
     pub evictions: u64,
-    /// Address-cache entries learnt from GET_LOCATE replies.
+    /// Address-cache entries learnt (new or changed) from GET_LOCATE replies.
     pub cache_fills: u64,
 }
 
@@ -154,10 +154,12 @@ impl AddressCache {
         self.entries.get(key).copied()
     }
 
-    fn insert(&mut self, key: &[u8], location: Location) {
+    /// Returns whether the entry is new or changed.
+    fn insert(&mut self, key: &[u8], location: Location) -> bool {
         if let Some(entry) = self.entries.get_mut(key) {
+            let changed = *entry != location;
             *entry = location;
-            return;
+            return changed;
         }
         if self.entries.len() >= self.capacity {
             // Full: make room by dropping an arbitrary entry (a later miss re-learns it).
@@ -167,6 +169,7 @@ impl AddressCache {
             }
         }
         self.entries.insert(key.into(), location);
+        true
     }
 
     fn evict(&mut self, key: &[u8]) -> bool {
@@ -383,8 +386,8 @@ impl ClientTransport for OneSidedClientTransport {
                     for (key, slot) in keys.iter().zip(&slots) {
                         match slot {
                             Some(slot) if *slot < region_slots => {
-                                cache.insert(key, Location { server: server as u32, slot: *slot });
-                                stats.cache_fills += 1;
+                                let location = Location { server: server as u32, slot: *slot };
+                                stats.cache_fills += u64::from(cache.insert(key, location));
                             }
                             _ => {}
                         }
