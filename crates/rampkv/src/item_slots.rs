@@ -4,7 +4,8 @@
 //!
 //! # Rules
 //! - **Only committed versions are published.** A slot is (re)written after COMMIT (RAMP),
-//!   PUT (NoCC) and COMMIT_LOCKED (S2PL), from `Store::get_latest`, which only returns the
+//!   PUT (NoCC), COMMIT_LOCKED (S2PL) and a commit by recovery (`ServerCore::commit`), from
+//!   `Store::get_latest`, which only returns the
 //!   version at `lastCommit`; and lazily on GET_LOCATE for a committed key with no slot yet.
 //! - **The slot's ts only grows.** `lastCommit` is an atomic max; a slot is rewritten only when
 //!   the latest committed version is newer than the one it holds. The check and the write
@@ -373,6 +374,30 @@ mod tests {
         store.commit(20);
         slots.publish_committed(&store, [&b"a"[..]]);
         assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (20, b"twenty".to_vec(), false), "bit cleared");
+    }
+
+    #[test]
+    fn the_server_core_publishes_on_commit_requests_and_on_a_recovery_commit() {
+        use crate::protocol::server::ServerCore;
+        use crate::wire::{Request, Write};
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 256 });
+        let slots = Arc::new(slots);
+        let core = ServerCore::new(1_000);
+        core.attach_item_slots(Arc::clone(&slots)).unwrap();
+        let prepare = |ts: Timestamp, value: &[u8]| Request::Prepare {
+            ts,
+            metadata: crate::wire::Metadata::WriteSet(vec![b"a".to_vec()]),
+            write_set: Vec::new(),
+            writes: vec![Write { key: b"a".to_vec(), value: value.to_vec() }],
+        };
+        let mut out = Vec::new();
+        core.handle(prepare(10, b"ten"), 1, 0, &mut out);
+        core.handle(Request::Commit { ts: 10 }, 2, 0, &mut out);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (10, b"ten".to_vec(), false));
+        core.handle(prepare(20, b"twenty"), 3, 0, &mut out);
+        assert!(read(&fabric, &remote, &slots, b"a").unwrap().2, "newer prepared");
+        assert_eq!(core.commit(20), 1, "what recovery calls");
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (20, b"twenty".to_vec(), false));
     }
 
     #[test]

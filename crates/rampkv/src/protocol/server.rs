@@ -63,6 +63,17 @@ impl ServerCore {
         self.gets_served.load(Ordering::Relaxed)
     }
 
+    /// Commits transaction `ts` in the store (as a COMMIT request does) and publishes the keys
+    /// it advanced in the item slots, if attached. Recovery uses it, so that a transaction it
+    /// commits does not leave a slot behind `lastCommit`.
+    pub fn commit(&self, ts: Timestamp) -> usize {
+        let keys = self.store.commit_keys(ts);
+        if let Some(slots) = self.item_slots() {
+            slots.publish_committed(&self.store, keys.iter().map(|key| &key[..]));
+        }
+        keys.len()
+    }
+
     /// The item slots, if attached.
     pub fn item_slots(&self) -> Option<&Arc<ItemSlots>> {
         self.item_slots.get()
@@ -226,10 +237,7 @@ impl ServerCore {
                 return Response::Status { state }.encode_frame(request_id, out);
             }
             Request::Commit { ts } => {
-                let keys = self.store.commit_keys(ts);
-                if let Some(slots) = self.item_slots() {
-                    slots.publish_committed(&self.store, keys.iter().map(|key| &key[..]));
-                }
+                self.commit(ts);
                 Ok(())
             }
             Request::Put { ts, writes } => {
