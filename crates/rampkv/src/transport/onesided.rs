@@ -410,3 +410,51 @@ impl ClientTransport for OneSidedClientTransport {
         Some(self.stats)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item_slots::{ItemSlotConfig, ItemSlots};
+    use rampkv_fabric::RegionDescriptor;
+
+    #[test]
+    fn a_bad_item_region_descriptor_is_refused_with_a_reason() {
+        let fabric = ShmFabric::new().unwrap();
+        let slots =
+            ItemSlots::register(&fabric, "onesided-descriptor-test", ItemSlotConfig { slots: 4, slot_bytes: 128 })
+                .unwrap();
+        let good = slots.info().clone();
+        let mapped = map_item_region(fabric, &good).unwrap();
+        assert_eq!((mapped.slot_bytes, mapped.slots), (128, 4));
+        let writable = ItemRegionInfo {
+            region: RegionDescriptor { access: Access::ReadWrite, ..good.region.clone() },
+            ..good.clone()
+        };
+        let bad = [
+            writable,
+            ItemRegionInfo { slot_bytes: 100, ..good.clone() },
+            ItemRegionInfo { slot_bytes: 8, ..good.clone() },
+            ItemRegionInfo { slots: 5, ..good.clone() },
+            ItemRegionInfo { slots: u64::MAX, ..good.clone() },
+            ItemRegionInfo { slot_bytes: u64::MAX, ..good.clone() },
+            ItemRegionInfo { region: RegionDescriptor { name: "../etc/passwd".into(), ..good.region.clone() }, ..good },
+        ];
+        for info in bad {
+            let refused = map_item_region(fabric, &info);
+            assert!(refused.is_err(), "{info:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn the_address_cache_stays_within_its_bound() {
+        let mut cache = AddressCache { entries: HashMap::default(), capacity: 3 };
+        for n in 0..10u32 {
+            assert!(cache.insert(&n.to_le_bytes(), Location { server: 0, slot: n }));
+            assert!(cache.entries.len() <= 3);
+        }
+        assert!(cache.get(&9u32.to_le_bytes()).is_some(), "the newest entry is kept");
+        assert!(!cache.insert(&9u32.to_le_bytes(), Location { server: 0, slot: 9 }), "unchanged");
+        assert!(cache.evict(&9u32.to_le_bytes()));
+        assert!(!cache.evict(&9u32.to_le_bytes()));
+    }
+}
