@@ -362,9 +362,11 @@ fn write_locked<W: Words + ?Sized>(region: &W, first_index: usize, final_seq: u6
     region.store(first_index + SEQ_INDEX, final_seq, StoreOrdering::Release);
 }
 
-/// The reader side of the seqlock: reads `image.len()` bytes of the slot at `offset_bytes`
+/// The reader side of the seqlock over a whole image (the loom model of the bare seqlock uses
+/// it; `read_slot` uses [`read_stable_used`]): reads `image.len()` bytes of the slot at `offset_bytes`
 /// between two reads of `seq`; returns `Some(seq)` if both were equal and even, so the image is
 /// one write's (on shared memory; see the module docs for RDMA).
+#[cfg(all(test, loom))]
 fn read_stable<F: OneSided>(
     fabric: &F,
     remote: &F::RemoteRegion,
@@ -378,6 +380,37 @@ fn read_stable<F: OneSided>(
     fabric.read(remote, offset_bytes, image)?; // ends with an acquire fence
     let after = fabric.read_word(remote, offset_bytes, LoadOrdering::Relaxed)?;
     Ok((after == before).then_some(before))
+}
+
+/// [`read_stable`], reading only the bytes the slot's version occupies rather than the whole
+/// capacity: the 40-byte header first, then (from the lengths in it) the rest up to the end of
+/// the trailer. Lengths that exceed `image.len()` (torn, or a real overflow) make it read the
+/// whole image, so that the verdict is the same as a whole-capacity read's. Returns the seq and
+/// the bytes read (`image[..bytes]` is the image to verify).
+///
+/// The seqlock argument is unchanged: every load, header or body, comes between the acquire
+/// load of `s1` and the acquire fence that ends the second read, and `s2` follows that fence.
+fn read_stable_used<F: OneSided>(
+    fabric: &F,
+    remote: &F::RemoteRegion,
+    offset_bytes: usize,
+    image: &mut [u8],
+) -> Result<Option<(u64, usize)>, FabricError> {
+    let before = fabric.read_word(remote, offset_bytes, LoadOrdering::Acquire)?;
+    if before % 2 == 1 {
+        return Ok(None);
+    }
+    fabric.read(remote, offset_bytes, &mut image[..SLOT_HEADER_BYTES])?;
+    let used = SlotLayout::new(
+        u32_at(image, SLOT_KEY_LEN_OFFSET_BYTES) as usize,
+        u32_at(image, SLOT_METADATA_LEN_OFFSET_BYTES) as usize,
+        u32_at(image, SLOT_VALUE_LEN_OFFSET_BYTES) as usize,
+    )
+    .total_bytes;
+    let bytes = if used <= image.len() { used } else { image.len() };
+    fabric.read(remote, offset_bytes + SLOT_HEADER_BYTES, &mut image[SLOT_HEADER_BYTES..bytes])?; // acquire fence
+    let after = fabric.read_word(remote, offset_bytes, LoadOrdering::Relaxed)?;
+    Ok((after == before).then_some((before, bytes)))
 }
 
 /// A version read from a slot and verified. Borrows the caller's buffer.
@@ -476,7 +509,8 @@ fn verify(image: &[u8], seq: u64, expected_key: &[u8]) -> Result<(SlotLayout, u6
 /// address cache holds) of a peer's region, expecting `expected_key`. `buf` must hold at least
 /// `capacity_bytes`; the returned view borrows it.
 ///
-/// One attempt is: acquire-read `seq`, read the whole capacity, re-read `seq`, then check
+/// One attempt is: acquire-read `seq`, read the header and then only the bytes its lengths say
+/// the version occupies (the whole capacity if they exceed it), re-read `seq`, then check
 /// trailer copy, checksum, flags and key. Torn attempts are retried up to
 /// `SLOT_READ_ATTEMPTS_MAX` times.
 ///
@@ -507,20 +541,13 @@ fn read_slot_attempts<'b, F: OneSided>(
         return Err(SlotReadError::InvalidCapacity { capacity_bytes, buffer_bytes: buf.len() });
     }
     let image = &mut buf[..capacity_bytes];
+    let mut accepted = None;
     for attempt in 1..=attempts_max {
-        if let Some(seq) = read_stable(fabric, remote, offset_bytes, image)? {
-            match verify(image, seq, expected_key) {
+        if let Some((seq, bytes)) = read_stable_used(fabric, remote, offset_bytes, image)? {
+            match verify(&image[..bytes], seq, expected_key) {
                 Ok((layout, ts, flags)) => {
-                    let image: &'b [u8] = image;
-                    return Ok(SlotView {
-                        seq,
-                        ts,
-                        flags,
-                        key: &image[layout.key],
-                        metadata: &image[layout.metadata],
-                        value: &image[layout.value],
-                        attempts: attempt,
-                    });
+                    accepted = Some((seq, ts, flags, layout, attempt));
+                    break;
                 }
                 Err(Verdict::Final(error)) => return Err(error),
                 Err(Verdict::Torn) => {}
@@ -528,7 +555,19 @@ fn read_slot_attempts<'b, F: OneSided>(
         }
         std::hint::spin_loop();
     }
-    Err(SlotReadError::Torn { attempts: attempts_max })
+    let Some((seq, ts, flags, layout, attempts)) = accepted else {
+        return Err(SlotReadError::Torn { attempts: attempts_max });
+    };
+    let image: &'b [u8] = buf;
+    Ok(SlotView {
+        seq,
+        ts,
+        flags,
+        key: &image[layout.key],
+        metadata: &image[layout.metadata],
+        value: &image[layout.value],
+        attempts,
+    })
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! - [`types`]: timestamps and the per-client timestamp clock.
 //! - [`wire`]: the binary message format, framed for byte streams.
 //! - [`storage`]: the multi-version partition store (lastCommit by atomic max, GC).
+//! - [`item_slots`]: the latest committed versions published in item slots for GET\*.
 //! - [`cluster`]: cluster files and key routing (FNV-1a hash partitioning).
 //! - [`protocol`]: RAMP-Fast as I/O-free state machines (client transactions, server core).
 //! - [`transport`]: how requests reach servers: TCP today.
@@ -24,6 +25,7 @@ pub mod client;
 pub mod cluster;
 pub mod figures;
 pub mod history;
+pub mod item_slots;
 pub mod limits;
 pub mod progress;
 pub mod protocol;

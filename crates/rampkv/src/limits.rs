@@ -104,3 +104,22 @@ pub const SENDRECV_BUFFER_BYTES: usize = 256 * 1024;
 /// Send/recv: most send/recv connections one server group serves at once (its region holds
 /// this many request-queue slots after the write-poll slots); more are refused.
 pub const SENDRECV_GROUP_CONNECTIONS_MAX: usize = 64;
+
+/// GET\* (item slots): slots one server's item region has by default. A key gets a slot on its
+/// first commit (or first GET_LOCATE) while free slots remain; keys without one are read over
+/// GET+.
+pub const ITEM_SLOTS_DEFAULT: usize = 16_384;
+
+/// GET\*: bytes per item slot by default. Holds a 1 KiB value with a short key and a 4-key
+/// write set (slot header 40 B, trailer 16 B); a version that does not fit is not published.
+pub const ITEM_SLOT_BYTES_DEFAULT: usize = 1_280;
+
+/// GET\*: most slots one server's item region may have.
+pub const ITEM_SLOTS_MAX: usize = 1 << 22;
+
+/// GET\*: largest item region (slots x slot bytes) of one server.
+pub const ITEM_REGION_BYTES_MAX: usize = 1 << 30;
+
+/// GET\*: most entries in a client transport's address cache (key -> server and slot). When
+/// full, an arbitrary entry is evicted for a new one.
+pub const ADDRESS_CACHE_ENTRIES_MAX: usize = 1 << 18;

@@ -176,12 +176,21 @@ struct BenchArgs {
     /// TEST ONLY: readers skip the RAMP round-2 repair (the checker must then fail).
     #[arg(long, hide = true)]
     mutant_skip_repair: bool,
-    /// Transport: tcp; writepoll (GET+/PUT+ message rings over shared memory); sendrecv
-    /// (two-sided send/recv emulated over shared memory); inprocess (no transport: client
-    /// threads call the embedded servers' cores, the ceiling any transport could reach; not
-    /// with s2pl). All but tcp need the embedded cluster.
+    /// Transport: tcp; sendrecv (two-sided send/recv emulated over shared memory); writepoll
+    /// (GET+/PUT+ message rings over shared memory); onesided (GET* reads of item slots, PUT+
+    /// writes); inprocess (no transport: client threads call the embedded servers' cores, the
+    /// ceiling any transport could reach; not with s2pl). All but tcp need the embedded cluster.
     #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
     transport: bench::TransportKind,
+    /// onesided: item slots per server.
+    #[arg(long, default_value_t = rampkv::limits::ITEM_SLOTS_DEFAULT)]
+    item_slots: usize,
+    /// onesided: bytes per item slot (versions that do not fit are read over GET+).
+    #[arg(long, default_value_t = rampkv::limits::ITEM_SLOT_BYTES_DEFAULT)]
+    item_slot_bytes: usize,
+    /// onesided: fall back to GET+ when a slot's "newer version prepared" bit is set.
+    #[arg(long)]
+    getstar_newer_prepared_fallback: bool,
     /// Run this configuration over every transport in turn (--transport is ignored) and print
     /// a table side by side, with throughput ratios to TCP. With --json: one result per line.
     #[arg(long)]
@@ -397,6 +406,8 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         check: args.check,
         mutant_skip_repair: args.mutant_skip_repair,
         transport: args.transport,
+        item_slots: rampkv::item_slots::ItemSlotConfig { slots: args.item_slots, slot_bytes: args.item_slot_bytes },
+        getstar_newer_prepared_fallback: args.getstar_newer_prepared_fallback,
     };
     config.validate()?;
     eprintln!("rampkv bench: seed {seed}");

@@ -164,7 +164,7 @@ impl ResolverThread {
             }
             Verdict::Committed => {}
         }
-        core.store().commit(ts);
+        core.commit(ts); // publishes in the item slots too, if the server has them
         for (server, _) in &participants {
             // Best effort: a participant that misses this commits when it resolves itself.
             let _ = self.ask(*server, Request::Commit { ts });

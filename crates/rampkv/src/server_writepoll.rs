@@ -64,6 +64,7 @@ use rampkv_fabric::{
     ShmLocalRegion, Words,
 };
 
+use crate::item_slots::{ItemSlotConfig, ItemSlots};
 use crate::limits::{
     CONNECTION_WRITE_BUFFER_BYTES_MAX, SENDRECV_GROUP_CONNECTIONS_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS,
     WRITEPOLL_GROUP_CONNECTIONS_MAX, WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_MESSAGE_BYTES_MIN,
@@ -205,7 +206,29 @@ impl WritePollGroup {
     /// and recovery measures staleness with it) and its deferred-reply exchange. One ring front
     /// end per group.
     pub fn spawn(group: &ServerGroup, listen: SocketAddr) -> std::io::Result<WritePollGroup> {
+        Self::spawn_with_item_slots(group, listen, None)
+    }
+
+    /// [`WritePollGroup::spawn`], and with `item_slots` also GET\*: registers an item region
+    /// per server of the group, attaches it to the server's core (which from then on publishes
+    /// committed versions in it), and announces it in the control handshake
+    /// (`ServerReply::Accepted::items`). Fails if a core already has item slots.
+    pub fn spawn_with_item_slots(
+        group: &ServerGroup,
+        listen: SocketAddr,
+        item_slots: Option<ItemSlotConfig>,
+    ) -> std::io::Result<WritePollGroup> {
         let cores = group.cores().to_vec();
+        if let Some(config) = item_slots {
+            let fabric = ShmFabric::new().map_err(std::io::Error::other)?;
+            for core in &cores {
+                let slots = ItemSlots::register(&fabric, &unique_region_name("items"), config)
+                    .map_err(std::io::Error::other)?;
+                if core.attach_item_slots(Arc::new(slots)).is_err() {
+                    return Err(std::io::Error::other("a server already has item slots"));
+                }
+            }
+        }
         let clock = group.clock();
         let exchange = Arc::clone(group.deferred_exchange());
         let fabric = ShmFabric::new().map_err(std::io::Error::other)?;
@@ -358,6 +381,7 @@ impl ControlLoop {
         };
         self.generation += 1;
         let id = RING_CONNECTION_ID_BIT | (self.generation << 32) | slot as u64;
+        let item_info = core.item_slots().map(|slots| slots.info().clone());
         let built = stream
             .try_clone()
             .map_err(|error| error.to_string())
@@ -375,6 +399,7 @@ impl ControlLoop {
             request_ring: RegionLayout::ring(slot),
             doorbell_offset_bytes: RegionLayout::DOORBELL_OFFSET_BYTES,
             reply_credit_offset_bytes: RegionLayout::credit_offset_bytes(slot),
+            items: item_info,
         };
         // The poller gets the connection first: once the client reads the reply it may write.
         self.send(ControlEvent::Open(Box::new(connection)));

@@ -212,8 +212,14 @@ impl Store {
     /// Makes transaction `ts` visible on this server. Returns how many keys it advanced
     /// (0 for an unknown or already committed `ts`: a retried COMMIT is harmless).
     pub fn commit(&self, ts: Timestamp) -> usize {
+        self.commit_keys(ts).len()
+    }
+
+    /// [`Store::commit`], returning the keys it committed (empty for an unknown or already
+    /// committed `ts`), for the item slots to publish.
+    pub fn commit_keys(&self, ts: Timestamp) -> Vec<Key> {
         let Some(PendingTxn { keys, .. }) = self.pending_shard(ts).lock().remove(&ts) else {
-            return 0;
+            return Vec::new();
         };
         for key in &keys {
             let shard = self.shard(key).read();
@@ -222,7 +228,7 @@ impl Store {
             stored.committed.store(true, Ordering::Release);
             state.last_commit.fetch_max(ts, Ordering::AcqRel);
         }
-        keys.len()
+        keys
     }
 
     /// Stores `writes` of transaction `ts` and makes them visible at once, key by key, with no

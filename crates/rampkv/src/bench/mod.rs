@@ -28,6 +28,7 @@ use crate::checker;
 use crate::client::{ClientError, Completion, Driver, TxnResult};
 use crate::cluster::Cluster;
 use crate::history::{self, HistorySink, ReadRecord, Record, WriteRecord};
+use crate::item_slots::ItemSlotConfig;
 use crate::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::protocol::bloom::BloomParameters;
 use crate::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
@@ -36,6 +37,7 @@ use crate::recovery::RECOVERY_TIMEOUT_MS;
 use crate::server::{ServerConfig, ServerGroup};
 use crate::server_writepoll::WritePollGroup;
 use crate::transport::local::LocalTransport;
+use crate::transport::onesided::{GetStarStats, OneSidedClientTransport, OneSidedOptions};
 use crate::transport::sendrecv::SendRecvClientTransport;
 use crate::transport::tcp::TcpClientTransport;
 use crate::transport::writepoll::WritePollClientTransport;
@@ -74,11 +76,15 @@ pub enum TransportKind {
     /// completion queue, as RDMA SEND/RECV).
     #[serde(rename = "sendrecv")]
     SendRecv,
+    /// GET\*/PUT+: round-1 reads from item slots read one-sidedly, the rest as write-poll.
+    #[serde(rename = "onesided")]
+    OneSided,
 }
 
 impl TransportKind {
     /// Every transport, TCP first (the baseline of comparisons).
-    pub const ALL: &'static [TransportKind] = &[TransportKind::Tcp, TransportKind::SendRecv, TransportKind::WritePoll];
+    pub const ALL: &'static [TransportKind] =
+        &[TransportKind::Tcp, TransportKind::SendRecv, TransportKind::WritePoll, TransportKind::OneSided];
 
     /// The name used on the command line and in results.
     pub fn name(self) -> &'static str {
@@ -87,6 +93,7 @@ impl TransportKind {
             TransportKind::WritePoll => "writepoll",
             TransportKind::InProcess => "inprocess",
             TransportKind::SendRecv => "sendrecv",
+            TransportKind::OneSided => "onesided",
         }
     }
 
@@ -96,8 +103,9 @@ impl TransportKind {
             "tcp" => Ok(TransportKind::Tcp),
             "writepoll" => Ok(TransportKind::WritePoll),
             "sendrecv" => Ok(TransportKind::SendRecv),
+            "onesided" => Ok(TransportKind::OneSided),
             "inprocess" => Ok(TransportKind::InProcess),
-            other => Err(format!("unknown transport {other:?} (tcp, writepoll, sendrecv or inprocess)")),
+            other => Err(format!("unknown transport {other:?} (tcp, sendrecv, writepoll, onesided or inprocess)")),
         }
     }
 }
@@ -142,6 +150,10 @@ pub struct BenchConfig {
     pub mutant_skip_repair: bool,
     /// How the clients reach the servers (the embedded cluster serves both).
     pub transport: TransportKind,
+    /// GET\* (`onesided`): item slots per server and their size.
+    pub item_slots: ItemSlotConfig,
+    /// GET\* (`onesided`): fall back to GET+ when a slot's newer-prepared bit is set.
+    pub getstar_newer_prepared_fallback: bool,
 }
 
 impl Default for BenchConfig {
@@ -166,6 +178,8 @@ impl Default for BenchConfig {
             check: false,
             mutant_skip_repair: false,
             transport: TransportKind::Tcp,
+            item_slots: ItemSlotConfig::default(),
+            getstar_newer_prepared_fallback: false,
         }
     }
 }
@@ -193,10 +207,13 @@ impl BenchConfig {
     pub fn validate(&self) -> Result<(), BenchError> {
         let fail = |why: String| Err(BenchError::Config(why));
         self.bloom.validate().map_err(BenchError::Config)?;
-        if self.transport == TransportKind::WritePoll && self.cluster_file.is_some() {
-            return fail(
-                "--transport writepoll needs the embedded cluster (its control ports are not in cluster files)".into(),
-            );
+        if matches!(self.transport, TransportKind::WritePoll | TransportKind::OneSided | TransportKind::SendRecv)
+            && self.cluster_file.is_some()
+        {
+            return fail(format!(
+                "--transport {} needs the embedded cluster (its control ports are not in cluster files)",
+                self.transport.name()
+            ));
         }
         if self.transport == TransportKind::InProcess && self.cluster_file.is_some() {
             return fail("--transport inprocess calls the embedded cluster's servers: not with --cluster".into());
@@ -204,11 +221,7 @@ impl BenchConfig {
         if self.transport == TransportKind::InProcess && self.algorithm == Algorithm::S2pl {
             return fail("--transport inprocess cannot carry S2PL (lock grants need the servers' event loops)".into());
         }
-        if self.transport == TransportKind::SendRecv && self.cluster_file.is_some() {
-            return fail(
-                "--transport sendrecv needs the embedded cluster (its control ports are not in cluster files)".into(),
-            );
-        }
+        self.item_slots.validate().map_err(BenchError::Config)?;
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
         }
@@ -292,6 +305,15 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
                             SendRecvClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
                         run_client_thread(&config, transport, cluster, context)
                     }
+                    TransportKind::OneSided => {
+                        let options = OneSidedOptions {
+                            newer_prepared_fallback: config.getstar_newer_prepared_fallback,
+                            ..OneSidedOptions::default()
+                        };
+                        let transport =
+                            OneSidedClientTransport::connect(&control_addresses, options).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
                 }
             })
         })
@@ -353,7 +375,10 @@ fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> 
     }
     let ring_fronts = groups
         .iter()
-        .map(|group| WritePollGroup::spawn(group, localhost))
+        .map(|group| {
+            let item_slots = (config.transport == TransportKind::OneSided).then_some(config.item_slots);
+            WritePollGroup::spawn_with_item_slots(group, localhost, item_slots)
+        })
         .collect::<Result<_, _>>()
         .map_err(BenchError::Cluster)?;
     Ok((cluster, groups, ring_fronts))
@@ -400,6 +425,8 @@ pub(crate) struct ThreadTotals {
     /// When the thread's measured run started (after connecting) and ended; merged: the
     /// earliest start to the latest end.
     pub(crate) window: Option<(Instant, Instant)>,
+    /// GET\* counters (onesided transport only).
+    pub(crate) getstar: Option<GetStarStats>,
 }
 
 impl ThreadTotals {
@@ -421,6 +448,7 @@ impl ThreadTotals {
             records: Vec::new(),
             client_cpu: Some(Duration::ZERO),
             window: None,
+            getstar: None,
         }
     }
 
@@ -448,6 +476,9 @@ impl ThreadTotals {
             (Some((start, end)), Some((other_start, other_end))) => Some((start.min(other_start), end.max(other_end))),
             (window, None) | (None, window) => window,
         };
+        if let Some(other) = other.getstar {
+            self.getstar.get_or_insert_with(GetStarStats::default).merge(&other);
+        }
     }
 }
 
@@ -520,6 +551,7 @@ fn run_client_thread<T: ClientTransport>(
         _ => None,
     };
     state.totals.window = Some((started, Instant::now()));
+    state.totals.getstar = state.driver.transport().getstar_stats();
     Ok(state.totals)
 }
 

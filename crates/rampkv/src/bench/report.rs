@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::{BenchConfig, ThreadTotals};
 use crate::checker::Report;
 use crate::storage::StoreStats;
+use crate::transport::onesided::GetStarStats;
 
 /// Latency percentiles of one transaction type, in microseconds.
 #[derive(Debug, Clone, Serialize)]
@@ -125,6 +126,9 @@ pub struct BenchResult {
     pub check: Option<Report>,
     /// What each embedded server's store held at the end (empty for an external cluster).
     pub store: Vec<StoreStats>,
+    /// GET\* counters summed over client threads (`onesided` transport only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub getstar: Option<GetStarStats>,
 }
 
 pub(crate) fn build(
@@ -166,6 +170,7 @@ pub(crate) fn build(
         first_failure: totals.first_failure.clone(),
         check,
         store,
+        getstar: totals.getstar,
     }
 }
 
@@ -249,6 +254,25 @@ impl fmt::Display for BenchResult {
             self.round2.read_restarts,
             self.round2.metadata_bytes_per_item
         )?;
+        if let Some(getstar) = &self.getstar {
+            writeln!(
+                f,
+                "  GET*: {} of {} round-1 GETs from slots ({:.1}%), {} slots read, {} torn retries; fallbacks: {} miss, {} torn, {} wrong key, {} not valid, {} corrupt, {} newer prepared; {} evictions, {} cache fills",
+                getstar.hits,
+                getstar.eligible_gets,
+                getstar.hits as f64 * 100.0 / getstar.eligible_gets.max(1) as f64,
+                getstar.slots_accepted,
+                getstar.torn_retries,
+                getstar.fallback_miss,
+                getstar.fallback_torn,
+                getstar.fallback_wrong_key,
+                getstar.fallback_not_valid,
+                getstar.fallback_corrupt,
+                getstar.fallback_newer_prepared,
+                getstar.evictions,
+                getstar.cache_fills
+            )?;
+        }
         if let Some(failure) = &self.first_failure {
             writeln!(f, "  first failure: {failure}")?;
         }

@@ -120,6 +120,11 @@ impl<T: ClientTransport> Driver<T> {
         self.options = options;
     }
 
+    /// The transport (for its statistics).
+    pub fn transport(&self) -> &T {
+        &self.transport
+    }
+
     /// The options transactions run with.
     pub fn txn_options(&self) -> &TxnOptions {
         &self.options

@@ -4,16 +4,17 @@
 //! and the output buffer. A request is validated completely before it changes anything, so a
 //! refused request leaves the store as it was.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
 use super::locks::{LockDecision, LockMode, LockTable};
+use crate::item_slots::ItemSlots;
 use crate::limits::{CLIENT_IDS_MAX, KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::storage::{Key, Store, StoreError, StoredMetadata, Version};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
-use crate::wire::response::append_versions_frame;
+use crate::wire::response::{append_versions_frame, append_versions_located_frame};
 use crate::wire::{ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, WireError, Write};
 
 /// A reply to a request that arrived earlier, possibly on another connection (an S2PL lock
@@ -33,6 +34,10 @@ pub struct ServerCore {
     locks: Mutex<LockTable>,
     /// Next client id to hand out (ids are 16 bits, never 0; they wrap after 65,535).
     next_client_id: AtomicU32,
+    /// GET\*: the item slots this server publishes committed versions in, once attached.
+    item_slots: OnceLock<Arc<ItemSlots>>,
+    /// GET and GET_LOCATE requests served (statistics: how many reads GET\* saved).
+    gets_served: AtomicU64,
 }
 
 impl ServerCore {
@@ -42,7 +47,36 @@ impl ServerCore {
             store: Store::new(gc_grace_ms),
             locks: Mutex::new(LockTable::default()),
             next_client_id: AtomicU32::new(1),
+            item_slots: OnceLock::new(),
+            gets_served: AtomicU64::new(0),
         }
+    }
+
+    /// GET\*: from now on, publish committed versions in `slots`. Returns the slots already
+    /// attached if there are (one item region per server).
+    pub fn attach_item_slots(&self, slots: Arc<ItemSlots>) -> Result<(), Arc<ItemSlots>> {
+        self.item_slots.set(slots)
+    }
+
+    /// GET and GET_LOCATE requests this server has served.
+    pub fn gets_served(&self) -> u64 {
+        self.gets_served.load(Ordering::Relaxed)
+    }
+
+    /// Commits transaction `ts` in the store (as a COMMIT request does) and publishes the keys
+    /// it advanced in the item slots, if attached. Recovery uses it, so that a transaction it
+    /// commits does not leave a slot behind `lastCommit`.
+    pub fn commit(&self, ts: Timestamp) -> usize {
+        let keys = self.store.commit_keys(ts);
+        if let Some(slots) = self.item_slots() {
+            slots.publish_committed(&self.store, keys.iter().map(|key| &key[..]));
+        }
+        keys.len()
+    }
+
+    /// The item slots, if attached.
+    pub fn item_slots(&self) -> Option<&Arc<ItemSlots>> {
+        self.item_slots.get()
     }
 
     /// The store, for statistics and tests.
@@ -109,7 +143,11 @@ impl ServerCore {
             }
             Request::CommitLocked { ts } => {
                 let (staged, decisions) = self.locks.lock().finish(ts);
+                let keys = self.item_slots().map(|_| staged_keys(&staged));
                 let applied = if staged.is_empty() { Ok(()) } else { self.store.put(ts, staged, now_ms) };
+                if let (Ok(()), Some(slots), Some(keys)) = (&applied, self.item_slots(), keys) {
+                    slots.publish_committed(&self.store, keys.iter().map(|key| &key[..]));
+                }
                 reply_ack_or_error(applied, request_id, out);
                 self.reply_to_decisions(decisions, deferred);
             }
@@ -177,14 +215,21 @@ impl ServerCore {
             Request::Hello { client_ids_wanted } => {
                 return self.hello(client_ids_wanted).encode_frame(request_id, out);
             }
-            Request::Get { items } => return self.get(&items, request_id, out),
+            Request::Get { items } => return self.get(&items, request_id, false, out),
+            Request::GetLocate { items } => return self.get(&items, request_id, true, out),
             Request::Prepare { ts, metadata, write_set, writes } => {
                 let metadata = stored_metadata(metadata);
                 let write_set: Arc<[Key]> = match (&metadata, write_set.is_empty()) {
                     (StoredMetadata::WriteSet(keys), true) => Arc::clone(keys),
                     _ => write_set.into_iter().map(Vec::into_boxed_slice).collect(),
                 };
-                self.store.prepare(ts, metadata, write_set, stored_writes(writes), now_ms)
+                let writes = stored_writes(writes);
+                let keys = self.item_slots().map(|_| staged_keys(&writes));
+                let prepared = self.store.prepare(ts, metadata, write_set, writes, now_ms);
+                if let (Ok(()), Some(slots), Some(keys)) = (&prepared, self.item_slots(), keys) {
+                    slots.note_prepared(ts, keys.iter().map(|key| &key[..]));
+                }
+                prepared
             }
             Request::Status { ts, keys } => {
                 let keys: Vec<Key> = keys.into_iter().map(Vec::into_boxed_slice).collect();
@@ -192,10 +237,18 @@ impl ServerCore {
                 return Response::Status { state }.encode_frame(request_id, out);
             }
             Request::Commit { ts } => {
-                self.store.commit(ts);
+                self.commit(ts);
                 Ok(())
             }
-            Request::Put { ts, writes } => self.store.put(ts, stored_writes(writes), now_ms),
+            Request::Put { ts, writes } => {
+                let writes = stored_writes(writes);
+                let keys = self.item_slots().map(|_| staged_keys(&writes));
+                let put = self.store.put(ts, writes, now_ms);
+                if let (Ok(()), Some(slots), Some(keys)) = (&put, self.item_slots(), keys) {
+                    slots.publish_committed(&self.store, keys.iter().map(|key| &key[..]));
+                }
+                put
+            }
             other => {
                 let message = format!("request kind {:#04x} is not served here", other.kind());
                 Err(StoreError::InvalidPrepare(message))
@@ -216,7 +269,9 @@ impl ServerCore {
         Response::Hello { client_id_first: first as u16, client_ids_granted: wanted as u16 }
     }
 
-    fn get(&self, items: &[GetItem], request_id: u64, out: &mut Vec<u8>) {
+    /// Serves a GET, or with `locate` a GET_LOCATE (whose reply also names each key's slot).
+    fn get(&self, items: &[GetItem], request_id: u64, locate: bool, out: &mut Vec<u8>) {
+        self.gets_served.fetch_add(1, Ordering::Relaxed);
         let mut answers: Vec<Answer> = Vec::with_capacity(items.len());
         for item in items {
             let answer = match &item.selector {
@@ -242,17 +297,32 @@ impl ServerCore {
                 }
             }
         }
-        encode_answers(&answers, request_id, out);
+        match (locate, self.item_slots()) {
+            (false, _) => encode_answers(&answers, request_id, out),
+            (true, slots) => {
+                let slots = items.iter().map(|item| slots.and_then(|slots| slots.locate(&self.store, &item.key)));
+                let slots: Vec<Option<u32>> = slots.collect();
+                append_versions_located_frame(out, request_id, answer_entries(&answers), slots.into_iter());
+            }
+        }
     }
 }
 
-fn encode_answers(answers: &[Answer], request_id: u64, out: &mut Vec<u8>) {
-    let entries = answers.iter().map(|answer| match answer {
+/// The keys of `writes` (copied before the writes move into the store).
+fn staged_keys(writes: &[(Key, Box<[u8]>)]) -> Vec<Key> {
+    writes.iter().map(|(key, _)| key.clone()).collect()
+}
+
+fn answer_entries(answers: &[Answer]) -> impl ExactSizeIterator<Item = (Timestamp, &[u8], MetadataRef<'_, Key>)> {
+    answers.iter().map(|answer| match answer {
         Answer::Version(version) => (version.ts, &*version.value, version.metadata.as_wire()),
         Answer::TimestampOnly(ts) => (*ts, &[][..], MetadataRef::None),
         Answer::Initial => (TIMESTAMP_INITIAL, &[][..], MetadataRef::None),
-    });
-    append_versions_frame(out, request_id, entries);
+    })
+}
+
+fn encode_answers(answers: &[Answer], request_id: u64, out: &mut Vec<u8>) {
+    append_versions_frame(out, request_id, answer_entries(answers));
 }
 
 fn reply_ack_or_error(result: Result<(), StoreError>, request_id: u64, out: &mut Vec<u8>) {

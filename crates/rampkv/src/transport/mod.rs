@@ -9,9 +9,12 @@
 //! - [`writepoll`]: GET+/PUT+, message rings written one-sidedly over the fabric.
 //! - [`sendrecv`]: two-sided send/recv emulated over the fabric (posted receive buffers and a
 //!   completion queue, as RDMA SEND/RECV).
+//! - [`onesided`]: GET\*/PUT+, round-1 reads from item slots read one-sidedly, the rest as
+//!   write-poll.
 //! - [`local`]: direct calls into the server cores of the client's own process.
 
 pub mod local;
+pub mod onesided;
 pub mod sendrecv;
 pub mod tcp;
 pub mod writepoll;
@@ -59,4 +62,9 @@ pub trait ClientTransport {
     fn poll<F>(&mut self, timeout: Option<Duration>, deliver: F) -> Result<usize, TransportError>
     where
         F: FnMut(usize, u64, Response);
+
+    /// GET\* counters, for a transport that reads item slots (`None` for the others).
+    fn getstar_stats(&self) -> Option<onesided::GetStarStats> {
+        None
+    }
 }

@@ -42,6 +42,7 @@ use rampkv_fabric::{
 use serde::{Deserialize, Serialize};
 
 use super::{ClientTransport, TransportError};
+use crate::item_slots::ItemRegionInfo;
 use crate::limits::{
     WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_MESSAGE_BYTES_MAX, WRITEPOLL_RING_BYTES,
     WRITEPOLL_SLEEP_MS_MAX,
@@ -121,6 +122,10 @@ pub enum ServerReply {
         doorbell_offset_bytes: u64,
         /// The credit word of the reply ring, in the server's region.
         reply_credit_offset_bytes: u64,
+        /// GET\*: the server's item region (absent when it publishes no item slots; a client
+        /// that does not read slots ignores it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        items: Option<ItemRegionInfo>,
     },
     /// The server will not serve this client (no free slot, bad hello, ...).
     Refused {
@@ -220,6 +225,8 @@ struct Connection {
     /// The server's region and our request ring in it (for the fault-injection hook only).
     server_region: ShmRemoteRegion,
     request_ring: RingLayout,
+    /// GET\*: the server's item region, if it has one.
+    items: Option<ItemRegionInfo>,
 }
 
 /// A client's ring connections to every server of a cluster.
@@ -306,6 +313,16 @@ impl WritePollClientTransport {
         Ok(())
     }
 
+    /// GET\*: the item region server `server` announced in the handshake, if any.
+    pub fn item_region(&self, server: usize) -> Option<&ItemRegionInfo> {
+        self.connections.get(server).and_then(|connection| connection.items.as_ref())
+    }
+
+    /// The fabric this transport maps regions with.
+    pub fn fabric(&self) -> ShmFabric {
+        self.fabric
+    }
+
     /// TEST HOOK (fault injection): writes `word` one-sidedly at the start of `server`'s
     /// request ring, which is where the first frame header goes: on a connection that has sent
     /// nothing yet, the server finds it as its next header, as if a buggy or hostile client
@@ -367,9 +384,9 @@ fn connect_one(
     };
     write_json_line(&mut control, &hello).map_err(connect_error)?;
     let reply: ServerReply = read_json_line(&mut control).map_err(connect_error)?;
-    let (server_descriptor, request_ring, server_doorbell, reply_credit) = match reply {
-        ServerReply::Accepted { region, request_ring, doorbell_offset_bytes, reply_credit_offset_bytes } => {
-            (region, request_ring, doorbell_offset_bytes, reply_credit_offset_bytes)
+    let (server_descriptor, request_ring, server_doorbell, reply_credit, items) = match reply {
+        ServerReply::Accepted { region, request_ring, doorbell_offset_bytes, reply_credit_offset_bytes, items } => {
+            (region, request_ring, doorbell_offset_bytes, reply_credit_offset_bytes, items)
         }
         ServerReply::Refused { reason } => {
             return Err(connect_error(std::io::Error::new(ErrorKind::ConnectionRefused, reason)))
@@ -404,7 +421,7 @@ fn connect_one(
     )
     .map_err(|error| fabric_error(server, error))?;
     control.set_nonblocking(true).map_err(|error| TransportError::Io { server, error })?;
-    Ok(Connection { control, sender, receiver, outgoing: Vec::new(), sent: 0, server_region, request_ring })
+    Ok(Connection { control, sender, receiver, outgoing: Vec::new(), sent: 0, server_region, request_ring, items })
 }
 
 /// Decodes and delivers every frame of one ring message (whole frames only).

@@ -32,6 +32,10 @@
 //! 0x0A STATUS         u64 ts, keys               recovery: has this server prepared or
 //!                                                committed ts (on these keys)? reply STATUS;
 //!                                                "unknown" also marks ts aborted here
+//! 0x0B GET_LOCATE     as GET                     GET, and also say where each key's item slot
+//!                                                is (reply VERSIONS_LOCATED); sent only by the
+//!                                                one-sided (GET*) transport to fill its
+//!                                                address cache
 //! ```
 
 use super::frame::append_frame;
@@ -50,6 +54,7 @@ pub const KIND_LOCK_WRITE: u8 = 0x07;
 pub const KIND_COMMIT_LOCKED: u8 = 0x08;
 pub const KIND_RELEASE: u8 = 0x09;
 pub const KIND_STATUS: u8 = 0x0A;
+pub const KIND_GET_LOCATE: u8 = 0x0B;
 
 const SELECTOR_LATEST: u8 = 0;
 const SELECTOR_LATEST_TS: u8 = 1;
@@ -93,6 +98,9 @@ pub enum Request {
     Hello { client_ids_wanted: u16 },
     /// Reads keys stored on this server.
     Get { items: Vec<GetItem> },
+    /// As `Get`, and the reply (`Response::VersionsLocated`) also gives each key's item slot
+    /// (GET*: the one-sided transport fills its address cache from it).
+    GetLocate { items: Vec<GetItem> },
     /// Stores the transaction's writes on this server as prepared (invisible) versions, each
     /// with the transaction's metadata.
     /// `write_set` is the transaction's whole write set, kept for recovery only (empty when
@@ -120,6 +128,7 @@ impl Request {
         match self {
             Request::Hello { .. } => KIND_HELLO,
             Request::Get { .. } => KIND_GET,
+            Request::GetLocate { .. } => KIND_GET_LOCATE,
             Request::Prepare { .. } => KIND_PREPARE,
             Request::Commit { .. } => KIND_COMMIT,
             Request::Put { .. } => KIND_PUT,
@@ -141,7 +150,7 @@ impl Request {
         let mut encoder = Encoder::new(out);
         match self {
             Request::Hello { client_ids_wanted } => encoder.u16(*client_ids_wanted),
-            Request::Get { items } => {
+            Request::Get { items } | Request::GetLocate { items } => {
                 assert!(items.len() <= TXN_KEYS_MAX);
                 encoder.count(items.len());
                 for item in items {
@@ -172,12 +181,16 @@ impl Request {
         let mut decoder = Decoder::new(body);
         let request = match kind {
             KIND_HELLO => Request::Hello { client_ids_wanted: decoder.u16()? },
-            KIND_GET => {
+            KIND_GET | KIND_GET_LOCATE => {
                 let count = decoder.count("get items", TXN_KEYS_MAX, 3)?;
                 let items = (0..count)
                     .map(|_| Ok(GetItem { key: decoder.key()?, selector: decode_selector(&mut decoder)? }))
                     .collect::<Result<_, WireError>>()?;
-                Request::Get { items }
+                if kind == KIND_GET {
+                    Request::Get { items }
+                } else {
+                    Request::GetLocate { items }
+                }
             }
             KIND_PREPARE => {
                 let ts = decoder.u64()?;

@@ -9,6 +9,9 @@
 //! 0x83 ACK       (empty)                        PREPARE or COMMIT done
 //! 0x84 STATUS    u8 state                       0 unknown (now aborted here), 1 prepared,
 //!                                               2 committed, 3 aborted
+//! 0x85 VERSIONS_LOCATED  the VERSIONS body, then u32 count (equal to the VERSIONS count),
+//!                u32 slot * count: the item slot of each GET_LOCATE key in the server's item
+//!                region (u32::MAX = the key has no slot; see docs/fabric.md, "GET*")
 //! 0xFF ERROR     u16 code, u32 length, UTF-8 message (length <= ERROR_MESSAGE_BYTES_MAX)
 //!                codes: 1 BadRequest, 2 VersionGone, 3 Internal, 4 Aborted
 //! ```
@@ -23,7 +26,11 @@ pub const KIND_HELLO_REPLY: u8 = 0x81;
 pub const KIND_VERSIONS: u8 = 0x82;
 pub const KIND_ACK: u8 = 0x83;
 pub const KIND_STATUS: u8 = 0x84;
+pub const KIND_VERSIONS_LOCATED: u8 = 0x85;
 pub const KIND_ERROR: u8 = 0xFF;
+
+/// In VERSIONS_LOCATED: the key has no item slot.
+pub const SLOT_NONE: u32 = u32::MAX;
 
 /// Longest error message sent; longer ones are cut.
 pub const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
@@ -88,11 +95,27 @@ pub enum TxnState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Response {
-    Hello { client_id_first: u16, client_ids_granted: u16 },
-    Versions { items: Vec<VersionItem> },
+    Hello {
+        client_id_first: u16,
+        client_ids_granted: u16,
+    },
+    Versions {
+        items: Vec<VersionItem>,
+    },
+    /// The reply to GET_LOCATE: the versions, and per item its slot index in the server's
+    /// item region (`None`: not published in a slot).
+    VersionsLocated {
+        items: Vec<VersionItem>,
+        slots: Vec<Option<u32>>,
+    },
     Ack,
-    Status { state: TxnState },
-    Error { code: ErrorCode, message: String },
+    Status {
+        state: TxnState,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
 }
 
 impl Response {
@@ -106,6 +129,7 @@ impl Response {
         match self {
             Response::Hello { .. } => KIND_HELLO_REPLY,
             Response::Versions { .. } => KIND_VERSIONS,
+            Response::VersionsLocated { .. } => KIND_VERSIONS_LOCATED,
             Response::Ack => KIND_ACK,
             Response::Status { .. } => KIND_STATUS,
             Response::Error { .. } => KIND_ERROR,
@@ -132,6 +156,14 @@ impl Response {
                     encode_version(&mut encoder, item.ts, &item.value, item.metadata.as_ref());
                 }
             }
+            Response::VersionsLocated { items, slots } => {
+                assert!(items.len() <= TXN_KEYS_MAX && slots.len() == items.len());
+                encoder.count(items.len());
+                for item in items {
+                    encode_version(&mut encoder, item.ts, &item.value, item.metadata.as_ref());
+                }
+                encode_slots(&mut encoder, slots.iter().copied());
+            }
             Response::Ack => {}
             Response::Status { state } => encoder.u8(match state {
                 TxnState::Unknown => 0,
@@ -151,18 +183,17 @@ impl Response {
         let mut decoder = Decoder::new(body);
         let response = match kind {
             KIND_HELLO_REPLY => Response::Hello { client_id_first: decoder.u16()?, client_ids_granted: decoder.u16()? },
-            KIND_VERSIONS => {
-                let count = decoder.count("versions", TXN_KEYS_MAX, 13)?;
-                let items = (0..count)
-                    .map(|_| {
-                        Ok(VersionItem {
-                            ts: decoder.u64()?,
-                            value: decoder.bytes_up_to("value", VALUE_BYTES_MAX)?,
-                            metadata: Metadata::decode(&mut decoder)?,
-                        })
-                    })
+            KIND_VERSIONS => Response::Versions { items: decode_versions(&mut decoder)? },
+            KIND_VERSIONS_LOCATED => {
+                let items = decode_versions(&mut decoder)?;
+                let count = decoder.count("slots", TXN_KEYS_MAX, 4)?;
+                if count != items.len() {
+                    return Err(WireError::Invalid("slot count differs from the version count"));
+                }
+                let slots = (0..count)
+                    .map(|_| decoder.u32().map(|slot| (slot != SLOT_NONE).then_some(slot)))
                     .collect::<Result<_, WireError>>()?;
-                Response::Versions { items }
+                Response::VersionsLocated { items, slots }
             }
             KIND_ACK => Response::Ack,
             KIND_STATUS => Response::Status {
@@ -185,6 +216,27 @@ impl Response {
         };
         decoder.finish()?;
         Ok(response)
+    }
+}
+
+fn decode_versions(decoder: &mut Decoder<'_>) -> Result<Vec<VersionItem>, WireError> {
+    let count = decoder.count("versions", TXN_KEYS_MAX, 13)?;
+    (0..count)
+        .map(|_| {
+            Ok(VersionItem {
+                ts: decoder.u64()?,
+                value: decoder.bytes_up_to("value", VALUE_BYTES_MAX)?,
+                metadata: Metadata::decode(decoder)?,
+            })
+        })
+        .collect()
+}
+
+fn encode_slots(encoder: &mut Encoder<'_>, slots: impl ExactSizeIterator<Item = Option<u32>>) {
+    encoder.count(slots.len());
+    for slot in slots {
+        debug_assert!(slot != Some(SLOT_NONE), "slot indices stay below u32::MAX");
+        encoder.u32(slot.unwrap_or(SLOT_NONE));
     }
 }
 
@@ -225,4 +277,23 @@ fn truncate_utf8(text: &str, bytes_max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// Appends a VERSIONS_LOCATED frame: the entries as in [`append_versions_frame`], then each
+/// entry's slot (same count).
+pub fn append_versions_located_frame<'v, K: AsRef<[u8]> + 'v>(
+    out: &mut Vec<u8>,
+    request_id: u64,
+    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
+    slots: impl ExactSizeIterator<Item = Option<u32>>,
+) {
+    assert_eq!(entries.len(), slots.len(), "one slot per entry");
+    append_frame(out, KIND_VERSIONS_LOCATED, request_id, |body| {
+        let mut encoder = Encoder::new(body);
+        encoder.count(entries.len());
+        for (ts, value, metadata) in entries {
+            encode_version(&mut encoder, ts, value, metadata);
+        }
+        encode_slots(&mut encoder, slots);
+    });
 }

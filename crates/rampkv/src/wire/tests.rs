@@ -41,6 +41,8 @@ fn request() -> impl Strategy<Value = Request> {
         any::<u16>().prop_map(|client_ids_wanted| Request::Hello { client_ids_wanted }),
         vec((key(), selector()).prop_map(|(key, selector)| GetItem { key, selector }), 0..8)
             .prop_map(|items| Request::Get { items }),
+        vec((key(), selector()).prop_map(|(key, selector)| GetItem { key, selector }), 0..8)
+            .prop_map(|items| Request::GetLocate { items }),
         (any::<u64>(), metadata(), vec(key(), 0..4), writes())
             .prop_map(|(ts, metadata, write_set, writes)| Request::Prepare { ts, metadata, write_set, writes }),
         (any::<u64>(), vec(key(), 0..4)).prop_map(|(ts, keys)| Request::Status { ts, keys }),
@@ -70,6 +72,15 @@ fn response() -> impl Strategy<Value = Response> {
             0..6
         )
         .prop_map(|items| Response::Versions { items }),
+        vec(
+            (any::<u64>(), value(), metadata(), proptest::option::of(0u32..u32::MAX))
+                .prop_map(|(ts, value, metadata, slot)| (VersionItem { ts, value, metadata }, slot)),
+            0..6
+        )
+        .prop_map(|entries| {
+            let (items, slots) = entries.into_iter().unzip();
+            Response::VersionsLocated { items, slots }
+        }),
         Just(Response::Ack),
         prop_oneof![
             Just(TxnState::Unknown),
@@ -198,4 +209,24 @@ fn the_header_layout_is_as_documented() {
     let mut header = [0u8; FRAME_HEADER_BYTES];
     FrameHeader { body_length: 0x0102_0304, kind: 0x82, request_id: 0x1122_3344_5566_7788 }.encode(&mut header);
     assert_eq!(header, [0x04, 0x03, 0x02, 0x01, 1, 0x82, 0, 0, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
+}
+
+#[test]
+fn versions_located_needs_one_slot_per_version_and_matches_the_server_encoder() {
+    let items = vec![
+        VersionItem { ts: 7, value: b"v".to_vec(), metadata: Metadata::WriteSet(vec![b"k".to_vec()]) },
+        VersionItem { ts: 0, value: Vec::new(), metadata: Metadata::None },
+    ];
+    let response = Response::VersionsLocated { items: items.clone(), slots: vec![Some(3), None] };
+    let mut frame = Vec::new();
+    response.encode_frame(9, &mut frame);
+    let mut direct = Vec::new();
+    let entries = items.iter().map(|item| (item.ts, &item.value[..], item.metadata.as_ref()));
+    response::append_versions_located_frame(&mut direct, 9, entries, [Some(3), None].into_iter());
+    assert_eq!(frame, direct, "the server's borrowed encoder writes the same bytes");
+    // The slot list is the VERSIONS body's tail: u32 count, u32 per slot (u32::MAX: none).
+    assert_eq!(&frame[frame.len() - 12..], &[2, 0, 0, 0, 3, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF]);
+    let mut mismatched = frame[FRAME_HEADER_BYTES..frame.len() - 12].to_vec();
+    mismatched.extend_from_slice(&[1, 0, 0, 0, 3, 0, 0, 0]);
+    assert!(matches!(Response::decode(response::KIND_VERSIONS_LOCATED, &mismatched), Err(WireError::Invalid(_))));
 }
