@@ -1,0 +1,451 @@
+//! The two ends of an RF-RPC connection: [`RpcClient`] and [`RpcServerEndpoint`].
+//!
+//! One call is outstanding per connection at a time (a call may carry a batch of up to
+//! `RPC_BATCH_ENTRIES_MAX` entries). Neither end allocates per call: buffers are sized at
+//! construction.
+
+use super::message::{decode_request, encode_request, Entries, EntryList, RequestMessage};
+use super::reply::{
+    decode_reply_header, decode_time, encode_reply, encode_time, fetch_reply, reply_slot_bytes, Fetched, ReplyHeader,
+    ReplySlotWriter, REPLY_HEADER_BYTES, REPLY_TRAILER_BYTES,
+};
+use super::{RpcConfig, RpcError, RpcLayout};
+use crate::fabric::OneSided;
+use crate::limits::{RPC_BATCH_ENTRIES_MAX, RPC_REPLY_SLOT_BYTES_MAX, RPC_SLOW_FETCH_SPINS, WORD_BYTES};
+use crate::ring::{Doorbell, RingReceiver, RingSender, WaitError};
+use crate::words::Words;
+use std::time::{Duration, Instant};
+
+/// How the reply of a call comes back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReplyMode {
+    /// The server leaves it in its reply slot; the client fetches it (remote fetch).
+    Fetch,
+    /// The server writes it into the client's push ring (server-reply, write-poll).
+    Push,
+}
+
+/// Counters of a client, over its life.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RpcStats {
+    /// Calls completed.
+    pub calls: u64,
+    /// Calls whose reply was pushed.
+    pub pushed_calls: u64,
+    /// One-sided reads of the reply slot.
+    pub slot_reads: u64,
+    /// Fetches that found no reply for the call yet.
+    pub failed_fetches: u64,
+    /// Fetches that found a torn image (retried).
+    pub torn_fetches: u64,
+    /// Completed fetches that needed a second read (reply longer than F).
+    pub second_reads: u64,
+    /// Switches from fetch to push mode.
+    pub switches_to_push: u64,
+    /// Switches from push back to fetch mode.
+    pub switches_to_fetch: u64,
+}
+
+/// A reply; borrows the client until dropped.
+#[derive(Debug, Clone, Copy)]
+pub struct Reply<'a> {
+    /// The reply entries, one per request entry, in order.
+    pub entries: Entries<'a>,
+    /// The server's processing time (lower bound of the compact field).
+    pub server_time: Duration,
+    /// How it came back.
+    pub mode: ReplyMode,
+    /// Fetches that failed before it was complete (fetch mode).
+    pub failed_fetches: u32,
+}
+
+struct Outstanding {
+    generation: u32,
+    entries: usize,
+    mode: ReplyMode,
+    started: Instant,
+}
+
+fn check_slot(offset_bytes: u64, slot_bytes: u64, region_bytes: usize) -> Result<(usize, usize), RpcError> {
+    let invalid = |reason| Err(RpcError::InvalidLayout { reason });
+    let (Ok(offset), Ok(slot)) = (usize::try_from(offset_bytes), usize::try_from(slot_bytes)) else {
+        return invalid("reply slot field does not fit in usize");
+    };
+    if offset % WORD_BYTES != 0 || slot % WORD_BYTES != 0 {
+        return invalid("reply slot offset and length must be multiples of 8");
+    }
+    if !(reply_slot_bytes(0)..=RPC_REPLY_SLOT_BYTES_MAX).contains(&slot) {
+        return invalid("reply slot length outside its bounds");
+    }
+    match offset.checked_add(slot) {
+        Some(end) if end <= region_bytes => Ok((offset, slot)),
+        _ => invalid("reply slot does not fit in the server's region"),
+    }
+}
+
+/// The client end: sends requests into the server's ring, fetches replies from the server's
+/// slot or receives them pushed into its own ring.
+pub struct RpcClient<F: OneSided, L> {
+    fabric: F,
+    server: F::RemoteRegion,
+    requests: RingSender<F, L>,
+    pushes: RingReceiver<F, L>,
+    doorbell: Doorbell<L>,
+    config: RpcConfig,
+    slot_offset_bytes: usize,
+    image: Vec<u8>,
+    message: Vec<u8>,
+    generation: u32,
+    outstanding: Option<Outstanding>,
+    mode: ReplyMode,
+    slow_streak: u32,
+    stats: RpcStats,
+}
+
+impl<F, L> RpcClient<F, L>
+where
+    F: OneSided + Clone,
+    F::RemoteRegion: Clone,
+    L: Words + Clone,
+{
+    /// The client of a connection: `server` is the server's mapped region, `local` the client's
+    /// own. Build it before the server endpoint sends anything (it zeroes the push ring).
+    ///
+    /// # Errors
+    /// `InvalidLayout` or `Ring` if an address breaks a rule or leaves its region.
+    pub fn new(
+        fabric: F,
+        server: F::RemoteRegion,
+        local: L,
+        layout: RpcLayout,
+        config: RpcConfig,
+    ) -> Result<Self, RpcError> {
+        let (slot_offset_bytes, slot_bytes) =
+            check_slot(layout.reply_slot_offset_bytes, layout.reply_slot_bytes, fabric.remote_len_bytes(&server))?;
+        let requests = RingSender::new(fabric.clone(), server.clone(), local.clone(), layout.request)?;
+        let pushes = RingReceiver::new(fabric.clone(), local.clone(), server.clone(), layout.push)?;
+        let doorbell = Doorbell::new(local, layout.push.receiver_doorbell_offset_bytes as usize)?;
+        Ok(Self {
+            fabric,
+            server,
+            requests,
+            pushes,
+            doorbell,
+            config,
+            slot_offset_bytes,
+            image: vec![0; slot_bytes],
+            message: Vec::with_capacity(layout.request.ring.body_bytes_max as usize),
+            generation: 0,
+            outstanding: None,
+            mode: config.initial_mode,
+            slow_streak: 0,
+            stats: RpcStats::default(),
+        })
+    }
+
+    /// The mode the next call will use.
+    pub fn mode(&self) -> ReplyMode {
+        self.mode
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> RpcStats {
+        self.stats
+    }
+
+    /// Largest packed entry list one request carries.
+    pub fn request_entries_bytes_max(&self) -> usize {
+        self.requests.body_bytes_max().saturating_sub(super::message::request_message_bytes(0))
+    }
+
+    /// Sends one request message carrying `entries` (1..=`RPC_BATCH_ENTRIES_MAX` of them);
+    /// `aux` is the batch size the client currently aims for (0 if it does not batch).
+    ///
+    /// # Errors
+    /// `Protocol` if a call is outstanding or the list is empty or too long, `TooLarge` if the
+    /// message exceeds the ring, `Send` if the ring refuses.
+    pub fn client_send(&mut self, entries: &EntryList, aux: u16) -> Result<(), RpcError> {
+        if self.outstanding.is_some() {
+            return Err(RpcError::Protocol { reason: "a call is already outstanding" });
+        }
+        if !(1..=RPC_BATCH_ENTRIES_MAX).contains(&entries.len()) {
+            return Err(RpcError::Protocol { reason: "a request carries 1..=RPC_BATCH_ENTRIES_MAX entries" });
+        }
+        if entries.packed().len() > self.request_entries_bytes_max() {
+            return Err(RpcError::TooLarge {
+                bytes: entries.packed().len(),
+                bytes_max: self.request_entries_bytes_max(),
+            });
+        }
+        let generation = self.generation.wrapping_add(1);
+        let mode = self.mode;
+        encode_request(&mut self.message, generation, mode == ReplyMode::Push, aux, entries);
+        self.requests.send(&self.message, self.config.call_timeout)?;
+        self.generation = generation;
+        self.outstanding = Some(Outstanding { generation, entries: entries.len(), mode, started: Instant::now() });
+        Ok(())
+    }
+
+    /// Waits for the reply of the outstanding call (fetching or receiving it, per the call's
+    /// mode) and applies the hybrid rule.
+    ///
+    /// # Errors
+    /// `Protocol` if no call is outstanding, `Timeout`, `Corrupt`, `Ring`.
+    pub fn client_recv(&mut self) -> Result<Reply<'_>, RpcError> {
+        let Some(call) = self.outstanding.take() else {
+            return Err(RpcError::Protocol { reason: "no call outstanding" });
+        };
+        let deadline = call.started + self.config.call_timeout;
+        let (header, failed) = match call.mode {
+            ReplyMode::Fetch => self.fetch(call.generation, deadline)?,
+            ReplyMode::Push => (self.receive_push(call.generation, deadline)?, 0),
+        };
+        if usize::from(header.entry_count) != call.entries {
+            return Err(RpcError::Corrupt { reason: "reply entry count differs from the request's" });
+        }
+        self.stats.calls += 1;
+        let server_time = Duration::from_nanos(decode_time(header.time_field));
+        self.apply_hybrid_rule(call.mode, failed, server_time);
+        let area = &self.image[REPLY_HEADER_BYTES..REPLY_HEADER_BYTES + header.body_bytes];
+        let entries = Entries::parse(area, call.entries)?;
+        if entries.bytes_len() != area.len() {
+            return Err(RpcError::Corrupt { reason: "reply body longer than its entries" });
+        }
+        Ok(Reply { entries, server_time, mode: call.mode, failed_fetches: failed })
+    }
+
+    /// `client_send` then `client_recv`.
+    ///
+    /// # Errors
+    /// As those two.
+    pub fn call(&mut self, entries: &EntryList, aux: u16) -> Result<Reply<'_>, RpcError> {
+        self.client_send(entries, aux)?;
+        self.client_recv()
+    }
+
+    fn fetch(&mut self, generation: u32, deadline: Instant) -> Result<(ReplyHeader, u32), RpcError> {
+        let mut failed = 0u32;
+        loop {
+            let fetched = fetch_reply(
+                &self.fabric,
+                &self.server,
+                self.slot_offset_bytes,
+                self.config.fetch_bytes,
+                generation,
+                &mut self.image,
+            )?;
+            match fetched {
+                Fetched::Complete { header, reads } => {
+                    self.stats.slot_reads += u64::from(reads);
+                    self.stats.second_reads += u64::from(reads - 1);
+                    return Ok((header, failed));
+                }
+                Fetched::NotReady => {
+                    self.stats.slot_reads += 1;
+                    self.stats.failed_fetches += 1;
+                }
+                Fetched::Torn { reads } => {
+                    self.stats.slot_reads += u64::from(reads);
+                    self.stats.torn_fetches += 1;
+                }
+            }
+            failed = failed.saturating_add(1);
+            let fetched_at = Instant::now();
+            if fetched_at >= deadline {
+                return Err(RpcError::Timeout);
+            }
+            if failed <= self.config.fetch_retries {
+                while fetched_at.elapsed() < self.config.fetch_interval {
+                    std::hint::spin_loop();
+                }
+            } else {
+                // Past R failures the call is slow: keep fetching, but give the CPU away
+                // between fetches (bounded by the call timeout above).
+                for _ in 0..RPC_SLOW_FETCH_SPINS {
+                    std::hint::spin_loop();
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn receive_push(&mut self, generation: u32, deadline: Instant) -> Result<ReplyHeader, RpcError> {
+        let capacity = self.image.len() - REPLY_HEADER_BYTES - REPLY_TRAILER_BYTES;
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let pushes = &self.pushes;
+            self.doorbell
+                .wait_until(|| pushes.has_pending(), remaining)
+                .map_err(|WaitError::Timeout| RpcError::Timeout)?;
+            let Some(view) = self.pushes.poll()? else {
+                continue; // still in transfer
+            };
+            let body = view.body();
+            let header = decode_reply_header(body, capacity)?;
+            if body.len() != REPLY_HEADER_BYTES + header.body_bytes {
+                return Err(RpcError::Corrupt { reason: "pushed reply length differs from its header" });
+            }
+            if header.generation != generation {
+                return Err(RpcError::Corrupt { reason: "pushed reply for another call" });
+            }
+            self.image[..body.len()].copy_from_slice(body);
+            self.stats.pushed_calls += 1;
+            return Ok(header);
+        }
+    }
+
+    fn apply_hybrid_rule(&mut self, mode: ReplyMode, failed_fetches: u32, server_time: Duration) {
+        if !self.config.hybrid {
+            return;
+        }
+        match mode {
+            ReplyMode::Fetch if failed_fetches >= self.config.fetch_retries => {
+                self.slow_streak += 1;
+                if self.slow_streak >= self.config.slow_calls_to_push {
+                    self.mode = ReplyMode::Push;
+                    self.slow_streak = 0;
+                    self.stats.switches_to_push += 1;
+                }
+            }
+            ReplyMode::Fetch => self.slow_streak = 0,
+            ReplyMode::Push if server_time <= self.config.push_back_below => {
+                self.mode = ReplyMode::Fetch;
+                self.stats.switches_to_fetch += 1;
+            }
+            ReplyMode::Push => {}
+        }
+    }
+}
+
+struct Pending {
+    generation: u32,
+    entries: usize,
+    push: bool,
+    received: Instant,
+}
+
+/// The server end of one connection: receives requests from its own ring, publishes replies
+/// in its own slot or pushes them into the client's ring.
+pub struct RpcServerEndpoint<F: OneSided, L> {
+    local: L,
+    requests: RingReceiver<F, L>,
+    pushes: RingSender<F, L>,
+    slot: ReplySlotWriter,
+    request: Vec<u8>,
+    message: Vec<u8>,
+    pending: Option<Pending>,
+    last_generation: u32,
+    push_timeout: Duration,
+}
+
+impl<F, L> RpcServerEndpoint<F, L>
+where
+    F: OneSided + Clone,
+    F::RemoteRegion: Clone,
+    L: Words + Clone,
+{
+    /// The server end: `local` is the server's region, `client` the client's mapped region.
+    /// Build it before the client sends (it zeroes the request ring). `push_timeout` bounds a
+    /// push that waits for ring credit.
+    ///
+    /// # Errors
+    /// `InvalidLayout`, `Ring` or `Fabric` if an address breaks a rule or leaves its region.
+    pub fn new(
+        fabric: F,
+        local: L,
+        client: F::RemoteRegion,
+        layout: RpcLayout,
+        push_timeout: Duration,
+    ) -> Result<Self, RpcError> {
+        let (slot_offset, slot_bytes) =
+            check_slot(layout.reply_slot_offset_bytes, layout.reply_slot_bytes, local.len_words() * WORD_BYTES)?;
+        let requests = RingReceiver::new(fabric.clone(), local.clone(), client.clone(), layout.request)?;
+        let pushes = RingSender::new(fabric, client, local.clone(), layout.push)?;
+        let slot = ReplySlotWriter::new(&local, slot_offset, slot_bytes)?;
+        for index in slot_offset / WORD_BYTES..(slot_offset + slot_bytes) / WORD_BYTES {
+            local.store(index, 0, crate::words::StoreOrdering::Relaxed);
+        }
+        Ok(Self {
+            local,
+            requests,
+            pushes,
+            slot,
+            request: Vec::with_capacity(layout.request.ring.body_bytes_max as usize),
+            message: Vec::with_capacity(layout.push.ring.body_bytes_max as usize),
+            pending: None,
+            last_generation: 0,
+            push_timeout,
+        })
+    }
+
+    /// Whether a request (possibly still in transfer) waits: one load, for a poller's doorbell
+    /// condition.
+    pub fn has_pending(&self) -> bool {
+        self.pending.is_none() && self.requests.has_pending()
+    }
+
+    /// Largest packed reply body this connection carries (slot and push ring alike).
+    pub fn reply_entries_bytes_max(&self) -> usize {
+        self.slot.body_bytes_max().min(self.pushes.body_bytes_max().saturating_sub(REPLY_HEADER_BYTES))
+    }
+
+    /// The next request, if one is complete. Its processing time runs from here to
+    /// `server_send`.
+    ///
+    /// # Errors
+    /// `Protocol` if the previous request has no reply yet; `Corrupt` or `Ring` for a request
+    /// no correct client writes (close the connection).
+    pub fn server_recv(&mut self) -> Result<Option<RequestMessage<'_>>, RpcError> {
+        if self.pending.is_some() {
+            return Err(RpcError::Protocol { reason: "reply to the pending request first" });
+        }
+        let Some(view) = self.requests.poll()? else {
+            return Ok(None);
+        };
+        let received = Instant::now();
+        self.request.clear();
+        self.request.extend_from_slice(view.body());
+        let message = decode_request(&self.request)?;
+        if message.generation != self.last_generation.wrapping_add(1) {
+            return Err(RpcError::Corrupt { reason: "request generation out of sequence" });
+        }
+        self.last_generation = message.generation;
+        self.pending = Some(Pending {
+            generation: message.generation,
+            entries: message.entries.len(),
+            push: message.push,
+            received,
+        });
+        Ok(Some(message))
+    }
+
+    /// Publishes the reply to the pending request: one entry per request entry.
+    ///
+    /// # Errors
+    /// `Protocol` if nothing is pending or the entry count differs, `TooLarge` if the reply
+    /// does not fit (the request stays pending), `Send` if the push ring refuses.
+    pub fn server_send(&mut self, replies: &EntryList) -> Result<(), RpcError> {
+        let Some(pending) = self.pending.as_ref() else {
+            return Err(RpcError::Protocol { reason: "no request pending" });
+        };
+        if replies.len() != pending.entries {
+            return Err(RpcError::Protocol { reason: "reply entry count differs from the request's" });
+        }
+        if replies.packed().len() > self.reply_entries_bytes_max() {
+            return Err(RpcError::TooLarge {
+                bytes: replies.packed().len(),
+                bytes_max: self.reply_entries_bytes_max(),
+            });
+        }
+        let time_field = encode_time(u64::try_from(pending.received.elapsed().as_nanos()).unwrap_or(u64::MAX));
+        let count = pending.entries as u16;
+        if pending.push {
+            encode_reply(&mut self.message, pending.generation, count, time_field, replies.packed());
+            self.pushes.send(&self.message, self.push_timeout)?;
+        } else {
+            self.slot.publish(&self.local, pending.generation, count, time_field, replies.packed())?;
+        }
+        self.pending = None;
+        Ok(())
+    }
+}
