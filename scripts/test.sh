@@ -27,3 +27,4 @@ cargo run --release -p rampkv -- bench --duration 3s --check --seed 1
 cargo run --release -p rampkv -- bench --transport writepoll --duration 2s --check --seed 1
 cargo run --release -p rampkv -- bench --workload a --keys 1000 --txns 2000 --check --ycsb --seed 1
 cargo bench -p rampkv-ycsb --bench generate -- --test
+cargo run --release -p rampkv-fabric --example rpc_bench -- --quick
