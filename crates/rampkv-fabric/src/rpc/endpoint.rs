@@ -155,7 +155,9 @@ where
 
     /// Largest packed entry list one request carries.
     pub fn request_entries_bytes_max(&self) -> usize {
-        self.requests.body_bytes_max().saturating_sub(super::message::request_message_bytes(0))
+        // Entries are padded to words inside the message: round down so the padded length fits.
+        let room = self.requests.body_bytes_max().saturating_sub(super::message::request_message_bytes(0));
+        room - room % WORD_BYTES
     }
 
     /// Sends one request message carrying `entries` (1..=`RPC_BATCH_ENTRIES_MAX` of them);
@@ -190,7 +192,9 @@ where
     /// mode) and applies the hybrid rule.
     ///
     /// # Errors
-    /// `Protocol` if no call is outstanding, `Timeout`, `Corrupt`, `Ring`.
+    /// `Protocol` if no call is outstanding, `Timeout`, `Corrupt`, `Ring`. After any error but
+    /// `Protocol` the connection is broken (a late reply to the abandoned call would be taken
+    /// for the next one's and refused as `Corrupt`): close it, as after a transport error.
     pub fn client_recv(&mut self) -> Result<Reply<'_>, RpcError> {
         let Some(call) = self.outstanding.take() else {
             return Err(RpcError::Protocol { reason: "no call outstanding" });

@@ -339,8 +339,16 @@ fn auto_batch_size_grows_under_a_loose_limit_and_shrinks_under_a_tight_one() {
 #[test]
 fn batcher_refuses_contradictory_limits() {
     let (client, _server) = connect(RpcConfig::default(), 1024, 1024);
-    // Ring of 1024: messages up to 496 bytes, entries up to 472.
+    // Ring of 1024: messages up to 496 bytes, entries up to 472 (a multiple of 8, so that the
+    // padded entries fit).
     assert_eq!(client.request_entries_bytes_max(), 472);
+    let mut client = client;
+    let mut largest = EntryList::new();
+    largest.push(&[7; 468]);
+    assert_eq!(client.call(&largest, 0).unwrap().entries.iter().next().unwrap(), &answer(&[7; 468])[..]);
+    let mut above = EntryList::new();
+    above.push(&[7; 469]);
+    assert!(matches!(client.client_send(&above, 0), Err(RpcError::TooLarge { bytes: 473, bytes_max: 472 })));
     let too_big = BatchConfig { bytes_max: 2048, ..BatchConfig::default() };
     assert!(matches!(Batcher::new(client, too_big), Err(RpcError::InvalidLayout { .. })));
 }
