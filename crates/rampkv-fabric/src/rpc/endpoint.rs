@@ -64,6 +64,7 @@ struct Outstanding {
     entries: usize,
     mode: ReplyMode,
     started: Instant,
+    failed_fetches: u32,
 }
 
 fn check_slot(offset_bytes: u64, slot_bytes: u64, region_bytes: usize) -> Result<(usize, usize), RpcError> {
@@ -184,7 +185,8 @@ where
         encode_request(&mut self.message, generation, mode == ReplyMode::Push, aux, entries);
         self.requests.send(&self.message, self.config.call_timeout)?;
         self.generation = generation;
-        self.outstanding = Some(Outstanding { generation, entries: entries.len(), mode, started: Instant::now() });
+        self.outstanding =
+            Some(Outstanding { generation, entries: entries.len(), mode, started: Instant::now(), failed_fetches: 0 });
         Ok(())
     }
 
@@ -196,26 +198,85 @@ where
     /// `Protocol` the connection is broken (a late reply to the abandoned call would be taken
     /// for the next one's and refused as `Corrupt`): close it, as after a transport error.
     pub fn client_recv(&mut self) -> Result<Reply<'_>, RpcError> {
-        let Some(call) = self.outstanding.take() else {
+        let Some(mut call) = self.outstanding.take() else {
             return Err(RpcError::Protocol { reason: "no call outstanding" });
         };
         let deadline = call.started + self.config.call_timeout;
-        let (header, failed) = match call.mode {
-            ReplyMode::Fetch => self.fetch(call.generation, deadline)?,
-            ReplyMode::Push => (self.receive_push(call.generation, deadline)?, 0),
+        let header = match call.mode {
+            ReplyMode::Fetch => loop {
+                if let Some(header) = self.fetch_once(call.generation)? {
+                    break header;
+                }
+                call.failed_fetches = call.failed_fetches.saturating_add(1);
+                self.pace(call.failed_fetches, deadline)?;
+            },
+            ReplyMode::Push => loop {
+                if let Some(header) = self.push_once(call.generation)? {
+                    break header;
+                }
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                let pushes = &self.pushes;
+                self.doorbell
+                    .wait_until(|| pushes.has_pending(), remaining)
+                    .map_err(|WaitError::Timeout| RpcError::Timeout)?;
+            },
         };
+        self.finish(call, header)
+    }
+
+    /// One attempt at the outstanding call's reply, without waiting: one fetch of the slot
+    /// (fetch mode) or one poll of the push ring (push mode). `None`: not there yet; the call
+    /// stays outstanding. For a thread that serves several connections; pace the attempts (and
+    /// in push mode wait on the doorbell, see [`RpcClient::push_pending`]) between calls.
+    ///
+    /// # Errors
+    /// As `client_recv` (`Timeout` once the call is older than `call_timeout`).
+    pub fn try_client_recv(&mut self) -> Result<Option<Reply<'_>>, RpcError> {
+        let Some(mut call) = self.outstanding.take() else {
+            return Err(RpcError::Protocol { reason: "no call outstanding" });
+        };
+        let attempt = match call.mode {
+            ReplyMode::Fetch => self.fetch_once(call.generation)?,
+            ReplyMode::Push => self.push_once(call.generation)?,
+        };
+        let Some(header) = attempt else {
+            if call.mode == ReplyMode::Fetch {
+                call.failed_fetches = call.failed_fetches.saturating_add(1);
+            }
+            if call.started.elapsed() >= self.config.call_timeout {
+                return Err(RpcError::Timeout);
+            }
+            self.outstanding = Some(call);
+            return Ok(None);
+        };
+        self.finish(call, header).map(Some)
+    }
+
+    /// Whether a call is outstanding.
+    pub fn has_outstanding(&self) -> bool {
+        self.outstanding.is_some()
+    }
+
+    /// Whether something waits in the push ring (one local load): a doorbell condition for a
+    /// client waiting in push mode.
+    pub fn push_pending(&self) -> bool {
+        self.pushes.has_pending()
+    }
+
+    /// Checks a complete reply against its call, applies the hybrid rule and returns it.
+    fn finish(&mut self, call: Outstanding, header: ReplyHeader) -> Result<Reply<'_>, RpcError> {
         if usize::from(header.entry_count) != call.entries {
             return Err(RpcError::Corrupt { reason: "reply entry count differs from the request's" });
         }
         self.stats.calls += 1;
         let server_time = Duration::from_nanos(decode_time(header.time_field));
-        self.apply_hybrid_rule(call.mode, failed, server_time);
+        self.apply_hybrid_rule(call.mode, call.failed_fetches, server_time);
         let area = &self.image[REPLY_HEADER_BYTES..REPLY_HEADER_BYTES + header.body_bytes];
         let entries = Entries::parse(area, call.entries)?;
         if entries.bytes_len() != area.len() {
             return Err(RpcError::Corrupt { reason: "reply body longer than its entries" });
         }
-        Ok(Reply { entries, server_time, mode: call.mode, failed_fetches: failed })
+        Ok(Reply { entries, server_time, mode: call.mode, failed_fetches: call.failed_fetches })
     }
 
     /// `client_send` then `client_recv`.
@@ -227,75 +288,72 @@ where
         self.client_recv()
     }
 
-    fn fetch(&mut self, generation: u32, deadline: Instant) -> Result<(ReplyHeader, u32), RpcError> {
-        let mut failed = 0u32;
-        loop {
-            let fetched = fetch_reply(
-                &self.fabric,
-                &self.server,
-                self.slot_offset_bytes,
-                self.config.fetch_bytes,
-                generation,
-                &mut self.image,
-            )?;
-            match fetched {
-                Fetched::Complete { header, reads } => {
-                    self.stats.slot_reads += u64::from(reads);
-                    self.stats.second_reads += u64::from(reads - 1);
-                    return Ok((header, failed));
-                }
-                Fetched::NotReady => {
-                    self.stats.slot_reads += 1;
-                    self.stats.failed_fetches += 1;
-                }
-                Fetched::Torn { reads } => {
-                    self.stats.slot_reads += u64::from(reads);
-                    self.stats.torn_fetches += 1;
-                }
+    /// One fetch of the reply slot; `Some` if the reply for `generation` is complete.
+    fn fetch_once(&mut self, generation: u32) -> Result<Option<ReplyHeader>, RpcError> {
+        let fetched = fetch_reply(
+            &self.fabric,
+            &self.server,
+            self.slot_offset_bytes,
+            self.config.fetch_bytes,
+            generation,
+            &mut self.image,
+        )?;
+        match fetched {
+            Fetched::Complete { header, reads } => {
+                self.stats.slot_reads += u64::from(reads);
+                self.stats.second_reads += u64::from(reads - 1);
+                Ok(Some(header))
             }
-            failed = failed.saturating_add(1);
-            let fetched_at = Instant::now();
-            if fetched_at >= deadline {
-                return Err(RpcError::Timeout);
+            Fetched::NotReady => {
+                self.stats.slot_reads += 1;
+                self.stats.failed_fetches += 1;
+                Ok(None)
             }
-            if failed <= self.config.fetch_retries {
-                while fetched_at.elapsed() < self.config.fetch_interval {
-                    std::hint::spin_loop();
-                }
-            } else {
-                // Past R failures the call is slow: keep fetching, but give the CPU away
-                // between fetches (bounded by the call timeout above).
-                for _ in 0..RPC_SLOW_FETCH_SPINS {
-                    std::hint::spin_loop();
-                }
-                std::thread::yield_now();
+            Fetched::Torn { reads } => {
+                self.stats.slot_reads += u64::from(reads);
+                self.stats.torn_fetches += 1;
+                Ok(None)
             }
         }
     }
 
-    fn receive_push(&mut self, generation: u32, deadline: Instant) -> Result<ReplyHeader, RpcError> {
-        let capacity = self.image.len() - REPLY_HEADER_BYTES - REPLY_TRAILER_BYTES;
-        loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            let pushes = &self.pushes;
-            self.doorbell
-                .wait_until(|| pushes.has_pending(), remaining)
-                .map_err(|WaitError::Timeout| RpcError::Timeout)?;
-            let Some(view) = self.pushes.poll()? else {
-                continue; // still in transfer
-            };
-            let body = view.body();
-            let header = decode_reply_header(body, capacity)?;
-            if body.len() != REPLY_HEADER_BYTES + header.body_bytes {
-                return Err(RpcError::Corrupt { reason: "pushed reply length differs from its header" });
-            }
-            if header.generation != generation {
-                return Err(RpcError::Corrupt { reason: "pushed reply for another call" });
-            }
-            self.image[..body.len()].copy_from_slice(body);
-            self.stats.pushed_calls += 1;
-            return Ok(header);
+    /// Waits before the next fetch: `fetch_interval` busy while at most R fetches failed, then
+    /// a short spin and a yield of the CPU (the call is slow). Bounded by the call's deadline.
+    fn pace(&self, failed_fetches: u32, deadline: Instant) -> Result<(), RpcError> {
+        let fetched_at = Instant::now();
+        if fetched_at >= deadline {
+            return Err(RpcError::Timeout);
         }
+        if failed_fetches <= self.config.fetch_retries {
+            while fetched_at.elapsed() < self.config.fetch_interval {
+                std::hint::spin_loop();
+            }
+        } else {
+            for _ in 0..RPC_SLOW_FETCH_SPINS {
+                std::hint::spin_loop();
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+
+    /// One poll of the push ring; `Some` if the pushed reply for `generation` is complete.
+    fn push_once(&mut self, generation: u32) -> Result<Option<ReplyHeader>, RpcError> {
+        let capacity = self.image.len() - REPLY_HEADER_BYTES - REPLY_TRAILER_BYTES;
+        let Some(view) = self.pushes.poll()? else {
+            return Ok(None); // nothing yet, or still in transfer
+        };
+        let body = view.body();
+        let header = decode_reply_header(body, capacity)?;
+        if body.len() != REPLY_HEADER_BYTES + header.body_bytes {
+            return Err(RpcError::Corrupt { reason: "pushed reply length differs from its header" });
+        }
+        if header.generation != generation {
+            return Err(RpcError::Corrupt { reason: "pushed reply for another call" });
+        }
+        self.image[..body.len()].copy_from_slice(body);
+        self.stats.pushed_calls += 1;
+        Ok(Some(header))
     }
 
     fn apply_hybrid_rule(&mut self, mode: ReplyMode, failed_fetches: u32, server_time: Duration) {

@@ -72,8 +72,13 @@ fn connect(config: RpcConfig, ring_bytes: usize, slot_bytes: usize) -> (Client, 
             for entry in request.entries.iter() {
                 replies.push(&answer(entry));
             }
+            // Delays of a millisecond or more sleep, so that a slow server does not take a core
+            // from the other tests' threads; shorter ones spin.
             let delay = Duration::from_nanos(thread_delay.load(Ordering::Relaxed));
             let started = std::time::Instant::now();
+            if delay >= Duration::from_millis(1) {
+                std::thread::sleep(delay);
+            }
             while started.elapsed() < delay {
                 std::hint::spin_loop();
             }
@@ -124,13 +129,13 @@ fn push_mode_round_trips_and_misuse_is_refused() {
     assert_eq!(client.client_recv().unwrap().entries.iter().next().unwrap(), &answer(b"x")[..]);
 }
 
-/// Server delays are set per phase: 30 ms is far beyond R = 5 fetches 20 us apart, and 0 is far
-/// below. On a loaded machine the scheduler can still make a fast call slow (or, by descheduling
+/// Server delays are set per phase: 30 ms is far beyond R = 5 fetches 100 us apart, and 0 is
+/// far below. On a loaded machine the scheduler can still make a fast call slow (or, by descheduling
 /// the client for the whole delay, a slow call fast), so each step checks the rule against the
 /// failed-fetch counts the calls report, and repeats until the intended case happened.
 #[test]
 fn hybrid_switches_to_push_after_two_slow_calls_and_back_when_the_server_is_fast() {
-    let config = RpcConfig { fetch_interval: Duration::from_micros(20), ..RpcConfig::default() };
+    let config = RpcConfig { fetch_interval: Duration::from_micros(100), ..RpcConfig::default() };
     let (mut client, server) = connect(config, 4096, 1024);
     let slow = Duration::from_millis(30).as_nanos() as u64;
     let is_slow = |failed: u32| failed >= config.fetch_retries;
@@ -142,7 +147,7 @@ fn hybrid_switches_to_push_after_two_slow_calls_and_back_when_the_server_is_fast
     };
     // One slow call, then a fast one: no switch.
     let mut checked_single = false;
-    for _ in 0..10 {
+    for _ in 0..20 {
         while client.mode() != ReplyMode::Fetch {
             call(&mut client, 0);
         }
@@ -156,10 +161,10 @@ fn hybrid_switches_to_push_after_two_slow_calls_and_back_when_the_server_is_fast
             break;
         }
     }
-    assert!(checked_single, "no slow-then-fast pair in 10 tries");
+    assert!(checked_single, "no slow-then-fast pair in 20 tries");
     // Two consecutive slow calls from fetch mode (after a fast one): switch to push.
     let mut checked_pair = false;
-    for _ in 0..10 {
+    for _ in 0..20 {
         while client.mode() != ReplyMode::Fetch {
             call(&mut client, 0);
         }
@@ -181,7 +186,7 @@ fn hybrid_switches_to_push_after_two_slow_calls_and_back_when_the_server_is_fast
             break;
         }
     }
-    assert!(checked_pair, "no two consecutive slow calls in 10 tries");
+    assert!(checked_pair, "no two consecutive slow calls in 20 tries");
     server.delay_ns.store(slow, Ordering::Relaxed);
     // While the server stays slow, replies are pushed and report its time: no switch back.
     for _ in 0..3 {
@@ -240,8 +245,10 @@ fn batches_of_mixed_sizes_arrive_whole_and_large_entries_go_alone() {
         completed.push((completion.tag, completion.reply.to_vec(), completion.batch_entries, completion.reason));
     };
     // Random sizes, then fixed runs that surely hit each rule: 16 tiny entries reach the size
-    // (8), five of 60 bytes the byte limit (4 * 64 = 256), one of 100 the alone limit.
-    let fixed = [[1usize; 16].as_slice(), &[60; 5], &[100]].concat();
+    // (8); eight of 60 bytes the byte limit (4 * 64 = 256 fit; whatever tiny entries are still
+    // buffered, at most one size flush comes first and five more follow); one of 100 bytes the
+    // alone limit.
+    let fixed = [[1usize; 16].as_slice(), &[60; 8], &[100]].concat();
     for step in 0..500usize {
         let size = match (fixed.get(step.wrapping_sub(500 - fixed.len())), next(&mut state) % 10) {
             (Some(&size), _) => size,
@@ -351,4 +358,40 @@ fn batcher_refuses_contradictory_limits() {
     assert!(matches!(client.client_send(&above, 0), Err(RpcError::TooLarge { bytes: 473, bytes_max: 472 })));
     let too_big = BatchConfig { bytes_max: 2048, ..BatchConfig::default() };
     assert!(matches!(Batcher::new(client, too_big), Err(RpcError::InvalidLayout { .. })));
+}
+
+/// One thread, two connections: `try_client_recv` lets the fast one's replies through while
+/// the slow one's call (50 ms) is outstanding, in fetch and in push mode.
+#[test]
+fn one_thread_multiplexes_connections_without_blocking() {
+    for mode in [ReplyMode::Fetch, ReplyMode::Push] {
+        let config = RpcConfig { hybrid: false, initial_mode: mode, ..RpcConfig::default() };
+        let (mut slow, slow_server) = connect(config, 4096, 1024);
+        let (mut fast, _fast_server) = connect(config, 4096, 1024);
+        slow_server.delay_ns.store(Duration::from_millis(50).as_nanos() as u64, Ordering::Relaxed);
+        assert!(matches!(slow.try_client_recv(), Err(RpcError::Protocol { .. })));
+        slow.client_send(&single(b"slow"), 0).unwrap();
+        let mut fast_replies = 0;
+        let slow_reply = loop {
+            if !fast.has_outstanding() {
+                fast.client_send(&single(b"fast"), 0).unwrap();
+            }
+            if let Some(reply) = fast.try_client_recv().unwrap() {
+                assert_eq!(reply.entries.iter().next().unwrap(), &answer(b"fast")[..]);
+                assert_eq!(reply.mode, mode);
+                fast_replies += 1;
+            }
+            if let Some(reply) = slow.try_client_recv().unwrap() {
+                break reply.entries.iter().next().unwrap().to_vec();
+            }
+            std::hint::spin_loop();
+        };
+        assert_eq!(slow_reply, answer(b"slow"));
+        assert!(!slow.has_outstanding());
+        assert!(fast_replies >= 1, "{mode:?}: no fast reply during a 50 ms call");
+        println!("{mode:?}: {fast_replies} fast replies during the slow call");
+        if mode == ReplyMode::Fetch {
+            assert!(slow.stats().failed_fetches > 0);
+        }
+    }
 }
