@@ -6,13 +6,13 @@
 
 use super::message::{decode_request, encode_request, Entries, EntryList, RequestMessage};
 use super::reply::{
-    decode_reply_header, decode_time, encode_reply, encode_time, fetch_reply, reply_slot_bytes, Fetched, ReplyHeader,
-    ReplySlotWriter, REPLY_HEADER_BYTES, REPLY_TRAILER_BYTES,
+    decode_reply_header, decode_time, encode_reply, encode_time, encode_unsolicited, fetch_reply, reply_slot_bytes,
+    Fetched, ReplyHeader, ReplySlotWriter, REPLY_HEADER_BYTES, REPLY_TRAILER_BYTES,
 };
 use super::{RpcConfig, RpcError, RpcLayout};
 use crate::fabric::OneSided;
 use crate::limits::{RPC_BATCH_ENTRIES_MAX, RPC_REPLY_SLOT_BYTES_MAX, RPC_SLOW_FETCH_SPINS, WORD_BYTES};
-use crate::ring::{Doorbell, RingReceiver, RingSender, WaitError};
+use crate::ring::{Doorbell, RingReceiver, RingSender, SendError, WaitError};
 use crate::words::Words;
 use std::time::{Duration, Instant};
 
@@ -95,6 +95,7 @@ pub struct RpcClient<F: OneSided, L> {
     config: RpcConfig,
     slot_offset_bytes: usize,
     image: Vec<u8>,
+    pushed: Vec<u8>,
     message: Vec<u8>,
     generation: u32,
     outstanding: Option<Outstanding>,
@@ -135,6 +136,7 @@ where
             config,
             slot_offset_bytes,
             image: vec![0; slot_bytes],
+            pushed: Vec::with_capacity(layout.push.ring.body_bytes_max as usize),
             message: Vec::with_capacity(layout.request.ring.body_bytes_max as usize),
             generation: 0,
             outstanding: None,
@@ -182,7 +184,8 @@ where
         }
         let generation = self.generation.wrapping_add(1);
         let mode = self.mode;
-        encode_request(&mut self.message, generation, mode == ReplyMode::Push, aux, entries);
+        let (push, stream) = (mode == ReplyMode::Push, self.config.stream_replies);
+        encode_request(&mut self.message, generation, push, stream, aux, entries);
         self.requests.send(&self.message, self.config.call_timeout)?;
         self.generation = generation;
         self.outstanding =
@@ -265,18 +268,46 @@ where
 
     /// Checks a complete reply against its call, applies the hybrid rule and returns it.
     fn finish(&mut self, call: Outstanding, header: ReplyHeader) -> Result<Reply<'_>, RpcError> {
-        if usize::from(header.entry_count) != call.entries {
+        if !self.config.stream_replies && usize::from(header.entry_count) != call.entries {
             return Err(RpcError::Corrupt { reason: "reply entry count differs from the request's" });
         }
         self.stats.calls += 1;
         let server_time = Duration::from_nanos(decode_time(header.time_field));
         self.apply_hybrid_rule(call.mode, call.failed_fetches, server_time);
         let area = &self.image[REPLY_HEADER_BYTES..REPLY_HEADER_BYTES + header.body_bytes];
-        let entries = Entries::parse(area, call.entries)?;
+        let entries = Entries::parse(area, usize::from(header.entry_count))?;
         if entries.bytes_len() != area.len() {
             return Err(RpcError::Corrupt { reason: "reply body longer than its entries" });
         }
         Ok(Reply { entries, server_time, mode: call.mode, failed_fetches: call.failed_fetches })
+    }
+
+    /// The next unsolicited pushed message (entries the server sent outside any call), if one
+    /// is complete. Only on fetch-only connections (`hybrid` off, `initial_mode` Fetch): there
+    /// the push ring carries nothing else.
+    ///
+    /// # Errors
+    /// `Protocol` on a connection that may push replies; `Corrupt` for a pushed message that is
+    /// not a well-formed unsolicited one; `Ring`.
+    pub fn try_recv_unsolicited(&mut self) -> Result<Option<Entries<'_>>, RpcError> {
+        if self.config.hybrid || self.config.initial_mode != ReplyMode::Fetch {
+            return Err(RpcError::Protocol { reason: "unsolicited pushes need a fetch-only connection" });
+        }
+        let Some(view) = self.pushes.poll()? else {
+            return Ok(None);
+        };
+        let body = view.body();
+        let header = decode_reply_header(body, body.len().saturating_sub(REPLY_HEADER_BYTES))?;
+        if !header.unsolicited || header.generation != 0 || body.len() != REPLY_HEADER_BYTES + header.body_bytes {
+            return Err(RpcError::Corrupt { reason: "pushed message is not a well-formed unsolicited one" });
+        }
+        self.pushed.clear();
+        self.pushed.extend_from_slice(&body[REPLY_HEADER_BYTES..]);
+        let entries = Entries::parse(&self.pushed, usize::from(header.entry_count))?;
+        if entries.bytes_len() != self.pushed.len() {
+            return Err(RpcError::Corrupt { reason: "unsolicited body longer than its entries" });
+        }
+        Ok(Some(entries))
     }
 
     /// `client_send` then `client_recv`.
@@ -348,7 +379,7 @@ where
         if body.len() != REPLY_HEADER_BYTES + header.body_bytes {
             return Err(RpcError::Corrupt { reason: "pushed reply length differs from its header" });
         }
-        if header.generation != generation {
+        if header.unsolicited || header.generation != generation {
             return Err(RpcError::Corrupt { reason: "pushed reply for another call" });
         }
         self.image[..body.len()].copy_from_slice(body);
@@ -383,6 +414,7 @@ struct Pending {
     generation: u32,
     entries: usize,
     push: bool,
+    stream: bool,
     received: Instant,
 }
 
@@ -476,6 +508,7 @@ where
             generation: message.generation,
             entries: message.entries.len(),
             push: message.push,
+            stream: message.stream,
             received,
         });
         Ok(Some(message))
@@ -490,7 +523,10 @@ where
         let Some(pending) = self.pending.as_ref() else {
             return Err(RpcError::Protocol { reason: "no request pending" });
         };
-        if replies.len() != pending.entries {
+        if pending.stream && replies.len() > RPC_BATCH_ENTRIES_MAX {
+            return Err(RpcError::Protocol { reason: "a reply carries at most RPC_BATCH_ENTRIES_MAX entries" });
+        }
+        if !pending.stream && replies.len() != pending.entries {
             return Err(RpcError::Protocol { reason: "reply entry count differs from the request's" });
         }
         if replies.packed().len() > self.reply_entries_bytes_max() {
@@ -500,7 +536,7 @@ where
             });
         }
         let time_field = encode_time(u64::try_from(pending.received.elapsed().as_nanos()).unwrap_or(u64::MAX));
-        let count = pending.entries as u16;
+        let count = replies.len() as u16;
         if pending.push {
             encode_reply(&mut self.message, pending.generation, count, time_field, replies.packed());
             self.pushes.send(&self.message, self.push_timeout)?;
@@ -509,5 +545,33 @@ where
         }
         self.pending = None;
         Ok(())
+    }
+
+    /// Pushes `entries` into the client's push ring outside any call (for a fetch-only client
+    /// that reads them with `try_recv_unsolicited`). Never blocks: `Ok(false)` if the ring has
+    /// no room now (retry later; nothing was written).
+    ///
+    /// # Errors
+    /// `Protocol` for an empty or too long list, `TooLarge` if it exceeds a push message,
+    /// `Send` if the ring is broken.
+    pub fn try_push_unsolicited(&mut self, entries: &EntryList) -> Result<bool, RpcError> {
+        if !(1..=RPC_BATCH_ENTRIES_MAX).contains(&entries.len()) {
+            return Err(RpcError::Protocol { reason: "an unsolicited push carries 1..=RPC_BATCH_ENTRIES_MAX entries" });
+        }
+        let bytes_max = self.pushes.body_bytes_max().saturating_sub(REPLY_HEADER_BYTES);
+        if entries.packed().len() > bytes_max {
+            return Err(RpcError::TooLarge { bytes: entries.packed().len(), bytes_max });
+        }
+        encode_unsolicited(&mut self.message, entries.len() as u16, entries.packed());
+        match self.pushes.try_send(&self.message) {
+            Ok(()) => Ok(true),
+            Err(SendError::NoCredit) => Ok(false),
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Largest packed entry list one unsolicited push carries.
+    pub fn unsolicited_entries_bytes_max(&self) -> usize {
+        self.pushes.body_bytes_max().saturating_sub(REPLY_HEADER_BYTES)
     }
 }

@@ -5,7 +5,8 @@
 //! ```text
 //! +0     8  head: bit 63 HEAD (always 1), bits 0..32 generation, bits 32..48 entry count
 //!           (1..=RPC_BATCH_ENTRIES_MAX), bit 48 PUSH (reply through the push ring instead of
-//!           the slot), bits 49..63 zero
+//!           the slot), bit 49 STREAM (the reply may carry any number of entries, 0..=128,
+//!           instead of one per request entry), bits 50..63 zero
 //! +8     2  aux: the client's current batch size (the automatic batch-size controller's
 //!           choice, so that the server sees it; informational)
 //! +10    6  reserved, zero
@@ -27,6 +28,9 @@ use crate::words::padded_bytes;
 pub const REQUEST_HEAD_BIT: u64 = 1 << 63;
 /// Push bit of a request message: the client waits for a pushed reply.
 pub const REQUEST_PUSH_BIT: u64 = 1 << 48;
+/// Stream bit of a request message: the reply's entry count is free (the rampkv transport's
+/// mode: a request whose reply is deferred gets none now).
+pub const REQUEST_STREAM_BIT: u64 = 1 << 49;
 /// XORed into the head to form the tail (bit 63 clear, so the tail never equals the head).
 pub const REQUEST_TAIL_MAGIC: u64 = 0x4A61_6B69_726F_5246;
 const GENERATION_MASK: u64 = 0xFFFF_FFFF;
@@ -88,10 +92,11 @@ impl EntryList {
 }
 
 /// Encodes a request message into `out`.
-pub fn encode_request(out: &mut Vec<u8>, generation: u32, push: bool, aux: u16, entries: &EntryList) {
+pub fn encode_request(out: &mut Vec<u8>, generation: u32, push: bool, stream: bool, aux: u16, entries: &EntryList) {
     debug_assert!((1..=RPC_BATCH_ENTRIES_MAX).contains(&entries.len()));
     let head = REQUEST_HEAD_BIT
         | if push { REQUEST_PUSH_BIT } else { 0 }
+        | if stream { REQUEST_STREAM_BIT } else { 0 }
         | ((entries.len() as u64) << COUNT_SHIFT)
         | u64::from(generation);
     out.clear();
@@ -110,6 +115,8 @@ pub struct RequestMessage<'a> {
     pub generation: u32,
     /// Whether the reply is to be pushed.
     pub push: bool,
+    /// Whether the reply's entry count is free.
+    pub stream: bool,
     /// The client's batch size (aux field).
     pub aux: u16,
     /// The entries.
@@ -126,7 +133,8 @@ pub fn decode_request(message: &[u8]) -> Result<RequestMessage<'_>, RpcError> {
         return corrupt("request message length");
     }
     let head = word_at(message, 0);
-    let known = REQUEST_HEAD_BIT | REQUEST_PUSH_BIT | (COUNT_MASK << COUNT_SHIFT) | GENERATION_MASK;
+    let known =
+        REQUEST_HEAD_BIT | REQUEST_PUSH_BIT | REQUEST_STREAM_BIT | (COUNT_MASK << COUNT_SHIFT) | GENERATION_MASK;
     if head & REQUEST_HEAD_BIT == 0 || head & !known != 0 {
         return corrupt("request head bits");
     }
@@ -148,6 +156,7 @@ pub fn decode_request(message: &[u8]) -> Result<RequestMessage<'_>, RpcError> {
     Ok(RequestMessage {
         generation: (head & GENERATION_MASK) as u32,
         push: head & REQUEST_PUSH_BIT != 0,
+        stream: head & REQUEST_STREAM_BIT != 0,
         aux: u16::from_le_bytes([message[8], message[9]]),
         entries,
     })
@@ -220,7 +229,7 @@ mod tests {
         entries.push(b"ab");
         entries.push(b"");
         let mut message = Vec::new();
-        encode_request(&mut message, 9, true, 4, &entries);
+        encode_request(&mut message, 9, true, false, 4, &entries);
         let head = (1u64 << 63) | (1 << 48) | (2 << 32) | 9;
         assert_eq!(word_at(&message, 0), head);
         assert_eq!(&message[8..16], &[4, 0, 0, 0, 0, 0, 0, 0]);
@@ -237,7 +246,8 @@ mod tests {
         let mut entries = EntryList::new();
         entries.push(b"abcdef");
         let mut good = Vec::new();
-        encode_request(&mut good, 1, false, 1, &entries);
+        encode_request(&mut good, 1, false, true, 1, &entries);
+        assert!(decode_request(&good).unwrap().stream);
         assert!(decode_request(&good).is_ok());
         let mutate = |at: usize, value: u8| {
             let mut bad = good.clone();

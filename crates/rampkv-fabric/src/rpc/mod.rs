@@ -114,6 +114,10 @@ pub struct RpcConfig {
     pub initial_mode: ReplyMode,
     /// Bound on one call.
     pub call_timeout: Duration,
+    /// Requests carry the STREAM bit: a reply may hold any number of entries (0..=128), not one
+    /// per request entry (the rampkv transport: replies deferred by a lock wait come later, as
+    /// unsolicited pushes).
+    pub stream_replies: bool,
 }
 
 impl Default for RpcConfig {
@@ -127,6 +131,7 @@ impl Default for RpcConfig {
             hybrid: true,
             initial_mode: ReplyMode::Fetch,
             call_timeout: Duration::from_millis(RPC_CALL_TIMEOUT_MS_DEFAULT),
+            stream_replies: false,
         }
     }
 }

@@ -3,8 +3,9 @@
 //!
 //! # Format (little-endian; byte by byte in `docs/fabric.md`)
 //! ```text
-//! +0        8  status: bit 63 READY, bits 0..32 generation (the call's number), bits 32..48
-//!              entry count, bits 48..63 zero
+//! +0        8  status: bit 63 READY, bit 62 UNSOLICITED (pushed only: not the answer to a
+//!              call; generation 0), bits 0..32 generation (the call's number), bits 32..48
+//!              entry count, bits 48..62 zero
 //! +8        4  body length L in bytes
 //! +12       2  server processing time, in RPC_TIME_UNIT_NS units, saturating
 //! +14       2  reserved, zero
@@ -39,6 +40,8 @@ use crate::words::{check_range, padded_bytes, LoadOrdering, StoreOrdering, Words
 
 /// Status bit: the slot holds a complete reply.
 pub const REPLY_READY_BIT: u64 = 1 << 63;
+/// Status bit of a pushed message that answers no call (generation 0).
+pub const REPLY_UNSOLICITED_BIT: u64 = 1 << 62;
 const GENERATION_MASK: u64 = 0xFFFF_FFFF;
 const COUNT_SHIFT: u32 = 32;
 const COUNT_MASK: u64 = 0xFFFF;
@@ -94,13 +97,24 @@ pub struct ReplyHeader {
     pub body_bytes: usize,
     /// Server processing time, compact field.
     pub time_field: u16,
+    /// An unsolicited pushed message (answers no call).
+    pub unsolicited: bool,
 }
 
 /// Encodes header and body (`REPLY_HEADER_BYTES + body.len()` bytes, unpadded) into `out`: the
 /// pushed form; the slot form adds padding, checksum and trailer.
 pub fn encode_reply(out: &mut Vec<u8>, generation: u32, entry_count: u16, time_field: u16, body: &[u8]) {
+    encode_with_status(out, reply_status(generation, entry_count), time_field, body);
+}
+
+/// Encodes an unsolicited pushed message (status READY | UNSOLICITED, generation 0).
+pub fn encode_unsolicited(out: &mut Vec<u8>, entry_count: u16, body: &[u8]) {
+    encode_with_status(out, reply_status(0, entry_count) | REPLY_UNSOLICITED_BIT, 0, body);
+}
+
+fn encode_with_status(out: &mut Vec<u8>, status: u64, time_field: u16, body: &[u8]) {
     out.clear();
-    out.extend_from_slice(&reply_status(generation, entry_count).to_le_bytes());
+    out.extend_from_slice(&status.to_le_bytes());
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(&time_field.to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
@@ -117,8 +131,8 @@ pub fn decode_reply_header(image: &[u8], capacity_bytes: usize) -> Result<ReplyH
         return Err(RpcError::Corrupt { reason: "reply shorter than its header" });
     }
     let status = word_at(image, 0);
-    if status & REPLY_READY_BIT == 0 || status & !(REPLY_READY_BIT | (COUNT_MASK << COUNT_SHIFT) | GENERATION_MASK) != 0
-    {
+    let known = REPLY_READY_BIT | REPLY_UNSOLICITED_BIT | (COUNT_MASK << COUNT_SHIFT) | GENERATION_MASK;
+    if status & REPLY_READY_BIT == 0 || status & !known != 0 {
         return Err(RpcError::Corrupt { reason: "reply status has unknown bits" });
     }
     let body_bytes = u32_at(image, 8) as usize;
@@ -133,6 +147,7 @@ pub fn decode_reply_header(image: &[u8], capacity_bytes: usize) -> Result<ReplyH
         entry_count: ((status >> COUNT_SHIFT) & COUNT_MASK) as u16,
         body_bytes,
         time_field: u16::from_le_bytes([image[12], image[13]]),
+        unsolicited: status & REPLY_UNSOLICITED_BIT != 0,
     })
 }
 
@@ -257,6 +272,9 @@ fn expected_header(image: &[u8], expected_generation: u32) -> Result<Option<Repl
     if status & REPLY_READY_BIT == 0 || (status & GENERATION_MASK) as u32 != expected_generation {
         return Ok(None);
     }
+    if status & REPLY_UNSOLICITED_BIT != 0 {
+        return Err(RpcError::Corrupt { reason: "unsolicited status in a reply slot" });
+    }
     let capacity = image.len().saturating_sub(REPLY_HEADER_BYTES + REPLY_TRAILER_BYTES);
     decode_reply_header(image, capacity).map(Some)
 }
@@ -309,7 +327,7 @@ mod tests {
         let mut image = vec![0u8; 1024];
         assert_eq!(fetch_reply(&fabric, &remote, 0, 64, 1, &mut image).unwrap(), Fetched::NotReady);
         writer.publish(&local, 1, 1, 3, &[9; 32]).unwrap();
-        let header = ReplyHeader { generation: 1, entry_count: 1, body_bytes: 32, time_field: 3 };
+        let header = ReplyHeader { generation: 1, entry_count: 1, body_bytes: 32, time_field: 3, unsolicited: false };
         assert_eq!(
             fetch_reply(&fabric, &remote, 0, 64, 1, &mut image).unwrap(),
             Fetched::Complete { header, reads: 1 }
@@ -338,6 +356,8 @@ mod tests {
         assert_eq!(fetch_reply(&fabric, &remote, 0, 256, 3, &mut image).unwrap(), Fetched::Torn { reads: 1 });
         // Unknown status bits and an impossible length are corruption, not a retry.
         local.store(0, reply_status(3, 1) | (1 << 50), StoreOrdering::Relaxed);
+        assert!(matches!(fetch_reply(&fabric, &remote, 0, 256, 3, &mut image), Err(RpcError::Corrupt { .. })));
+        local.store(0, reply_status(3, 1) | REPLY_UNSOLICITED_BIT, StoreOrdering::Relaxed);
         assert!(matches!(fetch_reply(&fabric, &remote, 0, 256, 3, &mut image), Err(RpcError::Corrupt { .. })));
         writer.publish(&local, 4, 1, 0, b"x").unwrap();
         local.store(1, 10_000, StoreOrdering::Relaxed);
@@ -386,7 +406,13 @@ mod loom_tests {
                     Fetched::Complete { header, .. } => {
                         assert_eq!(
                             header,
-                            ReplyHeader { generation: 2, entry_count: 1, body_bytes: 16, time_field: 5 }
+                            ReplyHeader {
+                                generation: 2,
+                                entry_count: 1,
+                                body_bytes: 16,
+                                time_field: 5,
+                                unsolicited: false
+                            }
                         );
                         assert_eq!(&image[16..32], NEW_BODY);
                         accepted_in_model.fetch_add(1, Relaxed);

@@ -395,3 +395,70 @@ fn one_thread_multiplexes_connections_without_blocking() {
         }
     }
 }
+
+/// Stream replies (any entry count) and unsolicited pushes, step by step in one thread: the
+/// rampkv transport's use (a request whose reply is deferred gets none now, and the reply comes
+/// later outside any call).
+#[test]
+fn stream_replies_and_unsolicited_pushes() {
+    let fabric = Arc::new(MemoryFabric::new());
+    let dedicated = RpcLayout::dedicated(1024, 1024);
+    let server_region = Arc::new(fabric.register("s", dedicated.server_region_bytes, Access::ReadWrite).unwrap());
+    let client_region = Arc::new(fabric.register("c", dedicated.client_region_bytes, Access::ReadWrite).unwrap());
+    let server_remote = fabric.map(&fabric.describe(&server_region)).unwrap();
+    let client_remote = fabric.map(&fabric.describe(&client_region)).unwrap();
+    let config = RpcConfig { hybrid: false, stream_replies: true, ..RpcConfig::default() };
+    let mut client =
+        RpcClient::new(Arc::clone(&fabric), server_remote, Arc::clone(&client_region), dedicated.layout, config)
+            .unwrap();
+    let mut server = RpcServerEndpoint::new(
+        Arc::clone(&fabric),
+        Arc::clone(&server_region),
+        client_remote,
+        dedicated.layout,
+        Duration::from_secs(1),
+    )
+    .unwrap();
+    let mut request = EntryList::new();
+    request.push(b"now");
+    request.push(b"later");
+    client.client_send(&request, 0).unwrap();
+    assert!(client.try_client_recv().unwrap().is_none());
+    let message = server.server_recv().unwrap().unwrap();
+    assert!(message.stream && message.entries.len() == 2);
+    let mut replies = EntryList::new();
+    replies.push(b"now done");
+    server.server_send(&replies).unwrap();
+    let reply = client.try_client_recv().unwrap().unwrap();
+    assert_eq!(reply.entries.iter().collect::<Vec<_>>(), vec![&b"now done"[..]]);
+    // Later, outside any call.
+    assert!(client.try_recv_unsolicited().unwrap().is_none());
+    replies.clear();
+    replies.push(b"later done");
+    assert!(server.try_push_unsolicited(&replies).unwrap());
+    let pushed = client.try_recv_unsolicited().unwrap().unwrap();
+    assert_eq!(pushed.iter().collect::<Vec<_>>(), vec![&b"later done"[..]]);
+    // A call answered with no entries at all.
+    client.client_send(&request, 0).unwrap();
+    server.server_recv().unwrap().unwrap();
+    server.server_send(&EntryList::new()).unwrap();
+    assert_eq!(client.try_client_recv().unwrap().unwrap().entries.len(), 0);
+    // The push ring fills up: the push is refused for now, not lost.
+    replies.clear();
+    replies.push(&[1; 400]);
+    let mut pushed = 0;
+    while server.try_push_unsolicited(&replies).unwrap() {
+        pushed += 1;
+        assert!(pushed <= 2, "a 1024-byte ring holds at most two 440-byte frames");
+    }
+    assert!(pushed >= 1);
+    for _ in 0..pushed {
+        assert_eq!(client.try_recv_unsolicited().unwrap().unwrap().iter().next().unwrap(), &[1; 400][..]);
+    }
+    assert!(client.try_recv_unsolicited().unwrap().is_none());
+    assert!(server.try_push_unsolicited(&replies).unwrap(), "credit came back");
+    // Unsolicited pushes are refused on connections that may push replies.
+    let hybrid = RpcConfig { stream_replies: true, ..RpcConfig::default() };
+    let (mut other, _server) = connect(hybrid, 1024, 1024);
+    assert!(matches!(other.try_recv_unsolicited(), Err(RpcError::Protocol { .. })));
+}
