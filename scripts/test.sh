@@ -25,6 +25,7 @@ RUSTFLAGS="--cfg loom" cargo test -p rampkv-fabric --release --target-dir target
 echo "== benchmark smoke runs (with the read-atomicity checker)"
 cargo run --release -p rampkv -- bench --duration 3s --check --seed 1
 cargo run --release -p rampkv -- bench --transport writepoll --duration 2s --check --seed 1
+cargo run --release -p rampkv -- bench --transport rfrpc --duration 2s --check --seed 1
 cargo run --release -p rampkv -- bench --workload a --keys 1000 --txns 2000 --check --ycsb --seed 1
 cargo bench -p rampkv-ycsb --bench generate -- --test
 cargo run --release -p rampkv-fabric --example rpc_bench -- --quick

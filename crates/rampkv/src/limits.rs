@@ -91,3 +91,18 @@ pub const WRITEPOLL_SLEEP_MS_MAX: u64 = 50;
 
 /// GET+/PUT+: ring messages the server takes from one connection per pass (fairness).
 pub const WRITEPOLL_MESSAGES_PER_PASS_MAX: usize = 64;
+
+/// RF-RPC transport (`--transport rfrpc`): bytes of each request ring (server's region) and push
+/// ring (client's region). A request message carries at most half of it.
+pub const RFRPC_RING_BYTES: usize = 1 << 18;
+
+/// RF-RPC transport: bytes of each connection's reply slot in the server's region (header,
+/// reply frames, checksum, trailer). Replies that do not fit follow as unsolicited pushes.
+pub const RFRPC_REPLY_SLOT_BYTES: usize = 1 << 17;
+
+/// RF-RPC transport: most connections one server group serves at once.
+pub const RFRPC_GROUP_CONNECTIONS_MAX: usize = 64;
+
+/// RF-RPC transport: spins of a client's poll between fetch rounds before it yields the CPU
+/// (while a call is outstanding; with none, it sleeps on its doorbell).
+pub const RFRPC_POLL_SPINS: u32 = 256;

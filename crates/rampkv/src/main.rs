@@ -166,7 +166,7 @@ struct BenchArgs {
     #[arg(long, hide = true)]
     mutant_skip_repair: bool,
     /// Transport: tcp, or writepoll (GET+/PUT+ message rings over shared memory; embedded
-    /// cluster only).
+    /// cluster only), or rfrpc (remote-fetch RPC over shared memory; embedded cluster only).
     #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
     transport: bench::TransportKind,
 }

@@ -32,7 +32,9 @@ use crate::protocol::bloom::BloomParameters;
 use crate::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
 use crate::recovery::RECOVERY_TIMEOUT_MS;
 use crate::server::{ServerConfig, ServerGroup};
+use crate::server_rfrpc::RfRpcGroup;
 use crate::server_writepoll::WritePollGroup;
+use crate::transport::rfrpc::RfRpcClientTransport;
 use crate::transport::tcp::TcpClientTransport;
 use crate::transport::writepoll::WritePollClientTransport;
 use crate::transport::ClientTransport;
@@ -62,6 +64,9 @@ pub enum TransportKind {
     /// GET+/PUT+: message rings written one-sidedly over the shared-memory fabric.
     #[serde(rename = "writepoll")]
     WritePoll,
+    /// Remote-fetch RPC: requests written into the server's memory, replies fetched from it.
+    #[serde(rename = "rfrpc")]
+    RfRpc,
 }
 
 impl TransportKind {
@@ -70,6 +75,7 @@ impl TransportKind {
         match self {
             TransportKind::Tcp => "tcp",
             TransportKind::WritePoll => "writepoll",
+            TransportKind::RfRpc => "rfrpc",
         }
     }
 
@@ -78,7 +84,8 @@ impl TransportKind {
         match name {
             "tcp" => Ok(TransportKind::Tcp),
             "writepoll" => Ok(TransportKind::WritePoll),
-            other => Err(format!("unknown transport {other:?} (tcp or writepoll)")),
+            "rfrpc" => Ok(TransportKind::RfRpc),
+            other => Err(format!("unknown transport {other:?} (tcp, writepoll or rfrpc)")),
         }
     }
 }
@@ -174,10 +181,11 @@ impl BenchConfig {
     pub fn validate(&self) -> Result<(), BenchError> {
         let fail = |why: String| Err(BenchError::Config(why));
         self.bloom.validate().map_err(BenchError::Config)?;
-        if self.transport == TransportKind::WritePoll && self.cluster_file.is_some() {
-            return fail(
-                "--transport writepoll needs the embedded cluster (its control ports are not in cluster files)".into(),
-            );
+        if self.transport != TransportKind::Tcp && self.cluster_file.is_some() {
+            return fail(format!(
+                "--transport {} needs the embedded cluster (its control ports are not in cluster files)",
+                self.transport.name()
+            ));
         }
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
@@ -255,6 +263,10 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
                             WritePollClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
                         run_client_thread(&config, transport, cluster, context)
                     }
+                    TransportKind::RfRpc => {
+                        let transport = RfRpcClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
                 }
             })
         })
@@ -293,7 +305,24 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
 
 /// The embedded cluster: TCP server groups, and a write-poll front end for each group that
 /// serves the same cores (so both transports reach the same stores).
-type Embedded = (Cluster, Vec<ServerGroup>, Vec<WritePollGroup>);
+type Embedded = (Cluster, Vec<ServerGroup>, Vec<RingFront>);
+
+/// The one ring front end of a server group (they share the group's deferred-reply exchange):
+/// write-poll, or RF-RPC for `--transport rfrpc`.
+#[derive(Debug)]
+enum RingFront {
+    WritePoll(WritePollGroup),
+    RfRpc(RfRpcGroup),
+}
+
+impl RingFront {
+    fn control_addresses(&self) -> &[SocketAddr] {
+        match self {
+            RingFront::WritePoll(front) => front.control_addresses(),
+            RingFront::RfRpc(front) => front.control_addresses(),
+        }
+    }
+}
 
 fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> {
     let localhost: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
@@ -314,7 +343,10 @@ fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> 
     }
     let ring_fronts = groups
         .iter()
-        .map(|group| WritePollGroup::spawn(group, localhost))
+        .map(|group| match config.transport {
+            TransportKind::RfRpc => RfRpcGroup::spawn(group, localhost).map(RingFront::RfRpc),
+            _ => WritePollGroup::spawn(group, localhost).map(RingFront::WritePoll),
+        })
         .collect::<Result<_, _>>()
         .map_err(BenchError::Cluster)?;
     Ok((cluster, groups, ring_fronts))

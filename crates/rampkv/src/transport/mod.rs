@@ -7,7 +7,9 @@
 //!
 //! - [`tcp`]: one socket per server.
 //! - [`writepoll`]: GET+/PUT+, message rings written one-sidedly over the fabric.
+//! - [`rfrpc`]: remote-fetch RPC: requests into the server's memory, replies fetched from it.
 
+pub mod rfrpc;
 pub mod tcp;
 pub mod writepoll;
 
