@@ -102,7 +102,3 @@ pub const RFRPC_REPLY_SLOT_BYTES: usize = 1 << 17;
 
 /// RF-RPC transport: most connections one server group serves at once.
 pub const RFRPC_GROUP_CONNECTIONS_MAX: usize = 64;
-
-/// RF-RPC transport: spins of a client's poll between fetch rounds before it yields the CPU
-/// (while a call is outstanding; with none, it sleeps on its doorbell).
-pub const RFRPC_POLL_SPINS: u32 = 256;

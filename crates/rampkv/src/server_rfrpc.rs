@@ -345,8 +345,10 @@ fn build_connection(
         reply_slot_offset_bytes: RfRpcRegionLayout::reply_slot_offset_bytes(slot),
         reply_slot_bytes: RfRpcRegionLayout::REPLY_SLOT_BYTES as u64,
     };
-    let endpoint = RpcServerEndpoint::new(fabric, Arc::clone(region), client, layout, BACKLOG_RETRY)
+    let mut endpoint = RpcServerEndpoint::new(fabric, Arc::clone(region), client, layout, BACKLOG_RETRY)
         .map_err(|error| error.to_string())?;
+    // The client sleeps on its doorbell while a call is outstanding (after a bounded spin).
+    endpoint.set_notify_fetchers(true);
     Ok(Connection { slot, id, core, endpoint, control, backlog: VecDeque::new() })
 }
 

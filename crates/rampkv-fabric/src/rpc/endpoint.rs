@@ -255,6 +255,21 @@ where
         self.finish(call, header).map(Some)
     }
 
+    /// Whether the outstanding call's reply may be there: in fetch mode one 8-byte read of the
+    /// slot's status word (READY with the call's generation), in push mode one local load.
+    /// Cheap and read-only, for a doorbell condition; `try_client_recv` then fetches and checks
+    /// the whole reply.
+    pub fn reply_may_be_ready(&self) -> bool {
+        match &self.outstanding {
+            None => false,
+            Some(call) if call.mode == ReplyMode::Push => self.pushes.has_pending(),
+            Some(call) => self
+                .fabric
+                .read_word(&self.server, self.slot_offset_bytes, crate::words::LoadOrdering::Relaxed)
+                .is_ok_and(|status| status & super::reply::REPLY_READY_BIT != 0 && status as u32 == call.generation),
+        }
+    }
+
     /// Whether a call is outstanding.
     pub fn has_outstanding(&self) -> bool {
         self.outstanding.is_some()
@@ -430,6 +445,7 @@ pub struct RpcServerEndpoint<F: OneSided, L> {
     pending: Option<Pending>,
     last_generation: u32,
     push_timeout: Duration,
+    notify_fetchers: bool,
 }
 
 impl<F, L> RpcServerEndpoint<F, L>
@@ -469,7 +485,17 @@ where
             pending: None,
             last_generation: 0,
             push_timeout,
+            notify_fetchers: false,
         })
+    }
+
+    /// Whether `server_send` also rings the client's doorbell (if the client sleeps on it) after
+    /// publishing a reply in the slot. Off by default: RF-RPC's point is that the server does
+    /// no out-bound operation per reply. The rampkv transport turns it on, so that a client with
+    /// a call outstanding can sleep instead of fetching forever; it costs one read of the
+    /// client's sleeper count per reply (and a wake only when the client sleeps).
+    pub fn set_notify_fetchers(&mut self, notify: bool) {
+        self.notify_fetchers = notify;
     }
 
     /// Whether a request (possibly still in transfer) waits: one load, for a poller's doorbell
@@ -542,6 +568,9 @@ where
             self.pushes.send(&self.message, self.push_timeout)?;
         } else {
             self.slot.publish(&self.local, pending.generation, count, time_field, replies.packed())?;
+            if self.notify_fetchers {
+                self.pushes.notify_receiver()?;
+            }
         }
         self.pending = None;
         Ok(())

@@ -462,3 +462,48 @@ fn stream_replies_and_unsolicited_pushes() {
     let (mut other, _server) = connect(hybrid, 1024, 1024);
     assert!(matches!(other.try_recv_unsolicited(), Err(RpcError::Protocol { .. })));
 }
+
+/// A client sleeping on its doorbell for a fetched reply (the rampkv transport's wait) is woken
+/// by `server_send` when the server notifies fetchers, and only then.
+#[test]
+fn a_sleeping_fetcher_is_woken_by_a_notifying_server() {
+    for notify in [true, false] {
+        let fabric = Arc::new(MemoryFabric::new());
+        let dedicated = RpcLayout::dedicated(1024, 1024);
+        let server_region = Arc::new(fabric.register("s", dedicated.server_region_bytes, Access::ReadWrite).unwrap());
+        let client_region = Arc::new(fabric.register("c", dedicated.client_region_bytes, Access::ReadWrite).unwrap());
+        let server_remote = fabric.map(&fabric.describe(&server_region)).unwrap();
+        let client_remote = fabric.map(&fabric.describe(&client_region)).unwrap();
+        let config = RpcConfig { hybrid: false, ..RpcConfig::default() };
+        let layout = dedicated.layout;
+        let mut client =
+            RpcClient::new(Arc::clone(&fabric), server_remote, Arc::clone(&client_region), layout, config).unwrap();
+        let mut server =
+            RpcServerEndpoint::new(Arc::clone(&fabric), server_region, client_remote, layout, Duration::from_secs(1))
+                .unwrap();
+        server.set_notify_fetchers(notify);
+        client.client_send(&single(b"ping"), 0).unwrap();
+        assert!(!client.reply_may_be_ready());
+        let server_thread = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50)); // the client is asleep by now
+            server.server_recv().unwrap().unwrap();
+            server.server_send(&single(b"pong")).unwrap();
+        });
+        let doorbell = Doorbell::new(Arc::clone(&client_region), 0).unwrap();
+        let started = std::time::Instant::now();
+        let woken = doorbell
+            .wait_until(|| client.reply_may_be_ready(), Duration::from_millis(if notify { 5_000 } else { 300 }));
+        server_thread.join().unwrap();
+        // The wait re-checks its condition at its deadline, so it ends well either way; what
+        // differs is when: at the reply (50 ms) when notified, at the deadline (300 ms) if not.
+        assert!(woken.is_ok());
+        if notify {
+            assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        } else {
+            assert!(started.elapsed() >= Duration::from_millis(300), "woken early: {:?}", started.elapsed());
+        }
+        assert!(client.reply_may_be_ready());
+        assert_eq!(client.try_client_recv().unwrap().unwrap().entries.iter().next().unwrap(), b"pong");
+        assert!(!client.reply_may_be_ready());
+    }
+}

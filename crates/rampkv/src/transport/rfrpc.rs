@@ -9,9 +9,10 @@
 //! outstanding; frames posted meanwhile wait for its reply. The server answers a call at once
 //! with the reply frames it has (fewer than the request's when S2PL defers a reply to a lock
 //! wait) in its reply slot; deferred replies and replies that overflow the slot come later as
-//! unsolicited pushes through the push ring in the client's region. So the client's `poll`
-//! fetches while a call is outstanding (bounded spin, then it yields between rounds) and
-//! otherwise sleeps on its doorbell, rung by unsolicited pushes.
+//! unsolicited pushes through the push ring in the client's region. The client's `poll` waits
+//! on its doorbell: the doorbell's bounded spin reads the outstanding calls' slot status words
+//! (8-byte one-sided reads) and the push rings, then it sleeps; the server rings the doorbell
+//! after publishing a reply or pushing, but only if the client sleeps (`set_notify_fetchers`).
 //!
 //! # Control path
 //! As write-poll (`transport/writepoll.rs`): a TCP control connection per server with one JSON
@@ -30,9 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use super::writepoll::{read_json_line, unique_region_name, write_json_line};
 use super::{ClientTransport, TransportError};
-use crate::limits::{
-    RFRPC_POLL_SPINS, RFRPC_REPLY_SLOT_BYTES, RFRPC_RING_BYTES, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX,
-};
+use crate::limits::{RFRPC_REPLY_SLOT_BYTES, RFRPC_RING_BYTES, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX};
 use crate::wire::{FrameHeader, Request, Response};
 
 /// Version of the RF-RPC control handshake.
@@ -392,19 +391,16 @@ impl ClientTransport for RfRpcClientTransport {
                 },
                 None => Duration::MAX,
             };
-            if self.connections.iter().any(|connection| connection.client.has_outstanding()) {
-                // A call is outstanding: its reply can only be fetched. Spin a bounded while,
-                // then give the CPU away before the next round (the server may need it).
-                for _ in 0..RFRPC_POLL_SPINS {
-                    std::hint::spin_loop();
-                }
-                std::thread::yield_now();
-                continue;
-            }
-            // Nothing outstanding: only unsolicited pushes can come, and they ring the doorbell.
+            // Wait for a fetched reply (the doorbell's bounded spin reads the slots' status words;
+            // the server rings the doorbell after publishing a reply if we sleep) or for an
+            // unsolicited push (which rings it too).
             let sleep = remaining.min(Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX));
             let connections = &self.connections;
-            let ready = || connections.iter().any(|connection| connection.client.push_pending());
+            let ready = || {
+                connections
+                    .iter()
+                    .any(|connection| connection.client.push_pending() || connection.client.reply_may_be_ready())
+            };
             if self.doorbell.wait_until(ready, sleep).is_err() {
                 self.check_control()?;
             }
