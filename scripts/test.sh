@@ -30,3 +30,4 @@ cargo run --release -p rampkv -- bench --workload a --keys 1000 --txns 2000 --ch
 # tables and results under target/figures-smoke (see docs/figures.md).
 cargo run --release -p rampkv -- figures --quick --check --out target/figures-smoke
 cargo bench -p rampkv-ycsb --bench generate -- --test
+cargo run --release -p rampkv-fabric --example rpc_bench -- --quick

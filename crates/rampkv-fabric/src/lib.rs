@@ -17,6 +17,8 @@
 //! - [`slot`]: self-verifying item slots for one-sided GET\* reads (a seqlock with checksum).
 //! - [`ring`]: message rings for GET+/PUT+ with credit flow control and a cross-process
 //!   futex doorbell shared by all rings of a poller.
+//! - [`rpc`]: remote-fetch RPC (RF-RPC): requests into the server's ring, replies fetched
+//!   from a slot in the server's memory, hybrid fallback to pushed replies, batching.
 //! - [`sendrecv`]: two-sided send/recv emulated as RDMA does it: the receiver posts buffers to
 //!   a receive queue, the sender (playing the receiving NIC) places each message into the next
 //!   posted buffer and appends a completion the receiver polls.
@@ -29,6 +31,7 @@ pub mod fabric;
 pub mod limits;
 pub mod memory;
 pub mod ring;
+pub mod rpc;
 pub mod sendrecv;
 pub mod shm;
 pub mod slot;

@@ -63,3 +63,57 @@ pub const SENDRECV_BUFFER_BYTES_MAX: usize = 16 << 20;
 /// Bits of the post / completion sequence number stored in every receive-queue and
 /// completion-queue entry (the lap tag).
 pub const SENDRECV_TAG_BITS: u32 = 30;
+
+/// RF-RPC: bytes a client fetches from a reply slot in its first one-sided read (the paper's
+/// F, 256 on its InfiniBand NICs). A reply no larger than this costs one read; a larger one a
+/// second read for the rest.
+pub const RPC_FETCH_BYTES_DEFAULT: usize = 256;
+
+/// RF-RPC: failed fetches within one call after which the call counts as slow (the paper's R).
+pub const RPC_FETCH_RETRIES_DEFAULT: u32 = 5;
+
+/// RF-RPC: consecutive slow calls after which a connection switches to server-pushed replies
+/// (the paper switches after two, so that one unexpectedly long request does not flip it).
+pub const RPC_SLOW_CALLS_TO_PUSH_DEFAULT: u32 = 2;
+
+/// RF-RPC: pause between two failed fetches of one call, in nanoseconds. On InfiniBand a read
+/// round trip takes about 2 us, so R = 5 failed reads cover about 10 us of server time; a
+/// shared-memory read takes about 0.1 us, so the fetches are paced to cover a similar span.
+pub const RPC_FETCH_INTERVAL_NS_DEFAULT: u64 = 1_000;
+
+/// RF-RPC: in push mode, a reply whose reported server processing time is at or below this
+/// (nanoseconds) switches the connection back to remote fetching.
+pub const RPC_PUSH_BACK_BELOW_NS_DEFAULT: u64 = 2_000;
+
+/// RF-RPC: unit of the 16-bit server-processing-time field of a reply, in nanoseconds. The
+/// field saturates at `u16::MAX` units (6.55 ms): only "short or long" matters to the client.
+pub const RPC_TIME_UNIT_NS: u64 = 100;
+
+/// RF-RPC: largest reply slot (header, body, checksum and trailer).
+pub const RPC_REPLY_SLOT_BYTES_MAX: usize = 1 << 20;
+
+/// RF-RPC: most entries in one request batch (16-bit count field; the paper finds the best
+/// batch size within 1..=128).
+pub const RPC_BATCH_ENTRIES_MAX: usize = 128;
+
+/// RF-RPC: default batch byte limit (the paper's L): a batch is sent once its entries would
+/// exceed this.
+pub const RPC_BATCH_BYTES_DEFAULT: usize = 2_048;
+
+/// RF-RPC: default entry size above which an entry is sent alone, never batched.
+pub const RPC_BATCH_ALONE_ABOVE_BYTES_DEFAULT: usize = 1_024;
+
+/// RF-RPC: default batch timeout in microseconds: buffered entries older than this are sent
+/// even if the batch is not full. The paper uses 5 ms over InfiniBand; calls here take about a
+/// microsecond, so the default is shorter.
+pub const RPC_BATCH_TIMEOUT_US_DEFAULT: u64 = 200;
+
+/// RF-RPC automatic batch size: latencies per decision window.
+pub const RPC_AUTO_BATCH_WINDOW_SAMPLES: usize = 256;
+
+/// RF-RPC: spins of a waiting client between fetches after it passed R failed fetches, before
+/// each yield of the CPU (the call still ends at its timeout).
+pub const RPC_SLOW_FETCH_SPINS: u32 = 64;
+
+/// RF-RPC: default bound on one call (send, then the reply by fetch or push), in milliseconds.
+pub const RPC_CALL_TIMEOUT_MS_DEFAULT: u64 = 5_000;

@@ -425,6 +425,16 @@ impl<F: OneSided, L: Words> RingSender<F, L> {
         Ok(())
     }
 
+    /// Rings the receiver's doorbell if its poller sleeps, as every send does: for a sender that
+    /// publishes something else the receiver waits for (a release store into memory the
+    /// receiver reads, e.g. an RF-RPC reply slot) and must wake it.
+    ///
+    /// # Errors
+    /// `Fabric` only (addresses were validated).
+    pub fn notify_receiver(&self) -> Result<(), FabricError> {
+        notify(&self.fabric, &self.receiver, self.receiver_doorbell_offset_bytes, &self.local)
+    }
+
     /// Sends `body`, waiting on the sender's own doorbell for credit if needed.
     ///
     /// # Errors

@@ -52,6 +52,7 @@ fn child_process_entry() {
         }
         "ring-sender" => ring_sender_child(&argument),
         "sendrecv-sender" => sendrecv_sender_child(&argument),
+        "rpc-server" => rpc_server_child(&argument),
         other => panic!("unknown child role {other}"),
     }
 }
@@ -472,4 +473,133 @@ fn sendrecv_messages_from_another_process_arrive_intact_and_in_order() {
     assert!(receiver.poll().unwrap().is_none());
     assert_eq!(receiver.outstanding(), 4, "every buffer is posted again");
     println!("send/recv cross-process: {RING_MESSAGES} messages in {elapsed:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// RF-RPC across processes.
+
+const RPC_RING_BYTES: usize = 16 * 1024;
+const RPC_SLOT_BYTES: usize = 4096;
+/// A request entry starting with this byte makes the server spin this long before replying.
+const RPC_SLOW_MARKER: u8 = b'S';
+const RPC_SLOW_DELAY: Duration = Duration::from_millis(2);
+
+fn rpc_answer(entry: &[u8]) -> Vec<u8> {
+    let mut reply: Vec<u8> = entry.iter().rev().copied().collect();
+    reply.extend_from_slice(&(entry.len() as u32).to_le_bytes());
+    reply
+}
+
+/// The server process: registers its region, builds its endpoint (which zeroes the request
+/// ring) before publishing its descriptor, then serves until its stdin closes.
+fn rpc_server_child(argument: &str) {
+    use rampkv_fabric::rpc::{EntryList, RpcLayout, RpcServerEndpoint};
+    let client_descriptor: RegionDescriptor = serde_json::from_str(argument).unwrap();
+    let dedicated = RpcLayout::dedicated(RPC_RING_BYTES, RPC_SLOT_BYTES);
+    let fabric = ShmFabric::new().unwrap();
+    let local = Arc::new(fabric.register("rpc-server", dedicated.server_region_bytes, Access::ReadWrite).unwrap());
+    let client = fabric.map(&client_descriptor).unwrap();
+    let mut endpoint =
+        RpcServerEndpoint::new(fabric, Arc::clone(&local), client, dedicated.layout, CHILD_TIMEOUT).unwrap();
+    let doorbell = Doorbell::new(Arc::clone(&local), 0).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stdin_stop = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        stdin_stop.store(true, Ordering::Relaxed);
+    });
+    emit(&format!("descriptor={}", serde_json::to_string(&fabric.describe(&local)).unwrap()));
+    let mut replies = EntryList::new();
+    let mut calls = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let _ = doorbell.wait_until(|| endpoint.has_pending(), Duration::from_millis(10));
+        let Some(request) = endpoint.server_recv().unwrap() else { continue };
+        replies.clear();
+        let mut slow = false;
+        for entry in request.entries.iter() {
+            slow |= entry.first() == Some(&RPC_SLOW_MARKER);
+            replies.push(&rpc_answer(entry));
+        }
+        let started = Instant::now();
+        while slow && started.elapsed() < RPC_SLOW_DELAY {
+            std::hint::spin_loop();
+        }
+        endpoint.server_send(&replies).unwrap();
+        calls += 1;
+    }
+    emit(&format!("calls={calls}"));
+}
+
+/// A server in another process: 300 calls of seeded sizes (replies from 4 bytes to past the
+/// first fetch), a run of ten 2 ms calls that must switch the connection to pushed replies and
+/// fast calls after them that must switch it back, then 400 entries through a batcher. Every reply is checked
+/// byte for byte.
+#[test]
+fn rpc_calls_to_a_server_process_fetch_push_and_batch() {
+    use rampkv_fabric::rpc::{BatchConfig, Batcher, EntryList, ReplyMode, RpcClient, RpcConfig, RpcLayout};
+    let seed = std::env::var("RAMPKV_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    println!("rpc cross-process test seed: {seed} (rerun with RAMPKV_SEED={seed})");
+    let dedicated = RpcLayout::dedicated(RPC_RING_BYTES, RPC_SLOT_BYTES);
+    let fabric = ShmFabric::new().unwrap();
+    let local = Arc::new(fabric.register("rpc-client", dedicated.client_region_bytes, Access::ReadWrite).unwrap());
+    let mut child = ChildGuard::spawn("rpc-server", &serde_json::to_string(&fabric.describe(&local)).unwrap());
+    let server_descriptor: RegionDescriptor = serde_json::from_str(&child.expect("descriptor")).unwrap();
+    let server = fabric.map(&server_descriptor).unwrap();
+    let mut client =
+        RpcClient::new(fabric, server, Arc::clone(&local), dedicated.layout, RpcConfig::default()).unwrap();
+    let mut state = seed | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut entries = EntryList::new();
+    let mut modes = Vec::new();
+    let mut calls = 0u64;
+    for index in 0..300 {
+        let slow = (100..110).contains(&index);
+        let len = (next() % 600) as usize;
+        let mut request: Vec<u8> = (0..len).map(|_| b'a' + (next() % 26) as u8).collect();
+        if slow {
+            request.insert(0, RPC_SLOW_MARKER);
+        }
+        entries.clear();
+        entries.push(&request);
+        let reply = client.call(&entries, 0).unwrap();
+        assert_eq!(reply.entries.iter().collect::<Vec<_>>(), vec![&rpc_answer(&request)[..]], "call {index}");
+        modes.push(reply.mode);
+        calls += 1;
+    }
+    let stats = client.stats();
+    println!("rpc cross-process stats: {stats:?}");
+    assert!(stats.switches_to_push >= 1, "ten 2 ms calls in a row must switch to push: {stats:?}");
+    assert!(stats.switches_to_fetch >= 1, "fast pushed replies must switch back: {stats:?}");
+    assert!(modes[..100].contains(&ReplyMode::Fetch) && modes[100..].contains(&ReplyMode::Push));
+    assert!(stats.second_reads > 0, "replies above 256 bytes need a second read");
+    let config = BatchConfig { size: 8, bytes_max: 2048, alone_above_bytes: 512, ..BatchConfig::default() };
+    let mut batcher = Batcher::new(client, config).unwrap();
+    let sent = std::cell::RefCell::new(std::collections::VecDeque::new());
+    let mut received = 0usize;
+    let mut on_reply = |completion: rampkv_fabric::rpc::Completion<'_>| {
+        let request: Vec<u8> = sent.borrow_mut().pop_front().unwrap();
+        assert_eq!(completion.reply, &rpc_answer(&request)[..]);
+        received += 1;
+    };
+    for _ in 0..400 {
+        let len = if next() % 20 == 0 { 600 } else { (next() % 64) as usize };
+        let request: Vec<u8> = (0..len).map(|_| b'a' + (next() % 26) as u8).collect();
+        sent.borrow_mut().push_back(request.clone());
+        batcher.enqueue(&request, &mut on_reply).unwrap();
+    }
+    batcher.flush(&mut on_reply).unwrap();
+    assert_eq!(received, 400);
+    let batches = batcher.stats().batches;
+    println!("rpc cross-process batches: {:?}", batcher.stats().by_reason);
+    assert!(batches < 200, "400 entries in {batches} batches");
+    child.close_stdin();
+    assert_eq!(child.expect("calls"), (calls + batches).to_string());
+    child.wait_success();
 }

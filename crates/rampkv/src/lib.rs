@@ -32,6 +32,7 @@ pub mod protocol;
 pub mod recovery;
 pub mod resp;
 pub mod server;
+pub mod server_rfrpc;
 pub mod server_writepoll;
 pub mod storage;
 pub mod transport;

@@ -123,3 +123,14 @@ pub const ITEM_REGION_BYTES_MAX: usize = 1 << 30;
 /// GET\*: most entries in a client transport's address cache (key -> server and slot). When
 /// full, an arbitrary entry is evicted for a new one.
 pub const ADDRESS_CACHE_ENTRIES_MAX: usize = 1 << 18;
+
+/// RF-RPC transport (`--transport rfrpc`): bytes of each request ring (server's region) and push
+/// ring (client's region). A request message carries at most half of it.
+pub const RFRPC_RING_BYTES: usize = 1 << 18;
+
+/// RF-RPC transport: bytes of each connection's reply slot in the server's region (header,
+/// reply frames, checksum, trailer). Replies that do not fit follow as unsolicited pushes.
+pub const RFRPC_REPLY_SLOT_BYTES: usize = 1 << 17;
+
+/// RF-RPC transport: most connections one server group serves at once.
+pub const RFRPC_GROUP_CONNECTIONS_MAX: usize = 64;

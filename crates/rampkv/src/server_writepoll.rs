@@ -96,9 +96,9 @@ pub struct DeferredExchange {
     to_tcp_pending: AtomicBool,
     tcp_waker: Arc<Waker>,
     to_rings: Mutex<Vec<DeferredReply>>,
-    to_rings_pending: AtomicBool,
+    pub(crate) to_rings_pending: AtomicBool,
     /// The ring poller's region (its doorbell), once a ring front end is attached.
-    rings: std::sync::OnceLock<Arc<ShmLocalRegion>>,
+    pub(crate) rings: std::sync::OnceLock<Arc<ShmLocalRegion>>,
 }
 
 impl std::fmt::Debug for DeferredExchange {
@@ -137,13 +137,13 @@ impl DeferredExchange {
         region.wake_all(DOORBELL_WORD_INDEX);
     }
 
-    fn take_for_rings(&self, out: &mut Vec<DeferredReply>) {
+    pub(crate) fn take_for_rings(&self, out: &mut Vec<DeferredReply>) {
         if self.to_rings_pending.swap(false, Ordering::AcqRel) {
             out.append(&mut self.to_rings.lock());
         }
     }
 
-    fn send_to_tcp(&self, reply: DeferredReply) {
+    pub(crate) fn send_to_tcp(&self, reply: DeferredReply) {
         self.to_tcp.lock().push(reply);
         self.to_tcp_pending.store(true, Ordering::Release);
         let _ = self.tcp_waker.wake(); // a failed wake only delays: the loop polls on a timeout too

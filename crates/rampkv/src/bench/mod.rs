@@ -35,9 +35,11 @@ use crate::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
 use crate::protocol::server::ServerCore;
 use crate::recovery::RECOVERY_TIMEOUT_MS;
 use crate::server::{ServerConfig, ServerGroup};
+use crate::server_rfrpc::RfRpcGroup;
 use crate::server_writepoll::WritePollGroup;
 use crate::transport::local::LocalTransport;
 use crate::transport::onesided::{GetStarStats, OneSidedClientTransport, OneSidedOptions};
+use crate::transport::rfrpc::RfRpcClientTransport;
 use crate::transport::sendrecv::SendRecvClientTransport;
 use crate::transport::tcp::TcpClientTransport;
 use crate::transport::writepoll::WritePollClientTransport;
@@ -79,12 +81,20 @@ pub enum TransportKind {
     /// GET\*/PUT+: round-1 reads from item slots read one-sidedly, the rest as write-poll.
     #[serde(rename = "onesided")]
     OneSided,
+    /// Remote-fetch RPC: requests written into the server's memory, replies fetched from it.
+    #[serde(rename = "rfrpc")]
+    RfRpc,
 }
 
 impl TransportKind {
     /// Every transport, TCP first (the baseline of comparisons).
-    pub const ALL: &'static [TransportKind] =
-        &[TransportKind::Tcp, TransportKind::SendRecv, TransportKind::WritePoll, TransportKind::OneSided];
+    pub const ALL: &'static [TransportKind] = &[
+        TransportKind::Tcp,
+        TransportKind::SendRecv,
+        TransportKind::WritePoll,
+        TransportKind::RfRpc,
+        TransportKind::OneSided,
+    ];
 
     /// The name used on the command line and in results.
     pub fn name(self) -> &'static str {
@@ -94,6 +104,7 @@ impl TransportKind {
             TransportKind::InProcess => "inprocess",
             TransportKind::SendRecv => "sendrecv",
             TransportKind::OneSided => "onesided",
+            TransportKind::RfRpc => "rfrpc",
         }
     }
 
@@ -104,8 +115,11 @@ impl TransportKind {
             "writepoll" => Ok(TransportKind::WritePoll),
             "sendrecv" => Ok(TransportKind::SendRecv),
             "onesided" => Ok(TransportKind::OneSided),
+            "rfrpc" => Ok(TransportKind::RfRpc),
             "inprocess" => Ok(TransportKind::InProcess),
-            other => Err(format!("unknown transport {other:?} (tcp, sendrecv, writepoll, onesided or inprocess)")),
+            other => {
+                Err(format!("unknown transport {other:?} (tcp, sendrecv, writepoll, onesided, rfrpc or inprocess)"))
+            }
         }
     }
 }
@@ -207,8 +221,10 @@ impl BenchConfig {
     pub fn validate(&self) -> Result<(), BenchError> {
         let fail = |why: String| Err(BenchError::Config(why));
         self.bloom.validate().map_err(BenchError::Config)?;
-        if matches!(self.transport, TransportKind::WritePoll | TransportKind::OneSided | TransportKind::SendRecv)
-            && self.cluster_file.is_some()
+        if matches!(
+            self.transport,
+            TransportKind::WritePoll | TransportKind::OneSided | TransportKind::SendRecv | TransportKind::RfRpc
+        ) && self.cluster_file.is_some()
         {
             return fail(format!(
                 "--transport {} needs the embedded cluster (its control ports are not in cluster files)",
@@ -314,6 +330,10 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
                             OneSidedClientTransport::connect(&control_addresses, options).map_err(ClientError::from)?;
                         run_client_thread(&config, transport, cluster, context)
                     }
+                    TransportKind::RfRpc => {
+                        let transport = RfRpcClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
                 }
             })
         })
@@ -354,7 +374,24 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
 
 /// The embedded cluster: TCP server groups, and a write-poll front end for each group that
 /// serves the same cores (so both transports reach the same stores).
-type Embedded = (Cluster, Vec<ServerGroup>, Vec<WritePollGroup>);
+type Embedded = (Cluster, Vec<ServerGroup>, Vec<RingFront>);
+
+/// The one ring front end of a server group (they share the group's deferred-reply exchange):
+/// write-poll, or RF-RPC for `--transport rfrpc`.
+#[derive(Debug)]
+enum RingFront {
+    WritePoll(WritePollGroup),
+    RfRpc(RfRpcGroup),
+}
+
+impl RingFront {
+    fn control_addresses(&self) -> &[SocketAddr] {
+        match self {
+            RingFront::WritePoll(front) => front.control_addresses(),
+            RingFront::RfRpc(front) => front.control_addresses(),
+        }
+    }
+}
 
 fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> {
     let localhost: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
@@ -375,9 +412,12 @@ fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> 
     }
     let ring_fronts = groups
         .iter()
-        .map(|group| {
-            let item_slots = (config.transport == TransportKind::OneSided).then_some(config.item_slots);
-            WritePollGroup::spawn_with_item_slots(group, localhost, item_slots)
+        .map(|group| match config.transport {
+            TransportKind::RfRpc => RfRpcGroup::spawn(group, localhost).map(RingFront::RfRpc),
+            _ => {
+                let item_slots = (config.transport == TransportKind::OneSided).then_some(config.item_slots);
+                WritePollGroup::spawn_with_item_slots(group, localhost, item_slots).map(RingFront::WritePoll)
+            }
         })
         .collect::<Result<_, _>>()
         .map_err(BenchError::Cluster)?;

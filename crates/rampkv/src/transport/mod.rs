@@ -11,10 +11,12 @@
 //!   completion queue, as RDMA SEND/RECV).
 //! - [`onesided`]: GET\*/PUT+, round-1 reads from item slots read one-sidedly, the rest as
 //!   write-poll.
+//! - [`rfrpc`]: remote-fetch RPC: requests into the server's memory, replies fetched from it.
 //! - [`local`]: direct calls into the server cores of the client's own process.
 
 pub mod local;
 pub mod onesided;
+pub mod rfrpc;
 pub mod sendrecv;
 pub mod tcp;
 pub mod writepoll;
