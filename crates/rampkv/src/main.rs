@@ -483,8 +483,8 @@ fn run_figures(args: FiguresArgs) -> Result<ExitCode> {
 
 fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
     let mut transports = bench::TransportKind::ALL.to_vec();
-    let ceiling = config.algorithm != Algorithm::S2pl;
-    if ceiling {
+    let in_process = config.algorithm != Algorithm::S2pl;
+    if in_process {
         transports.push(bench::TransportKind::InProcess);
     }
     let progress = ProgressBar::new(Goal::Steps { total: transports.len() as u64 }, "rampkv bench --compare");
@@ -517,9 +517,11 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
         println!("machine: {} x {} ({})", first.machine.cpus, first.machine.cpu_model, first.machine.os);
         println!("one-sided transports run over the shared-memory fabric emulation, not RDMA hardware\n");
         print!("{}", bench::compare::comparison_table(&results));
-        if ceiling {
+        if in_process {
             println!(
-                "\ninprocess: no transport at all (client threads call the server cores): the ceiling on this machine"
+                "\ninprocess: no transport at all: each client thread does its servers' work itself, so this row \
+                 is the CPU cost of protocol, store and workload alone on --client-threads cores (the other rows \
+                 also have a server poller thread)"
             );
         }
     }
