@@ -179,8 +179,8 @@ struct BenchArgs {
     /// Transport: tcp; sendrecv (two-sided send/recv emulated over shared memory); writepoll
     /// (GET+/PUT+ message rings over shared memory); onesided (GET* reads of item slots, PUT+
     /// writes); rfrpc (remote-fetch RPC over shared memory); inprocess (no transport: client
-    /// threads call the embedded servers' cores, the ceiling any transport could reach; not with
-    /// s2pl). All but tcp need the embedded cluster.
+    /// threads call the embedded servers' cores: the protocol's own CPU cost; not with s2pl).
+    /// All but tcp need the embedded cluster.
     #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
     transport: bench::TransportKind,
     /// onesided: item slots per server.

@@ -107,7 +107,7 @@ mod tests {
     }
 
     #[test]
-    fn the_in_process_ceiling_runs_clean_and_refuses_what_it_cannot_carry() {
+    fn the_in_process_transport_runs_clean_and_refuses_what_it_cannot_carry() {
         let config = BenchConfig {
             clients: 4,
             client_threads: 2,

@@ -70,8 +70,9 @@ pub enum TransportKind {
     /// GET+/PUT+: message rings written one-sidedly over the shared-memory fabric.
     #[serde(rename = "writepoll")]
     WritePoll,
-    /// No transport: client threads call the embedded server cores directly (the ceiling any
-    /// transport could reach on this machine; not with S2PL). Not in [`TransportKind::ALL`].
+    /// No transport: client threads call the embedded server cores directly, doing the servers'
+    /// work themselves (the CPU cost of protocol, store and workload alone; not with S2PL). Not
+    /// in [`TransportKind::ALL`].
     #[serde(rename = "inprocess")]
     InProcess,
     /// Two-sided send/recv emulated over the shared-memory fabric (posted receive buffers and a
