@@ -38,10 +38,12 @@ use parking_lot::Mutex;
 use rampkv_fabric::rpc::{EntryList, RpcLayout, RpcServerEndpoint};
 use rampkv_fabric::{Access, Doorbell, Fabric, RingAddresses, ShmFabric, ShmLocalRegion, Words};
 
-use crate::limits::{RFRPC_GROUP_CONNECTIONS_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX};
+use crate::limits::{RFRPC_GROUP_CONNECTIONS_MAX, WRITEPOLL_SLEEP_MS_MAX};
 use crate::protocol::server::{DeferredReply, ServerCore};
 use crate::server::ServerGroup;
-use crate::server_writepoll::{is_ring_connection, DeferredExchange, RING_CONNECTION_ID_BIT};
+use crate::server_writepoll::{
+    control_stream_ended, into_blocking, is_ring_connection, DeferredExchange, RING_CONNECTION_ID_BIT,
+};
 use crate::transport::rfrpc::{RfRpcClientHello, RfRpcRegionLayout, RfRpcServerReply, RFRPC_CONTROL_VERSION};
 use crate::transport::writepoll::{read_json_line, unique_region_name, write_json_line};
 use crate::wire::{FrameHeader, Response};
@@ -275,15 +277,8 @@ impl ControlLoop {
 
     fn check_stream(&mut self, slot: usize) {
         let Some(stream) = self.streams.get_mut(slot).and_then(Option::as_mut) else { return };
-        let mut scratch = [0u8; 256];
-        for _ in 0..16 {
-            match std::io::Read::read(stream, &mut scratch) {
-                Ok(0) => break,
-                Ok(_) => continue,
-                Err(error) if error.kind() == ErrorKind::WouldBlock => return,
-                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
+        if !control_stream_ended(stream) {
+            return;
         }
         if let Some(mut stream) = self.streams[slot].take() {
             let _ = self.poll.registry().deregister(&mut stream);
@@ -297,16 +292,6 @@ impl ControlLoop {
             self.shared.wake_poller();
         }
     }
-}
-
-fn into_blocking(stream: TcpStream) -> std::io::Result<std::net::TcpStream> {
-    let stream: std::net::TcpStream = stream.into();
-    stream.set_nonblocking(false)?;
-    let timeout = Some(Duration::from_millis(WRITEPOLL_CONTROL_TIMEOUT_MS));
-    stream.set_read_timeout(timeout)?;
-    stream.set_write_timeout(timeout)?;
-    let _ = stream.set_nodelay(true);
-    Ok(stream)
 }
 
 fn refuse(stream: &mut std::net::TcpStream, reason: String) {

@@ -415,15 +415,8 @@ impl ControlLoop {
     /// is its end (or garbage, which we drain and ignore, bounded per event).
     fn check_stream(&mut self, slot: usize) {
         let Some(stream) = self.streams.get_mut(slot).and_then(Option::as_mut) else { return };
-        let mut scratch = [0u8; 256];
-        for _ in 0..16 {
-            match std::io::Read::read(stream, &mut scratch) {
-                Ok(0) => break,
-                Ok(_) => continue,
-                Err(error) if error.kind() == ErrorKind::WouldBlock => return,
-                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => break,
-            }
+        if !control_stream_ended(stream) {
+            return;
         }
         if let Some(mut stream) = self.streams[slot].take() {
             let _ = self.poll.registry().deregister(&mut stream);
@@ -439,7 +432,25 @@ impl ControlLoop {
     }
 }
 
-fn into_blocking(stream: TcpStream) -> std::io::Result<std::net::TcpStream> {
+/// Reads what a readable control stream holds (bounded per call). True if the peer closed it
+/// or it failed: after its hello a client sends nothing, so anything else is drained and
+/// ignored. Shared by the ring front ends (write-poll, send/recv, RF-RPC).
+pub(crate) fn control_stream_ended(stream: &mut TcpStream) -> bool {
+    let mut scratch = [0u8; 256];
+    for _ in 0..16 {
+        match std::io::Read::read(stream, &mut scratch) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(error) if error.kind() == ErrorKind::WouldBlock => return false,
+            Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return true,
+        }
+    }
+    true
+}
+
+/// A freshly accepted control stream, made blocking with the handshake's timeouts.
+pub(crate) fn into_blocking(stream: TcpStream) -> std::io::Result<std::net::TcpStream> {
     let stream: std::net::TcpStream = stream.into();
     stream.set_nonblocking(false)?;
     let timeout = Some(Duration::from_millis(WRITEPOLL_CONTROL_TIMEOUT_MS));

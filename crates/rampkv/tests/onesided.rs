@@ -42,29 +42,17 @@ fn cluster(slots: ItemSlotConfig) -> (ServerGroup, WritePollGroup, Cluster, Vec<
     (group, rings, cluster, control)
 }
 
-fn wait_for<T: ClientTransport>(driver: &mut Driver<T>) -> TxnResult {
-    let mut completions = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        driver.step(Some(Duration::from_millis(20)), &mut completions).unwrap();
-        if let Some(completion) = completions.pop() {
-            return completion.result.unwrap();
-        }
-    }
-    panic!("no completion within 10 s");
-}
-
 fn write<T: ClientTransport>(driver: &mut Driver<T>, pairs: &[(&[u8], Vec<u8>)]) -> u64 {
     let pairs = pairs.iter().map(|(key, value)| (key.to_vec(), value.clone())).collect();
     let ts = driver.begin_write(0, pairs).unwrap();
-    let TxnResult::Write(outcome) = wait_for(driver) else { panic!("a write finished as a read") };
+    let TxnResult::Write(outcome) = common::wait_for(driver) else { panic!("a write finished as a read") };
     assert_eq!(outcome.ts, ts);
     ts
 }
 
 fn read<T: ClientTransport>(driver: &mut Driver<T>, keys: &[&[u8]]) -> ReadOutcome {
     driver.begin_read(0, keys.iter().map(|key| key.to_vec()).collect()).unwrap();
-    let TxnResult::Read(outcome) = wait_for(driver) else { panic!("a read finished as a write") };
+    let TxnResult::Read(outcome) = common::wait_for(driver) else { panic!("a read finished as a write") };
     outcome
 }
 

@@ -35,18 +35,6 @@ fn cluster() -> (ServerGroup, RfRpcGroup, Cluster, Vec<String>) {
     (group, front, cluster, control)
 }
 
-fn wait_for<T: ClientTransport>(driver: &mut Driver<T>) -> TxnResult {
-    let mut completions = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        driver.step(Some(Duration::from_millis(20)), &mut completions).unwrap();
-        if let Some(completion) = completions.pop() {
-            return completion.result.unwrap();
-        }
-    }
-    panic!("no completion within 10 s");
-}
-
 #[test]
 fn put_then_get_round_trips_over_remote_fetch() {
     let (_group, _front, cluster, control) = cluster();
@@ -58,10 +46,10 @@ fn put_then_get_round_trips_over_remote_fetch() {
             .collect();
         let keys: Vec<Vec<u8>> = pairs.iter().map(|(key, _)| key.clone()).collect();
         let ts = driver.begin_write(0, pairs.clone()).unwrap();
-        let TxnResult::Write(outcome) = wait_for(&mut driver) else { panic!("a write finished as a read") };
+        let TxnResult::Write(outcome) = common::wait_for(&mut driver) else { panic!("a write finished as a read") };
         assert_eq!(outcome.ts, ts);
         driver.begin_read(0, keys).unwrap();
-        let TxnResult::Read(read) = wait_for(&mut driver) else { panic!("a read finished as a write") };
+        let TxnResult::Read(read) = common::wait_for(&mut driver) else { panic!("a read finished as a write") };
         for ((_, value), item) in pairs.iter().zip(&read.items) {
             assert_eq!(&item.value, value);
             assert_eq!(item.ts, ts);

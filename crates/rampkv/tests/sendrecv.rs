@@ -37,27 +37,15 @@ fn cluster() -> (ServerGroup, WritePollGroup, Cluster, Vec<String>) {
     (group, front, cluster, control)
 }
 
-fn wait_for<T: ClientTransport>(driver: &mut Driver<T>) -> TxnResult {
-    let mut completions = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        driver.step(Some(Duration::from_millis(20)), &mut completions).unwrap();
-        if let Some(completion) = completions.pop() {
-            return completion.result.unwrap();
-        }
-    }
-    panic!("no completion within 10 s");
-}
-
 fn put_get_round_trip<T: ClientTransport>(driver: &mut Driver<T>, round: u32) {
     let pairs: Vec<(Vec<u8>, Vec<u8>)> =
         (0..6).map(|key| (format!("key-{key}").into_bytes(), format!("value-{key}-{round}").into_bytes())).collect();
     let keys: Vec<Vec<u8>> = pairs.iter().map(|(key, _)| key.clone()).collect();
     let ts = driver.begin_write(0, pairs.clone()).unwrap();
-    let TxnResult::Write(outcome) = wait_for(driver) else { panic!("a write finished as a read") };
+    let TxnResult::Write(outcome) = common::wait_for(driver) else { panic!("a write finished as a read") };
     assert_eq!(outcome.ts, ts);
     driver.begin_read(0, keys).unwrap();
-    let TxnResult::Read(read) = wait_for(driver) else { panic!("a read finished as a write") };
+    let TxnResult::Read(read) = common::wait_for(driver) else { panic!("a read finished as a write") };
     for ((_, value), item) in pairs.iter().zip(&read.items) {
         assert_eq!(&item.value, value);
         assert_eq!(item.ts, ts);

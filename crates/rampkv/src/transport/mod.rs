@@ -47,6 +47,26 @@ pub enum TransportError {
     MessageTooLarge { server: usize, frame_bytes: usize, message_bytes_max: usize },
 }
 
+/// Appends `request`'s frame to `outgoing` (what a message transport has queued for `server`),
+/// unless the frame alone exceeds `message_bytes_max`: then nothing is queued and the error
+/// says so (the transport stays usable).
+pub(crate) fn queue_frame(
+    outgoing: &mut Vec<u8>,
+    server: usize,
+    request_id: u64,
+    request: &Request,
+    message_bytes_max: usize,
+) -> Result<(), TransportError> {
+    let start = outgoing.len();
+    request.encode_frame(request_id, outgoing);
+    let frame_bytes = outgoing.len() - start;
+    if frame_bytes > message_bytes_max {
+        outgoing.truncate(start);
+        return Err(TransportError::MessageTooLarge { server, frame_bytes, message_bytes_max });
+    }
+    Ok(())
+}
+
 /// The client side of a transport, connected to every server of a cluster.
 pub trait ClientTransport {
     /// Number of servers this transport reaches.

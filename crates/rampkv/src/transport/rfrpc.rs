@@ -358,15 +358,8 @@ impl ClientTransport for RfRpcClientTransport {
     fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
         let servers = self.connections.len();
         let connection = self.connections.get_mut(server).ok_or(TransportError::NoSuchServer { server, servers })?;
-        let start = connection.queued.len();
-        request.encode_frame(request_id, &mut connection.queued);
-        let frame_bytes = connection.queued.len() - start;
         let message_bytes_max = connection.client.request_entries_bytes_max() - 4;
-        if frame_bytes > message_bytes_max {
-            connection.queued.truncate(start);
-            return Err(TransportError::MessageTooLarge { server, frame_bytes, message_bytes_max });
-        }
-        Ok(())
+        super::queue_frame(&mut connection.queued, server, request_id, request, message_bytes_max)
     }
 
     fn flush(&mut self) -> Result<(), TransportError> {

@@ -455,15 +455,8 @@ impl ClientTransport for WritePollClientTransport {
     fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
         let servers = self.connections.len();
         let connection = self.connections.get_mut(server).ok_or(TransportError::NoSuchServer { server, servers })?;
-        let start = connection.outgoing.len();
-        request.encode_frame(request_id, &mut connection.outgoing);
-        let frame_bytes = connection.outgoing.len() - start;
         let message_bytes_max = connection.sender.body_bytes_max();
-        if frame_bytes > message_bytes_max {
-            connection.outgoing.truncate(start);
-            return Err(TransportError::MessageTooLarge { server, frame_bytes, message_bytes_max });
-        }
-        Ok(())
+        super::queue_frame(&mut connection.outgoing, server, request_id, request, message_bytes_max)
     }
 
     fn flush(&mut self) -> Result<(), TransportError> {

@@ -2,8 +2,12 @@
 //! the printed and replayable seed, and the assertions that a run is clean or that an
 //! anomaly was caught.
 
+use std::time::{Duration, Instant};
+
 use rampkv::bench::{self, BenchConfig, BenchResult, StopAfter, TransportKind};
+use rampkv::client::{Driver, TxnResult};
 use rampkv::protocol::ramp::Algorithm;
+use rampkv::transport::ClientTransport;
 
 /// Many clients, few keys, half writes: reads race writes all the time.
 pub fn contended(algorithm: Algorithm, transport: TransportKind, seed: u64, seconds: f64) -> BenchConfig {
@@ -61,4 +65,18 @@ pub fn caught(mut config: BenchConfig) -> BenchResult {
         }
     }
     panic!("{} (mutant: {}) was never caught", config.algorithm.name(), config.mutant_skip_repair);
+}
+
+/// Steps `driver` until one transaction completes (at most 10 s) and returns its result.
+#[allow(dead_code)] // not every test binary that includes this module drives a transport itself
+pub fn wait_for<T: ClientTransport>(driver: &mut Driver<T>) -> TxnResult {
+    let mut completions = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        driver.step(Some(Duration::from_millis(20)), &mut completions).unwrap();
+        if let Some(completion) = completions.pop() {
+            return completion.result.unwrap();
+        }
+    }
+    panic!("no completion within 10 s");
 }
