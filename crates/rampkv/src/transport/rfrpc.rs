@@ -19,7 +19,7 @@
 //! line each way ([`RfRpcClientHello`], [`RfRpcServerReply`]), kept open so that either side
 //! sees the other go.
 
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ use rampkv_fabric::rpc::{EntryList, ReplyMode, RpcClient, RpcConfig, RpcLayout};
 use rampkv_fabric::{Access, Doorbell, Fabric, RegionDescriptor, RingAddresses, RingLayout, ShmFabric, ShmLocalRegion};
 use serde::{Deserialize, Serialize};
 
-use super::writepoll::{read_json_line, unique_region_name, write_json_line};
+use super::writepoll::{check_control_stream, frame_bytes_at, read_json_line, unique_region_name, write_json_line};
 use super::{ClientTransport, TransportError};
 use crate::limits::{RFRPC_REPLY_SLOT_BYTES, RFRPC_RING_BYTES, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX};
 use crate::wire::{FrameHeader, Request, Response};
@@ -243,24 +243,11 @@ impl RfRpcClientTransport {
 
     /// Whether any server closed its control connection (it dropped us).
     fn check_control(&mut self) -> Result<(), TransportError> {
-        let mut scratch = [0u8; 64];
         for (server, connection) in self.connections.iter_mut().enumerate() {
-            match connection.control.read(&mut scratch) {
-                Ok(0) => return Err(TransportError::Closed { server }),
-                Ok(_) => {}
-                Err(error) if error.kind() == ErrorKind::WouldBlock => {}
-                Err(error) if error.kind() == ErrorKind::Interrupted => {}
-                Err(error) => return Err(TransportError::Io { server, error }),
-            }
+            check_control_stream(server, &mut connection.control)?;
         }
         Ok(())
     }
-}
-
-/// Length of the (locally encoded, hence valid) frame at the start of `frames`.
-fn frame_bytes_at(frames: &[u8]) -> usize {
-    let body = u32::from_le_bytes(frames[0..4].try_into().expect("a frame header")) as usize;
-    crate::wire::FRAME_HEADER_BYTES + body
 }
 
 /// Decodes one reply frame (an entry must be exactly one frame) and delivers it.

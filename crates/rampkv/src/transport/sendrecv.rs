@@ -30,7 +30,7 @@
 //! corrupts its receive queue breaks the transport for good (`Fabric`/`Malformed` errors).
 //! Nothing is ever read or written outside the queues: the fabric crate checks every address.
 
-use std::io::{ErrorKind, Read};
+use std::io::ErrorKind;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,7 +42,8 @@ use rampkv_fabric::{
 use serde::{Deserialize, Serialize};
 
 use super::writepoll::{
-    deliver_frames, fabric_error, open_control, read_json_line, send_frames_with, unique_region_name, write_json_line,
+    check_control_stream, deliver_frames, fabric_error, flush_outgoing, open_control, read_json_line, send_frames_with,
+    unique_region_name, write_json_line,
 };
 use super::{ClientTransport, TransportError};
 use crate::limits::{SENDRECV_BUFFER_BYTES, SENDRECV_QUEUE_DEPTH, WRITEPOLL_SLEEP_MS_MAX};
@@ -181,18 +182,9 @@ impl SendRecvClientTransport {
     }
 
     fn flush_server(&mut self, server: usize) -> Result<(), TransportError> {
-        let connection = &mut self.connections[server];
-        if connection.sent == connection.outgoing.len() {
-            return Ok(());
-        }
-        let sent = send_frames(&mut connection.sender, &connection.outgoing[connection.sent..])
-            .map_err(|error| fabric_error(server, error))?;
-        connection.sent += sent;
-        if connection.sent == connection.outgoing.len() {
-            connection.outgoing.clear();
-            connection.sent = 0;
-        }
-        Ok(())
+        let Connection { outgoing, sent, sender, .. } = &mut self.connections[server];
+        flush_outgoing(outgoing, sent, |frames| send_frames(sender, frames))
+            .map_err(|error| fabric_error(server, error))
     }
 
     fn has_unsent(&self) -> bool {
@@ -220,14 +212,8 @@ impl SendRecvClientTransport {
 
     /// Whether any server closed its control connection (it dropped us).
     fn check_control(&mut self) -> Result<(), TransportError> {
-        let mut scratch = [0u8; 64];
         for (server, connection) in self.connections.iter_mut().enumerate() {
-            match connection.control.read(&mut scratch) {
-                Ok(0) => return Err(TransportError::Closed { server }),
-                Ok(_) => {} // the server sends nothing after the handshake; ignore
-                Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {}
-                Err(error) => return Err(TransportError::Io { server, error }),
-            }
+            check_control_stream(server, &mut connection.control)?;
         }
         Ok(())
     }

@@ -200,8 +200,40 @@ pub(crate) fn send_frames_with<E>(
     Ok(sent)
 }
 
+/// Sends the unsent part `outgoing[*sent..]` of a connection's queued frames with `send`
+/// (which returns how many bytes it took, at a frame boundary) and forgets them once all are
+/// gone. Shared by the message transports (write-poll, send/recv).
+pub(crate) fn flush_outgoing<E>(
+    outgoing: &mut Vec<u8>,
+    sent: &mut usize,
+    send: impl FnOnce(&[u8]) -> Result<usize, E>,
+) -> Result<(), E> {
+    if *sent == outgoing.len() {
+        return Ok(());
+    }
+    *sent += send(&outgoing[*sent..])?;
+    if *sent == outgoing.len() {
+        outgoing.clear();
+        *sent = 0;
+    }
+    Ok(())
+}
+
+/// Checks a client's control connection to `server` without blocking: the server sends
+/// nothing after the handshake, so the end of the stream means it dropped us. Shared by the
+/// fabric transports (write-poll, send/recv, RF-RPC).
+pub(crate) fn check_control_stream(server: usize, control: &mut TcpStream) -> Result<(), TransportError> {
+    let mut scratch = [0u8; 64];
+    match control.read(&mut scratch) {
+        Ok(0) => Err(TransportError::Closed { server }),
+        Ok(_) => Ok(()), // nothing is expected after the handshake; ignore it
+        Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(()),
+        Err(error) => Err(TransportError::Io { server, error }),
+    }
+}
+
 /// Length of the (locally encoded, hence valid) frame at the start of `frames`.
-fn frame_bytes_at(frames: &[u8]) -> usize {
+pub(crate) fn frame_bytes_at(frames: &[u8]) -> usize {
     let body = u32::from_le_bytes(frames[0..4].try_into().expect("a frame header")) as usize;
     FRAME_HEADER_BYTES + body
 }
@@ -266,18 +298,9 @@ impl WritePollClientTransport {
 
     /// Sends what is queued for `server` as far as credit allows.
     fn flush_server(&mut self, server: usize) -> Result<(), TransportError> {
-        let connection = &mut self.connections[server];
-        if connection.sent == connection.outgoing.len() {
-            return Ok(());
-        }
-        let sent = send_frames(&mut connection.sender, &connection.outgoing[connection.sent..])
-            .map_err(|error| fabric_error(server, error))?;
-        connection.sent += sent;
-        if connection.sent == connection.outgoing.len() {
-            connection.outgoing.clear();
-            connection.sent = 0;
-        }
-        Ok(())
+        let Connection { outgoing, sent, sender, .. } = &mut self.connections[server];
+        flush_outgoing(outgoing, sent, |frames| send_frames(sender, frames))
+            .map_err(|error| fabric_error(server, error))
     }
 
     fn has_unsent(&self) -> bool {
@@ -300,15 +323,8 @@ impl WritePollClientTransport {
 
     /// Whether any server closed its control connection (it dropped us).
     fn check_control(&mut self) -> Result<(), TransportError> {
-        let mut scratch = [0u8; 64];
         for (server, connection) in self.connections.iter_mut().enumerate() {
-            match connection.control.read(&mut scratch) {
-                Ok(0) => return Err(TransportError::Closed { server }),
-                Ok(_) => {} // the server sends nothing after the handshake; ignore
-                Err(error) if error.kind() == ErrorKind::WouldBlock => {}
-                Err(error) if error.kind() == ErrorKind::Interrupted => {}
-                Err(error) => return Err(TransportError::Io { server, error }),
-            }
+            check_control_stream(server, &mut connection.control)?;
         }
         Ok(())
     }
