@@ -120,3 +120,19 @@ fn micro_txn_of_8(bencher: Bencher) {
         }
     });
 }
+
+/// The key name alone (FNV hash and decimal digits), of consecutive key numbers.
+#[divan::bench]
+fn key_name_only(bencher: Bencher) {
+    let names = rampkv_ycsb::KeyNames::default();
+    let mut key_number = 0u64;
+    let mut key = Vec::with_capacity(64);
+    bencher.counter(ItemsCount::new(BATCH)).bench_local(|| {
+        for _ in 0..BATCH {
+            key.clear();
+            names.append_name(key_number, &mut key);
+            key_number += 1;
+            black_box(&key);
+        }
+    });
+}
