@@ -224,6 +224,12 @@ pub struct Report {
     pub garbage: u64,
     /// Of `garbage`, the write records whose timestamp an earlier record already had.
     pub duplicate_write_timestamps: u64,
+    /// Of `garbage`, reads of an unknown version whose timestamp is below every write of the
+    /// history: most likely data the cluster held before the run (a history can only be
+    /// checked against a cluster that starts empty). Still garbage: the check cannot vouch
+    /// for them.
+    #[serde(default)]
+    pub older_than_history: u64,
     /// Fractured findings, one per (read, missed key).
     pub fractured: u64,
     /// Reads with at least one fractured finding.
@@ -268,11 +274,17 @@ fn keep_example<T>(examples: &mut Vec<T>, make_example: impl FnOnce() -> T) {
 
 impl fmt::Display for Report {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verdict = if self.is_clean() { "clean (no garbage, no fractured reads)" } else { "VIOLATED" };
+        let verdict = if self.is_clean() {
+            "clean (no garbage, no fractured reads)"
+        } else if self.fractured == 0 && self.garbage == self.older_than_history {
+            "NOT CHECKABLE (reads returned versions older than this history)"
+        } else {
+            "VIOLATED"
+        };
         writeln!(formatter, "read atomicity: {verdict}")?;
         writeln!(
             formatter,
-            "  reads checked: {} ({} not ok, skipped); writes: {} ({} not ok)",
+            "  reads checked: {} ({} failed, not checked); writes: {} ({} failed: may have taken effect)",
             self.reads_checked, self.reads_not_ok, self.writes, self.writes_not_ok
         )?;
         writeln!(
@@ -280,6 +292,14 @@ impl fmt::Display for Report {
             "  garbage: {} (of which duplicate write timestamps: {})",
             self.garbage, self.duplicate_write_timestamps
         )?;
+        if self.older_than_history > 0 {
+            writeln!(
+                formatter,
+                "  of the garbage, {} reads of versions older than every write of this history: the \
+                 cluster held data from before it; check a run against a fresh cluster",
+                self.older_than_history
+            )?;
+        }
         writeln!(formatter, "  fractured: {} (in {} reads)", self.fractured, self.fractured_reads)?;
         writeln!(formatter, "  stale: {} (counted only: RAMP promises no freshness across clients)", self.stale)?;
         write_examples(formatter, "garbage", self.garbage, &self.garbage_examples)?;
@@ -346,6 +366,8 @@ struct WriteIndex<'a> {
     written_key_offsets: Vec<usize>,
     /// Per key id, its ok writes sorted by `end_ns` with a running newest timestamp.
     finished_by_key: Vec<Vec<FinishedWrite>>,
+    /// The smallest timestamp of any write (`u64::MAX` without writes).
+    oldest_ts: u64,
 }
 
 impl<'a> WriteIndex<'a> {
@@ -360,6 +382,7 @@ impl<'a> WriteIndex<'a> {
             written_key_ids: Vec::new(),
             written_key_offsets: Vec::with_capacity(writes.len() + 1),
             finished_by_key: Vec::new(),
+            oldest_ts: writes.iter().map(|write| write.record.ts).min().unwrap_or(u64::MAX),
         };
         index.written_key_offsets.push(0);
         for write in &writes {
@@ -443,6 +466,9 @@ impl<'a> WriteIndex<'a> {
                 _ => false,
             };
             if ts != TIMESTAMP_INITIAL && !wrote_key {
+                if writer.is_none() && ts < self.oldest_ts {
+                    report.older_than_history += 1;
+                }
                 report.note_garbage(|| self.missing_version(location, read, key, ts, writer));
             }
             if let Some(key_id) = key_id {
@@ -770,6 +796,24 @@ mod tests {
             panic!("expected an unknown version: {report}");
         };
         assert_eq!((read.record_index, key.as_str(), *ts), (1, "a", 99));
+        assert_eq!(report.older_than_history, 0);
+        assert!(report.to_string().contains("VIOLATED"), "{report}");
+    }
+
+    #[test]
+    fn versions_older_than_the_history_are_not_clean_and_named_as_such() {
+        // A cluster holding data from an earlier run: the read returns ts 5, below every write.
+        let history = [write(1, 10, &["a"], 0, 5), read(2, &[("a", 5)], 6, 7)];
+        let report = check(&history);
+        assert!(!report.is_clean());
+        assert_eq!((report.garbage, report.older_than_history), (1, 1));
+        let text = report.to_string();
+        assert!(text.contains("NOT CHECKABLE") && text.contains("fresh cluster"), "{text}");
+        // Mixed with a real finding, the verdict stays VIOLATED.
+        let history = [write(1, 10, &["a"], 0, 5), read(2, &[("a", 5)], 6, 7), read(3, &[("a", 99)], 6, 7)];
+        let report = check(&history);
+        assert_eq!((report.garbage, report.older_than_history), (2, 1));
+        assert!(report.to_string().contains("VIOLATED"), "{report}");
     }
 
     #[test]
