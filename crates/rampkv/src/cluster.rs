@@ -15,9 +15,15 @@
 //! [[servers]]
 //! address = "127.0.0.1:7002"
 //! partitions = [1, 3, 5, 7]
+//! ring = "127.0.0.1:7102"         # optional: control address of the ring front end
 //! ```
 //! Either every server lists its partitions or none does; every partition must be owned by
 //! exactly one server. Any other shape is refused with an error naming the problem.
+//!
+//! `address` is the server's TCP port. The optional `ring` and `rfrpc` are the control
+//! addresses of its one-sided front ends (`rampkv server --ring-listen` / `--rfrpc-listen`):
+//! `ring` serves the write-poll family (`writepoll`, `sendrecv`, `onesided`), `rfrpc` serves
+//! remote-fetch RPC. A client of those transports needs the address of every server.
 
 use std::path::Path;
 
@@ -59,13 +65,45 @@ struct ClusterFile {
 struct ServerEntry {
     address: String,
     partitions: Option<Vec<u32>>,
+    ring: Option<String>,
+    rfrpc: Option<String>,
 }
 
-/// A validated cluster: server addresses and the owner of every partition.
+/// A server's one-sided front end, reached through a control address of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Front {
+    /// The write-poll ring front end: `writepoll`, `sendrecv` and `onesided` clients.
+    Ring,
+    /// The remote-fetch RPC front end: `rfrpc` clients.
+    RfRpc,
+}
+
+impl Front {
+    /// The key naming it in a cluster file.
+    pub fn key(self) -> &'static str {
+        match self {
+            Front::Ring => "ring",
+            Front::RfRpc => "rfrpc",
+        }
+    }
+
+    /// The `rampkv server` flag that starts it.
+    pub fn flag(self) -> &'static str {
+        match self {
+            Front::Ring => "--ring-listen",
+            Front::RfRpc => "--rfrpc-listen",
+        }
+    }
+}
+
+/// A validated cluster: server addresses, the owner of every partition, and the control
+/// addresses of the servers' one-sided front ends where known.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cluster {
     servers: Vec<String>,
     partition_owner: Vec<u16>,
+    ring: Vec<Option<String>>,
+    rfrpc: Vec<Option<String>>,
 }
 
 impl Cluster {
@@ -92,13 +130,70 @@ impl Cluster {
             .map_err(|error| ClusterError::Parse { path: "<text>".into(), message: error.to_string() })?;
         let partitions = file.partitions.unwrap_or(file.servers.len() as u32);
         let listed: Vec<Option<Vec<u32>>> = file.servers.iter().map(|s| s.partitions.clone()).collect();
+        let ring: Vec<Option<String>> = file.servers.iter().map(|s| s.ring.clone()).collect();
+        let rfrpc: Vec<Option<String>> = file.servers.iter().map(|s| s.rfrpc.clone()).collect();
         let addresses = file.servers.into_iter().map(|server| server.address).collect();
         let assignment = match listed.iter().filter(|list| list.is_some()).count() {
             0 => None,
             count if count == listed.len() => Some(listed.into_iter().flatten().collect()),
             _ => return Err(ClusterError::Invalid("either every server lists its partitions or none does".into())),
         };
-        Self::build(addresses, partitions, assignment)
+        let mut cluster = Self::build(addresses, partitions, assignment)?;
+        cluster.set_fronts(Front::Ring, ring)?;
+        cluster.set_fronts(Front::RfRpc, rfrpc)?;
+        Ok(cluster)
+    }
+
+    /// This cluster with the control addresses of every server's `front` (in server order).
+    pub fn with_fronts(mut self, front: Front, addresses: Vec<String>) -> Result<Cluster, ClusterError> {
+        if addresses.len() != self.servers.len() {
+            return Err(ClusterError::Invalid(format!(
+                "{} {} addresses for {} servers",
+                addresses.len(),
+                front.key(),
+                self.servers.len()
+            )));
+        }
+        self.set_fronts(front, addresses.into_iter().map(Some).collect())?;
+        Ok(self)
+    }
+
+    fn set_fronts(&mut self, front: Front, addresses: Vec<Option<String>>) -> Result<(), ClusterError> {
+        for address in addresses.iter().flatten() {
+            validate_address(address)
+                .map_err(|_| ClusterError::Invalid(format!("{} address {address:?} is not HOST:PORT", front.key())))?;
+        }
+        match front {
+            Front::Ring => self.ring = addresses,
+            Front::RfRpc => self.rfrpc = addresses,
+        }
+        Ok(())
+    }
+
+    /// The control addresses of every server's `front`, in server order.
+    ///
+    /// # Errors
+    /// [`ClusterError::Invalid`] naming the first server without one, and how to give it one.
+    pub fn front_addresses(&self, front: Front) -> Result<Vec<String>, ClusterError> {
+        let listed = match front {
+            Front::Ring => &self.ring,
+            Front::RfRpc => &self.rfrpc,
+        };
+        self.servers
+            .iter()
+            .zip(listed)
+            .map(|(server, address)| {
+                address.clone().ok_or_else(|| {
+                    ClusterError::Invalid(format!(
+                        "server {server} has no `{}` control address: start it with `rampkv server {} ADDR` \
+                         and add `{} = \"ADDR\"` to its [[servers]] entry",
+                        front.key(),
+                        front.flag(),
+                        front.key()
+                    ))
+                })
+            })
+            .collect()
     }
 
     fn build(
@@ -143,7 +238,8 @@ impl Cluster {
                 }
             }
         }
-        Ok(Cluster { servers, partition_owner })
+        let unknown = vec![None; servers.len()];
+        Ok(Cluster { servers, partition_owner, ring: unknown.clone(), rfrpc: unknown })
     }
 
     /// Server addresses, indexed by server number.
@@ -175,6 +271,11 @@ impl Cluster {
                 .map(|p| p.to_string())
                 .collect();
             text.push_str(&format!("\n[[servers]]\naddress = \"{address}\"\npartitions = [{}]\n", owned.join(", ")));
+            for (front, listed) in [(Front::Ring, &self.ring), (Front::RfRpc, &self.rfrpc)] {
+                if let Some(control) = &listed[server] {
+                    text.push_str(&format!("{} = \"{control}\"\n", front.key()));
+                }
+            }
         }
         text
     }
@@ -216,6 +317,26 @@ mod tests {
     }
 
     #[test]
+    fn front_addresses_round_trip_and_a_missing_one_is_named() {
+        let text = "[[servers]]\naddress = \"127.0.0.1:1\"\nring = \"127.0.0.1:11\"\n\
+                    [[servers]]\naddress = \"127.0.0.1:2\"\nring = \"127.0.0.1:12\"\nrfrpc = \"127.0.0.1:22\"\n";
+        let cluster = Cluster::from_toml(text).unwrap();
+        assert_eq!(Cluster::from_toml(&cluster.to_toml()).unwrap(), cluster);
+        assert_eq!(cluster.front_addresses(Front::Ring).unwrap(), ["127.0.0.1:11", "127.0.0.1:12"]);
+        let missing = cluster.front_addresses(Front::RfRpc).unwrap_err().to_string();
+        assert!(missing.contains("server 127.0.0.1:1 has no `rfrpc`"), "{missing}");
+        assert!(missing.contains("--rfrpc-listen"), "{missing}");
+
+        let plain = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
+        assert!(plain.front_addresses(Front::Ring).is_err());
+        let given = plain.clone().with_fronts(Front::Ring, vec!["127.0.0.1:9".into()]).unwrap();
+        assert_eq!(given.front_addresses(Front::Ring).unwrap(), ["127.0.0.1:9"]);
+        assert_eq!(Cluster::from_toml(&given.to_toml()).unwrap(), given);
+        assert!(plain.clone().with_fronts(Front::Ring, vec![]).is_err());
+        assert!(plain.with_fronts(Front::RfRpc, vec!["nohost".into()]).is_err());
+    }
+
+    #[test]
     fn malformed_cluster_files_give_clear_errors() {
         let cases = [
             ("servers = []", "need 1..="),
@@ -229,6 +350,8 @@ mod tests {
                 "every server lists",
             ),
             ("this is not toml", "expected"),
+            ("[[servers]]\naddress = \"h:1\"\nring = \"h\"", "ring address \"h\" is not HOST:PORT"),
+            ("[[servers]]\naddress = \"h:1\"\nrfrpc = 7", "invalid type"),
         ];
         for (text, expected) in cases {
             let message = Cluster::from_toml(text).unwrap_err().to_string();

@@ -24,6 +24,7 @@ pub mod checker;
 pub mod client;
 pub mod cluster;
 pub mod figures;
+pub mod front;
 pub mod history;
 pub mod item_slots;
 pub mod limits;

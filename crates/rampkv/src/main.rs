@@ -17,8 +17,10 @@ use clap::{Args, Parser, Subcommand};
 use rampkv::bench::{self, BenchConfig, StopAfter, Workload};
 use rampkv::checker;
 use rampkv::client::Client;
-use rampkv::cluster::Cluster;
+use rampkv::cluster::{Cluster, Front};
 use rampkv::figures;
+use rampkv::front::FrontEnd;
+use rampkv::item_slots::ItemSlotConfig;
 use rampkv::limits::GC_GRACE_MS;
 use rampkv::progress::{Goal, ProgressBar};
 use rampkv::protocol::bloom::BloomParameters;
@@ -52,6 +54,21 @@ enum Command {
         /// cooperative termination of transactions whose writer died.
         #[arg(long)]
         cluster: Option<PathBuf>,
+        /// Also serve the ring transports (writepoll, sendrecv, onesided) over the shared-memory
+        /// fabric, with their control port on ADDR; list it as `ring = "ADDR"` in the cluster
+        /// file. Clients must run on this machine (/dev/shm).
+        #[arg(long, value_name = "ADDR", conflicts_with = "rfrpc_listen")]
+        ring_listen: Option<SocketAddr>,
+        /// Also serve remote-fetch RPC (rfrpc), control port on ADDR (`rfrpc = "ADDR"`). A
+        /// server has one one-sided front end: this or --ring-listen.
+        #[arg(long, value_name = "ADDR")]
+        rfrpc_listen: Option<SocketAddr>,
+        /// With --ring-listen: item slots for GET* (onesided); 0: none, onesided reads use GET+.
+        #[arg(long, default_value_t = rampkv::limits::ITEM_SLOTS_DEFAULT)]
+        item_slots: usize,
+        /// With --ring-listen: bytes per item slot (versions that do not fit are read over GET+).
+        #[arg(long, default_value_t = rampkv::limits::ITEM_SLOT_BYTES_DEFAULT)]
+        item_slot_bytes: usize,
     },
     /// Run a local cluster of several servers in this process and write its cluster file.
     Local {
@@ -67,6 +84,10 @@ enum Command {
         /// Also serve the Redis protocol (RESP) on 127.0.0.1:PORT (see docs/resp.md).
         #[arg(long)]
         resp_port: Option<u16>,
+        /// The servers' one-sided front end, written into the cluster file: ring (writepoll,
+        /// sendrecv, onesided clients), rfrpc, or none.
+        #[arg(long, value_enum, default_value_t = FrontChoice::Ring)]
+        front: FrontChoice,
     },
     /// Serve the Redis protocol (RESP) for a running cluster: rampkv gateway --cluster FILE --listen ADDR
     Gateway {
@@ -180,7 +201,7 @@ struct BenchArgs {
     /// (GET+/PUT+ message rings over shared memory); onesided (GET* reads of item slots, PUT+
     /// writes); rfrpc (remote-fetch RPC over shared memory); inprocess (no transport: client
     /// threads call the embedded servers' cores: the protocol's own CPU cost; not with s2pl).
-    /// All but tcp need the embedded cluster.
+    /// With --cluster, the ring transports use the servers' `ring`/`rfrpc` control addresses.
     #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
     transport: bench::TransportKind,
     /// onesided: item slots per server.
@@ -236,7 +257,7 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Server { listen, gc_grace_ms, cluster } => {
+        Command::Server { listen, gc_grace_ms, cluster, ring_listen, rfrpc_listen, item_slots, item_slot_bytes } => {
             let mut group = ServerGroup::spawn(&[ServerConfig { listen, gc_grace_ms }])
                 .with_context(|| format!("cannot listen on {listen}"))?;
             if let Some(path) = cluster {
@@ -250,12 +271,38 @@ fn run(command: Command) -> Result<ExitCode> {
                 };
                 group.start_recovery(cluster, index, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
             }
-            eprintln!("rampkv server listening on {}", group.addresses()[0]);
+            let front = match (ring_listen, rfrpc_listen) {
+                (Some(control), _) => {
+                    let slots = ItemSlotConfig { slots: item_slots, slot_bytes: item_slot_bytes };
+                    let slots = match item_slots {
+                        0 => None,
+                        _ => Some(slots),
+                    };
+                    if let Some(slots) = slots {
+                        slots.validate().map_err(|why| anyhow::anyhow!("--item-slots/--item-slot-bytes: {why}"))?;
+                    }
+                    Some(FrontEnd::spawn(&group, Front::Ring, control, slots))
+                }
+                (None, Some(control)) => Some(FrontEnd::spawn(&group, Front::RfRpc, control, None)),
+                (None, None) => None,
+            }
+            .transpose()
+            .context("cannot start the one-sided front end")?;
+            match &front {
+                Some(front) => eprintln!(
+                    "rampkv server listening on {}; {} control on {}",
+                    group.addresses()[0],
+                    front.kind().key(),
+                    front.control_addresses()[0]
+                ),
+                None => eprintln!("rampkv server listening on {}", group.addresses()[0]),
+            }
             group.wait().context("server failed")?;
+            drop(front);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Local { servers, base_port, cluster_file, resp_port } => {
-            run_local(servers, base_port, &cluster_file, resp_port)
+        Command::Local { servers, base_port, cluster_file, resp_port, front } => {
+            run_local(servers, base_port, &cluster_file, resp_port, front.front())
         }
         Command::Gateway { cluster, listen } => {
             let gateway = Gateway::spawn(&Cluster::from_file(&cluster)?, &GatewayConfig::new(listen))?;
@@ -298,7 +345,13 @@ fn run(command: Command) -> Result<ExitCode> {
     }
 }
 
-fn run_local(servers: usize, base_port: u16, cluster_file: &PathBuf, resp_port: Option<u16>) -> Result<ExitCode> {
+fn run_local(
+    servers: usize,
+    base_port: u16,
+    cluster_file: &PathBuf,
+    resp_port: Option<u16>,
+    front: Option<Front>,
+) -> Result<ExitCode> {
     if !(1..=64).contains(&servers) {
         bail!("--servers must be 1..=64, got {servers}");
     }
@@ -309,8 +362,18 @@ fn run_local(servers: usize, base_port: u16, cluster_file: &PathBuf, resp_port: 
         })
         .collect::<Result<Vec<_>>>()?;
     let mut group = ServerGroup::spawn(&configs).context("cannot start the local cluster")?;
-    let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())?;
+    let mut cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())?;
     group.start_recovery(cluster.clone(), 0, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
+    let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
+    let item_slots = Some(ItemSlotConfig::default());
+    let front = front
+        .map(|front| FrontEnd::spawn(&group, front, localhost, item_slots))
+        .transpose()
+        .context("cannot start the one-sided front end")?;
+    if let Some(front) = &front {
+        let controls = front.control_addresses().iter().map(SocketAddr::to_string).collect();
+        cluster = cluster.with_fronts(front.kind(), controls)?;
+    }
     std::fs::write(cluster_file, cluster.to_toml())
         .with_context(|| format!("cannot write {}", cluster_file.display()))?;
     eprintln!(
@@ -337,7 +400,26 @@ fn run_local(servers: usize, base_port: u16, cluster_file: &PathBuf, resp_port: 
         None => None,
     };
     group.wait().context("local cluster failed")?;
+    drop(front);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `rampkv local --front`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum FrontChoice {
+    Ring,
+    Rfrpc,
+    None,
+}
+
+impl FrontChoice {
+    fn front(self) -> Option<Front> {
+        match self {
+            FrontChoice::Ring => Some(Front::Ring),
+            FrontChoice::Rfrpc => Some(Front::RfRpc),
+            FrontChoice::None => None,
+        }
+    }
 }
 
 fn parse_algorithm(name: &str) -> Result<Algorithm, String> {

@@ -50,6 +50,9 @@ fn put_then_get_through_a_local_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let cluster_file = dir.path().join("cluster.toml");
     let _cluster = LocalCluster::start(&cluster_file);
+    // The cluster file lists each server's ring front end for the one-sided transports.
+    let text = std::fs::read_to_string(&cluster_file).unwrap();
+    assert_eq!(text.matches("ring = \"127.0.0.1:").count(), 3, "{text}");
     let cluster = cluster_file.to_str().unwrap();
     let put = rampkv(&["put", "k1=v1", "k2=hello world", "k3=a=b", "--cluster", cluster]);
     assert!(put.status.success(), "{}", stderr(&put));

@@ -26,7 +26,8 @@ use rampkv_ycsb::{Txn, TxnKind};
 
 use crate::checker;
 use crate::client::{ClientError, Completion, Driver, TxnResult};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Front};
+use crate::front::FrontEnd;
 use crate::history::{self, HistorySink, ReadRecord, Record, WriteRecord};
 use crate::item_slots::ItemSlotConfig;
 use crate::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
@@ -35,8 +36,6 @@ use crate::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
 use crate::protocol::server::ServerCore;
 use crate::recovery::RECOVERY_TIMEOUT_MS;
 use crate::server::{ServerConfig, ServerGroup};
-use crate::server_rfrpc::RfRpcGroup;
-use crate::server_writepoll::WritePollGroup;
 use crate::transport::local::LocalTransport;
 use crate::transport::onesided::{GetStarStats, OneSidedClientTransport, OneSidedOptions};
 use crate::transport::rfrpc::RfRpcClientTransport;
@@ -109,7 +108,16 @@ impl TransportKind {
         }
     }
 
-    /// Parses `tcp`, `writepoll` or `sendrecv`.
+    /// The server front end its clients connect to, if not the TCP port (or no transport).
+    pub fn front(self) -> Option<Front> {
+        match self {
+            TransportKind::WritePoll | TransportKind::SendRecv | TransportKind::OneSided => Some(Front::Ring),
+            TransportKind::RfRpc => Some(Front::RfRpc),
+            TransportKind::Tcp | TransportKind::InProcess => None,
+        }
+    }
+
+    /// Parses a transport's [name](TransportKind::name).
     pub fn from_name(name: &str) -> Result<Self, String> {
         match name {
             "tcp" => Ok(TransportKind::Tcp),
@@ -222,16 +230,6 @@ impl BenchConfig {
     pub fn validate(&self) -> Result<(), BenchError> {
         let fail = |why: String| Err(BenchError::Config(why));
         self.bloom.validate().map_err(BenchError::Config)?;
-        if matches!(
-            self.transport,
-            TransportKind::WritePoll | TransportKind::OneSided | TransportKind::SendRecv | TransportKind::RfRpc
-        ) && self.cluster_file.is_some()
-        {
-            return fail(format!(
-                "--transport {} needs the embedded cluster (its control ports are not in cluster files)",
-                self.transport.name()
-            ));
-        }
         if self.transport == TransportKind::InProcess && self.cluster_file.is_some() {
             return fail("--transport inprocess calls the embedded cluster's servers: not with --cluster".into());
         }
@@ -280,12 +278,26 @@ impl BenchConfig {
 /// Runs a benchmark to completion.
 pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     config.validate()?;
-    let (cluster, embedded, ring_fronts) = match &config.cluster_file {
+    let (cluster, embedded, fronts) = match &config.cluster_file {
         Some(path) => (Cluster::from_file(path)?, Vec::new(), Vec::new()),
         None => start_embedded_cluster(config)?,
     };
-    let control_addresses: Vec<String> =
-        ring_fronts.iter().flat_map(|front| front.control_addresses().iter().map(SocketAddr::to_string)).collect();
+    // An external cluster has as many servers as its file lists (--servers is for the embedded
+    // one); the result records what ran.
+    let external;
+    let config = match &config.cluster_file {
+        Some(_) => {
+            external = BenchConfig { servers: cluster.servers().len(), ..config.clone() };
+            &external
+        }
+        None => config,
+    };
+    // The one-sided transports reach each server through its front end's control address:
+    // an external cluster lists them in its file, an embedded one was just started.
+    let control_addresses: Vec<String> = match (&config.cluster_file, config.transport.front()) {
+        (Some(_), Some(front)) => cluster.front_addresses(front)?,
+        _ => fronts.iter().flat_map(|front| front.control_addresses().iter().map(SocketAddr::to_string)).collect(),
+    };
     let local_servers: Vec<(Arc<ServerCore>, Instant)> =
         embedded.iter().flat_map(|group| group.cores().iter().map(|core| (Arc::clone(core), group.clock()))).collect();
     let sink = config.history.as_ref().map(HistorySink::create).transpose()?;
@@ -368,31 +380,14 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     }
     let check = keep_records.then(|| checker::check(&totals.records));
     let store_stats = embedded.iter().flat_map(|group| group.cores().iter().map(|core| core.store().stats())).collect();
-    drop(ring_fronts);
+    drop(fronts);
     drop(embedded);
     Ok(report::build(config, &totals, elapsed, check, store_stats))
 }
 
 /// The embedded cluster: TCP server groups, and a write-poll front end for each group that
 /// serves the same cores (so both transports reach the same stores).
-type Embedded = (Cluster, Vec<ServerGroup>, Vec<RingFront>);
-
-/// The one ring front end of a server group (they share the group's deferred-reply exchange):
-/// write-poll, or RF-RPC for `--transport rfrpc`.
-#[derive(Debug)]
-enum RingFront {
-    WritePoll(WritePollGroup),
-    RfRpc(RfRpcGroup),
-}
-
-impl RingFront {
-    fn control_addresses(&self) -> &[SocketAddr] {
-        match self {
-            RingFront::WritePoll(front) => front.control_addresses(),
-            RingFront::RfRpc(front) => front.control_addresses(),
-        }
-    }
-}
+type Embedded = (Cluster, Vec<ServerGroup>, Vec<FrontEnd>);
 
 fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> {
     let localhost: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
@@ -411,18 +406,15 @@ fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> 
         group.start_recovery(cluster.clone(), first_index, RECOVERY_TIMEOUT_MS).map_err(BenchError::Cluster)?;
         first_index += group.addresses().len();
     }
-    let ring_fronts = groups
+    // Every embedded group gets a front end (the ring one unless the transport is RF-RPC).
+    let front = config.transport.front().unwrap_or(Front::Ring);
+    let item_slots = (config.transport == TransportKind::OneSided).then_some(config.item_slots);
+    let fronts = groups
         .iter()
-        .map(|group| match config.transport {
-            TransportKind::RfRpc => RfRpcGroup::spawn(group, localhost).map(RingFront::RfRpc),
-            _ => {
-                let item_slots = (config.transport == TransportKind::OneSided).then_some(config.item_slots);
-                WritePollGroup::spawn_with_item_slots(group, localhost, item_slots).map(RingFront::WritePoll)
-            }
-        })
+        .map(|group| FrontEnd::spawn(group, front, localhost, item_slots))
         .collect::<Result<_, _>>()
         .map_err(BenchError::Cluster)?;
-    Ok((cluster, groups, ring_fronts))
+    Ok((cluster, groups, fronts))
 }
 
 /// The contiguous share `thread` gets of `total` items split over `threads`.

@@ -1,0 +1,149 @@
+//! The one-sided transports between processes, as a user deploys them: `rampkv server`
+//! processes with a ring or RF-RPC front end, a cluster file listing their control addresses,
+//! and `rampkv bench --cluster` in another process mapping the servers' regions from /dev/shm.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+
+/// A `rampkv server` process with a one-sided front end, killed on drop.
+struct ServerProcess {
+    child: Child,
+    address: String,
+    control: String,
+}
+
+impl ServerProcess {
+    /// Starts a server on free ports with `front_flag` (`--ring-listen` or `--rfrpc-listen`)
+    /// and reads the addresses it reports.
+    fn start(front_flag: &str, extra: &[&str]) -> ServerProcess {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+            .args(["server", "--listen", "127.0.0.1:0", front_flag, "127.0.0.1:0"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rampkv server starts");
+        let mut line = String::new();
+        BufReader::new(child.stderr.take().expect("piped")).read_line(&mut line).expect("a start-up line");
+        // "rampkv server listening on A; ring control on B"
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert!(line.starts_with("rampkv server listening on") && words.len() == 9, "{line}");
+        ServerProcess { child, address: words[4].trim_end_matches(';').to_string(), control: words[8].to_string() }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn write_cluster_file(path: &Path, key: &str, servers: &[ServerProcess]) {
+    let mut text = String::new();
+    for server in servers {
+        text.push_str(&format!("[[servers]]\naddress = \"{}\"\n{key} = \"{}\"\n", server.address, server.control));
+    }
+    std::fs::write(path, text).expect("cluster file written");
+}
+
+fn bench(cluster_file: &Path, transport: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rampkv"))
+        .args(["bench", "--transport", transport, "--duration", "1s", "--check", "--clients", "4"])
+        .args(["--read-ratio", "0.8", "--keys", "100", "--seed", "7", "--cluster"])
+        .arg(cluster_file)
+        .output()
+        .expect("rampkv bench runs")
+}
+
+/// Asserts the run succeeded, committed transactions and the checker found it clean; returns
+/// its standard output.
+fn assert_clean(output: &Output, transport: &str) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{transport}: {stdout}\n{stderr}");
+    assert!(stdout.contains("read atomicity: clean"), "{transport}: {stdout}");
+    assert!(stdout.contains(&format!("over {transport},")), "{transport}: {stdout}");
+    assert!(stdout.contains(" 2 servers"), "{transport}: the cluster file's server count is reported: {stdout}");
+    let committed: u64 = stdout
+        .lines()
+        .find(|line| line.contains("transactions in"))
+        .and_then(|line| line.split_whitespace().next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or(0);
+    assert!(committed > 100, "{transport}: only {committed} transactions: {stdout}");
+    stdout
+}
+
+/// Two fresh server processes with `front_flag`, and their cluster file listing `key`
+/// addresses. A checked run needs servers that hold no data from an earlier run.
+fn fresh_cluster(front_flag: &str, key: &str, extra: &[&str]) -> ([ServerProcess; 2], tempfile::TempDir) {
+    let servers = [ServerProcess::start(front_flag, extra), ServerProcess::start(front_flag, extra)];
+    let dir = tempfile::tempdir().expect("temporary directory");
+    write_cluster_file(&dir.path().join("cluster.toml"), key, &servers);
+    (servers, dir)
+}
+
+#[test]
+fn ring_transports_reach_server_processes_through_the_cluster_file() {
+    for transport in ["writepoll", "sendrecv", "onesided", "tcp"] {
+        let (_servers, dir) = fresh_cluster("--ring-listen", "ring", &[]);
+        let cluster_file = dir.path().join("cluster.toml");
+        let stdout = assert_clean(&bench(&cluster_file, transport), transport);
+        if transport == "onesided" {
+            // GET* reads the server processes' item slots: most round-1 reads come from slots.
+            let line = stdout.lines().find(|line| line.trim_start().starts_with("GET*:")).expect("a GET* line");
+            let from_slots: u64 =
+                line.split_whitespace().nth(1).and_then(|count| count.parse().ok()).expect("a slot count");
+            assert!(from_slots > 0, "{line}");
+        }
+        if transport == "writepoll" {
+            // A second checked run against the same servers reads the first run's versions,
+            // which its history cannot vouch for: it says so instead of passing or crying wolf.
+            let again = bench(&cluster_file, transport);
+            assert!(!again.status.success());
+            let stdout = String::from_utf8_lossy(&again.stdout);
+            assert!(stdout.contains("NOT CHECKABLE") && stdout.contains("fresh cluster"), "{stdout}");
+        }
+    }
+    // An RF-RPC client needs `rfrpc` addresses, which a ring cluster file does not have.
+    let (_servers, dir) = fresh_cluster("--ring-listen", "ring", &[]);
+    let refused = bench(&dir.path().join("cluster.toml"), "rfrpc");
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(message.contains("has no `rfrpc` control address") && message.contains("--rfrpc-listen"), "{message}");
+}
+
+#[test]
+fn rfrpc_reaches_server_processes_through_the_cluster_file() {
+    let (_servers, dir) = fresh_cluster("--rfrpc-listen", "rfrpc", &[]);
+    let cluster_file = dir.path().join("cluster.toml");
+    assert_clean(&bench(&cluster_file, "rfrpc"), "rfrpc");
+    let refused = bench(&cluster_file, "writepoll");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("has no `ring` control address"));
+}
+
+#[test]
+fn onesided_without_item_slots_reads_over_get_plus() {
+    let (_servers, dir) = fresh_cluster("--ring-listen", "ring", &["--item-slots", "0"]);
+    let cluster_file = dir.path().join("cluster.toml");
+    let stdout = assert_clean(&bench(&cluster_file, "onesided"), "onesided");
+    let line = stdout.lines().find(|line| line.trim_start().starts_with("GET*:")).expect("a GET* line");
+    assert!(line.trim_start().starts_with("GET*: 0 of"), "no slots, no slot reads: {line}");
+}
+
+#[test]
+fn bad_front_flags_are_refused_with_the_reason() {
+    let run = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_rampkv")).args(args).output().expect("runs");
+    let both =
+        run(&["server", "--listen", "127.0.0.1:0", "--ring-listen", "127.0.0.1:0", "--rfrpc-listen", "127.0.0.1:0"]);
+    assert!(!both.status.success());
+    assert!(String::from_utf8_lossy(&both.stderr).contains("cannot be used with"));
+    let slots = run(&["server", "--listen", "127.0.0.1:0", "--ring-listen", "127.0.0.1:0", "--item-slot-bytes", "7"]);
+    assert!(!slots.status.success());
+    assert!(String::from_utf8_lossy(&slots.stderr).contains("item slot bytes must be a multiple of 8"));
+    let front = run(&["local", "--front", "carrier-pigeon"]);
+    assert!(!front.status.success());
+    assert!(String::from_utf8_lossy(&front.stderr).contains("possible values: ring, rfrpc, none"));
+}
