@@ -24,35 +24,36 @@
 //! A reply frame larger than a push message is replaced by an ERROR reply.
 
 use std::collections::VecDeque;
-use std::io::ErrorKind;
-use std::net::{Shutdown, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Poll, Waker};
 use parking_lot::Mutex;
 use rampkv_fabric::rpc::{EntryList, RpcLayout, RpcServerEndpoint};
 use rampkv_fabric::{Access, Doorbell, Fabric, RingAddresses, ShmFabric, ShmLocalRegion, Words};
 
-use crate::limits::{RFRPC_GROUP_CONNECTIONS_MAX, WRITEPOLL_SLEEP_MS_MAX};
+use crate::front::control::{
+    admit, bind_listeners, bound_reply, gather_deferred, refuse, release_connection, sleep_timeout, slot_of, Admitted,
+    ControlLoop, Handshake, SlotPool, WAKER_TOKEN,
+};
+use crate::limits::RFRPC_GROUP_CONNECTIONS_MAX;
 use crate::protocol::server::{DeferredReply, ServerCore};
 use crate::server::ServerGroup;
-use crate::server_writepoll::{
-    control_stream_ended, into_blocking, is_ring_connection, DeferredExchange, RING_CONNECTION_ID_BIT,
-};
+use crate::server_writepoll::DeferredExchange;
 use crate::transport::rfrpc::{RfRpcClientHello, RfRpcRegionLayout, RfRpcServerReply, RFRPC_CONTROL_VERSION};
-use crate::transport::writepoll::{read_json_line, unique_region_name, write_json_line};
-use crate::wire::{FrameHeader, Response};
+use crate::transport::writepoll::{read_json_line, unique_region_name};
+use crate::wire::FrameHeader;
 
 type Endpoint = RpcServerEndpoint<ShmFabric, Arc<ShmLocalRegion>>;
 
-const WAKER_TOKEN: Token = Token(usize::MAX);
-const EVENTS_CAPACITY: usize = 256;
 const DOORBELL_WORD_INDEX: usize = 0;
+/// What carries a deferred or overflowing reply, named in the ERROR reply that replaces one
+/// too large for it.
+const PUSH_MESSAGE: &str = "push message";
 /// How long a push waits for ring credit before the poller retries it on a later pass.
 const BACKLOG_RETRY: Duration = Duration::from_millis(1);
 
@@ -118,24 +119,10 @@ impl RfRpcGroup {
         });
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
-        let mut listeners = Vec::with_capacity(cores.len());
-        let mut control_addresses = Vec::with_capacity(cores.len());
-        for (index, core) in cores.into_iter().enumerate() {
-            let mut listener = TcpListener::bind(listen)?;
-            poll.registry().register(&mut listener, Token(index), Interest::READABLE)?;
-            control_addresses.push(listener.local_addr()?);
-            listeners.push((listener, core));
-        }
+        let (listeners, control_addresses) = bind_listeners(&poll, cores, listen)?;
         let (events, inbox) = channel();
-        let control = ControlLoop {
-            poll,
-            listeners,
-            streams: (0..RFRPC_GROUP_CONNECTIONS_MAX).map(|_| None).collect(),
-            fabric,
-            shared: Arc::clone(&shared),
-            events,
-            generation: 0,
-        };
+        let handshake = RfRpcHandshake { fabric, shared: Arc::clone(&shared), events, generation: 0 };
+        let control = ControlLoop::new(poll, listeners, RFRPC_GROUP_CONNECTIONS_MAX, handshake);
         let doorbell = Doorbell::new(Arc::clone(&shared.region), 0).map_err(std::io::Error::other)?;
         let poller = Poller {
             shared: Arc::clone(&shared),
@@ -145,7 +132,7 @@ impl RfRpcGroup {
             clock,
             deferred: Vec::new(),
             exchange,
-            cores: control.listeners.iter().map(|(_, core)| Arc::clone(core)).collect(),
+            cores: control.cores(),
             frames: Vec::new(),
             replies: EntryList::new(),
         };
@@ -172,59 +159,17 @@ impl Drop for RfRpcGroup {
     }
 }
 
-struct ControlLoop {
-    poll: Poll,
-    listeners: Vec<(TcpListener, Arc<ServerCore>)>,
-    streams: Vec<Option<TcpStream>>,
+/// The RF-RPC handshake, run by the control thread.
+struct RfRpcHandshake {
     fabric: ShmFabric,
     shared: Arc<Shared>,
     events: Sender<ControlEvent>,
     generation: u64,
 }
 
-impl ControlLoop {
-    fn run(mut self) {
-        let mut events = Events::with_capacity(EVENTS_CAPACITY);
-        while !self.shared.stop.load(Ordering::Acquire) {
-            match self.poll.poll(&mut events, None) {
-                Ok(()) => {}
-                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => return,
-            }
-            for event in events.iter() {
-                let token = event.token();
-                if token == WAKER_TOKEN {
-                    continue;
-                }
-                if token.0 < self.listeners.len() {
-                    self.accept(token.0);
-                } else {
-                    self.check_stream(token.0 - self.listeners.len());
-                }
-            }
-        }
-    }
-
-    fn accept(&mut self, index: usize) {
-        loop {
-            let stream = match self.listeners[index].0.accept() {
-                Ok((stream, _)) => stream,
-                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => return,
-            };
-            let core = Arc::clone(&self.listeners[index].1);
-            let Ok(stream) = into_blocking(stream) else { continue };
-            if let Some((slot, connection_stream)) = self.handshake(stream, core) {
-                let mut stream = TcpStream::from_std(connection_stream);
-                let token = Token(self.listeners.len() + slot);
-                if self.poll.registry().register(&mut stream, token, Interest::READABLE).is_err() {
-                    let _ = stream.shutdown(Shutdown::Both);
-                    self.send(ControlEvent::Closed { slot });
-                    continue;
-                }
-                self.streams[slot] = Some(stream);
-            }
-        }
+impl Handshake for RfRpcHandshake {
+    fn stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::Acquire)
     }
 
     fn handshake(
@@ -232,60 +177,52 @@ impl ControlLoop {
         mut stream: std::net::TcpStream,
         core: Arc<ServerCore>,
     ) -> Option<(usize, std::net::TcpStream)> {
+        let refused = |reason| RfRpcServerReply::Refused { reason };
         let hello: RfRpcClientHello = match read_json_line(&mut stream) {
             Ok(hello) => hello,
             Err(error) => {
-                refuse(&mut stream, format!("bad hello: {error}"));
+                refuse(&mut stream, &refused(format!("bad hello: {error}")));
                 return None;
             }
         };
-        let Some(slot) = self.shared.free_slots.lock().pop() else {
-            refuse(&mut stream, format!("all {RFRPC_GROUP_CONNECTIONS_MAX} connection slots are in use"));
-            return None;
-        };
-        self.generation += 1;
-        let id = RING_CONNECTION_ID_BIT | (self.generation << 32) | slot as u64;
-        let built = stream
-            .try_clone()
-            .map_err(|error| error.to_string())
-            .and_then(|control| build_connection(self.fabric, &self.shared.region, &hello, slot, id, core, control));
-        let connection = match built {
-            Ok(connection) => connection,
-            Err(reason) => {
-                self.shared.free_slots.lock().push(slot);
-                refuse(&mut stream, reason);
-                return None;
-            }
-        };
-        let accepted = RfRpcServerReply::Accepted {
-            region: self.shared.region.descriptor().clone(),
-            request_ring: RfRpcRegionLayout::request_ring(slot),
-            reply_slot_offset_bytes: RfRpcRegionLayout::reply_slot_offset_bytes(slot),
-            reply_slot_bytes: RfRpcRegionLayout::REPLY_SLOT_BYTES as u64,
-            doorbell_offset_bytes: RfRpcRegionLayout::DOORBELL_OFFSET_BYTES,
-            push_credit_offset_bytes: RfRpcRegionLayout::push_credit_offset_bytes(slot),
-        };
-        // The poller gets the connection first: once the client reads the reply it may send.
-        self.send(ControlEvent::Open(Box::new(connection)));
-        if write_json_line(&mut stream, &accepted).is_err() || stream.set_nonblocking(true).is_err() {
-            let _ = stream.shutdown(Shutdown::Both);
-            self.send(ControlEvent::Closed { slot });
-            return None;
-        }
-        Some((slot, stream))
+        let (fabric, region) = (self.fabric, Arc::clone(&self.shared.region));
+        let shared = Arc::clone(&self.shared);
+        let pool =
+            SlotPool { free: &shared.free_slots, capacity: RFRPC_GROUP_CONNECTIONS_MAX, name: "connection slots" };
+        let mut poller = Notify { events: &self.events, shared: &shared };
+        admit(
+            stream,
+            &pool,
+            &mut self.generation,
+            refused,
+            |slot, id, control| {
+                let connection = build_connection(fabric, &region, &hello, slot, id, core, control)?;
+                let accepted = RfRpcServerReply::Accepted {
+                    region: region.descriptor().clone(),
+                    request_ring: RfRpcRegionLayout::request_ring(slot),
+                    reply_slot_offset_bytes: RfRpcRegionLayout::reply_slot_offset_bytes(slot),
+                    reply_slot_bytes: RfRpcRegionLayout::REPLY_SLOT_BYTES as u64,
+                    doorbell_offset_bytes: RfRpcRegionLayout::DOORBELL_OFFSET_BYTES,
+                    push_credit_offset_bytes: RfRpcRegionLayout::push_credit_offset_bytes(slot),
+                };
+                Ok((connection, accepted))
+            },
+            &mut poller,
+        )
     }
 
-    fn check_stream(&mut self, slot: usize) {
-        let Some(stream) = self.streams.get_mut(slot).and_then(Option::as_mut) else { return };
-        if !control_stream_ended(stream) {
-            return;
-        }
-        if let Some(mut stream) = self.streams[slot].take() {
-            let _ = self.poll.registry().deregister(&mut stream);
-        }
-        self.send(ControlEvent::Closed { slot });
+    fn closed(&mut self, slot: usize) {
+        Notify { events: &self.events, shared: &self.shared }.closed(slot);
     }
+}
 
+/// The control thread's channel to the poller.
+struct Notify<'a> {
+    events: &'a Sender<ControlEvent>,
+    shared: &'a Shared,
+}
+
+impl Notify<'_> {
     fn send(&self, event: ControlEvent) {
         if self.events.send(event).is_ok() {
             self.shared.control_pending.store(true, Ordering::Release);
@@ -294,9 +231,14 @@ impl ControlLoop {
     }
 }
 
-fn refuse(stream: &mut std::net::TcpStream, reason: String) {
-    let _ = write_json_line(stream, &RfRpcServerReply::Refused { reason });
-    let _ = stream.shutdown(Shutdown::Both);
+impl Admitted<Connection> for Notify<'_> {
+    fn open(&mut self, connection: Connection) {
+        self.send(ControlEvent::Open(Box::new(connection)));
+    }
+
+    fn closed(&mut self, slot: usize) {
+        self.send(ControlEvent::Closed { slot });
+    }
 }
 
 /// Maps the client's region and builds the connection's endpoint from the client's hello
@@ -436,10 +378,7 @@ impl Poller {
     }
 
     fn sleep(&mut self, now_ms: u64) {
-        let mut timeout = Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX);
-        if let Some(deadline) = self.cores.iter().filter_map(|core| core.next_lock_deadline_ms()).min() {
-            timeout = timeout.min(Duration::from_millis(deadline.saturating_sub(now_ms) + 1));
-        }
+        let mut timeout = sleep_timeout(&self.cores, now_ms);
         if self.connections.iter().flatten().any(|connection| !connection.backlog.is_empty()) {
             timeout = timeout.min(BACKLOG_RETRY);
         }
@@ -467,30 +406,20 @@ impl Poller {
 
     fn close(&mut self, slot: usize) {
         if let Some(connection) = self.connections[slot].take() {
-            let _ = connection.control.shutdown(Shutdown::Both);
-            connection.core.connection_closed(connection.id, &mut self.deferred);
+            release_connection(&connection.control, &connection.core, connection.id, &mut self.deferred);
         }
     }
 
     fn deliver_deferred(&mut self, now_ms: u64) {
-        for core in &self.cores {
-            if core.next_lock_deadline_ms().is_some_and(|deadline| deadline <= now_ms) {
-                core.expire_lock_waits(now_ms, &mut self.deferred);
-            }
-        }
-        self.exchange.take_for_rings(&mut self.deferred);
+        gather_deferred(&self.cores, &self.exchange, now_ms, &mut self.deferred);
         while let Some(reply) = self.deferred.pop() {
-            if !is_ring_connection(reply.connection) {
-                self.exchange.send_to_tcp(reply);
-                continue;
-            }
-            let slot = (reply.connection & 0xFFFF_FFFF) as usize;
+            let slot = slot_of(reply.connection);
             let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { continue };
             if connection.id != reply.connection {
                 continue; // the connection closed: nobody to tell
             }
             let mut frame = reply.frame;
-            bound_frame(&mut frame, connection.endpoint.unsolicited_entries_bytes_max() - 4);
+            bound_reply(&mut frame, 0, connection.endpoint.unsolicited_entries_bytes_max() - 4, PUSH_MESSAGE);
             connection.backlog.push_back(frame);
             if connection.push_backlog(&mut self.replies).is_err() {
                 self.close(slot);
@@ -539,26 +468,11 @@ fn serve_connection(
             replies.push(frame);
         } else {
             let mut frame = frame.to_vec();
-            bound_frame(&mut frame, push_frame_max);
+            bound_reply(&mut frame, 0, push_frame_max, PUSH_MESSAGE);
             backlog.push_back(frame);
         }
     }
     endpoint.server_send(replies).map_err(|_| Fault::Corrupt)?;
     connection.push_backlog(replies)?;
     Ok(1)
-}
-
-/// Replaces a reply frame too large for a push message by an ERROR reply (as the write-poll
-/// front end does for its ring messages).
-fn bound_frame(frame: &mut Vec<u8>, bytes_max: usize) {
-    if frame.len() <= bytes_max {
-        return;
-    }
-    let request_id = u64::from_le_bytes(frame[8..16].try_into().expect("a frame header"));
-    let reply = Response::bad_request(format!(
-        "reply of {} bytes exceeds the push message maximum of {bytes_max} bytes",
-        frame.len()
-    ));
-    frame.clear();
-    reply.encode_frame(request_id, frame);
 }

@@ -48,35 +48,36 @@
 //! that are not its own and wakes the other (`tests/writepoll.rs`,
 //! `s2pl_lock_grants_cross_between_tcp_and_ring_clients`, hung without it).
 
-use std::io::ErrorKind;
-use std::net::{Shutdown, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Poll, Waker};
 use parking_lot::Mutex;
 use rampkv_fabric::{
     Access, Doorbell, Fabric, LoadOrdering, RingAddresses, RingReceiver, RingSender, SendError, ShmFabric,
     ShmLocalRegion, Words,
 };
 
+use crate::front::control::{
+    admit, bind_listeners, bound_reply, gather_deferred, refuse, release_connection, sleep_timeout, slot_of, Admitted,
+    ControlLoop, Handshake, SlotPool, WAKER_TOKEN,
+};
 use crate::item_slots::{ItemSlotConfig, ItemSlots};
 use crate::limits::{
-    CONNECTION_WRITE_BUFFER_BYTES_MAX, SENDRECV_GROUP_CONNECTIONS_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS,
-    WRITEPOLL_GROUP_CONNECTIONS_MAX, WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_MESSAGE_BYTES_MIN,
-    WRITEPOLL_SLEEP_MS_MAX,
+    CONNECTION_WRITE_BUFFER_BYTES_MAX, SENDRECV_GROUP_CONNECTIONS_MAX, WRITEPOLL_GROUP_CONNECTIONS_MAX,
+    WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_MESSAGE_BYTES_MIN,
 };
 use crate::protocol::server::{DeferredReply, ServerCore};
 use crate::server::ServerGroup;
 use crate::transport::writepoll::{
-    read_json_line, send_frames, unique_region_name, write_json_line, ClientHello, RegionLayout, ServerReply,
-    ShmReceiver, ShmSender, CONTROL_VERSION,
+    read_json_line, send_frames, unique_region_name, ClientHello, RegionLayout, ServerReply, ShmReceiver, ShmSender,
+    CONTROL_VERSION,
 };
-use crate::wire::{FrameHeader, Response};
+use crate::wire::FrameHeader;
 
 mod sendrecv;
 use sendrecv::{ControlHello, SendRecvConnection};
@@ -150,8 +151,8 @@ impl DeferredExchange {
     }
 }
 
-const WAKER_TOKEN: Token = Token(usize::MAX);
-const EVENTS_CAPACITY: usize = 256;
+/// What carries replies, named in the ERROR reply that replaces one too large for it.
+pub(super) const RING_MESSAGE: &str = "ring message";
 const DOORBELL_WORD_INDEX: usize = RegionLayout::DOORBELL_OFFSET_BYTES as usize / 8;
 
 /// What the control thread tells the poller.
@@ -249,24 +250,11 @@ impl WritePollGroup {
         });
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
-        let mut listeners = Vec::with_capacity(cores.len());
-        let mut control_addresses = Vec::with_capacity(cores.len());
-        for (index, core) in cores.into_iter().enumerate() {
-            let mut listener = TcpListener::bind(listen)?;
-            poll.registry().register(&mut listener, Token(index), Interest::READABLE)?;
-            control_addresses.push(listener.local_addr()?);
-            listeners.push((listener, core));
-        }
+        let (listeners, control_addresses) = bind_listeners(&poll, cores, listen)?;
         let (events, inbox) = channel();
-        let control = ControlLoop {
-            poll,
-            listeners,
-            streams: (0..WRITEPOLL_GROUP_CONNECTIONS_MAX + SENDRECV_GROUP_CONNECTIONS_MAX).map(|_| None).collect(),
-            fabric,
-            shared: Arc::clone(&shared),
-            events,
-            generation: 0,
-        };
+        let handshake = WritePollHandshake { fabric, shared: Arc::clone(&shared), events, generation: 0 };
+        let slots = WRITEPOLL_GROUP_CONNECTIONS_MAX + SENDRECV_GROUP_CONNECTIONS_MAX;
+        let control = ControlLoop::new(poll, listeners, slots, handshake);
         let doorbell = Doorbell::new(Arc::clone(&shared.region), RegionLayout::DOORBELL_OFFSET_BYTES as usize)
             .map_err(std::io::Error::other)?;
         let poller = Poller {
@@ -278,7 +266,7 @@ impl WritePollGroup {
             clock,
             deferred: Vec::new(),
             exchange,
-            cores: control.listeners.iter().map(|(_, core)| Arc::clone(core)).collect(),
+            cores: control.cores(),
         };
         let control_thread =
             std::thread::Builder::new().name("rampkv-wp-control".into()).spawn(move || control.run())?;
@@ -303,65 +291,19 @@ impl Drop for WritePollGroup {
     }
 }
 
-struct ControlLoop {
-    poll: Poll,
-    listeners: Vec<(TcpListener, Arc<ServerCore>)>,
-    /// Open control connections by ring slot.
-    streams: Vec<Option<TcpStream>>,
+/// The control thread's handshake: write-poll and send/recv clients share the control port.
+struct WritePollHandshake {
     fabric: ShmFabric,
     shared: Arc<Shared>,
     events: Sender<ControlEvent>,
     generation: u64,
 }
 
-impl ControlLoop {
-    fn run(mut self) {
-        let mut events = Events::with_capacity(EVENTS_CAPACITY);
-        while !self.shared.stop.load(Ordering::Acquire) {
-            match self.poll.poll(&mut events, None) {
-                Ok(()) => {}
-                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => return, // the poller keeps serving open rings; no new ones
-            }
-            for event in events.iter() {
-                let token = event.token();
-                if token == WAKER_TOKEN {
-                    continue;
-                }
-                if token.0 < self.listeners.len() {
-                    self.accept(token.0);
-                } else {
-                    self.check_stream(token.0 - self.listeners.len());
-                }
-            }
-        }
+impl Handshake for WritePollHandshake {
+    fn stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::Acquire)
     }
 
-    fn accept(&mut self, index: usize) {
-        loop {
-            let stream = match self.listeners[index].0.accept() {
-                Ok((stream, _)) => stream,
-                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => return, // WouldBlock, or a failed connection: only that one
-            };
-            let core = Arc::clone(&self.listeners[index].1);
-            // The handshake is short and bounded by the control timeout; it runs blocking.
-            let Ok(stream) = into_blocking(stream) else { continue };
-            if let Some((slot, connection_stream)) = self.handshake(stream, core) {
-                let mut stream = TcpStream::from_std(connection_stream);
-                let token = Token(self.listeners.len() + slot);
-                if self.poll.registry().register(&mut stream, token, Interest::READABLE).is_err() {
-                    let _ = stream.shutdown(Shutdown::Both);
-                    self.send(ControlEvent::Closed { slot });
-                    continue;
-                }
-                self.streams[slot] = Some(stream);
-            }
-        }
-    }
-
-    /// Runs the handshake; on success hands the connection to the poller and returns its slot
-    /// and the control stream (non-blocking) to watch.
     fn handshake(
         &mut self,
         mut stream: std::net::TcpStream,
@@ -371,59 +313,46 @@ impl ControlLoop {
             Ok(ControlHello::WritePoll(hello)) => hello,
             Ok(ControlHello::SendRecv(hello)) => return self.handshake_sendrecv(stream, core, &hello),
             Err(error) => {
-                refuse(&mut stream, format!("bad hello: {error}"));
+                refuse(&mut stream, &ServerReply::Refused { reason: format!("bad hello: {error}") });
                 return None;
             }
         };
-        let Some(slot) = self.shared.free_slots.lock().pop() else {
-            refuse(&mut stream, format!("all {WRITEPOLL_GROUP_CONNECTIONS_MAX} ring slots are in use"));
-            return None;
-        };
-        self.generation += 1;
-        let id = RING_CONNECTION_ID_BIT | (self.generation << 32) | slot as u64;
+        let (fabric, region) = (self.fabric, Arc::clone(&self.shared.region));
+        let shared = Arc::clone(&self.shared);
+        let pool = SlotPool { free: &shared.free_slots, capacity: WRITEPOLL_GROUP_CONNECTIONS_MAX, name: "ring slots" };
         let item_info = core.item_slots().map(|slots| slots.info().clone());
-        let built = stream
-            .try_clone()
-            .map_err(|error| error.to_string())
-            .and_then(|control| build_connection(self.fabric, &self.shared.region, &hello, slot, id, core, control));
-        let connection = match built {
-            Ok(connection) => connection,
-            Err(reason) => {
-                self.shared.free_slots.lock().push(slot);
-                refuse(&mut stream, reason);
-                return None;
-            }
-        };
-        let accepted = ServerReply::Accepted {
-            region: self.shared.region.descriptor().clone(),
-            request_ring: RegionLayout::ring(slot),
-            doorbell_offset_bytes: RegionLayout::DOORBELL_OFFSET_BYTES,
-            reply_credit_offset_bytes: RegionLayout::credit_offset_bytes(slot),
-            items: item_info,
-        };
-        // The poller gets the connection first: once the client reads the reply it may write.
-        self.send(ControlEvent::Open(Box::new(connection)));
-        if write_json_line(&mut stream, &accepted).is_err() || stream.set_nonblocking(true).is_err() {
-            let _ = stream.shutdown(Shutdown::Both);
-            self.send(ControlEvent::Closed { slot });
-            return None;
-        }
-        Some((slot, stream))
+        admit(
+            stream,
+            &pool,
+            &mut self.generation,
+            |reason| ServerReply::Refused { reason },
+            |slot, id, control| {
+                let connection = build_connection(fabric, &region, &hello, slot, id, core, control)?;
+                let accepted = ServerReply::Accepted {
+                    region: region.descriptor().clone(),
+                    request_ring: RegionLayout::ring(slot),
+                    doorbell_offset_bytes: RegionLayout::DOORBELL_OFFSET_BYTES,
+                    reply_credit_offset_bytes: RegionLayout::credit_offset_bytes(slot),
+                    items: item_info,
+                };
+                Ok((connection, accepted))
+            },
+            &mut Notify { events: &self.events, shared: &shared },
+        )
     }
 
-    /// A control connection is readable: the client sends nothing after its hello, so this
-    /// is its end (or garbage, which we drain and ignore, bounded per event).
-    fn check_stream(&mut self, slot: usize) {
-        let Some(stream) = self.streams.get_mut(slot).and_then(Option::as_mut) else { return };
-        if !control_stream_ended(stream) {
-            return;
-        }
-        if let Some(mut stream) = self.streams[slot].take() {
-            let _ = self.poll.registry().deregister(&mut stream);
-        }
-        self.send(ControlEvent::Closed { slot });
+    fn closed(&mut self, slot: usize) {
+        Notify { events: &self.events, shared: &self.shared }.send(ControlEvent::Closed { slot });
     }
+}
 
+/// The control thread's channel to the poller.
+struct Notify<'a> {
+    events: &'a Sender<ControlEvent>,
+    shared: &'a Shared,
+}
+
+impl Notify<'_> {
     fn send(&self, event: ControlEvent) {
         if self.events.send(event).is_ok() {
             self.shared.control_pending.store(true, Ordering::Release);
@@ -432,37 +361,24 @@ impl ControlLoop {
     }
 }
 
-/// Reads what a readable control stream holds (bounded per call). True if the peer closed it
-/// or it failed: after its hello a client sends nothing, so anything else is drained and
-/// ignored. Shared by the ring front ends (write-poll, send/recv, RF-RPC).
-pub(crate) fn control_stream_ended(stream: &mut TcpStream) -> bool {
-    let mut scratch = [0u8; 256];
-    for _ in 0..16 {
-        match std::io::Read::read(stream, &mut scratch) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(error) if error.kind() == ErrorKind::WouldBlock => return false,
-            Err(error) if error.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => return true,
-        }
+impl Admitted<RingConnection> for Notify<'_> {
+    fn open(&mut self, connection: RingConnection) {
+        self.send(ControlEvent::Open(Box::new(connection)));
     }
-    true
+
+    fn closed(&mut self, slot: usize) {
+        self.send(ControlEvent::Closed { slot });
+    }
 }
 
-/// A freshly accepted control stream, made blocking with the handshake's timeouts.
-pub(crate) fn into_blocking(stream: TcpStream) -> std::io::Result<std::net::TcpStream> {
-    let stream: std::net::TcpStream = stream.into();
-    stream.set_nonblocking(false)?;
-    let timeout = Some(Duration::from_millis(WRITEPOLL_CONTROL_TIMEOUT_MS));
-    stream.set_read_timeout(timeout)?;
-    stream.set_write_timeout(timeout)?;
-    let _ = stream.set_nodelay(true);
-    Ok(stream)
-}
+impl Admitted<SendRecvConnection> for Notify<'_> {
+    fn open(&mut self, connection: SendRecvConnection) {
+        self.send(ControlEvent::OpenSendRecv(Box::new(connection)));
+    }
 
-fn refuse(stream: &mut std::net::TcpStream, reason: String) {
-    let _ = write_json_line(stream, &ServerReply::Refused { reason });
-    let _ = stream.shutdown(Shutdown::Both);
+    fn closed(&mut self, slot: usize) {
+        self.send(ControlEvent::Closed { slot });
+    }
 }
 
 /// Maps the client's region and builds both rings of a connection from the client's hello
@@ -639,10 +555,7 @@ impl Poller {
     /// Sleeps on the doorbell until a request, credit for backlogged replies, a control
     /// event or the stop flag, or a lock deadline / `WRITEPOLL_SLEEP_MS_MAX`.
     fn sleep(&mut self, now_ms: u64) {
-        let mut timeout = Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX);
-        if let Some(deadline) = self.cores.iter().filter_map(|core| core.next_lock_deadline_ms()).min() {
-            timeout = timeout.min(Duration::from_millis(deadline.saturating_sub(now_ms) + 1));
-        }
+        let timeout = sleep_timeout(&self.cores, now_ms);
         let region = &self.shared.region;
         for connection in self.connections.iter_mut().flatten() {
             connection.credit_seen = region.load(connection.credit_index(), LoadOrdering::Relaxed);
@@ -688,26 +601,16 @@ impl Poller {
             return self.close_sendrecv(slot);
         }
         if let Some(connection) = self.connections[slot].take() {
-            let _ = connection.control.shutdown(Shutdown::Both);
-            connection.core.connection_closed(connection.id, &mut self.deferred);
+            release_connection(&connection.control, &connection.core, connection.id, &mut self.deferred);
         }
     }
 
     /// Aborts expired lock waits and routes every deferred reply to its connection's ring
     /// (or, for a TCP connection, to the TCP loop).
     fn deliver_deferred(&mut self, now_ms: u64) {
-        for core in &self.cores {
-            if core.next_lock_deadline_ms().is_some_and(|deadline| deadline <= now_ms) {
-                core.expire_lock_waits(now_ms, &mut self.deferred);
-            }
-        }
-        self.exchange.take_for_rings(&mut self.deferred);
+        gather_deferred(&self.cores, &self.exchange, now_ms, &mut self.deferred);
         while let Some(reply) = self.deferred.pop() {
-            if !is_ring_connection(reply.connection) {
-                self.exchange.send_to_tcp(reply);
-                continue;
-            }
-            let slot = (reply.connection & 0xFFFF_FFFF) as usize;
+            let slot = slot_of(reply.connection);
             if sendrecv::is_sendrecv_slot(slot) {
                 self.deliver_sendrecv(slot, reply);
                 continue;
@@ -718,7 +621,7 @@ impl Poller {
             }
             let start = connection.replies.len();
             connection.replies.extend_from_slice(&reply.frame);
-            bound_reply(&mut connection.replies, start, connection.sender.body_bytes_max());
+            bound_reply(&mut connection.replies, start, connection.sender.body_bytes_max(), RING_MESSAGE);
             if connection.flush().is_err() {
                 self.close(slot);
             }
@@ -793,23 +696,8 @@ fn serve_frames(
         let start = connection.replies.len();
         let (core, id) = (&connection.core, connection.id);
         core.handle_frame(id, header.kind, header.request_id, frame, now_ms, &mut connection.replies, deferred);
-        bound_reply(&mut connection.replies, start, message_bytes_max);
+        bound_reply(&mut connection.replies, start, message_bytes_max, RING_MESSAGE);
         consumed += header.frame_bytes();
     }
     Ok(consumed)
-}
-
-/// Replaces the reply frame at `replies[start..]` (if any) by an ERROR reply when it does not
-/// fit in one ring message, so that every queued frame can be sent.
-fn bound_reply(replies: &mut Vec<u8>, start: usize, message_bytes_max: usize) {
-    let frame_bytes = replies.len() - start;
-    if frame_bytes <= message_bytes_max {
-        return;
-    }
-    let request_id = u64::from_le_bytes(replies[start + 8..start + 16].try_into().expect("a frame header"));
-    replies.truncate(start);
-    let reply = Response::bad_request(format!(
-        "reply of {frame_bytes} bytes exceeds the ring message maximum of {message_bytes_max} bytes"
-    ));
-    reply.encode_frame(request_id, replies);
 }

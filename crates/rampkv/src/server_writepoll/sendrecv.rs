@@ -15,7 +15,6 @@
 //! header, or a client that corrupts its own receive queue: that connection is closed (queues
 //! dropped, control connection shut down, S2PL locks released); others are served throughout.
 
-use std::net::Shutdown;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -24,7 +23,8 @@ use rampkv_fabric::{
 };
 use serde::Deserialize;
 
-use super::{bound_reply, refuse, ControlEvent, ControlLoop, Fault, Poller, RegionLayout, RING_CONNECTION_ID_BIT};
+use super::{Fault, Notify, Poller, RegionLayout, WritePollHandshake, RING_MESSAGE};
+use crate::front::control::{admit, bound_reply, release_connection, SlotPool};
 use crate::limits::{
     CONNECTION_WRITE_BUFFER_BYTES_MAX, SENDRECV_GROUP_CONNECTIONS_MAX, WRITEPOLL_GROUP_CONNECTIONS_MAX,
     WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_MESSAGE_BYTES_MIN,
@@ -34,7 +34,7 @@ use crate::transport::sendrecv::{
     queue_layout, send_frames, SendRecvHello, SendRecvServerReply, ShmReceiveQueue, ShmSendQueue, QUEUE_BYTES,
     SENDRECV_CONTROL_VERSION,
 };
-use crate::transport::writepoll::{write_json_line, ClientHello};
+use crate::transport::writepoll::ClientHello;
 use crate::wire::FrameHeader;
 
 /// Where the send/recv request queues start in the group's region.
@@ -67,46 +67,39 @@ pub(super) enum ControlHello {
     WritePoll(ClientHello),
 }
 
-impl ControlLoop {
+impl WritePollHandshake {
     /// The send/recv handshake: builds the queue pairs (posting the server's receive buffers)
     /// and hands the connection to the poller before answering, so the client's first request
     /// finds buffers posted.
     pub(super) fn handshake_sendrecv(
         &mut self,
-        mut stream: std::net::TcpStream,
+        stream: std::net::TcpStream,
         core: Arc<ServerCore>,
         hello: &SendRecvHello,
     ) -> Option<(usize, std::net::TcpStream)> {
-        let Some(slot) = self.shared.free_sendrecv_slots.lock().pop() else {
-            refuse(&mut stream, format!("all {SENDRECV_GROUP_CONNECTIONS_MAX} send/recv slots are in use"));
-            return None;
+        let (fabric, region) = (self.fabric, Arc::clone(&self.shared.region));
+        let shared = Arc::clone(&self.shared);
+        let pool = SlotPool {
+            free: &shared.free_sendrecv_slots,
+            capacity: SENDRECV_GROUP_CONNECTIONS_MAX,
+            name: "send/recv slots",
         };
-        self.generation += 1;
-        let id = RING_CONNECTION_ID_BIT | ((self.generation & 0x7FFF_FFFF) << 32) | slot as u64;
-        let built = stream
-            .try_clone()
-            .map_err(|error| error.to_string())
-            .and_then(|control| build_connection(self.fabric, &self.shared.region, hello, slot, id, core, control));
-        let connection = match built {
-            Ok(connection) => connection,
-            Err(reason) => {
-                self.shared.free_sendrecv_slots.lock().push(slot);
-                refuse(&mut stream, reason);
-                return None;
-            }
-        };
-        let accepted = SendRecvServerReply::Accepted {
-            region: self.shared.region.descriptor().clone(),
-            request_queue: request_queue(slot),
-            doorbell_offset_bytes: RegionLayout::DOORBELL_OFFSET_BYTES,
-        };
-        self.send(ControlEvent::OpenSendRecv(Box::new(connection)));
-        if write_json_line(&mut stream, &accepted).is_err() || stream.set_nonblocking(true).is_err() {
-            let _ = stream.shutdown(Shutdown::Both);
-            self.send(ControlEvent::Closed { slot });
-            return None;
-        }
-        Some((slot, stream))
+        admit(
+            stream,
+            &pool,
+            &mut self.generation,
+            |reason| SendRecvServerReply::Refused { reason },
+            |slot, id, control| {
+                let connection = build_connection(fabric, &region, hello, slot, id, core, control)?;
+                let accepted = SendRecvServerReply::Accepted {
+                    region: region.descriptor().clone(),
+                    request_queue: request_queue(slot),
+                    doorbell_offset_bytes: RegionLayout::DOORBELL_OFFSET_BYTES,
+                };
+                Ok((connection, accepted))
+            },
+            &mut Notify { events: &self.events, shared: &shared },
+        )
     }
 }
 
@@ -225,7 +218,7 @@ impl SendRecvConnection {
             };
             let start = self.replies.len();
             self.core.handle_frame(self.id, header.kind, header.request_id, frame, now_ms, &mut self.replies, deferred);
-            bound_reply(&mut self.replies, start, message_bytes_max);
+            bound_reply(&mut self.replies, start, message_bytes_max, RING_MESSAGE);
             self.incoming_offset += header.frame_bytes();
         }
         if self.incoming_offset == self.incoming.len() {
@@ -286,8 +279,7 @@ impl Poller {
     pub(super) fn close_sendrecv(&mut self, slot: usize) {
         let Some(entry) = self.sendrecv.get_mut(slot - WRITEPOLL_GROUP_CONNECTIONS_MAX) else { return };
         if let Some(connection) = entry.take() {
-            let _ = connection.control.shutdown(Shutdown::Both);
-            connection.core.connection_closed(connection.id, &mut self.deferred);
+            release_connection(&connection.control, &connection.core, connection.id, &mut self.deferred);
         }
     }
 
@@ -300,7 +292,7 @@ impl Poller {
         }
         let start = connection.replies.len();
         connection.replies.extend_from_slice(&reply.frame);
-        bound_reply(&mut connection.replies, start, connection.sender.message_bytes_max());
+        bound_reply(&mut connection.replies, start, connection.sender.message_bytes_max(), RING_MESSAGE);
         if connection.flush().is_err() {
             self.close_sendrecv(slot);
         }

@@ -7,6 +7,8 @@
 //! address, which clients learn from the cluster file (`ring = ...` / `rfrpc = ...`, see
 //! [`crate::cluster`]) or, in an embedded cluster, directly.
 
+pub(crate) mod control;
+
 use std::net::SocketAddr;
 
 use crate::cluster::Front;
