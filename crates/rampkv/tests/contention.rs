@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{assert_clean, caught, contended, seed};
+use common::{assert_clean, caught, contended, contended_transactions, seed};
 use rampkv::bench::{BenchResult, TransportKind};
 use rampkv::protocol::ramp::Algorithm;
 
@@ -38,7 +38,7 @@ fn ramp_hybrid_under_contention_has_no_fractured_or_garbage_reads() {
 
 #[test]
 fn s2pl_under_contention_has_no_fractured_or_garbage_reads() {
-    let result = assert_clean(&contended(Algorithm::S2pl, TCP, seed(), 2.0), 100);
+    let result = assert_clean(&contended_transactions(Algorithm::S2pl, TCP, seed(), 500), 100);
     assert!(result.round2.read_restarts > 0, "contention must exercise wait-die aborts and retries");
 }
 

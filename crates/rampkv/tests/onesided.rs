@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{assert_clean, caught, contended, seed};
+use common::{assert_clean, caught, contended, contended_transactions, seed};
 use rampkv::bench::TransportKind;
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
@@ -82,7 +82,7 @@ fn ramp_variants_over_onesided_under_contention_are_checker_clean_and_use_getsta
 #[test]
 fn s2pl_over_onesided_under_contention_is_checker_clean() {
     // S2PL reads take locks (LOCK_READ), so they never go to slots; its commits publish.
-    assert_clean(&contended(Algorithm::S2pl, ONESIDED, seed(), 1.5), 100);
+    assert_clean(&contended_transactions(Algorithm::S2pl, ONESIDED, seed(), 500), 100);
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{assert_clean, caught, contended, seed};
+use common::{assert_clean, caught, contended, contended_transactions, seed};
 use rampkv::bench::TransportKind;
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
@@ -146,7 +146,7 @@ fn ramp_small_and_hybrid_over_send_recv_under_contention_are_checker_clean() {
 #[test]
 fn s2pl_over_send_recv_under_contention_is_checker_clean() {
     // Deferred lock grants and wait aborts travel as send/recv replies.
-    let result = assert_clean(&contended(Algorithm::S2pl, SENDRECV, seed(), 2.0), 100);
+    let result = assert_clean(&contended_transactions(Algorithm::S2pl, SENDRECV, seed(), 500), 100);
     assert!(result.round2.read_restarts > 0, "contention must exercise wait-die aborts and retries");
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{assert_clean, caught, contended, seed};
+use common::{assert_clean, caught, contended, contended_transactions, seed};
 use rampkv::bench::TransportKind;
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
@@ -132,7 +132,7 @@ fn ramp_fast_over_message_rings_under_contention_is_checker_clean() {
 #[test]
 fn s2pl_over_message_rings_under_contention_is_checker_clean() {
     // Deferred lock grants and wait aborts travel over the reply rings.
-    let result = assert_clean(&contended(Algorithm::S2pl, RINGS, seed(), 2.0), 100);
+    let result = assert_clean(&contended_transactions(Algorithm::S2pl, RINGS, seed(), 500), 100);
     assert!(result.round2.read_restarts > 0, "contention must exercise wait-die aborts and retries");
 }
 

@@ -29,6 +29,21 @@ pub fn contended(algorithm: Algorithm, transport: TransportKind, seed: u64, seco
     }
 }
 
+/// [`contended`], stopped after `transactions` instead of after a time: S2PL under this
+/// contention runs a few hundred transactions a second, fewer on a loaded machine, so a timed
+/// run would do a load-dependent amount of work.
+pub fn contended_transactions(
+    algorithm: Algorithm,
+    transport: TransportKind,
+    seed: u64,
+    transactions: u64,
+) -> BenchConfig {
+    BenchConfig {
+        stop_after: StopAfter::Transactions { count: transactions },
+        ..contended(algorithm, transport, seed, 1.0)
+    }
+}
+
 /// The workload seed: `RAMPKV_TEST_SEED` to replay, otherwise the clock; printed either way.
 pub fn seed() -> u64 {
     let seed = std::env::var("RAMPKV_TEST_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or_else(|| {
