@@ -25,20 +25,19 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use mio::{Poll, Waker};
 use parking_lot::Mutex;
 use rampkv_fabric::rpc::{EntryList, RpcLayout, RpcServerEndpoint};
-use rampkv_fabric::{Access, Doorbell, Fabric, RingAddresses, ShmFabric, ShmLocalRegion, Words};
+use rampkv_fabric::{Access, Doorbell, Fabric, RingAddresses, ShmFabric, ShmLocalRegion};
 
 use crate::front::control::{
-    admit, bind_listeners, bound_reply, gather_deferred, refuse, release_connection, sleep_timeout, slot_of, Admitted,
-    ControlLoop, Handshake, SlotPool, WAKER_TOKEN,
+    self, admit, bind_listeners, bound_reply, gather_deferred, refuse, release_connection, sleep_timeout, slot_of,
+    Admitted, ControlLoop, FrontThreads, Handshake, Notify, SlotPool, WAKER_TOKEN,
 };
 use crate::limits::RFRPC_GROUP_CONNECTIONS_MAX;
 use crate::protocol::server::{DeferredReply, ServerCore};
@@ -50,7 +49,6 @@ use crate::wire::FrameHeader;
 
 type Endpoint = RpcServerEndpoint<ShmFabric, Arc<ShmLocalRegion>>;
 
-const DOORBELL_WORD_INDEX: usize = 0;
 /// What carries a deferred or overflowing reply, named in the ERROR reply that replaces one
 /// too large for it.
 const PUSH_MESSAGE: &str = "push message";
@@ -62,26 +60,14 @@ enum ControlEvent {
     Closed { slot: usize },
 }
 
-struct Shared {
-    region: Arc<ShmLocalRegion>,
-    stop: AtomicBool,
-    control_pending: AtomicBool,
-    free_slots: Mutex<Vec<usize>>,
-}
-
-impl Shared {
-    fn wake_poller(&self) {
-        self.region.fetch_add(DOORBELL_WORD_INDEX, 1);
-        self.region.wake_all(DOORBELL_WORD_INDEX);
-    }
-}
+/// The connection slots not in use.
+type FreeSlots = Mutex<Vec<usize>>;
+type Shared = control::Shared<FreeSlots>;
 
 /// A running RF-RPC front end for a group of servers. Dropping it stops it.
 pub struct RfRpcGroup {
     control_addresses: Vec<SocketAddr>,
-    shared: Arc<Shared>,
-    waker: Arc<Waker>,
-    threads: Vec<JoinHandle<()>>,
+    _threads: FrontThreads<FreeSlots>,
 }
 
 impl std::fmt::Debug for RfRpcGroup {
@@ -111,19 +97,16 @@ impl RfRpcGroup {
         if exchange.rings.set(Arc::clone(&region)).is_err() {
             return Err(std::io::Error::other("this server group already has a ring front end"));
         }
-        let shared = Arc::new(Shared {
-            region,
-            stop: AtomicBool::new(false),
-            control_pending: AtomicBool::new(false),
-            free_slots: Mutex::new((0..RFRPC_GROUP_CONNECTIONS_MAX).rev().collect()),
-        });
+        let free = Mutex::new((0..RFRPC_GROUP_CONNECTIONS_MAX).rev().collect());
+        let shared = Arc::new(Shared::new(region, RfRpcRegionLayout::DOORBELL_OFFSET_BYTES as usize, free));
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
         let (listeners, control_addresses) = bind_listeners(&poll, cores, listen)?;
         let (events, inbox) = channel();
         let handshake = RfRpcHandshake { fabric, shared: Arc::clone(&shared), events, generation: 0 };
         let control = ControlLoop::new(poll, listeners, RFRPC_GROUP_CONNECTIONS_MAX, handshake);
-        let doorbell = Doorbell::new(Arc::clone(&shared.region), 0).map_err(std::io::Error::other)?;
+        let doorbell = Doorbell::new(Arc::clone(&shared.region), RfRpcRegionLayout::DOORBELL_OFFSET_BYTES as usize)
+            .map_err(std::io::Error::other)?;
         let poller = Poller {
             shared: Arc::clone(&shared),
             doorbell,
@@ -136,26 +119,13 @@ impl RfRpcGroup {
             frames: Vec::new(),
             replies: EntryList::new(),
         };
-        let control_thread =
-            std::thread::Builder::new().name("rampkv-rf-control".into()).spawn(move || control.run())?;
-        let poller_thread = std::thread::Builder::new().name("rampkv-rf-poller".into()).spawn(move || poller.run())?;
-        Ok(RfRpcGroup { control_addresses, shared, waker, threads: vec![control_thread, poller_thread] })
+        let threads = FrontThreads::start("rf", shared, waker, control, move || poller.run())?;
+        Ok(RfRpcGroup { control_addresses, _threads: threads })
     }
 
     /// The control address of every server, in the order of the group's cores.
     pub fn control_addresses(&self) -> &[SocketAddr] {
         &self.control_addresses
-    }
-}
-
-impl Drop for RfRpcGroup {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.wake_poller();
-        let _ = self.waker.wake();
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -187,8 +157,7 @@ impl Handshake for RfRpcHandshake {
         };
         let (fabric, region) = (self.fabric, Arc::clone(&self.shared.region));
         let shared = Arc::clone(&self.shared);
-        let pool =
-            SlotPool { free: &shared.free_slots, capacity: RFRPC_GROUP_CONNECTIONS_MAX, name: "connection slots" };
+        let pool = SlotPool { free: &shared.free, capacity: RFRPC_GROUP_CONNECTIONS_MAX, name: "connection slots" };
         let mut poller = Notify { events: &self.events, shared: &shared };
         admit(
             stream,
@@ -212,26 +181,11 @@ impl Handshake for RfRpcHandshake {
     }
 
     fn closed(&mut self, slot: usize) {
-        Notify { events: &self.events, shared: &self.shared }.closed(slot);
+        Notify { events: &self.events, shared: &self.shared }.send(ControlEvent::Closed { slot });
     }
 }
 
-/// The control thread's channel to the poller.
-struct Notify<'a> {
-    events: &'a Sender<ControlEvent>,
-    shared: &'a Shared,
-}
-
-impl Notify<'_> {
-    fn send(&self, event: ControlEvent) {
-        if self.events.send(event).is_ok() {
-            self.shared.control_pending.store(true, Ordering::Release);
-            self.shared.wake_poller();
-        }
-    }
-}
-
-impl Admitted<Connection> for Notify<'_> {
+impl Admitted<Connection> for Notify<'_, ControlEvent, FreeSlots> {
     fn open(&mut self, connection: Connection) {
         self.send(ControlEvent::Open(Box::new(connection)));
     }
@@ -371,7 +325,7 @@ impl Poller {
                 }
                 ControlEvent::Closed { slot } => {
                     self.close(slot);
-                    self.shared.free_slots.lock().push(slot);
+                    self.shared.free.lock().push(slot);
                 }
             }
         }

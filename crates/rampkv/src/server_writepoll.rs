@@ -52,7 +52,6 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use mio::{Poll, Waker};
@@ -63,8 +62,8 @@ use rampkv_fabric::{
 };
 
 use crate::front::control::{
-    admit, bind_listeners, bound_reply, gather_deferred, refuse, release_connection, sleep_timeout, slot_of, Admitted,
-    ControlLoop, Handshake, SlotPool, WAKER_TOKEN,
+    self, admit, bind_listeners, bound_reply, gather_deferred, refuse, release_connection, sleep_timeout, slot_of,
+    Admitted, ControlLoop, FrontThreads, Handshake, Notify, SlotPool, WAKER_TOKEN,
 };
 use crate::item_slots::{ItemSlotConfig, ItemSlots};
 use crate::limits::{
@@ -166,32 +165,20 @@ enum ControlEvent {
     Closed { slot: usize },
 }
 
-/// State both threads and the group handle share.
-struct Shared {
-    region: Arc<ShmLocalRegion>,
-    stop: AtomicBool,
-    /// Set by the control thread after it sent an event; checked by the poller's sleep.
-    control_pending: AtomicBool,
-    /// Ring slots not in use. The control thread takes, the poller gives back.
-    free_slots: Mutex<Vec<usize>>,
-    /// Send/recv slots not in use (global slot numbers).
-    free_sendrecv_slots: Mutex<Vec<usize>>,
+/// The slots not in use, per kind of connection.
+pub(super) struct FreeSlots {
+    /// Ring slots.
+    ring: Mutex<Vec<usize>>,
+    /// Send/recv slots (global slot numbers).
+    sendrecv: Mutex<Vec<usize>>,
 }
 
-impl Shared {
-    /// Wakes the poller if it sleeps on the doorbell (a local ring of the bell).
-    fn wake_poller(&self) {
-        self.region.fetch_add(DOORBELL_WORD_INDEX, 1);
-        self.region.wake_all(DOORBELL_WORD_INDEX);
-    }
-}
+type Shared = control::Shared<FreeSlots>;
 
 /// A running write-poll front end for a group of servers. Dropping it stops it.
 pub struct WritePollGroup {
     control_addresses: Vec<SocketAddr>,
-    shared: Arc<Shared>,
-    waker: Arc<Waker>,
-    threads: Vec<JoinHandle<()>>,
+    _threads: FrontThreads<FreeSlots>,
 }
 
 impl std::fmt::Debug for WritePollGroup {
@@ -241,13 +228,11 @@ impl WritePollGroup {
         if exchange.rings.set(Arc::clone(&region)).is_err() {
             return Err(std::io::Error::other("this server group already has a ring front end"));
         }
-        let shared = Arc::new(Shared {
-            region,
-            stop: AtomicBool::new(false),
-            control_pending: AtomicBool::new(false),
-            free_slots: Mutex::new((0..WRITEPOLL_GROUP_CONNECTIONS_MAX).rev().collect()),
-            free_sendrecv_slots: Mutex::new(sendrecv::slots().rev().collect()),
-        });
+        let free = FreeSlots {
+            ring: Mutex::new((0..WRITEPOLL_GROUP_CONNECTIONS_MAX).rev().collect()),
+            sendrecv: Mutex::new(sendrecv::slots().rev().collect()),
+        };
+        let shared = Arc::new(Shared::new(region, RegionLayout::DOORBELL_OFFSET_BYTES as usize, free));
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
         let (listeners, control_addresses) = bind_listeners(&poll, cores, listen)?;
@@ -268,26 +253,13 @@ impl WritePollGroup {
             exchange,
             cores: control.cores(),
         };
-        let control_thread =
-            std::thread::Builder::new().name("rampkv-wp-control".into()).spawn(move || control.run())?;
-        let poller_thread = std::thread::Builder::new().name("rampkv-wp-poller".into()).spawn(move || poller.run())?;
-        Ok(WritePollGroup { control_addresses, shared, waker, threads: vec![control_thread, poller_thread] })
+        let threads = FrontThreads::start("wp", shared, waker, control, move || poller.run())?;
+        Ok(WritePollGroup { control_addresses, _threads: threads })
     }
 
     /// The control address of every server, in the order of the cores given to `spawn`.
     pub fn control_addresses(&self) -> &[SocketAddr] {
         &self.control_addresses
-    }
-}
-
-impl Drop for WritePollGroup {
-    fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.wake_poller();
-        let _ = self.waker.wake();
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -319,7 +291,7 @@ impl Handshake for WritePollHandshake {
         };
         let (fabric, region) = (self.fabric, Arc::clone(&self.shared.region));
         let shared = Arc::clone(&self.shared);
-        let pool = SlotPool { free: &shared.free_slots, capacity: WRITEPOLL_GROUP_CONNECTIONS_MAX, name: "ring slots" };
+        let pool = SlotPool { free: &shared.free.ring, capacity: WRITEPOLL_GROUP_CONNECTIONS_MAX, name: "ring slots" };
         let item_info = core.item_slots().map(|slots| slots.info().clone());
         admit(
             stream,
@@ -346,22 +318,7 @@ impl Handshake for WritePollHandshake {
     }
 }
 
-/// The control thread's channel to the poller.
-struct Notify<'a> {
-    events: &'a Sender<ControlEvent>,
-    shared: &'a Shared,
-}
-
-impl Notify<'_> {
-    fn send(&self, event: ControlEvent) {
-        if self.events.send(event).is_ok() {
-            self.shared.control_pending.store(true, Ordering::Release);
-            self.shared.wake_poller();
-        }
-    }
-}
-
-impl Admitted<RingConnection> for Notify<'_> {
+impl Admitted<RingConnection> for Notify<'_, ControlEvent, FreeSlots> {
     fn open(&mut self, connection: RingConnection) {
         self.send(ControlEvent::Open(Box::new(connection)));
     }
@@ -371,7 +328,7 @@ impl Admitted<RingConnection> for Notify<'_> {
     }
 }
 
-impl Admitted<SendRecvConnection> for Notify<'_> {
+impl Admitted<SendRecvConnection> for Notify<'_, ControlEvent, FreeSlots> {
     fn open(&mut self, connection: SendRecvConnection) {
         self.send(ControlEvent::OpenSendRecv(Box::new(connection)));
     }
@@ -542,11 +499,11 @@ impl Poller {
                 ControlEvent::OpenSendRecv(connection) => self.open_sendrecv(*connection),
                 ControlEvent::Closed { slot } if sendrecv::is_sendrecv_slot(slot) => {
                     self.close(slot);
-                    self.shared.free_sendrecv_slots.lock().push(slot);
+                    self.shared.free.sendrecv.lock().push(slot);
                 }
                 ControlEvent::Closed { slot } => {
                     self.close(slot);
-                    self.shared.free_slots.lock().push(slot);
+                    self.shared.free.ring.lock().push(slot);
                 }
             }
         }

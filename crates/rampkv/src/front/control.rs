@@ -10,12 +10,16 @@
 
 use std::io::ErrorKind;
 use std::net::{Shutdown, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
+use rampkv_fabric::{ShmLocalRegion, Words};
 use serde::Serialize;
 
 use crate::limits::{WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX};
@@ -308,4 +312,91 @@ pub(crate) fn bound_reply(replies: &mut Vec<u8>, start: usize, bytes_max: usize,
         "reply of {frame_bytes} bytes exceeds the {message} maximum of {bytes_max} bytes"
     ));
     reply.encode_frame(request_id, replies);
+}
+
+/// State a front end's control thread, poller and handle share.
+pub(crate) struct Shared<P> {
+    /// The front end's registered region; the poller sleeps on its doorbell word.
+    pub(crate) region: Arc<ShmLocalRegion>,
+    doorbell_word: usize,
+    pub(crate) stop: AtomicBool,
+    /// Set by the control thread after it sent an event; checked by the poller's sleep.
+    pub(crate) control_pending: AtomicBool,
+    /// The slots not in use, per kind of connection: the control thread takes, the poller
+    /// gives back.
+    pub(crate) free: P,
+}
+
+impl<P> Shared<P> {
+    /// Shared state over `region`, whose poller doorbell is the word at `doorbell_offset_bytes`.
+    pub(crate) fn new(region: Arc<ShmLocalRegion>, doorbell_offset_bytes: usize, free: P) -> Self {
+        Self {
+            region,
+            doorbell_word: doorbell_offset_bytes / 8,
+            stop: AtomicBool::new(false),
+            control_pending: AtomicBool::new(false),
+            free,
+        }
+    }
+
+    /// Wakes the poller if it sleeps on the doorbell (a local ring of the bell).
+    pub(crate) fn wake_poller(&self) {
+        self.region.fetch_add(self.doorbell_word, 1);
+        self.region.wake_all(self.doorbell_word);
+    }
+}
+
+/// The control thread's channel to the poller: events of type `E`, and a wake-up.
+pub(crate) struct Notify<'a, E, P> {
+    pub(crate) events: &'a Sender<E>,
+    pub(crate) shared: &'a Shared<P>,
+}
+
+impl<E, P> Notify<'_, E, P> {
+    /// Sends `event` and wakes the poller (nothing if the poller is gone).
+    pub(crate) fn send(&self, event: E) {
+        if self.events.send(event).is_ok() {
+            self.shared.control_pending.store(true, Ordering::Release);
+            self.shared.wake_poller();
+        }
+    }
+}
+
+/// The threads of a running front end. Dropping it stops them (the stop flag, the poller's
+/// doorbell, the control poll's waker) and joins them.
+pub(crate) struct FrontThreads<P> {
+    shared: Arc<Shared<P>>,
+    waker: Arc<Waker>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl<P: Send + Sync + 'static> FrontThreads<P> {
+    /// Starts the control thread (`control`, woken by `waker`) and the poller thread
+    /// (`poller`), named `rampkv-<name>-control` and `rampkv-<name>-poller`.
+    pub(crate) fn start<H: Handshake + Send + 'static>(
+        name: &str,
+        shared: Arc<Shared<P>>,
+        waker: Arc<Waker>,
+        control: ControlLoop<H>,
+        poller: impl FnOnce() + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let mut running = Self { shared, waker, threads: Vec::with_capacity(2) };
+        let control =
+            std::thread::Builder::new().name(format!("rampkv-{name}-control")).spawn(move || control.run())?;
+        running.threads.push(control);
+        // If the poller cannot start, dropping `running` stops the control thread.
+        running.threads.push(std::thread::Builder::new().name(format!("rampkv-{name}-poller")).spawn(poller)?);
+        Ok(running)
+    }
+}
+
+impl<P> Drop for FrontThreads<P> {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.wake_poller();
+        let _ = self.waker.wake();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }

@@ -23,8 +23,8 @@ use rampkv_fabric::{
 };
 use serde::Deserialize;
 
-use super::{Fault, Notify, Poller, RegionLayout, WritePollHandshake, RING_MESSAGE};
-use crate::front::control::{admit, bound_reply, release_connection, SlotPool};
+use super::{Fault, Poller, RegionLayout, WritePollHandshake, RING_MESSAGE};
+use crate::front::control::{admit, bound_reply, release_connection, Notify, SlotPool};
 use crate::limits::{
     CONNECTION_WRITE_BUFFER_BYTES_MAX, SENDRECV_GROUP_CONNECTIONS_MAX, WRITEPOLL_GROUP_CONNECTIONS_MAX,
     WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_MESSAGE_BYTES_MIN,
@@ -79,11 +79,8 @@ impl WritePollHandshake {
     ) -> Option<(usize, std::net::TcpStream)> {
         let (fabric, region) = (self.fabric, Arc::clone(&self.shared.region));
         let shared = Arc::clone(&self.shared);
-        let pool = SlotPool {
-            free: &shared.free_sendrecv_slots,
-            capacity: SENDRECV_GROUP_CONNECTIONS_MAX,
-            name: "send/recv slots",
-        };
+        let pool =
+            SlotPool { free: &shared.free.sendrecv, capacity: SENDRECV_GROUP_CONNECTIONS_MAX, name: "send/recv slots" };
         admit(
             stream,
             &pool,
