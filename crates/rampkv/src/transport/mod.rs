@@ -47,6 +47,20 @@ pub enum TransportError {
     MessageTooLarge { server: usize, frame_bytes: usize, message_bytes_max: usize },
 }
 
+/// How long a message transport's `poll`, started at `started` with `timeout`, may sleep on its
+/// doorbell now: what is left of the timeout, at most `WRITEPOLL_SLEEP_MS_MAX` (so the control
+/// connections are checked that often); `None` once the timeout has passed.
+pub(crate) fn doorbell_sleep(started: std::time::Instant, timeout: Option<Duration>) -> Option<Duration> {
+    let cap = Duration::from_millis(crate::limits::WRITEPOLL_SLEEP_MS_MAX);
+    match timeout {
+        None => Some(cap),
+        Some(timeout) => match timeout.checked_sub(started.elapsed()) {
+            Some(remaining) if !remaining.is_zero() => Some(remaining.min(cap)),
+            _ => None,
+        },
+    }
+}
+
 /// Appends `request`'s frame to `outgoing` (what a message transport has queued for `server`),
 /// unless the frame alone exceeds `message_bytes_max`: then nothing is queued and the error
 /// says so (the transport stays usable).

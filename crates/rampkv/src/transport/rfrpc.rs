@@ -20,7 +20,7 @@
 //! sees the other go.
 
 use std::io::ErrorKind;
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,9 +29,11 @@ use rampkv_fabric::rpc::{EntryList, ReplyMode, RpcClient, RpcConfig, RpcLayout};
 use rampkv_fabric::{Access, Doorbell, Fabric, RegionDescriptor, RingAddresses, RingLayout, ShmFabric, ShmLocalRegion};
 use serde::{Deserialize, Serialize};
 
-use super::writepoll::{check_control_stream, frame_bytes_at, read_json_line, unique_region_name, write_json_line};
+use super::writepoll::{
+    check_control_stream, frame_bytes_at, open_control, read_json_line, unique_region_name, write_json_line,
+};
 use super::{ClientTransport, TransportError};
-use crate::limits::{RFRPC_REPLY_SLOT_BYTES, RFRPC_RING_BYTES, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX};
+use crate::limits::{RFRPC_REPLY_SLOT_BYTES, RFRPC_RING_BYTES};
 use crate::wire::{FrameHeader, Request, Response};
 
 /// Version of the RF-RPC control handshake.
@@ -273,15 +275,7 @@ fn connect_one(
     address: &str,
 ) -> Result<Connection, TransportError> {
     let connect_error = |error| TransportError::Connect { server, address: address.to_string(), error };
-    let timeout = Duration::from_millis(WRITEPOLL_CONTROL_TIMEOUT_MS);
-    let socket_address = address
-        .to_socket_addrs()
-        .map_err(connect_error)?
-        .next()
-        .ok_or_else(|| connect_error(std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing")))?;
-    let mut control = TcpStream::connect_timeout(&socket_address, timeout).map_err(connect_error)?;
-    control.set_read_timeout(Some(timeout)).map_err(connect_error)?;
-    control.set_nodelay(true).map_err(connect_error)?;
+    let mut control = open_control(server, address)?;
     let hello = RfRpcClientHello {
         version: RFRPC_CONTROL_VERSION,
         region: region.descriptor().clone(),
@@ -364,17 +358,10 @@ impl ClientTransport for RfRpcClientTransport {
             if delivered > 0 || timeout == Some(Duration::ZERO) {
                 return Ok(delivered);
             }
-            let remaining = match timeout {
-                Some(timeout) => match timeout.checked_sub(started.elapsed()) {
-                    Some(remaining) if !remaining.is_zero() => remaining,
-                    _ => return Ok(0),
-                },
-                None => Duration::MAX,
-            };
+            let Some(sleep) = super::doorbell_sleep(started, timeout) else { return Ok(0) };
             // Wait for a fetched reply (the doorbell's bounded spin reads the slots' status words;
             // the server rings the doorbell after publishing a reply if we sleep) or for an
             // unsolicited push (which rings it too).
-            let sleep = remaining.min(Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX));
             let connections = &self.connections;
             let ready = || {
                 connections

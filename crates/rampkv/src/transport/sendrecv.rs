@@ -46,7 +46,7 @@ use super::writepoll::{
     unique_region_name, write_json_line,
 };
 use super::{ClientTransport, TransportError};
-use crate::limits::{SENDRECV_BUFFER_BYTES, SENDRECV_QUEUE_DEPTH, WRITEPOLL_SLEEP_MS_MAX};
+use crate::limits::{SENDRECV_BUFFER_BYTES, SENDRECV_QUEUE_DEPTH};
 use crate::wire::{Request, Response};
 
 /// Version of the send/recv control handshake.
@@ -346,14 +346,7 @@ impl ClientTransport for SendRecvClientTransport {
                 return Ok(delivered);
             }
             // Bounded spin (the doorbell's), then sleep, as the write-poll transport does.
-            let remaining = match timeout {
-                Some(timeout) => match timeout.checked_sub(started.elapsed()) {
-                    Some(remaining) if !remaining.is_zero() => remaining,
-                    _ => return Ok(0),
-                },
-                None => Duration::MAX,
-            };
-            let sleep = remaining.min(Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX));
+            let Some(sleep) = super::doorbell_sleep(started, timeout) else { return Ok(0) };
             let connections = &self.connections;
             // Wake for a completion, or for a post that a blocked send (RNR) waits for.
             let ready = || {

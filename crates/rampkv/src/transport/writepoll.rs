@@ -45,7 +45,6 @@ use super::{ClientTransport, TransportError};
 use crate::item_slots::ItemRegionInfo;
 use crate::limits::{
     WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_MESSAGE_BYTES_MAX, WRITEPOLL_RING_BYTES,
-    WRITEPOLL_SLEEP_MS_MAX,
 };
 use crate::wire::{FrameHeader, Request, Response, FRAME_HEADER_BYTES};
 
@@ -499,15 +498,7 @@ impl ClientTransport for WritePollClientTransport {
             // rings, a few tens of µs) before it sleeps. No `POLL_SPIN_US` spin on top: on this
             // shared 2-core machine the extra spin took CPU from the server poller and cost
             // about 25% of throughput (docs/performance.md).
-            let now = Instant::now();
-            let remaining = match timeout {
-                Some(timeout) => match timeout.checked_sub(now - started) {
-                    Some(remaining) if !remaining.is_zero() => remaining,
-                    _ => return Ok(0),
-                },
-                None => Duration::MAX,
-            };
-            let sleep = remaining.min(Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX));
+            let Some(sleep) = super::doorbell_sleep(started, timeout) else { return Ok(0) };
             for (server, seen) in self.credit_seen.iter_mut().enumerate() {
                 *seen = self.region.load(credit_index(server), LoadOrdering::Relaxed);
             }
