@@ -30,21 +30,20 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::{Poll, Waker};
 use parking_lot::Mutex;
 use rampkv_fabric::rpc::{EntryList, RpcLayout, RpcServerEndpoint};
-use rampkv_fabric::{Access, Doorbell, Fabric, RingAddresses, ShmFabric, ShmLocalRegion};
+use rampkv_fabric::{Doorbell, Fabric, RingAddresses, ShmFabric, ShmLocalRegion};
 
 use crate::front::control::{
-    self, admit, bind_listeners, bound_reply, gather_deferred, refuse, release_connection, sleep_timeout, slot_of,
-    Admitted, ControlLoop, FrontThreads, Handshake, Notify, SlotPool, WAKER_TOKEN,
+    self, admit, bound_reply, gather_deferred, refuse, release_connection, sleep_timeout, slot_of, Admitted,
+    ControlLoop, FrontThreads, Handshake, Notify, Setup, SlotPool,
 };
 use crate::limits::RFRPC_GROUP_CONNECTIONS_MAX;
 use crate::protocol::server::{DeferredReply, ServerCore};
 use crate::server::ServerGroup;
 use crate::server_writepoll::DeferredExchange;
 use crate::transport::rfrpc::{RfRpcClientHello, RfRpcRegionLayout, RfRpcServerReply, RFRPC_CONTROL_VERSION};
-use crate::transport::writepoll::{read_json_line, unique_region_name};
+use crate::transport::writepoll::read_json_line;
 use crate::wire::FrameHeader;
 
 type Endpoint = RpcServerEndpoint<ShmFabric, Arc<ShmLocalRegion>>;
@@ -82,31 +81,14 @@ impl RfRpcGroup {
     /// Uses the group's clock and deferred-reply exchange; a group has one ring front end
     /// (write-poll or this one).
     pub fn spawn(group: &ServerGroup, listen: SocketAddr) -> std::io::Result<RfRpcGroup> {
-        let cores = group.cores().to_vec();
-        let clock = group.clock();
-        let exchange = Arc::clone(group.deferred_exchange());
-        let fabric = ShmFabric::new().map_err(std::io::Error::other)?;
-        let region = fabric
-            .register(
-                &unique_region_name("rf-server"),
-                RfRpcRegionLayout::server_region_bytes(RFRPC_GROUP_CONNECTIONS_MAX),
-                Access::ReadWrite,
-            )
-            .map_err(std::io::Error::other)?;
-        let region = Arc::new(region);
-        if exchange.rings.set(Arc::clone(&region)).is_err() {
-            return Err(std::io::Error::other("this server group already has a ring front end"));
-        }
         let free = Mutex::new((0..RFRPC_GROUP_CONNECTIONS_MAX).rev().collect());
-        let shared = Arc::new(Shared::new(region, RfRpcRegionLayout::DOORBELL_OFFSET_BYTES as usize, free));
-        let poll = Poll::new()?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
-        let (listeners, control_addresses) = bind_listeners(&poll, cores, listen)?;
+        let region_bytes = RfRpcRegionLayout::server_region_bytes(RFRPC_GROUP_CONNECTIONS_MAX);
+        let doorbell_offset = RfRpcRegionLayout::DOORBELL_OFFSET_BYTES as usize;
+        let setup = Setup::new(group, listen, "rf-server", region_bytes, doorbell_offset, free)?;
+        let Setup { fabric, shared, poll, waker, listeners, control_addresses, doorbell, exchange, clock } = setup;
         let (events, inbox) = channel();
         let handshake = RfRpcHandshake { fabric, shared: Arc::clone(&shared), events, generation: 0 };
         let control = ControlLoop::new(poll, listeners, RFRPC_GROUP_CONNECTIONS_MAX, handshake);
-        let doorbell = Doorbell::new(Arc::clone(&shared.region), RfRpcRegionLayout::DOORBELL_OFFSET_BYTES as usize)
-            .map_err(std::io::Error::other)?;
         let poller = Poller {
             shared: Arc::clone(&shared),
             doorbell,

@@ -54,16 +54,16 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
 
-use mio::{Poll, Waker};
+use mio::Waker;
 use parking_lot::Mutex;
 use rampkv_fabric::{
-    Access, Doorbell, Fabric, LoadOrdering, RingAddresses, RingReceiver, RingSender, SendError, ShmFabric,
-    ShmLocalRegion, Words,
+    Doorbell, Fabric, LoadOrdering, RingAddresses, RingReceiver, RingSender, SendError, ShmFabric, ShmLocalRegion,
+    Words,
 };
 
 use crate::front::control::{
-    self, admit, bind_listeners, bound_reply, gather_deferred, refuse, release_connection, sleep_timeout, slot_of,
-    Admitted, ControlLoop, FrontThreads, Handshake, Notify, SlotPool, WAKER_TOKEN,
+    self, admit, bound_reply, gather_deferred, refuse, release_connection, sleep_timeout, slot_of, Admitted,
+    ControlLoop, FrontThreads, Handshake, Notify, Setup, SlotPool,
 };
 use crate::item_slots::{ItemSlotConfig, ItemSlots};
 use crate::limits::{
@@ -217,31 +217,18 @@ impl WritePollGroup {
                 }
             }
         }
-        let clock = group.clock();
-        let exchange = Arc::clone(group.deferred_exchange());
-        let fabric = ShmFabric::new().map_err(std::io::Error::other)?;
-        let region_bytes = RegionLayout::region_bytes(WRITEPOLL_GROUP_CONNECTIONS_MAX) + sendrecv::AREA_BYTES;
-        let region = fabric
-            .register(&unique_region_name("wp-server"), region_bytes, Access::ReadWrite)
-            .map_err(std::io::Error::other)?;
-        let region = Arc::new(region);
-        if exchange.rings.set(Arc::clone(&region)).is_err() {
-            return Err(std::io::Error::other("this server group already has a ring front end"));
-        }
         let free = FreeSlots {
             ring: Mutex::new((0..WRITEPOLL_GROUP_CONNECTIONS_MAX).rev().collect()),
             sendrecv: Mutex::new(sendrecv::slots().rev().collect()),
         };
-        let shared = Arc::new(Shared::new(region, RegionLayout::DOORBELL_OFFSET_BYTES as usize, free));
-        let poll = Poll::new()?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
-        let (listeners, control_addresses) = bind_listeners(&poll, cores, listen)?;
+        let region_bytes = RegionLayout::region_bytes(WRITEPOLL_GROUP_CONNECTIONS_MAX) + sendrecv::AREA_BYTES;
+        let doorbell_offset = RegionLayout::DOORBELL_OFFSET_BYTES as usize;
+        let setup = Setup::new(group, listen, "wp-server", region_bytes, doorbell_offset, free)?;
+        let Setup { fabric, shared, poll, waker, listeners, control_addresses, doorbell, exchange, clock } = setup;
         let (events, inbox) = channel();
         let handshake = WritePollHandshake { fabric, shared: Arc::clone(&shared), events, generation: 0 };
         let slots = WRITEPOLL_GROUP_CONNECTIONS_MAX + SENDRECV_GROUP_CONNECTIONS_MAX;
         let control = ControlLoop::new(poll, listeners, slots, handshake);
-        let doorbell = Doorbell::new(Arc::clone(&shared.region), RegionLayout::DOORBELL_OFFSET_BYTES as usize)
-            .map_err(std::io::Error::other)?;
         let poller = Poller {
             shared: Arc::clone(&shared),
             doorbell,

@@ -14,18 +14,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
-use rampkv_fabric::{ShmLocalRegion, Words};
+use rampkv_fabric::{Access, Doorbell, Fabric, ShmFabric, ShmLocalRegion, Words};
 use serde::Serialize;
 
 use crate::limits::{WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX};
 use crate::protocol::server::{DeferredReply, ServerCore};
+use crate::server::ServerGroup;
 use crate::server_writepoll::{is_ring_connection, DeferredExchange, RING_CONNECTION_ID_BIT};
-use crate::transport::writepoll::write_json_line;
+use crate::transport::writepoll::{unique_region_name, write_json_line};
 use crate::wire::Response;
 
 /// The token of the control poll's waker (listeners are `0..servers`, control streams after).
@@ -398,5 +399,51 @@ impl<P> Drop for FrontThreads<P> {
         for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
+    }
+}
+
+/// What every front end sets up before its own parts: its region, registered and attached to
+/// the server group's deferred-reply exchange (whose doorbell the TCP loop rings); the shared
+/// state; the control poll with its waker and one listener per server; the poller's doorbell;
+/// and the group's clock and exchange.
+pub(crate) struct Setup<P> {
+    pub(crate) fabric: ShmFabric,
+    pub(crate) shared: Arc<Shared<P>>,
+    pub(crate) poll: Poll,
+    pub(crate) waker: Arc<Waker>,
+    pub(crate) listeners: Listeners,
+    pub(crate) control_addresses: Vec<SocketAddr>,
+    pub(crate) doorbell: Doorbell<Arc<ShmLocalRegion>>,
+    pub(crate) exchange: Arc<DeferredExchange>,
+    pub(crate) clock: Instant,
+}
+
+impl<P> Setup<P> {
+    /// Sets up a front end for `group` named `region_name` (its region file), whose region has
+    /// `region_bytes` with the doorbell word at `doorbell_offset_bytes`, with `free` slots,
+    /// listening on `listen` (port 0: a free port per server).
+    pub(crate) fn new(
+        group: &ServerGroup,
+        listen: SocketAddr,
+        region_name: &str,
+        region_bytes: usize,
+        doorbell_offset_bytes: usize,
+        free: P,
+    ) -> std::io::Result<Self> {
+        let exchange = Arc::clone(group.deferred_exchange());
+        let fabric = ShmFabric::new().map_err(std::io::Error::other)?;
+        let region = fabric
+            .register(&unique_region_name(region_name), region_bytes, Access::ReadWrite)
+            .map_err(std::io::Error::other)?;
+        let region = Arc::new(region);
+        if exchange.rings.set(Arc::clone(&region)).is_err() {
+            return Err(std::io::Error::other("this server group already has a ring front end"));
+        }
+        let doorbell = Doorbell::new(Arc::clone(&region), doorbell_offset_bytes).map_err(std::io::Error::other)?;
+        let shared = Arc::new(Shared::new(region, doorbell_offset_bytes, free));
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
+        let (listeners, control_addresses) = bind_listeners(&poll, group.cores().to_vec(), listen)?;
+        Ok(Self { fabric, shared, poll, waker, listeners, control_addresses, doorbell, exchange, clock: group.clock() })
     }
 }
