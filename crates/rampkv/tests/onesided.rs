@@ -28,7 +28,7 @@ use rampkv::server_writepoll::WritePollGroup;
 use rampkv::transport::onesided::{OneSidedClientTransport, OneSidedOptions};
 use rampkv::transport::writepoll::WritePollClientTransport;
 use rampkv::transport::ClientTransport;
-use rampkv::wire::{Metadata, Request, Response, Write};
+use rampkv::wire::{Metadata, Request, Response, Write, WriteSet};
 
 const ONESIDED: TransportKind = TransportKind::OneSided;
 
@@ -236,7 +236,7 @@ fn with_the_option_a_newer_prepared_version_sends_the_read_to_the_server() {
     let mut raw = WritePollClientTransport::connect(&control).unwrap();
     let prepare = Request::Prepare {
         ts: ts + (1 << 20),
-        metadata: Metadata::WriteSet(vec![key.clone()]),
+        metadata: Metadata::WriteSet(WriteSet::from_keys(&[&key]).unwrap()),
         write_set: Vec::new(),
         writes: vec![Write { key: key.clone(), value: b"prepared".to_vec() }],
     };
