@@ -370,7 +370,7 @@ impl ReadTxn {
 
     /// RAMP-Fast: `required[k]` from the write sets; EXACT where it is newer than round 1's.
     fn fast_repairs(&self) -> Vec<(usize, Selector)> {
-        fast_repairs(&self.keys, &self.results, KeyIndex::new(&self.keys))
+        fast_repairs(&self.keys, &self.results, key_index(&self.keys))
             .into_iter()
             .map(|(index, ts)| (index, Selector::Exact(ts)))
             .collect()
@@ -430,8 +430,9 @@ impl ReadTxn {
         Ok(Step::Pending)
     }
 
+    /// Ends the transaction (it takes no more replies), moving each distinct key and its value
+    /// into the outcome; a key asked for twice is cloned from its first item.
     fn finish(&mut self) -> ReadOutcome {
-        // Moves each distinct key's value out; a key asked for twice is cloned from its first item.
         let mut first_item: Vec<Option<usize>> = vec![None; self.keys.len()];
         let mut items: Vec<ReadItem> = Vec::with_capacity(self.positions.len());
         for &index in &self.positions {
@@ -440,7 +441,9 @@ impl ReadTxn {
                 None => {
                     first_item[index] = Some(items.len());
                     let result = self.results[index].as_mut().expect("every key answered");
-                    ReadItem { key: self.keys[index].clone(), ts: result.ts, value: std::mem::take(&mut result.value) }
+                    // The transaction is over: its keys move into the outcome too.
+                    let key = std::mem::take(&mut self.keys[index]);
+                    ReadItem { key, ts: result.ts, value: std::mem::take(&mut result.value) }
                 }
             };
             items.push(item);
@@ -462,7 +465,11 @@ impl ReadTxn {
 /// A version of ts `t` can only decide anything for keys whose own version is older than `t`,
 /// so versions no older than the oldest returned one are skipped without reading their write
 /// sets (the result is the same: a skipped version's ts never exceeds any key's own).
-fn fast_repairs(keys: &[Vec<u8>], results: &[Option<VersionItem>], index: KeyIndex<'_>) -> Vec<(usize, Timestamp)> {
+fn fast_repairs<F: Fn(&[u8]) -> u64>(
+    keys: &[Vec<u8>],
+    results: &[Option<VersionItem>],
+    index: KeyIndex<'_, F>,
+) -> Vec<(usize, Timestamp)> {
     debug_assert_eq!(keys.len(), results.len());
     let result_ts = |result: &Option<VersionItem>| result.as_ref().map_or(TIMESTAMP_INITIAL, |item| item.ts);
     let Some(oldest) = results.iter().map(result_ts).min() else {
@@ -488,43 +495,53 @@ fn fast_repairs(keys: &[Vec<u8>], results: &[Option<VersionItem>], index: KeyInd
 }
 
 /// Finds a key's index among a transaction's distinct keys without allocating: for the usual
-/// handful of keys, a scan of their precomputed 64-bit hashes, comparing bytes only where a
-/// hash matches (so a write-set key costs one hash and a few integer compares, not a `memcmp`
-/// per key of the transaction); a hash map beyond that.
-enum KeyIndex<'k> {
-    Scan { keys: &'k [Vec<u8>], hashes: [u64; KEY_INDEX_SCAN_MAX], hash: fn(&[u8]) -> u64 },
+/// handful of keys, a scan of their precomputed 64-bit fingerprints, comparing bytes only where
+/// a fingerprint matches (so a write-set key costs one multiply and a few integer compares,
+/// not a `memcmp` per key of the transaction); a hash map beyond that.
+enum KeyIndex<'k, F> {
+    Scan { keys: &'k [Vec<u8>], fingerprints: [u64; KEY_INDEX_SCAN_MAX], fingerprint: F },
     Map(AHashMap<&'k [u8], usize>),
 }
 
 /// Transactions with at most this many keys use a linear scan.
 const KEY_INDEX_SCAN_MAX: usize = 16;
 
-/// The hash the scan compares: fixed seeds, so it needs no state (and is the same in every
-/// run, which keeps profiles and tests reproducible).
-fn key_hash(key: &[u8]) -> u64 {
-    const HASHER: ahash::RandomState = ahash::RandomState::with_seeds(
-        0x243f_6a88_85a3_08d3,
-        0x1319_8a2e_0370_7344,
-        0xa409_3822_299f_31d0,
-        0x082e_fa98_ec4e_6c89,
-    );
-    HASHER.hash_one(key)
+/// A key's fingerprint for the scan: its length and its first and last 8 bytes, folded with two
+/// multiplies. The three inputs determine a key of up to 16 bytes (shorter keys are read as
+/// overlapping 4-byte or single-byte pieces that cover every byte, without a copy). Not a hash
+/// for tables: equal keys have equal fingerprints, and distinct keys almost never do unless
+/// they differ only in the middle of a key over 16 bytes; such keys cost a byte comparison
+/// each, never a wrong match.
+fn key_fingerprint(key: &[u8]) -> u64 {
+    const ODD: u64 = 0x9e37_79b9_7f4a_7c15;
+    let length = key.len();
+    let (head, tail) = if let (Some(head), Some(tail)) = (key.first_chunk::<8>(), key.last_chunk::<8>()) {
+        (u64::from_le_bytes(*head), u64::from_le_bytes(*tail))
+    } else if let (Some(head), Some(tail)) = (key.first_chunk::<4>(), key.last_chunk::<4>()) {
+        (u64::from(u32::from_le_bytes(*head)), u64::from(u32::from_le_bytes(*tail)))
+    } else if let (Some(&first), Some(&last)) = (key.first(), key.last()) {
+        let middle = key[length / 2];
+        (u64::from(first) | u64::from(middle) << 8 | u64::from(last) << 16, 0)
+    } else {
+        (0, 0)
+    };
+    (head.wrapping_mul(ODD) ^ tail ^ length as u64).wrapping_mul(ODD)
 }
 
-impl<'k> KeyIndex<'k> {
-    /// An index of `keys` (distinct).
-    fn new(keys: &'k [Vec<u8>]) -> Self {
-        Self::with_hash(keys, key_hash)
-    }
+/// An index of `keys` (distinct) by [`key_fingerprint`].
+fn key_index(keys: &[Vec<u8>]) -> KeyIndex<'_, impl Fn(&[u8]) -> u64> {
+    KeyIndex::with_fingerprint(keys, key_fingerprint)
+}
 
-    /// As [`KeyIndex::new`] with another hash (tests use a colliding one).
-    fn with_hash(keys: &'k [Vec<u8>], hash: fn(&[u8]) -> u64) -> Self {
+impl<'k, F: Fn(&[u8]) -> u64> KeyIndex<'k, F> {
+    /// An index of `keys` (distinct) by `fingerprint` (tests use colliding ones).
+    fn with_fingerprint(keys: &'k [Vec<u8>], fingerprint: F) -> Self {
         if keys.len() <= KEY_INDEX_SCAN_MAX {
-            let mut hashes = [0; KEY_INDEX_SCAN_MAX];
-            for (slot, key) in hashes.iter_mut().zip(keys) {
-                *slot = hash(key);
+            let mut fingerprints = [0; KEY_INDEX_SCAN_MAX];
+            for (slot, key) in fingerprints.iter_mut().zip(keys) {
+                *slot = fingerprint(key);
             }
-            KeyIndex::Scan { keys, hashes, hash }
+            KeyIndex::Scan { keys, fingerprints, fingerprint }
         } else {
             KeyIndex::Map(keys.iter().enumerate().map(|(index, key)| (key.as_slice(), index)).collect())
         }
@@ -532,13 +549,20 @@ impl<'k> KeyIndex<'k> {
 
     fn find(&self, key: &[u8]) -> Option<usize> {
         match self {
-            KeyIndex::Scan { keys, hashes, hash } => {
-                let wanted = hash(key);
-                // Hashes may collide: a match is confirmed by the bytes, and a mismatch goes on.
-                hashes[..keys.len()]
-                    .iter()
-                    .zip(keys.iter())
-                    .position(|(&candidate, known)| candidate == wanted && known.as_slice() == key)
+            KeyIndex::Scan { keys, fingerprints, fingerprint } => {
+                let wanted = fingerprint(key);
+                let fingerprints = &fingerprints[..keys.len()];
+                // Fingerprints may collide: a match is confirmed by the bytes, and a mismatch
+                // goes on scanning.
+                let mut start = 0;
+                while let Some(offset) = fingerprints[start..].iter().position(|&candidate| candidate == wanted) {
+                    let position = start + offset;
+                    if keys[position].as_slice() == key {
+                        return Some(position);
+                    }
+                    start = position + 1;
+                }
+                None
             }
             KeyIndex::Map(map) => map.get(key).copied(),
         }

@@ -23,7 +23,7 @@ fn plain_repairs(keys: &[Vec<u8>], results: &[Option<PlainVersion>]) -> Vec<(usi
 
 fn random_key(random: &mut SmallRng) -> Vec<u8> {
     match random.gen_range(0..4) {
-        // Few distinct names of one length: the same prefix, hashes and bytes compared often.
+        // Few distinct names of one length: the same prefix, so bytes are compared often.
         0 | 1 => format!("key{:03}", random.gen_range(0..48)).into_bytes(),
         2 => (0..random.gen_range(0..6)).map(|_| random.gen_range(0..3u8)).collect(),
         _ => (0..random.gen_range(0..40)).map(|_| random.gen()).collect(),
@@ -38,7 +38,7 @@ type PlainVersion = (Timestamp, Option<Vec<Vec<u8>>>);
 /// or other metadata.
 type Case = (Vec<Vec<u8>>, Vec<Option<PlainVersion>>);
 
-type Hash = fn(&[u8]) -> u64;
+type Fingerprint = fn(&[u8]) -> u64;
 
 fn random_case(random: &mut SmallRng) -> Case {
     let wanted = if random.gen_bool(0.8) { random.gen_range(1..=12) } else { random.gen_range(13..=40) };
@@ -100,17 +100,20 @@ fn test_seed() -> u64 {
 fn compact_write_sets_plan_the_same_round_two_as_owned_keys() {
     let seed = test_seed();
     let mut random = SmallRng::seed_from_u64(seed);
-    let hashes: [(&str, Hash); 3] =
-        [("key_hash", key_hash), ("every key collides", |_| 7), ("length only", |key| key.len() as u64)];
+    let fingerprints: [(&str, Fingerprint); 3] =
+        [("key_fingerprint", key_fingerprint), ("every key collides", |_| 7), ("length only", |key| key.len() as u64)];
     let mut repaired = 0;
     for case in 0..20_000 {
         let (keys, results) = random_case(&mut random);
         let expected = plain_repairs(&keys, &results);
         repaired += usize::from(!expected.is_empty());
         let versions = as_versions(&results);
-        for (name, hash) in hashes {
-            let planned = fast_repairs(&keys, &versions, KeyIndex::with_hash(&keys, hash));
-            assert_eq!(planned, expected, "seed {seed}, case {case}, hash {name}: keys {keys:?}, results {results:?}");
+        for (name, fingerprint) in fingerprints {
+            let planned = fast_repairs(&keys, &versions, KeyIndex::with_fingerprint(&keys, fingerprint));
+            assert_eq!(
+                planned, expected,
+                "seed {seed}, case {case}, fingerprint {name}: keys {keys:?}, results {results:?}"
+            );
         }
     }
     assert!(repaired > 2_000, "seed {seed}: the cases exercise repairs ({repaired})");
@@ -120,8 +123,8 @@ fn compact_write_sets_plan_the_same_round_two_as_owned_keys() {
 fn the_key_index_finds_every_key_and_nothing_else() {
     for count in [0, 1, 8, KEY_INDEX_SCAN_MAX, KEY_INDEX_SCAN_MAX + 1, 64] {
         let keys: Vec<Vec<u8>> = (0..count).map(|n| format!("k{n}").into_bytes()).collect();
-        for hash in [key_hash as Hash, |_| 0] {
-            let index = KeyIndex::with_hash(&keys, hash);
+        for fingerprint in [key_fingerprint as Fingerprint, |_| 0] {
+            let index = KeyIndex::with_fingerprint(&keys, fingerprint);
             for (position, key) in keys.iter().enumerate() {
                 assert_eq!(index.find(key), Some(position), "{count} keys");
             }
@@ -130,6 +133,31 @@ fn the_key_index_finds_every_key_and_nothing_else() {
             assert_eq!(index.find(format!("k{count}").as_bytes()), None);
         }
     }
+}
+
+#[test]
+fn fingerprints_tell_short_keys_apart_and_long_keys_differing_in_the_middle_are_still_found() {
+    let mut short: Vec<Vec<u8>> = (0..=u16::MAX).map(|n| n.to_le_bytes().to_vec()).collect();
+    short.extend((0..=255u8).map(|n| vec![n]));
+    short.extend((0..40u32 * 40 * 40).map(|n| vec![(n % 40) as u8, (n / 40 % 40) as u8, (n / 1600) as u8]));
+    short.extend((0..100_000).map(|n| format!("key{n}").into_bytes()));
+    short.extend((0..100_000u64).map(|n| format!("user{:012}", n * 7919).into_bytes()));
+    short.push(Vec::new());
+    let mut seen: ahash::AHashMap<u64, &[u8]> = ahash::AHashMap::default();
+    for key in &short {
+        assert!(key.len() <= 16);
+        if let Some(other) = seen.insert(key_fingerprint(key), key) {
+            panic!("{other:?} and {key:?} share a fingerprint");
+        }
+    }
+    // Same length, first and last 8 bytes: only the bytes tell them apart.
+    let long: Vec<Vec<u8>> = (0..16u8).map(|n| [&[b'p'; 12][..], &[n; 6], &[b's'; 12]].concat()).collect();
+    assert!(long.windows(2).all(|pair| key_fingerprint(&pair[0]) == key_fingerprint(&pair[1])));
+    let index = key_index(&long);
+    for (position, key) in long.iter().enumerate() {
+        assert_eq!(index.find(key), Some(position));
+    }
+    assert_eq!(index.find(&[&[b'p'; 12][..], &[99; 6], &[b's'; 12]].concat()), None);
 }
 
 /// A reader that got a version whose write set names a key it read at an older version
