@@ -26,6 +26,8 @@ echo "== benchmark smoke runs (with the read-atomicity checker)"
 cargo run --release -p rampkv -- bench --duration 3s --check --seed 1
 cargo run --release -p rampkv -- bench --compare --duration 2s --check --seed 1
 cargo run --release -p rampkv -- bench --workload a --keys 1000 --txns 2000 --check --ycsb --seed 1
+# YCSB over GET*: versions fit the item slots fitted to the workload (reads come from slots).
+cargo run --release -p rampkv -- bench --workload a --transport onesided --txn-size 8 --keys 1000 --txns 2000 --check --seed 1
 # The paper's four figures in quick mode (about 30 points of 0.3 s, each checked): plots,
 # tables and results under target/figures-smoke (see docs/figures.md).
 cargo run --release -p rampkv -- figures --quick --check --out target/figures-smoke

@@ -386,7 +386,7 @@ mod tests {
         core.attach_item_slots(Arc::clone(&slots)).unwrap();
         let prepare = |ts: Timestamp, value: &[u8]| Request::Prepare {
             ts,
-            metadata: crate::wire::Metadata::WriteSet(vec![b"a".to_vec()]),
+            metadata: crate::wire::Metadata::WriteSet(crate::wire::WriteSet::from_keys(&[b"a"]).unwrap()),
             write_set: Vec::new(),
             writes: vec![Write { key: b"a".to_vec(), value: value.to_vec() }],
         };

@@ -112,6 +112,8 @@ pub const ITEM_SLOTS_DEFAULT: usize = 16_384;
 
 /// GET\*: bytes per item slot by default. Holds a 1 KiB value with a short key and a 4-key
 /// write set (slot header 40 B, trailer 16 B); a version that does not fit is not published.
+/// `rampkv bench` and `rampkv figures` fit the size to their workload instead unless told
+/// (`BenchConfig::fitted_item_slot_bytes`).
 pub const ITEM_SLOT_BYTES_DEFAULT: usize = 1_280;
 
 /// GET\*: most slots one server's item region may have.

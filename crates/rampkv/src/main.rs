@@ -207,9 +207,10 @@ struct BenchArgs {
     /// onesided: item slots per server.
     #[arg(long, default_value_t = rampkv::limits::ITEM_SLOTS_DEFAULT)]
     item_slots: usize,
-    /// onesided: bytes per item slot (versions that do not fit are read over GET+).
-    #[arg(long, default_value_t = rampkv::limits::ITEM_SLOT_BYTES_DEFAULT)]
-    item_slot_bytes: usize,
+    /// onesided: bytes per item slot (versions that do not fit are read over GET+). Default:
+    /// fitted to the workload's largest version (key, metadata at --txn-size, value).
+    #[arg(long)]
+    item_slot_bytes: Option<usize>,
     /// onesided: fall back to GET+ when a slot's "newer version prepared" bit is set.
     #[arg(long)]
     getstar_newer_prepared_fallback: bool,
@@ -469,7 +470,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |elapsed| elapsed.as_nanos() as u64)
     });
-    let config = BenchConfig {
+    let mut config = BenchConfig {
         algorithm: args.protocol,
         bloom: BloomParameters { bits: args.bloom_bits, hashes: args.bloom_hashes },
         servers: args.servers,
@@ -489,10 +490,17 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         check: args.check,
         mutant_skip_repair: args.mutant_skip_repair,
         transport: args.transport,
-        item_slots: rampkv::item_slots::ItemSlotConfig { slots: args.item_slots, slot_bytes: args.item_slot_bytes },
+        item_slots: rampkv::item_slots::ItemSlotConfig {
+            slots: args.item_slots,
+            slot_bytes: args.item_slot_bytes.unwrap_or(rampkv::limits::ITEM_SLOT_BYTES_DEFAULT),
+        },
         getstar_newer_prepared_fallback: args.getstar_newer_prepared_fallback,
     };
     config.validate()?;
+    if args.item_slot_bytes.is_none() {
+        config.item_slots.slot_bytes = config.fitted_item_slot_bytes()?;
+        config.validate()?;
+    }
     eprintln!("rampkv bench: seed {seed}");
     if args.compare {
         return run_comparison(&config, args.json);

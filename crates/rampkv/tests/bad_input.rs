@@ -9,7 +9,7 @@ use rampkv::client::Client;
 use rampkv::cluster::Cluster;
 use rampkv::limits::FRAME_BODY_BYTES_MAX;
 use rampkv::server::{ServerConfig, ServerGroup};
-use rampkv::wire::{ErrorCode, FrameHeader, Metadata, Request, Response, Selector, FRAME_HEADER_BYTES};
+use rampkv::wire::{ErrorCode, FrameHeader, Metadata, Request, Response, Selector, WriteSet, FRAME_HEADER_BYTES};
 
 struct Fixture {
     group: ServerGroup,
@@ -103,7 +103,7 @@ fn a_truncated_frame_is_never_parsed_and_its_connection_is_closed_at_end_of_stre
     let mut frame = Vec::new();
     Request::Prepare {
         ts: 99 << 16 | 1,
-        metadata: Metadata::WriteSet(vec![b"kept".to_vec()]),
+        metadata: Metadata::WriteSet(WriteSet::from_keys(&[b"kept"]).unwrap()),
         write_set: vec![],
         writes: vec![rampkv::wire::Write { key: b"kept".to_vec(), value: b"evil".to_vec() }],
     }
@@ -153,7 +153,7 @@ fn an_invalid_prepare_is_refused_whole() {
     // "kept" is written but missing from the write set: refused, and "kept" is not touched.
     Request::Prepare {
         ts: 5 << 16 | 9,
-        metadata: Metadata::WriteSet(vec![b"other".to_vec()]),
+        metadata: Metadata::WriteSet(WriteSet::from_keys(&[b"other"]).unwrap()),
         write_set: vec![],
         writes: vec![rampkv::wire::Write { key: b"kept".to_vec(), value: b"evil".to_vec() }],
     }

@@ -9,7 +9,8 @@
 //!   key is rejected, the address evicted, and the read falls back to GET+ with the right answer;
 //! - garbage written into a slot from the server side never makes a client accept wrong data
 //!   or panic;
-//! - the newer-prepared option makes a reader fall back while a newer version is prepared.
+//! - the newer-prepared option makes a reader fall back while a newer version is prepared;
+//! - YCSB's versions fit item slots fitted to the workload and are read one-sidedly.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -17,7 +18,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{assert_clean, caught, contended, contended_transactions, seed};
-use rampkv::bench::TransportKind;
+use rampkv::bench::{BenchConfig, StopAfter, TransportKind, Workload};
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
 use rampkv::item_slots::ItemSlotConfig;
@@ -28,7 +29,7 @@ use rampkv::server_writepoll::WritePollGroup;
 use rampkv::transport::onesided::{OneSidedClientTransport, OneSidedOptions};
 use rampkv::transport::writepoll::WritePollClientTransport;
 use rampkv::transport::ClientTransport;
-use rampkv::wire::{Metadata, Request, Response, Write};
+use rampkv::wire::{Metadata, Request, Response, Write, WriteSet};
 
 const ONESIDED: TransportKind = TransportKind::OneSided;
 
@@ -236,7 +237,7 @@ fn with_the_option_a_newer_prepared_version_sends_the_read_to_the_server() {
     let mut raw = WritePollClientTransport::connect(&control).unwrap();
     let prepare = Request::Prepare {
         ts: ts + (1 << 20),
-        metadata: Metadata::WriteSet(vec![key.clone()]),
+        metadata: Metadata::WriteSet(WriteSet::from_keys(&[&key]).unwrap()),
         write_set: Vec::new(),
         writes: vec![Write { key: key.clone(), value: b"prepared".to_vec() }],
     };
@@ -257,4 +258,34 @@ fn with_the_option_a_newer_prepared_version_sends_the_read_to_the_server() {
     assert_eq!(careful.evictions, 0, "the address stays cached");
     assert_eq!(relaxed.fallback_newer_prepared, 0);
     assert_eq!(relaxed.hits, 1, "without the option the committed version in the slot is served: {relaxed:?}");
+}
+
+/// Story: YCSB's 24-byte keys make an 8-key write set 213 bytes, and a 1,000-byte record with
+/// its key and write set did not fit the 1,280-byte default slot, so the server never
+/// published YCSB versions and every GET* fell back to GET+ (Fig. 8's GET* series was GET+).
+/// With the slot fitted to the workload, reads come from slots, and stay checker-clean.
+#[test]
+fn ycsb_versions_fit_fitted_item_slots_and_are_read_one_sidedly() {
+    let seed = seed();
+    let ycsb = |slot_bytes: Option<usize>| {
+        let mut config = BenchConfig {
+            transport: ONESIDED,
+            workload: Workload::YcsbReadRatio,
+            read_ratio: 0.95,
+            txn_size: 8,
+            keys: 1_000,
+            value_size: 1_000,
+            servers: 2,
+            stop_after: StopAfter::Duration { seconds: 1.0 },
+            seed,
+            check: true,
+            ..BenchConfig::default()
+        };
+        config.item_slots.slot_bytes = slot_bytes.unwrap_or_else(|| config.fitted_item_slot_bytes().unwrap());
+        assert_clean(&config, 10).getstar.expect("onesided runs report GET* counters")
+    };
+    let fitted = ycsb(None);
+    assert!(fitted.hits * 2 > fitted.eligible_gets, "seed {seed}: most round-1 GETs from slots: {fitted:?}");
+    let default = ycsb(Some(rampkv::limits::ITEM_SLOT_BYTES_DEFAULT));
+    assert!(default.hits * 10 < default.eligible_gets, "seed {seed}: YCSB versions fit 1,280 B now? {default:?}");
 }

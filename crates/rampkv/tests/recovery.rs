@@ -10,7 +10,7 @@ use rampkv::cluster::Cluster;
 use rampkv::server::{ServerConfig, ServerGroup};
 use rampkv::transport::tcp::TcpClientTransport;
 use rampkv::transport::ClientTransport;
-use rampkv::wire::{Metadata, Request, Write};
+use rampkv::wire::{Metadata, Request, Write, WriteSet};
 
 const TIMEOUT_MS: u64 = 300;
 
@@ -42,7 +42,7 @@ fn dying_writer(cluster: &Cluster, requests: &[(usize, Request)]) {
 fn prepare(ts: u64, keys: &[Vec<u8>], key: &[u8]) -> Request {
     Request::Prepare {
         ts,
-        metadata: Metadata::WriteSet(keys.to_vec()),
+        metadata: Metadata::WriteSet(WriteSet::from_keys(keys).unwrap()),
         write_set: vec![],
         writes: vec![Write { key: key.to_vec(), value: ts.to_le_bytes().to_vec() }],
     }

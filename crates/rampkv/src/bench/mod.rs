@@ -681,8 +681,9 @@ impl<T: ClientTransport> ClientThread<'_, T> {
             }
             Ok(TxnResult::Write(_)) => {
                 self.totals.writes += 1;
-                let metadata = metadata_for(self.driver.txn_options(), &in_flight.keys);
-                self.totals.metadata_bytes += (metadata.encoded_bytes() * in_flight.keys.len()) as u64;
+                let metadata_bytes = metadata_for(self.driver.txn_options(), &in_flight.keys)
+                    .map_or(0, |metadata| metadata.encoded_bytes());
+                self.totals.metadata_bytes += (metadata_bytes * in_flight.keys.len()) as u64;
                 self.totals.written_items += in_flight.keys.len() as u64;
                 self.totals.write_latency_us.saturating_record(latency_us);
             }

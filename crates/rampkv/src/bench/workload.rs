@@ -7,6 +7,8 @@ use rampkv_ycsb::{
 };
 
 use super::{BenchConfig, BenchError};
+use crate::limits::ITEM_REGION_BYTES_MAX;
+use crate::protocol::ramp::{metadata_for, TxnOptions};
 
 /// The workload of a benchmark run.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
@@ -78,6 +80,40 @@ impl Workload {
     }
 }
 
+/// Digits of the largest number a YCSB key name can carry (a 64-bit key number or its hash).
+const YCSB_KEY_DIGITS_MAX: usize = 20;
+
+impl Workload {
+    /// The longest key this run's workload can produce: the micro-benchmark's keys are the
+    /// decimal digits of `0..keys`; YCSB's are "user", then a 64-bit number (its hash, by
+    /// default) with at least `zeropadding` digits (inserts may go past `recordcount`).
+    pub fn key_bytes_max(config: &BenchConfig) -> Result<usize, BenchError> {
+        Ok(match Workload::ycsb_config(config)? {
+            None => config.keys.saturating_sub(1).to_string().len(),
+            Some(core) => rampkv_ycsb::key::KEY_PREFIX.len() + core.zero_padding.max(YCSB_KEY_DIGITS_MAX),
+        })
+    }
+}
+
+impl BenchConfig {
+    /// GET\* item slot size that holds every version this run writes: the longest key, the
+    /// metadata of a `txn_size`-key transaction of such keys (RAMP-Fast's write set, a Bloom
+    /// filter, or nothing) and the value, with the slot's header and trailer
+    /// (`rampkv_fabric::slot_bytes`). Capped so that the item region stays within
+    /// `ITEM_REGION_BYTES_MAX`; a version over the cap is read over GET+ as before.
+    pub fn fitted_item_slot_bytes(&self) -> Result<usize, BenchError> {
+        let key_bytes = Workload::key_bytes_max(self)?;
+        let options = TxnOptions { algorithm: self.algorithm, bloom: self.bloom, mutant_skip_repair: false };
+        let widest_write_set = vec![vec![0u8; key_bytes]; self.txn_size];
+        let metadata_bytes = metadata_for(&options, &widest_write_set)
+            .map_err(|error| BenchError::Config(error.to_string()))?
+            .encoded_bytes();
+        let fitted = rampkv_fabric::slot_bytes(key_bytes, metadata_bytes, self.value_size);
+        let region_cap = ITEM_REGION_BYTES_MAX / self.item_slots.slots.max(1) / 8 * 8;
+        Ok(fitted.min(region_cap))
+    }
+}
+
 /// One client thread's generator.
 pub(crate) enum TxnSource {
     Micro(MicroGenerator),
@@ -137,6 +173,7 @@ impl TxnSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::ramp::Algorithm;
 
     #[test]
     fn workload_names_parse_and_scans_are_refused_with_the_reason() {
@@ -168,5 +205,46 @@ mod tests {
         }
         let micro = BenchConfig::default();
         assert!(Workload::ycsb_config(&micro).unwrap().is_none());
+    }
+
+    /// Story: YCSB's 23-byte keys made 8-key write sets so large that its 1,000-byte records
+    /// no longer fit the 1,280-byte default slot, and every GET* fell back to GET+. The fitted
+    /// size holds the largest version a run writes, whatever the workload.
+    #[test]
+    fn fitted_item_slots_hold_the_largest_version_of_the_workload() {
+        let ycsb = BenchConfig {
+            workload: Workload::YcsbReadRatio,
+            value_size: 1_000,
+            txn_size: 8,
+            keys: 1_000,
+            ..BenchConfig::default()
+        };
+        assert_eq!(Workload::key_bytes_max(&ycsb).unwrap(), 24);
+        // Header 40, key 24, write set 1 + 4 + 8 x (2 + 24) = 213 padded to 216, value 1,000,
+        // trailer 16.
+        assert_eq!(ycsb.fitted_item_slot_bytes().unwrap(), 1_296);
+        let micro = BenchConfig { txn_size: 8, keys: 1_000, value_size: 1_024, ..BenchConfig::default() };
+        assert_eq!(Workload::key_bytes_max(&micro).unwrap(), 3);
+        assert_eq!(micro.fitted_item_slot_bytes().unwrap(), 40 + 8 + 48 + 1_024 + 16);
+        let small = BenchConfig { algorithm: Algorithm::RampSmall, ..micro.clone() };
+        assert_eq!(small.fitted_item_slot_bytes().unwrap(), 40 + 8 + 8 + 1_024 + 16);
+        let hybrid = BenchConfig { algorithm: Algorithm::RampHybrid, ..micro.clone() };
+        assert_eq!(hybrid.fitted_item_slot_bytes().unwrap(), 40 + 8 + 40 + 1_024 + 16);
+        // The region bound caps it.
+        let huge = BenchConfig {
+            value_size: crate::limits::VALUE_BYTES_MAX,
+            item_slots: crate::item_slots::ItemSlotConfig { slots: crate::limits::ITEM_SLOTS_MAX, slot_bytes: 1_280 },
+            ..micro
+        };
+        let capped = huge.fitted_item_slot_bytes().unwrap();
+        assert!(capped * crate::limits::ITEM_SLOTS_MAX <= ITEM_REGION_BYTES_MAX && capped % 8 == 0);
+        // Every fitted configuration is a valid one.
+        for config in [ycsb, small, hybrid, huge] {
+            let slots = crate::item_slots::ItemSlotConfig {
+                slot_bytes: config.fitted_item_slot_bytes().unwrap(),
+                ..config.item_slots
+            };
+            slots.validate().unwrap();
+        }
     }
 }

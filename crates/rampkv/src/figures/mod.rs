@@ -342,6 +342,12 @@ impl FiguresConfig {
                 config.value_size = self.ycsb_value_size;
             }
         }
+        // GET* slots that hold this point's versions (YCSB's long keys and write sets did not
+        // fit the default, so its GET* series was GET+). A configuration the bench refuses
+        // keeps the default slots and is refused by the bench with the reason.
+        if let Ok(slot_bytes) = config.fitted_item_slot_bytes() {
+            config.item_slots.slot_bytes = slot_bytes;
+        }
         config
     }
 }

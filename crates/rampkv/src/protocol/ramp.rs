@@ -34,7 +34,7 @@ use super::{make_tag, split_tag, Outgoing, ProtocolError, ReadItem, ReadOutcome,
 use crate::cluster::Cluster;
 use crate::limits::{KEY_BYTES_MAX, READ_RESTARTS_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
-use crate::wire::{ErrorCode, GetItem, Metadata, Request, Response, Selector, VersionItem, Write};
+use crate::wire::{ErrorCode, GetItem, Metadata, Request, Response, Selector, VersionItem, Write, WriteSet};
 
 /// The transaction algorithm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -150,12 +150,17 @@ pub(super) fn last_write_wins(writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<Wri
 }
 
 /// The metadata each version written by a transaction with `write_set` carries.
-pub fn metadata_for(options: &TxnOptions, write_set: &[Vec<u8>]) -> Metadata {
-    match options.algorithm {
-        Algorithm::RampFast => Metadata::WriteSet(write_set.to_vec()),
+///
+/// # Errors
+/// A write set over the limits (`validate_keys` refuses those first).
+pub fn metadata_for(options: &TxnOptions, write_set: &[Vec<u8>]) -> Result<Metadata, ProtocolError> {
+    Ok(match options.algorithm {
+        Algorithm::RampFast => Metadata::WriteSet(
+            WriteSet::from_keys(write_set).map_err(|error| ProtocolError::InvalidTransaction(error.to_string()))?,
+        ),
         Algorithm::RampHybrid => Metadata::Bloom(options.bloom.build(write_set.iter().map(Vec::as_slice))),
         Algorithm::RampSmall | Algorithm::NoCc | Algorithm::S2pl => Metadata::None,
-    }
+    })
 }
 
 /// The RAMP machines do not run S2PL (its machines are in `protocol::locking`).
@@ -365,23 +370,9 @@ impl ReadTxn {
 
     /// RAMP-Fast: `required[k]` from the write sets; EXACT where it is newer than round 1's.
     fn fast_repairs(&self) -> Vec<(usize, Selector)> {
-        let mut required = vec![TIMESTAMP_INITIAL; self.keys.len()];
-        let mut index_of = KeyIndex::new(self.keys.len());
-        for (index, key) in self.keys.iter().enumerate() {
-            index_of.insert(key, index);
-        }
-        for result in self.results.iter().flatten() {
-            if let Metadata::WriteSet(write_set) = &result.metadata {
-                for key in write_set {
-                    if let Some(index) = index_of.find(&self.keys, key) {
-                        required[index] = required[index].max(result.ts);
-                    }
-                }
-            }
-        }
-        (0..self.keys.len())
-            .filter(|&index| required[index] > self.result_ts(index))
-            .map(|index| (index, Selector::Exact(required[index])))
+        fast_repairs(&self.keys, &self.results, key_index(&self.keys))
+            .into_iter()
+            .map(|(index, ts)| (index, Selector::Exact(ts)))
             .collect()
     }
 
@@ -439,8 +430,9 @@ impl ReadTxn {
         Ok(Step::Pending)
     }
 
+    /// Ends the transaction (it takes no more replies), moving each distinct key and its value
+    /// into the outcome; a key asked for twice is cloned from its first item.
     fn finish(&mut self) -> ReadOutcome {
-        // Moves each distinct key's value out; a key asked for twice is cloned from its first item.
         let mut first_item: Vec<Option<usize>> = vec![None; self.keys.len()];
         let mut items: Vec<ReadItem> = Vec::with_capacity(self.positions.len());
         for &index in &self.positions {
@@ -449,7 +441,9 @@ impl ReadTxn {
                 None => {
                     first_item[index] = Some(items.len());
                     let result = self.results[index].as_mut().expect("every key answered");
-                    ReadItem { key: self.keys[index].clone(), ts: result.ts, value: std::mem::take(&mut result.value) }
+                    // The transaction is over: its keys move into the outcome too.
+                    let key = std::mem::take(&mut self.keys[index]);
+                    ReadItem { key, ts: result.ts, value: std::mem::take(&mut result.value) }
                 }
             };
             items.push(item);
@@ -463,35 +457,113 @@ impl ReadTxn {
     }
 }
 
-/// Finds a key's index among a transaction's distinct keys: a linear scan for the usual
-/// handful of keys (no allocation, no hashing), a hash map beyond that.
-enum KeyIndex<'k> {
-    Scan,
+/// RAMP-Fast's round-2 plan from round 1's `results` (one per key of `keys`, in order): for
+/// every key `k`, `required[k]` is the highest ts among the returned versions whose write set
+/// contains `k`; returns `(index, required[k])` for each key where that is newer than the
+/// version returned for it, in key order.
+///
+/// A version of ts `t` can only decide anything for keys whose own version is older than `t`,
+/// so versions no older than the oldest returned one are skipped without reading their write
+/// sets (the result is the same: a skipped version's ts never exceeds any key's own).
+fn fast_repairs<F: Fn(&[u8]) -> u64>(
+    keys: &[Vec<u8>],
+    results: &[Option<VersionItem>],
+    index: KeyIndex<'_, F>,
+) -> Vec<(usize, Timestamp)> {
+    debug_assert_eq!(keys.len(), results.len());
+    let result_ts = |result: &Option<VersionItem>| result.as_ref().map_or(TIMESTAMP_INITIAL, |item| item.ts);
+    let Some(oldest) = results.iter().map(result_ts).min() else {
+        return Vec::new();
+    };
+    let mut required = vec![TIMESTAMP_INITIAL; keys.len()];
+    for result in results.iter().flatten().filter(|result| result.ts > oldest) {
+        if let Metadata::WriteSet(write_set) = &result.metadata {
+            for key in write_set {
+                if let Some(position) = index.find(key) {
+                    required[position] = required[position].max(result.ts);
+                }
+            }
+        }
+    }
+    required
+        .into_iter()
+        .zip(results)
+        .enumerate()
+        .filter(|(_, (required, result))| *required > result_ts(result))
+        .map(|(position, (required, _))| (position, required))
+        .collect()
+}
+
+/// Finds a key's index among a transaction's distinct keys without allocating: for the usual
+/// handful of keys, a scan of their precomputed 64-bit fingerprints, comparing bytes only where
+/// a fingerprint matches (so a write-set key costs one multiply and a few integer compares,
+/// not a `memcmp` per key of the transaction); a hash map beyond that.
+enum KeyIndex<'k, F> {
+    Scan { keys: &'k [Vec<u8>], fingerprints: [u64; KEY_INDEX_SCAN_MAX], fingerprint: F },
     Map(AHashMap<&'k [u8], usize>),
 }
 
 /// Transactions with at most this many keys use a linear scan.
 const KEY_INDEX_SCAN_MAX: usize = 16;
 
-impl<'k> KeyIndex<'k> {
-    fn new(capacity: usize) -> Self {
-        if capacity <= KEY_INDEX_SCAN_MAX {
-            KeyIndex::Scan
+/// A key's fingerprint for the scan: its length and its first and last 8 bytes, folded with two
+/// multiplies. The three inputs determine a key of up to 16 bytes (shorter keys are read as
+/// overlapping 4-byte or single-byte pieces that cover every byte, without a copy). Not a hash
+/// for tables: equal keys have equal fingerprints, and distinct keys almost never do unless
+/// they differ only in the middle of a key over 16 bytes; such keys cost a byte comparison
+/// each, never a wrong match.
+fn key_fingerprint(key: &[u8]) -> u64 {
+    const ODD: u64 = 0x9e37_79b9_7f4a_7c15;
+    let length = key.len();
+    let (head, tail) = if let (Some(head), Some(tail)) = (key.first_chunk::<8>(), key.last_chunk::<8>()) {
+        (u64::from_le_bytes(*head), u64::from_le_bytes(*tail))
+    } else if let (Some(head), Some(tail)) = (key.first_chunk::<4>(), key.last_chunk::<4>()) {
+        (u64::from(u32::from_le_bytes(*head)), u64::from(u32::from_le_bytes(*tail)))
+    } else if let (Some(&first), Some(&last)) = (key.first(), key.last()) {
+        let middle = key[length / 2];
+        (u64::from(first) | u64::from(middle) << 8 | u64::from(last) << 16, 0)
+    } else {
+        (0, 0)
+    };
+    (head.wrapping_mul(ODD) ^ tail ^ length as u64).wrapping_mul(ODD)
+}
+
+/// An index of `keys` (distinct) by [`key_fingerprint`].
+fn key_index(keys: &[Vec<u8>]) -> KeyIndex<'_, impl Fn(&[u8]) -> u64> {
+    KeyIndex::with_fingerprint(keys, key_fingerprint)
+}
+
+impl<'k, F: Fn(&[u8]) -> u64> KeyIndex<'k, F> {
+    /// An index of `keys` (distinct) by `fingerprint` (tests use colliding ones).
+    fn with_fingerprint(keys: &'k [Vec<u8>], fingerprint: F) -> Self {
+        if keys.len() <= KEY_INDEX_SCAN_MAX {
+            let mut fingerprints = [0; KEY_INDEX_SCAN_MAX];
+            for (slot, key) in fingerprints.iter_mut().zip(keys) {
+                *slot = fingerprint(key);
+            }
+            KeyIndex::Scan { keys, fingerprints, fingerprint }
         } else {
-            KeyIndex::Map(AHashMap::with_capacity(capacity))
+            KeyIndex::Map(keys.iter().enumerate().map(|(index, key)| (key.as_slice(), index)).collect())
         }
     }
 
-    /// Records that `key` is `keys[index]` (the scan variant reads `keys` directly).
-    fn insert(&mut self, key: &'k [u8], index: usize) {
-        if let KeyIndex::Map(map) = self {
-            map.insert(key, index);
-        }
-    }
-
-    fn find(&self, keys: &[Vec<u8>], key: &[u8]) -> Option<usize> {
+    fn find(&self, key: &[u8]) -> Option<usize> {
         match self {
-            KeyIndex::Scan => keys.iter().position(|candidate| candidate.as_slice() == key),
+            KeyIndex::Scan { keys, fingerprints, fingerprint } => {
+                let wanted = fingerprint(key);
+                let fingerprints = &fingerprints[..keys.len()];
+                // Fingerprints may collide: a match is confirmed by the bytes, and a mismatch
+                // goes on scanning.
+                let mut start = 0;
+                while let Some(offset) = fingerprints[start..].iter().position(|&candidate| candidate == wanted) {
+                    let position = start + offset;
+                    if keys[position].as_slice() == key {
+                        return Some(position);
+                    }
+                    start = position + 1;
+                }
+                None
+            }
             KeyIndex::Map(map) => map.get(key).copied(),
         }
     }
@@ -513,6 +585,8 @@ pub struct WriteTxn {
     acknowledged: Vec<bool>,
     outstanding: usize,
     phase: WritePhase,
+    /// What every version of this transaction carries.
+    metadata: Metadata,
     options: TxnOptions,
 }
 
@@ -532,6 +606,7 @@ impl WriteTxn {
         }
         let writes = last_write_wins(writes)?;
         let write_set: Vec<Vec<u8>> = writes.iter().map(|write| write.key.clone()).collect();
+        let metadata = metadata_for(&options, &write_set)?;
         let mut parts: Vec<(usize, Vec<Write>)> = Vec::new();
         for write in writes {
             let server = cluster.server_of(&write.key);
@@ -548,6 +623,7 @@ impl WriteTxn {
             acknowledged: vec![false; count],
             outstanding: 0,
             phase: WritePhase::Prepare,
+            metadata,
             options,
         })
     }
@@ -562,25 +638,22 @@ impl WriteTxn {
         &self.write_set
     }
 
-    /// The metadata every version of this transaction carries.
-    fn metadata(&self) -> Metadata {
-        metadata_for(&self.options, &self.write_set)
-    }
-
     /// Sends PREPARE (NoCC: PUT) to every participating server.
     pub fn start(&mut self, out: &mut Vec<Outgoing>) {
         self.phase = WritePhase::Prepare;
         self.outstanding = self.parts.len();
-        let metadata = self.metadata();
         for (part, (server, writes)) in self.parts.iter_mut().enumerate() {
             let writes = std::mem::take(writes);
             let request = match self.options.algorithm {
                 Algorithm::NoCc => Request::Put { ts: self.ts, writes },
                 _ => {
                     // Recovery needs the write set; RAMP-Fast's metadata already is it.
-                    let write_set =
-                        if matches!(metadata, Metadata::WriteSet(_)) { Vec::new() } else { self.write_set.clone() };
-                    Request::Prepare { ts: self.ts, metadata: metadata.clone(), write_set, writes }
+                    let write_set = if matches!(self.metadata, Metadata::WriteSet(_)) {
+                        Vec::new()
+                    } else {
+                        self.write_set.clone()
+                    };
+                    Request::Prepare { ts: self.ts, metadata: self.metadata.clone(), write_set, writes }
                 }
             };
             out.push(Outgoing { server: *server, tag: make_tag(0, part as u16), request });
@@ -633,3 +706,6 @@ impl WriteTxn {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

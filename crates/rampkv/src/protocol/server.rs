@@ -354,7 +354,7 @@ enum Answer {
 fn stored_metadata(metadata: Metadata) -> StoredMetadata {
     match metadata {
         Metadata::None => StoredMetadata::None,
-        Metadata::WriteSet(keys) => StoredMetadata::WriteSet(keys.into_iter().map(Vec::into_boxed_slice).collect()),
+        Metadata::WriteSet(write_set) => StoredMetadata::WriteSet(write_set.iter().map(Key::from).collect()),
         Metadata::Bloom(bits) => StoredMetadata::Bloom(bits.into()),
     }
 }

@@ -4,11 +4,13 @@
 //! ```text
 //! metadata := u8 tag, then
 //!   0x00 NONE                                   (RAMP-Small, NoCC, the initial value)
-//!   0x01 WRITE_SET  keys                        (RAMP-Fast: the transaction's write set)
+//!   0x01 WRITE_SET  keys                        (RAMP-Fast: the transaction's write set;
+//!                                                see write_set.rs)
 //!   0x02 BLOOM      u16 length, bytes           (RAMP-Hybrid: Bloom filter of the write set,
 //!                                                length <= BLOOM_BYTES_MAX)
 //! ```
 
+use super::write_set::WriteSet;
 use super::{Decoder, Encoder, WireError};
 
 /// Largest Bloom filter accepted (8,192 bits).
@@ -23,7 +25,8 @@ const TAG_BLOOM: u8 = 2;
 pub enum Metadata {
     #[default]
     None,
-    WriteSet(Vec<Vec<u8>>),
+    /// The write set, its keys in one buffer ([`WriteSet::from_keys`] builds one).
+    WriteSet(WriteSet),
     Bloom(Vec<u8>),
 }
 
@@ -31,7 +34,10 @@ pub enum Metadata {
 #[derive(Debug, Clone, Copy)]
 pub enum MetadataRef<'a, K> {
     None,
+    /// A write set stored as separate keys (the server's versions).
     WriteSet(&'a [K]),
+    /// A write set already in its compact wire form (a client's PREPARE, a decoded reply).
+    EncodedWriteSet(&'a WriteSet),
     Bloom(&'a [u8]),
 }
 
@@ -40,7 +46,7 @@ impl Metadata {
     pub fn as_ref(&self) -> MetadataRef<'_, Vec<u8>> {
         match self {
             Metadata::None => MetadataRef::None,
-            Metadata::WriteSet(keys) => MetadataRef::WriteSet(keys),
+            Metadata::WriteSet(write_set) => MetadataRef::EncodedWriteSet(write_set),
             Metadata::Bloom(bits) => MetadataRef::Bloom(bits),
         }
     }
@@ -49,7 +55,7 @@ impl Metadata {
     pub fn encoded_bytes(&self) -> usize {
         match self {
             Metadata::None => 1,
-            Metadata::WriteSet(keys) => 1 + 4 + keys.iter().map(|key| 2 + key.len()).sum::<usize>(),
+            Metadata::WriteSet(write_set) => 1 + write_set.encoded_bytes(),
             Metadata::Bloom(bits) => 1 + 2 + bits.len(),
         }
     }
@@ -57,7 +63,7 @@ impl Metadata {
     pub(crate) fn decode(decoder: &mut Decoder<'_>) -> Result<Metadata, WireError> {
         match decoder.u8()? {
             TAG_NONE => Ok(Metadata::None),
-            TAG_WRITE_SET => Ok(Metadata::WriteSet(decoder.keys("write set")?)),
+            TAG_WRITE_SET => Ok(Metadata::WriteSet(WriteSet::decode(decoder)?)),
             TAG_BLOOM => {
                 let length = decoder.u16()? as usize;
                 if length > BLOOM_BYTES_MAX {
@@ -80,6 +86,10 @@ impl<K: AsRef<[u8]>> MetadataRef<'_, K> {
                 for key in keys.iter() {
                     encoder.key(key.as_ref());
                 }
+            }
+            MetadataRef::EncodedWriteSet(write_set) => {
+                encoder.u8(TAG_WRITE_SET);
+                write_set.encode(encoder);
             }
             MetadataRef::Bloom(bits) => {
                 assert!(bits.len() <= BLOOM_BYTES_MAX);

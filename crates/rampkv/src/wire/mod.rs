@@ -4,6 +4,8 @@
 //! - [`frame`]: the fixed 16-byte frame header and the "check complete, then parse" step.
 //! - [`request`]: client-to-server messages, encoder and decoder, with their byte format.
 //! - [`response`]: server-to-client messages, likewise.
+//! - [`metadata`]: what a version carries about its transaction; [`write_set`]: RAMP-Fast's
+//!   write set in one buffer (decoded without an allocation per key).
 //!
 //! All integers are little-endian and fixed-width. A decoder never trusts a length or count
 //! field: it checks it against the bytes present and against the limits in [`crate::limits`]
@@ -14,11 +16,13 @@ pub mod frame;
 pub mod metadata;
 pub mod request;
 pub mod response;
+pub mod write_set;
 
 pub use frame::{FrameHeader, FRAME_HEADER_BYTES};
 pub use metadata::{Metadata, MetadataRef, BLOOM_BYTES_MAX};
 pub use request::{GetItem, Request, Selector, Write};
 pub use response::{ErrorCode, Response, TxnState, VersionItem};
+pub use write_set::{WriteSet, WriteSetKeys};
 
 use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 
@@ -93,6 +97,10 @@ pub(crate) struct Decoder<'a> {
 impl<'a> Decoder<'a> {
     pub(crate) fn new(bytes: &'a [u8]) -> Self {
         Self { bytes }
+    }
+    /// The bytes not consumed yet.
+    pub(crate) fn remaining(&self) -> &'a [u8] {
+        self.bytes
     }
     pub(crate) fn take(&mut self, length: usize) -> Result<&'a [u8], WireError> {
         if self.bytes.len() < length {

@@ -27,7 +27,7 @@ fn selector() -> impl Strategy<Value = Selector> {
 fn metadata() -> impl Strategy<Value = Metadata> {
     prop_oneof![
         Just(Metadata::None),
-        vec(key(), 0..5).prop_map(Metadata::WriteSet),
+        vec(key(), 0..5).prop_map(|keys| Metadata::WriteSet(WriteSet::from_keys(&keys).unwrap())),
         vec(any::<u8>(), 0..64).prop_map(Metadata::Bloom),
     ]
 }
@@ -214,7 +214,11 @@ fn the_header_layout_is_as_documented() {
 #[test]
 fn versions_located_needs_one_slot_per_version_and_matches_the_server_encoder() {
     let items = vec![
-        VersionItem { ts: 7, value: b"v".to_vec(), metadata: Metadata::WriteSet(vec![b"k".to_vec()]) },
+        VersionItem {
+            ts: 7,
+            value: b"v".to_vec(),
+            metadata: Metadata::WriteSet(WriteSet::from_keys(&[b"k"]).unwrap()),
+        },
         VersionItem { ts: 0, value: Vec::new(), metadata: Metadata::None },
     ];
     let response = Response::VersionsLocated { items: items.clone(), slots: vec![Some(3), None] };

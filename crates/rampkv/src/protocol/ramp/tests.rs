@@ -1,0 +1,194 @@
+//! RAMP-Fast's round-2 planning over compact write sets against the plain rule it replaced:
+//! for every key, the highest ts among the returned versions whose write set (a list of owned
+//! keys, compared byte by byte) names it, repaired where newer than the key's own version.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+
+/// The rule as first written: owned keys, a byte comparison against every transaction key.
+fn plain_repairs(keys: &[Vec<u8>], results: &[Option<PlainVersion>]) -> Vec<(usize, Timestamp)> {
+    let mut required = vec![TIMESTAMP_INITIAL; keys.len()];
+    for (ts, write_set) in results.iter().flatten() {
+        for key in write_set.iter().flatten() {
+            if let Some(index) = keys.iter().position(|known| known == key) {
+                required[index] = required[index].max(*ts);
+            }
+        }
+    }
+    let own = |index: usize| results[index].as_ref().map_or(TIMESTAMP_INITIAL, |(ts, _)| *ts);
+    (0..keys.len()).filter(|&index| required[index] > own(index)).map(|index| (index, required[index])).collect()
+}
+
+fn random_key(random: &mut SmallRng) -> Vec<u8> {
+    match random.gen_range(0..4) {
+        // Few distinct names of one length: the same prefix, so bytes are compared often.
+        0 | 1 => format!("key{:03}", random.gen_range(0..48)).into_bytes(),
+        2 => (0..random.gen_range(0..6)).map(|_| random.gen_range(0..3u8)).collect(),
+        _ => (0..random.gen_range(0..40)).map(|_| random.gen()).collect(),
+    }
+}
+
+/// One returned version: its ts and its write set (`None`: other metadata).
+type PlainVersion = (Timestamp, Option<Vec<Vec<u8>>>);
+
+/// One random read: distinct keys, and per key maybe no version, else a version with a small ts
+/// (ties happen) whose metadata is a write set of some of the keys, foreign keys and repeats,
+/// or other metadata.
+type Case = (Vec<Vec<u8>>, Vec<Option<PlainVersion>>);
+
+type Fingerprint = fn(&[u8]) -> u64;
+
+fn random_case(random: &mut SmallRng) -> Case {
+    let wanted = if random.gen_bool(0.8) { random.gen_range(1..=12) } else { random.gen_range(13..=40) };
+    let mut keys: Vec<Vec<u8>> = Vec::new();
+    while keys.len() < wanted {
+        let key = random_key(random);
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    let results = (0..keys.len())
+        .map(|_| {
+            if random.gen_bool(0.1) {
+                return None;
+            }
+            let ts = random.gen_range(0..12u64);
+            let write_set = random.gen_bool(0.85).then(|| {
+                (0..random.gen_range(0..=keys.len() + 3))
+                    .map(|_| {
+                        if random.gen_bool(0.7) {
+                            keys[random.gen_range(0..keys.len())].clone()
+                        } else {
+                            random_key(random)
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            });
+            Some((ts, write_set))
+        })
+        .collect();
+    (keys, results)
+}
+
+fn as_versions(results: &[Option<PlainVersion>]) -> Vec<Option<VersionItem>> {
+    results
+        .iter()
+        .map(|result| {
+            result.as_ref().map(|(ts, write_set)| VersionItem {
+                ts: *ts,
+                value: Vec::new(),
+                metadata: match write_set {
+                    Some(keys) => Metadata::WriteSet(WriteSet::from_keys(keys).unwrap()),
+                    None => Metadata::Bloom(vec![0xFF; 8]),
+                },
+            })
+        })
+        .collect()
+}
+
+fn test_seed() -> u64 {
+    let seed = std::env::var("RAMPKV_TEST_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |since| since.as_nanos() as u64)
+    });
+    println!("seed {seed} (replay with RAMPKV_TEST_SEED={seed})");
+    seed
+}
+
+#[test]
+fn compact_write_sets_plan_the_same_round_two_as_owned_keys() {
+    let seed = test_seed();
+    let mut random = SmallRng::seed_from_u64(seed);
+    let fingerprints: [(&str, Fingerprint); 3] =
+        [("key_fingerprint", key_fingerprint), ("every key collides", |_| 7), ("length only", |key| key.len() as u64)];
+    let mut repaired = 0;
+    for case in 0..20_000 {
+        let (keys, results) = random_case(&mut random);
+        let expected = plain_repairs(&keys, &results);
+        repaired += usize::from(!expected.is_empty());
+        let versions = as_versions(&results);
+        for (name, fingerprint) in fingerprints {
+            let planned = fast_repairs(&keys, &versions, KeyIndex::with_fingerprint(&keys, fingerprint));
+            assert_eq!(
+                planned, expected,
+                "seed {seed}, case {case}, fingerprint {name}: keys {keys:?}, results {results:?}"
+            );
+        }
+    }
+    assert!(repaired > 2_000, "seed {seed}: the cases exercise repairs ({repaired})");
+}
+
+#[test]
+fn the_key_index_finds_every_key_and_nothing_else() {
+    for count in [0, 1, 8, KEY_INDEX_SCAN_MAX, KEY_INDEX_SCAN_MAX + 1, 64] {
+        let keys: Vec<Vec<u8>> = (0..count).map(|n| format!("k{n}").into_bytes()).collect();
+        for fingerprint in [key_fingerprint as Fingerprint, |_| 0] {
+            let index = KeyIndex::with_fingerprint(&keys, fingerprint);
+            for (position, key) in keys.iter().enumerate() {
+                assert_eq!(index.find(key), Some(position), "{count} keys");
+            }
+            assert_eq!(index.find(b"k"), None);
+            assert_eq!(index.find(b""), None);
+            assert_eq!(index.find(format!("k{count}").as_bytes()), None);
+        }
+    }
+}
+
+#[test]
+fn fingerprints_tell_short_keys_apart_and_long_keys_differing_in_the_middle_are_still_found() {
+    let mut short: Vec<Vec<u8>> = (0..=u16::MAX).map(|n| n.to_le_bytes().to_vec()).collect();
+    short.extend((0..=255u8).map(|n| vec![n]));
+    short.extend((0..40u32 * 40 * 40).map(|n| vec![(n % 40) as u8, (n / 40 % 40) as u8, (n / 1600) as u8]));
+    short.extend((0..100_000).map(|n| format!("key{n}").into_bytes()));
+    short.extend((0..100_000u64).map(|n| format!("user{:012}", n * 7919).into_bytes()));
+    short.push(Vec::new());
+    let mut seen: ahash::AHashMap<u64, &[u8]> = ahash::AHashMap::default();
+    for key in &short {
+        assert!(key.len() <= 16);
+        if let Some(other) = seen.insert(key_fingerprint(key), key) {
+            panic!("{other:?} and {key:?} share a fingerprint");
+        }
+    }
+    // Same length, first and last 8 bytes: only the bytes tell them apart.
+    let long: Vec<Vec<u8>> = (0..16u8).map(|n| [&[b'p'; 12][..], &[n; 6], &[b's'; 12]].concat()).collect();
+    assert!(long.windows(2).all(|pair| key_fingerprint(&pair[0]) == key_fingerprint(&pair[1])));
+    let index = key_index(&long);
+    for (position, key) in long.iter().enumerate() {
+        assert_eq!(index.find(key), Some(position));
+    }
+    assert_eq!(index.find(&[&[b'p'; 12][..], &[99; 6], &[b's'; 12]].concat()), None);
+}
+
+/// A reader that got a version whose write set names a key it read at an older version
+/// repairs exactly that key, at exactly that version; nothing when nothing raced.
+#[test]
+fn a_read_txn_repairs_from_a_compact_write_set() {
+    let cluster = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
+    let keys: Vec<Vec<u8>> = vec![b"x".to_vec(), b"y".to_vec(), b"z".to_vec()];
+    let mut read = ReadTxn::new(&cluster, keys.clone(), TxnOptions::default()).unwrap();
+    let mut out = Vec::new();
+    read.start(&mut out);
+    assert_eq!(out.len(), 1);
+    let tag = out[0].tag;
+    out.clear();
+    let version = |ts: Timestamp, write_set: &[&[u8]]| VersionItem {
+        ts,
+        value: ts.to_le_bytes().to_vec(),
+        metadata: Metadata::WriteSet(WriteSet::from_keys(write_set).unwrap()),
+    };
+    // x and z written together at 20; the reader saw z's older version 10.
+    let items = vec![version(20, &[b"x", b"z"]), version(5, &[b"y"]), version(10, &[b"z"])];
+    let step = read.on_reply(tag, Response::Versions { items }, &mut out).unwrap();
+    assert!(matches!(step, Step::Pending));
+    let [Outgoing { request: Request::Get { items }, tag, .. }] = &out[..] else { panic!("one round-2 GET: {out:?}") };
+    assert_eq!(items.len(), 1);
+    assert_eq!((items[0].key.as_slice(), &items[0].selector), (&b"z"[..], &Selector::Exact(20)));
+    let tag = *tag;
+    let mut more = Vec::new();
+    let step = read.on_reply(tag, Response::Versions { items: vec![version(20, &[b"x", b"z"])] }, &mut more).unwrap();
+    let Step::Done(outcome) = step else { panic!("done after round 2") };
+    let read_ts: Vec<Timestamp> = outcome.items.iter().map(|item| item.ts).collect();
+    assert_eq!(read_ts, [20, 5, 20]);
+    assert_eq!(outcome.round2_keys, 1);
+}
