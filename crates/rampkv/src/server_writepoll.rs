@@ -3,7 +3,7 @@
 //! A [`WritePollGroup`] serves the same [`ServerCore`]s as a TCP [`crate::server::ServerGroup`]
 //! (same stores, same clock), over message rings instead of sockets. It has two threads:
 //! - the **control thread** owns one control listener per server (a second port next to the
-//!   server's TCP port; see `docs/wire.md`, "Write-poll control handshake"). It runs the JSON
+//!   server's TCP port; see `docs/wire.md`, "Write-poll transport (GET+/PUT+)"). It runs the JSON
 //!   handshake of a new client, builds the connection's rings, and hands them to the poller. It
 //!   keeps every control connection open and, when one ends, tells the poller to drop that
 //!   connection (the client is gone) and free its ring slot;

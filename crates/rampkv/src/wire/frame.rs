@@ -83,16 +83,40 @@ impl FrameHeader {
     }
 }
 
-/// Appends one frame (header then the body produced by `encode_body`) to `out`.
-/// The body length is patched in after encoding, so bodies are written once, in place.
+/// Appends one frame (header then the body produced by `encode_body`) to `out`, for frames
+/// whose size the limits bound below `FRAME_BODY_BYTES_MAX`: every request (the largest, a
+/// PREPARE of `TXN_KEYS_MAX` keys and values of `VALUE_BYTES_MAX`, is about 17 MB, pinned by
+/// a test) and the small replies. VERSIONS replies are not bounded so: they go through
+/// [`try_append_frame`].
+///
+/// # Panics
+/// If the body exceeds `FRAME_BODY_BYTES_MAX` (an encoder bug, ruled out by the limits).
 pub fn append_frame(out: &mut Vec<u8>, kind: u8, request_id: u64, encode_body: impl FnOnce(&mut Vec<u8>)) {
+    let appended = try_append_frame(out, kind, request_id, encode_body);
+    assert!(appended.is_ok(), "encoder produced an oversized frame");
+}
+
+/// Appends one frame (header then the body produced by `encode_body`) to `out`. The body
+/// length is patched in after encoding, so bodies are written once, in place. A body over
+/// `FRAME_BODY_BYTES_MAX` is taken back out (`out` is as before) and the error says how large
+/// it was.
+pub fn try_append_frame(
+    out: &mut Vec<u8>,
+    kind: u8,
+    request_id: u64,
+    encode_body: impl FnOnce(&mut Vec<u8>),
+) -> Result<(), WireError> {
     let start = out.len();
     out.extend_from_slice(&[0u8; FRAME_HEADER_BYTES]);
     encode_body(out);
     let body_length = out.len() - start - FRAME_HEADER_BYTES;
-    assert!(body_length <= FRAME_BODY_BYTES_MAX, "encoder produced an oversized frame");
+    if body_length > FRAME_BODY_BYTES_MAX {
+        out.truncate(start);
+        return Err(WireError::FrameTooLarge { length: body_length, max: FRAME_BODY_BYTES_MAX });
+    }
     let header = FrameHeader { body_length: body_length as u32, kind, request_id };
     let mut header_bytes = [0u8; FRAME_HEADER_BYTES];
     header.encode(&mut header_bytes);
     out[start..start + FRAME_HEADER_BYTES].copy_from_slice(&header_bytes);
+    Ok(())
 }

@@ -6,7 +6,7 @@
 //! 0x82 VERSIONS  u32 count, (u64 ts, value, metadata) * count
 //!                one entry per GET item, in request order; ts 0 = the initial (empty) value,
 //!                or for HIGHEST_OF: none of the candidates is stored
-//! 0x83 ACK       (empty)                        PREPARE or COMMIT done
+//! 0x83 ACK       (empty)                        PREPARE, COMMIT, PUT, LOCK_WRITE, COMMIT_LOCKED, RELEASE done
 //! 0x84 STATUS    u8 state                       0 unknown (now aborted here), 1 prepared,
 //!                                               2 committed, 3 aborted
 //! 0x85 VERSIONS_LOCATED  the VERSIONS body, then u32 count (equal to the VERSIONS count),
@@ -16,7 +16,7 @@
 //!                codes: 1 BadRequest, 2 VersionGone, 3 Internal, 4 Aborted
 //! ```
 
-use super::frame::append_frame;
+use super::frame::{append_frame, try_append_frame};
 use super::metadata::{Metadata, MetadataRef};
 use super::{Decoder, Encoder, WireError};
 use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
@@ -136,9 +136,10 @@ impl Response {
         }
     }
 
-    /// Appends this response as one frame to `out`.
+    /// Appends this response as one frame to `out` (as [`append_reply_frame`]: a reply too
+    /// large for a frame becomes an ERROR).
     pub fn encode_frame(&self, request_id: u64, out: &mut Vec<u8>) {
-        append_frame(out, self.kind(), request_id, |body| self.encode_body(body));
+        append_reply_frame(out, self.kind(), request_id, |body| self.encode_body(body));
     }
 
     /// Appends the body of this response (no frame header) to `out`.
@@ -253,13 +254,25 @@ pub(crate) fn encode_version<K: AsRef<[u8]>>(
     metadata.encode(encoder);
 }
 
+/// Appends a reply frame; a reply whose body exceeds `FRAME_BODY_BYTES_MAX` is replaced by an
+/// `ERROR BadRequest` saying so. Requests are bounded by the limits, VERSIONS replies are not: a
+/// read of `TXN_KEYS_MAX` keys on one server, each 64 KiB with a RAMP-Fast write set of 256
+/// 256-byte keys, is a 33.7 MB body. The reader's transaction fails with that error instead of
+/// the server refusing to encode it.
+pub fn append_reply_frame(out: &mut Vec<u8>, kind: u8, request_id: u64, encode_body: impl FnOnce(&mut Vec<u8>)) {
+    if let Err(error) = try_append_frame(out, kind, request_id, encode_body) {
+        let message = format!("the reply is too large to send ({error}): read fewer or smaller keys at a time");
+        append_frame(out, KIND_ERROR, request_id, |body| Response::bad_request(message).encode_body(body));
+    }
+}
+
 /// Appends a VERSIONS frame whose entries are produced by `entries` (count known up front).
 pub fn append_versions_frame<'v, K: AsRef<[u8]> + 'v>(
     out: &mut Vec<u8>,
     request_id: u64,
     entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
 ) {
-    append_frame(out, KIND_VERSIONS, request_id, |body| {
+    append_reply_frame(out, KIND_VERSIONS, request_id, |body| {
         let mut encoder = Encoder::new(body);
         encoder.count(entries.len());
         for (ts, value, metadata) in entries {
@@ -288,7 +301,7 @@ pub fn append_versions_located_frame<'v, K: AsRef<[u8]> + 'v>(
     slots: impl ExactSizeIterator<Item = Option<u32>>,
 ) {
     assert_eq!(entries.len(), slots.len(), "one slot per entry");
-    append_frame(out, KIND_VERSIONS_LOCATED, request_id, |body| {
+    append_reply_frame(out, KIND_VERSIONS_LOCATED, request_id, |body| {
         let mut encoder = Encoder::new(body);
         encoder.count(entries.len());
         for (ts, value, metadata) in entries {

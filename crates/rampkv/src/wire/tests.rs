@@ -234,3 +234,54 @@ fn versions_located_needs_one_slot_per_version_and_matches_the_server_encoder() 
     mismatched.extend_from_slice(&[1, 0, 0, 0, 3, 0, 0, 0]);
     assert!(matches!(Response::decode(response::KIND_VERSIONS_LOCATED, &mismatched), Err(WireError::Invalid(_))));
 }
+
+/// The largest request the limits allow (a PREPARE of `TXN_KEYS_MAX` keys of `KEY_BYTES_MAX`
+/// bytes, values of `VALUE_BYTES_MAX`, the write set twice: as metadata and as the key list)
+/// fits in a frame: requests are encoded with the asserting `append_frame`.
+#[test]
+fn the_largest_request_the_limits_allow_fits_in_a_frame() {
+    use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
+    let keys: Vec<Vec<u8>> = (0..TXN_KEYS_MAX)
+        .map(|index| [vec![index as u8; KEY_BYTES_MAX - 2], (index as u16).to_le_bytes().to_vec()].concat())
+        .collect();
+    let writes = keys.iter().map(|key| Write { key: key.clone(), value: vec![7; VALUE_BYTES_MAX] }).collect();
+    let metadata = Metadata::WriteSet(WriteSet::from_keys(&keys).unwrap());
+    let request = Request::Prepare { ts: 1 << 16, metadata, write_set: keys, writes };
+    let mut frame = Vec::new();
+    request.encode_frame(1, &mut frame);
+    let body = frame.len() - FRAME_HEADER_BYTES;
+    assert!(body <= FRAME_BODY_BYTES_MAX, "{body} bytes");
+    let (header, decoded) = FrameHeader::split(&frame).unwrap().unwrap();
+    assert_eq!(Request::decode(header.kind, decoded).unwrap(), request);
+}
+
+/// A VERSIONS reply larger than a frame (a legal read: many large values with large write
+/// sets on one server) becomes an ERROR BadRequest saying so, never a panic or a frame the
+/// client would refuse.
+#[test]
+fn a_reply_too_large_for_a_frame_becomes_an_error_reply() {
+    use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
+    let keys: Vec<Vec<u8>> = (0..TXN_KEYS_MAX).map(|index| vec![index as u8; KEY_BYTES_MAX]).collect();
+    let write_set = WriteSet::from_keys(&keys).unwrap();
+    let items: Vec<VersionItem> = (0..TXN_KEYS_MAX)
+        .map(|_| VersionItem {
+            ts: 5 << 16,
+            value: vec![1; VALUE_BYTES_MAX],
+            metadata: Metadata::WriteSet(write_set.clone()),
+        })
+        .collect();
+    let mut out = b"earlier frames".to_vec();
+    Response::Versions { items: items.clone() }.encode_frame(3, &mut out);
+    let mut direct = b"earlier frames".to_vec();
+    let entries = items.iter().map(|item| (item.ts, &item.value[..], item.metadata.as_ref()));
+    response::append_versions_frame(&mut direct, 3, entries);
+    assert_eq!(out, direct, "both encoders fall back alike");
+    assert_eq!(&out[..14], b"earlier frames", "what came before is kept");
+    let (header, body) = FrameHeader::split(&out[14..]).unwrap().unwrap();
+    assert_eq!((header.kind, header.request_id), (response::KIND_ERROR, 3));
+    assert_eq!(header.frame_bytes(), out.len() - 14, "one small frame replaces the reply");
+    let Response::Error { code: ErrorCode::BadRequest, message } = Response::decode(header.kind, body).unwrap() else {
+        panic!("expected BadRequest");
+    };
+    assert!(message.contains("too large") && message.contains(&FRAME_BODY_BYTES_MAX.to_string()), "{message}");
+}
