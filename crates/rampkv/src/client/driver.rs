@@ -210,7 +210,7 @@ impl<T: ClientTransport> Driver<T> {
         let generation = self.sessions[session].generation;
         for outgoing in self.outgoing.drain(..) {
             let id = request_id(session, generation, outgoing.tag);
-            self.transport.post(outgoing.server, id, &outgoing.request)?;
+            self.transport.post_owned(outgoing.server, id, outgoing.request)?;
         }
         Ok(())
     }

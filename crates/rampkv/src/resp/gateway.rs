@@ -756,8 +756,8 @@ impl EventLoop {
                 Err(error) => self.driver_error = error.to_string(),
             }
         }
-        let unavailable = format!("ERR rampkv cluster unavailable: {}", self.driver_error);
-        self.driver.as_mut().ok_or(unavailable)
+        let error = &self.driver_error;
+        self.driver.as_mut().ok_or_else(|| format!("ERR rampkv cluster unavailable: {error}"))
     }
 
     /// Reads the server replies that arrived (never blocks) and answers finished commands.
