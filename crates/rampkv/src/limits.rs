@@ -28,6 +28,10 @@ pub const GC_GRACE_MS: u64 = 10_000;
 /// A transaction that has not finished after this long fails with a timeout error.
 pub const TXN_TIMEOUT_MS: u64 = 5_000;
 
+/// How often at most a driver looks for transactions past their deadline (each look reads
+/// every session; a timeout is noticed this much late at most, beside `TXN_TIMEOUT_MS`).
+pub const DRIVER_EXPIRY_SCAN_INTERVAL_MS: u64 = 1;
+
 /// A server stops reading from a connection whose unsent replies exceed this, until the
 /// client drains them (back-pressure instead of unbounded buffering).
 pub const CONNECTION_WRITE_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;

@@ -16,14 +16,20 @@
 //!   it may ask for. Versions are marked lazily, when the key is next written, which only
 //!   makes them live longer. A version whose COMMIT has not arrived yet is never collected
 //!   (its writer may be slow; cooperative termination will resolve a dead one).
+//! - Each key keeps its committed latest version beside its version map, so `get_latest` is
+//!   one hash lookup and a reference-count increment, not a walk of the (often long) map.
+//!   Garbage collection costs each write in proportion to the versions it marks or collects,
+//!   not to how many versions the key holds: versions not yet seen superseded are kept in a
+//!   short list, and those seen superseded in a queue ordered by when.
 //!
 //! # Concurrency
 //! Keys live in `SHARD_COUNT` shards behind reader-writer locks. Reads and commits take a
-//! shard's read lock (commit only does an atomic max), so readers never wait for a commit and
-//! never block writers for longer than one map lookup. Prepares take the write lock of one
-//! shard per key.
+//! shard's read lock (commit only does an atomic max, and replaces the key's latest version
+//! under the key's own small lock, held for a pointer swap), so readers never wait for a
+//! commit and never block writers for longer than one map lookup. Prepares take the write lock
+//! of one shard per key.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use ahash::AHashMap as HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -121,17 +127,25 @@ struct StoredVersion {
     version: Arc<Version>,
     /// Set by COMMIT (under the shard's read lock, hence atomic).
     committed: AtomicBool,
-    /// When (store clock, ms) the version was first seen older than `lastCommit`.
-    superseded_at_ms: Option<u64>,
 }
 
 #[derive(Debug, Default)]
 struct KeyState {
+    /// Only ever advanced (atomic max) with `latest` locked, so the two agree for whoever
+    /// holds that lock.
     last_commit: AtomicU64,
+    /// The version at `last_commit` (`None` while it is 0): `get_latest`'s fast path.
+    latest: Mutex<Option<Arc<Version>>>,
     versions: BTreeMap<Timestamp, StoredVersion>,
     /// The highest timestamp ever collected for this key (0: none). A HIGHEST_OF read whose
     /// answer might have been a collected version is refused, never answered wrongly.
     collected_max_ts: Timestamp,
+    /// Stored versions not yet seen superseded (uncommitted, or at or above `last_commit` when
+    /// last looked): the latest and the writes in flight, so a few.
+    unmarked: Vec<Timestamp>,
+    /// Versions seen superseded, with when (store clock, ms), ordered by that time (collected
+    /// from the front while the front has been superseded for the grace period).
+    superseded: VecDeque<(u64, Timestamp)>,
 }
 
 /// The store of one server: every key it owns, with its versions.
@@ -187,23 +201,31 @@ impl Store {
         if self.aborted.lock().contains_key(&ts) {
             return Err(StoreError::Aborted { ts });
         }
-        let keys: Vec<Key> = writes.iter().map(|(key, _)| key.clone()).collect();
+        let mut keys: Vec<Key> = Vec::with_capacity(writes.len());
         for (key, value) in writes {
             let value_bytes = value.len();
             let version = Arc::new(Version { ts, value, metadata: metadata.clone() });
             let mut shard = self.shard(&key).write();
-            let state = shard.entry(key).or_default();
-            let replaced = state
-                .versions
-                .insert(ts, StoredVersion { version, committed: AtomicBool::new(false), superseded_at_ms: None });
+            if !shard.contains_key(&key) {
+                shard.insert(key.clone(), KeyState::default());
+            }
+            let state = shard.get_mut(&key).expect("inserted above");
+            let replaced = state.versions.insert(ts, StoredVersion { version, committed: AtomicBool::new(false) });
             match replaced {
                 Some(old) => self.forget_version_bytes(old.version.value.len()),
                 None => {
                     self.version_count.fetch_add(1, Ordering::Relaxed);
                 }
             }
+            // A replaced version may already have been marked superseded; collection checks
+            // that what it removes is committed, so listing it again is what keeps it.
+            if !state.unmarked.contains(&ts) {
+                state.unmarked.push(ts);
+            }
             self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
             self.collect_superseded(state, now_ms);
+            drop(shard);
+            keys.push(key);
         }
         self.pending_shard(ts).lock().insert(ts, PendingTxn { keys, write_set, prepared_at_ms: now_ms });
         Ok(())
@@ -226,6 +248,10 @@ impl Store {
             let state = shard.get(key).expect("a pending key has a prepared version");
             let stored = state.versions.get(&ts).expect("a pending version is never collected");
             stored.committed.store(true, Ordering::Release);
+            let mut latest = state.latest.lock();
+            if ts > state.last_commit.load(Ordering::Acquire) {
+                *latest = Some(Arc::clone(&stored.version));
+            }
             state.last_commit.fetch_max(ts, Ordering::AcqRel);
         }
         keys
@@ -328,12 +354,8 @@ impl Store {
     pub fn get_latest(&self, key: &[u8]) -> Option<Arc<Version>> {
         let shard = self.shard(key).read();
         let state = shard.get(key)?;
-        let ts = state.last_commit.load(Ordering::Acquire);
-        if ts == TIMESTAMP_INITIAL {
-            return None;
-        }
-        let stored = state.versions.get(&ts).expect("lastCommit names a stored version");
-        Some(Arc::clone(&stored.version))
+        let latest = state.latest.lock().clone();
+        latest
     }
 
     /// Exactly version `ts` of `key`, prepared or committed.
@@ -367,19 +389,35 @@ impl Store {
     /// than the grace period. Called with the key's shard write-locked.
     fn collect_superseded(&self, state: &mut KeyState, now_ms: u64) {
         let last_commit = state.last_commit.load(Ordering::Acquire);
-        let mut expired = Vec::new();
-        for (ts, stored) in state.versions.range_mut(..last_commit) {
-            if !stored.committed.load(Ordering::Acquire) {
-                continue; // its COMMIT is still to come
+        let KeyState { versions, unmarked, superseded, collected_max_ts, .. } = state;
+        unmarked.retain(|&ts| match versions.get(&ts) {
+            None => false, // aborted
+            // Committed and older than lastCommit: superseded from now on. An uncommitted
+            // one waits for its COMMIT (a slow writer's version is never collected).
+            Some(stored) if ts < last_commit && stored.committed.load(Ordering::Acquire) => {
+                // Kept in order of time: callers' clocks may disagree a little, so a time
+                // can be below the newest listed (then it goes before it, mostly at the end).
+                let position = superseded.partition_point(|&(at_ms, _)| at_ms <= now_ms);
+                superseded.insert(position, (now_ms, ts));
+                false
             }
-            let superseded_at_ms = *stored.superseded_at_ms.get_or_insert(now_ms);
-            if now_ms.saturating_sub(superseded_at_ms) >= self.grace_ms {
-                expired.push(*ts);
+            Some(_) => true,
+        });
+        while let Some(&(superseded_at_ms, ts)) = superseded.front() {
+            if now_ms.saturating_sub(superseded_at_ms) < self.grace_ms {
+                break;
             }
-        }
-        for ts in expired {
-            state.collected_max_ts = state.collected_max_ts.max(ts);
-            let removed = state.versions.remove(&ts).expect("collected version exists");
+            superseded.pop_front();
+            match versions.get(&ts) {
+                None => continue, // aborted, or listed twice and already collected
+                Some(stored) if !stored.committed.load(Ordering::Acquire) => {
+                    // Replaced by a retried PREPARE since it was marked: listed again above.
+                    continue;
+                }
+                Some(_) => {}
+            }
+            *collected_max_ts = (*collected_max_ts).max(ts);
+            let removed = versions.remove(&ts).expect("checked above");
             self.forget_version_bytes(removed.version.value.len());
             self.version_count.fetch_sub(1, Ordering::Relaxed);
             self.versions_collected.fetch_add(1, Ordering::Relaxed);
@@ -621,5 +659,178 @@ mod tests {
         reader.join().unwrap();
         assert_eq!(store.last_commit(b"a"), 4_001);
         assert!(store.stats().versions < 4_000, "old versions were collected");
+    }
+
+    /// What the store must hold, computed the slow way: every version of every key with
+    /// whether it is committed and since when it has been seen superseded (marked, as the
+    /// store does, when the key is next prepared).
+    #[derive(Default)]
+    struct ModelKey {
+        versions: BTreeMap<Timestamp, (bool, Option<u64>)>,
+        last_commit: Timestamp,
+    }
+
+    impl ModelKey {
+        /// Version `ts` was (re)prepared at `now_ms`: mark, then collect.
+        fn prepared(&mut self, ts: Timestamp, now_ms: u64, grace_ms: u64) {
+            self.versions.entry(ts).or_insert((false, None));
+            let last_commit = self.last_commit;
+            for (version_ts, (committed, seen)) in self.versions.iter_mut() {
+                if *committed && *version_ts < last_commit && seen.is_none() {
+                    *seen = Some(now_ms);
+                }
+            }
+            self.versions.retain(|_, (_, seen)| seen.is_none_or(|seen| now_ms - seen < grace_ms));
+        }
+    }
+
+    #[test]
+    fn latest_and_collection_match_a_model_under_out_of_order_commits_and_aborts() {
+        use rand::{rngs::SmallRng, Rng, SeedableRng};
+        let seed: u64 =
+            std::env::var("STORE_MODEL_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or_else(rand::random);
+        println!("seed {seed} (replay with STORE_MODEL_SEED={seed})");
+        let mut random = SmallRng::seed_from_u64(seed);
+        const GRACE_MS: u64 = 40;
+        const KEYS: [&str; 3] = ["a", "b", "c"];
+        let store = Store::new(GRACE_MS);
+        let mut model: HashMap<&str, ModelKey> = KEYS.iter().map(|&key| (key, ModelKey::default())).collect();
+        let mut pending: Vec<(Timestamp, Vec<&str>)> = Vec::new();
+        let mut now_ms = 0u64;
+        let mut next_ts = 1u64;
+        for step in 0..4_000 {
+            now_ms += random.gen_range(0..8);
+            match random.gen_range(0..10) {
+                0..=3 => {
+                    // A new transaction; its ts jumps ahead by a random amount, so commits of
+                    // transactions prepared earlier often arrive after newer ones.
+                    next_ts += random.gen_range(1..4);
+                    let ts = next_ts;
+                    let mut keys: Vec<&str> = KEYS.iter().copied().filter(|_| random.gen_bool(0.5)).collect();
+                    if keys.is_empty() {
+                        keys.push(KEYS[random.gen_range(0..KEYS.len())]);
+                    }
+                    prepare(&store, ts, &keys, now_ms);
+                    for key in &keys {
+                        model.get_mut(key).unwrap().prepared(ts, now_ms, GRACE_MS);
+                    }
+                    pending.push((ts, keys));
+                }
+                4..=7 if !pending.is_empty() => {
+                    let (ts, keys) = pending.swap_remove(random.gen_range(0..pending.len()));
+                    assert_eq!(store.commit(ts), keys.len(), "step {step}");
+                    for key in keys {
+                        let entry = model.get_mut(key).unwrap();
+                        entry.versions.get_mut(&ts).unwrap().0 = true;
+                        entry.last_commit = entry.last_commit.max(ts);
+                    }
+                }
+                8 if !pending.is_empty() => {
+                    let (ts, keys) = pending.swap_remove(random.gen_range(0..pending.len()));
+                    store.abort(ts, now_ms);
+                    for key in keys {
+                        model.get_mut(key).unwrap().versions.remove(&ts);
+                    }
+                }
+                _ if !pending.is_empty() => {
+                    // A retried PREPARE of a transaction awaiting its COMMIT.
+                    let (ts, keys) = pending[random.gen_range(0..pending.len())].clone();
+                    let writes =
+                        keys.iter().map(|text| (key(text), format!("{text}@{ts}").into_bytes().into())).collect();
+                    store.prepare(ts, write_set(&keys), Arc::from([]), writes, now_ms).unwrap();
+                    for key in &keys {
+                        model.get_mut(key).unwrap().prepared(ts, now_ms, GRACE_MS);
+                    }
+                }
+                _ => {}
+            }
+            let mut versions = 0;
+            for (name, entry) in &model {
+                let latest = store.get_latest(name.as_bytes());
+                assert_eq!(
+                    latest.as_ref().map_or(0, |version| version.ts),
+                    entry.last_commit,
+                    "step {step} key {name}"
+                );
+                if let Some(latest) = latest {
+                    assert_eq!(&*latest.value, format!("{name}@{}", latest.ts).as_bytes(), "step {step}");
+                }
+                assert_eq!(store.last_commit(name.as_bytes()), entry.last_commit, "step {step} key {name}");
+                for &ts in entry.versions.keys() {
+                    assert_eq!(
+                        store.get_at(name.as_bytes(), ts).map(|version| version.ts),
+                        Ok(ts),
+                        "step {step} {name}@{ts}"
+                    );
+                }
+                // Nothing the model collected is still there.
+                for ts in 1..=next_ts {
+                    if !entry.versions.contains_key(&ts) {
+                        assert!(store.get_at(name.as_bytes(), ts).is_err(), "step {step}: {name}@{ts} should be gone");
+                    }
+                }
+                versions += entry.versions.len();
+            }
+            assert_eq!(store.stats().versions, versions, "step {step}");
+        }
+        assert!(store.stats().versions_collected > 100, "the run collected versions");
+    }
+
+    #[test]
+    fn latest_follows_last_commit_while_threads_commit_out_of_order() {
+        // Four writers each prepare a batch of transactions, then commit them newest first,
+        // while readers check that the latest version never goes back, always carries its own
+        // value, and is never newer than lastCommit read right after it.
+        let store = Arc::new(Store::new(5));
+        let done = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..4u64)
+            .map(|writer| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    for batch in 0..200u64 {
+                        let batch_ts: Vec<Timestamp> = (0..8).map(|i| ((batch * 8 + i + 1) << 2) | writer).collect();
+                        for (round, &ts) in batch_ts.iter().enumerate() {
+                            prepare(&store, ts, &["a", "b"], batch * 8 + round as u64);
+                        }
+                        for &ts in batch_ts.iter().rev() {
+                            assert_eq!(store.commit(ts), 2);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (store, done) = (Arc::clone(&store), Arc::clone(&done));
+                std::thread::spawn(move || {
+                    let mut last_seen = 0;
+                    while !done.load(Ordering::Acquire) {
+                        for name in ["a", "b"] {
+                            if let Some(version) = store.get_latest(name.as_bytes()) {
+                                assert_eq!(&*version.value, format!("{name}@{}", version.ts).as_bytes());
+                                assert!(version.ts <= store.last_commit(name.as_bytes()));
+                                if name == "a" {
+                                    assert!(version.ts >= last_seen, "latest went back");
+                                    last_seen = version.ts;
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.join().unwrap();
+        }
+        done.store(true, Ordering::Release);
+        for reader in readers {
+            reader.join().unwrap();
+        }
+        let highest = ((199 * 8 + 8) << 2) | 3;
+        for name in ["a", "b"] {
+            assert_eq!(store.get_latest(name.as_bytes()).unwrap().ts, highest);
+            assert_eq!(store.last_commit(name.as_bytes()), highest);
+        }
+        assert!(store.stats().versions_collected > 0);
     }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use super::ClientError;
 use crate::cluster::Cluster;
-use crate::limits::TXN_TIMEOUT_MS;
+use crate::limits::{DRIVER_EXPIRY_SCAN_INTERVAL_MS, TXN_TIMEOUT_MS};
 use crate::protocol::locking::{LockingReadTxn, LockingWriteTxn};
 use crate::protocol::ramp::{Algorithm, ReadTxn, TxnOptions, WriteTxn};
 use crate::protocol::{Outgoing, ReadOutcome, Step, WriteOutcome};
@@ -70,6 +70,11 @@ pub struct Driver<T: ClientTransport> {
     sessions: Vec<Session>,
     outgoing: Vec<Outgoing>,
     active: usize,
+    /// Sessions whose `restart_at` is set (the scans for them are skipped while there are none).
+    backing_off: usize,
+    /// When `expire` next looks at the sessions' deadlines (at most every
+    /// `DRIVER_EXPIRY_SCAN_INTERVAL_MS`: a scan reads every session, and a gateway has 1,024).
+    next_expiry_scan: Instant,
     options: TxnOptions,
     /// Replies of one poll, kept between steps to avoid an allocation per step.
     replies: Vec<(u64, Response)>,
@@ -110,6 +115,8 @@ impl<T: ClientTransport> Driver<T> {
             sessions,
             outgoing: Vec::new(),
             active: 0,
+            backing_off: 0,
+            next_expiry_scan: Instant::now(),
             options: TxnOptions::default(),
             replies: Vec::new(),
         })
@@ -210,7 +217,7 @@ impl<T: ClientTransport> Driver<T> {
         let generation = self.sessions[session].generation;
         for outgoing in self.outgoing.drain(..) {
             let id = request_id(session, generation, outgoing.tag);
-            self.transport.post(outgoing.server, id, &outgoing.request)?;
+            self.transport.post_owned(outgoing.server, id, outgoing.request)?;
         }
         Ok(())
     }
@@ -220,7 +227,11 @@ impl<T: ClientTransport> Driver<T> {
     /// finish with [`ClientError::Timeout`].
     pub fn step(&mut self, timeout: Option<Duration>, completions: &mut Vec<Completion>) -> Result<(), ClientError> {
         self.transport.flush()?;
-        let timeout = match self.sessions.iter().filter_map(|state| state.restart_at).min() {
+        let next_restart = match self.backing_off {
+            0 => None,
+            _ => self.sessions.iter().filter_map(|state| state.restart_at).min(),
+        };
+        let timeout = match next_restart {
             Some(restart_at) => {
                 let until = restart_at.saturating_duration_since(Instant::now());
                 Some(timeout.map_or(until, |timeout| timeout.min(until)))
@@ -248,6 +259,9 @@ impl<T: ClientTransport> Driver<T> {
 
     /// Starts the next attempt of every transaction whose backoff is over.
     fn restart_backed_off(&mut self) -> Result<(), ClientError> {
+        if self.backing_off == 0 {
+            return Ok(());
+        }
         let now = Instant::now();
         for session in 0..self.sessions.len() {
             let state = &mut self.sessions[session];
@@ -255,6 +269,7 @@ impl<T: ClientTransport> Driver<T> {
                 continue;
             }
             state.restart_at = None;
+            self.backing_off -= 1;
             match state.txn.as_mut() {
                 Some(ActiveTxn::LockingRead(txn)) => txn.start(&mut self.outgoing),
                 Some(ActiveTxn::LockingWrite(txn)) => txn.start(&mut self.outgoing),
@@ -292,7 +307,10 @@ impl<T: ClientTransport> Driver<T> {
             Ok(Step::Pending) => self.post_outgoing(session)?,
             Ok(Step::Backoff(delay)) => {
                 self.post_outgoing(session)?; // the releases
-                self.sessions[session].restart_at = Some(Instant::now() + delay);
+                let state = &mut self.sessions[session];
+                if state.restart_at.replace(Instant::now() + delay).is_none() {
+                    self.backing_off += 1;
+                }
             }
             Ok(Step::Done(result)) => {
                 // A finished transaction may still have messages to send (S2PL releases);
@@ -326,12 +344,18 @@ impl<T: ClientTransport> Driver<T> {
             return;
         }
         let now = Instant::now();
+        if now < self.next_expiry_scan {
+            return;
+        }
+        self.next_expiry_scan = now + Duration::from_millis(DRIVER_EXPIRY_SCAN_INTERVAL_MS);
         for session in 0..self.sessions.len() {
             let state = &mut self.sessions[session];
             if state.txn.is_some() && state.deadline <= now {
                 // Bump the generation so that late replies are dropped.
                 state.generation = state.generation.wrapping_add(1);
-                state.restart_at = None;
+                if state.restart_at.take().is_some() {
+                    self.backing_off -= 1;
+                }
                 self.finish(session, Err(ClientError::Timeout), completions);
             }
         }

@@ -15,7 +15,9 @@ use crate::limits::{CLIENT_IDS_MAX, KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX
 use crate::storage::{Key, Store, StoreError, StoredMetadata, Version};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::{append_versions_frame, append_versions_located_frame};
-use crate::wire::{ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, WireError, Write};
+use crate::wire::{
+    ErrorCode, FrameHeader, GetItem, Metadata, MetadataRef, Request, Response, Selector, VersionItem, WireError, Write,
+};
 
 /// A reply to a request that arrived earlier, possibly on another connection (an S2PL lock
 /// granted or aborted when another transaction released its locks).
@@ -271,6 +273,22 @@ impl ServerCore {
 
     /// Serves a GET, or with `locate` a GET_LOCATE (whose reply also names each key's slot).
     fn get(&self, items: &[GetItem], request_id: u64, locate: bool, out: &mut Vec<u8>) {
+        let answers = match self.answers(items) {
+            Ok(answers) => answers,
+            Err(error) => return error.encode_frame(request_id, out),
+        };
+        match (locate, self.item_slots()) {
+            (false, _) => encode_answers(&answers, request_id, out),
+            (true, slots) => {
+                let slots = items.iter().map(|item| slots.and_then(|slots| slots.locate(&self.store, &item.key)));
+                let slots: Vec<Option<u32>> = slots.collect();
+                append_versions_located_frame(out, request_id, answer_entries(&answers), slots.into_iter());
+            }
+        }
+    }
+
+    /// What a GET of `items` finds, or the error reply that ends it.
+    fn answers(&self, items: &[GetItem]) -> Result<Vec<Answer>, Response> {
         self.gets_served.fetch_add(1, Ordering::Relaxed);
         let mut answers: Vec<Answer> = Vec::with_capacity(items.len());
         for item in items {
@@ -287,23 +305,40 @@ impl ServerCore {
                 Ok(answer) => answers.push(answer),
                 Err(StoreError::VersionGone { ts }) => {
                     let message = format!("version {ts} is gone; restart the read");
-                    Response::Error { code: ErrorCode::VersionGone, message }.encode_frame(request_id, out);
-                    return;
+                    return Err(Response::Error { code: ErrorCode::VersionGone, message });
                 }
-                Err(other) => {
-                    Response::Error { code: ErrorCode::Internal, message: other.to_string() }
-                        .encode_frame(request_id, out);
-                    return;
-                }
+                Err(other) => return Err(Response::Error { code: ErrorCode::Internal, message: other.to_string() }),
             }
         }
-        match (locate, self.item_slots()) {
-            (false, _) => encode_answers(&answers, request_id, out),
-            (true, slots) => {
-                let slots = items.iter().map(|item| slots.and_then(|slots| slots.locate(&self.store, &item.key)));
-                let slots: Vec<Option<u32>> = slots.collect();
-                append_versions_located_frame(out, request_id, answer_entries(&answers), slots.into_iter());
-            }
+        Ok(answers)
+    }
+
+    /// Serves `request` for a client in this process and returns the reply as the client would
+    /// decode it from the frame [`ServerCore::handle_from`] writes, without the frame: a GET's
+    /// versions are copied once, into the reply, instead of into a frame and out of it. Other
+    /// requests go through the frame (their replies are small); `frame` is scratch space for
+    /// them. Requests that may wait for locks must not come here: their replies are deferred.
+    pub fn serve(
+        &self,
+        connection: u64,
+        request: Request,
+        request_id: u64,
+        now_ms: u64,
+        frame: &mut Vec<u8>,
+        deferred: &mut Vec<DeferredReply>,
+    ) -> Result<Option<Response>, WireError> {
+        if let Request::Get { items } = &request {
+            let response = match self.answers(items) {
+                Ok(answers) => Response::Versions { items: answers.iter().map(owned_item).collect() },
+                Err(error) => error,
+            };
+            return Ok(Some(response));
+        }
+        frame.clear();
+        self.handle_from(connection, request, request_id, now_ms, frame, deferred);
+        match FrameHeader::split(frame)? {
+            Some((header, body)) => Response::decode(header.kind, body).map(Some),
+            None => Ok(None),
         }
     }
 }
@@ -311,6 +346,23 @@ impl ServerCore {
 /// The keys of `writes` (copied before the writes move into the store).
 fn staged_keys(writes: &[(Key, Box<[u8]>)]) -> Vec<Key> {
     writes.iter().map(|(key, _)| key.clone()).collect()
+}
+
+/// An answer as a client decodes it from a reply frame.
+fn owned_item(answer: &Answer) -> VersionItem {
+    match answer {
+        Answer::Version(version) => VersionItem {
+            ts: version.ts,
+            value: version.value.to_vec(),
+            metadata: match &version.metadata {
+                StoredMetadata::None => Metadata::None,
+                StoredMetadata::WriteSet(keys) => Metadata::WriteSet(keys.iter().map(|key| key.to_vec()).collect()),
+                StoredMetadata::Bloom(bits) => Metadata::Bloom(bits.to_vec()),
+            },
+        },
+        Answer::TimestampOnly(ts) => VersionItem { ts: *ts, value: Vec::new(), metadata: Metadata::None },
+        Answer::Initial => VersionItem { ts: TIMESTAMP_INITIAL, value: Vec::new(), metadata: Metadata::None },
+    }
 }
 
 fn answer_entries(answers: &[Answer]) -> impl ExactSizeIterator<Item = (Timestamp, &[u8], MetadataRef<'_, Key>)> {

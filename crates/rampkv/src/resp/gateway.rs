@@ -27,7 +27,9 @@
 //! steps the driver without blocking: it reads the server sockets that were ready, advances the
 //! transactions, and the loop answers the finished ones. The loop never spins: it blocks in
 //! `epoll` until something arrives, and while transactions are in flight at most
-//! [`IN_FLIGHT_POLL_TIMEOUT`], so that their deadlines are checked.
+//! [`IN_FLIGHT_POLL_TIMEOUT`], so that their deadlines are checked. Replies are written at the
+//! end of the turn, one send per connection (sooner past [`GATEWAY_WRITE_EARLY_BYTES`]): a
+//! pipeline run as several transactions is answered in one send, not one per transaction.
 //!
 //! # Fault model
 //! - Malformed RESP gets `-ERR Protocol error: ...`; the connection is closed once the replies
@@ -57,7 +59,8 @@ use super::codec::{self, Frame, Protocol, RequestParser};
 use super::command::{parse_request, Request};
 use super::transport::{SharedPollTransport, TransportSignals, SERVER_TOKEN_BASE};
 use super::{
-    value, GATEWAY_OUTPUT_BACKLOG_BYTES_MAX, GATEWAY_SESSIONS_DEFAULT, GATEWAY_SESSIONS_MAX, REDIS_COMPATIBLE_VERSION,
+    value, GATEWAY_OUTPUT_BACKLOG_BYTES_MAX, GATEWAY_SESSIONS_DEFAULT, GATEWAY_SESSIONS_MAX, GATEWAY_WRITE_EARLY_BYTES,
+    REDIS_COMPATIBLE_VERSION,
 };
 use crate::client::{ClientError, Completion, Driver, TxnResult};
 use crate::cluster::Cluster;
@@ -291,6 +294,8 @@ struct Connection {
     wants_writable: bool,
     /// In the loop's ready list.
     queued: bool,
+    /// In the loop's list of replies to write at the end of the turn.
+    flush_queued: bool,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -333,6 +338,8 @@ struct EventLoop {
     free_slots: Vec<usize>,
     /// Connections to serve before the loop waits again.
     ready: Vec<usize>,
+    /// Connections with replies to write at the end of the turn.
+    to_flush: Vec<usize>,
     parser: RequestParser,
     completions: Vec<Completion>,
     next_client_id: u64,
@@ -368,6 +375,7 @@ impl EventLoop {
             connections: Vec::new(),
             free_slots: Vec::new(),
             ready: Vec::new(),
+            to_flush: Vec::new(),
             parser: RequestParser::new(),
             completions: Vec::new(),
             next_client_id: 1,
@@ -432,6 +440,7 @@ impl EventLoop {
                     break;
                 }
             }
+            self.flush_replies();
         }
         Ok(())
     }
@@ -502,17 +511,40 @@ impl EventLoop {
             closing: false,
             wants_writable: false,
             queued: false,
+            flush_queued: false,
         });
         self.next_client_id += 1;
         self.enqueue(slot);
     }
 
-    /// Writes, reads and runs commands for a connection until it must wait; closes it if done.
+    /// Reads and runs commands for a connection until it must wait; closes it if done. Its
+    /// replies are written at the end of the turn ([`EventLoop::flush_replies`]).
     fn service(&mut self, slot: usize) {
-        if self.serve(slot) {
+        if !self.serve(slot) {
+            return self.close(slot);
+        }
+        let connection = self.connections[slot].as_mut().expect("served");
+        if connection.outgoing.is_empty() {
             self.update_interest(slot);
-        } else {
-            self.close(slot);
+        } else if !connection.flush_queued {
+            connection.flush_queued = true;
+            self.to_flush.push(slot);
+        }
+    }
+
+    /// Writes the replies the turn produced, one send per connection, and closes the
+    /// connections that were waiting for theirs to be written.
+    fn flush_replies(&mut self) {
+        while let Some(slot) = self.to_flush.pop() {
+            let Some(connection) = self.connections[slot].as_mut() else { continue };
+            connection.flush_queued = false;
+            if connection.outgoing.write_to(&mut connection.stream).is_err()
+                || (connection.closing && connection.outgoing.is_empty())
+            {
+                self.close(slot);
+            } else {
+                self.update_interest(slot);
+            }
         }
     }
 
@@ -522,7 +554,9 @@ impl EventLoop {
             let Some(connection) = self.connections[slot].as_mut() else {
                 return false;
             };
-            if connection.outgoing.write_to(&mut connection.stream).is_err() {
+            // Written now only when closing or when much waits; else at the end of the turn.
+            let write_now = connection.closing || connection.outgoing.len() >= GATEWAY_WRITE_EARLY_BYTES;
+            if write_now && connection.outgoing.write_to(&mut connection.stream).is_err() {
                 return false;
             }
             if connection.closing {
@@ -756,8 +790,8 @@ impl EventLoop {
                 Err(error) => self.driver_error = error.to_string(),
             }
         }
-        let unavailable = format!("ERR rampkv cluster unavailable: {}", self.driver_error);
-        self.driver.as_mut().ok_or(unavailable)
+        let error = &self.driver_error;
+        self.driver.as_mut().ok_or_else(|| format!("ERR rampkv cluster unavailable: {error}"))
     }
 
     /// Reads the server replies that arrived (never blocks) and answers finished commands.

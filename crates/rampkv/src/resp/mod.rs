@@ -71,6 +71,11 @@ pub const GATEWAY_SESSIONS_MAX: usize = 16 * 1024;
 /// of `TXN_KEYS_MAX` values of `VALUE_BYTES_MAX` is 16 MiB.
 pub const GATEWAY_OUTPUT_BACKLOG_BYTES_MAX: usize = 1024 * 1024;
 
+/// Replies are written once per turn of the gateway's loop, when it has nothing left to run
+/// (one send for a pipeline's replies, as Redis does before it waits), or as soon as this many
+/// bytes of them wait.
+pub const GATEWAY_WRITE_EARLY_BYTES: usize = 64 * 1024;
+
 /// The Redis version the gateway reports (INFO, HELLO): the command set it follows. Clients
 /// use it to choose features; rampkv's own version is reported beside it.
 pub const REDIS_COMPATIBLE_VERSION: &str = "7.0.0";

@@ -180,6 +180,17 @@ impl ClientTransport for SharedPollTransport {
         Ok(())
     }
 
+    fn post_owned(&mut self, server: usize, request_id: u64, request: Request) -> Result<(), TransportError> {
+        match self.local.as_mut() {
+            Some(local) => {
+                local.post_owned(server, request_id, request)?;
+                self.ready.any_ready.store(true, Ordering::Relaxed); // its reply is there to read
+                Ok(())
+            }
+            None => self.post(server, request_id, &request),
+        }
+    }
+
     fn flush(&mut self) -> Result<(), TransportError> {
         for (server, connection) in self.connections.iter_mut().enumerate() {
             if connection.has_outgoing() {

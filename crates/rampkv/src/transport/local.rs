@@ -1,8 +1,10 @@
 //! The in-process transport: a client living in the same process as its servers hands each
 //! request straight to the server's [`ServerCore`], on the client's own thread, and takes the
-//! reply frame back. No socket, no ring, no second thread; everything else (the protocol
-//! machines, the wire encoding of replies, the stores and their concurrency with the server
-//! threads serving other clients) is what every other transport uses.
+//! reply back. No socket, no ring, no second thread, no copy of the request (the driver hands
+//! it over: `post_owned`); a read's reply is built from the stored versions as the client would
+//! decode it, without a frame in between ([`ServerCore::serve`]). Everything else (the protocol
+//! machines, the stores and their concurrency with the server threads serving other clients)
+//! is what every other transport uses.
 //!
 //! It serves deployments that put a client next to its partitions, such as the RESP gateway of
 //! `rampkv local`. S2PL's lock requests are refused: a lock granted later is answered through
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::{ClientTransport, TransportError};
 use crate::protocol::server::{DeferredReply, ServerCore};
-use crate::wire::{FrameHeader, Request, Response};
+use crate::wire::{Request, Response};
 
 /// Connection id the cores see for in-process clients (lock ownership only; never used, as
 /// lock requests are refused).
@@ -56,10 +58,15 @@ impl ClientTransport for LocalTransport {
     }
 
     fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
+        self.post_owned(server, request_id, request.clone())
+    }
+
+    /// Serves `request` at once; its values move into the store without a copy.
+    fn post_owned(&mut self, server: usize, request_id: u64, request: Request) -> Result<(), TransportError> {
         let servers = self.servers.len();
         let (core, clock) = self.servers.get(server).ok_or(TransportError::NoSuchServer { server, servers })?;
         if matches!(
-            request,
+            &request,
             Request::LockRead { .. }
                 | Request::LockWrite { .. }
                 | Request::CommitLocked { .. }
@@ -71,18 +78,15 @@ impl ClientTransport for LocalTransport {
             });
         }
         let now_ms = clock.elapsed().as_millis() as u64;
-        self.frame.clear();
-        core.handle_from(LOCAL_CONNECTION, request.clone(), request_id, now_ms, &mut self.frame, &mut self.deferred);
+        let served = core.serve(LOCAL_CONNECTION, request, request_id, now_ms, &mut self.frame, &mut self.deferred);
         debug_assert!(self.deferred.is_empty(), "only lock requests defer replies");
         self.deferred.clear();
-        let (header, body) = match FrameHeader::split(&self.frame) {
-            Ok(Some(split)) => split,
+        let response = match served {
+            Ok(Some(response)) => response,
             Ok(None) => return Err(TransportError::Closed { server }),
             Err(error) => return Err(TransportError::Malformed { server, error }),
         };
-        let response =
-            Response::decode(header.kind, body).map_err(|error| TransportError::Malformed { server, error })?;
-        self.replies.push_back((server, header.request_id, response));
+        self.replies.push_back((server, request_id, response));
         Ok(())
     }
 
@@ -154,5 +158,89 @@ mod tests {
         driver.set_txn_options(TxnOptions { algorithm: Algorithm::S2pl, ..TxnOptions::default() });
         let error = driver.begin_read(0, vec![b"k".to_vec()]).unwrap_err();
         assert!(error.to_string().contains("S2PL lock requests"), "{error}");
+    }
+
+    #[test]
+    fn a_served_read_is_the_reply_its_frame_decodes_to() {
+        // serve() builds GET replies without a frame; they must be exactly what a client of
+        // any other transport decodes from the frame handle_from writes.
+        use crate::wire::{FrameHeader, GetItem, Metadata, Selector, Write};
+        let core = ServerCore::new(10);
+        let write = |key: &str, value: &str| Write { key: key.as_bytes().to_vec(), value: value.as_bytes().to_vec() };
+        let prepares = [
+            (5, Metadata::WriteSet(vec![b"a".to_vec(), b"b".to_vec()]), vec![write("a", "a5"), write("b", "b5")]),
+            (7, Metadata::Bloom(vec![0x5a; 16]), vec![write("b", "b7")]),
+            (9, Metadata::None, vec![write("c", "")]),
+            (11, Metadata::WriteSet(vec![b"a".to_vec()]), vec![write("a", "a11")]),
+        ];
+        let mut out = Vec::new();
+        for (ts, metadata, writes) in prepares {
+            core.handle(Request::Prepare { ts, metadata, write_set: Vec::new(), writes }, 1, 0, &mut out);
+        }
+        for ts in [5, 7, 9] {
+            core.handle(Request::Commit { ts }, 1, 0, &mut out);
+        }
+        // Version 5 of "a" is superseded by 11 and collected at t=100.
+        core.handle(Request::Commit { ts: 11 }, 1, 0, &mut out);
+        core.handle(
+            Request::Prepare { ts: 13, metadata: Metadata::None, write_set: Vec::new(), writes: vec![write("a", "x")] },
+            1,
+            50,
+            &mut out,
+        );
+        core.handle(
+            Request::Prepare { ts: 15, metadata: Metadata::None, write_set: Vec::new(), writes: vec![write("a", "y")] },
+            1,
+            100,
+            &mut out,
+        );
+        let item = |key: &str, selector: Selector| GetItem { key: key.as_bytes().to_vec(), selector };
+        let gets = vec![
+            vec![
+                item("a", Selector::Latest),
+                item("b", Selector::Latest),
+                item("c", Selector::Latest),
+                item("none", Selector::Latest),
+            ],
+            vec![item("a", Selector::LatestTimestamp), item("none", Selector::LatestTimestamp)],
+            vec![item("a", Selector::Exact(13)), item("b", Selector::Exact(5))],
+            vec![item("b", Selector::HighestOf(vec![5, 6])), item("b", Selector::HighestOf(vec![1]))],
+            vec![item("a", Selector::Exact(5))],
+            vec![item("a", Selector::Exact(99))],
+            vec![item("a", Selector::HighestOf(vec![5]))],
+            vec![],
+        ];
+        let mut frame = Vec::new();
+        let mut deferred = Vec::new();
+        for (i, items) in gets.into_iter().enumerate() {
+            let request = Request::Get { items };
+            out.clear();
+            core.handle(request.clone(), 42, 100, &mut out);
+            let (header, body) = FrameHeader::split(&out).unwrap().unwrap();
+            let decoded = Response::decode(header.kind, body).unwrap();
+            let served = core.serve(LOCAL_CONNECTION, request, 42, 100, &mut frame, &mut deferred).unwrap().unwrap();
+            assert_eq!(served, decoded, "get {i}");
+        }
+        let Response::Versions { items } = core
+            .serve(
+                LOCAL_CONNECTION,
+                Request::Get { items: vec![item("b", Selector::Latest)] },
+                1,
+                100,
+                &mut frame,
+                &mut deferred,
+            )
+            .unwrap()
+            .unwrap()
+        else {
+            panic!("not versions")
+        };
+        assert_eq!(
+            (items[0].ts, &items[0].value[..], &items[0].metadata),
+            (7, &b"b7"[..], &Metadata::Bloom(vec![0x5a; 16]))
+        );
+        // Other requests are served through their frame.
+        let commit = core.serve(LOCAL_CONNECTION, Request::Commit { ts: 13 }, 3, 100, &mut frame, &mut deferred);
+        assert_eq!(commit.unwrap(), Some(Response::Ack));
     }
 }

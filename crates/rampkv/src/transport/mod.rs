@@ -90,6 +90,13 @@ pub trait ClientTransport {
     /// (or earlier, if the transport must make room).
     fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError>;
 
+    /// [`ClientTransport::post`] of a request the caller no longer needs. A transport that
+    /// hands requests over in process takes it as it is instead of copying it; the others
+    /// encode it as `post` does.
+    fn post_owned(&mut self, server: usize, request_id: u64, request: Request) -> Result<(), TransportError> {
+        self.post(server, request_id, &request)
+    }
+
     /// Sends everything queued, as far as the medium accepts without blocking.
     fn flush(&mut self) -> Result<(), TransportError>;
 
