@@ -17,6 +17,7 @@ use crate::types::{Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::{append_versions_frame, append_versions_located_frame};
 use crate::wire::{
     ErrorCode, FrameHeader, GetItem, Metadata, MetadataRef, Request, Response, Selector, VersionItem, WireError, Write,
+    WriteSet,
 };
 
 /// A reply to a request that arrived earlier, possibly on another connection (an S2PL lock
@@ -329,7 +330,10 @@ impl ServerCore {
     ) -> Result<Option<Response>, WireError> {
         if let Request::Get { items } = &request {
             let response = match self.answers(items) {
-                Ok(answers) => Response::Versions { items: answers.iter().map(owned_item).collect() },
+                Ok(answers) => match answers.iter().map(owned_item).collect() {
+                    Ok(items) => Response::Versions { items },
+                    Err(error) => Response::bad_request(format!("a stored write set does not encode: {error}")),
+                },
                 Err(error) => error,
             };
             return Ok(Some(response));
@@ -348,21 +352,23 @@ fn staged_keys(writes: &[(Key, Box<[u8]>)]) -> Vec<Key> {
     writes.iter().map(|(key, _)| key.clone()).collect()
 }
 
-/// An answer as a client decodes it from a reply frame.
-fn owned_item(answer: &Answer) -> VersionItem {
-    match answer {
+/// An answer as a client decodes it from a reply frame. A stored write set was checked against
+/// the limits when it was prepared, so it always encodes; were it not, the error says why
+/// (the frame encoder would refuse it as well).
+fn owned_item(answer: &Answer) -> Result<VersionItem, WireError> {
+    Ok(match answer {
         Answer::Version(version) => VersionItem {
             ts: version.ts,
             value: version.value.to_vec(),
             metadata: match &version.metadata {
                 StoredMetadata::None => Metadata::None,
-                StoredMetadata::WriteSet(keys) => Metadata::WriteSet(keys.iter().map(|key| key.to_vec()).collect()),
+                StoredMetadata::WriteSet(keys) => Metadata::WriteSet(WriteSet::from_keys(keys)?),
                 StoredMetadata::Bloom(bits) => Metadata::Bloom(bits.to_vec()),
             },
         },
         Answer::TimestampOnly(ts) => VersionItem { ts: *ts, value: Vec::new(), metadata: Metadata::None },
         Answer::Initial => VersionItem { ts: TIMESTAMP_INITIAL, value: Vec::new(), metadata: Metadata::None },
-    }
+    })
 }
 
 fn answer_entries(answers: &[Answer]) -> impl ExactSizeIterator<Item = (Timestamp, &[u8], MetadataRef<'_, Key>)> {

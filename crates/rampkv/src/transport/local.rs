@@ -119,6 +119,7 @@ mod tests {
     use crate::client::{Driver, TxnResult};
     use crate::cluster::Cluster;
     use crate::protocol::ramp::{Algorithm, TxnOptions};
+    use crate::wire::WriteSet;
 
     fn cluster_of(cores: &[Arc<ServerCore>]) -> Cluster {
         Cluster::with_servers((0..cores.len()).map(|i| format!("local:{i}")).collect()).unwrap()
@@ -168,10 +169,14 @@ mod tests {
         let core = ServerCore::new(10);
         let write = |key: &str, value: &str| Write { key: key.as_bytes().to_vec(), value: value.as_bytes().to_vec() };
         let prepares = [
-            (5, Metadata::WriteSet(vec![b"a".to_vec(), b"b".to_vec()]), vec![write("a", "a5"), write("b", "b5")]),
+            (
+                5,
+                Metadata::WriteSet(WriteSet::from_keys(&[b"a", b"b"]).unwrap()),
+                vec![write("a", "a5"), write("b", "b5")],
+            ),
             (7, Metadata::Bloom(vec![0x5a; 16]), vec![write("b", "b7")]),
             (9, Metadata::None, vec![write("c", "")]),
-            (11, Metadata::WriteSet(vec![b"a".to_vec()]), vec![write("a", "a11")]),
+            (11, Metadata::WriteSet(WriteSet::from_keys(&[b"a"]).unwrap()), vec![write("a", "a11")]),
         ];
         let mut out = Vec::new();
         for (ts, metadata, writes) in prepares {
