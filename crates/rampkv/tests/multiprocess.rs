@@ -17,18 +17,23 @@ impl ServerProcess {
     /// Starts a server on free ports with `front_flag` (`--ring-listen` or `--rfrpc-listen`)
     /// and reads the addresses it reports.
     fn start(front_flag: &str, extra: &[&str]) -> ServerProcess {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+        let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
             .args(["server", "--listen", "127.0.0.1:0", front_flag, "127.0.0.1:0"])
             .args(extra)
             .stderr(Stdio::piped())
             .spawn()
             .expect("rampkv server starts");
+        // Owned by the guard from here on, so a failed assertion below still kills it.
+        let mut process = ServerProcess { child, address: String::new(), control: String::new() };
         let mut line = String::new();
-        BufReader::new(child.stderr.take().expect("piped")).read_line(&mut line).expect("a start-up line");
+        let stderr = process.child.stderr.take().expect("piped");
+        BufReader::new(stderr).read_line(&mut line).expect("a start-up line");
         // "rampkv server listening on A; ring control on B"
         let words: Vec<&str> = line.split_whitespace().collect();
         assert!(line.starts_with("rampkv server listening on") && words.len() == 9, "{line}");
-        ServerProcess { child, address: words[4].trim_end_matches(';').to_string(), control: words[8].to_string() }
+        process.address = words[4].trim_end_matches(';').to_string();
+        process.control = words[8].to_string();
+        process
     }
 }
 
