@@ -134,6 +134,10 @@ struct BenchArgs {
     /// ycsb-read-ratio (YCSB workload A with readproportion = --read-ratio, the rest updates).
     #[arg(long, default_value = "micro", value_parser = Workload::from_name)]
     workload: Workload,
+    /// Micro-benchmark: write every key once before the measured window (reads then find
+    /// versions, and GET* finds them in item slots). YCSB workloads always load their records.
+    #[arg(long)]
+    preload: bool,
     /// Also print the result in YCSB's text format ([OVERALL], [READ], [UPDATE] lines).
     #[arg(long)]
     ycsb: bool,
@@ -483,6 +487,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         keys: args.keys,
         value_size: args.value_size,
         workload: args.workload,
+        preload: args.preload,
         stop_after,
         seed,
         cluster_file: args.cluster,

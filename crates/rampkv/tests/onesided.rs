@@ -289,3 +289,35 @@ fn ycsb_versions_fit_fitted_item_slots_and_are_read_one_sidedly() {
     let default = ycsb(Some(rampkv::limits::ITEM_SLOT_BYTES_DEFAULT));
     assert!(default.hits * 10 < default.eligible_gets, "seed {seed}: YCSB versions fit 1,280 B now? {default:?}");
 }
+
+/// The micro-benchmark at 100% reads: without a preload every key is unwritten and GET* finds
+/// no slot; with `preload` every key has a version (with its write set) before the measured
+/// window, the reads come from item slots, and the history (the load included) is clean.
+#[test]
+fn preloaded_micro_keys_are_read_from_item_slots() {
+    let seed = seed();
+    let run = |preload: bool| {
+        let config = BenchConfig {
+            transport: ONESIDED,
+            read_ratio: 1.0,
+            txn_size: 8,
+            keys: 400,
+            servers: 2,
+            preload,
+            stop_after: StopAfter::Duration { seconds: 0.5 },
+            seed,
+            check: true,
+            ..BenchConfig::default()
+        };
+        let result = rampkv::bench::run(&config).expect("the run completes");
+        let report = result.check.as_ref().expect("checked");
+        assert!(report.is_clean(), "seed {seed}, preload {preload}: {report}");
+        assert!(result.read.count > 100, "seed {seed}: the run read");
+        (report.writes, result.getstar.expect("onesided reports GET* counters"))
+    };
+    let (writes, cold) = run(false);
+    assert_eq!((writes, cold.hits), (0, 0), "seed {seed}: nothing written, nothing in slots: {cold:?}");
+    let (writes, warm) = run(true);
+    assert_eq!(writes, 50, "seed {seed}: 400 keys loaded in transactions of 8");
+    assert!(warm.hits * 10 > warm.eligible_gets * 9, "seed {seed}: reads come from slots: {warm:?}");
+}

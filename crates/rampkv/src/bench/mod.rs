@@ -160,6 +160,12 @@ pub struct BenchConfig {
     pub value_size: usize,
     /// What the clients run.
     pub workload: Workload,
+    /// Micro-benchmark: write every key once (in transactions of `txn_size`, recorded in the
+    /// history) before the measured window, so that reads find versions with their metadata
+    /// and GET\* finds them in item slots, as in the paper, whose clients get the items'
+    /// addresses at initialisation. YCSB workloads always have their load phase.
+    #[serde(default)]
+    pub preload: bool,
     pub stop_after: StopAfter,
     pub seed: u64,
     /// An external cluster instead of the embedded one.
@@ -194,6 +200,7 @@ impl Default for BenchConfig {
             keys: 1_000,
             value_size: 1_024,
             workload: Workload::Micro { zipfian: false },
+            preload: false,
             stop_after: StopAfter::Duration { seconds: 10.0 },
             seed: 0,
             cluster_file: None,
@@ -304,7 +311,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     let keep_records = config.check;
     let shared =
         Arc::new(Shared { clock_origin: Instant::now(), started: AtomicU64::new(0), stop: AtomicBool::new(false) });
-    let load_records = load_ycsb(config, &cluster, &shared)?;
+    let load_records = load_phase(config, &cluster, &shared)?;
     let run_started = Instant::now();
     let threads: Vec<_> = (0..config.client_threads)
         .map(|thread| {
@@ -745,20 +752,38 @@ fn check_values(keys: Vec<Vec<u8>>, ts: u64, value_size: usize) -> Vec<(Vec<u8>,
 
 /// YCSB's load phase: writes records `0..keys` before the run, so reads find them. Returns the
 /// history records of the load (its writes may be read by the run).
-fn load_ycsb(config: &BenchConfig, cluster: &Cluster, shared: &Shared) -> Result<Vec<Record>, BenchError> {
-    let Some(mut loader) = TxnSource::loader(config)? else {
+/// The load phase before the measured window: YCSB's (every record, in its load order), or
+/// with `preload` every micro-benchmark key; in transactions of `txn_size` keys, recorded as
+/// writes of the history.
+fn load_phase(config: &BenchConfig, cluster: &Cluster, shared: &Shared) -> Result<Vec<Record>, BenchError> {
+    let loader = TxnSource::loader(config)?;
+    let micro_preload = config.preload && matches!(config.workload, Workload::Micro { .. });
+    if loader.is_none() && !micro_preload {
         return Ok(Vec::new());
-    };
+    }
     let mut client = crate::client::Client::connect(cluster)?;
     client.set_txn_options(TxnOptions { algorithm: config.algorithm, bloom: config.bloom, mutant_skip_repair: false });
-    let mut txn = Txn::new();
     let mut records = Vec::new();
-    while loader.next_load_txn(&mut txn) {
-        let keys: Vec<Vec<u8>> = txn.keys().map(<[u8]>::to_vec).collect();
+    let mut load = |keys: Vec<Vec<u8>>| -> Result<(), BenchError> {
         let start_ns = shared.now_ns();
         let ts = client.put_all_with(|ts| check_values(keys.clone(), ts, config.value_size))?;
         let keys = keys.iter().map(|key| history::key_to_history_string(key)).collect();
         records.push(Record::Write(WriteRecord { client: 0, ts, keys, start_ns, end_ns: shared.now_ns(), ok: true }));
+        Ok(())
+    };
+    match loader {
+        Some(mut loader) => {
+            let mut txn = Txn::new();
+            while loader.next_load_txn(&mut txn) {
+                load(txn.keys().map(<[u8]>::to_vec).collect())?;
+            }
+        }
+        None => {
+            let keys: Vec<u64> = (0..config.keys).collect();
+            for chunk in keys.chunks(config.txn_size) {
+                load(chunk.iter().map(|&key| rampkv_ycsb::micro_key(key).as_slice().to_vec()).collect())?;
+            }
+        }
     }
     Ok(records)
 }
