@@ -29,6 +29,29 @@ use rampkv::recovery::RECOVERY_TIMEOUT_MS;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::{ServerConfig, ServerGroup};
 
+/// Writes a line to stderr. A closed stderr (a reader that went away) is not an error worth a
+/// panic, which `eprintln!` would raise: the line is dropped.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// Writes a line to stdout; as [`say!`], a closed stdout (`rampkv bench | head -1`) drops it
+/// instead of panicking as `println!` would.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+/// [`out!`] without the line end.
+macro_rules! out_raw {
+    ($($arg:tt)*) => {{
+        let _ = write!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "rampkv",
@@ -254,7 +277,7 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            say!("error: {error:#}");
             ExitCode::from(2)
         }
     }
@@ -294,13 +317,13 @@ fn run(command: Command) -> Result<ExitCode> {
             .transpose()
             .context("cannot start the one-sided front end")?;
             match &front {
-                Some(front) => eprintln!(
+                Some(front) => say!(
                     "rampkv server listening on {}; {} control on {}",
                     group.addresses()[0],
                     front.kind().key(),
                     front.control_addresses()[0]
                 ),
-                None => eprintln!("rampkv server listening on {}", group.addresses()[0]),
+                None => say!("rampkv server listening on {}", group.addresses()[0]),
             }
             group.wait().context("server failed")?;
             drop(front);
@@ -311,7 +334,7 @@ fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Gateway { cluster, listen } => {
             let gateway = Gateway::spawn(&Cluster::from_file(&cluster)?, &GatewayConfig::new(listen))?;
-            eprintln!("rampkv gateway: RESP on {}", gateway.address());
+            say!("rampkv gateway: RESP on {}", gateway.address());
             gateway.wait()?;
             Ok(ExitCode::SUCCESS)
         }
@@ -319,7 +342,7 @@ fn run(command: Command) -> Result<ExitCode> {
             let pairs = pairs.iter().map(|pair| parse_pair(pair)).collect::<Result<Vec<_>>>()?;
             let cluster = Cluster::from_file(&cluster)?;
             let ts = Client::connect(&cluster)?.put_all(pairs)?;
-            println!("OK ts={ts}");
+            out!("OK ts={ts}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Get { keys, cluster } => {
@@ -341,9 +364,9 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Check { file, json } => {
             let report = checker::check_file(&file).with_context(|| format!("cannot check {}", file.display()))?;
             if json {
-                println!("{}", serde_json::to_string(&report)?);
+                out!("{}", serde_json::to_string(&report)?);
             } else {
-                print!("{report}");
+                out_raw!("{report}");
             }
             Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
@@ -381,7 +404,7 @@ fn run_local(
     }
     std::fs::write(cluster_file, cluster.to_toml())
         .with_context(|| format!("cannot write {}", cluster_file.display()))?;
-    eprintln!(
+    say!(
         "rampkv local cluster: {servers} servers on {}; cluster file {}",
         group.addresses().iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", "),
         cluster_file.display()
@@ -395,11 +418,7 @@ fn run_local(
                 ..GatewayConfig::new(SocketAddr::from(([127, 0, 0, 1], port)))
             };
             let gateway = Gateway::spawn(&cluster, &config).context("cannot start the RESP gateway")?;
-            eprintln!(
-                "rampkv local cluster: RESP on {} (try redis-cli -p {})",
-                gateway.address(),
-                gateway.address().port()
-            );
+            say!("rampkv local cluster: RESP on {} (try redis-cli -p {})", gateway.address(), gateway.address().port());
             Some(gateway)
         }
         None => None,
@@ -506,7 +525,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         config.item_slots.slot_bytes = config.fitted_item_slot_bytes()?;
         config.validate()?;
     }
-    eprintln!("rampkv bench: seed {seed}");
+    say!("rampkv bench: seed {seed}");
     if args.compare {
         return run_comparison(&config, args.json);
     }
@@ -515,12 +534,12 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
     progress.finish();
     let result = result?;
     if args.json {
-        println!("{}", serde_json::to_string(&result)?);
+        out!("{}", serde_json::to_string(&result)?);
     } else {
-        println!("{result}");
+        out!("{result}");
     }
     if args.ycsb {
-        print!("{}", result.ycsb_text());
+        out_raw!("{}", result.ycsb_text());
     }
     let clean = result.check.as_ref().is_none_or(|report| report.is_clean());
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
@@ -546,7 +565,7 @@ fn run_figures(args: FiguresArgs) -> Result<ExitCode> {
     config.check = args.check;
     config.validate()?;
     let points = figures::point_count(&config);
-    eprintln!(
+    say!(
         "rampkv figures: {points} points of {} s ({:?} mode), seed {}, into {}",
         config.point_seconds,
         mode,
@@ -558,20 +577,20 @@ fn run_figures(args: FiguresArgs) -> Result<ExitCode> {
     progress.finish();
     let outcome = outcome?;
     for sweep in &outcome.sweeps {
-        println!(
+        out!(
             "{}: {} and {}",
             sweep.sweep.title(),
             config.out.join(&sweep.table_file).display(),
             config.out.join(&sweep.svg_file).display()
         );
         for missing in &sweep.unavailable {
-            println!("  not in this build: {missing}");
+            out!("  not in this build: {missing}");
         }
     }
-    println!("index: {}", outcome.index_file.display());
+    out!("index: {}", outcome.index_file.display());
     let problems = outcome.problems();
     for problem in &problems {
-        eprintln!("rampkv figures: {problem}");
+        say!("rampkv figures: {problem}");
     }
     Ok(if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
@@ -594,11 +613,11 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
     let results = results?;
     if json {
         for result in &results {
-            println!("{}", serde_json::to_string(result)?);
+            out!("{}", serde_json::to_string(result)?);
         }
     } else {
         let first = &results[0];
-        println!(
+        out!(
             "protocol {}, {} servers, {} clients, {} keys/txn, {:.0}% reads, {} keys, {} B values, seed {}",
             first.protocol,
             config.servers,
@@ -609,11 +628,11 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
             config.value_size,
             config.seed
         );
-        println!("machine: {} x {} ({})", first.machine.cpus, first.machine.cpu_model, first.machine.os);
-        println!("one-sided transports run over the shared-memory fabric emulation, not RDMA hardware\n");
-        print!("{}", bench::compare::comparison_table(&results));
+        out!("machine: {} x {} ({})", first.machine.cpus, first.machine.cpu_model, first.machine.os);
+        out!("one-sided transports run over the shared-memory fabric emulation, not RDMA hardware\n");
+        out_raw!("{}", bench::compare::comparison_table(&results));
         if in_process {
-            println!(
+            out!(
                 "\ninprocess: no transport at all: each client thread does its servers' work itself, so this row \
                  is the CPU cost of protocol, store and workload alone on --client-threads cores (the other rows \
                  also have a server poller thread)"

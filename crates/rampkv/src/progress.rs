@@ -116,7 +116,9 @@ impl ProgressBar {
                 let _ = write!(stderr, "\r\x1b[2K{line}\n");
                 let _ = stderr.flush();
             }
-            None => eprintln!("{line}"),
+            None => {
+                let _ = writeln!(std::io::stderr(), "{line}");
+            }
         }
     }
 

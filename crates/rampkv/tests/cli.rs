@@ -213,3 +213,19 @@ fn ycsb_workload_e_is_refused_with_the_reason() {
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("range scans"), "{}", stderr(&output));
 }
+
+#[test]
+fn a_reader_that_goes_away_is_no_reason_to_panic() {
+    // `rampkv bench | head -c 1`: stdout is closed before the result is printed.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+        .args(["bench", "--duration", "0.2s", "--servers", "1", "--clients", "1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let output = child.wait_with_output().unwrap();
+    let stderr = stderr(&output);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(output.status.success(), "{stderr}");
+}
