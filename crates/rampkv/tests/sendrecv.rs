@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{assert_clean, caught, contended, contended_transactions, seed};
+use common::{assert_clean, assert_s2pl_grants_cross_front_ends, caught, contended, contended_transactions, seed};
 use rampkv::bench::TransportKind;
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
@@ -243,51 +243,8 @@ fn corrupt_or_oversized_messages_close_that_connection_and_others_keep_working()
 /// well within `TXN_TIMEOUT_MS` (a lost deferred reply would hang one until then).
 #[test]
 fn s2pl_lock_grants_cross_between_tcp_and_send_recv_clients() {
-    use rampkv::protocol::ramp::TxnOptions;
     let (_group, _front, cluster, control) = cluster();
-    let options = TxnOptions { algorithm: Algorithm::S2pl, ..TxnOptions::default() };
-    let sessions = 2;
-    let mut tcp = Driver::connect(
-        rampkv::transport::tcp::TcpClientTransport::connect(cluster.servers()).unwrap(),
-        cluster.clone(),
-        sessions,
-    )
-    .unwrap();
-    let mut send_recv =
-        Driver::connect(SendRecvClientTransport::connect(&control).unwrap(), cluster.clone(), sessions).unwrap();
-    tcp.set_txn_options(options);
-    send_recv.set_txn_options(options);
-    let pairs = || vec![(b"lock-a".to_vec(), vec![1u8; 16]), (b"lock-b".to_vec(), vec![2u8; 16])];
-    for session in 0..sessions {
-        tcp.begin_write(session, pairs()).unwrap();
-        send_recv.begin_write(session, pairs()).unwrap();
-    }
-    let (mut finished, mut last_progress) = (0, Instant::now());
-    let run_until = Instant::now() + Duration::from_millis(1500);
-    let mut completions = Vec::new();
-    while tcp.active() + send_recv.active() > 0 {
-        assert!(last_progress.elapsed() < Duration::from_secs(3), "no transaction finished for 3 s: a reply was lost");
-        tcp.step(Some(Duration::from_micros(100)), &mut completions).unwrap();
-        for completion in completions.drain(..) {
-            completion.result.unwrap();
-            finished += 1;
-            last_progress = Instant::now();
-            if Instant::now() < run_until {
-                tcp.begin_write(completion.session, pairs()).unwrap();
-            }
-        }
-        send_recv.step(Some(Duration::from_micros(100)), &mut completions).unwrap();
-        for completion in completions.drain(..) {
-            completion.result.unwrap();
-            finished += 1;
-            last_progress = Instant::now();
-            if Instant::now() < run_until {
-                send_recv.begin_write(completion.session, pairs()).unwrap();
-            }
-        }
-    }
-    println!("{finished} S2PL write transactions finished");
-    assert!(finished > 50, "the run did real work");
+    assert_s2pl_grants_cross_front_ends(&cluster, SendRecvClientTransport::connect(&control).unwrap());
 }
 
 /// Transport alone, one request in flight: a GET of one key to one server, 20,000 round trips
