@@ -779,9 +779,10 @@ fn load_phase(config: &BenchConfig, cluster: &Cluster, shared: &Shared) -> Resul
             }
         }
         None => {
-            let keys: Vec<u64> = (0..config.keys).collect();
-            for chunk in keys.chunks(config.txn_size) {
-                load(chunk.iter().map(|&key| rampkv_ycsb::micro_key(key).as_slice().to_vec()).collect())?;
+            let txn_size = config.txn_size as u64;
+            for first in (0..config.keys).step_by(config.txn_size) {
+                let chunk = first..(first + txn_size).min(config.keys);
+                load(chunk.map(|key| rampkv_ycsb::micro_key(key).as_slice().to_vec()).collect())?;
             }
         }
     }

@@ -50,11 +50,11 @@ pub(crate) trait Handshake {
 }
 
 /// Control listeners, each with the core its clients reach.
-pub(crate) type Listeners = Vec<(TcpListener, Arc<ServerCore>)>;
+type Listeners = Vec<(TcpListener, Arc<ServerCore>)>;
 
 /// Binds one control listener per core on `listen` (port 0: a free port each) and registers
 /// them with `poll` as tokens `0..cores.len()`; returns them and their addresses.
-pub(crate) fn bind_listeners(
+fn bind_listeners(
     poll: &Poll,
     cores: Vec<Arc<ServerCore>>,
     listen: SocketAddr,
