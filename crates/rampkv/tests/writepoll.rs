@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{assert_clean, assert_s2pl_grants_cross_front_ends, caught, contended, contended_transactions, seed};
+use common::{
+    assert_a_large_batch_is_answered, assert_clean, assert_s2pl_grants_cross_front_ends, caught, contended,
+    contended_transactions, seed,
+};
 use rampkv::bench::TransportKind;
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
@@ -68,21 +71,7 @@ fn a_large_batch_spans_several_ring_messages_and_wraps_the_ring() {
     // same with the replies.
     let (_group, _rings, cluster, control) = cluster();
     let mut transport = WritePollClientTransport::connect(&control).unwrap();
-    let requests = 3_000u64;
-    for id in 0..requests {
-        let key = format!("big-{id}").into_bytes();
-        let server = cluster.server_of(&key);
-        let request =
-            Request::Put { ts: ((1 + id) << 16) | 1, writes: vec![Write { key, value: vec![id as u8; 2048] }] };
-        transport.post(server, id + 1, &request).unwrap();
-    }
-    transport.flush().unwrap();
-    let mut replies = 0;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while replies < requests && Instant::now() < deadline {
-        replies += transport.poll(Some(Duration::from_millis(50)), |_, _, _| {}).unwrap() as u64;
-    }
-    assert_eq!(replies, requests);
+    assert_a_large_batch_is_answered(&cluster, &mut transport);
 }
 
 #[test]

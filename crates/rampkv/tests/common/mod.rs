@@ -10,6 +10,7 @@ use rampkv::cluster::Cluster;
 use rampkv::protocol::ramp::{Algorithm, TxnOptions};
 use rampkv::transport::tcp::TcpClientTransport;
 use rampkv::transport::ClientTransport;
+use rampkv::wire::{Request, Write};
 
 /// Many clients, few keys, half writes: reads race writes all the time.
 pub fn contended(algorithm: Algorithm, transport: TransportKind, seed: u64, seconds: f64) -> BenchConfig {
@@ -150,4 +151,26 @@ pub fn assert_s2pl_grants_cross_front_ends<T: ClientTransport>(cluster: &Cluster
     }
     println!("{finished} S2PL write transactions finished");
     assert!(finished > 50, "the run did real work");
+}
+
+/// Posts 3,000 writes of 2 KiB (about 6 MiB) at once over `transport` and waits (at most 20 s)
+/// until every one is answered: more than any ring or set of posted buffers holds, so both
+/// sides must split the batch into messages and wait for room to send the rest.
+#[allow(dead_code)] // only the message transports' tests
+pub fn assert_a_large_batch_is_answered<T: ClientTransport>(cluster: &Cluster, transport: &mut T) {
+    let requests = 3_000u64;
+    for id in 0..requests {
+        let key = format!("big-{id}").into_bytes();
+        let server = cluster.server_of(&key);
+        let request =
+            Request::Put { ts: ((1 + id) << 16) | 1, writes: vec![Write { key, value: vec![id as u8; 2048] }] };
+        transport.post(server, id + 1, &request).unwrap();
+    }
+    transport.flush().unwrap();
+    let mut replies = 0;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while replies < requests && Instant::now() < deadline {
+        replies += transport.poll(Some(Duration::from_millis(50)), |_, _, _| {}).unwrap() as u64;
+    }
+    assert_eq!(replies, requests);
 }
