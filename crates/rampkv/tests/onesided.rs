@@ -190,7 +190,7 @@ fn garbage_in_a_slot_is_never_accepted_and_never_panics() {
     let key = keys_on(&cluster, 1, 1).remove(0);
     let mut driver = onesided(&control, OneSidedOptions::default(), &cluster);
     let ts = write(&mut driver, &[(&key, b"the value".to_vec())]);
-    let slots = group.cores()[1].item_slots().unwrap().clone();
+    let slots = rampkv::item_slots::of_core(&group.cores()[1]).unwrap();
     let index = slots.slot_of(&key).expect("the key was published");
     // The metadata RAMP-Fast wrote (the write set [key]), as the wire encodes it.
     let mut metadata = vec![1, 1, 0, 0, 0, key.len() as u8, 0];

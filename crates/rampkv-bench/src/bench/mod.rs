@@ -1,0 +1,813 @@
+//! The closed-loop benchmark: logical clients run read-only and write-only transactions
+//! back to back against an embedded local cluster (default) or an external one.
+//!
+//! Logical clients are multiplexed over a few client threads (a [`Driver`] per thread), so a
+//! 2-core machine can run many clients without a thread each. Every value written is a
+//! check-mode value (it starts with the writer's timestamp, see [`crate::history`]), so any
+//! run can record a history and be checked for read atomicity at the end.
+
+pub mod compare;
+mod report;
+mod workload;
+
+use workload::TxnSource;
+
+pub use report::{BenchResult, LatencySummary, MachineInfo, RoundTwoSummary};
+pub use workload::Workload;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rampkv_ycsb::{Txn, TxnKind};
+
+use crate::checker;
+use crate::history::{self, HistorySink, ReadRecord, Record, WriteRecord};
+use rampkv_core::cluster::{Cluster, Front};
+use rampkv_core::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
+use rampkv_core::protocol::bloom::BloomParameters;
+use rampkv_core::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
+use rampkv_core::protocol::server::ServerCore;
+use rampkv_net::client::{ClientError, Completion, Driver, TxnResult};
+use rampkv_net::front::FrontEnd;
+use rampkv_net::item_slots::ItemSlotConfig;
+use rampkv_net::recovery::RECOVERY_TIMEOUT_MS;
+use rampkv_net::server::{ServerConfig, ServerGroup};
+use rampkv_net::transport::local::LocalTransport;
+use rampkv_net::transport::onesided::{GetStarStats, OneSidedClientTransport, OneSidedOptions};
+use rampkv_net::transport::rfrpc::RfRpcClientTransport;
+use rampkv_net::transport::sendrecv::SendRecvClientTransport;
+use rampkv_net::transport::tcp::TcpClientTransport;
+use rampkv_net::transport::writepoll::WritePollClientTransport;
+use rampkv_net::transport::ClientTransport;
+
+/// How long a driver waits in one poll before checking the clock again.
+const POLL_INTERVAL: Duration = Duration::from_millis(5);
+/// Most logical clients in one benchmark.
+pub const BENCH_CLIENTS_MAX: usize = 4096;
+/// Most keys in the benchmark's key space.
+pub const BENCH_KEYS_MAX: u64 = 100_000_000;
+
+/// When a benchmark stops.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopAfter {
+    Duration { seconds: f64 },
+    Transactions { count: u64 },
+}
+
+/// How the benchmark's clients reach the servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TransportKind {
+    /// One TCP connection per (client thread, server).
+    #[default]
+    Tcp,
+    /// GET+/PUT+: message rings written one-sidedly over the shared-memory fabric.
+    #[serde(rename = "writepoll")]
+    WritePoll,
+    /// No transport: client threads call the embedded server cores directly, doing the servers'
+    /// work themselves (the CPU cost of protocol, store and workload alone; not with S2PL). Not
+    /// in [`TransportKind::ALL`].
+    #[serde(rename = "inprocess")]
+    InProcess,
+    /// Two-sided send/recv emulated over the shared-memory fabric (posted receive buffers and a
+    /// completion queue, as RDMA SEND/RECV).
+    #[serde(rename = "sendrecv")]
+    SendRecv,
+    /// GET\*/PUT+: round-1 reads from item slots read one-sidedly, the rest as write-poll.
+    #[serde(rename = "onesided")]
+    OneSided,
+    /// Remote-fetch RPC: requests written into the server's memory, replies fetched from it.
+    #[serde(rename = "rfrpc")]
+    RfRpc,
+}
+
+impl TransportKind {
+    /// Every transport, TCP first (the baseline of comparisons).
+    pub const ALL: &'static [TransportKind] = &[
+        TransportKind::Tcp,
+        TransportKind::SendRecv,
+        TransportKind::WritePoll,
+        TransportKind::RfRpc,
+        TransportKind::OneSided,
+    ];
+
+    /// The name used on the command line and in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            TransportKind::Tcp => "tcp",
+            TransportKind::WritePoll => "writepoll",
+            TransportKind::InProcess => "inprocess",
+            TransportKind::SendRecv => "sendrecv",
+            TransportKind::OneSided => "onesided",
+            TransportKind::RfRpc => "rfrpc",
+        }
+    }
+
+    /// The server front end its clients connect to, if not the TCP port (or no transport).
+    pub fn front(self) -> Option<Front> {
+        match self {
+            TransportKind::WritePoll | TransportKind::SendRecv | TransportKind::OneSided => Some(Front::Ring),
+            TransportKind::RfRpc => Some(Front::RfRpc),
+            TransportKind::Tcp | TransportKind::InProcess => None,
+        }
+    }
+
+    /// Parses a transport's [name](TransportKind::name).
+    pub fn from_name(name: &str) -> Result<Self, String> {
+        match name {
+            "tcp" => Ok(TransportKind::Tcp),
+            "writepoll" => Ok(TransportKind::WritePoll),
+            "sendrecv" => Ok(TransportKind::SendRecv),
+            "onesided" => Ok(TransportKind::OneSided),
+            "rfrpc" => Ok(TransportKind::RfRpc),
+            "inprocess" => Ok(TransportKind::InProcess),
+            other => {
+                Err(format!("unknown transport {other:?} (tcp, sendrecv, writepoll, onesided, rfrpc or inprocess)"))
+            }
+        }
+    }
+}
+
+/// Everything that defines a benchmark run (recorded with its result).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchConfig {
+    /// The transaction algorithm.
+    pub algorithm: Algorithm,
+    /// RAMP-Hybrid's Bloom filter parameters.
+    pub bloom: BloomParameters,
+    /// Servers of the embedded cluster (ignored with `cluster_file`).
+    pub servers: usize,
+    /// Poller threads the embedded servers share.
+    pub server_threads: usize,
+    /// How long the embedded servers keep superseded versions.
+    pub gc_grace_ms: u64,
+    /// Logical clients (closed-loop transaction streams).
+    pub clients: usize,
+    /// Threads the logical clients are multiplexed over.
+    pub client_threads: usize,
+    /// Keys per transaction.
+    pub txn_size: usize,
+    /// Fraction of transactions that are read-only.
+    pub read_ratio: f64,
+    /// Size of the key space (`k0` .. `k{keys-1}`).
+    pub keys: u64,
+    /// Bytes per value (at least 8: values carry the writer's timestamp).
+    pub value_size: usize,
+    /// What the clients run.
+    pub workload: Workload,
+    /// Micro-benchmark: write every key once (in transactions of `txn_size`, recorded in the
+    /// history) before the measured window, so that reads find versions with their metadata
+    /// and GET\* finds them in item slots, as in the paper, whose clients get the items'
+    /// addresses at initialisation. YCSB workloads always have their load phase.
+    #[serde(default)]
+    pub preload: bool,
+    pub stop_after: StopAfter,
+    pub seed: u64,
+    /// An external cluster instead of the embedded one.
+    pub cluster_file: Option<PathBuf>,
+    /// Where to write the history (JSON lines), if anywhere.
+    pub history: Option<PathBuf>,
+    /// Check the history for read atomicity at the end.
+    pub check: bool,
+    /// TEST ONLY: readers skip the RAMP round-2 repair (must make the checker fail).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub mutant_skip_repair: bool,
+    /// How the clients reach the servers (the embedded cluster serves both).
+    pub transport: TransportKind,
+    /// GET\* (`onesided`): item slots per server and their size.
+    pub item_slots: ItemSlotConfig,
+    /// GET\* (`onesided`): fall back to GET+ when a slot's newer-prepared bit is set.
+    pub getstar_newer_prepared_fallback: bool,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        Self {
+            algorithm: Algorithm::RampFast,
+            bloom: BloomParameters::default(),
+            servers: 4,
+            server_threads: 1,
+            gc_grace_ms: GC_GRACE_MS,
+            clients: 8,
+            client_threads: 1,
+            txn_size: 4,
+            read_ratio: 0.95,
+            keys: 1_000,
+            value_size: 1_024,
+            workload: Workload::Micro { zipfian: false },
+            preload: false,
+            stop_after: StopAfter::Duration { seconds: 10.0 },
+            seed: 0,
+            cluster_file: None,
+            history: None,
+            check: false,
+            mutant_skip_repair: false,
+            transport: TransportKind::Tcp,
+            item_slots: ItemSlotConfig::default(),
+            getstar_newer_prepared_fallback: false,
+        }
+    }
+}
+
+/// Why a benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BenchError {
+    #[error("invalid benchmark configuration: {0}")]
+    Config(String),
+    #[error("cannot start the embedded cluster: {0}")]
+    Cluster(std::io::Error),
+    #[error(transparent)]
+    ClusterFile(#[from] rampkv_core::cluster::ClusterError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    History(#[from] history::HistoryError),
+    #[error("client thread failed: {0}")]
+    Thread(String),
+}
+
+impl BenchConfig {
+    /// Checks every field before anything starts.
+    pub fn validate(&self) -> Result<(), BenchError> {
+        let fail = |why: String| Err(BenchError::Config(why));
+        self.bloom.validate().map_err(BenchError::Config)?;
+        if self.transport == TransportKind::InProcess && self.cluster_file.is_some() {
+            return fail("--transport inprocess calls the embedded cluster's servers: not with --cluster".into());
+        }
+        if self.transport == TransportKind::InProcess && self.algorithm == Algorithm::S2pl {
+            return fail("--transport inprocess cannot carry S2PL (lock grants need the servers' event loops)".into());
+        }
+        self.item_slots.validate().map_err(BenchError::Config)?;
+        if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
+            return fail(format!("--servers must be 1..=64, got {}", self.servers));
+        }
+        if self.server_threads == 0 || self.server_threads > self.servers.max(1) {
+            return fail(format!("--server-threads must be 1..=servers, got {}", self.server_threads));
+        }
+        if !(1..=BENCH_CLIENTS_MAX).contains(&self.clients) {
+            return fail(format!("--clients must be 1..={BENCH_CLIENTS_MAX}, got {}", self.clients));
+        }
+        if self.client_threads == 0 || self.client_threads > self.clients {
+            return fail(format!("--client-threads must be 1..=clients, got {}", self.client_threads));
+        }
+        if !(1..=TXN_KEYS_MAX).contains(&self.txn_size) {
+            return fail(format!("--txn-size must be 1..={TXN_KEYS_MAX}, got {}", self.txn_size));
+        }
+        if !(0.0..=1.0).contains(&self.read_ratio) {
+            return fail(format!("--read-ratio must be within 0..=1, got {}", self.read_ratio));
+        }
+        if self.keys < self.txn_size as u64 || self.keys > BENCH_KEYS_MAX {
+            return fail(format!("--keys must be txn-size..={BENCH_KEYS_MAX}, got {}", self.keys));
+        }
+        if !(history::CHECK_VALUE_PREFIX_LEN..=VALUE_BYTES_MAX).contains(&self.value_size) {
+            return fail(format!(
+                "--value-size must be {}..={VALUE_BYTES_MAX} (values carry the writer's timestamp), got {}",
+                history::CHECK_VALUE_PREFIX_LEN,
+                self.value_size
+            ));
+        }
+        match self.stop_after {
+            StopAfter::Duration { seconds } if !(seconds > 0.0 && seconds <= 86_400.0) => {
+                fail(format!("--duration must be within (0, 24h], got {seconds}s"))
+            }
+            StopAfter::Transactions { count: 0 } => fail("--txns must be at least 1".into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Runs a benchmark to completion.
+pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
+    config.validate()?;
+    let (cluster, embedded, fronts) = match &config.cluster_file {
+        Some(path) => (Cluster::from_file(path)?, Vec::new(), Vec::new()),
+        None => start_embedded_cluster(config)?,
+    };
+    // An external cluster has as many servers as its file lists (--servers is for the embedded
+    // one); the result records what ran.
+    let external;
+    let config = match &config.cluster_file {
+        Some(_) => {
+            external = BenchConfig { servers: cluster.servers().len(), ..config.clone() };
+            &external
+        }
+        None => config,
+    };
+    // The one-sided transports reach each server through its front end's control address:
+    // an external cluster lists them in its file, an embedded one was just started.
+    let control_addresses: Vec<String> = match (&config.cluster_file, config.transport.front()) {
+        (Some(_), Some(front)) => cluster.front_addresses(front)?,
+        _ => fronts.iter().flat_map(|front| front.control_addresses().iter().map(SocketAddr::to_string)).collect(),
+    };
+    let local_servers: Vec<(Arc<ServerCore>, Instant)> =
+        embedded.iter().flat_map(|group| group.cores().iter().map(|core| (Arc::clone(core), group.clock()))).collect();
+    let sink = config.history.as_ref().map(HistorySink::create).transpose()?;
+    let keep_records = config.check;
+    let shared =
+        Arc::new(Shared { clock_origin: Instant::now(), started: AtomicU64::new(0), stop: AtomicBool::new(false) });
+    let load_records = load_phase(config, &cluster, &shared)?;
+    let run_started = Instant::now();
+    let threads: Vec<_> = (0..config.client_threads)
+        .map(|thread| {
+            let sessions = sessions_of_thread(config.clients, config.client_threads, thread);
+            let config = config.clone();
+            let cluster = cluster.clone();
+            let shared = Arc::clone(&shared);
+            let control_addresses = control_addresses.clone();
+            let local_servers = local_servers.clone();
+            std::thread::Builder::new().name(format!("rampkv-bench-{thread}")).spawn(move || {
+                let context = ThreadContext { sessions, thread, shared: &shared, keep_records };
+                match config.transport {
+                    TransportKind::Tcp => {
+                        let transport = TcpClientTransport::connect(cluster.servers()).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
+                    TransportKind::WritePoll => {
+                        let transport =
+                            WritePollClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
+                    TransportKind::InProcess => {
+                        run_client_thread(&config, LocalTransport::with_clocks(local_servers), cluster, context)
+                    }
+                    TransportKind::SendRecv => {
+                        let transport =
+                            SendRecvClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
+                    TransportKind::OneSided => {
+                        let options = OneSidedOptions {
+                            newer_prepared_fallback: config.getstar_newer_prepared_fallback,
+                            ..OneSidedOptions::default()
+                        };
+                        let transport =
+                            OneSidedClientTransport::connect(&control_addresses, options).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
+                    TransportKind::RfRpc => {
+                        let transport = RfRpcClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
+                        run_client_thread(&config, transport, cluster, context)
+                    }
+                }
+            })
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|error| BenchError::Thread(error.to_string()))?;
+    let mut totals = ThreadTotals::new();
+    totals.records = load_records;
+    let mut first_error = None;
+    for thread in threads {
+        match thread.join() {
+            Ok(Ok(result)) => totals.merge(result),
+            Ok(Err(error)) => {
+                shared.stop.store(true, Ordering::Release);
+                first_error.get_or_insert(error);
+            }
+            Err(_) => {
+                shared.stop.store(true, Ordering::Release);
+                first_error.get_or_insert(BenchError::Thread("a client thread panicked".into()));
+            }
+        }
+    }
+    if let Some(error) = first_error {
+        return Err(error);
+    }
+    // The measured window starts once the client threads have connected (connection set-up,
+    // such as zeroing message rings, is not transaction time) and ends when the last finishes.
+    let elapsed = totals.window.map_or_else(|| run_started.elapsed(), |(start, end)| end - start);
+    if let Some(sink) = sink {
+        sink.append(&totals.records)?;
+        sink.finish()?;
+    }
+    let check = keep_records.then(|| checker::check(&totals.records));
+    let store_stats = embedded.iter().flat_map(|group| group.cores().iter().map(|core| core.store().stats())).collect();
+    drop(fronts);
+    drop(embedded);
+    Ok(report::build(config, &totals, elapsed, check, store_stats))
+}
+
+/// The embedded cluster: TCP server groups, and a write-poll front end for each group that
+/// serves the same cores (so both transports reach the same stores).
+type Embedded = (Cluster, Vec<ServerGroup>, Vec<FrontEnd>);
+
+fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
+    let mut groups = Vec::with_capacity(config.server_threads);
+    let mut addresses = Vec::with_capacity(config.servers);
+    for thread in 0..config.server_threads {
+        let count = sessions_of_thread(config.servers, config.server_threads, thread).len();
+        let configs = vec![ServerConfig { listen: localhost, gc_grace_ms: config.gc_grace_ms }; count];
+        let group = ServerGroup::spawn(&configs).map_err(BenchError::Cluster)?;
+        addresses.extend(group.addresses().iter().map(SocketAddr::to_string));
+        groups.push(group);
+    }
+    let cluster = Cluster::with_servers(addresses)?;
+    let mut first_index = 0;
+    for group in &mut groups {
+        group.start_recovery(cluster.clone(), first_index, RECOVERY_TIMEOUT_MS).map_err(BenchError::Cluster)?;
+        first_index += group.addresses().len();
+    }
+    // Every embedded group gets a front end (the ring one unless the transport is RF-RPC).
+    let front = config.transport.front().unwrap_or(Front::Ring);
+    let item_slots = (config.transport == TransportKind::OneSided).then_some(config.item_slots);
+    let fronts = groups
+        .iter()
+        .map(|group| FrontEnd::spawn(group, front, localhost, item_slots))
+        .collect::<Result<_, _>>()
+        .map_err(BenchError::Cluster)?;
+    Ok((cluster, groups, fronts))
+}
+
+/// The contiguous share `thread` gets of `total` items split over `threads`.
+fn sessions_of_thread(total: usize, threads: usize, thread: usize) -> std::ops::Range<usize> {
+    let base = total / threads;
+    let extra = total % threads;
+    let start = thread * base + thread.min(extra);
+    start..start + base + usize::from(thread < extra)
+}
+
+struct Shared {
+    clock_origin: Instant,
+    started: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn now_ns(&self) -> u64 {
+        self.clock_origin.elapsed().as_nanos() as u64
+    }
+}
+
+/// What one client thread measured.
+pub(crate) struct ThreadTotals {
+    pub(crate) read_latency_us: Histogram<u64>,
+    pub(crate) write_latency_us: Histogram<u64>,
+    pub(crate) reads: u64,
+    pub(crate) writes: u64,
+    pub(crate) reads_with_round2: u64,
+    pub(crate) round2_keys: u64,
+    pub(crate) round2_found_nothing: u64,
+    /// Bytes of per-version metadata written (as encoded on the wire), over all written items.
+    pub(crate) metadata_bytes: u64,
+    pub(crate) written_items: u64,
+    pub(crate) read_restarts: u64,
+    pub(crate) failed: u64,
+    pub(crate) first_failure: Option<String>,
+    pub(crate) records: Vec<Record>,
+    /// CPU time the client threads spent during the run (user + system), when the OS says.
+    pub(crate) client_cpu: Option<Duration>,
+    /// When the thread's measured run started (after connecting) and ended; merged: the
+    /// earliest start to the latest end.
+    pub(crate) window: Option<(Instant, Instant)>,
+    /// GET\* counters (onesided transport only).
+    pub(crate) getstar: Option<GetStarStats>,
+}
+
+impl ThreadTotals {
+    fn new() -> Self {
+        let histogram = || Histogram::new_with_bounds(1, 60_000_000, 3).expect("valid histogram bounds");
+        Self {
+            read_latency_us: histogram(),
+            write_latency_us: histogram(),
+            reads: 0,
+            writes: 0,
+            reads_with_round2: 0,
+            round2_keys: 0,
+            round2_found_nothing: 0,
+            metadata_bytes: 0,
+            written_items: 0,
+            read_restarts: 0,
+            failed: 0,
+            first_failure: None,
+            records: Vec::new(),
+            client_cpu: Some(Duration::ZERO),
+            window: None,
+            getstar: None,
+        }
+    }
+
+    fn merge(&mut self, other: ThreadTotals) {
+        self.read_latency_us.add(&other.read_latency_us).expect("same histogram bounds");
+        self.write_latency_us.add(&other.write_latency_us).expect("same histogram bounds");
+        self.reads += other.reads;
+        self.writes += other.writes;
+        self.reads_with_round2 += other.reads_with_round2;
+        self.round2_keys += other.round2_keys;
+        self.round2_found_nothing += other.round2_found_nothing;
+        self.metadata_bytes += other.metadata_bytes;
+        self.written_items += other.written_items;
+        self.read_restarts += other.read_restarts;
+        self.failed += other.failed;
+        self.client_cpu = match (self.client_cpu, other.client_cpu) {
+            (Some(mine), Some(theirs)) => Some(mine + theirs),
+            _ => None,
+        };
+        if self.first_failure.is_none() {
+            self.first_failure = other.first_failure;
+        }
+        self.records.extend(other.records);
+        self.window = match (self.window, other.window) {
+            (Some((start, end)), Some((other_start, other_end))) => Some((start.min(other_start), end.max(other_end))),
+            (window, None) | (None, window) => window,
+        };
+        if let Some(other) = other.getstar {
+            self.getstar.get_or_insert_with(GetStarStats::default).merge(&other);
+        }
+    }
+}
+
+/// What a session is doing now.
+struct InFlight {
+    keys: Vec<Vec<u8>>,
+    write_ts: Option<u64>,
+    /// A YCSB read-modify-write: the read is done first, then a write of the same keys.
+    then_write: bool,
+    start: Instant,
+    start_ns: u64,
+}
+
+struct ClientThread<'a, T: ClientTransport> {
+    config: &'a BenchConfig,
+    shared: &'a Shared,
+    deadline: Option<Instant>,
+    driver: Driver<T>,
+    source: TxnSource,
+    /// Each session's current transaction as generated (YCSB acknowledges inserts with it).
+    txns: Vec<Txn>,
+    in_flight: Vec<Option<InFlight>>,
+    totals: ThreadTotals,
+    keep_records: bool,
+}
+
+/// What a client thread is given besides its transport.
+struct ThreadContext<'a> {
+    sessions: std::ops::Range<usize>,
+    thread: usize,
+    shared: &'a Shared,
+    keep_records: bool,
+}
+
+fn run_client_thread<T: ClientTransport>(
+    config: &BenchConfig,
+    transport: T,
+    cluster: Cluster,
+    context: ThreadContext<'_>,
+) -> Result<ThreadTotals, BenchError> {
+    let ThreadContext { sessions, thread, shared, keep_records } = context;
+    let mut driver = Driver::connect(transport, cluster, sessions.len())?;
+    driver.set_txn_options(TxnOptions {
+        algorithm: config.algorithm,
+        bloom: config.bloom,
+        mutant_skip_repair: config.mutant_skip_repair,
+    });
+    let seed = config.seed ^ (thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let source = TxnSource::new(config, seed)?;
+    let started = Instant::now();
+    let deadline = match config.stop_after {
+        StopAfter::Duration { seconds } => Some(started + Duration::from_secs_f64(seconds)),
+        StopAfter::Transactions { .. } => None,
+    };
+    let mut state = ClientThread {
+        config,
+        shared,
+        deadline,
+        source,
+        txns: (0..sessions.len()).map(|_| Txn::new()).collect(),
+        in_flight: (0..sessions.len()).map(|_| None).collect(),
+        driver,
+        totals: ThreadTotals::new(),
+        keep_records,
+    };
+    let cpu_before = thread_cpu_time();
+    state.run()?;
+    state.totals.client_cpu = match (cpu_before, thread_cpu_time()) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
+    state.totals.window = Some((started, Instant::now()));
+    state.totals.getstar = state.driver.transport().getstar_stats();
+    Ok(state.totals)
+}
+
+/// CPU time (user + system) of the calling thread so far, from `/proc/thread-self/stat`
+/// (Linux; clock ticks of 1/100 s: fine over a run of seconds). None where that is missing.
+fn thread_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at its closing parenthesis:
+    // state is field 3, utime 14 and stime 15 (1-based), so 11 and 12 after the name.
+    let fields: Vec<&str> = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ticks * 10))
+}
+
+impl<T: ClientTransport> ClientThread<'_, T> {
+    fn run(&mut self) -> Result<(), BenchError> {
+        for session in 0..self.in_flight.len() {
+            self.start_next(session)?;
+        }
+        let mut completions = Vec::new();
+        while self.driver.active() > 0 {
+            self.driver.step(Some(POLL_INTERVAL), &mut completions)?;
+            for completion in completions.drain(..) {
+                let session = completion.session;
+                match self.record(completion) {
+                    // A read-modify-write goes on with its write, whatever the stop condition.
+                    Some(keys) => self.begin_write(session, keys)?,
+                    None => {
+                        self.source.acknowledge(&self.txns[session]);
+                        self.start_next(session)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn should_stop(&self) -> bool {
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        match (self.deadline, self.config.stop_after) {
+            (Some(deadline), _) => Instant::now() >= deadline,
+            (None, StopAfter::Transactions { count }) => self.shared.started.fetch_add(1, Ordering::Relaxed) >= count,
+            (None, StopAfter::Duration { .. }) => unreachable!("a duration run has a deadline"),
+        }
+    }
+
+    fn start_next(&mut self, session: usize) -> Result<(), BenchError> {
+        if self.should_stop() {
+            return Ok(());
+        }
+        self.source.next(&mut self.txns[session])?;
+        let txn = &self.txns[session];
+        let keys: Vec<Vec<u8>> = txn.keys().map(<[u8]>::to_vec).collect();
+        match txn.kind() {
+            TxnKind::ReadOnly => self.begin_read(session, keys, false),
+            TxnKind::ReadThenWrite => self.begin_read(session, keys, true),
+            TxnKind::WriteOnly => self.begin_write(session, keys),
+        }
+    }
+
+    fn begin_read(&mut self, session: usize, keys: Vec<Vec<u8>>, then_write: bool) -> Result<(), BenchError> {
+        let (start, start_ns) = (Instant::now(), self.shared.now_ns());
+        self.driver.begin_read(session, keys.clone())?;
+        self.in_flight[session] = Some(InFlight { keys, write_ts: None, then_write, start, start_ns });
+        Ok(())
+    }
+
+    /// Writes check-mode values (the writer's timestamp first) of the configured size.
+    fn begin_write(&mut self, session: usize, keys: Vec<Vec<u8>>) -> Result<(), BenchError> {
+        let (start, start_ns) = (Instant::now(), self.shared.now_ns());
+        let value_size = self.config.value_size;
+        let write_keys = keys.clone();
+        let ts = self.driver.begin_write_with(session, move |ts| check_values(write_keys, ts, value_size))?;
+        self.in_flight[session] = Some(InFlight { keys, write_ts: Some(ts), then_write: false, start, start_ns });
+        Ok(())
+    }
+
+    /// Records a finished transaction; returns the keys to write next for the read half of a
+    /// read-modify-write that succeeded.
+    fn record(&mut self, completion: Completion) -> Option<Vec<Vec<u8>>> {
+        let in_flight = self.in_flight[completion.session].take().expect("a completed session was in flight");
+        let then_write = in_flight.then_write && completion.result.is_ok();
+        let latency_us = (in_flight.start.elapsed().as_micros() as u64).max(1);
+        match &completion.result {
+            Ok(TxnResult::Read(outcome)) => {
+                self.totals.reads += 1;
+                self.totals.read_latency_us.saturating_record(latency_us);
+                self.totals.round2_keys += u64::from(outcome.round2_keys);
+                self.totals.round2_found_nothing += u64::from(outcome.round2_found_nothing);
+                self.totals.reads_with_round2 += u64::from(outcome.round2_keys > 0);
+                self.totals.read_restarts += u64::from(outcome.restarts);
+            }
+            Ok(TxnResult::Write(_)) => {
+                self.totals.writes += 1;
+                let metadata_bytes = metadata_for(self.driver.txn_options(), &in_flight.keys)
+                    .map_or(0, |metadata| metadata.encoded_bytes());
+                self.totals.metadata_bytes += (metadata_bytes * in_flight.keys.len()) as u64;
+                self.totals.written_items += in_flight.keys.len() as u64;
+                self.totals.write_latency_us.saturating_record(latency_us);
+            }
+            Err(error) => {
+                self.totals.failed += 1;
+                self.totals.first_failure.get_or_insert_with(|| error.to_string());
+            }
+        }
+        // Rendering keys and verifying every value byte is history work: skipped when no history
+        // is kept, so that it does not load the measured client thread.
+        if self.keep_records || self.config.history.is_some() {
+            let client = u64::from(self.driver.client_id(completion.session));
+            let end_ns = self.shared.now_ns();
+            if let Some(record) = history_record(&in_flight, client, end_ns, completion.result) {
+                self.totals.records.push(record);
+            }
+        }
+        then_write.then_some(in_flight.keys)
+    }
+}
+
+/// The history line of a finished transaction (`None` for a failed read: nothing to check).
+fn history_record(
+    in_flight: &InFlight,
+    client: u64,
+    end_ns: u64,
+    result: Result<TxnResult, ClientError>,
+) -> Option<Record> {
+    let keys: Vec<String> = in_flight.keys.iter().map(|key| history::key_to_history_string(key)).collect();
+    let (start_ns, ok) = (in_flight.start_ns, result.is_ok());
+    match result {
+        Ok(TxnResult::Read(outcome)) => {
+            let mut reads = std::collections::BTreeMap::new();
+            let mut value_ts = std::collections::BTreeMap::new();
+            for (key, item) in keys.iter().zip(&outcome.items) {
+                reads.insert(key.clone(), item.ts);
+                value_ts.insert(key.clone(), history::verify_check_value(&item.value).unwrap_or(u64::MAX));
+            }
+            Some(Record::Read(ReadRecord { client, keys, reads, value_ts, start_ns, end_ns, ok }))
+        }
+        Ok(TxnResult::Write(outcome)) => {
+            Some(Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok }))
+        }
+        // A failed write may have prepared or committed somewhere: record it.
+        Err(_) => in_flight.write_ts.map(|ts| Record::Write(WriteRecord { client, ts, keys, start_ns, end_ns, ok })),
+    }
+}
+
+/// Check-mode values for `keys`: each starts with the writer's timestamp (see `history`).
+fn check_values(keys: Vec<Vec<u8>>, ts: u64, value_size: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    keys.into_iter()
+        .map(|key| {
+            let mut value = vec![0u8; value_size];
+            history::fill_check_value(ts, &mut value);
+            (key, value)
+        })
+        .collect()
+}
+
+/// YCSB's load phase: writes records `0..keys` before the run, so reads find them. Returns the
+/// history records of the load (its writes may be read by the run).
+/// The load phase before the measured window: YCSB's (every record, in its load order), or
+/// with `preload` every micro-benchmark key; in transactions of `txn_size` keys, recorded as
+/// writes of the history.
+fn load_phase(config: &BenchConfig, cluster: &Cluster, shared: &Shared) -> Result<Vec<Record>, BenchError> {
+    let loader = TxnSource::loader(config)?;
+    let micro_preload = config.preload && matches!(config.workload, Workload::Micro { .. });
+    if loader.is_none() && !micro_preload {
+        return Ok(Vec::new());
+    }
+    let mut client = rampkv_net::client::Client::connect(cluster)?;
+    client.set_txn_options(TxnOptions { algorithm: config.algorithm, bloom: config.bloom, mutant_skip_repair: false });
+    let mut records = Vec::new();
+    let mut load = |keys: Vec<Vec<u8>>| -> Result<(), BenchError> {
+        let start_ns = shared.now_ns();
+        let ts = client.put_all_with(|ts| check_values(keys.clone(), ts, config.value_size))?;
+        let keys = keys.iter().map(|key| history::key_to_history_string(key)).collect();
+        records.push(Record::Write(WriteRecord { client: 0, ts, keys, start_ns, end_ns: shared.now_ns(), ok: true }));
+        Ok(())
+    };
+    match loader {
+        Some(mut loader) => {
+            let mut txn = Txn::new();
+            while loader.next_load_txn(&mut txn) {
+                load(txn.keys().map(<[u8]>::to_vec).collect())?;
+            }
+        }
+        None => {
+            let txn_size = config.txn_size as u64;
+            for first in (0..config.keys).step_by(config.txn_size) {
+                let chunk = first..(first + txn_size).min(config.keys);
+                load(chunk.map(|key| rampkv_ycsb::micro_key(key).as_slice().to_vec()).collect())?;
+            }
+        }
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod cpu_time_tests {
+    use super::*;
+
+    #[test]
+    fn thread_cpu_time_counts_this_threads_work() {
+        let before = thread_cpu_time();
+        if !cfg!(target_os = "linux") && before.is_none() {
+            return; // only Linux is promised the figure
+        }
+        let before = before.expect("Linux has /proc/thread-self/stat");
+        let started = Instant::now();
+        let mut spin = 0u64;
+        while started.elapsed() < Duration::from_millis(200) {
+            spin = std::hint::black_box(spin.wrapping_add(1));
+        }
+        let used = thread_cpu_time().unwrap().saturating_sub(before);
+        // At least some of 200 ms of spinning, however busy the machine; never more than the
+        // wall time plus a tick.
+        assert!(used >= Duration::from_millis(20) && used <= Duration::from_millis(300), "{used:?}");
+    }
+}

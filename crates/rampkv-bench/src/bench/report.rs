@@ -1,0 +1,288 @@
+//! The result of a benchmark run: numbers, configuration, seed, commit and machine.
+
+use std::fmt;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+use super::{BenchConfig, ThreadTotals};
+use crate::checker::Report;
+use rampkv_core::storage::StoreStats;
+use rampkv_net::transport::onesided::GetStarStats;
+
+/// Latency percentiles of one transaction type, in microseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencySummary {
+    pub count: u64,
+    pub mean_us: f64,
+    pub min_us: u64,
+    pub p95_us: u64,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+}
+
+impl LatencySummary {
+    fn from_histogram(histogram: &Histogram<u64>) -> Self {
+        Self {
+            count: histogram.len(),
+            mean_us: histogram.mean(),
+            min_us: histogram.min(),
+            p95_us: histogram.value_at_quantile(0.95),
+            p50_us: histogram.value_at_quantile(0.50),
+            p99_us: histogram.value_at_quantile(0.99),
+            p999_us: histogram.value_at_quantile(0.999),
+            max_us: histogram.max(),
+        }
+    }
+}
+
+/// How often reads needed the RAMP round-2 repair.
+#[derive(Debug, Clone, Serialize)]
+pub struct RoundTwoSummary {
+    /// Reads that fetched at least one key in round 2.
+    pub reads_with_round2: u64,
+    /// Keys fetched in round 2, over all reads.
+    pub round2_keys: u64,
+    /// Mean keys fetched in round 2 per read.
+    pub round2_keys_per_read: f64,
+    /// Round-2 fetches that found none of their candidates (RAMP-Hybrid: Bloom false positives).
+    pub round2_found_nothing: u64,
+    /// `reads_with_round2 / reads`.
+    pub fraction_of_reads: f64,
+    /// Reads restarted: a version they needed was collected (RAMP), or lock conflicts (S2PL).
+    pub read_restarts: u64,
+    /// Mean bytes of metadata stored and sent with each written version (wire encoding).
+    pub metadata_bytes_per_item: f64,
+}
+
+/// Where the benchmark ran.
+#[derive(Debug, Clone, Serialize)]
+pub struct MachineInfo {
+    pub cpus: usize,
+    pub cpu_model: String,
+    pub os: String,
+}
+
+impl MachineInfo {
+    /// Reads this machine's description (Linux; "unknown" elsewhere).
+    pub fn current() -> Self {
+        let cpu_model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find(|line| line.starts_with("model name"))
+                    .and_then(|line| line.split(':').nth(1))
+                    .map(|model| model.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let os = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|release| format!("Linux {}", release.trim()))
+            .unwrap_or_else(|_| std::env::consts::OS.into());
+        Self { cpus: std::thread::available_parallelism().map_or(1, |n| n.get()), cpu_model, os }
+    }
+}
+
+/// The git commit of the working directory, if it is a git checkout ("unknown" otherwise).
+pub fn git_commit() -> String {
+    std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty", "--abbrev=12"])
+        .output()
+        .ok()
+        .filter(|output| output.status.success())
+        .and_then(|output| String::from_utf8(output.stdout).ok())
+        .map(|commit| commit.trim().to_string())
+        .filter(|commit| !commit.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// One benchmark run's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchResult {
+    pub rampkv_version: &'static str,
+    pub git_commit: String,
+    pub machine: MachineInfo,
+    pub protocol: &'static str,
+    pub transport: &'static str,
+    pub config: BenchConfig,
+    pub seed: u64,
+    pub elapsed_s: f64,
+    pub transactions: u64,
+    pub throughput_txn_per_s: f64,
+    pub read: LatencySummary,
+    pub write: LatencySummary,
+    pub round2: RoundTwoSummary,
+    /// Client-side overhead: CPU time (user + system) of the client threads per transaction,
+    /// in µs, from the OS's per-thread accounting (10 ms ticks). With `inprocess` it includes
+    /// the servers' work, which runs on the client threads there. None where the OS does not
+    /// say.
+    pub client_cpu_us_per_txn: Option<f64>,
+    pub failed_transactions: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_failure: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<Report>,
+    /// What each embedded server's store held at the end (empty for an external cluster).
+    pub store: Vec<StoreStats>,
+    /// GET\* counters summed over client threads (`onesided` transport only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub getstar: Option<GetStarStats>,
+}
+
+pub(crate) fn build(
+    config: &BenchConfig,
+    totals: &ThreadTotals,
+    elapsed: Duration,
+    check: Option<Report>,
+    store: Vec<StoreStats>,
+) -> BenchResult {
+    let transactions = totals.reads + totals.writes;
+    let elapsed_s = elapsed.as_secs_f64();
+    BenchResult {
+        rampkv_version: env!("CARGO_PKG_VERSION"),
+        git_commit: git_commit(),
+        machine: MachineInfo::current(),
+        protocol: config.algorithm.name(),
+        transport: config.transport.name(),
+        config: config.clone(),
+        seed: config.seed,
+        elapsed_s,
+        transactions,
+        throughput_txn_per_s: transactions as f64 / elapsed_s.max(f64::MIN_POSITIVE),
+        read: LatencySummary::from_histogram(&totals.read_latency_us),
+        write: LatencySummary::from_histogram(&totals.write_latency_us),
+        round2: RoundTwoSummary {
+            reads_with_round2: totals.reads_with_round2,
+            round2_keys: totals.round2_keys,
+            round2_keys_per_read: totals.round2_keys as f64 / (totals.reads.max(1)) as f64,
+            round2_found_nothing: totals.round2_found_nothing,
+            fraction_of_reads: totals.reads_with_round2 as f64 / (totals.reads.max(1)) as f64,
+            read_restarts: totals.read_restarts,
+            metadata_bytes_per_item: totals.metadata_bytes as f64 / (totals.written_items.max(1)) as f64,
+        },
+        client_cpu_us_per_txn: totals
+            .client_cpu
+            .filter(|_| transactions > 0)
+            .map(|cpu| cpu.as_secs_f64() * 1e6 / transactions as f64),
+        failed_transactions: totals.failed,
+        first_failure: totals.first_failure.clone(),
+        check,
+        store,
+        getstar: totals.getstar,
+    }
+}
+
+impl BenchResult {
+    /// The result in YCSB's text format, as YCSB's own client prints it, so that YCSB tooling
+    /// reads it. Operations count keys (a transaction of `txn_size` keys is `txn_size` YCSB
+    /// operations); latencies are per transaction: `[READ]` are read-only transactions,
+    /// `[UPDATE]` write-only ones.
+    pub fn ycsb_text(&self) -> String {
+        let operations = self.transactions * self.config.txn_size as u64;
+        let mut text = format!(
+            "[OVERALL], RunTime(ms), {}\n[OVERALL], Throughput(ops/sec), {}\n",
+            (self.elapsed_s * 1000.0).round() as u64,
+            operations as f64 / self.elapsed_s.max(f64::MIN_POSITIVE)
+        );
+        for (name, latency) in [("READ", &self.read), ("UPDATE", &self.write)] {
+            if latency.count == 0 {
+                continue;
+            }
+            text.push_str(&format!(
+                "[{name}], Operations, {}\n[{name}], AverageLatency(us), {}\n[{name}], MinLatency(us), {}\n\
+                 [{name}], MaxLatency(us), {}\n[{name}], 95thPercentileLatency(us), {}\n\
+                 [{name}], 99thPercentileLatency(us), {}\n[{name}], Return=OK, {}\n",
+                latency.count * self.config.txn_size as u64,
+                latency.mean_us,
+                latency.min_us,
+                latency.max_us,
+                latency.p95_us,
+                latency.p99_us,
+                latency.count * self.config.txn_size as u64,
+            ));
+        }
+        if self.failed_transactions > 0 {
+            text.push_str(&format!("[FAILED-TXN], Return=ERROR, {}\n", self.failed_transactions));
+        }
+        text
+    }
+}
+
+impl fmt::Display for BenchResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let config = &self.config;
+        writeln!(
+            f,
+            "rampkv bench: {} over {}, workload {}, {} servers, {} clients on {} client threads, {} keys/txn, {:.0}% reads, {} keys, {} B values, seed {}",
+            self.protocol,
+            self.transport,
+            config.workload.name(),
+            config.servers,
+            config.clients,
+            config.client_threads,
+            config.txn_size,
+            config.read_ratio * 100.0,
+            config.keys,
+            config.value_size,
+            self.seed
+        )?;
+        writeln!(
+            f,
+            "  {} transactions in {:.2} s: {:.0} txn/s ({} failed)",
+            self.transactions, self.elapsed_s, self.throughput_txn_per_s, self.failed_transactions
+        )?;
+        if let Some(cpu) = self.client_cpu_us_per_txn {
+            writeln!(f, "  client threads: {cpu:.1} us of CPU per transaction")?;
+        }
+        for (name, latency) in [("read ", &self.read), ("write", &self.write)] {
+            writeln!(
+                f,
+                "  {name} n={:<9} mean {:>8.1} us  p50 {:>6} us  p99 {:>6} us  p99.9 {:>6} us  max {:>7} us",
+                latency.count, latency.mean_us, latency.p50_us, latency.p99_us, latency.p999_us, latency.max_us
+            )?;
+        }
+        writeln!(
+            f,
+            "  round 2: {} reads ({:.3}%), {} keys ({:.4} per read, {} found nothing); {} read restarts; {:.1} B metadata per item",
+            self.round2.reads_with_round2,
+            self.round2.fraction_of_reads * 100.0,
+            self.round2.round2_keys,
+            self.round2.round2_keys_per_read,
+            self.round2.round2_found_nothing,
+            self.round2.read_restarts,
+            self.round2.metadata_bytes_per_item
+        )?;
+        if let Some(getstar) = &self.getstar {
+            writeln!(
+                f,
+                "  GET*: {} of {} round-1 GETs from slots ({:.1}%), {} slots read, {} torn retries; fallbacks: {} miss, {} torn, {} wrong key, {} not valid, {} corrupt, {} newer prepared; {} evictions, {} cache fills",
+                getstar.hits,
+                getstar.eligible_gets,
+                getstar.hits as f64 * 100.0 / getstar.eligible_gets.max(1) as f64,
+                getstar.slots_accepted,
+                getstar.torn_retries,
+                getstar.fallback_miss,
+                getstar.fallback_torn,
+                getstar.fallback_wrong_key,
+                getstar.fallback_not_valid,
+                getstar.fallback_corrupt,
+                getstar.fallback_newer_prepared,
+                getstar.evictions,
+                getstar.cache_fills
+            )?;
+        }
+        if let Some(failure) = &self.first_failure {
+            writeln!(f, "  first failure: {failure}")?;
+        }
+        if let Some(check) = &self.check {
+            write!(f, "{check}")?;
+        }
+        write!(
+            f,
+            "  machine: {} x {}, {}; commit {}",
+            self.machine.cpus, self.machine.cpu_model, self.machine.os, self.git_commit
+        )
+    }
+}

@@ -1,0 +1,14 @@
+//! rampkv-bench: measuring and checking rampkv.
+//!
+//! # Layout
+//! - [`bench`]: the closed-loop benchmark over an embedded or external cluster.
+//! - [`history`], [`checker`]: recording histories and checking them for read atomicity.
+//! - [`figures`]: the reference paper's four figures as benchmark sweeps, plots and tables.
+//! - [`progress`]: a progress line on stderr for long runs.
+#![forbid(unsafe_code)]
+
+pub mod bench;
+pub mod checker;
+pub mod figures;
+pub mod history;
+pub mod progress;

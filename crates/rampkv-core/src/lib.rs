@@ -1,0 +1,23 @@
+//! rampkv-core: the layers of rampkv that do no I/O.
+//!
+//! Nothing here opens a socket, maps shared memory, starts a thread or reads a clock: the
+//! transports, front ends and servers (`rampkv-net`) feed these types requests, replies and
+//! the time, and carry out what they return. That is what lets the seeded simulation and the
+//! model check run the exact code the servers run.
+//!
+//! # Layout (bottom up; see `docs/architecture.md`)
+//! - [`limits`]: every bound, in one place.
+//! - [`types`]: timestamps and the per-client timestamp clock.
+//! - [`wire`]: the binary message format, framed for byte streams and message rings.
+//! - [`storage`]: the multi-version partition store (lastCommit by atomic max, GC).
+//! - [`cluster`]: cluster files and key routing (FNV-1a hash partitioning).
+//! - [`protocol`]: RAMP-Fast/Small/Hybrid, NoCC and S2PL+2PC as I/O-free state machines
+//!   (client transactions and the server core).
+#![forbid(unsafe_code)]
+
+pub mod cluster;
+pub mod limits;
+pub mod protocol;
+pub mod storage;
+pub mod types;
+pub mod wire;

@@ -1,0 +1,176 @@
+//! The binary wire format shared by every message transport (TCP frames, ring messages).
+//!
+//! # Layout
+//! - [`frame`]: the fixed 16-byte frame header and the "check complete, then parse" step.
+//! - [`request`]: client-to-server messages, encoder and decoder, with their byte format.
+//! - [`response`]: server-to-client messages, likewise.
+//! - [`metadata`]: what a version carries about its transaction; [`write_set`]: RAMP-Fast's
+//!   write set in one buffer (decoded without an allocation per key).
+//!
+//! All integers are little-endian and fixed-width. A decoder never trusts a length or count
+//! field: it checks it against the bytes present and against the limits in [`crate::limits`]
+//! before allocating, so truncated, oversized or garbage input decodes to a [`WireError`],
+//! never a panic and never a huge allocation. `docs/wire.md` has the byte tables.
+
+pub mod frame;
+pub mod metadata;
+pub mod request;
+pub mod response;
+pub mod write_set;
+
+pub use frame::{FrameHeader, FRAME_HEADER_BYTES};
+pub use metadata::{Metadata, MetadataRef, BLOOM_BYTES_MAX};
+pub use request::{GetItem, Request, Selector, Write};
+pub use response::{ErrorCode, Response, TxnState, VersionItem};
+pub use write_set::{WriteSet, WriteSetKeys};
+
+use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
+
+/// Why bytes from the network were refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WireError {
+    #[error("message truncated: needed {needed} more bytes")]
+    Truncated { needed: usize },
+    #[error("unsupported protocol version {0}")]
+    UnsupportedVersion(u8),
+    #[error("unknown message kind {0:#04x}")]
+    UnknownKind(u8),
+    #[error("reserved header bits are set: {0:#06x}")]
+    ReservedBitsSet(u16),
+    #[error("frame body of {length} bytes exceeds the maximum of {max}")]
+    FrameTooLarge { length: usize, max: usize },
+    #[error("{what} of {length} exceeds the maximum of {max}")]
+    FieldTooLarge { what: &'static str, length: usize, max: usize },
+    #[error("{0} trailing bytes after the message")]
+    TrailingBytes(usize),
+    #[error("invalid field: {0}")]
+    Invalid(&'static str),
+}
+
+/// Appends little-endian fields to a buffer.
+pub struct Encoder<'a> {
+    buffer: &'a mut Vec<u8>,
+}
+
+impl<'a> Encoder<'a> {
+    pub fn new(buffer: &'a mut Vec<u8>) -> Self {
+        Self { buffer }
+    }
+    pub fn u8(&mut self, value: u8) {
+        self.buffer.push(value);
+    }
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
+    }
+    pub fn u16(&mut self, value: u16) {
+        self.buffer.extend_from_slice(&value.to_le_bytes());
+    }
+    pub fn u32(&mut self, value: u32) {
+        self.buffer.extend_from_slice(&value.to_le_bytes());
+    }
+    pub fn u64(&mut self, value: u64) {
+        self.buffer.extend_from_slice(&value.to_le_bytes());
+    }
+    /// A count of following items, checked by the caller against the limits.
+    pub fn count(&mut self, count: usize) {
+        self.u32(u32::try_from(count).expect("count checked against limits"));
+    }
+    /// A key: u16 length then the bytes.
+    pub fn key(&mut self, key: &[u8]) {
+        debug_assert!(key.len() <= KEY_BYTES_MAX);
+        self.u16(key.len() as u16);
+        self.buffer.extend_from_slice(key);
+    }
+    /// A value or other byte string: u32 length then the bytes.
+    pub fn bytes(&mut self, bytes: &[u8]) {
+        self.count(bytes.len());
+        self.buffer.extend_from_slice(bytes);
+    }
+}
+
+/// Reads little-endian fields from a complete message body.
+pub struct Decoder<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Decoder<'a> {
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Self { bytes }
+    }
+    /// The bytes not consumed yet.
+    pub fn remaining(&self) -> &'a [u8] {
+        self.bytes
+    }
+    pub fn take(&mut self, length: usize) -> Result<&'a [u8], WireError> {
+        if self.bytes.len() < length {
+            return Err(WireError::Truncated { needed: length - self.bytes.len() });
+        }
+        let (head, rest) = self.bytes.split_at(length);
+        self.bytes = rest;
+        Ok(head)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        let mut array = [0u8; N];
+        array.copy_from_slice(self.take(N)?);
+        Ok(array)
+    }
+    pub fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.take(1)?[0])
+    }
+    pub fn u16(&mut self) -> Result<u16, WireError> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    pub fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    pub fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    /// A count of items, each at least `item_bytes_min` long: refused if above `max` or if the
+    /// remaining bytes cannot hold that many items (so garbage never drives an allocation).
+    pub fn count(&mut self, what: &'static str, max: usize, item_bytes_min: usize) -> Result<usize, WireError> {
+        let count = self.u32()? as usize;
+        if count > max {
+            return Err(WireError::FieldTooLarge { what, length: count, max });
+        }
+        let needed = count.saturating_mul(item_bytes_min);
+        if needed > self.bytes.len() {
+            return Err(WireError::Truncated { needed: needed - self.bytes.len() });
+        }
+        Ok(count)
+    }
+    pub fn key(&mut self) -> Result<Vec<u8>, WireError> {
+        let length = self.u16()? as usize;
+        if length > KEY_BYTES_MAX {
+            return Err(WireError::FieldTooLarge { what: "key", length, max: KEY_BYTES_MAX });
+        }
+        Ok(self.take(length)?.to_vec())
+    }
+    pub fn value(&mut self) -> Result<Vec<u8>, WireError> {
+        self.bytes_up_to("value", VALUE_BYTES_MAX)
+    }
+    pub fn bytes_up_to(&mut self, what: &'static str, max: usize) -> Result<Vec<u8>, WireError> {
+        let length = self.u32()? as usize;
+        if length > max {
+            return Err(WireError::FieldTooLarge { what, length, max });
+        }
+        Ok(self.take(length)?.to_vec())
+    }
+    /// A list of keys: u32 count then keys.
+    pub fn keys(&mut self, what: &'static str) -> Result<Vec<Vec<u8>>, WireError> {
+        let count = self.count(what, TXN_KEYS_MAX, 2)?;
+        (0..count).map(|_| self.key()).collect()
+    }
+    /// Succeeds only if every byte was consumed.
+    pub fn finish(self) -> Result<(), WireError> {
+        if self.bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(WireError::TrailingBytes(self.bytes.len()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

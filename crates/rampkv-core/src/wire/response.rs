@@ -1,0 +1,312 @@
+//! Server-to-client messages.
+//!
+//! # Format (frame bodies, all integers little-endian; `key`, `value`, `keys` as in request.rs)
+//! ```text
+//! 0x81 HELLO     u16 client_id_first, u16 client_ids_granted
+//! 0x82 VERSIONS  u32 count, (u64 ts, value, metadata) * count
+//!                one entry per GET item, in request order; ts 0 = the initial (empty) value,
+//!                or for HIGHEST_OF: none of the candidates is stored
+//! 0x83 ACK       (empty)                        PREPARE, COMMIT, PUT, LOCK_WRITE, COMMIT_LOCKED, RELEASE done
+//! 0x84 STATUS    u8 state                       0 unknown (now aborted here), 1 prepared,
+//!                                               2 committed, 3 aborted
+//! 0x85 VERSIONS_LOCATED  the VERSIONS body, then u32 count (equal to the VERSIONS count),
+//!                u32 slot * count: the item slot of each GET_LOCATE key in the server's item
+//!                region (u32::MAX = the key has no slot; see docs/fabric.md, "GET*")
+//! 0xFF ERROR     u16 code, u32 length, UTF-8 message (length <= ERROR_MESSAGE_BYTES_MAX)
+//!                codes: 1 BadRequest, 2 VersionGone, 3 Internal, 4 Aborted
+//! ```
+
+use super::frame::{append_frame, try_append_frame};
+use super::metadata::{Metadata, MetadataRef};
+use super::{Decoder, Encoder, WireError};
+use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
+use crate::types::Timestamp;
+
+pub const KIND_HELLO_REPLY: u8 = 0x81;
+pub const KIND_VERSIONS: u8 = 0x82;
+pub const KIND_ACK: u8 = 0x83;
+pub const KIND_STATUS: u8 = 0x84;
+pub const KIND_VERSIONS_LOCATED: u8 = 0x85;
+pub const KIND_ERROR: u8 = 0xFF;
+
+/// In VERSIONS_LOCATED: the key has no item slot.
+pub const SLOT_NONE: u32 = u32::MAX;
+
+/// Longest error message sent; longer ones are cut.
+pub const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
+
+/// One version returned by a GET.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionItem {
+    pub ts: Timestamp,
+    pub value: Vec<u8>,
+    /// What the writing transaction attached (its write set, a Bloom filter of it, or nothing).
+    pub metadata: Metadata,
+}
+
+/// Why a server refused a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The request was malformed or broke a limit; nothing was changed.
+    BadRequest,
+    /// A requested version is no longer stored (collected); the read should restart.
+    VersionGone,
+    /// The server could not serve the request for a reason of its own.
+    Internal,
+    /// S2PL: the transaction must abort (wait-die, or a lock wait timed out) and retry.
+    Aborted,
+    /// A code this build does not know (from a newer peer).
+    Unknown(u16),
+}
+
+impl ErrorCode {
+    fn to_wire(self) -> u16 {
+        match self {
+            ErrorCode::BadRequest => 1,
+            ErrorCode::VersionGone => 2,
+            ErrorCode::Internal => 3,
+            ErrorCode::Aborted => 4,
+            ErrorCode::Unknown(code) => code,
+        }
+    }
+    fn from_wire(code: u16) -> Self {
+        match code {
+            1 => ErrorCode::BadRequest,
+            2 => ErrorCode::VersionGone,
+            3 => ErrorCode::Internal,
+            4 => ErrorCode::Aborted,
+            other => ErrorCode::Unknown(other),
+        }
+    }
+}
+
+/// What a server knows of a transaction (recovery).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnState {
+    /// Never prepared here; from now on a PREPARE of it is refused here.
+    Unknown,
+    Prepared,
+    Committed,
+    Aborted,
+}
+
+/// A reply from a server to one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Response {
+    Hello {
+        client_id_first: u16,
+        client_ids_granted: u16,
+    },
+    Versions {
+        items: Vec<VersionItem>,
+    },
+    /// The reply to GET_LOCATE: the versions, and per item its slot index in the server's
+    /// item region (`None`: not published in a slot).
+    VersionsLocated {
+        items: Vec<VersionItem>,
+        slots: Vec<Option<u32>>,
+    },
+    Ack,
+    Status {
+        state: TxnState,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
+}
+
+impl Response {
+    /// A `BadRequest` error reply.
+    pub fn bad_request(message: impl Into<String>) -> Response {
+        Response::Error { code: ErrorCode::BadRequest, message: message.into() }
+    }
+
+    /// The frame kind byte of this response.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Response::Hello { .. } => KIND_HELLO_REPLY,
+            Response::Versions { .. } => KIND_VERSIONS,
+            Response::VersionsLocated { .. } => KIND_VERSIONS_LOCATED,
+            Response::Ack => KIND_ACK,
+            Response::Status { .. } => KIND_STATUS,
+            Response::Error { .. } => KIND_ERROR,
+        }
+    }
+
+    /// Appends this response as one frame to `out` (as [`append_reply_frame`]: a reply too
+    /// large for a frame becomes an ERROR).
+    pub fn encode_frame(&self, request_id: u64, out: &mut Vec<u8>) {
+        append_reply_frame(out, self.kind(), request_id, |body| self.encode_body(body));
+    }
+
+    /// Appends the body of this response (no frame header) to `out`.
+    pub fn encode_body(&self, out: &mut Vec<u8>) {
+        let mut encoder = Encoder::new(out);
+        match self {
+            Response::Hello { client_id_first, client_ids_granted } => {
+                encoder.u16(*client_id_first);
+                encoder.u16(*client_ids_granted);
+            }
+            Response::Versions { items } => {
+                assert!(items.len() <= TXN_KEYS_MAX);
+                encoder.count(items.len());
+                for item in items {
+                    encode_version(&mut encoder, item.ts, &item.value, item.metadata.as_ref());
+                }
+            }
+            Response::VersionsLocated { items, slots } => {
+                assert!(items.len() <= TXN_KEYS_MAX && slots.len() == items.len());
+                encoder.count(items.len());
+                for item in items {
+                    encode_version(&mut encoder, item.ts, &item.value, item.metadata.as_ref());
+                }
+                encode_slots(&mut encoder, slots.iter().copied());
+            }
+            Response::Ack => {}
+            Response::Status { state } => encoder.u8(match state {
+                TxnState::Unknown => 0,
+                TxnState::Prepared => 1,
+                TxnState::Committed => 2,
+                TxnState::Aborted => 3,
+            }),
+            Response::Error { code, message } => {
+                encoder.u16(code.to_wire());
+                encoder.bytes(truncate_utf8(message, ERROR_MESSAGE_BYTES_MAX).as_bytes());
+            }
+        }
+    }
+
+    /// Decodes a response body of the given kind; every byte must be consumed.
+    pub fn decode(kind: u8, body: &[u8]) -> Result<Response, WireError> {
+        let mut decoder = Decoder::new(body);
+        let response = match kind {
+            KIND_HELLO_REPLY => Response::Hello { client_id_first: decoder.u16()?, client_ids_granted: decoder.u16()? },
+            KIND_VERSIONS => Response::Versions { items: decode_versions(&mut decoder)? },
+            KIND_VERSIONS_LOCATED => {
+                let items = decode_versions(&mut decoder)?;
+                let count = decoder.count("slots", TXN_KEYS_MAX, 4)?;
+                if count != items.len() {
+                    return Err(WireError::Invalid("slot count differs from the version count"));
+                }
+                let slots = (0..count)
+                    .map(|_| decoder.u32().map(|slot| (slot != SLOT_NONE).then_some(slot)))
+                    .collect::<Result<_, WireError>>()?;
+                Response::VersionsLocated { items, slots }
+            }
+            KIND_ACK => Response::Ack,
+            KIND_STATUS => Response::Status {
+                state: match decoder.u8()? {
+                    0 => TxnState::Unknown,
+                    1 => TxnState::Prepared,
+                    2 => TxnState::Committed,
+                    3 => TxnState::Aborted,
+                    _ => return Err(WireError::Invalid("unknown transaction state")),
+                },
+            },
+            KIND_ERROR => {
+                let code = ErrorCode::from_wire(decoder.u16()?);
+                let message = decoder.bytes_up_to("error message", ERROR_MESSAGE_BYTES_MAX)?;
+                let message =
+                    String::from_utf8(message).map_err(|_| WireError::Invalid("error message is not UTF-8"))?;
+                Response::Error { code, message }
+            }
+            other => return Err(WireError::UnknownKind(other)),
+        };
+        decoder.finish()?;
+        Ok(response)
+    }
+}
+
+fn decode_versions(decoder: &mut Decoder<'_>) -> Result<Vec<VersionItem>, WireError> {
+    let count = decoder.count("versions", TXN_KEYS_MAX, 13)?;
+    (0..count)
+        .map(|_| {
+            Ok(VersionItem {
+                ts: decoder.u64()?,
+                value: decoder.bytes_up_to("value", VALUE_BYTES_MAX)?,
+                metadata: Metadata::decode(decoder)?,
+            })
+        })
+        .collect()
+}
+
+fn encode_slots(encoder: &mut Encoder<'_>, slots: impl ExactSizeIterator<Item = Option<u32>>) {
+    encoder.count(slots.len());
+    for slot in slots {
+        debug_assert!(slot != Some(SLOT_NONE), "slot indices stay below u32::MAX");
+        encoder.u32(slot.unwrap_or(SLOT_NONE));
+    }
+}
+
+/// Encodes one VERSIONS entry straight from borrowed parts, so a server can reply from its
+/// stored versions without building a `VersionItem` copy first.
+pub fn encode_version<K: AsRef<[u8]>>(
+    encoder: &mut Encoder<'_>,
+    ts: Timestamp,
+    value: &[u8],
+    metadata: MetadataRef<'_, K>,
+) {
+    encoder.u64(ts);
+    encoder.bytes(value);
+    metadata.encode(encoder);
+}
+
+/// Appends a reply frame; a reply whose body exceeds `FRAME_BODY_BYTES_MAX` is replaced by an
+/// `ERROR BadRequest` saying so. Requests are bounded by the limits, VERSIONS replies are not: a
+/// read of `TXN_KEYS_MAX` keys on one server, each 64 KiB with a RAMP-Fast write set of 256
+/// 256-byte keys, is a 33.7 MB body. The reader's transaction fails with that error instead of
+/// the server refusing to encode it.
+pub fn append_reply_frame(out: &mut Vec<u8>, kind: u8, request_id: u64, encode_body: impl FnOnce(&mut Vec<u8>)) {
+    if let Err(error) = try_append_frame(out, kind, request_id, encode_body) {
+        let message = format!("the reply is too large to send ({error}): read fewer or smaller keys at a time");
+        append_frame(out, KIND_ERROR, request_id, |body| Response::bad_request(message).encode_body(body));
+    }
+}
+
+/// Appends a VERSIONS frame whose entries are produced by `entries` (count known up front).
+pub fn append_versions_frame<'v, K: AsRef<[u8]> + 'v>(
+    out: &mut Vec<u8>,
+    request_id: u64,
+    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
+) {
+    append_reply_frame(out, KIND_VERSIONS, request_id, |body| {
+        let mut encoder = Encoder::new(body);
+        encoder.count(entries.len());
+        for (ts, value, metadata) in entries {
+            encode_version(&mut encoder, ts, value, metadata);
+        }
+    });
+}
+
+fn truncate_utf8(text: &str, bytes_max: usize) -> &str {
+    if text.len() <= bytes_max {
+        return text;
+    }
+    let mut end = bytes_max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// Appends a VERSIONS_LOCATED frame: the entries as in [`append_versions_frame`], then each
+/// entry's slot (same count).
+pub fn append_versions_located_frame<'v, K: AsRef<[u8]> + 'v>(
+    out: &mut Vec<u8>,
+    request_id: u64,
+    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
+    slots: impl ExactSizeIterator<Item = Option<u32>>,
+) {
+    assert_eq!(entries.len(), slots.len(), "one slot per entry");
+    append_reply_frame(out, KIND_VERSIONS_LOCATED, request_id, |body| {
+        let mut encoder = Encoder::new(body);
+        encoder.count(entries.len());
+        for (ts, value, metadata) in entries {
+            encode_version(&mut encoder, ts, value, metadata);
+        }
+        encode_slots(&mut encoder, slots);
+    });
+}

@@ -1,0 +1,271 @@
+//! RAMP-Fast's metadata, a transaction's write set, in a compact form.
+//!
+//! # Format (after metadata tag 0x01; unchanged from a plain `keys` list)
+//! ```text
+//! write_set := u32 count, (u16 length, key bytes) * count
+//!              count <= TXN_KEYS_MAX, every length <= KEY_BYTES_MAX
+//! ```
+//!
+//! # Why a compact form
+//! Every version a RAMP-Fast reader receives carries its writer's whole write set, and a reader
+//! of `n` keys receives `n` of them per round. Decoded into a `Vec<Vec<u8>>` that is `n + 1`
+//! allocations per version (`n² + n` per read) for data the reader only scans once. A
+//! [`WriteSet`] keeps the keys exactly as they travel (`u16 length, bytes`, one after the
+//! other) in one buffer, so decoding is one bounds walk and one copy, encoding one copy, and
+//! the keys are read back as borrowed slices. The walk checks every length once; afterwards
+//! the buffer is known to hold exactly `count` well-formed keys.
+
+use std::fmt;
+
+use super::{Decoder, Encoder, WireError};
+use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX};
+
+/// Bytes of a key's length prefix.
+const KEY_LENGTH_BYTES: usize = 2;
+
+/// A transaction's write set: its keys in wire encoding, in one buffer.
+///
+/// Invariant (checked by every constructor): `encoded` is exactly `count` entries of
+/// `u16 length, length bytes` with `length <= KEY_BYTES_MAX`, and `count <= TXN_KEYS_MAX`.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct WriteSet {
+    encoded: Box<[u8]>,
+    count: u32,
+}
+
+impl WriteSet {
+    /// The write set of `keys`, in order (repeats are kept, as the wire would carry them).
+    ///
+    /// # Errors
+    /// More than `TXN_KEYS_MAX` keys, or a key longer than `KEY_BYTES_MAX`.
+    pub fn from_keys<K: AsRef<[u8]>>(keys: &[K]) -> Result<WriteSet, WireError> {
+        if keys.len() > TXN_KEYS_MAX {
+            return Err(WireError::FieldTooLarge { what: "write set", length: keys.len(), max: TXN_KEYS_MAX });
+        }
+        let mut encoded = Vec::with_capacity(keys.iter().map(|key| KEY_LENGTH_BYTES + key.as_ref().len()).sum());
+        for key in keys {
+            let key = key.as_ref();
+            if key.len() > KEY_BYTES_MAX {
+                return Err(WireError::FieldTooLarge { what: "key", length: key.len(), max: KEY_BYTES_MAX });
+            }
+            encoded.extend_from_slice(&(key.len() as u16).to_le_bytes());
+            encoded.extend_from_slice(key);
+        }
+        Ok(WriteSet { encoded: encoded.into_boxed_slice(), count: keys.len() as u32 })
+    }
+
+    /// Number of keys.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether there are no keys.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// The keys, borrowed, in order.
+    pub fn iter(&self) -> WriteSetKeys<'_> {
+        WriteSetKeys { rest: &self.encoded, remaining: self.count }
+    }
+
+    /// The keys as owned vectors (for tests and tools; the read path uses [`WriteSet::iter`]).
+    pub fn to_keys(&self) -> Vec<Vec<u8>> {
+        self.iter().map(<[u8]>::to_vec).collect()
+    }
+
+    /// Bytes on the wire after the metadata tag: the count and the keys.
+    pub fn encoded_bytes(&self) -> usize {
+        4 + self.encoded.len()
+    }
+
+    /// Decodes `u32 count, key * count`, checking every length before copying anything.
+    pub fn decode(decoder: &mut Decoder<'_>) -> Result<WriteSet, WireError> {
+        let count = decoder.count("write set", TXN_KEYS_MAX, KEY_LENGTH_BYTES)?;
+        let span = encoded_span(decoder.remaining(), count)?;
+        let encoded = decoder.take(span)?;
+        Ok(WriteSet { encoded: encoded.into(), count: count as u32 })
+    }
+
+    /// Appends `u32 count, key * count`.
+    pub fn encode(&self, encoder: &mut Encoder<'_>) {
+        encoder.count(self.len());
+        encoder.raw(&self.encoded);
+    }
+}
+
+/// How many leading bytes of `bytes` hold `count` keys; an error if they are truncated or a
+/// length is over `KEY_BYTES_MAX`.
+fn encoded_span(bytes: &[u8], count: usize) -> Result<usize, WireError> {
+    let mut offset = 0;
+    for _ in 0..count {
+        let Some(prefix) = bytes.get(offset..offset + KEY_LENGTH_BYTES) else {
+            return Err(WireError::Truncated { needed: offset + KEY_LENGTH_BYTES - bytes.len() });
+        };
+        let length = usize::from(u16::from_le_bytes([prefix[0], prefix[1]]));
+        if length > KEY_BYTES_MAX {
+            return Err(WireError::FieldTooLarge { what: "key", length, max: KEY_BYTES_MAX });
+        }
+        offset += KEY_LENGTH_BYTES + length;
+        if offset > bytes.len() {
+            return Err(WireError::Truncated { needed: offset - bytes.len() });
+        }
+    }
+    Ok(offset)
+}
+
+impl fmt::Debug for WriteSet {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.debug_list().entries(self.iter().map(String::from_utf8_lossy)).finish()
+    }
+}
+
+impl<'a> IntoIterator for &'a WriteSet {
+    type Item = &'a [u8];
+    type IntoIter = WriteSetKeys<'a>;
+    fn into_iter(self) -> WriteSetKeys<'a> {
+        self.iter()
+    }
+}
+
+/// The keys of a [`WriteSet`], borrowed from its buffer.
+#[derive(Debug, Clone)]
+pub struct WriteSetKeys<'a> {
+    rest: &'a [u8],
+    remaining: u32,
+}
+
+impl<'a> Iterator for WriteSetKeys<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.remaining == 0 {
+            return None;
+        }
+        // The constructors checked the layout; `get` keeps a broken invariant from reading
+        // out of bounds (it would end the iteration early instead).
+        let (prefix, rest) = self.rest.split_first_chunk::<KEY_LENGTH_BYTES>()?;
+        let length = usize::from(u16::from_le_bytes(*prefix));
+        let key = rest.get(..length)?;
+        self.rest = &rest[length..];
+        self.remaining -= 1;
+        Some(key)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining as usize, Some(self.remaining as usize))
+    }
+}
+
+impl ExactSizeIterator for WriteSetKeys<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::wire::{Metadata, MetadataRef};
+
+    fn encode_keys_plainly(keys: &[Vec<u8>]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut encoder = Encoder::new(&mut bytes);
+        encoder.count(keys.len());
+        for key in keys {
+            encoder.key(key);
+        }
+        bytes
+    }
+
+    fn decode_all(bytes: &[u8]) -> Result<WriteSet, WireError> {
+        let mut decoder = Decoder::new(bytes);
+        let write_set = WriteSet::decode(&mut decoder)?;
+        decoder.finish()?;
+        Ok(write_set)
+    }
+
+    #[test]
+    fn keys_come_back_in_order_with_repeats_and_empty_keys() {
+        let keys: Vec<Vec<u8>> = vec![b"k1".to_vec(), Vec::new(), b"k1".to_vec(), vec![0xFF; KEY_BYTES_MAX]];
+        let write_set = WriteSet::from_keys(&keys).unwrap();
+        assert_eq!(write_set.len(), 4);
+        assert_eq!(write_set.iter().len(), 4);
+        assert_eq!(write_set.to_keys(), keys);
+        assert_eq!(write_set.encoded_bytes(), encode_keys_plainly(&keys).len());
+        assert!(WriteSet::default().is_empty());
+        assert_eq!(WriteSet::default().iter().next(), None);
+        assert_eq!(format!("{:?}", WriteSet::from_keys(&[b"a", b"b"]).unwrap()), r#"["a", "b"]"#);
+    }
+
+    #[test]
+    fn oversized_keys_and_sets_are_refused_when_built() {
+        let long = vec![0u8; KEY_BYTES_MAX + 1];
+        assert!(matches!(WriteSet::from_keys(&[long]), Err(WireError::FieldTooLarge { what: "key", .. })));
+        let many = vec![Vec::<u8>::new(); TXN_KEYS_MAX + 1];
+        assert!(matches!(WriteSet::from_keys(&many), Err(WireError::FieldTooLarge { what: "write set", .. })));
+        assert!(WriteSet::from_keys(&vec![Vec::<u8>::new(); TXN_KEYS_MAX]).is_ok());
+    }
+
+    #[test]
+    fn bad_lengths_in_the_input_are_errors() {
+        // A key length over the maximum, with the bytes present.
+        let mut bytes = 1u32.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&((KEY_BYTES_MAX + 1) as u16).to_le_bytes());
+        bytes.extend_from_slice(&[b'x'; KEY_BYTES_MAX + 1]);
+        assert!(matches!(decode_all(&bytes), Err(WireError::FieldTooLarge { what: "key", .. })));
+        // A count over the maximum.
+        let bytes = ((TXN_KEYS_MAX + 1) as u32).to_le_bytes();
+        assert!(matches!(decode_all(&bytes), Err(WireError::FieldTooLarge { what: "write set", .. })));
+        // A count the bytes cannot hold, and a key running past the end.
+        assert!(matches!(decode_all(&3u32.to_le_bytes()), Err(WireError::Truncated { .. })));
+        let mut bytes = 1u32.to_le_bytes().to_vec();
+        bytes.extend_from_slice(&5u16.to_le_bytes());
+        bytes.extend_from_slice(b"abc");
+        assert_eq!(decode_all(&bytes), Err(WireError::Truncated { needed: 2 }));
+    }
+
+    fn keys() -> impl Strategy<Value = Vec<Vec<u8>>> {
+        vec(vec(any::<u8>(), 0..40), 0..12)
+    }
+
+    proptest! {
+        /// Decoding the plain `keys` encoding gives the same keys, and encoding gives the same
+        /// bytes: the wire format did not change.
+        #[test]
+        fn round_trips_through_the_plain_keys_encoding(keys in keys()) {
+            let plain = encode_keys_plainly(&keys);
+            let decoded = decode_all(&plain).unwrap();
+            prop_assert_eq!(decoded.to_keys(), keys.clone());
+            prop_assert_eq!(&decoded, &WriteSet::from_keys(&keys).unwrap());
+            let mut encoded = Vec::new();
+            decoded.encode(&mut Encoder::new(&mut encoded));
+            prop_assert_eq!(&encoded, &plain);
+            // The server encodes its stored keys through the borrowed form: the same bytes.
+            let (mut from_keys, mut from_compact) = (Vec::new(), Vec::new());
+            MetadataRef::WriteSet(&keys).encode(&mut Encoder::new(&mut from_keys));
+            Metadata::WriteSet(decoded).as_ref().encode(&mut Encoder::new(&mut from_compact));
+            prop_assert_eq!(&from_keys, &from_compact);
+            prop_assert_eq!(&from_keys[1..], &plain[..]);
+        }
+
+        /// Every strict prefix of a valid encoding is an error, never a panic.
+        #[test]
+        fn truncated_input_is_an_error(keys in keys(), cut in any::<prop::sample::Index>()) {
+            let plain = encode_keys_plainly(&keys);
+            let cut = cut.index(plain.len());
+            prop_assert!(decode_all(&plain[..cut]).is_err());
+        }
+
+        /// Arbitrary bytes decode to an error or to a write set whose keys re-encode to exactly
+        /// the bytes consumed; iteration never reads out of bounds.
+        #[test]
+        fn garbage_never_panics(bytes in vec(any::<u8>(), 0..200)) {
+            let mut decoder = Decoder::new(&bytes);
+            if let Ok(write_set) = WriteSet::decode(&mut decoder) {
+                let consumed = bytes.len() - decoder.remaining().len();
+                prop_assert_eq!(write_set.iter().count(), write_set.len());
+                prop_assert_eq!(encode_keys_plainly(&write_set.to_keys()), bytes[..consumed].to_vec());
+            }
+        }
+    }
+}

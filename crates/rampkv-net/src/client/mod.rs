@@ -1,0 +1,97 @@
+//! The client side: the multi-session [`Driver`] and the blocking [`Client`] built on it.
+
+mod driver;
+
+pub use driver::{Completion, Driver, TxnResult, DRIVER_SESSIONS_MAX};
+
+use std::time::Duration;
+
+use crate::transport::tcp::TcpClientTransport;
+use crate::transport::TransportError;
+use rampkv_core::cluster::Cluster;
+use rampkv_core::protocol::ramp::TxnOptions;
+use rampkv_core::protocol::{ProtocolError, ReadOutcome};
+use rampkv_core::types::Timestamp;
+
+/// Why a client operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error("the transaction did not finish in time")]
+    Timeout,
+    #[error("connection handshake failed: {0}")]
+    Handshake(String),
+    #[error("invalid client configuration: {0}")]
+    Config(String),
+}
+
+/// A blocking client: one transaction at a time over TCP.
+///
+/// ```no_run
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let cluster = rampkv::cluster::Cluster::from_file("cluster.toml".as_ref())?;
+/// let mut client = rampkv::client::Client::connect(&cluster)?;
+/// client.put_all(vec![(b"k1".to_vec(), b"v1".to_vec()), (b"k2".to_vec(), b"v2".to_vec())])?;
+/// let read = client.get_all(vec![b"k1".to_vec(), b"k2".to_vec()])?;
+/// assert_eq!(read.items[0].value, b"v1");
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Client {
+    driver: Driver<TcpClientTransport>,
+}
+
+impl Client {
+    /// Connects to every server of `cluster`.
+    pub fn connect(cluster: &Cluster) -> Result<Client, ClientError> {
+        let transport = TcpClientTransport::connect(cluster.servers())?;
+        Ok(Client { driver: Driver::connect(transport, cluster.clone(), 1)? })
+    }
+
+    /// Reads `keys` read-atomically. Each item has the key, the version's timestamp (0 for a
+    /// key never written, whose value is empty) and the value, in the order of `keys`.
+    pub fn get_all(&mut self, keys: Vec<Vec<u8>>) -> Result<ReadOutcome, ClientError> {
+        self.driver.begin_read(0, keys)?;
+        match self.wait()? {
+            TxnResult::Read(outcome) => Ok(outcome),
+            TxnResult::Write(_) => unreachable!("a read session finished a write"),
+        }
+    }
+
+    /// Writes every pair atomically (readers see all of them or none). Returns the
+    /// transaction's timestamp. Invalid input fails before any server is contacted.
+    pub fn put_all(&mut self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Timestamp, ClientError> {
+        self.put_all_with(|_| pairs)
+    }
+
+    /// Like [`Client::put_all`], with the pairs built once the timestamp is known.
+    pub fn put_all_with(
+        &mut self,
+        build: impl FnOnce(Timestamp) -> Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Timestamp, ClientError> {
+        self.driver.begin_write_with(0, build)?;
+        match self.wait()? {
+            TxnResult::Write(outcome) => Ok(outcome.ts),
+            TxnResult::Read(_) => unreachable!("a write session finished a read"),
+        }
+    }
+
+    /// Sets the algorithm (and its options) of later transactions (default RAMP-Fast).
+    pub fn set_txn_options(&mut self, options: TxnOptions) {
+        self.driver.set_txn_options(options);
+    }
+
+    fn wait(&mut self) -> Result<TxnResult, ClientError> {
+        let mut completions = Vec::with_capacity(1);
+        loop {
+            self.driver.step(Some(Duration::from_millis(50)), &mut completions)?;
+            if let Some(completion) = completions.pop() {
+                return completion.result;
+            }
+        }
+    }
+}

@@ -1,0 +1,507 @@
+//! Item slots (the server side of GET\*): each server publishes the latest committed version
+//! of its keys in fixed-size slots of a registered item region that clients map read-only and
+//! read one-sidedly (`rampkv_fabric::slot` has the slot format and the seqlock).
+//!
+//! # Rules
+//! - **Only committed versions are published.** A slot is (re)written after COMMIT (RAMP),
+//!   PUT (NoCC), COMMIT_LOCKED (S2PL) and a commit by recovery (`ServerCore::commit`), from
+//!   `Store::get_latest`, which only returns the
+//!   version at `lastCommit`; and lazily on GET_LOCATE for a committed key with no slot yet.
+//! - **The slot's ts only grows.** `lastCommit` is an atomic max; a slot is rewritten only when
+//!   the latest committed version is newer than the one it holds. The check and the write
+//!   happen under one mutex per server, so two server threads (TCP loop and ring poller serve
+//!   the same core) never write a slot at once (the seqlock needs a single writer).
+//! - **Bounded.** `slots` slots of `slot_bytes` each (limits.rs; configurable). A key gets a
+//!   slot on its first publish while free slots remain. A version that does not fit the slot
+//!   is not published, and the key's slot (if it had one) is invalidated and freed, so that a
+//!   slot never keeps serving an old version while a newer one is committed: a stale slot
+//!   could outlive the GC grace period of the versions its metadata points a round-2 read to.
+//! - **Newer version prepared** (the paper's "invalid bit"): PREPARE of a version newer than
+//!   the slot's sets `SLOT_FLAG_NEWER_PREPARED`; a republish sets it only if a prepared version
+//!   newer than the published one is still known (`prepared_max`). The bit is advisory: the
+//!   slot still holds a committed version. Clients ignore it unless their option says to fall
+//!   back to GET+ when it is set. An aborted (recovered) prepare leaves it set until the next
+//!   newer commit.
+//!
+//! # Staleness and GC
+//! A slot lags `lastCommit` by at most the handling of one COMMIT (the publish follows the
+//! store's commit in the same call), far less than the GC grace period (`GC_GRACE_MS`), so a
+//! round-2 read for a version named by a slot's metadata finds it; if ever it does not, the
+//! server answers `VersionGone` and the read restarts (bounded), never a wrong answer.
+
+use std::sync::Arc;
+
+use ahash::AHashMap as HashMap;
+use parking_lot::Mutex;
+use rampkv_fabric::slot::{SLOT_BYTES_MIN, SLOT_FLAG_NEWER_PREPARED, SLOT_FLAG_VALID};
+use rampkv_fabric::{
+    slot_bytes, Access, Fabric, RegionDescriptor, ShmFabric, ShmLocalRegion, SlotWriter, StoreOrdering, Words,
+};
+use serde::{Deserialize, Serialize};
+
+use rampkv_core::limits::{ITEM_REGION_BYTES_MAX, ITEM_SLOTS_DEFAULT, ITEM_SLOTS_MAX, ITEM_SLOT_BYTES_DEFAULT};
+use rampkv_core::protocol::server::{ItemPublisher, ServerCore};
+use rampkv_core::storage::{Key, Store};
+use rampkv_core::types::Timestamp;
+use rampkv_core::wire::Encoder;
+
+/// How many slots of what size a server's item region has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemSlotConfig {
+    /// Slots in the region.
+    pub slots: usize,
+    /// Bytes per slot (a multiple of 8, at least the empty slot's 56 bytes).
+    pub slot_bytes: usize,
+}
+
+impl Default for ItemSlotConfig {
+    fn default() -> Self {
+        Self { slots: ITEM_SLOTS_DEFAULT, slot_bytes: ITEM_SLOT_BYTES_DEFAULT }
+    }
+}
+
+impl ItemSlotConfig {
+    /// Checks the bounds (limits.rs).
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=ITEM_SLOTS_MAX).contains(&self.slots) {
+            return Err(format!("item slots must be 1..={ITEM_SLOTS_MAX}, got {}", self.slots));
+        }
+        if self.slot_bytes % 8 != 0 || self.slot_bytes < SLOT_BYTES_MIN {
+            return Err(format!(
+                "item slot bytes must be a multiple of 8, at least {SLOT_BYTES_MIN}, got {}",
+                self.slot_bytes
+            ));
+        }
+        match self.slots.checked_mul(self.slot_bytes) {
+            Some(bytes) if bytes <= ITEM_REGION_BYTES_MAX => Ok(()),
+            _ => Err(format!(
+                "item region of {} x {} bytes exceeds {ITEM_REGION_BYTES_MAX}",
+                self.slots, self.slot_bytes
+            )),
+        }
+    }
+}
+
+/// What a client needs to read a server's slots: the region (mapped read-only) and the slot
+/// geometry. Travels in the write-poll control handshake (`ServerReply::Accepted`). Slot `i`
+/// starts at byte `i * slot_bytes`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ItemRegionInfo {
+    /// The item region (access `ReadOnly`).
+    pub region: RegionDescriptor,
+    /// Bytes per slot.
+    pub slot_bytes: u64,
+    /// Slots in the region.
+    pub slots: u64,
+}
+
+/// Counters of a server's item slots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ItemSlotStats {
+    /// Slots in use.
+    pub used: usize,
+    /// Slot writes (publishes).
+    pub publishes: u64,
+    /// Versions not published because they exceed the slot size.
+    pub too_large: u64,
+    /// Keys that found no free slot.
+    pub no_free_slot: u64,
+    /// Times the newer-prepared bit was set.
+    pub newer_prepared_marks: u64,
+}
+
+#[derive(Debug)]
+struct SlotEntry {
+    index: u32,
+    /// ts of the published version.
+    ts: Timestamp,
+    /// Highest ts prepared for the key since the slot was assigned.
+    prepared_max: Timestamp,
+    /// Flags of the published image.
+    flags: u64,
+}
+
+#[derive(Debug)]
+struct SlotTable {
+    entries: HashMap<Key, SlotEntry>,
+    free: Vec<u32>,
+    next_unused: u32,
+    writer: SlotWriter,
+    /// Scratch for the encoded metadata (allocated once, reused).
+    metadata: Vec<u8>,
+    stats: ItemSlotStats,
+}
+
+/// One server's item region and its slot table.
+#[derive(Debug)]
+pub struct ItemSlots {
+    region: Arc<ShmLocalRegion>,
+    info: ItemRegionInfo,
+    config: ItemSlotConfig,
+    table: Mutex<SlotTable>,
+}
+
+impl ItemPublisher for ItemSlots {
+    fn publish_committed(&self, store: &Store, keys: &[Key]) {
+        ItemSlots::publish_committed(self, store, keys.iter().map(|key| &key[..]));
+    }
+    fn note_prepared(&self, ts: Timestamp, keys: &[Key]) {
+        ItemSlots::note_prepared(self, ts, keys.iter().map(|key| &key[..]));
+    }
+    fn locate(&self, store: &Store, key: &[u8]) -> Option<u32> {
+        ItemSlots::locate(self, store, key)
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+/// The item slots attached to `core` by a ring front end, if any.
+pub fn of_core(core: &ServerCore) -> Option<&ItemSlots> {
+    core.item_slots().and_then(|publisher| publisher.as_any().downcast_ref::<ItemSlots>())
+}
+
+impl ItemSlots {
+    /// Registers an item region (read-only for peers) of `config.slots` slots.
+    pub fn register(fabric: &ShmFabric, name: &str, config: ItemSlotConfig) -> Result<Self, String> {
+        config.validate()?;
+        let region = fabric
+            .register(name, config.slots * config.slot_bytes, Access::ReadOnly)
+            .map_err(|error| error.to_string())?;
+        let info = ItemRegionInfo {
+            region: region.descriptor().clone(),
+            slot_bytes: config.slot_bytes as u64,
+            slots: config.slots as u64,
+        };
+        let table = SlotTable {
+            entries: HashMap::default(),
+            free: Vec::new(),
+            next_unused: 0,
+            writer: SlotWriter::new(config.slot_bytes),
+            metadata: Vec::with_capacity(256),
+            stats: ItemSlotStats::default(),
+        };
+        Ok(Self { region: Arc::new(region), info, config, table: Mutex::new(table) })
+    }
+
+    /// The descriptor clients map.
+    pub fn info(&self) -> &ItemRegionInfo {
+        &self.info
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ItemSlotStats {
+        let table = self.table.lock();
+        ItemSlotStats { used: table.entries.len(), ..table.stats }
+    }
+
+    /// Publishes the latest committed version of each key (after a COMMIT, PUT or
+    /// COMMIT_LOCKED that advanced them), where it is newer than its slot's.
+    pub fn publish_committed<'k>(&self, store: &Store, keys: impl IntoIterator<Item = &'k [u8]>) {
+        let mut table = self.table.lock();
+        for key in keys {
+            self.publish_latest(&mut table, store, key);
+        }
+    }
+
+    /// The slot of each key, publishing its latest committed version first if it is newer than
+    /// the slot's or the key has no slot yet (GET_LOCATE). `None`: the key has no committed
+    /// version, does not fit, or found no free slot.
+    pub fn locate(&self, store: &Store, key: &[u8]) -> Option<u32> {
+        let mut table = self.table.lock();
+        self.publish_latest(&mut table, store, key)
+    }
+
+    /// PREPARE of version `ts` of `keys`: marks slots holding an older version with the
+    /// newer-prepared bit.
+    pub fn note_prepared<'k>(&self, ts: Timestamp, keys: impl IntoIterator<Item = &'k [u8]>) {
+        let mut table = self.table.lock();
+        let SlotTable { entries, writer, stats, .. } = &mut *table;
+        for key in keys {
+            let Some(entry) = entries.get_mut(key) else { continue };
+            if ts <= entry.ts {
+                continue;
+            }
+            entry.prepared_max = entry.prepared_max.max(ts);
+            if entry.flags & SLOT_FLAG_NEWER_PREPARED == 0 {
+                let flags = SLOT_FLAG_VALID | SLOT_FLAG_NEWER_PREPARED;
+                if writer.set_flags(&*self.region, self.offset(entry.index), self.config.slot_bytes, flags).is_ok() {
+                    entry.flags = flags;
+                    stats.newer_prepared_marks += 1;
+                }
+            }
+        }
+    }
+
+    fn offset(&self, index: u32) -> usize {
+        index as usize * self.config.slot_bytes
+    }
+
+    /// Publishes `key`'s latest committed version into its slot if newer (allocating a slot if
+    /// it has none). Returns the slot, if the key has one afterwards.
+    fn publish_latest(&self, table: &mut SlotTable, store: &Store, key: &[u8]) -> Option<u32> {
+        // Read under the table lock: the ts compared is the ts written, so slot ts only grows.
+        let Some(version) = store.get_latest(key) else {
+            return table.entries.get(key).map(|entry| entry.index);
+        };
+        let SlotTable { entries, free, next_unused, writer, metadata, stats } = table;
+        if let Some(entry) = entries.get(key) {
+            if version.ts <= entry.ts {
+                return Some(entry.index);
+            }
+        }
+        metadata.clear();
+        version.metadata.as_wire().encode(&mut Encoder::new(metadata));
+        let needed = slot_bytes(key.len(), metadata.len(), version.value.len());
+        if needed > self.config.slot_bytes {
+            stats.too_large += 1;
+            if let Some(entry) = entries.remove(key) {
+                // Never leave an older version served while a newer one is committed.
+                let _ = writer.set_flags(&*self.region, self.offset(entry.index), self.config.slot_bytes, 0);
+                free.push(entry.index);
+            }
+            return None;
+        }
+        let index = match entries.get(key) {
+            Some(entry) => entry.index,
+            None => match free.pop() {
+                Some(index) => index,
+                None if (*next_unused as usize) < self.config.slots => {
+                    *next_unused += 1;
+                    *next_unused - 1
+                }
+                None => {
+                    stats.no_free_slot += 1;
+                    return None;
+                }
+            },
+        };
+        let prepared_max = entries.get(key).map_or(0, |entry| entry.prepared_max);
+        let flags = SLOT_FLAG_VALID | if prepared_max > version.ts { SLOT_FLAG_NEWER_PREPARED } else { 0 };
+        let published = writer.publish(
+            &*self.region,
+            self.offset(index),
+            self.config.slot_bytes,
+            key,
+            version.ts,
+            metadata,
+            &version.value,
+            flags,
+        );
+        if published.is_err() {
+            // Checked above; a failure here leaves the slot as it was (nothing was written).
+            if !entries.contains_key(key) {
+                free.push(index);
+            }
+            return entries.get(key).map(|entry| entry.index);
+        }
+        stats.publishes += 1;
+        let entry = entries.entry(key.into()).or_insert(SlotEntry { index, ts: 0, prepared_max: 0, flags: 0 });
+        entry.ts = version.ts;
+        entry.flags = flags;
+        Some(index)
+    }
+
+    /// TEST HOOK (fault injection): overwrites slot `index` with `words` (wrapping over the
+    /// slot), as a buggy server or a stray write would. Nothing outside the slot is touched.
+    #[doc(hidden)]
+    pub fn scribble_for_test(&self, index: u32, words: &[u64]) {
+        let _table = self.table.lock();
+        if index as usize >= self.config.slots || words.is_empty() {
+            return;
+        }
+        let first = self.offset(index) / 8;
+        for word in 0..self.config.slot_bytes / 8 {
+            self.region.store(first + word, words[word % words.len()], StoreOrdering::Release);
+        }
+    }
+
+    /// TEST HOOK: publishes `key` with `ts`, `metadata` (wire-encoded) and `value` into slot
+    /// `index` regardless of the table (e.g. to make a cached slot hold another key).
+    #[doc(hidden)]
+    pub fn overwrite_for_test(&self, index: u32, key: &[u8], ts: Timestamp, metadata: &[u8], value: &[u8]) {
+        let mut table = self.table.lock();
+        if index as usize >= self.config.slots {
+            return;
+        }
+        let offset = self.offset(index);
+        let _ = table.writer.publish(
+            &*self.region,
+            offset,
+            self.config.slot_bytes,
+            key,
+            ts,
+            metadata,
+            value,
+            SLOT_FLAG_VALID,
+        );
+    }
+
+    /// The slot `key` has, if any (tests and statistics).
+    pub fn slot_of(&self, key: &[u8]) -> Option<u32> {
+        self.table.lock().entries.get(key).map(|entry| entry.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rampkv_core::storage::StoredMetadata;
+    use rampkv_fabric::{read_slot, OneSided, ShmRemoteRegion, SlotReadError};
+
+    static NAMES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    fn slots(config: ItemSlotConfig) -> (ShmFabric, ItemSlots, ShmRemoteRegion) {
+        let fabric = ShmFabric::new().unwrap();
+        let name = format!("items-test-{}", NAMES.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let slots = ItemSlots::register(&fabric, &name, config).unwrap();
+        let remote = fabric.map(&slots.info().region).unwrap();
+        (fabric, slots, remote)
+    }
+
+    fn prepare(store: &Store, ts: Timestamp, key: &[u8], value: &[u8]) {
+        let metadata = StoredMetadata::WriteSet(Arc::from([Key::from(key)]));
+        store.prepare(ts, metadata, Arc::from([]), vec![(key.into(), value.into())], 0).unwrap();
+    }
+
+    /// (ts, value, newer_prepared) of `key`'s slot as a client reads it.
+    fn read<F: OneSided<RemoteRegion = ShmRemoteRegion>>(
+        fabric: &F,
+        remote: &ShmRemoteRegion,
+        slots: &ItemSlots,
+        key: &[u8],
+    ) -> Result<(Timestamp, Vec<u8>, bool), SlotReadError> {
+        let index = slots.slot_of(key).expect("the key has a slot");
+        let bytes = slots.config.slot_bytes;
+        let mut buffer = vec![0; bytes];
+        let view = read_slot(fabric, remote, index as usize * bytes, bytes, key, &mut buffer)?;
+        Ok((view.ts(), view.value().to_vec(), view.newer_prepared()))
+    }
+
+    #[test]
+    fn only_committed_versions_are_published_and_the_bit_marks_a_newer_prepared_one() {
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 256 });
+        let store = Store::new(1_000);
+        prepare(&store, 10, b"a", b"ten");
+        slots.note_prepared(10, [&b"a"[..]]);
+        assert_eq!(slots.locate(&store, b"a"), None, "a prepared version is not published");
+        assert_eq!(slots.slot_of(b"a"), None);
+        store.commit(10);
+        slots.publish_committed(&store, [&b"a"[..]]);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (10, b"ten".to_vec(), false));
+        prepare(&store, 20, b"a", b"twenty");
+        slots.note_prepared(20, [&b"a"[..]]);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (10, b"ten".to_vec(), true), "still 10, marked");
+        store.commit(20);
+        slots.publish_committed(&store, [&b"a"[..]]);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (20, b"twenty".to_vec(), false), "bit cleared");
+    }
+
+    #[test]
+    fn the_server_core_publishes_on_commit_requests_and_on_a_recovery_commit() {
+        use rampkv_core::protocol::server::ServerCore;
+        use rampkv_core::wire::{Request, Write};
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 256 });
+        let slots = Arc::new(slots);
+        let core = ServerCore::new(1_000);
+        core.attach_item_slots(Arc::clone(&slots) as Arc<dyn ItemPublisher>).unwrap();
+        let prepare = |ts: Timestamp, value: &[u8]| Request::Prepare {
+            ts,
+            metadata: rampkv_core::wire::Metadata::WriteSet(rampkv_core::wire::WriteSet::from_keys(&[b"a"]).unwrap()),
+            write_set: Vec::new(),
+            writes: vec![Write { key: b"a".to_vec(), value: value.to_vec() }],
+        };
+        let mut out = Vec::new();
+        core.handle(prepare(10, b"ten"), 1, 0, &mut out);
+        core.handle(Request::Commit { ts: 10 }, 2, 0, &mut out);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (10, b"ten".to_vec(), false));
+        core.handle(prepare(20, b"twenty"), 3, 0, &mut out);
+        assert!(read(&fabric, &remote, &slots, b"a").unwrap().2, "newer prepared");
+        assert_eq!(core.commit(20), 1, "what recovery calls");
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (20, b"twenty".to_vec(), false));
+    }
+
+    #[test]
+    fn a_late_commit_of_an_older_version_never_moves_the_slot_back() {
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 256 });
+        let store = Store::new(1_000);
+        prepare(&store, 10, b"a", b"ten");
+        prepare(&store, 20, b"a", b"twenty");
+        store.commit(20);
+        slots.publish_committed(&store, [&b"a"[..]]);
+        store.commit(10);
+        slots.publish_committed(&store, [&b"a"[..]]);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap().0, 20);
+        assert_eq!(slots.stats().publishes, 1);
+    }
+
+    #[test]
+    fn a_version_that_outgrows_its_slot_frees_it_and_full_tables_publish_nothing() {
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 1, slot_bytes: 128 });
+        let store = Store::new(1_000);
+        prepare(&store, 10, b"a", b"small");
+        store.commit(10);
+        assert_eq!(slots.locate(&store, b"a"), Some(0));
+        prepare(&store, 11, b"b", b"small");
+        store.commit(11);
+        assert_eq!(slots.locate(&store, b"b"), None, "no free slot");
+        prepare(&store, 12, b"a", &[1; 200]);
+        store.commit(12);
+        let index = slots.slot_of(b"a").unwrap();
+        slots.publish_committed(&store, [&b"a"[..]]);
+        assert_eq!(slots.slot_of(b"a"), None, "freed");
+        let mut buffer = vec![0; 128];
+        let stale = read_slot(&fabric, &remote, index as usize * 128, 128, b"a", &mut buffer);
+        assert!(matches!(stale, Err(SlotReadError::NotValid)), "the old version is no longer served: {stale:?}");
+        assert_eq!(slots.locate(&store, b"b"), Some(0), "b takes the slot over");
+        assert_eq!(read(&fabric, &remote, &slots, b"b").unwrap().0, 11);
+        let stats = slots.stats();
+        assert_eq!((stats.used, stats.too_large, stats.no_free_slot), (1, 1, 1));
+    }
+
+    #[test]
+    fn concurrent_publishers_keep_the_slot_increasing_and_readers_see_whole_versions() {
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 512 });
+        let (store, slots) = (Arc::new(Store::new(50)), Arc::new(slots));
+        let value_of = |ts: u64| -> Vec<u8> {
+            ts.to_le_bytes().iter().copied().cycle().take(8 * (ts % 40) as usize + 8).collect()
+        };
+        prepare(&store, 1, b"a", &value_of(1));
+        store.commit(1);
+        slots.publish_committed(&store, [&b"a"[..]]);
+        let publishers: Vec<_> = (0..2u64)
+            .map(|thread| {
+                let (store, slots) = (Arc::clone(&store), Arc::clone(&slots));
+                std::thread::spawn(move || {
+                    for round in 1..=3_000u64 {
+                        let ts = round * 2 + thread;
+                        prepare(&store, ts, b"a", &value_of(ts));
+                        slots.note_prepared(ts, [&b"a"[..]]);
+                        store.commit(ts);
+                        slots.publish_committed(&store, [&b"a"[..]]);
+                    }
+                })
+            })
+            .collect();
+        let mut last = 0;
+        let mut accepted = 0;
+        while publishers.iter().any(|publisher| !publisher.is_finished()) {
+            match read(&fabric, &remote, &slots, b"a") {
+                Ok((ts, value, _)) => {
+                    assert!(ts >= last, "the slot went back from {last} to {ts}");
+                    assert_eq!(&value[..8], &ts.to_le_bytes(), "value of another version");
+                    assert_eq!(value, value_of(ts), "a whole version");
+                    last = ts;
+                    accepted += 1;
+                }
+                Err(SlotReadError::Torn { .. }) => {}
+                Err(other) => panic!("{other}"),
+            }
+        }
+        for publisher in publishers {
+            publisher.join().unwrap();
+        }
+        assert!(accepted > 0);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap().0, store.last_commit(b"a"));
+    }
+}

@@ -1,0 +1,203 @@
+//! Cooperative termination (RAMP's CTP): resolving transactions whose writer died between
+//! PREPARE and COMMIT.
+//!
+//! # Protocol
+//! A resolver thread per server group scans its stores every `RECOVERY_SCAN_MS` for
+//! transactions prepared longer than the recovery timeout ago and still not committed. For
+//! each, it asks every other participant (the servers owning keys of its write set, kept with
+//! the prepared versions) for the transaction's STATUS, over the ordinary client path:
+//! - if any participant committed it, or every participant has it prepared, the writer's
+//!   decision was (or may safely be) commit: COMMIT it here and at every participant;
+//! - if some participant never prepared it, that participant now refuses the PREPARE for good
+//!   (answering "unknown" marks it aborted there), so the writer can never commit it anywhere:
+//!   abort it here (drop the prepared versions). The other participants reach the same verdict
+//!   when they ask.
+//! - an unreachable participant leaves the transaction for the next scan.
+//!
+//! Readers never wait for any of this: a prepared version is invisible until committed, and a
+//! round-2 read asks only for versions some participant has committed, which recovery commits.
+//! The resolution must happen well within the GC grace period (a committed version is kept at
+//! least that long), which a timeout of a second and scans every 100 ms leave far behind.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::transport::tcp::TcpClientTransport;
+use crate::transport::ClientTransport;
+use rampkv_core::cluster::Cluster;
+use rampkv_core::protocol::server::ServerCore;
+use rampkv_core::storage::PendingTxn;
+use rampkv_core::types::Timestamp;
+use rampkv_core::wire::{Request, Response, TxnState};
+
+/// How often the resolver scans for stale prepared transactions.
+pub const RECOVERY_SCAN_MS: u64 = 100;
+/// Default: a transaction prepared this long ago and not committed is resolved.
+pub const RECOVERY_TIMEOUT_MS: u64 = 1_000;
+/// How long the resolver waits for a participant's answer.
+const RECOVERY_REPLY_TIMEOUT: Duration = Duration::from_secs(1);
+/// Most transactions resolved per scan (the rest wait for the next scan).
+const RECOVERY_BATCH_MAX: usize = 1_024;
+
+/// What a resolution decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Committed,
+    Aborted,
+    /// A participant could not be asked; try again later.
+    Undecided,
+}
+
+/// The verdict on a stale prepared transaction from what every other participant answered
+/// (this server has it prepared). `None` in `states`: a participant could not be asked.
+pub fn verdict(states: &[Option<TxnState>]) -> Verdict {
+    if states.contains(&Some(TxnState::Committed)) {
+        return Verdict::Committed; // readers may have seen it: it must stand everywhere
+    }
+    if states.iter().any(Option::is_none) {
+        return Verdict::Undecided;
+    }
+    match states.iter().all(|state| *state == Some(TxnState::Prepared)) {
+        true => Verdict::Committed,
+        false => Verdict::Aborted,
+    }
+}
+
+/// The other participants of a transaction with `write_set`, and its keys at each.
+pub fn participants(cluster: &Cluster, own: usize, write_set: &[Box<[u8]>]) -> Vec<(usize, Vec<Vec<u8>>)> {
+    let mut participants: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+    for key in write_set {
+        let server = cluster.server_of(key);
+        if server == own {
+            continue;
+        }
+        match participants.iter_mut().find(|(known, _)| *known == server) {
+            Some((_, keys)) => keys.push(key.to_vec()),
+            None => participants.push((server, vec![key.to_vec()])),
+        }
+    }
+    participants
+}
+
+/// A running resolver; stops when dropped.
+#[derive(Debug)]
+pub struct Resolver {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Resolver {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Starts a resolver for `cores`, which are servers `first_index..` of `cluster`. `clock` is
+/// the clock the cores' event loop stamps prepares with.
+pub fn spawn_resolver(
+    cores: Vec<Arc<ServerCore>>,
+    first_index: usize,
+    cluster: Cluster,
+    clock: Instant,
+    timeout_ms: u64,
+) -> std::io::Result<Resolver> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread_stop = Arc::clone(&stop);
+    let thread = std::thread::Builder::new().name("rampkv-recovery".into()).spawn(move || {
+        let mut resolver =
+            ResolverThread { cores, first_index, cluster, clock, timeout_ms, transport: None, next_id: 0 };
+        while !thread_stop.load(Ordering::Acquire) {
+            std::thread::park_timeout(Duration::from_millis(RECOVERY_SCAN_MS));
+            resolver.scan();
+        }
+    })?;
+    Ok(Resolver { stop, thread: Some(thread) })
+}
+
+struct ResolverThread {
+    cores: Vec<Arc<ServerCore>>,
+    first_index: usize,
+    cluster: Cluster,
+    clock: Instant,
+    timeout_ms: u64,
+    transport: Option<TcpClientTransport>,
+    next_id: u64,
+}
+
+impl ResolverThread {
+    fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    fn scan(&mut self) {
+        for offset in 0..self.cores.len() {
+            let now_ms = self.now_ms();
+            let stale = self.cores[offset].store().stale_pending(now_ms.saturating_sub(self.timeout_ms));
+            for (ts, pending) in stale.into_iter().take(RECOVERY_BATCH_MAX) {
+                let _ = self.resolve(offset, ts, &pending);
+            }
+        }
+    }
+
+    /// Decides transaction `ts` prepared on core `offset`, and applies the decision.
+    fn resolve(&mut self, offset: usize, ts: Timestamp, pending: &PendingTxn) -> Verdict {
+        let participants = participants(&self.cluster, self.first_index + offset, &pending.write_set);
+        let states: Vec<Option<TxnState>> = participants
+            .iter()
+            .map(|(server, keys)| match self.ask(*server, Request::Status { ts, keys: keys.clone() }) {
+                Some(Response::Status { state }) => Some(state),
+                _ => None,
+            })
+            .collect();
+        let core = &self.cores[offset];
+        match verdict(&states) {
+            Verdict::Undecided => return Verdict::Undecided,
+            Verdict::Aborted => {
+                core.store().abort(ts, self.now_ms());
+                return Verdict::Aborted;
+            }
+            Verdict::Committed => {}
+        }
+        core.commit(ts); // publishes in the item slots too, if the server has them
+        for (server, _) in &participants {
+            // Best effort: a participant that misses this commits when it resolves itself.
+            let _ = self.ask(*server, Request::Commit { ts });
+        }
+        Verdict::Committed
+    }
+
+    /// Sends one request to `server` and waits for its reply (None on any failure, after which
+    /// the connections are rebuilt on the next use).
+    fn ask(&mut self, server: usize, request: Request) -> Option<Response> {
+        if self.transport.is_none() {
+            self.transport = TcpClientTransport::connect(self.cluster.servers()).ok();
+        }
+        let transport = self.transport.as_mut()?;
+        self.next_id += 1;
+        let id = self.next_id;
+        let deadline = Instant::now() + RECOVERY_REPLY_TIMEOUT;
+        let mut reply = None;
+        let sent = transport.post(server, id, &request).and_then(|()| transport.flush());
+        while sent.is_ok() && reply.is_none() && Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let polled = transport.poll(Some(left), |_, reply_id, response| {
+                if reply_id == id {
+                    reply = Some(response);
+                }
+            });
+            if polled.is_err() {
+                break;
+            }
+        }
+        if reply.is_none() {
+            self.transport = None;
+        }
+        reply
+    }
+}

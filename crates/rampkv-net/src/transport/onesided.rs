@@ -1,0 +1,460 @@
+//! The one-sided transport (the paper's GET\*/PUT+): round-1 reads are one-sided reads of the
+//! servers' item slots; everything else goes over the write-poll rings (GET+/PUT+).
+//!
+//! # How a GET is served
+//! A GET whose selectors are all LATEST or LATEST_TS, to a server that announced an item
+//! region, with every key in the **address cache** (key -> server and slot), is read
+//! one-sidedly: each slot with `rampkv_fabric::read_slot` (seqlock, checksum, trailer seq copy
+//! and key check; bounded retries). If every slot verifies and holds its key, the VERSIONS
+//! reply is synthesized locally and delivered by the next `poll` (LATEST_TS: the timestamp
+//! only, as the server answers it). Otherwise the request goes over the ring as GET_LOCATE,
+//! whose reply (VERSIONS_LOCATED) also names each key's slot: the transport fills the cache
+//! from it and hands the driver a plain VERSIONS reply. Round-2 reads (EXACT, HIGHEST_OF),
+//! PREPARE/COMMIT/PUT, locks and STATUS go over the rings unchanged; the protocol state
+//! machines never see a difference.
+//!
+//! A slot that fails a check (torn in every attempt, another key, not valid, over its
+//! capacity, undecodable metadata) evicts the key's cache entry, and the request falls back to
+//! GET_LOCATE, which re-learns where (and whether) the key is published. With
+//! [`OneSidedOptions::newer_prepared_fallback`] a slot whose "newer version prepared" bit is
+//! set also falls back (without eviction): the reader asks the server, which may have
+//! committed the newer version by then. Off by default: the slot's version is committed and
+//! any committed version is a valid round-1 answer for RAMP.
+//!
+//! # Why round 1 from a slot is correct
+//! A slot only ever holds a committed version with the metadata it was written with
+//! (`crate::item_slots`), and RAMP's round 1 may return any committed version. Round 2 asks
+//! the server (GET+) for the versions the metadata names, which it keeps for the GC grace
+//! period; a slot lags `lastCommit` by one COMMIT's handling at most.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use ahash::AHashMap as HashMap;
+use rampkv_fabric::slot::SLOT_BYTES_MIN;
+use rampkv_fabric::{read_slot, Access, Fabric, ShmFabric, ShmRemoteRegion, SlotReadError};
+use serde::Serialize;
+
+use super::writepoll::WritePollClientTransport;
+use super::{ClientTransport, TransportError};
+use crate::item_slots::ItemRegionInfo;
+use rampkv_core::limits::{ADDRESS_CACHE_ENTRIES_MAX, ITEM_REGION_BYTES_MAX};
+use rampkv_core::wire::{Decoder, GetItem, Metadata, Request, Response, Selector, VersionItem};
+
+/// Options of the one-sided transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct OneSidedOptions {
+    /// Fall back to GET+ when a slot's "newer version prepared" bit is set (the paper's
+    /// invalid bit). Default off.
+    pub newer_prepared_fallback: bool,
+    /// Most address-cache entries (at most `ADDRESS_CACHE_ENTRIES_MAX`).
+    pub address_cache_entries: usize,
+}
+
+impl Default for OneSidedOptions {
+    fn default() -> Self {
+        Self { newer_prepared_fallback: false, address_cache_entries: ADDRESS_CACHE_ENTRIES_MAX }
+    }
+}
+
+/// GET\* counters of one client transport (summed over client threads in the bench).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct GetStarStats {
+    /// GET requests eligible for GET\* (all selectors LATEST or LATEST_TS).
+    pub eligible_gets: u64,
+    /// Of those, served by one-sided slot reads alone.
+    pub hits: u64,
+    /// Slots read and accepted (one per key of a hit, and of partial attempts).
+    pub slots_accepted: u64,
+    /// Torn attempts that were retried and then succeeded.
+    pub torn_retries: u64,
+    /// Fallbacks to GET+ because a key was not in the address cache (or the server has no
+    /// item region).
+    pub fallback_miss: u64,
+    /// ... because a slot was torn in every attempt.
+    pub fallback_torn: u64,
+    /// ... because a slot held another key.
+    pub fallback_wrong_key: u64,
+    /// ... because a slot held no valid version.
+    pub fallback_not_valid: u64,
+    /// ... because a slot was over its capacity, had undefined flags, ts 0 or metadata that
+    /// does not decode.
+    pub fallback_corrupt: u64,
+    /// ... because the newer-prepared bit was set and the option is on.
+    pub fallback_newer_prepared: u64,
+    /// Address-cache entries evicted after a failed slot check.
+    pub evictions: u64,
+    /// Address-cache entries learnt (new or changed) from GET_LOCATE replies.
+    pub cache_fills: u64,
+}
+
+impl GetStarStats {
+    /// Adds `other` into `self`.
+    pub fn merge(&mut self, other: &GetStarStats) {
+        self.eligible_gets += other.eligible_gets;
+        self.hits += other.hits;
+        self.slots_accepted += other.slots_accepted;
+        self.torn_retries += other.torn_retries;
+        self.fallback_miss += other.fallback_miss;
+        self.fallback_torn += other.fallback_torn;
+        self.fallback_wrong_key += other.fallback_wrong_key;
+        self.fallback_not_valid += other.fallback_not_valid;
+        self.fallback_corrupt += other.fallback_corrupt;
+        self.fallback_newer_prepared += other.fallback_newer_prepared;
+        self.evictions += other.evictions;
+        self.cache_fills += other.cache_fills;
+    }
+
+    /// Fallbacks to GET+, all reasons.
+    pub fn fallbacks(&self) -> u64 {
+        self.fallback_miss
+            + self.fallback_torn
+            + self.fallback_wrong_key
+            + self.fallback_not_valid
+            + self.fallback_corrupt
+            + self.fallback_newer_prepared
+    }
+}
+
+/// Why a GET was not served one-sidedly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fallback {
+    Miss,
+    Torn,
+    WrongKey,
+    NotValid,
+    Corrupt,
+    NewerPrepared,
+}
+
+/// A server's item region, mapped read-only.
+#[derive(Debug)]
+struct ItemRegion {
+    remote: ShmRemoteRegion,
+    slot_bytes: usize,
+    slots: u32,
+}
+
+/// Where a key's slot is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Location {
+    server: u32,
+    slot: u32,
+}
+
+/// The bounded address cache: key -> (server, slot).
+#[derive(Debug)]
+struct AddressCache {
+    entries: HashMap<Box<[u8]>, Location>,
+    capacity: usize,
+}
+
+impl AddressCache {
+    fn get(&self, key: &[u8]) -> Option<Location> {
+        self.entries.get(key).copied()
+    }
+
+    /// Returns whether the entry is new or changed.
+    fn insert(&mut self, key: &[u8], location: Location) -> bool {
+        if let Some(entry) = self.entries.get_mut(key) {
+            let changed = *entry != location;
+            *entry = location;
+            return changed;
+        }
+        if self.entries.len() >= self.capacity {
+            // Full: make room by dropping an arbitrary entry (a later miss re-learns it).
+            let victim = self.entries.keys().next().cloned();
+            if let Some(victim) = victim {
+                self.entries.remove(&victim);
+            }
+        }
+        self.entries.insert(key.into(), location);
+        true
+    }
+
+    fn evict(&mut self, key: &[u8]) -> bool {
+        self.entries.remove(key).is_some()
+    }
+}
+
+/// GET\* reads over item slots, everything else over a [`WritePollClientTransport`].
+#[derive(Debug)]
+pub struct OneSidedClientTransport {
+    inner: WritePollClientTransport,
+    fabric: ShmFabric,
+    /// Per server: its item region, if it announced one.
+    regions: Vec<Option<ItemRegion>>,
+    cache: AddressCache,
+    /// Replies synthesized from slots, delivered by the next `poll`.
+    ready: VecDeque<(usize, u64, Response)>,
+    /// GET_LOCATE requests in flight: (server, request id) -> their keys.
+    locating: HashMap<(usize, u64), Vec<Box<[u8]>>>,
+    /// Slot read buffer (the largest slot of any server).
+    buffer: Vec<u8>,
+    options: OneSidedOptions,
+    stats: GetStarStats,
+}
+
+impl OneSidedClientTransport {
+    /// Connects to every server's control address as [`WritePollClientTransport::connect`]
+    /// and maps the item region each server announces, read-only.
+    pub fn connect(control_addresses: &[String], options: OneSidedOptions) -> Result<Self, TransportError> {
+        let inner = WritePollClientTransport::connect(control_addresses)?;
+        let fabric = inner.fabric();
+        let mut regions = Vec::with_capacity(control_addresses.len());
+        for server in 0..control_addresses.len() {
+            let region = match inner.item_region(server) {
+                Some(info) => Some(map_item_region(fabric, info).map_err(|reason| TransportError::Fabric {
+                    server,
+                    reason: format!("bad item region: {reason}"),
+                })?),
+                None => None,
+            };
+            regions.push(region);
+        }
+        let slot_bytes_max = regions.iter().flatten().map(|region| region.slot_bytes).max().unwrap_or(0);
+        let capacity = options.address_cache_entries.clamp(1, ADDRESS_CACHE_ENTRIES_MAX);
+        Ok(Self {
+            inner,
+            fabric,
+            regions,
+            cache: AddressCache { entries: HashMap::default(), capacity },
+            ready: VecDeque::new(),
+            locating: HashMap::default(),
+            buffer: vec![0; slot_bytes_max],
+            options,
+            stats: GetStarStats::default(),
+        })
+    }
+
+    /// The GET\* counters so far.
+    pub fn stats(&self) -> GetStarStats {
+        self.stats
+    }
+
+    /// Entries in the address cache.
+    pub fn cached_addresses(&self) -> usize {
+        self.cache.entries.len()
+    }
+
+    /// Reads every item of a GET from slots; `Err` names the first reason it cannot.
+    fn read_slots(&mut self, server: usize, items: &[GetItem]) -> Result<Vec<VersionItem>, Fallback> {
+        let Some(region) = self.regions.get(server).and_then(Option::as_ref) else {
+            return Err(Fallback::Miss);
+        };
+        let mut versions = Vec::with_capacity(items.len());
+        for item in items {
+            let Some(location) = self.cache.get(&item.key) else {
+                return Err(Fallback::Miss);
+            };
+            if location.server as usize != server || location.slot >= region.slots {
+                self.stats.evictions += u64::from(self.cache.evict(&item.key));
+                return Err(Fallback::Miss);
+            }
+            let offset = location.slot as usize * region.slot_bytes;
+            let read = read_slot(&self.fabric, &region.remote, offset, region.slot_bytes, &item.key, &mut self.buffer);
+            let failure = match read {
+                Ok(view) => {
+                    if view.newer_prepared() && self.options.newer_prepared_fallback {
+                        return Err(Fallback::NewerPrepared);
+                    }
+                    self.stats.torn_retries += u64::from(view.attempts() - 1);
+                    match decode_slot_version(view.ts(), view.metadata(), view.value(), &item.selector) {
+                        Some(version) => {
+                            self.stats.slots_accepted += 1;
+                            versions.push(version);
+                            continue;
+                        }
+                        None => Fallback::Corrupt,
+                    }
+                }
+                Err(SlotReadError::Torn { .. }) => Fallback::Torn,
+                Err(SlotReadError::WrongKey) => Fallback::WrongKey,
+                Err(SlotReadError::NotValid) => Fallback::NotValid,
+                Err(_) => Fallback::Corrupt,
+            };
+            // A failed check: forget the address; GET_LOCATE re-learns it.
+            self.stats.evictions += u64::from(self.cache.evict(&item.key));
+            return Err(failure);
+        }
+        Ok(versions)
+    }
+
+    fn count(&mut self, fallback: Fallback) {
+        let counter = match fallback {
+            Fallback::Miss => &mut self.stats.fallback_miss,
+            Fallback::Torn => &mut self.stats.fallback_torn,
+            Fallback::WrongKey => &mut self.stats.fallback_wrong_key,
+            Fallback::NotValid => &mut self.stats.fallback_not_valid,
+            Fallback::Corrupt => &mut self.stats.fallback_corrupt,
+            Fallback::NewerPrepared => &mut self.stats.fallback_newer_prepared,
+        };
+        *counter += 1;
+    }
+}
+
+/// Checks an announced item region and maps it read-only (input from the server).
+fn map_item_region(fabric: ShmFabric, info: &ItemRegionInfo) -> Result<ItemRegion, String> {
+    if info.region.access != Access::ReadOnly {
+        return Err("an item region must be read-only for clients".into());
+    }
+    let slot_bytes = usize::try_from(info.slot_bytes).map_err(|_| "slot size overflows")?;
+    let slots = u32::try_from(info.slots).map_err(|_| "too many slots")?;
+    if slot_bytes % 8 != 0 || !(SLOT_BYTES_MIN..=rampkv_fabric::limits::SLOT_BYTES_MAX).contains(&slot_bytes) {
+        return Err(format!("slot size {slot_bytes}"));
+    }
+    let region_bytes = (slots as usize).checked_mul(slot_bytes).filter(|&bytes| bytes <= ITEM_REGION_BYTES_MAX);
+    match region_bytes {
+        Some(bytes) if bytes as u64 <= info.region.len_bytes => {}
+        _ => return Err(format!("{slots} slots of {slot_bytes} bytes do not fit the region")),
+    }
+    let remote = fabric.map(&info.region).map_err(|error| error.to_string())?;
+    Ok(ItemRegion { remote, slot_bytes, slots })
+}
+
+/// The reply entry a server would send for `selector` from a verified slot's fields; `None`
+/// if they are not a version a server publishes (ts 0, metadata that does not decode).
+fn decode_slot_version(ts: u64, metadata: &[u8], value: &[u8], selector: &Selector) -> Option<VersionItem> {
+    if ts == 0 {
+        return None;
+    }
+    let mut decoder = Decoder::new(metadata);
+    let metadata = Metadata::decode(&mut decoder).ok()?;
+    decoder.finish().ok()?;
+    Some(match selector {
+        Selector::LatestTimestamp => VersionItem { ts, value: Vec::new(), metadata: Metadata::None },
+        _ => VersionItem { ts, value: value.to_vec(), metadata },
+    })
+}
+
+fn round_one(items: &[GetItem]) -> bool {
+    items.iter().all(|item| matches!(item.selector, Selector::Latest | Selector::LatestTimestamp))
+}
+
+impl ClientTransport for OneSidedClientTransport {
+    fn server_count(&self) -> usize {
+        self.inner.server_count()
+    }
+
+    fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
+        let Request::Get { items } = request else {
+            return self.inner.post(server, request_id, request);
+        };
+        if items.is_empty() || !round_one(items) || server >= self.regions.len() {
+            return self.inner.post(server, request_id, request);
+        }
+        self.stats.eligible_gets += 1;
+        match self.read_slots(server, items) {
+            Ok(versions) => {
+                self.stats.hits += 1;
+                self.ready.push_back((server, request_id, Response::Versions { items: versions }));
+                Ok(())
+            }
+            Err(fallback) => {
+                self.count(fallback);
+                if self.regions[server].is_none() {
+                    return self.inner.post(server, request_id, request);
+                }
+                self.inner.post(server, request_id, &Request::GetLocate { items: items.clone() })?;
+                let keys = items.iter().map(|item| item.key.clone().into_boxed_slice()).collect();
+                self.locating.insert((server, request_id), keys);
+                Ok(())
+            }
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), TransportError> {
+        self.inner.flush()
+    }
+
+    fn poll<F>(&mut self, timeout: Option<Duration>, mut deliver: F) -> Result<usize, TransportError>
+    where
+        F: FnMut(usize, u64, Response),
+    {
+        let mut delivered = 0;
+        while let Some((server, request_id, response)) = self.ready.pop_front() {
+            deliver(server, request_id, response);
+            delivered += 1;
+        }
+        let timeout = if delivered > 0 { Some(Duration::ZERO) } else { timeout };
+        let (cache, locating, regions, stats) = (&mut self.cache, &mut self.locating, &self.regions, &mut self.stats);
+        delivered += self.inner.poll(timeout, |server, request_id, response| {
+            let response = match response {
+                Response::VersionsLocated { items, slots } => {
+                    let keys = locating.remove(&(server, request_id)).unwrap_or_default();
+                    let region_slots = regions.get(server).and_then(Option::as_ref).map_or(0, |region| region.slots);
+                    for (key, slot) in keys.iter().zip(&slots) {
+                        match slot {
+                            Some(slot) if *slot < region_slots => {
+                                let location = Location { server: server as u32, slot: *slot };
+                                stats.cache_fills += u64::from(cache.insert(key, location));
+                            }
+                            _ => {}
+                        }
+                    }
+                    Response::Versions { items }
+                }
+                other => {
+                    if !locating.is_empty() {
+                        locating.remove(&(server, request_id));
+                    }
+                    other
+                }
+            };
+            deliver(server, request_id, response);
+        })?;
+        Ok(delivered)
+    }
+
+    fn getstar_stats(&self) -> Option<GetStarStats> {
+        Some(self.stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item_slots::{ItemSlotConfig, ItemSlots};
+    use rampkv_fabric::RegionDescriptor;
+
+    #[test]
+    fn a_bad_item_region_descriptor_is_refused_with_a_reason() {
+        let fabric = ShmFabric::new().unwrap();
+        let slots =
+            ItemSlots::register(&fabric, "onesided-descriptor-test", ItemSlotConfig { slots: 4, slot_bytes: 128 })
+                .unwrap();
+        let good = slots.info().clone();
+        let mapped = map_item_region(fabric, &good).unwrap();
+        assert_eq!((mapped.slot_bytes, mapped.slots), (128, 4));
+        let writable = ItemRegionInfo {
+            region: RegionDescriptor { access: Access::ReadWrite, ..good.region.clone() },
+            ..good.clone()
+        };
+        let bad = [
+            writable,
+            ItemRegionInfo { slot_bytes: 100, ..good.clone() },
+            ItemRegionInfo { slot_bytes: 8, ..good.clone() },
+            ItemRegionInfo { slots: 5, ..good.clone() },
+            ItemRegionInfo { slots: u64::MAX, ..good.clone() },
+            ItemRegionInfo { slot_bytes: u64::MAX, ..good.clone() },
+            ItemRegionInfo { region: RegionDescriptor { name: "../etc/passwd".into(), ..good.region.clone() }, ..good },
+        ];
+        for info in bad {
+            let refused = map_item_region(fabric, &info);
+            assert!(refused.is_err(), "{info:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn the_address_cache_stays_within_its_bound() {
+        let mut cache = AddressCache { entries: HashMap::default(), capacity: 3 };
+        for n in 0..10u32 {
+            assert!(cache.insert(&n.to_le_bytes(), Location { server: 0, slot: n }));
+            assert!(cache.entries.len() <= 3);
+        }
+        assert!(cache.get(&9u32.to_le_bytes()).is_some(), "the newest entry is kept");
+        assert!(!cache.insert(&9u32.to_le_bytes(), Location { server: 0, slot: 9 }), "unchanged");
+        assert!(cache.evict(&9u32.to_le_bytes()));
+        assert!(!cache.evict(&9u32.to_le_bytes()));
+    }
+}

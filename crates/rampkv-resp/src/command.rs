@@ -1,0 +1,595 @@
+//! The command table and the translation of a parsed command into a [`Request`].
+//!
+//! No I/O and no gateway state: a command either becomes a transaction to run (GET, MGET,
+//! EXISTS, SET, MSET, DEL), a request that needs the connection's or gateway's state (HELLO,
+//! INFO, CLIENT SETNAME/GETNAME/ID, QUIT), or a reply known at once (PING, errors, ...).
+//!
+//! # Errors
+//! Unknown commands, wrong arities and unknown subcommands get Redis's exact texts (Redis 7.0),
+//! so tools that match on them keep working. Commands rampkv cannot honour (SET options, DBSIZE,
+//! other databases) get an error that says so. Every check happens here, before a transaction
+//! starts: a command that fails here changes no state.
+
+use super::codec::{Args, Frame, Protocol};
+use super::value::{self, STORED_VALUE_BYTES_MAX};
+use rampkv_core::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX};
+
+/// What a command does, beyond its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandKind {
+    Get,
+    Set,
+    MultiGet,
+    MultiSet,
+    Delete,
+    Exists,
+    Ping,
+    Echo,
+    Hello,
+    Info,
+    DbSize,
+    Command,
+    Select,
+    Quit,
+    Client,
+    Config,
+}
+
+/// One entry of the command table, as `COMMAND INFO` reports it.
+#[derive(Debug)]
+pub struct CommandSpec {
+    /// Lower case, as Redis names commands in replies and errors.
+    pub name: &'static str,
+    pub kind: CommandKind,
+    /// Redis's convention: `n > 0` exactly n arguments (name included), `n < 0` at least -n.
+    pub arity: i64,
+    pub flags: &'static [&'static str],
+    /// Position of the first key argument (0: none), of the last (-1: the last argument), step.
+    pub first_key: i64,
+    pub last_key: i64,
+    pub key_step: i64,
+    pub categories: &'static [&'static str],
+}
+
+const fn spec(
+    name: &'static str,
+    kind: CommandKind,
+    arity: i64,
+    flags: &'static [&'static str],
+    keys: (i64, i64, i64),
+    categories: &'static [&'static str],
+) -> CommandSpec {
+    CommandSpec { name, kind, arity, flags, first_key: keys.0, last_key: keys.1, key_step: keys.2, categories }
+}
+
+/// Every command the gateway knows.
+pub const COMMANDS: &[CommandSpec] = &[
+    spec("get", CommandKind::Get, 2, &["readonly", "fast"], (1, 1, 1), &["@read", "@string", "@fast"]),
+    spec("set", CommandKind::Set, -3, &["write", "denyoom"], (1, 1, 1), &["@write", "@string", "@slow"]),
+    spec("mget", CommandKind::MultiGet, -2, &["readonly", "fast"], (1, -1, 1), &["@read", "@string", "@fast"]),
+    spec("mset", CommandKind::MultiSet, -3, &["write", "denyoom"], (1, -1, 2), &["@write", "@string", "@slow"]),
+    spec("del", CommandKind::Delete, -2, &["write"], (1, -1, 1), &["@keyspace", "@write", "@slow"]),
+    spec("exists", CommandKind::Exists, -2, &["readonly", "fast"], (1, -1, 1), &["@keyspace", "@read", "@fast"]),
+    spec("ping", CommandKind::Ping, -1, &["fast"], (0, 0, 0), &["@fast", "@connection"]),
+    spec("echo", CommandKind::Echo, 2, &["fast"], (0, 0, 0), &["@fast", "@connection"]),
+    spec(
+        "hello",
+        CommandKind::Hello,
+        -1,
+        &["noscript", "loading", "stale", "fast", "no_auth"],
+        (0, 0, 0),
+        &["@fast", "@connection"],
+    ),
+    spec("info", CommandKind::Info, -1, &["loading", "stale"], (0, 0, 0), &["@slow", "@dangerous"]),
+    spec("dbsize", CommandKind::DbSize, 1, &["readonly", "fast"], (0, 0, 0), &["@keyspace", "@read", "@fast"]),
+    spec("command", CommandKind::Command, -1, &["loading", "stale"], (0, 0, 0), &["@slow", "@connection"]),
+    spec("select", CommandKind::Select, 2, &["loading", "stale", "fast"], (0, 0, 0), &["@fast", "@connection"]),
+    spec(
+        "quit",
+        CommandKind::Quit,
+        -1,
+        &["noscript", "loading", "stale", "fast", "no_auth"],
+        (0, 0, 0),
+        &["@fast", "@connection"],
+    ),
+    spec("client", CommandKind::Client, -2, &["noscript", "loading", "stale"], (0, 0, 0), &["@slow", "@connection"]),
+    spec(
+        "config",
+        CommandKind::Config,
+        -2,
+        &["admin", "noscript", "loading", "stale"],
+        (0, 0, 0),
+        &["@admin", "@slow", "@dangerous"],
+    ),
+];
+
+/// The configuration parameters `CONFIG GET` reports: those redis-benchmark asks for.
+const CONFIG_PARAMETERS: &[(&str, &str)] = &[("save", ""), ("appendonly", "no")];
+
+/// The entry for `name`, in any letter case.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    COMMANDS.iter().find(|spec| spec.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// Key-value pairs of a write, values in their stored form.
+pub type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// What a command asks the gateway to do.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Request {
+    /// Read one key (one `get_all`).
+    Get {
+        key: Vec<u8>,
+    },
+    /// Read every key in one read-atomic `get_all`; reply one value or null per key.
+    MultiGet {
+        keys: Vec<Vec<u8>>,
+    },
+    /// Read every key in one `get_all`; reply how many are present (repeats count each time).
+    Exists {
+        keys: Vec<Vec<u8>>,
+    },
+    /// Write one key; `value` is already in its stored form ([`value::encode`]).
+    Set {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    /// Write every pair in one `put_all`; values in stored form.
+    MultiSet {
+        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    },
+    /// Read the keys (to count the present ones), then write a tombstone to each in one
+    /// `put_all`.
+    Delete {
+        keys: Vec<Vec<u8>>,
+    },
+    /// Switch protocol (None: keep it) and optionally name the connection; reply the greeting.
+    Hello {
+        protocol: Option<Protocol>,
+        name: Option<Vec<u8>>,
+    },
+    /// Reply the INFO text.
+    Info,
+    /// Name the connection (empty: remove the name).
+    ClientSetName(Vec<u8>),
+    ClientGetName,
+    ClientId,
+    /// Reply OK, then close the connection.
+    Quit,
+    /// Reply this at once.
+    Reply(Frame),
+}
+
+/// Translates one non-empty request into what the gateway should do.
+pub fn parse_request(args: &Args<'_>) -> Request {
+    debug_assert!(!args.is_empty(), "empty requests are skipped before");
+    let name = args.get(0);
+    let Some(spec) = lookup(name) else {
+        return Request::Reply(unknown_command(args));
+    };
+    let count = args.len() as i64;
+    if (spec.arity > 0 && count != spec.arity) || (spec.arity < 0 && count < -spec.arity) {
+        return Request::Reply(wrong_arity(spec.name));
+    }
+    match translate(spec, args) {
+        Ok(request) => request,
+        Err(reply) => Request::Reply(reply),
+    }
+}
+
+fn translate(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {
+    let ok = || Ok(Request::Reply(Frame::simple("OK")));
+    match spec.kind {
+        CommandKind::Get => Ok(Request::Get { key: checked_keys(args, 1)?.remove(0) }),
+        CommandKind::MultiGet => Ok(Request::MultiGet { keys: checked_keys(args, 1)? }),
+        CommandKind::Exists => Ok(Request::Exists { keys: checked_keys(args, 1)? }),
+        CommandKind::Delete => Ok(Request::Delete { keys: checked_keys(args, 1)? }),
+        CommandKind::Set => {
+            if args.len() > 3 {
+                let option = String::from_utf8_lossy(args.get(3));
+                return Err(Frame::error(format!("ERR SET options are not supported by rampkv (got '{option}')")));
+            }
+            let pairs = checked_pairs(args)?;
+            let (key, value) = pairs.into_iter().next().expect("arity 3 gives one pair");
+            Ok(Request::Set { key, value })
+        }
+        CommandKind::MultiSet => {
+            if args.len() % 2 == 0 {
+                return Err(wrong_arity(spec.name));
+            }
+            Ok(Request::MultiSet { pairs: checked_pairs(args)? })
+        }
+        CommandKind::Ping => match args.len() {
+            1 => Ok(Request::Reply(Frame::simple("PONG"))),
+            2 => Ok(Request::Reply(Frame::bulk(args.get(1)))),
+            _ => Err(wrong_arity(spec.name)),
+        },
+        CommandKind::Echo => Ok(Request::Reply(Frame::bulk(args.get(1)))),
+        CommandKind::Hello => hello(args),
+        CommandKind::Info => Ok(Request::Info),
+        CommandKind::DbSize => {
+            Err(Frame::error("ERR DBSIZE is not supported: rampkv keeps no count of its keys (see docs/resp.md)"))
+        }
+        CommandKind::Command => command(args).map(Request::Reply),
+        CommandKind::Select => match parse_integer(args.get(1)) {
+            Some(0) => ok(),
+            Some(_) => Err(Frame::error("ERR DB index is out of range")),
+            None => Err(Frame::error("ERR value is not an integer or out of range")),
+        },
+        CommandKind::Quit => Ok(Request::Quit),
+        CommandKind::Client => client(args),
+        CommandKind::Config => config(args).map(Request::Reply),
+    }
+}
+
+/// `args[start..]` as keys, each checked against the bounds of a transaction.
+fn checked_keys(args: &Args<'_>, start: usize) -> Result<Vec<Vec<u8>>, Frame> {
+    let count = args.len() - start;
+    if count > TXN_KEYS_MAX {
+        return Err(Frame::error(format!("ERR too many keys: {count}, a command takes at most {TXN_KEYS_MAX}")));
+    }
+    args.iter_from(start).map(|key| checked_key(key).map(<[u8]>::to_vec)).collect()
+}
+
+fn checked_key(key: &[u8]) -> Result<&[u8], Frame> {
+    if key.len() > KEY_BYTES_MAX {
+        return Err(Frame::error(format!("ERR key too large: {} bytes, at most {KEY_BYTES_MAX}", key.len())));
+    }
+    Ok(key)
+}
+
+/// `args[1..]` as key-value pairs, values in their stored form.
+fn checked_pairs(args: &Args<'_>) -> Result<Pairs, Frame> {
+    debug_assert!(args.len() % 2 == 1);
+    let count = (args.len() - 1) / 2;
+    if count > TXN_KEYS_MAX {
+        return Err(Frame::error(format!("ERR too many keys: {count}, a command takes at most {TXN_KEYS_MAX}")));
+    }
+    let mut pairs = Vec::with_capacity(count);
+    for index in 0..count {
+        let key = checked_key(args.get(1 + 2 * index))?;
+        let value = args.get(2 + 2 * index);
+        if value.len() > STORED_VALUE_BYTES_MAX {
+            return Err(Frame::error(format!(
+                "ERR value too large: {} bytes, at most {STORED_VALUE_BYTES_MAX}",
+                value.len()
+            )));
+        }
+        pairs.push((key.to_vec(), value::encode(value)));
+    }
+    Ok(pairs)
+}
+
+/// Redis's text: `ERR unknown command 'name', with args beginning with: 'a' 'b' `. The
+/// arguments shown stop once 128 bytes of them are shown.
+fn unknown_command(args: &Args<'_>) -> Frame {
+    const SHOWN_BYTES_MAX: usize = 128;
+    let name = args.get(0);
+    let mut message = b"ERR unknown command '".to_vec();
+    message.extend_from_slice(&name[..name.len().min(SHOWN_BYTES_MAX)]);
+    message.extend_from_slice(b"', with args beginning with: ");
+    let mut shown = Vec::new();
+    for arg in args.iter_from(1) {
+        if shown.len() >= SHOWN_BYTES_MAX {
+            break;
+        }
+        let room = SHOWN_BYTES_MAX - shown.len();
+        shown.push(b'\'');
+        shown.extend_from_slice(&arg[..arg.len().min(room)]);
+        shown.extend_from_slice(b"' ");
+    }
+    message.extend_from_slice(&shown);
+    Frame::Error(message)
+}
+
+fn wrong_arity(name: &str) -> Frame {
+    Frame::error(format!("ERR wrong number of arguments for '{name}' command"))
+}
+
+fn unknown_subcommand(subcommand: &[u8], command: &str) -> Frame {
+    let subcommand = String::from_utf8_lossy(subcommand);
+    Frame::error(format!("ERR unknown subcommand '{subcommand}'. Try {command} HELP."))
+}
+
+/// A strict decimal i64 (Redis's `string2ll`).
+fn parse_integer(text: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(text).ok()?;
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    if digits.is_empty()
+        || !digits.bytes().all(|byte| byte.is_ascii_digit())
+        || (digits.len() > 1 && digits.starts_with('0'))
+    {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// Redis accepts client names of printable ASCII without blanks.
+fn valid_client_name(name: &[u8]) -> bool {
+    name.iter().all(|byte| (b'!'..=b'~').contains(byte))
+}
+
+fn invalid_client_name() -> Frame {
+    Frame::error("ERR Client names cannot contain spaces, newlines or special characters.")
+}
+
+/// `HELLO [protover [AUTH username password] [SETNAME clientname]]`.
+fn hello(args: &Args<'_>) -> Result<Request, Frame> {
+    let mut protocol = None;
+    let mut name = None;
+    if args.len() >= 2 {
+        protocol = Some(match parse_integer(args.get(1)) {
+            Some(2) => Protocol::Resp2,
+            Some(3) => Protocol::Resp3,
+            Some(_) => return Err(Frame::error("NOPROTO unsupported protocol version")),
+            None => return Err(Frame::error("ERR Protocol version is not an integer or out of range")),
+        });
+    }
+    let mut position = 2;
+    while position < args.len() {
+        let option = args.get(position);
+        let left = args.len() - position - 1;
+        if option.eq_ignore_ascii_case(b"AUTH") && left >= 2 {
+            // rampkv has no users: like a Redis without passwords, only `default` may log in.
+            if !args.get(position + 1).eq_ignore_ascii_case(b"default") {
+                return Err(Frame::error("WRONGPASS invalid username-password pair or user is disabled."));
+            }
+            position += 3;
+        } else if option.eq_ignore_ascii_case(b"SETNAME") && left >= 1 {
+            let wanted = args.get(position + 1);
+            if !valid_client_name(wanted) {
+                return Err(invalid_client_name());
+            }
+            name = Some(wanted.to_vec());
+            position += 2;
+        } else {
+            let option = String::from_utf8_lossy(option);
+            return Err(Frame::error(format!("ERR Syntax error in HELLO option '{option}'")));
+        }
+    }
+    Ok(Request::Hello { protocol, name })
+}
+
+/// `CLIENT SETNAME | GETNAME | ID | SETINFO`.
+fn client(args: &Args<'_>) -> Result<Request, Frame> {
+    let subcommand = args.get(1);
+    let arity = |expected: usize, name: &str| {
+        if args.len() == expected {
+            Ok(())
+        } else {
+            Err(wrong_arity(&format!("client|{name}")))
+        }
+    };
+    if subcommand.eq_ignore_ascii_case(b"SETNAME") {
+        arity(3, "setname")?;
+        if !valid_client_name(args.get(2)) {
+            return Err(invalid_client_name());
+        }
+        Ok(Request::ClientSetName(args.get(2).to_vec()))
+    } else if subcommand.eq_ignore_ascii_case(b"GETNAME") {
+        arity(2, "getname")?;
+        Ok(Request::ClientGetName)
+    } else if subcommand.eq_ignore_ascii_case(b"ID") {
+        arity(2, "id")?;
+        Ok(Request::ClientId)
+    } else if subcommand.eq_ignore_ascii_case(b"SETINFO") {
+        arity(4, "setinfo")?;
+        let attribute = args.get(2);
+        if attribute.eq_ignore_ascii_case(b"LIB-NAME") || attribute.eq_ignore_ascii_case(b"LIB-VER") {
+            Ok(Request::Reply(Frame::simple("OK")))
+        } else {
+            Err(Frame::error(format!("ERR Unrecognized option '{}'", String::from_utf8_lossy(attribute))))
+        }
+    } else {
+        Err(unknown_subcommand(subcommand, "CLIENT"))
+    }
+}
+
+/// `CONFIG GET pattern [pattern ...] | SET | RESETSTAT`.
+fn config(args: &Args<'_>) -> Result<Frame, Frame> {
+    let subcommand = args.get(1);
+    if subcommand.eq_ignore_ascii_case(b"GET") {
+        if args.len() < 3 {
+            return Err(wrong_arity("config|get"));
+        }
+        let pairs = CONFIG_PARAMETERS
+            .iter()
+            .filter(|(name, _)| args.iter_from(2).any(|pattern| glob_matches(pattern, name.as_bytes())))
+            .map(|(name, value)| (Frame::bulk(*name), Frame::bulk(*value)))
+            .collect();
+        Ok(Frame::Map(pairs))
+    } else if subcommand.eq_ignore_ascii_case(b"SET") {
+        Err(Frame::error("ERR CONFIG SET is not supported by rampkv"))
+    } else if subcommand.eq_ignore_ascii_case(b"RESETSTAT") {
+        Ok(Frame::simple("OK"))
+    } else {
+        Err(unknown_subcommand(subcommand, "CONFIG"))
+    }
+}
+
+/// Glob matching with `*` and `?`, ignoring letter case (how CONFIG GET matches names).
+/// Greedy with one backtracking point: O(pattern × text) at worst, no recursion.
+fn glob_matches(pattern: &[u8], text: &[u8]) -> bool {
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(&byte) if byte == b'?' || byte.eq_ignore_ascii_case(&text[t]) => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((star_p, star_t)) => {
+                    p = star_p + 1;
+                    t = star_t + 1;
+                    star = Some((star_p, star_t + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p.min(pattern.len())..].iter().all(|&byte| byte == b'*')
+}
+
+/// `COMMAND`, `COMMAND COUNT | LIST | INFO [name ...] | DOCS [name ...]`.
+fn command(args: &Args<'_>) -> Result<Frame, Frame> {
+    if args.len() == 1 {
+        return Ok(Frame::Array(COMMANDS.iter().map(command_info).collect()));
+    }
+    let subcommand = args.get(1);
+    if subcommand.eq_ignore_ascii_case(b"COUNT") {
+        Ok(Frame::Integer(COMMANDS.len() as i64))
+    } else if subcommand.eq_ignore_ascii_case(b"LIST") {
+        Ok(Frame::Array(COMMANDS.iter().map(|spec| Frame::bulk(spec.name)).collect()))
+    } else if subcommand.eq_ignore_ascii_case(b"INFO") {
+        if args.len() == 2 {
+            return Ok(Frame::Array(COMMANDS.iter().map(command_info).collect()));
+        }
+        Ok(Frame::Array(args.iter_from(2).map(|name| lookup(name).map_or(Frame::Null, command_info)).collect()))
+    } else if subcommand.eq_ignore_ascii_case(b"DOCS") {
+        // Documentation is optional for clients: redis-cli falls back to its built-in help.
+        Ok(Frame::Map(Vec::new()))
+    } else {
+        Err(unknown_subcommand(subcommand, "COMMAND"))
+    }
+}
+
+/// One command's entry in Redis 7's `COMMAND INFO` layout: name, arity, flags, first key, last
+/// key, step, ACL categories, tips, key specifications, subcommands.
+fn command_info(spec: &CommandSpec) -> Frame {
+    let simple_set = |items: &[&str]| Frame::Set(items.iter().map(|item| Frame::simple(item)).collect());
+    Frame::Array(vec![
+        Frame::bulk(spec.name),
+        Frame::Integer(spec.arity),
+        simple_set(spec.flags),
+        Frame::Integer(spec.first_key),
+        Frame::Integer(spec.last_key),
+        Frame::Integer(spec.key_step),
+        simple_set(spec.categories),
+        Frame::Set(Vec::new()),
+        Frame::Array(Vec::new()),
+        Frame::Array(Vec::new()),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::RequestParser;
+
+    fn request(line: &str) -> Request {
+        let mut parser = RequestParser::new();
+        let input = format!("{line}\r\n");
+        let (args, _) = parser.parse(input.as_bytes()).unwrap().unwrap();
+        parse_request(&args)
+    }
+
+    fn error_text(line: &str) -> String {
+        match request(line) {
+            Request::Reply(Frame::Error(message)) => String::from_utf8(message).unwrap(),
+            other => panic!("{line}: expected an error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn data_commands_become_transactions_with_stored_values() {
+        assert_eq!(request("get k"), Request::Get { key: b"k".to_vec() });
+        assert_eq!(
+            request("MGET a b a"),
+            Request::MultiGet { keys: vec![b"a".to_vec(), b"b".to_vec(), b"a".to_vec()] }
+        );
+        assert_eq!(request("set k v"), Request::Set { key: b"k".to_vec(), value: value::encode(b"v") });
+        assert_eq!(
+            request("mset a 1 b 2"),
+            Request::MultiSet {
+                pairs: vec![(b"a".to_vec(), value::encode(b"1")), (b"b".to_vec(), value::encode(b"2"))]
+            }
+        );
+        assert_eq!(request("Del a"), Request::Delete { keys: vec![b"a".to_vec()] });
+        assert_eq!(request("exists a"), Request::Exists { keys: vec![b"a".to_vec()] });
+    }
+
+    #[test]
+    fn errors_use_redis_texts() {
+        assert_eq!(error_text("foo a b"), "ERR unknown command 'foo', with args beginning with: 'a' 'b' ");
+        assert_eq!(error_text("foo"), "ERR unknown command 'foo', with args beginning with: ");
+        let long = "x".repeat(200);
+        assert_eq!(
+            error_text(&format!("foo {long} y")),
+            format!("ERR unknown command 'foo', with args beginning with: '{}' ", "x".repeat(128))
+        );
+        assert_eq!(error_text("GET"), "ERR wrong number of arguments for 'get' command");
+        assert_eq!(error_text("get a b"), "ERR wrong number of arguments for 'get' command");
+        assert_eq!(error_text("mset a"), "ERR wrong number of arguments for 'mset' command");
+        assert_eq!(error_text("mset a b c"), "ERR wrong number of arguments for 'mset' command");
+        assert_eq!(error_text("ping a b"), "ERR wrong number of arguments for 'ping' command");
+        assert_eq!(error_text("select 1"), "ERR DB index is out of range");
+        assert_eq!(error_text("select x"), "ERR value is not an integer or out of range");
+        assert_eq!(error_text("client foo"), "ERR unknown subcommand 'foo'. Try CLIENT HELP.");
+        assert_eq!(error_text("client setname"), "ERR wrong number of arguments for 'client|setname' command");
+        assert_eq!(
+            error_text("client setname \"a b\""),
+            "ERR Client names cannot contain spaces, newlines or special characters."
+        );
+        assert_eq!(error_text("hello 4"), "NOPROTO unsupported protocol version");
+        assert_eq!(error_text("hello 3 auth alice x"), "WRONGPASS invalid username-password pair or user is disabled.");
+        assert!(error_text("set k v ex 10").contains("not supported"));
+        assert!(error_text("dbsize").starts_with("ERR DBSIZE is not supported"));
+    }
+
+    #[test]
+    fn oversized_keys_values_and_key_counts_are_refused_before_any_transaction() {
+        let big_key = "k".repeat(KEY_BYTES_MAX + 1);
+        assert!(error_text(&format!("get {big_key}")).starts_with("ERR key too large"));
+        assert!(error_text(&format!("mset a 1 {big_key} 2")).starts_with("ERR key too large"));
+        let keys = (0..=TXN_KEYS_MAX).map(|i| i.to_string()).collect::<Vec<_>>().join(" ");
+        assert!(error_text(&format!("mget {keys}")).starts_with("ERR too many keys"));
+        assert_eq!(
+            request(&format!("get {}", "k".repeat(KEY_BYTES_MAX))).clone(),
+            Request::Get { key: vec![b'k'; KEY_BYTES_MAX] }
+        );
+    }
+
+    #[test]
+    fn connection_and_introspection_commands() {
+        assert_eq!(request("ping"), Request::Reply(Frame::simple("PONG")));
+        assert_eq!(request("PING hi"), Request::Reply(Frame::bulk("hi")));
+        assert_eq!(request("echo hi"), Request::Reply(Frame::bulk("hi")));
+        assert_eq!(request("select 0"), Request::Reply(Frame::simple("OK")));
+        assert_eq!(request("hello"), Request::Hello { protocol: None, name: None });
+        assert_eq!(
+            request("hello 3 auth default pw setname me"),
+            Request::Hello { protocol: Some(Protocol::Resp3), name: Some(b"me".to_vec()) }
+        );
+        assert_eq!(request("client setname me"), Request::ClientSetName(b"me".to_vec()));
+        assert_eq!(request("client setinfo lib-name redis-py"), Request::Reply(Frame::simple("OK")));
+        assert_eq!(request("command count"), Request::Reply(Frame::Integer(COMMANDS.len() as i64)));
+        assert_eq!(request("command docs"), Request::Reply(Frame::Map(vec![])));
+        assert_eq!(
+            request("config get save appendonly"),
+            Request::Reply(Frame::Map(vec![
+                (Frame::bulk("save"), Frame::bulk("")),
+                (Frame::bulk("appendonly"), Frame::bulk("no"))
+            ]))
+        );
+        assert_eq!(request("config get maxmemory"), Request::Reply(Frame::Map(vec![])));
+        let Request::Reply(Frame::Array(info)) = request("command info get nosuch") else { panic!() };
+        assert_eq!((info.len(), &info[1]), (2, &Frame::Null));
+    }
+
+    #[test]
+    fn glob_patterns_match_like_config_get() {
+        assert!(glob_matches(b"*", b"save"));
+        assert!(glob_matches(b"SA?E", b"save"));
+        assert!(glob_matches(b"*only", b"appendonly"));
+        assert!(glob_matches(b"a*p*y", b"appendonly"));
+        assert!(!glob_matches(b"a*x", b"appendonly"));
+        assert!(!glob_matches(b"", b"save"));
+        assert!(glob_matches(b"**", b""));
+    }
+}

@@ -1,0 +1,994 @@
+//! The gateway's event loop: RESP connections on one side, one rampkv [`Driver`] on the other,
+//! all on one thread.
+//!
+//! # Sessions
+//! The driver runs a fixed pool of sessions (logical clients, each with its own client id and
+//! clock). An accepted connection takes a free session for its lifetime; when none is free it
+//! is sent `-ERR max number of clients reached` and closed. A connection runs one transaction at
+//! a time, so pipelined commands are answered in order and each sees the writes of those before
+//! it. A connection that closes while its transaction is in flight leaves its session
+//! *orphaned*; the session goes back to the pool when the transaction finishes (at the latest
+//! after `TXN_TIMEOUT_MS`).
+//!
+//! # Pipelines
+//! When a read command (GET, MGET, EXISTS) starts, the read commands right behind it that are
+//! already buffered join it in one `get_all` (up to [`BATCH_COMMANDS_MAX`] commands and
+//! `TXN_KEYS_MAX` keys); likewise SET and MSET in one `put_all` (up to
+//! [`WRITE_BATCH_KEYS_MAX`] keys). Each command still gets its own reply, in order. The batch is
+//! atomic as a whole: stronger than what Redis promises for a pipeline, and still an execution
+//! Redis allows (the commands back to back). Any other command (DEL, PING, HELLO, an error) ends
+//! a batch and runs alone. This is what lets a pipelining client get more than one transaction's
+//! worth of work per round trip.
+//!
+//! # Waiting
+//! One poller watches the listener, the RESP connections and the driver's server connections
+//! (the driver runs over `SharedPollTransport`, which registers its sockets there). Each turn
+//! of the loop waits in that poller, serves the RESP connections that have something, then
+//! steps the driver without blocking: it reads the server sockets that were ready, advances the
+//! transactions, and the loop answers the finished ones. The loop never spins: it blocks in
+//! `epoll` until something arrives, and while transactions are in flight at most
+//! [`IN_FLIGHT_POLL_TIMEOUT`], so that their deadlines are checked. Replies are written at the
+//! end of the turn, one send per connection (sooner past [`GATEWAY_WRITE_EARLY_BYTES`]): a
+//! pipeline run as several transactions is answered in one send, not one per transaction.
+//!
+//! # Fault model
+//! - Malformed RESP gets `-ERR Protocol error: ...`; the connection is closed once the replies
+//!   before it are written. Other connections are not affected.
+//! - A client that does not read its replies stops being served once
+//!   [`GATEWAY_OUTPUT_BACKLOG_BYTES_MAX`] of them wait (its later commands wait in its socket).
+//! - A client that closes its sending side still gets the replies to the complete commands it
+//!   sent; an incomplete trailing command is dropped.
+//! - A transaction that fails (timeout, server error) gets `-ERR rampkv: ...`. A timed-out
+//!   write may or may not have taken effect, as with any store.
+//! - If the driver's connections to the servers fail, every command in flight gets an error,
+//!   and later commands try to reconnect at most once per [`RECONNECT_INTERVAL`]; until that
+//!   works they get `-ERR rampkv cluster unavailable: ...`.
+
+use std::io::{ErrorKind, Write as _};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ahash::AHashSet;
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+
+use super::codec::{self, Frame, Protocol, RequestParser};
+use super::command::{parse_request, Request};
+use super::transport::{SharedPollTransport, TransportSignals, SERVER_TOKEN_BASE};
+use super::{
+    value, GATEWAY_OUTPUT_BACKLOG_BYTES_MAX, GATEWAY_SESSIONS_DEFAULT, GATEWAY_SESSIONS_MAX, GATEWAY_WRITE_EARLY_BYTES,
+    REDIS_COMPATIBLE_VERSION,
+};
+use rampkv_core::cluster::Cluster;
+use rampkv_core::limits::TXN_KEYS_MAX;
+use rampkv_core::protocol::ramp::{Algorithm, TxnOptions};
+use rampkv_core::protocol::server::ServerCore;
+use rampkv_core::protocol::ReadOutcome;
+use rampkv_net::client::{ClientError, Completion, Driver, TxnResult};
+use rampkv_net::transport::local::LocalTransport;
+use rampkv_net::transport::tcp::{ReadStatus, StreamBuffer};
+
+const WAKER_TOKEN: Token = Token(usize::MAX);
+const LISTENER_TOKEN: Token = Token(usize::MAX - 1);
+const EVENTS_CAPACITY: usize = 1024;
+
+/// Longest the loop blocks while transactions are in flight: how late a transaction's deadline
+/// (`TXN_TIMEOUT_MS`) may be noticed.
+pub const IN_FLIGHT_POLL_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Most serve-and-step rounds per turn of the loop before it polls for events again.
+const SERVE_ROUNDS_MAX: usize = 64;
+
+/// Most pipelined commands run as one transaction.
+pub const BATCH_COMMANDS_MAX: usize = 64;
+
+/// Most keys pipelined SETs and MSETs grow a batched write to (one command alone may have up to
+/// `TXN_KEYS_MAX`). RAMP-Fast stores a write's whole write set with each version it writes, so a
+/// bigger batch makes every later read of those versions dearer. Measured on the 2-core machine
+/// (docs/resp.md): MSET of 4 keys with `-P 16` ran at 32-39k/s merged up to 64 keys and 27k/s up
+/// to 16, but MGET of 4 keys with `-P 16` over the versions written ran at 27-30k/s and 51-59k/s.
+pub const WRITE_BATCH_KEYS_MAX: usize = 16;
+
+/// Least time between two attempts to reconnect a failed driver.
+pub const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The reply to a connection beyond the session pool (Redis's text).
+const MAX_CLIENTS_REPLY: &[u8] = b"-ERR max number of clients reached\r\n";
+
+/// Why the gateway could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    #[error("gateway i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("cannot reach the rampkv cluster: {0}")]
+    Client(#[from] ClientError),
+    #[error("invalid gateway configuration: {0}")]
+    Config(String),
+}
+
+/// Settings of a gateway.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Address of the RESP listener; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Size of the session pool: the most RESP connections served at once.
+    pub sessions: usize,
+    /// The transaction algorithm (RAMP-Fast by default; the tests also run the no-concurrency-
+    /// control baseline to show that their checks catch fractured reads).
+    pub txn_options: TxnOptions,
+    /// The cluster's servers run in this process: call their cores directly rather than over
+    /// TCP (`rampkv local` does this). Not with S2PL, whose lock grants need the servers' event
+    /// loops.
+    pub in_process: Option<InProcessServers>,
+}
+
+/// The server cores of this process, server i of the cluster being `cores[i]`.
+#[derive(Debug, Clone)]
+pub struct InProcessServers {
+    pub cores: Vec<Arc<ServerCore>>,
+    /// The clock their event loops measure time with ([`rampkv_net::server::ServerGroup::clock`]).
+    pub clock: Instant,
+}
+
+impl GatewayConfig {
+    /// A gateway on `listen` with the default session pool and RAMP-Fast.
+    pub fn new(listen: SocketAddr) -> Self {
+        Self { listen, sessions: GATEWAY_SESSIONS_DEFAULT, txn_options: TxnOptions::default(), in_process: None }
+    }
+}
+
+/// A running gateway. Dropping it stops it.
+#[derive(Debug)]
+pub struct Gateway {
+    address: SocketAddr,
+    stop: Arc<AtomicBool>,
+    waker: Arc<Waker>,
+    thread: Option<JoinHandle<Result<(), GatewayError>>>,
+}
+
+impl Gateway {
+    /// Connects a driver to `cluster` (which must be up), binds the listener, and starts the
+    /// event loop thread.
+    pub fn spawn(cluster: &Cluster, config: &GatewayConfig) -> Result<Gateway, GatewayError> {
+        if !(1..=GATEWAY_SESSIONS_MAX).contains(&config.sessions) {
+            return Err(GatewayError::Config(format!(
+                "sessions must be 1..={GATEWAY_SESSIONS_MAX}, got {}",
+                config.sessions
+            )));
+        }
+        if let Some(servers) = &config.in_process {
+            if servers.cores.len() != cluster.servers().len() {
+                return Err(GatewayError::Config(format!(
+                    "{} in-process servers for a cluster of {}",
+                    servers.cores.len(),
+                    cluster.servers().len()
+                )));
+            }
+            if config.txn_options.algorithm == Algorithm::S2pl {
+                return Err(GatewayError::Config("S2PL needs the servers' event loops: not in-process".into()));
+            }
+        }
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
+        let (driver, ready) =
+            connect_driver(poll.registry(), cluster, config.in_process.as_ref(), config.sessions, config.txn_options)?;
+        let mut listener = TcpListener::bind(config.listen)?;
+        poll.registry().register(&mut listener, LISTENER_TOKEN, Interest::READABLE)?;
+        let address = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let event_loop = EventLoop::new(
+            poll,
+            listener,
+            Arc::clone(&stop),
+            (cluster.clone(), config.in_process.clone()),
+            (driver, ready),
+            address.port(),
+        );
+        let thread = std::thread::Builder::new().name("rampkv-gateway".into()).spawn(move || event_loop.run())?;
+        Ok(Gateway { address, stop, waker, thread: Some(thread) })
+    }
+
+    /// The bound address of the RESP listener.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Stops the event loop and waits for it; returns its result.
+    pub fn shutdown(mut self) -> Result<(), GatewayError> {
+        self.stop_and_join()
+    }
+
+    /// Blocks until the event loop ends (only on an I/O error of its poller).
+    pub fn wait(mut self) -> Result<(), GatewayError> {
+        match self.thread.take() {
+            Some(thread) => {
+                thread.join().unwrap_or_else(|_| Err(std::io::Error::other("gateway thread panicked").into()))
+            }
+            None => Ok(()),
+        }
+    }
+
+    fn stop_and_join(&mut self) -> Result<(), GatewayError> {
+        self.stop.store(true, Ordering::Release);
+        self.waker.wake()?;
+        match self.thread.take() {
+            Some(thread) => {
+                thread.join().unwrap_or_else(|_| Err(std::io::Error::other("gateway thread panicked").into()))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}
+
+type GatewayDriver = Driver<SharedPollTransport>;
+
+/// A driver whose server sockets are registered in `registry`, and their readiness flags.
+fn connect_driver(
+    registry: &mio::Registry,
+    cluster: &Cluster,
+    in_process: Option<&InProcessServers>,
+    sessions: usize,
+    options: TxnOptions,
+) -> Result<(GatewayDriver, Arc<TransportSignals>), ClientError> {
+    let (transport, ready) = match in_process {
+        Some(servers) => {
+            SharedPollTransport::in_process(registry, LocalTransport::new(servers.cores.clone(), servers.clock))?
+        }
+        None => SharedPollTransport::connect(registry, cluster.servers())?,
+    };
+    let mut driver = Driver::connect(transport, cluster.clone(), sessions)?;
+    driver.set_txn_options(options);
+    Ok((driver, ready))
+}
+
+/// One read command of a batch; its keys are the next ones of the batch's read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadCommand {
+    Get,
+    MultiGet { keys: usize },
+    Exists { keys: usize },
+}
+
+/// The commands a connection waits on; says how to answer the transaction's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Pending {
+    /// Consecutive GET, MGET and EXISTS commands read by one `get_all`, in order.
+    Reads(Vec<ReadCommand>),
+    /// Consecutive SET and MSET commands written by one `put_all`: `commands` OK replies.
+    Writes { commands: usize },
+    /// DEL, first step: reading the keys to count the present ones.
+    DeleteRead,
+    /// DEL, second step: writing the tombstones; `removed` keys were present.
+    DeleteWrite { removed: i64 },
+}
+
+#[derive(Debug)]
+struct Connection {
+    stream: TcpStream,
+    /// CLIENT ID: unique in this gateway process.
+    id: u64,
+    session: usize,
+    protocol: Protocol,
+    name: Option<Vec<u8>>,
+    incoming: StreamBuffer,
+    outgoing: StreamBuffer,
+    pending: Option<Pending>,
+    /// The socket had no more bytes at the last read (edge-triggered: read again after an event).
+    read_drained: bool,
+    /// epoll reported the peer's end of stream: read until EOF rather than stopping at a short read.
+    peer_finished: bool,
+    /// The peer sent its last byte: answer the complete commands buffered, then close.
+    input_closed: bool,
+    /// Close once the replies are written (QUIT, protocol error).
+    closing: bool,
+    wants_writable: bool,
+    /// In the loop's ready list.
+    queued: bool,
+    /// In the loop's list of replies to write at the end of the turn.
+    flush_queued: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct SessionState {
+    /// The connection slot that owns the session; None for a free or orphaned session.
+    owner: Option<usize>,
+    /// A transaction of this session is in flight in the driver.
+    in_flight: bool,
+}
+
+#[derive(Debug)]
+struct Stats {
+    started: Instant,
+    port: u16,
+    sessions: usize,
+    connections_received: u64,
+    connections_rejected: u64,
+    commands_processed: u64,
+}
+
+struct EventLoop {
+    poll: Poll,
+    listener: TcpListener,
+    stop: Arc<AtomicBool>,
+    cluster: Cluster,
+    in_process: Option<InProcessServers>,
+    /// None after the driver failed, until a reconnect works.
+    driver: Option<GatewayDriver>,
+    /// Which server sockets are ready; shared with the driver's transport.
+    server_ready: Arc<TransportSignals>,
+    /// What a reconnected driver runs with.
+    txn_options: TxnOptions,
+    driver_error: String,
+    last_reconnect: Instant,
+    /// When a step must run even without I/O, to time out transactions.
+    next_deadline_check: Instant,
+    sessions: Vec<SessionState>,
+    free_sessions: Vec<usize>,
+    connections: Vec<Option<Connection>>,
+    free_slots: Vec<usize>,
+    /// Connections to serve before the loop waits again.
+    ready: Vec<usize>,
+    /// Connections with replies to write at the end of the turn.
+    to_flush: Vec<usize>,
+    parser: RequestParser,
+    completions: Vec<Completion>,
+    next_client_id: u64,
+    stats: Stats,
+}
+
+impl EventLoop {
+    fn new(
+        poll: Poll,
+        listener: TcpListener,
+        stop: Arc<AtomicBool>,
+        (cluster, in_process): (Cluster, Option<InProcessServers>),
+        (driver, ready): (GatewayDriver, Arc<TransportSignals>),
+        port: u16,
+    ) -> Self {
+        let session_count = driver.session_count();
+        let txn_options = *driver.txn_options();
+        Self {
+            poll,
+            listener,
+            stop,
+            cluster,
+            in_process,
+            driver: Some(driver),
+            server_ready: ready,
+            txn_options,
+            driver_error: String::new(),
+            last_reconnect: Instant::now(),
+            next_deadline_check: Instant::now(),
+            sessions: vec![SessionState::default(); session_count],
+            // Reversed so that session 0 is handed out first (easier to read in traces).
+            free_sessions: (0..session_count).rev().collect(),
+            connections: Vec::new(),
+            free_slots: Vec::new(),
+            ready: Vec::new(),
+            to_flush: Vec::new(),
+            parser: RequestParser::new(),
+            completions: Vec::new(),
+            next_client_id: 1,
+            stats: Stats {
+                started: Instant::now(),
+                port,
+                sessions: session_count,
+                connections_received: 0,
+                connections_rejected: 0,
+                commands_processed: 0,
+            },
+        }
+    }
+
+    fn run(mut self) -> Result<(), GatewayError> {
+        let mut events = Events::with_capacity(EVENTS_CAPACITY);
+        while !self.stop.load(Ordering::Acquire) {
+            let in_flight = self.driver.as_ref().is_some_and(|driver| driver.active() > 0);
+            let timeout = if !self.ready.is_empty() {
+                Some(Duration::ZERO) // work left from the last turn
+            } else if in_flight {
+                Some(IN_FLIGHT_POLL_TIMEOUT)
+            } else {
+                None
+            };
+            match self.poll.poll(&mut events, timeout) {
+                Ok(()) => {}
+                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+                Err(error) => return Err(error.into()),
+            }
+            for event in events.iter() {
+                match event.token() {
+                    WAKER_TOKEN => {}
+                    LISTENER_TOKEN => self.accept(),
+                    Token(token) if token >= SERVER_TOKEN_BASE => {
+                        if event.is_readable() || event.is_read_closed() || event.is_error() {
+                            let finished = event.is_read_closed() || event.is_error();
+                            self.server_ready.mark(token - SERVER_TOKEN_BASE, finished);
+                        }
+                        if event.is_writable() {
+                            self.server_ready.mark_writable();
+                        }
+                    }
+                    Token(slot) => {
+                        if let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) {
+                            if event.is_readable() || event.is_read_closed() || event.is_error() {
+                                connection.read_drained = false;
+                                connection.peer_finished |= event.is_read_closed() || event.is_error();
+                            }
+                            self.enqueue(slot);
+                        }
+                    }
+                }
+            }
+            // Serve and step until neither has anything left: answers start the next pipelined
+            // commands, whose requests the next step sends. Bounded, so that a stream of
+            // completions cannot keep the loop from polling for new connections and commands.
+            for _ in 0..SERVE_ROUNDS_MAX {
+                self.serve_ready();
+                self.step_driver();
+                if self.ready.is_empty() {
+                    break;
+                }
+            }
+            self.flush_replies();
+        }
+        Ok(())
+    }
+
+    fn enqueue(&mut self, slot: usize) {
+        if let Some(connection) = self.connections[slot].as_mut() {
+            if !connection.queued {
+                connection.queued = true;
+                self.ready.push(slot);
+            }
+        }
+    }
+
+    /// Serves every queued connection; serving may queue more (a driver failure answers many).
+    fn serve_ready(&mut self) {
+        while let Some(slot) = self.ready.pop() {
+            if let Some(connection) = self.connections[slot].as_mut() {
+                connection.queued = false;
+                self.service(slot);
+            }
+        }
+    }
+
+    fn accept(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.admit(stream),
+                Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+                // WouldBlock: all accepted. Any other error (reset, out of descriptors) concerns
+                // that one connection; the others go on.
+                Err(_) => return,
+            }
+        }
+    }
+
+    fn admit(&mut self, mut stream: TcpStream) {
+        self.stats.connections_received += 1;
+        let Some(session) = self.free_sessions.pop() else {
+            self.stats.connections_rejected += 1;
+            // One small write to a fresh socket does not block; the stream closes when dropped.
+            let _ = stream.write(MAX_CLIENTS_REPLY);
+            return;
+        };
+        let _ = stream.set_nodelay(true);
+        let slot = self.free_slots.pop().unwrap_or_else(|| {
+            self.connections.push(None);
+            self.connections.len() - 1
+        });
+        if self.poll.registry().register(&mut stream, Token(slot), Interest::READABLE).is_err() {
+            self.free_slots.push(slot);
+            self.free_sessions.push(session);
+            return;
+        }
+        debug_assert!(self.sessions[session].owner.is_none() && !self.sessions[session].in_flight);
+        self.sessions[session].owner = Some(slot);
+        self.connections[slot] = Some(Connection {
+            stream,
+            id: self.next_client_id,
+            session,
+            protocol: Protocol::Resp2,
+            name: None,
+            incoming: StreamBuffer::default(),
+            outgoing: StreamBuffer::default(),
+            pending: None,
+            read_drained: false,
+            peer_finished: false,
+            input_closed: false,
+            closing: false,
+            wants_writable: false,
+            queued: false,
+            flush_queued: false,
+        });
+        self.next_client_id += 1;
+        self.enqueue(slot);
+    }
+
+    /// Reads and runs commands for a connection until it must wait; closes it if done. Its
+    /// replies are written at the end of the turn ([`EventLoop::flush_replies`]).
+    fn service(&mut self, slot: usize) {
+        if !self.serve(slot) {
+            return self.close(slot);
+        }
+        let connection = self.connections[slot].as_mut().expect("served");
+        if connection.outgoing.is_empty() {
+            self.update_interest(slot);
+        } else if !connection.flush_queued {
+            connection.flush_queued = true;
+            self.to_flush.push(slot);
+        }
+    }
+
+    /// Writes the replies the turn produced, one send per connection, and closes the
+    /// connections that were waiting for theirs to be written.
+    fn flush_replies(&mut self) {
+        while let Some(slot) = self.to_flush.pop() {
+            let Some(connection) = self.connections[slot].as_mut() else { continue };
+            connection.flush_queued = false;
+            if connection.outgoing.write_to(&mut connection.stream).is_err()
+                || (connection.closing && connection.outgoing.is_empty())
+            {
+                self.close(slot);
+            } else {
+                self.update_interest(slot);
+            }
+        }
+    }
+
+    /// False when the connection should be closed now.
+    fn serve(&mut self, slot: usize) -> bool {
+        loop {
+            let Some(connection) = self.connections[slot].as_mut() else {
+                return false;
+            };
+            // Written now only when closing or when much waits; else at the end of the turn.
+            let write_now = connection.closing || connection.outgoing.len() >= GATEWAY_WRITE_EARLY_BYTES;
+            if write_now && connection.outgoing.write_to(&mut connection.stream).is_err() {
+                return false;
+            }
+            if connection.closing {
+                return !connection.outgoing.is_empty();
+            }
+            if connection.pending.is_some() || connection.outgoing.len() > GATEWAY_OUTPUT_BACKLOG_BYTES_MAX {
+                return true;
+            }
+            match self.parser.parse(connection.incoming.pending()) {
+                Err(error) => {
+                    connection.outgoing.append(|out| codec::write_error(out, format!("ERR {error}").as_bytes()));
+                    connection.closing = true;
+                }
+                Ok(Some((args, consumed))) => {
+                    let request = if args.is_empty() { None } else { Some(parse_request(&args)) };
+                    connection.incoming.consume(consumed);
+                    if let Some(request) = request {
+                        self.stats.commands_processed += 1;
+                        self.execute(slot, request);
+                    }
+                }
+                Ok(None) if connection.input_closed => connection.closing = true,
+                Ok(None) if connection.read_drained => return true,
+                Ok(None) => match connection.incoming.read_from(&mut connection.stream, 0) {
+                    Ok(ReadStatus::EndOfStream) => connection.input_closed = true,
+                    Ok(ReadStatus::Drained) => connection.read_drained = !connection.peer_finished,
+                    Ok(ReadStatus::MoreMayFollow) => {}
+                    Err(error) if error.kind() == ErrorKind::WouldBlock => connection.read_drained = true,
+                    Err(error) if error.kind() == ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                },
+            }
+        }
+    }
+
+    fn update_interest(&mut self, slot: usize) {
+        let Some(connection) = self.connections[slot].as_mut() else {
+            return;
+        };
+        let wants_writable = !connection.outgoing.is_empty();
+        if wants_writable == connection.wants_writable {
+            return;
+        }
+        let interest = if wants_writable { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+        if self.poll.registry().reregister(&mut connection.stream, Token(slot), interest).is_ok() {
+            connection.wants_writable = wants_writable;
+        } else {
+            self.close(slot);
+        }
+    }
+
+    fn close(&mut self, slot: usize) {
+        let Some(mut connection) = self.connections[slot].take() else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut connection.stream);
+        self.free_slots.push(slot);
+        let session = &mut self.sessions[connection.session];
+        debug_assert_eq!(session.owner, Some(slot));
+        session.owner = None;
+        if !session.in_flight {
+            self.free_sessions.push(connection.session);
+        } // else orphaned: freed when its transaction finishes
+    }
+
+    /// Runs one command of connection `slot` (which has none pending).
+    fn execute(&mut self, slot: usize, request: Request) {
+        let connected = self.connections.len() - self.free_slots.len();
+        let connection = self.connections[slot].as_mut().expect("executing for an open connection");
+        debug_assert!(connection.pending.is_none());
+        let reply = match request {
+            Request::Get { .. } | Request::MultiGet { .. } | Request::Exists { .. } => {
+                return self.begin_read_batch(slot, request)
+            }
+            Request::Set { .. } | Request::MultiSet { .. } => return self.begin_write_batch(slot, request),
+            Request::Delete { keys } => return self.begin_read(slot, keys, Pending::DeleteRead),
+            Request::Reply(frame) => frame,
+            Request::Quit => {
+                connection.closing = true;
+                Frame::simple("OK")
+            }
+            Request::Hello { protocol, name } => {
+                // The reply is already in the protocol HELLO asked for.
+                connection.protocol = protocol.unwrap_or(connection.protocol);
+                connection.name = name.or(connection.name.take());
+                hello_reply(connection.protocol, connection.id)
+            }
+            Request::Info => Frame::Bulk(info_text(&self.stats, connected)),
+            Request::ClientSetName(name) => {
+                connection.name = if name.is_empty() { None } else { Some(name) };
+                Frame::simple("OK")
+            }
+            Request::ClientGetName => connection.name.clone().map_or(Frame::Null, Frame::Bulk),
+            Request::ClientId => Frame::Integer(i64::try_from(connection.id).unwrap_or(i64::MAX)),
+        };
+        let protocol = connection.protocol;
+        connection.outgoing.append(|out| reply.encode(protocol, out));
+    }
+
+    /// Starts one read for `first` and the read commands right behind it in the connection's
+    /// input (pipelined), as long as they are complete, consecutive and fit one transaction.
+    fn begin_read_batch(&mut self, slot: usize, first: Request) {
+        let mut keys = Vec::new();
+        let mut commands = Vec::new();
+        let mut next = Some(first);
+        while let Some(request) = next.take() {
+            let (command, more) = match request {
+                Request::Get { key } => (ReadCommand::Get, vec![key]),
+                Request::MultiGet { keys } => (ReadCommand::MultiGet { keys: keys.len() }, keys),
+                Request::Exists { keys } => (ReadCommand::Exists { keys: keys.len() }, keys),
+                other => unreachable!("not a read command: {other:?}"),
+            };
+            keys.extend(more);
+            commands.push(command);
+            next = self.next_batchable(slot, keys.len(), TXN_KEYS_MAX, commands.len(), |request| match request {
+                Request::Get { .. } => Some(1),
+                Request::MultiGet { keys } | Request::Exists { keys } => Some(keys.len()),
+                _ => None,
+            });
+        }
+        self.begin_read(slot, keys, Pending::Reads(commands));
+    }
+
+    /// Starts one write for `first` and the write commands right behind it (see
+    /// [`EventLoop::begin_read_batch`]). Writing them in one transaction makes them atomic
+    /// together, which Redis does not promise but allows; a key written twice keeps the value of
+    /// the later command.
+    fn begin_write_batch(&mut self, slot: usize, first: Request) {
+        let mut pairs = Vec::new();
+        let mut commands = 0;
+        let mut next = Some(first);
+        while let Some(request) = next.take() {
+            match request {
+                Request::Set { key, value } => pairs.push((key, value)),
+                Request::MultiSet { pairs: more } => pairs.extend(more),
+                other => unreachable!("not a write command: {other:?}"),
+            }
+            commands += 1;
+            next = self.next_batchable(slot, pairs.len(), WRITE_BATCH_KEYS_MAX, commands, |request| match request {
+                Request::Set { .. } => Some(1),
+                Request::MultiSet { pairs } => Some(pairs.len()),
+                _ => None,
+            });
+        }
+        self.begin_write(slot, pairs, Pending::Writes { commands });
+    }
+
+    /// The next complete command in the connection's input, consumed, if `keys_of` accepts it
+    /// (returns its key count) and the batch stays within `keys_max` keys and
+    /// [`BATCH_COMMANDS_MAX`] commands. A command that does not fit stays in the input for later.
+    fn next_batchable(
+        &mut self,
+        slot: usize,
+        keys: usize,
+        keys_max: usize,
+        commands: usize,
+        keys_of: impl Fn(&Request) -> Option<usize>,
+    ) -> Option<Request> {
+        if commands >= BATCH_COMMANDS_MAX {
+            return None;
+        }
+        let connection = self.connections[slot].as_mut()?;
+        let Ok(Some((args, consumed))) = self.parser.parse(connection.incoming.pending()) else {
+            return None;
+        };
+        if args.is_empty() {
+            return None;
+        }
+        let request = parse_request(&args);
+        let fits = keys_of(&request).is_some_and(|more| keys + more <= keys_max);
+        if !fits {
+            return None; // parsed again when its turn comes
+        }
+        connection.incoming.consume(consumed);
+        self.stats.commands_processed += 1;
+        Some(request)
+    }
+
+    fn begin_read(&mut self, slot: usize, keys: Vec<Vec<u8>>, pending: Pending) {
+        let session = self.connections[slot].as_ref().expect("open").session;
+        let started = match self.driver() {
+            Ok(driver) => driver.begin_read(session, keys),
+            Err(message) => return self.reply_errors(slot, &message, pending.replies()),
+        };
+        self.on_begin(slot, session, started, pending);
+    }
+
+    fn begin_write(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending) {
+        let session = self.connections[slot].as_ref().expect("open").session;
+        let started = match self.driver() {
+            Ok(driver) => driver.begin_write(session, pairs).map(|_ts| ()),
+            Err(message) => return self.reply_errors(slot, &message, pending.replies()),
+        };
+        self.on_begin(slot, session, started, pending);
+    }
+
+    fn on_begin(&mut self, slot: usize, session: usize, started: Result<(), ClientError>, pending: Pending) {
+        match started {
+            Ok(()) => {
+                debug_assert!(!self.sessions[session].in_flight);
+                self.sessions[session].in_flight = true;
+                self.connections[slot].as_mut().expect("open").pending = Some(pending);
+            }
+            Err(error @ ClientError::Transport(_)) => {
+                self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies());
+                self.fail_driver(error);
+            }
+            Err(error) => self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies()),
+        }
+    }
+
+    /// Answers `count` commands with the same error.
+    fn reply_errors(&mut self, slot: usize, message: &str, count: usize) {
+        if let Some(connection) = self.connections[slot].as_mut() {
+            connection.outgoing.append(|out| write_errors(out, message, count));
+        }
+    }
+
+    /// The driver, reconnecting it if it failed and the last attempt is long enough ago.
+    /// Reconnecting blocks this thread for at most the connect and HELLO timeouts.
+    fn driver(&mut self) -> Result<&mut GatewayDriver, String> {
+        if self.driver.is_none() && self.last_reconnect.elapsed() >= RECONNECT_INTERVAL {
+            self.last_reconnect = Instant::now();
+            let in_process = self.in_process.as_ref();
+            match connect_driver(self.poll.registry(), &self.cluster, in_process, self.sessions.len(), self.txn_options)
+            {
+                Ok((driver, ready)) => {
+                    self.driver = Some(driver);
+                    self.server_ready = ready;
+                }
+                Err(error) => self.driver_error = error.to_string(),
+            }
+        }
+        let error = &self.driver_error;
+        self.driver.as_mut().ok_or_else(|| format!("ERR rampkv cluster unavailable: {error}"))
+    }
+
+    /// Reads the server replies that arrived (never blocks) and answers finished commands.
+    ///
+    /// Steps only when there is something to send or read, or deadlines to check (a step scans
+    /// every session for expired transactions). Steps again if the first step's replies queued
+    /// requests (a write's COMMIT, a read's second round), so that they leave now rather than
+    /// after the loop's next wait.
+    fn step_driver(&mut self) {
+        for _ in 0..2 {
+            let Some(driver) = self.driver.as_mut() else {
+                return;
+            };
+            if driver.active() == 0 {
+                return;
+            }
+            let now = Instant::now();
+            let check_deadlines = now >= self.next_deadline_check;
+            if !check_deadlines && !self.server_ready.work_pending() {
+                return;
+            }
+            if check_deadlines {
+                self.next_deadline_check = now + IN_FLIGHT_POLL_TIMEOUT;
+            }
+            let mut completions = std::mem::take(&mut self.completions);
+            let stepped = driver.step(Some(Duration::ZERO), &mut completions);
+            for completion in completions.drain(..) {
+                self.complete(completion);
+            }
+            self.completions = completions;
+            if let Err(error) = stepped {
+                return self.fail_driver(error);
+            }
+        }
+    }
+
+    /// The driver is broken for good: answer every command whose transaction was in flight.
+    fn fail_driver(&mut self, error: ClientError) {
+        self.driver = None;
+        self.driver_error = error.to_string();
+        self.last_reconnect = Instant::now();
+        let message = format!("ERR rampkv: the connection to the cluster failed: {error}");
+        for session in 0..self.sessions.len() {
+            let state = &mut self.sessions[session];
+            if !state.in_flight {
+                continue;
+            }
+            state.in_flight = false;
+            match state.owner {
+                None => self.free_sessions.push(session),
+                Some(slot) => {
+                    let connection = self.connections[slot].as_mut().expect("a session's owner is open");
+                    let count = connection.pending.take().map_or(0, |pending| pending.replies());
+                    connection.outgoing.append(|out| write_errors(out, &message, count));
+                    self.enqueue(slot);
+                }
+            }
+        }
+    }
+
+    /// Answers the command a finished transaction belongs to.
+    fn complete(&mut self, completion: Completion) {
+        let session = completion.session;
+        let state = &mut self.sessions[session];
+        debug_assert!(state.in_flight);
+        state.in_flight = false;
+        let Some(slot) = state.owner else {
+            self.free_sessions.push(session); // an orphan: its connection is gone
+            return;
+        };
+        let connection = self.connections[slot].as_mut().expect("a session's owner is open");
+        let pending = connection.pending.take().expect("a finished transaction answers a pending command");
+        let protocol = connection.protocol;
+        let out = &mut connection.outgoing;
+        match (pending, completion.result) {
+            (pending, Err(error)) => {
+                out.append(|out| write_errors(out, &format!("ERR rampkv: {error}"), pending.replies()))
+            }
+            (Pending::Reads(commands), Ok(TxnResult::Read(outcome))) => {
+                out.append(|out| write_read_replies(out, protocol, &commands, &outcome));
+            }
+            (Pending::DeleteRead, Ok(TxnResult::Read(outcome))) => return self.delete_present(slot, outcome),
+            (Pending::Writes { commands }, Ok(TxnResult::Write(_))) => out.append(|out| {
+                for _ in 0..commands {
+                    codec::write_simple(out, b"OK");
+                }
+            }),
+            (Pending::DeleteWrite { removed }, Ok(TxnResult::Write(_))) => {
+                out.append(|out| codec::write_integer(out, removed));
+            }
+            (pending, Ok(result)) => {
+                debug_assert!(false, "{pending:?} finished with {result:?}");
+                out.append(|out| codec::write_error(out, b"ERR internal error: mismatched transaction result"));
+            }
+        }
+        self.enqueue(slot);
+    }
+
+    /// DEL's second step: tombstones for every key in one write; the reply counts the distinct
+    /// keys that were present.
+    fn delete_present(&mut self, slot: usize, outcome: ReadOutcome) {
+        let mut distinct = AHashSet::with_capacity(outcome.items.len());
+        let mut removed = 0;
+        for item in &outcome.items {
+            if distinct.insert(&item.key[..]) && value::decode(item.ts, &item.value).is_some() {
+                removed += 1;
+            }
+        }
+        let tombstones = distinct.into_iter().map(|key| (key.to_vec(), value::tombstone())).collect();
+        self.begin_write(slot, tombstones, Pending::DeleteWrite { removed });
+        self.enqueue(slot);
+    }
+}
+
+impl Pending {
+    /// How many commands wait on the transaction: each gets a reply, an error included.
+    fn replies(&self) -> usize {
+        match self {
+            Pending::Reads(commands) => commands.len(),
+            Pending::Writes { commands } => *commands,
+            Pending::DeleteRead | Pending::DeleteWrite { .. } => 1,
+        }
+    }
+}
+
+fn write_errors(out: &mut Vec<u8>, message: &str, count: usize) {
+    for _ in 0..count {
+        codec::write_error(out, message.as_bytes());
+    }
+}
+
+/// The replies of a batch of read commands, each from its slice of the read's items.
+fn write_read_replies(out: &mut Vec<u8>, protocol: Protocol, commands: &[ReadCommand], outcome: &ReadOutcome) {
+    let mut items = outcome.items.iter().map(|item| value::decode(item.ts, &item.value));
+    let write_value = |out: &mut Vec<u8>, value: Option<&[u8]>| match value {
+        Some(bytes) => codec::write_bulk(out, bytes),
+        None => codec::write_null(out, protocol),
+    };
+    for command in commands {
+        match *command {
+            ReadCommand::Get => write_value(out, items.next().expect("one item per key")),
+            ReadCommand::MultiGet { keys } => {
+                codec::write_array_header(out, keys);
+                for value in items.by_ref().take(keys) {
+                    write_value(out, value);
+                }
+            }
+            ReadCommand::Exists { keys } => {
+                let present = items.by_ref().take(keys).filter(Option::is_some).count();
+                codec::write_integer(out, present as i64);
+            }
+        }
+    }
+    debug_assert!(items.next().is_none(), "every item answered");
+}
+
+/// HELLO's reply: a map in RESP3, a flat array of names and values in RESP2.
+fn hello_reply(protocol: Protocol, id: u64) -> Frame {
+    let field = |name: &str, value: Frame| (Frame::bulk(name), value);
+    Frame::Map(vec![
+        field("server", Frame::bulk("rampkv")),
+        field("version", Frame::bulk(REDIS_COMPATIBLE_VERSION)),
+        field("proto", Frame::Integer(protocol.number())),
+        field("id", Frame::Integer(i64::try_from(id).unwrap_or(i64::MAX))),
+        field("mode", Frame::bulk("standalone")),
+        field("role", Frame::bulk("master")),
+        field("modules", Frame::Array(Vec::new())),
+    ])
+}
+
+/// INFO's text: the fields redis-cli and redis-benchmark read, plus rampkv's own.
+fn info_text(stats: &Stats, connected: usize) -> Vec<u8> {
+    let uptime = stats.started.elapsed().as_secs();
+    let lines = [
+        "# Server".to_string(),
+        format!("redis_version:{REDIS_COMPATIBLE_VERSION}"),
+        format!("rampkv_version:{}", env!("CARGO_PKG_VERSION")),
+        "redis_mode:standalone".to_string(),
+        format!("os:{} {}", std::env::consts::OS, std::env::consts::ARCH),
+        format!("arch_bits:{}", usize::BITS),
+        format!("process_id:{}", std::process::id()),
+        format!("tcp_port:{}", stats.port),
+        format!("uptime_in_seconds:{uptime}"),
+        format!("uptime_in_days:{}", uptime / 86_400),
+        String::new(),
+        "# Clients".to_string(),
+        format!("connected_clients:{connected}"),
+        format!("maxclients:{}", stats.sessions),
+        String::new(),
+        "# Stats".to_string(),
+        format!("total_connections_received:{}", stats.connections_received),
+        format!("total_commands_processed:{}", stats.commands_processed),
+        format!("rejected_connections:{}", stats.connections_rejected),
+        String::new(),
+        "# Keyspace".to_string(),
+    ];
+    let mut text = lines.join("\r\n");
+    text.push_str("\r\n");
+    text.into_bytes()
+}
