@@ -138,5 +138,10 @@ pub const RFRPC_RING_BYTES: usize = 1 << 18;
 /// reply frames, checksum, trailer). Replies that do not fit follow as unsolicited pushes.
 pub const RFRPC_REPLY_SLOT_BYTES: usize = 1 << 17;
 
+/// RF-RPC transport: the call round trip the automatic batch-size controller keeps 95% of the
+/// frames under (the paper's l_limit): it shrinks the frames per call when more wait longer,
+/// and grows them (up to `RPC_BATCH_ENTRIES_MAX`) when almost none do.
+pub const RFRPC_BATCH_LATENCY_LIMIT_US: u64 = 200;
+
 /// RF-RPC transport: most connections one server group serves at once.
 pub const RFRPC_GROUP_CONNECTIONS_MAX: usize = 64;

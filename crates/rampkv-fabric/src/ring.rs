@@ -364,6 +364,12 @@ impl<F: OneSided, L: Words> RingSender<F, L> {
         self.ring.body_bytes_max
     }
 
+    /// The credit word as it is now (one local load): a sender that found no credit waits for
+    /// it to change.
+    pub fn credit_word(&self) -> u64 {
+        self.local.load(self.credit_index, LoadOrdering::Relaxed)
+    }
+
     /// Bytes this send needs: the frame, plus the rest of the ring if it must wrap first.
     fn needed_bytes(&self, body_bytes: usize) -> (u64, u64) {
         let frame = frame_bytes(body_bytes) as u64;

@@ -381,7 +381,7 @@ pub fn wake<W: Words + ?Sized>(words: &W, access: Access, offset_bytes: usize) -
     Ok(())
 }
 
-fn check_writable(access: Access) -> Result<(), FabricError> {
+pub(crate) fn check_writable(access: Access) -> Result<(), FabricError> {
     match access {
         Access::ReadWrite => Ok(()),
         Access::ReadOnly => Err(FabricError::NoWriteAccess),

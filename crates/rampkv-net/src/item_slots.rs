@@ -34,13 +34,12 @@ use std::sync::Arc;
 use ahash::AHashMap as HashMap;
 use parking_lot::Mutex;
 use rampkv_fabric::slot::{SLOT_BYTES_MIN, SLOT_FLAG_NEWER_PREPARED, SLOT_FLAG_VALID};
-use rampkv_fabric::{
-    slot_bytes, Access, Fabric, RegionDescriptor, ShmFabric, ShmLocalRegion, SlotWriter, StoreOrdering, Words,
-};
+use rampkv_fabric::{slot_bytes, Access, FabricError, RegionDescriptor, ShmFabric, SlotWriter, StoreOrdering, Words};
 use serde::{Deserialize, Serialize};
 
+use crate::message::fabric::FabricHandle;
 use rampkv_core::limits::{ITEM_REGION_BYTES_MAX, ITEM_SLOTS_DEFAULT, ITEM_SLOTS_MAX, ITEM_SLOT_BYTES_DEFAULT};
-use rampkv_core::protocol::server::{ItemPublisher, ServerCore};
+use rampkv_core::protocol::server::Effects;
 use rampkv_core::storage::{Key, Store};
 use rampkv_core::types::Timestamp;
 use rampkv_core::wire::Encoder;
@@ -60,24 +59,33 @@ impl Default for ItemSlotConfig {
     }
 }
 
+/// Why item slots cannot be set up.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ItemSlotsError {
+    #[error("item slots must be 1..={ITEM_SLOTS_MAX}, got {slots}")]
+    Slots { slots: usize },
+    #[error("item slot bytes must be a multiple of 8, at least {SLOT_BYTES_MIN}, got {slot_bytes}")]
+    SlotBytes { slot_bytes: usize },
+    #[error("an item region of {slots} x {slot_bytes} bytes exceeds {ITEM_REGION_BYTES_MAX}")]
+    RegionTooLarge { slots: usize, slot_bytes: usize },
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+}
+
 impl ItemSlotConfig {
     /// Checks the bounds (limits.rs).
-    pub fn validate(&self) -> Result<(), String> {
-        if !(1..=ITEM_SLOTS_MAX).contains(&self.slots) {
-            return Err(format!("item slots must be 1..={ITEM_SLOTS_MAX}, got {}", self.slots));
+    pub fn validate(&self) -> Result<(), ItemSlotsError> {
+        let (slots, slot_bytes) = (self.slots, self.slot_bytes);
+        if !(1..=ITEM_SLOTS_MAX).contains(&slots) {
+            return Err(ItemSlotsError::Slots { slots });
         }
-        if self.slot_bytes % 8 != 0 || self.slot_bytes < SLOT_BYTES_MIN {
-            return Err(format!(
-                "item slot bytes must be a multiple of 8, at least {SLOT_BYTES_MIN}, got {}",
-                self.slot_bytes
-            ));
+        if slot_bytes % 8 != 0 || slot_bytes < SLOT_BYTES_MIN {
+            return Err(ItemSlotsError::SlotBytes { slot_bytes });
         }
-        match self.slots.checked_mul(self.slot_bytes) {
+        match slots.checked_mul(slot_bytes) {
             Some(bytes) if bytes <= ITEM_REGION_BYTES_MAX => Ok(()),
-            _ => Err(format!(
-                "item region of {} x {} bytes exceeds {ITEM_REGION_BYTES_MAX}",
-                self.slots, self.slot_bytes
-            )),
+            _ => Err(ItemSlotsError::RegionTooLarge { slots, slot_bytes }),
         }
     }
 }
@@ -132,44 +140,50 @@ struct SlotTable {
     stats: ItemSlotStats,
 }
 
+/// Where a server's committed versions are published: the edge (every front end, recovery)
+/// applies the server core's publication effects to it.
+pub trait Publisher: Send + Sync + std::fmt::Debug {
+    /// Republishes the keys a call committed and marks the ones it prepared a newer version of.
+    fn apply(&self, store: &Store, effects: &Effects);
+    /// A GET_LOCATE key's slot, publishing its latest committed version first if needed.
+    fn locate(&self, store: &Store, key: &[u8]) -> Option<u32>;
+}
+
 /// One server's item region and its slot table.
-#[derive(Debug)]
-pub struct ItemSlots {
-    region: Arc<ShmLocalRegion>,
+pub struct ItemSlots<F: FabricHandle = ShmFabric> {
+    region: Arc<F::LocalRegion>,
     info: ItemRegionInfo,
     config: ItemSlotConfig,
     table: Mutex<SlotTable>,
 }
 
-impl ItemPublisher for ItemSlots {
-    fn publish_committed(&self, store: &Store, keys: &[Key]) {
-        ItemSlots::publish_committed(self, store, keys.iter().map(|key| &key[..]));
+impl<F: FabricHandle> std::fmt::Debug for ItemSlots<F> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("ItemSlots").field("info", &self.info).finish()
     }
-    fn note_prepared(&self, ts: Timestamp, keys: &[Key]) {
-        ItemSlots::note_prepared(self, ts, keys.iter().map(|key| &key[..]));
+}
+
+impl<F: FabricHandle> Publisher for ItemSlots<F> {
+    fn apply(&self, store: &Store, effects: &Effects) {
+        if !effects.committed.is_empty() {
+            self.publish_committed(store, effects.committed.iter().map(|key| &key[..]));
+        }
+        if !effects.prepared.is_empty() {
+            self.note_prepared_each(effects.prepared.iter().map(|(ts, key)| (*ts, &key[..])));
+        }
     }
     fn locate(&self, store: &Store, key: &[u8]) -> Option<u32> {
         ItemSlots::locate(self, store, key)
     }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
 }
 
-/// The item slots attached to `core` by a ring front end, if any.
-pub fn of_core(core: &ServerCore) -> Option<&ItemSlots> {
-    core.item_slots().and_then(|publisher| publisher.as_any().downcast_ref::<ItemSlots>())
-}
-
-impl ItemSlots {
+impl<F: FabricHandle> ItemSlots<F> {
     /// Registers an item region (read-only for peers) of `config.slots` slots.
-    pub fn register(fabric: &ShmFabric, name: &str, config: ItemSlotConfig) -> Result<Self, String> {
+    pub fn register(fabric: &F, name: &str, config: ItemSlotConfig) -> Result<Self, ItemSlotsError> {
         config.validate()?;
-        let region = fabric
-            .register(name, config.slots * config.slot_bytes, Access::ReadOnly)
-            .map_err(|error| error.to_string())?;
+        let region = fabric.register(name, config.slots * config.slot_bytes, Access::ReadOnly)?;
         let info = ItemRegionInfo {
-            region: region.descriptor().clone(),
+            region: fabric.describe(&region),
             slot_bytes: config.slot_bytes as u64,
             slots: config.slots as u64,
         };
@@ -215,9 +229,14 @@ impl ItemSlots {
     /// PREPARE of version `ts` of `keys`: marks slots holding an older version with the
     /// newer-prepared bit.
     pub fn note_prepared<'k>(&self, ts: Timestamp, keys: impl IntoIterator<Item = &'k [u8]>) {
+        self.note_prepared_each(keys.into_iter().map(|key| (ts, key)));
+    }
+
+    /// [`ItemSlots::note_prepared`] of (ts, key) pairs, under one lock.
+    fn note_prepared_each<'k>(&self, prepared: impl IntoIterator<Item = (Timestamp, &'k [u8])>) {
         let mut table = self.table.lock();
         let SlotTable { entries, writer, stats, .. } = &mut *table;
-        for key in keys {
+        for (ts, key) in prepared {
             let Some(entry) = entries.get_mut(key) else { continue };
             if ts <= entry.ts {
                 continue;
@@ -347,7 +366,7 @@ impl ItemSlots {
 mod tests {
     use super::*;
     use rampkv_core::storage::StoredMetadata;
-    use rampkv_fabric::{read_slot, OneSided, ShmRemoteRegion, SlotReadError};
+    use rampkv_fabric::{read_slot, Fabric, OneSided, ShmRemoteRegion, SlotReadError};
 
     static NAMES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -400,24 +419,27 @@ mod tests {
     #[test]
     fn the_server_core_publishes_on_commit_requests_and_on_a_recovery_commit() {
         use rampkv_core::protocol::server::ServerCore;
+        use rampkv_core::protocol::ConnectionId;
         use rampkv_core::wire::{Request, Write};
         let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 256 });
         let slots = Arc::new(slots);
-        let core = ServerCore::new(1_000);
-        core.attach_item_slots(Arc::clone(&slots) as Arc<dyn ItemPublisher>).unwrap();
+        let servers = crate::server::Servers::new(vec![Arc::new(ServerCore::new(1_000))]);
+        servers.attach_item_slots(0, Arc::clone(&slots) as Arc<dyn Publisher>).unwrap();
+        let served = &servers.served()[0];
+        let mut effects = Effects::default();
+        let mut handle = |request, id| served.serve(ConnectionId::default(), request, id, 0, &mut effects);
         let prepare = |ts: Timestamp, value: &[u8]| Request::Prepare {
             ts,
             metadata: rampkv_core::wire::Metadata::WriteSet(rampkv_core::wire::WriteSet::from_keys(&[b"a"]).unwrap()),
             write_set: Vec::new(),
             writes: vec![Write { key: b"a".to_vec(), value: value.to_vec() }],
         };
-        let mut out = Vec::new();
-        core.handle(prepare(10, b"ten"), 1, 0, &mut out);
-        core.handle(Request::Commit { ts: 10 }, 2, 0, &mut out);
+        handle(prepare(10, b"ten"), 1);
+        handle(Request::Commit { ts: 10 }, 2);
         assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (10, b"ten".to_vec(), false));
-        core.handle(prepare(20, b"twenty"), 3, 0, &mut out);
+        handle(prepare(20, b"twenty"), 3);
         assert!(read(&fabric, &remote, &slots, b"a").unwrap().2, "newer prepared");
-        assert_eq!(core.commit(20), 1, "what recovery calls");
+        assert_eq!(served.commit(20), 1, "what recovery calls");
         assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (20, b"twenty".to_vec(), false));
     }
 

@@ -1,20 +1,21 @@
 //! rampkv-net: how requests travel and how servers serve them.
 //!
 //! # Layout (bottom up; see `docs/architecture.md`)
+//! - [`message`]: the message layer: one [`message::Channel`] trait (send a burst of frames,
+//!   receive a burst, readiness) and one adapter per medium (TCP, write-poll rings, send/recv,
+//!   RF-RPC), with the fabric control handshake.
 //! - [`item_slots`]: the latest committed versions published in item slots for GET\*.
-//! - [`transport`]: the client side of every medium (TCP, write-poll rings, send/recv,
-//!   RF-RPC, GET\* one-sided reads, in-process calls).
-//! - [`server`]: the TCP event loop that serves connections with the server cores.
-//! - [`server_writepoll`], [`server_rfrpc`], [`front`]: the fabric front ends.
+//! - [`server`]: server groups, the router of deferred replies, and the one front end (poller)
+//!   that serves every medium.
+//! - [`transport`]: the one client transport over the message layer, GET\* one-sided reads,
+//!   and in-process calls.
 //! - [`recovery`]: cooperative termination of transactions whose writer died.
-//! - [`client`]: the driver that runs transactions over a transport, and the blocking client.
+//! - [`client`]: the driver (the session machine over a transport) and the blocking client.
 #![forbid(unsafe_code)]
 
 pub mod client;
-pub mod front;
 pub mod item_slots;
+pub mod message;
 pub mod recovery;
 pub mod server;
-pub mod server_rfrpc;
-pub mod server_writepoll;
 pub mod transport;

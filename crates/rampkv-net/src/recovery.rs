@@ -24,10 +24,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::transport::tcp::TcpClientTransport;
-use crate::transport::ClientTransport;
+use crate::server::Servers;
+use crate::transport::{ClientTransport, TcpClientTransport};
 use rampkv_core::cluster::Cluster;
-use rampkv_core::protocol::server::ServerCore;
 use rampkv_core::storage::PendingTxn;
 use rampkv_core::types::Timestamp;
 use rampkv_core::wire::{Request, Response, TxnState};
@@ -98,20 +97,18 @@ impl Drop for Resolver {
     }
 }
 
-/// Starts a resolver for `cores`, which are servers `first_index..` of `cluster`. `clock` is
-/// the clock the cores' event loop stamps prepares with.
+/// Starts a resolver for `servers`, which are servers `first_index..` of `cluster` (their
+/// group's clock is the one prepares are stamped with).
 pub fn spawn_resolver(
-    cores: Vec<Arc<ServerCore>>,
+    servers: Arc<Servers>,
     first_index: usize,
     cluster: Cluster,
-    clock: Instant,
     timeout_ms: u64,
 ) -> std::io::Result<Resolver> {
     let stop = Arc::new(AtomicBool::new(false));
     let thread_stop = Arc::clone(&stop);
     let thread = std::thread::Builder::new().name("rampkv-recovery".into()).spawn(move || {
-        let mut resolver =
-            ResolverThread { cores, first_index, cluster, clock, timeout_ms, transport: None, next_id: 0 };
+        let mut resolver = ResolverThread { servers, first_index, cluster, timeout_ms, transport: None, next_id: 0 };
         while !thread_stop.load(Ordering::Acquire) {
             std::thread::park_timeout(Duration::from_millis(RECOVERY_SCAN_MS));
             resolver.scan();
@@ -121,10 +118,9 @@ pub fn spawn_resolver(
 }
 
 struct ResolverThread {
-    cores: Vec<Arc<ServerCore>>,
+    servers: Arc<Servers>,
     first_index: usize,
     cluster: Cluster,
-    clock: Instant,
     timeout_ms: u64,
     transport: Option<TcpClientTransport>,
     next_id: u64,
@@ -132,13 +128,13 @@ struct ResolverThread {
 
 impl ResolverThread {
     fn now_ms(&self) -> u64 {
-        self.clock.elapsed().as_millis() as u64
+        self.servers.now_ms()
     }
 
     fn scan(&mut self) {
-        for offset in 0..self.cores.len() {
+        for offset in 0..self.servers.served().len() {
             let now_ms = self.now_ms();
-            let stale = self.cores[offset].store().stale_pending(now_ms.saturating_sub(self.timeout_ms));
+            let stale = self.servers.cores()[offset].store().stale_pending(now_ms.saturating_sub(self.timeout_ms));
             for (ts, pending) in stale.into_iter().take(RECOVERY_BATCH_MAX) {
                 let _ = self.resolve(offset, ts, &pending);
             }
@@ -155,16 +151,16 @@ impl ResolverThread {
                 _ => None,
             })
             .collect();
-        let core = &self.cores[offset];
+        let served = &self.servers.served()[offset];
         match verdict(&states) {
             Verdict::Undecided => return Verdict::Undecided,
             Verdict::Aborted => {
-                core.store().abort(ts, self.now_ms());
+                served.core.store().abort(ts, self.now_ms());
                 return Verdict::Aborted;
             }
             Verdict::Committed => {}
         }
-        core.commit(ts); // publishes in the item slots too, if the server has them
+        served.commit(ts); // publishes in the item slots too, if the server has them
         for (server, _) in &participants {
             // Best effort: a participant that misses this commits when it resolves itself.
             let _ = self.ask(*server, Request::Commit { ts });

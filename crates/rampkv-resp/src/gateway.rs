@@ -57,19 +57,19 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::codec::{self, Frame, Protocol, RequestParser};
 use super::command::{parse_request, Request};
-use super::transport::{SharedPollTransport, TransportSignals, SERVER_TOKEN_BASE};
+use super::transport::{SharedPollTransport, SERVER_TOKEN_BASE};
 use super::{
     value, GATEWAY_OUTPUT_BACKLOG_BYTES_MAX, GATEWAY_SESSIONS_DEFAULT, GATEWAY_SESSIONS_MAX, GATEWAY_WRITE_EARLY_BYTES,
     REDIS_COMPATIBLE_VERSION,
 };
 use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::TXN_KEYS_MAX;
-use rampkv_core::protocol::ramp::{Algorithm, TxnOptions};
-use rampkv_core::protocol::server::ServerCore;
+use rampkv_core::protocol::ramp::TxnOptions;
 use rampkv_core::protocol::ReadOutcome;
 use rampkv_net::client::{ClientError, Completion, Driver, TxnResult};
+use rampkv_net::message::tcp::{ReadStatus, StreamBuffer};
+use rampkv_net::server::Servers;
 use rampkv_net::transport::local::LocalTransport;
-use rampkv_net::transport::tcp::{ReadStatus, StreamBuffer};
 
 const WAKER_TOKEN: Token = Token(usize::MAX);
 const LISTENER_TOKEN: Token = Token(usize::MAX - 1);
@@ -121,17 +121,15 @@ pub struct GatewayConfig {
     /// control baseline to show that their checks catch fractured reads).
     pub txn_options: TxnOptions,
     /// The cluster's servers run in this process: call their cores directly rather than over
-    /// TCP (`rampkv local` does this). Not with S2PL, whose lock grants need the servers' event
-    /// loops.
+    /// TCP (`rampkv local` does this).
     pub in_process: Option<InProcessServers>,
 }
 
-/// The server cores of this process, server i of the cluster being `cores[i]`.
+/// The server groups of this process ([`rampkv_net::server::ServerGroup::servers`]); server i
+/// of the cluster is the i-th server counting through the groups.
 #[derive(Debug, Clone)]
 pub struct InProcessServers {
-    pub cores: Vec<Arc<ServerCore>>,
-    /// The clock their event loops measure time with ([`rampkv_net::server::ServerGroup::clock`]).
-    pub clock: Instant,
+    pub groups: Vec<Arc<Servers>>,
 }
 
 impl GatewayConfig {
@@ -161,21 +159,18 @@ impl Gateway {
             )));
         }
         if let Some(servers) = &config.in_process {
-            if servers.cores.len() != cluster.servers().len() {
+            let count = servers.groups.iter().map(|group| group.served().len()).sum::<usize>();
+            if count != cluster.servers().len() {
                 return Err(GatewayError::Config(format!(
-                    "{} in-process servers for a cluster of {}",
-                    servers.cores.len(),
+                    "{count} in-process servers for a cluster of {}",
                     cluster.servers().len()
                 )));
-            }
-            if config.txn_options.algorithm == Algorithm::S2pl {
-                return Err(GatewayError::Config("S2PL needs the servers' event loops: not in-process".into()));
             }
         }
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
-        let (driver, ready) =
-            connect_driver(poll.registry(), cluster, config.in_process.as_ref(), config.sessions, config.txn_options)?;
+        let in_process = config.in_process.as_ref();
+        let driver = connect_driver(poll.registry(), &waker, cluster, in_process, config.sessions, config.txn_options)?;
         let mut listener = TcpListener::bind(config.listen)?;
         poll.registry().register(&mut listener, LISTENER_TOKEN, Interest::READABLE)?;
         let address = listener.local_addr()?;
@@ -185,7 +180,7 @@ impl Gateway {
             listener,
             Arc::clone(&stop),
             (cluster.clone(), config.in_process.clone()),
-            (driver, ready),
+            (driver, Arc::clone(&waker)),
             address.port(),
         );
         let thread = std::thread::Builder::new().name("rampkv-gateway".into()).spawn(move || event_loop.run())?;
@@ -232,23 +227,26 @@ impl Drop for Gateway {
 
 type GatewayDriver = Driver<SharedPollTransport>;
 
-/// A driver whose server sockets are registered in `registry`, and their readiness flags.
+/// A driver whose server sockets are registered in `registry` (or that calls the servers of
+/// this process, waking the loop through `waker` when a deferred reply comes).
 fn connect_driver(
     registry: &mio::Registry,
+    waker: &Arc<Waker>,
     cluster: &Cluster,
     in_process: Option<&InProcessServers>,
     sessions: usize,
     options: TxnOptions,
-) -> Result<(GatewayDriver, Arc<TransportSignals>), ClientError> {
-    let (transport, ready) = match in_process {
+) -> Result<GatewayDriver, ClientError> {
+    let transport = match in_process {
         Some(servers) => {
-            SharedPollTransport::in_process(registry, LocalTransport::new(servers.cores.clone(), servers.clock))?
+            let wake = Arc::clone(waker) as Arc<dyn rampkv_net::server::router::Wake>;
+            SharedPollTransport::InProcess(LocalTransport::new(&servers.groups, Some(wake)))
         }
         None => SharedPollTransport::connect(registry, cluster.servers())?,
     };
     let mut driver = Driver::connect(transport, cluster.clone(), sessions)?;
     driver.set_txn_options(options);
-    Ok((driver, ready))
+    Ok(driver)
 }
 
 /// One read command of a batch; its keys are the next ones of the batch's read.
@@ -324,8 +322,8 @@ struct EventLoop {
     in_process: Option<InProcessServers>,
     /// None after the driver failed, until a reconnect works.
     driver: Option<GatewayDriver>,
-    /// Which server sockets are ready; shared with the driver's transport.
-    server_ready: Arc<TransportSignals>,
+    /// Wakes the loop (an in-process driver's deferred replies).
+    waker: Arc<Waker>,
     /// What a reconnected driver runs with.
     txn_options: TxnOptions,
     driver_error: String,
@@ -352,7 +350,7 @@ impl EventLoop {
         listener: TcpListener,
         stop: Arc<AtomicBool>,
         (cluster, in_process): (Cluster, Option<InProcessServers>),
-        (driver, ready): (GatewayDriver, Arc<TransportSignals>),
+        (driver, waker): (GatewayDriver, Arc<Waker>),
         port: u16,
     ) -> Self {
         let session_count = driver.session_count();
@@ -364,7 +362,7 @@ impl EventLoop {
             cluster,
             in_process,
             driver: Some(driver),
-            server_ready: ready,
+            waker,
             txn_options,
             driver_error: String::new(),
             last_reconnect: Instant::now(),
@@ -411,12 +409,10 @@ impl EventLoop {
                     WAKER_TOKEN => {}
                     LISTENER_TOKEN => self.accept(),
                     Token(token) if token >= SERVER_TOKEN_BASE => {
-                        if event.is_readable() || event.is_read_closed() || event.is_error() {
+                        if let Some(driver) = self.driver.as_mut() {
                             let finished = event.is_read_closed() || event.is_error();
-                            self.server_ready.mark(token - SERVER_TOKEN_BASE, finished);
-                        }
-                        if event.is_writable() {
-                            self.server_ready.mark_writable();
+                            let (readable, writable) = (event.is_readable(), event.is_writable());
+                            driver.transport_mut().mark(token - SERVER_TOKEN_BASE, readable, writable, finished);
                         }
                     }
                     Token(slot) => {
@@ -781,12 +777,9 @@ impl EventLoop {
         if self.driver.is_none() && self.last_reconnect.elapsed() >= RECONNECT_INTERVAL {
             self.last_reconnect = Instant::now();
             let in_process = self.in_process.as_ref();
-            match connect_driver(self.poll.registry(), &self.cluster, in_process, self.sessions.len(), self.txn_options)
-            {
-                Ok((driver, ready)) => {
-                    self.driver = Some(driver);
-                    self.server_ready = ready;
-                }
+            let (registry, waker) = (self.poll.registry(), &self.waker);
+            match connect_driver(registry, waker, &self.cluster, in_process, self.sessions.len(), self.txn_options) {
+                Ok(driver) => self.driver = Some(driver),
                 Err(error) => self.driver_error = error.to_string(),
             }
         }
@@ -810,7 +803,7 @@ impl EventLoop {
             }
             let now = Instant::now();
             let check_deadlines = now >= self.next_deadline_check;
-            if !check_deadlines && !self.server_ready.work_pending() {
+            if !check_deadlines && !driver.transport().work_pending() {
                 return;
             }
             if check_deadlines {

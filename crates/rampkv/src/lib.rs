@@ -5,7 +5,8 @@
 //! - `rampkv-core`: limits, timestamps, wire format, storage, cluster routing, the protocol
 //!   machines (no I/O);
 //! - `rampkv-fabric`: registered regions and one-sided operations (shared memory);
-//! - `rampkv-net`: transports, front ends, servers, item slots, recovery, the client;
+//! - `rampkv-net`: the message layer, transports, the front end, servers, item slots,
+//!   recovery, the client;
 //! - `rampkv-resp`: the Redis-protocol gateway;
 //! - `rampkv-bench`: the benchmark, histories, the read-atomicity checker, the figures;
 //! - `rampkv-ycsb`: YCSB workload generators.
@@ -15,5 +16,5 @@
 
 pub use rampkv_bench::{bench, checker, figures, history, progress};
 pub use rampkv_core::{cluster, limits, protocol, storage, types, wire};
-pub use rampkv_net::{client, front, item_slots, recovery, server, server_rfrpc, server_writepoll, transport};
+pub use rampkv_net::{client, item_slots, message, recovery, server, transport};
 pub use rampkv_resp as resp;

@@ -9,6 +9,7 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -19,7 +20,6 @@ use rampkv::checker;
 use rampkv::client::Client;
 use rampkv::cluster::{Cluster, Front};
 use rampkv::figures;
-use rampkv::front::FrontEnd;
 use rampkv::item_slots::ItemSlotConfig;
 use rampkv::limits::GC_GRACE_MS;
 use rampkv::progress::{Goal, ProgressBar};
@@ -27,6 +27,7 @@ use rampkv::protocol::bloom::BloomParameters;
 use rampkv::protocol::ramp::Algorithm;
 use rampkv::recovery::RECOVERY_TIMEOUT_MS;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
+use rampkv::server::front::FrontEnd;
 use rampkv::server::{ServerConfig, ServerGroup};
 
 /// Writes a line to stderr. A closed stderr (a reader that went away) is not an error worth a
@@ -412,7 +413,7 @@ fn run_local(
     let _gateway = match resp_port {
         Some(port) => {
             // The gateway lives with the servers: it calls their cores rather than their sockets.
-            let in_process = InProcessServers { cores: group.cores().to_vec(), clock: group.clock() };
+            let in_process = InProcessServers { groups: vec![Arc::clone(group.servers())] };
             let config = GatewayConfig {
                 in_process: Some(in_process),
                 ..GatewayConfig::new(SocketAddr::from(([127, 0, 0, 1], port)))

@@ -8,8 +8,8 @@
 
 use rampkv::cluster::Cluster;
 use rampkv::protocol::ramp::{ReadTxn, TxnOptions, WriteTxn};
-use rampkv::protocol::server::ServerCore;
-use rampkv::protocol::{Outgoing, ReadOutcome, Step};
+use rampkv::protocol::server::{Effects, ServerCore};
+use rampkv::protocol::{ConnectionId, Outgoing, ReadOutcome, Step};
 use rampkv::wire::{FrameHeader, Request, Response};
 
 const GRACE_MS: u64 = 100;
@@ -21,8 +21,11 @@ struct Servers {
 
 impl Servers {
     fn call(&self, outgoing: &Outgoing) -> Response {
-        let mut frame = Vec::new();
-        self.cores[outgoing.server].handle(outgoing.request.clone(), 0, self.now_ms, &mut frame);
+        let (mut frame, mut effects) = (Vec::new(), Effects::default());
+        let connection = ConnectionId::default();
+        let reply =
+            self.cores[outgoing.server].handle(connection, outgoing.request.clone(), 0, self.now_ms, &mut effects);
+        reply.expect("RAMP requests never wait").encode_frame(0, &mut frame, |_| None);
         let (header, body) = FrameHeader::split(&frame).unwrap().unwrap();
         Response::decode(header.kind, body).unwrap()
     }

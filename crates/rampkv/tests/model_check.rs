@@ -2,8 +2,9 @@
 //!
 //! The world: 2 servers (one partition each), 2 keys (one per server), 2 writers that each
 //! write both keys (or one writes both and the other one key), and 1 reader that reads both.
-//! Every client runs the real I/O-free state machine (`ReadTxn`, `WriteTxn`) and every server
-//! the real `ServerCore`. A step delivers one in-flight request to its server, which handles it
+//! Every client runs the production session machine (`Sessions`: the code every client driver
+//! runs, with the RAMP read and write machines under it) and every server the production
+//! `ServerCore`. A step delivers one in-flight request to its server, which handles it
 //! at once; the reply goes straight to its client, whose new requests join the in-flight set.
 //!
 //! Why this covers every behaviour: a client's next requests depend only on the *contents* of
@@ -20,9 +21,10 @@ use std::collections::BTreeMap;
 
 use rampkv::cluster::Cluster;
 use rampkv::protocol::bloom::{may_contain, BloomParameters};
-use rampkv::protocol::ramp::{Algorithm, ReadTxn, TxnOptions, WriteTxn};
-use rampkv::protocol::server::ServerCore;
-use rampkv::protocol::{Outgoing, ReadOutcome, Step};
+use rampkv::protocol::ramp::{Algorithm, TxnOptions};
+use rampkv::protocol::server::{Effects, ServerCore};
+use rampkv::protocol::session::{Completion, Post, Sessions, TxnResult};
+use rampkv::protocol::{ConnectionId, ReadOutcome};
 use rampkv::wire::{FrameHeader, Request, Response};
 
 /// An in-flight request; `id` is (client, sequence number), stable across replays.
@@ -30,18 +32,16 @@ use rampkv::wire::{FrameHeader, Request, Response};
 struct Message {
     id: (usize, u32),
     server: usize,
-    tag: u32,
+    request_id: u64,
     request: Request,
-}
-
-enum Machine {
-    Read(ReadTxn, Option<ReadOutcome>),
-    Write(WriteTxn, bool),
 }
 
 struct World {
     servers: Vec<ServerCore>,
-    clients: Vec<Machine>,
+    /// One session machine per client; the reader is the last.
+    clients: Vec<Sessions>,
+    /// The reader's result, once it finished.
+    read: Option<ReadOutcome>,
     sent: Vec<u32>,
     in_flight: Vec<Message>,
 }
@@ -60,33 +60,44 @@ struct Scenario {
 
 impl World {
     fn new(scenario: &Scenario) -> World {
-        let mut world = World { servers: Vec::new(), clients: Vec::new(), sent: Vec::new(), in_flight: Vec::new() };
-        world.servers = (0..2).map(|_| ServerCore::new(u64::MAX)).collect();
-        let mut out = Vec::new();
+        let mut world = World {
+            servers: (0..2).map(|_| ServerCore::new(u64::MAX)).collect(),
+            clients: Vec::new(),
+            read: None,
+            sent: Vec::new(),
+            in_flight: Vec::new(),
+        };
+        let mut posts = Vec::new();
         for (ts, keys) in &scenario.writers {
+            // Writer `n` has client id `n` and takes its timestamp `(n << 16) | n` from a wall
+            // clock reading of `n` microseconds.
+            let client_id = (*ts & 0xFFFF) as u16;
+            let mut writer = Sessions::new(scenario.cluster.clone(), client_id, 1).unwrap();
+            writer.set_txn_options(scenario.options);
             let writes = keys.iter().map(|&k| (scenario.keys[k].clone(), value_of(*ts, k))).collect();
-            let mut txn = WriteTxn::new(&scenario.cluster, *ts, writes, scenario.options).unwrap();
-            txn.start(&mut out);
-            world.add_client(Machine::Write(txn, false), &mut out);
+            let written = writer.begin_write_with(0, |_| writes, 0, ts >> 16, &mut posts).unwrap();
+            assert_eq!(written, *ts, "the writer's timestamp is the scenario's");
+            world.add_client(writer, &mut posts);
         }
+        let mut reader = Sessions::new(scenario.cluster.clone(), 100, 1).unwrap();
+        reader.set_txn_options(scenario.options);
         let read_keys = scenario.reader.iter().map(|&k| scenario.keys[k].clone()).collect();
-        let mut reader = ReadTxn::new(&scenario.cluster, read_keys, scenario.options).unwrap();
-        reader.start(&mut out);
-        world.add_client(Machine::Read(reader, None), &mut out);
+        reader.begin_read(0, read_keys, 0, 0, &mut posts).unwrap();
+        world.add_client(reader, &mut posts);
         world
     }
 
-    fn add_client(&mut self, machine: Machine, out: &mut Vec<Outgoing>) {
-        self.clients.push(machine);
+    fn add_client(&mut self, sessions: Sessions, posts: &mut Vec<Post>) {
+        self.clients.push(sessions);
         self.sent.push(0);
-        self.send(self.clients.len() - 1, out);
+        self.send(self.clients.len() - 1, posts);
     }
 
-    fn send(&mut self, client: usize, out: &mut Vec<Outgoing>) {
-        for outgoing in out.drain(..) {
+    fn send(&mut self, client: usize, posts: &mut Vec<Post>) {
+        for Post { server, request_id, request } in posts.drain(..) {
             let id = (client, self.sent[client]);
             self.sent[client] += 1;
-            self.in_flight.push(Message { id, server: outgoing.server, tag: outgoing.tag, request: outgoing.request });
+            self.in_flight.push(Message { id, server, request_id, request });
         }
     }
 
@@ -94,25 +105,23 @@ impl World {
     fn step(&mut self, id: (usize, u32)) {
         let position = self.in_flight.iter().position(|message| message.id == id).expect("enabled event");
         let message = self.in_flight.remove(position);
-        let mut frame = Vec::new();
-        self.servers[message.server].handle(message.request, 0, 0, &mut frame);
+        let (mut frame, mut effects) = (Vec::new(), Effects::default());
+        let connection = ConnectionId { slot: id.0 as u32, ..ConnectionId::default() };
+        let reply =
+            self.servers[message.server].handle(connection, message.request, message.request_id, 0, &mut effects);
+        reply.expect("RAMP requests never wait").encode_frame(message.request_id, &mut frame, |_| None);
         let (header, body) = FrameHeader::split(&frame).unwrap().unwrap();
         let response = Response::decode(header.kind, body).unwrap();
         let client = message.id.0;
-        let mut out = Vec::new();
-        match &mut self.clients[client] {
-            Machine::Read(txn, result) => {
-                if let Step::Done(outcome) = txn.on_reply(message.tag, response, &mut out).unwrap() {
-                    *result = Some(outcome);
-                }
-            }
-            Machine::Write(txn, done) => {
-                if let Step::Done(_) = txn.on_reply(message.tag, response, &mut out).unwrap() {
-                    *done = true;
-                }
+        let (mut posts, mut completions): (Vec<Post>, Vec<Completion>) = (Vec::new(), Vec::new());
+        self.clients[client].on_reply(header.request_id, response, 0, &mut posts, &mut completions);
+        for completion in completions {
+            match completion.result.expect("no transaction of the model fails") {
+                TxnResult::Read(outcome) => self.read = Some(outcome),
+                TxnResult::Write(_) => {}
             }
         }
-        self.send(client, &mut out);
+        self.send(client, &mut posts);
     }
 }
 
@@ -122,7 +131,7 @@ fn value_of(ts: u64, key: usize) -> Vec<u8> {
 
 /// The reader's result, or a description of its anomaly.
 fn check_read(scenario: &Scenario, world: &World) -> Result<(), String> {
-    let Machine::Read(_, Some(outcome)) = world.clients.last().unwrap() else {
+    let Some(outcome) = &world.read else {
         return Err("the reader never finished".into());
     };
     let written: BTreeMap<u64, &Vec<usize>> = scenario.writers.iter().map(|(ts, keys)| (*ts, keys)).collect();
@@ -178,7 +187,7 @@ impl Search<'_> {
         let world = self.replay(path);
         if world.in_flight.is_empty() {
             self.end_states += 1;
-            if let Some(Machine::Read(_, Some(outcome))) = world.clients.last() {
+            if let Some(outcome) = &world.read {
                 self.false_positive_reads += u64::from(outcome.round2_found_nothing > 0);
             }
             if let Err(anomaly) = check_read(self.scenario, &world) {

@@ -21,23 +21,25 @@ use common::{assert_clean, caught, contended, contended_transactions, seed};
 use rampkv::bench::{BenchConfig, StopAfter, TransportKind, Workload};
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
+use rampkv::cluster::Front;
 use rampkv::item_slots::ItemSlotConfig;
 use rampkv::protocol::ramp::Algorithm;
 use rampkv::protocol::ReadOutcome;
+use rampkv::server::front::FrontEnd;
 use rampkv::server::{ServerConfig, ServerGroup};
-use rampkv::server_writepoll::WritePollGroup;
-use rampkv::transport::onesided::{OneSidedClientTransport, OneSidedOptions};
-use rampkv::transport::writepoll::WritePollClientTransport;
+use rampkv::transport::onesided::OneSidedOptions;
 use rampkv::transport::ClientTransport;
+use rampkv::transport::OneSidedClientTransport;
+use rampkv::transport::WritePollClientTransport;
 use rampkv::wire::{Metadata, Request, Response, Write, WriteSet};
 
 const ONESIDED: TransportKind = TransportKind::OneSided;
 
 /// Two servers on one TCP group, with a ring front end and item regions of `slots` slots.
-fn cluster(slots: ItemSlotConfig) -> (ServerGroup, WritePollGroup, Cluster, Vec<String>) {
+fn cluster(slots: ItemSlotConfig) -> (ServerGroup, FrontEnd, Cluster, Vec<String>) {
     let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let group = ServerGroup::spawn(&[ServerConfig::new(localhost), ServerConfig::new(localhost)]).unwrap();
-    let rings = WritePollGroup::spawn_with_item_slots(&group, localhost, Some(slots)).unwrap();
+    let rings = FrontEnd::spawn(&group, Front::Ring, localhost, Some(slots)).unwrap();
     let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
     let control = rings.control_addresses().iter().map(SocketAddr::to_string).collect();
     (group, rings, cluster, control)
@@ -186,11 +188,11 @@ fn garbage_in_a_slot_is_never_accepted_and_never_panics() {
         rng ^= rng >> 27;
         rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
     };
-    let (group, _rings, cluster, control) = cluster(ItemSlotConfig { slots: 4, slot_bytes: 256 });
+    let (_group, rings, cluster, control) = cluster(ItemSlotConfig { slots: 4, slot_bytes: 256 });
     let key = keys_on(&cluster, 1, 1).remove(0);
     let mut driver = onesided(&control, OneSidedOptions::default(), &cluster);
     let ts = write(&mut driver, &[(&key, b"the value".to_vec())]);
-    let slots = rampkv::item_slots::of_core(&group.cores()[1]).unwrap();
+    let slots = rings.item_slots(1).unwrap();
     let index = slots.slot_of(&key).expect("the key was published");
     // The metadata RAMP-Fast wrote (the write set [key]), as the wire encodes it.
     let mut metadata = vec![1, 1, 0, 0, 0, key.len() as u8, 0];

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use rampkv::client::Client;
 use rampkv::cluster::Cluster;
 use rampkv::server::{ServerConfig, ServerGroup};
-use rampkv::transport::tcp::TcpClientTransport;
 use rampkv::transport::ClientTransport;
+use rampkv::transport::TcpClientTransport;
 use rampkv::wire::{Metadata, Request, Write, WriteSet};
 
 const TIMEOUT_MS: u64 = 300;

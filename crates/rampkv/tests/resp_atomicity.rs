@@ -54,7 +54,7 @@ fn run_script(algorithm: Algorithm, extra: &[&str]) -> Run {
     let mut config = GatewayConfig::new(localhost);
     config.txn_options.algorithm = algorithm;
     let second_gateway = Gateway::spawn(&cluster, &config).unwrap();
-    config.in_process = Some(InProcessServers { cores: group.cores().to_vec(), clock: group.clock() });
+    config.in_process = Some(InProcessServers { groups: vec![std::sync::Arc::clone(group.servers())] });
     let gateway = Gateway::spawn(&cluster, &config).unwrap();
     for writer in 0..WRITERS {
         let servers: HashSet<usize> =

@@ -41,7 +41,7 @@ impl Stack {
         let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let group = ServerGroup::spawn(&vec![ServerConfig::new(localhost); servers]).unwrap();
         let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
-        let in_process = in_process.then(|| InProcessServers { cores: group.cores().to_vec(), clock: group.clock() });
+        let in_process = in_process.then(|| InProcessServers { groups: vec![std::sync::Arc::clone(group.servers())] });
         let config = GatewayConfig { sessions, in_process, ..GatewayConfig::new(localhost) };
         let gateway = Gateway::spawn(&cluster, &config).unwrap();
         Stack { _group: group, cluster, gateway }

@@ -16,20 +16,21 @@ use common::{assert_clean, caught, contended, contended_transactions, seed};
 use rampkv::bench::TransportKind;
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
+use rampkv::cluster::Front;
 use rampkv::protocol::ramp::Algorithm;
+use rampkv::server::front::FrontEnd;
 use rampkv::server::{ServerConfig, ServerGroup};
-use rampkv::server_rfrpc::RfRpcGroup;
-use rampkv::transport::rfrpc::RfRpcClientTransport;
 use rampkv::transport::ClientTransport;
+use rampkv::transport::RfRpcClientTransport;
 use rampkv::wire::{GetItem, Request, Selector, Write};
 
 const RFRPC: TransportKind = TransportKind::RfRpc;
 
 /// Two servers on one TCP group, with an RF-RPC front end serving the same cores.
-fn cluster() -> (ServerGroup, RfRpcGroup, Cluster, Vec<String>) {
+fn cluster() -> (ServerGroup, FrontEnd, Cluster, Vec<String>) {
     let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let group = ServerGroup::spawn(&[ServerConfig::new(localhost), ServerConfig::new(localhost)]).unwrap();
-    let front = RfRpcGroup::spawn(&group, localhost).unwrap();
+    let front = FrontEnd::spawn(&group, Front::RfRpc, localhost, None).unwrap();
     let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
     let control = front.control_addresses().iter().map(SocketAddr::to_string).collect();
     (group, front, cluster, control)

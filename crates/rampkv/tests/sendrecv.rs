@@ -21,20 +21,23 @@ use common::{
 use rampkv::bench::TransportKind;
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
+use rampkv::cluster::Front;
+use rampkv::message::ChannelError;
 use rampkv::protocol::ramp::Algorithm;
+use rampkv::server::front::FrontEnd;
 use rampkv::server::{ServerConfig, ServerGroup};
-use rampkv::server_writepoll::WritePollGroup;
-use rampkv::transport::sendrecv::SendRecvClientTransport;
+use rampkv::transport::SendRecvClientTransport;
 use rampkv::transport::{ClientTransport, TransportError};
 use rampkv::wire::{Request, Write};
+use rampkv_fabric::PostError;
 
 const SENDRECV: TransportKind = TransportKind::SendRecv;
 
 /// Two servers on one TCP group, with the fabric front end serving the same cores.
-fn cluster() -> (ServerGroup, WritePollGroup, Cluster, Vec<String>) {
+fn cluster() -> (ServerGroup, FrontEnd, Cluster, Vec<String>) {
     let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let group = ServerGroup::spawn(&[ServerConfig::new(localhost), ServerConfig::new(localhost)]).unwrap();
-    let front = WritePollGroup::spawn(&group, localhost).unwrap();
+    let front = FrontEnd::spawn(&group, Front::Ring, localhost, None).unwrap();
     let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
     let control = front.control_addresses().iter().map(SocketAddr::to_string).collect();
     (group, front, cluster, control)
@@ -71,8 +74,7 @@ fn write_poll_and_send_recv_clients_share_the_servers() {
     let mut send_recv =
         Driver::connect(SendRecvClientTransport::connect(&control).unwrap(), cluster.clone(), 1).unwrap();
     let mut rings =
-        Driver::connect(rampkv::transport::writepoll::WritePollClientTransport::connect(&control).unwrap(), cluster, 1)
-            .unwrap();
+        Driver::connect(rampkv::transport::WritePollClientTransport::connect(&control).unwrap(), cluster, 1).unwrap();
     for round in 0..10 {
         put_get_round_trip(&mut send_recv, 2 * round);
         put_get_round_trip(&mut rings, 2 * round + 1);
@@ -175,15 +177,19 @@ fn corrupt_or_oversized_messages_close_that_connection_and_others_keep_working()
     let corruptions: Vec<Corruption> = vec![
         (
             "garbage completion",
-            Box::new(|victim| victim.inject_request_completion_for_test(0, 0x0123_4567, 8).unwrap()),
+            Box::new(|victim| victim.channel_mut(0).unwrap().inject_completion_for_test(0x0123_4567, 8).unwrap()),
         ),
         (
             "completion naming a buffer that is not posted there",
-            Box::new(move |victim| victim.inject_request_completion_for_test(0, valid_bit | 5, 8).unwrap()),
+            Box::new(move |victim| {
+                victim.channel_mut(0).unwrap().inject_completion_for_test(valid_bit | 5, 8).unwrap()
+            }),
         ),
         (
             "completion longer than the buffer",
-            Box::new(move |victim| victim.inject_request_completion_for_test(0, valid_bit, 1 << 30).unwrap()),
+            Box::new(move |victim| {
+                victim.channel_mut(0).unwrap().inject_completion_for_test(valid_bit, 1 << 30).unwrap()
+            }),
         ),
         (
             "invalid frame header",
@@ -191,7 +197,7 @@ fn corrupt_or_oversized_messages_close_that_connection_and_others_keep_working()
                 let mut frame = vec![0u8; 32];
                 frame[0..4].copy_from_slice(&16u32.to_le_bytes());
                 frame[4] = 9; // protocol version 9 does not exist
-                victim.send_raw_message_for_test(0, &frame).unwrap();
+                victim.channel_mut(0).unwrap().send_raw_message_for_test(&frame).unwrap();
             }),
         ),
         (
@@ -201,17 +207,15 @@ fn corrupt_or_oversized_messages_close_that_connection_and_others_keep_working()
                 frame[0..4].copy_from_slice(&100u32.to_le_bytes()); // claims 100 body bytes, has 8
                 frame[4] = 1;
                 frame[5] = 0x02;
-                victim.send_raw_message_for_test(0, &frame).unwrap();
+                victim.channel_mut(0).unwrap().send_raw_message_for_test(&frame).unwrap();
             }),
         ),
         (
             "message larger than the posted buffer",
             Box::new(|victim| {
                 let oversized = vec![0u8; rampkv::limits::SENDRECV_BUFFER_BYTES + 8];
-                match victim.send_raw_message_for_test(0, &oversized) {
-                    Err(TransportError::Fabric { server: 0, reason }) => {
-                        assert!(reason.contains("exceeds"), "{reason}")
-                    }
+                match victim.channel_mut(0).unwrap().send_raw_message_for_test(&oversized) {
+                    Err(ChannelError::Post(PostError::TooLarge { .. })) => {}
                     other => panic!("{other:?}"),
                 }
             }),
@@ -243,8 +247,8 @@ fn s2pl_lock_grants_cross_between_tcp_and_send_recv_clients() {
 fn round_trip_latency_probe() {
     let (_group, _front, cluster, control) = cluster();
     let send_recv = SendRecvClientTransport::connect(&control).unwrap();
-    let rings = rampkv::transport::writepoll::WritePollClientTransport::connect(&control).unwrap();
-    let tcp = rampkv::transport::tcp::TcpClientTransport::connect(cluster.servers()).unwrap();
+    let rings = rampkv::transport::WritePollClientTransport::connect(&control).unwrap();
+    let tcp = rampkv::transport::TcpClientTransport::connect(cluster.servers()).unwrap();
     println!("sendrecv:  {}", probe(send_recv));
     println!("writepoll: {}", probe(rings));
     println!("tcp:       {}", probe(tcp));

@@ -1,8 +1,10 @@
 //! Seeded simulation of the protocol core over an in-memory network that reorders, delays,
 //! drops and crashes, with aggressive garbage collection and cooperative termination.
 //!
-//! Each seed builds a world: 3 servers (real `ServerCore`s), 5 keys, 6 clients running random
-//! read and write transactions with the real state machines. Every step the seeded RNG picks
+//! Each seed builds a world: 3 servers (the production `ServerCore`), 5 keys, 6 clients running
+//! random read and write transactions on the production session machine (`Sessions`, the code
+//! every client driver runs: dispatch, request ids, backoff, timeouts), with replies carried as
+//! the wire encodes them. Every step the seeded RNG picks
 //! one in-flight message (requests and replies alike, so any order is possible) to deliver, or
 //! drops it, or crashes a client (its later replies are lost; what it sent may still arrive),
 //! or runs recovery. Clients give up on a transaction after a timeout and go on. The clock
@@ -23,6 +25,7 @@
 //! `RAMPKV_SIM_SEEDS=<n>` runs more seeds (default 2,000 per algorithm).
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -30,13 +33,12 @@ use rand::{Rng, SeedableRng};
 use rampkv::checker;
 use rampkv::cluster::Cluster;
 use rampkv::history::{self, ReadRecord, Record, WriteRecord};
-use rampkv::protocol::locking::{LockingReadTxn, LockingWriteTxn};
-use rampkv::protocol::ramp::{Algorithm, ReadTxn, TxnOptions, WriteTxn};
-use rampkv::protocol::server::{DeferredReply, ServerCore};
-use rampkv::protocol::{Outgoing, Step};
+use rampkv::protocol::ramp::{Algorithm, TxnOptions};
+use rampkv::protocol::server::{Addressed, Effects, Reply, ServerCore};
+use rampkv::protocol::session::{Completion, Post, Sessions, TxnError, TxnResult};
+use rampkv::protocol::ConnectionId;
 use rampkv::recovery::{participants, verdict, Verdict};
-use rampkv::types::TimestampClock;
-use rampkv::wire::{FrameHeader, Request, Response};
+use rampkv::wire::{ErrorCode, FrameHeader, Request, Response};
 
 const SERVERS: usize = 3;
 const KEYS: u64 = 5;
@@ -46,71 +48,28 @@ const GRACE_MS: u64 = 50;
 const RECOVERY_TIMEOUT_MS: u64 = 40;
 const CLIENT_TIMEOUT_MS: u64 = 150;
 
-enum Machine {
-    Read {
-        txn: ReadTxn,
-        keys: Vec<String>,
-    },
-    Write {
-        txn: WriteTxn,
-        ts: u64,
-        keys: Vec<String>,
-    },
-    LockRead {
-        txn: LockingReadTxn,
-        keys: Vec<String>,
-    },
-    /// `committing`: COMMIT_LOCKED has been sent (the client is not crashed from then on).
-    LockWrite {
-        txn: LockingWriteTxn,
-        ts: u64,
-        keys: Vec<String>,
-        committing: bool,
-    },
+/// What the world remembers of a client's current transaction, for its history record.
+struct Current {
+    keys: Vec<String>,
+    /// The write's timestamp (none for a read).
+    write_ts: Option<u64>,
+    /// S2PL: COMMIT_LOCKED has been sent (the client is not crashed from then on).
+    committing: bool,
 }
 
-impl Machine {
-    fn keys(&self) -> &[String] {
-        match self {
-            Machine::Read { keys, .. } | Machine::Write { keys, .. } => keys,
-            Machine::LockRead { keys, .. } | Machine::LockWrite { keys, .. } => keys,
-        }
-    }
-
-    fn write_ts(&self) -> Option<u64> {
-        match self {
-            Machine::Write { ts, .. } | Machine::LockWrite { ts, .. } => Some(*ts),
-            Machine::Read { .. } | Machine::LockRead { .. } => None,
-        }
-    }
-}
-
-/// What one reply did to a transaction.
-enum Progress {
-    Pending,
-    /// Aborted by the locks; start again at this simulated time.
-    RetryAt(u64),
-    Read(rampkv::protocol::ReadOutcome),
-    Written,
-    /// The transaction failed (a write is logged as not ok; a read is not logged).
-    Failed,
-}
-
+/// A simulated client: the production session machine (one session) and what the history
+/// needs to know.
 struct Client {
-    clock: TimestampClock,
-    machine: Option<Machine>,
-    /// Identifies the current transaction in tags, so replies to an abandoned one are dropped.
-    txn_id: u64,
+    sessions: Sessions,
+    current: Option<Current>,
     started_ms: u64,
     done: usize,
     crashed: bool,
-    /// S2PL: when an aborted transaction starts its next attempt.
-    retry_at_ms: Option<u64>,
 }
 
 enum Message {
-    Request { client: usize, txn_id: u64, server: usize, tag: u32, request: Request },
-    Reply { client: usize, server: usize, txn_id: u64, tag: u32, response: Response },
+    Request { client: usize, server: usize, request_id: u64, request: Request },
+    Reply { client: usize, server: usize, request_id: u64, response: Response },
 }
 
 impl Message {
@@ -123,9 +82,9 @@ impl Message {
     }
 }
 
-/// Request ids carry the transaction and tag, so a deferred S2PL reply finds its way back.
-fn request_id(txn_id: u64, tag: u32) -> u64 {
-    (txn_id << 32) | u64::from(tag)
+/// Client `client`'s connection to every server, as the server cores see it.
+fn connection(client: usize) -> ConnectionId {
+    ConnectionId { front: 0, generation: 0, slot: client as u32 }
 }
 
 struct World {
@@ -136,46 +95,57 @@ struct World {
     network: Vec<Message>,
     now_ms: u64,
     records: Vec<Record>,
-    options: TxnOptions,
     /// S2PL: lock-wait expiry, connections closed on a crash.
     locking: bool,
     /// Messages of one connection arrive in order (S2PL; false for its mutant test).
     in_order: bool,
     /// S2PL attempts aborted by the locks (wait-die or an expired wait) and retried.
     lock_retries: usize,
+    effects: Effects,
+    posts: Vec<Post>,
+    completions: Vec<Completion>,
 }
 
 impl World {
     fn new(seed: u64, options: TxnOptions) -> World {
         let addresses = (0..SERVERS).map(|i| format!("sim:{i}")).collect();
+        let cluster = Cluster::with_servers(addresses).unwrap();
+        let locking = options.algorithm == Algorithm::S2pl;
         World {
             rng: SmallRng::seed_from_u64(seed),
-            cluster: Cluster::with_servers(addresses).unwrap(),
             servers: (0..SERVERS).map(|_| ServerCore::new(GRACE_MS)).collect(),
             clients: (0..CLIENTS)
-                .map(|i| Client {
-                    clock: TimestampClock::new(i as u16 + 1),
-                    machine: None,
-                    txn_id: 0,
-                    started_ms: 0,
-                    done: 0,
-                    crashed: false,
-                    retry_at_ms: None,
+                .map(|i| {
+                    let mut sessions = Sessions::new(cluster.clone(), i as u16 + 1, 1).unwrap();
+                    sessions.set_txn_options(options);
+                    // RAMP clients give up on a transaction that waited too long (a dropped
+                    // message). S2PL loses no message on a live connection, and an abandoned
+                    // transaction would hold its locks; its waits are bounded by the servers.
+                    let timeout = if locking { Duration::MAX } else { Duration::from_millis(CLIENT_TIMEOUT_MS) };
+                    sessions.set_txn_timeout(timeout);
+                    Client { sessions, current: None, started_ms: 0, done: 0, crashed: false }
                 })
                 .collect(),
+            cluster,
             network: Vec::new(),
             now_ms: 0,
             records: Vec::new(),
-            options,
-            locking: options.algorithm == Algorithm::S2pl,
-            in_order: options.algorithm == Algorithm::S2pl,
+            locking,
+            in_order: locking,
             lock_retries: 0,
+            effects: Effects::default(),
+            posts: Vec::new(),
+            completions: Vec::new(),
         }
     }
 
+    fn now_us(&self) -> u64 {
+        self.now_ms * 1_000
+    }
+
     fn start_next(&mut self, client: usize) {
-        let state = &mut self.clients[client];
-        if state.crashed || state.machine.is_some() || state.done >= TXNS_PER_CLIENT {
+        let state = &self.clients[client];
+        if state.crashed || state.current.is_some() || state.done >= TXNS_PER_CLIENT {
             return;
         }
         let size = self.rng.gen_range(1..=3);
@@ -188,195 +158,152 @@ impl World {
         }
         let keys: Vec<Vec<u8>> = numbers.iter().map(|n| format!("k{n}").into_bytes()).collect();
         let names: Vec<String> = numbers.iter().map(|n| format!("k{n}")).collect();
+        let (now_us, read) = (self.now_us(), self.rng.gen_bool(0.5));
         let state = &mut self.clients[client];
-        state.txn_id += 1;
         state.started_ms = self.now_ms;
-        let mut out = Vec::new();
-        let machine = if self.rng.gen_bool(0.5) {
-            if self.locking {
-                // A locking read's timestamp is its priority (wait-die age).
-                let ts = state.clock.next(self.now_ms * 1_000);
-                let mut txn = LockingReadTxn::new(&self.cluster, ts, keys).unwrap();
-                txn.start(&mut out);
-                Machine::LockRead { txn, keys: names }
-            } else {
-                let mut txn = ReadTxn::new(&self.cluster, keys, self.options).unwrap();
-                txn.start(&mut out);
-                Machine::Read { txn, keys: names }
-            }
+        // The wall clock a timestamp is taken from is the simulated one.
+        let write_ts = if read {
+            state.sessions.begin_read(0, keys, now_us, now_us, &mut self.posts).unwrap();
+            None
         } else {
-            let ts = state.clock.next(self.now_ms * 1_000);
-            let writes = keys
-                .into_iter()
-                .map(|key| {
+            let writes = |ts| {
+                let value = |_| {
                     let mut value = vec![0u8; 16];
                     history::fill_check_value(ts, &mut value);
-                    (key, value)
-                })
-                .collect();
-            if self.locking {
-                let mut txn = LockingWriteTxn::new(&self.cluster, ts, writes).unwrap();
-                txn.start(&mut out);
-                Machine::LockWrite { txn, ts, keys: names, committing: false }
-            } else {
-                let mut txn = WriteTxn::new(&self.cluster, ts, writes, self.options).unwrap();
-                txn.start(&mut out);
-                Machine::Write { txn, ts, keys: names }
-            }
+                    value
+                };
+                keys.into_iter().map(|key| (key, value(ts))).collect()
+            };
+            Some(state.sessions.begin_write_with(0, writes, now_us, now_us, &mut self.posts).unwrap())
         };
-        state.machine = Some(machine);
-        self.send(client, out);
+        state.current = Some(Current { keys: names, write_ts, committing: false });
+        self.send(client);
     }
 
-    fn send(&mut self, client: usize, out: Vec<Outgoing>) {
-        let txn_id = self.clients[client].txn_id;
-        for outgoing in out {
-            let Outgoing { server, tag, request } = outgoing;
-            self.network.push(Message::Request { client, txn_id, server, tag, request });
+    /// Puts what the client's machine emitted on the network.
+    fn send(&mut self, client: usize) {
+        for Post { server, request_id, request } in self.posts.drain(..) {
+            if let Some(current) = self.clients[client].current.as_mut() {
+                current.committing |= matches!(request, Request::CommitLocked { .. });
+            }
+            self.network.push(Message::Request { client, server, request_id, request });
         }
     }
 
     fn deliver(&mut self, message: Message) {
         match message {
-            Message::Request { client, txn_id, server, tag, request } => {
-                let mut frame = Vec::new();
-                let mut deferred = Vec::new();
-                let id = request_id(txn_id, tag);
-                self.servers[server].handle_from(client as u64, request, id, self.now_ms, &mut frame, &mut deferred);
-                if !frame.is_empty() {
-                    self.route(server, DeferredReply { connection: client as u64, frame });
+            Message::Request { client, server, request_id, request } => {
+                let reply = self.servers[server].handle(
+                    connection(client),
+                    request,
+                    request_id,
+                    self.now_ms,
+                    &mut self.effects,
+                );
+                if let Some(reply) = reply {
+                    self.route(server, Addressed { connection: connection(client), request_id, reply });
                 }
-                for reply in deferred {
-                    self.route(server, reply);
-                }
+                self.route_effects(server);
             }
-            Message::Reply { client, txn_id, tag, response, .. } => self.on_reply(client, txn_id, tag, response),
+            Message::Reply { client, request_id, response, .. } => self.on_reply(client, request_id, response),
         }
     }
 
-    /// Puts the reply frame `reply` from `server` on the network (to a live client).
-    fn route(&mut self, server: usize, reply: DeferredReply) {
-        let client = reply.connection as usize;
-        let (header, body) = FrameHeader::split(&reply.frame).unwrap().unwrap();
-        assert_eq!(header.frame_bytes(), reply.frame.len(), "one reply frame per request");
-        let response = Response::decode(header.kind, body).unwrap();
-        let (txn_id, tag) = (header.request_id >> 32, header.request_id as u32);
+    /// Routes the replies that serving caused for other requests (S2PL grants and aborts).
+    fn route_effects(&mut self, server: usize) {
+        let replies: Vec<Addressed> = self.effects.replies.drain(..).collect();
+        for reply in replies {
+            self.route(server, reply);
+        }
+    }
+
+    /// Puts `reply` from `server` on the network (to a live client), as the wire carries it.
+    fn route(&mut self, server: usize, reply: Addressed) {
+        let client = reply.connection.slot as usize;
+        let response = wire_round_trip(&reply.reply, reply.request_id);
         if !self.clients[client].crashed {
-            self.network.push(Message::Reply { client, server, txn_id, tag, response });
+            self.network.push(Message::Reply { client, server, request_id: reply.request_id, response });
         }
     }
 
-    fn on_reply(&mut self, client: usize, txn_id: u64, tag: u32, response: Response) {
-        let now_ms = self.now_ms;
-        let state = &mut self.clients[client];
-        if state.crashed || state.txn_id != txn_id {
+    fn on_reply(&mut self, client: usize, request_id: u64, response: Response) {
+        if self.clients[client].crashed {
             return;
         }
-        let mut out = Vec::new();
-        let progress = match state.machine.as_mut() {
-            None => return,
-            Some(Machine::Read { txn, .. }) => match txn.on_reply(tag, response, &mut out) {
-                Ok(Step::Done(outcome)) => Progress::Read(outcome),
-                Ok(_) => Progress::Pending,
-                Err(error) => panic!("read failed: {error}"),
-            },
-            Some(Machine::Write { txn, .. }) => match txn.on_reply(tag, response, &mut out) {
-                Ok(Step::Done(_)) => Progress::Written,
-                Ok(_) => Progress::Pending,
-                // A prepare refused after recovery aborted the transaction: it failed.
-                Err(_) => Progress::Failed,
-            },
-            Some(Machine::LockRead { txn, .. }) => match txn.on_reply(tag, response, &mut out) {
-                Ok(Step::Done(outcome)) => Progress::Read(outcome),
-                Ok(Step::Backoff(wait)) => Progress::RetryAt(now_ms + wait.as_millis() as u64 + 1),
-                Ok(Step::Pending) => Progress::Pending,
-                Err(_) => Progress::Failed, // too many aborts
-            },
-            Some(Machine::LockWrite { txn, committing, .. }) => {
-                let step = txn.on_reply(tag, response, &mut out);
-                *committing |= out.iter().any(|outgoing| matches!(outgoing.request, Request::CommitLocked { .. }));
-                match step {
-                    Ok(Step::Done(_)) => Progress::Written,
-                    Ok(Step::Backoff(wait)) => Progress::RetryAt(now_ms + wait.as_millis() as u64 + 1),
-                    Ok(Step::Pending) => Progress::Pending,
-                    Err(_) => Progress::Failed,
-                }
-            }
-        };
+        if matches!(response, Response::Error { code: ErrorCode::Aborted, .. }) {
+            self.lock_retries += 1; // the machine backs off and retries the attempt
+        }
+        let now_us = self.now_us();
+        let state = &mut self.clients[client];
+        state.sessions.on_reply(request_id, response, now_us, &mut self.posts, &mut self.completions);
         // What the machine emitted goes out even when it finished (a locking read's RELEASEs).
-        self.send(client, out);
-        match progress {
-            Progress::Pending => {}
-            Progress::RetryAt(at_ms) => {
-                self.lock_retries += 1;
-                self.clients[client].retry_at_ms = Some(at_ms);
-            }
-            Progress::Read(outcome) => {
-                let state = &self.clients[client];
-                let keys = state.machine.as_ref().map(|machine| machine.keys().to_vec()).unwrap_or_default();
-                let mut reads = BTreeMap::new();
-                let mut value_ts = BTreeMap::new();
-                for (key, item) in keys.iter().zip(&outcome.items) {
-                    reads.insert(key.clone(), item.ts);
-                    value_ts.insert(key.clone(), history::value_ts_of(&item.value));
+        self.send(client);
+        self.finish_completed(client);
+    }
+
+    /// Records every transaction of `client` its machine reported finished.
+    fn finish_completed(&mut self, client: usize) {
+        let completions: Vec<Completion> = self.completions.drain(..).collect();
+        for completion in completions {
+            match completion.result {
+                Ok(TxnResult::Read(outcome)) => {
+                    let state = &self.clients[client];
+                    let keys = state.current.as_ref().map(|current| current.keys.clone()).unwrap_or_default();
+                    let mut reads = BTreeMap::new();
+                    let mut value_ts = BTreeMap::new();
+                    for (key, item) in keys.iter().zip(&outcome.items) {
+                        reads.insert(key.clone(), item.ts);
+                        value_ts.insert(key.clone(), history::value_ts_of(&item.value));
+                    }
+                    let (start_ns, end_ns) = (state.started_ms * 1_000_000, self.now_ms * 1_000_000);
+                    self.records.push(Record::Read(ReadRecord {
+                        client: client as u64 + 1,
+                        keys,
+                        reads,
+                        value_ts,
+                        start_ns,
+                        end_ns,
+                        ok: true,
+                    }));
                 }
-                let (start_ns, end_ns) = (state.started_ms * 1_000_000, now_ms * 1_000_000);
-                self.records.push(Record::Read(ReadRecord {
-                    client: client as u64 + 1,
-                    keys,
-                    reads,
-                    value_ts,
-                    start_ns,
-                    end_ns,
-                    ok: true,
-                }));
-                self.end_txn(client);
+                Ok(TxnResult::Write(_)) => self.finish_write(client, true),
+                // A RAMP read fails only by a bug: it never waits on anything that can refuse it.
+                Err(TxnError::Protocol(error)) if !self.locking && self.write_ts(client).is_none() => {
+                    panic!("read failed: {error}")
+                }
+                // A prepare refused after recovery aborted the transaction, too many lock aborts,
+                // or a timeout: the transaction failed (a write is logged as not ok).
+                Err(_) => self.finish_write(client, false),
             }
-            Progress::Written => {
-                self.finish_write(client, true);
-                self.end_txn(client);
-            }
-            Progress::Failed => {
-                self.finish_write(client, false);
-                self.end_txn(client);
-            }
+            let state = &mut self.clients[client];
+            state.current = None;
+            state.done += 1;
         }
     }
 
-    /// The current transaction is over (finished, failed or abandoned).
-    fn end_txn(&mut self, client: usize) {
-        let state = &mut self.clients[client];
-        state.machine = None;
-        state.retry_at_ms = None;
-        state.done += 1;
+    fn write_ts(&self, client: usize) -> Option<u64> {
+        self.clients[client].current.as_ref().and_then(|current| current.write_ts)
     }
 
-    /// Starts the next attempt of every S2PL transaction whose backoff is over.
-    fn retry_aborted(&mut self) {
+    /// Advances every live client's machine to now: aborted S2PL transactions whose backoff is
+    /// over start their next attempt, and RAMP transactions past their deadline are abandoned.
+    fn tick_clients(&mut self) {
+        let now_us = self.now_us();
         for client in 0..CLIENTS {
-            let state = &mut self.clients[client];
-            if state.crashed || state.retry_at_ms.is_none_or(|at_ms| at_ms > self.now_ms) {
+            if self.clients[client].crashed {
                 continue;
             }
-            state.retry_at_ms = None;
-            let mut out = Vec::new();
-            match state.machine.as_mut() {
-                Some(Machine::LockRead { txn, .. }) => txn.start(&mut out),
-                Some(Machine::LockWrite { txn, .. }) => txn.start(&mut out),
-                _ => unreachable!("only locking transactions back off"),
-            }
-            self.send(client, out);
+            self.clients[client].sessions.tick(now_us, &mut self.posts, &mut self.completions);
+            self.send(client);
+            self.finish_completed(client);
         }
     }
 
     /// Lock waits past their deadline are aborted.
     fn expire_lock_waits(&mut self) {
         for server in 0..SERVERS {
-            let mut deferred = Vec::new();
-            self.servers[server].expire_lock_waits(self.now_ms, &mut deferred);
-            for reply in deferred {
-                self.route(server, reply);
-            }
+            self.servers[server].expire_lock_waits(self.now_ms, &mut self.effects);
+            self.route_effects(server);
         }
     }
 
@@ -386,12 +313,14 @@ impl World {
         if self.clients[client].crashed {
             return;
         }
-        if matches!(self.clients[client].machine, Some(Machine::LockWrite { committing: true, .. })) {
+        if self.clients[client].current.as_ref().is_some_and(|current| current.committing) {
             return; // see the module comment: 2PC does not survive a coordinator dying mid-commit
         }
         self.finish_write(client, false);
-        self.clients[client].crashed = true;
-        self.clients[client].machine = None;
+        let state = &mut self.clients[client];
+        state.crashed = true;
+        state.current = None;
+        state.sessions.abandon_all();
         if self.locking {
             self.network.retain(|message| message.channel().0 != client);
             self.close_connections(client);
@@ -401,11 +330,8 @@ impl World {
     /// The servers see `client`'s connections close.
     fn close_connections(&mut self, client: usize) {
         for server in 0..SERVERS {
-            let mut deferred = Vec::new();
-            self.servers[server].connection_closed(client as u64, &mut deferred);
-            for reply in deferred {
-                self.route(server, reply);
-            }
+            self.servers[server].connection_closed(connection(client), &mut self.effects);
+            self.route_effects(server);
         }
     }
 
@@ -422,35 +348,16 @@ impl World {
 
     fn finish_write(&mut self, client: usize, ok: bool) {
         let state = &self.clients[client];
-        if let Some(ts) = state.machine.as_ref().and_then(Machine::write_ts) {
-            let keys = state.machine.as_ref().map(|machine| machine.keys().to_vec()).unwrap_or_default();
+        let Some(current) = state.current.as_ref() else { return };
+        if let Some(ts) = current.write_ts {
             self.records.push(Record::Write(WriteRecord {
                 client: client as u64 + 1,
                 ts,
-                keys,
+                keys: current.keys.clone(),
                 start_ns: state.started_ms * 1_000_000,
                 end_ns: self.now_ms * 1_000_000,
                 ok,
             }));
-        }
-    }
-
-    /// Clients give up on transactions that waited too long (a dropped message).
-    /// (S2PL loses no message on a live connection, and an abandoned transaction would hold its
-    /// locks; its waits are bounded by the servers instead.)
-    fn time_out(&mut self) {
-        if self.locking {
-            return;
-        }
-        for client in 0..CLIENTS {
-            let state = &self.clients[client];
-            if state.machine.is_some() && self.now_ms - state.started_ms > CLIENT_TIMEOUT_MS {
-                self.finish_write(client, false);
-                let state = &mut self.clients[client];
-                state.machine = None;
-                state.done += 1;
-                state.txn_id += 1; // later replies belong to nobody
-            }
         }
     }
 
@@ -487,8 +394,8 @@ impl World {
             for client in 0..CLIENTS {
                 self.start_next(client);
             }
+            self.tick_clients();
             if self.locking {
-                self.retry_aborted();
                 self.expire_lock_waits();
             }
             let roll: f64 = self.rng.gen();
@@ -506,7 +413,6 @@ impl World {
                 }
                 self.deliver(message);
             }
-            self.time_out();
             let busy = self.clients.iter().any(|c| !c.crashed && c.done < TXNS_PER_CLIENT) || !self.network.is_empty();
             if !busy {
                 break;
@@ -520,10 +426,10 @@ impl World {
             self.deliver(message);
         }
         for client in 0..CLIENTS {
-            if !self.clients[client].crashed && self.clients[client].machine.is_some() {
+            if !self.clients[client].crashed && self.clients[client].current.is_some() {
                 self.finish_write(client, false);
-                self.clients[client].machine = None;
-                self.clients[client].txn_id += 1;
+                self.clients[client].current = None;
+                self.clients[client].sessions.abandon_all();
             }
             if self.locking {
                 self.close_connections(client);
@@ -537,6 +443,15 @@ impl World {
             assert_eq!(server.next_lock_deadline_ms(), None, "no lock request left waiting");
         }
     }
+}
+
+/// The response a client decodes from the frame a front end encodes for `reply`.
+fn wire_round_trip(reply: &Reply, request_id: u64) -> Response {
+    let mut frame = Vec::new();
+    reply.encode_frame(request_id, &mut frame, |_| None);
+    let (header, body) = FrameHeader::split(&frame).unwrap().unwrap();
+    assert_eq!(header.frame_bytes(), frame.len(), "one reply frame per request");
+    Response::decode(header.kind, body).unwrap()
 }
 
 fn seeds() -> Vec<u64> {

@@ -20,20 +20,21 @@ use common::{
 use rampkv::bench::TransportKind;
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
+use rampkv::cluster::Front;
 use rampkv::protocol::ramp::Algorithm;
+use rampkv::server::front::FrontEnd;
 use rampkv::server::{ServerConfig, ServerGroup};
-use rampkv::server_writepoll::WritePollGroup;
-use rampkv::transport::writepoll::WritePollClientTransport;
+use rampkv::transport::WritePollClientTransport;
 use rampkv::transport::{ClientTransport, TransportError};
 use rampkv::wire::{Request, Write};
 
 const RINGS: TransportKind = TransportKind::WritePoll;
 
 /// Two servers on one TCP group, with a ring front end serving the same cores.
-fn cluster() -> (ServerGroup, WritePollGroup, Cluster, Vec<String>) {
+fn cluster() -> (ServerGroup, FrontEnd, Cluster, Vec<String>) {
     let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let group = ServerGroup::spawn(&[ServerConfig::new(localhost), ServerConfig::new(localhost)]).unwrap();
-    let rings = WritePollGroup::spawn(&group, localhost).unwrap();
+    let rings = FrontEnd::spawn(&group, Front::Ring, localhost, None).unwrap();
     let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
     let control = rings.control_addresses().iter().map(SocketAddr::to_string).collect();
     (group, rings, cluster, control)
@@ -141,20 +142,20 @@ fn a_corrupt_request_ring_closes_that_connection_and_others_keep_working() {
 
     // Three kinds of corruption, each on a fresh connection to server 0.
     let garbage_header = |transport: &mut WritePollClientTransport| {
-        transport.inject_ring_start_word_for_test(0, 0x0123_4567_89AB_CDEF).unwrap();
+        transport.channel_mut(0).unwrap().inject_ring_start_word_for_test(0x0123_4567_89AB_CDEF).unwrap();
     };
     let invalid_frame = |transport: &mut WritePollClientTransport| {
         let mut frame = vec![0u8; 32];
         frame[0..4].copy_from_slice(&16u32.to_le_bytes());
         frame[4] = 9; // protocol version 9 does not exist
-        transport.send_raw_message_for_test(0, &frame).unwrap();
+        transport.channel_mut(0).unwrap().send_raw_message_for_test(&frame).unwrap();
     };
     let cut_frame = |transport: &mut WritePollClientTransport| {
         let mut frame = vec![0u8; 24];
         frame[0..4].copy_from_slice(&100u32.to_le_bytes()); // claims 100 body bytes, has 8
         frame[4] = 1;
         frame[5] = 0x02;
-        transport.send_raw_message_for_test(0, &frame).unwrap();
+        transport.channel_mut(0).unwrap().send_raw_message_for_test(&frame).unwrap();
     };
     let corruptions: [&dyn Fn(&mut WritePollClientTransport); 3] = [&garbage_header, &invalid_frame, &cut_frame];
     for (index, corrupt) in corruptions.iter().enumerate() {
@@ -180,7 +181,7 @@ fn a_corrupt_request_ring_closes_that_connection_and_others_keep_working() {
 fn round_trip_latency_probe() {
     let (_group, _rings, cluster, control) = cluster();
     let rings = WritePollClientTransport::connect(&control).unwrap();
-    let tcp = rampkv::transport::tcp::TcpClientTransport::connect(cluster.servers()).unwrap();
+    let tcp = rampkv::transport::TcpClientTransport::connect(cluster.servers()).unwrap();
     println!("rings: {}", probe(rings));
     println!("tcp:   {}", probe(tcp));
 }

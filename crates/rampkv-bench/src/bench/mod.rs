@@ -30,19 +30,18 @@ use rampkv_core::cluster::{Cluster, Front};
 use rampkv_core::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use rampkv_core::protocol::bloom::BloomParameters;
 use rampkv_core::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
-use rampkv_core::protocol::server::ServerCore;
 use rampkv_net::client::{ClientError, Completion, Driver, TxnResult};
-use rampkv_net::front::FrontEnd;
 use rampkv_net::item_slots::ItemSlotConfig;
+use rampkv_net::message::BatchStats;
 use rampkv_net::recovery::RECOVERY_TIMEOUT_MS;
-use rampkv_net::server::{ServerConfig, ServerGroup};
+use rampkv_net::server::front::FrontEnd;
+use rampkv_net::server::{ServerConfig, ServerGroup, Servers};
 use rampkv_net::transport::local::LocalTransport;
-use rampkv_net::transport::onesided::{GetStarStats, OneSidedClientTransport, OneSidedOptions};
-use rampkv_net::transport::rfrpc::RfRpcClientTransport;
-use rampkv_net::transport::sendrecv::SendRecvClientTransport;
-use rampkv_net::transport::tcp::TcpClientTransport;
-use rampkv_net::transport::writepoll::WritePollClientTransport;
-use rampkv_net::transport::ClientTransport;
+use rampkv_net::transport::onesided::{GetStarStats, OneSidedOptions};
+use rampkv_net::transport::{
+    ClientTransport, OneSidedClientTransport, RfRpcClientTransport, SendRecvClientTransport, TcpClientTransport,
+    WritePollClientTransport,
+};
 
 /// How long a driver waits in one poll before checking the clock again.
 const POLL_INTERVAL: Duration = Duration::from_millis(5);
@@ -240,10 +239,7 @@ impl BenchConfig {
         if self.transport == TransportKind::InProcess && self.cluster_file.is_some() {
             return fail("--transport inprocess calls the embedded cluster's servers: not with --cluster".into());
         }
-        if self.transport == TransportKind::InProcess && self.algorithm == Algorithm::S2pl {
-            return fail("--transport inprocess cannot carry S2PL (lock grants need the servers' event loops)".into());
-        }
-        self.item_slots.validate().map_err(BenchError::Config)?;
+        self.item_slots.validate().map_err(|error| BenchError::Config(error.to_string()))?;
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
         }
@@ -305,8 +301,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
         (Some(_), Some(front)) => cluster.front_addresses(front)?,
         _ => fronts.iter().flat_map(|front| front.control_addresses().iter().map(SocketAddr::to_string)).collect(),
     };
-    let local_servers: Vec<(Arc<ServerCore>, Instant)> =
-        embedded.iter().flat_map(|group| group.cores().iter().map(|core| (Arc::clone(core), group.clock()))).collect();
+    let local_servers: Vec<Arc<Servers>> = embedded.iter().map(|group| Arc::clone(group.servers())).collect();
     let sink = config.history.as_ref().map(HistorySink::create).transpose()?;
     let keep_records = config.check;
     let shared =
@@ -334,7 +329,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
                         run_client_thread(&config, transport, cluster, context)
                     }
                     TransportKind::InProcess => {
-                        run_client_thread(&config, LocalTransport::with_clocks(local_servers), cluster, context)
+                        run_client_thread(&config, LocalTransport::new(&local_servers, None), cluster, context)
                     }
                     TransportKind::SendRecv => {
                         let transport =
@@ -467,6 +462,8 @@ pub(crate) struct ThreadTotals {
     pub(crate) window: Option<(Instant, Instant)>,
     /// GET\* counters (onesided transport only).
     pub(crate) getstar: Option<GetStarStats>,
+    /// RF-RPC batching counters (rfrpc transport only).
+    pub(crate) batching: Option<BatchStats>,
 }
 
 impl ThreadTotals {
@@ -489,6 +486,7 @@ impl ThreadTotals {
             client_cpu: Some(Duration::ZERO),
             window: None,
             getstar: None,
+            batching: None,
         }
     }
 
@@ -516,6 +514,9 @@ impl ThreadTotals {
             (Some((start, end)), Some((other_start, other_end))) => Some((start.min(other_start), end.max(other_end))),
             (window, None) | (None, window) => window,
         };
+        if let Some(other) = other.batching {
+            self.batching.get_or_insert_with(BatchStats::default).merge(&other);
+        }
         if let Some(other) = other.getstar {
             self.getstar.get_or_insert_with(GetStarStats::default).merge(&other);
         }
@@ -592,6 +593,7 @@ fn run_client_thread<T: ClientTransport>(
     };
     state.totals.window = Some((started, Instant::now()));
     state.totals.getstar = state.driver.transport().getstar_stats();
+    state.totals.batching = state.driver.transport().batch_stats();
     Ok(state.totals)
 }
 

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use ahash::AHashMap;
 
+use super::ConnectionId;
 use crate::limits::LOCK_WAIT_MS_MAX;
 use crate::storage::Key;
 use crate::types::Timestamp;
@@ -39,7 +40,7 @@ pub struct LockRequest {
     pub ts: Timestamp,
     pub mode: LockMode,
     /// The connection and request id to answer.
-    pub connection: u64,
+    pub connection: ConnectionId,
     pub request_id: u64,
     /// Every key of the request, in request order (for the reply).
     pub keys: Vec<Key>,
@@ -96,7 +97,7 @@ impl KeyLock {
 struct TxnLocks {
     held: Vec<Key>,
     staged: Vec<(Key, Box<[u8]>)>,
-    connection: u64,
+    connection: ConnectionId,
 }
 
 /// All locks of one server.
@@ -117,7 +118,7 @@ impl LockTable {
         &mut self,
         ts: Timestamp,
         mode: LockMode,
-        connection: u64,
+        connection: ConnectionId,
         request_id: u64,
         keys: Vec<Key>,
         writes: Vec<(Key, Box<[u8]>)>,
@@ -216,7 +217,7 @@ impl LockTable {
     }
 
     /// Releases every transaction whose last request came over `connection` (it closed).
-    pub fn release_connection(&mut self, connection: u64) -> Vec<LockDecision> {
+    pub fn release_connection(&mut self, connection: ConnectionId) -> Vec<LockDecision> {
         let owned: Vec<Timestamp> =
             self.txns.iter().filter(|(_, txn)| txn.connection == connection).map(|(ts, _)| *ts).collect();
         let mut decisions = Vec::new();
@@ -274,6 +275,10 @@ impl LockTable {
 mod tests {
     use super::*;
 
+    fn conn(slot: u32) -> ConnectionId {
+        ConnectionId { slot, ..ConnectionId::default() }
+    }
+
     fn keys(names: &[&str]) -> Vec<Key> {
         names.iter().map(|name| name.as_bytes().into()).collect()
     }
@@ -285,12 +290,12 @@ mod tests {
     #[test]
     fn shared_locks_are_shared_and_exclusive_ones_are_not() {
         let mut table = LockTable::default();
-        assert!(granted(table.request(10, LockMode::Shared, 1, 1, keys(&["a"]), vec![], 0)));
-        assert!(granted(table.request(20, LockMode::Shared, 2, 1, keys(&["a"]), vec![], 0)));
+        assert!(granted(table.request(10, LockMode::Shared, conn(1), 1, keys(&["a"]), vec![], 0)));
+        assert!(granted(table.request(20, LockMode::Shared, conn(2), 1, keys(&["a"]), vec![], 0)));
         // An older writer waits behind younger readers ...
-        assert!(table.request(5, LockMode::Exclusive, 3, 1, keys(&["a"]), vec![], 0).is_empty());
+        assert!(table.request(5, LockMode::Exclusive, conn(3), 1, keys(&["a"]), vec![], 0).is_empty());
         // ... a younger writer dies.
-        let decisions = table.request(30, LockMode::Exclusive, 4, 1, keys(&["a"]), vec![], 0);
+        let decisions = table.request(30, LockMode::Exclusive, conn(4), 1, keys(&["a"]), vec![], 0);
         assert!(matches!(decisions.as_slice(), [LockDecision::Aborted(_)]));
         let (_, decisions) = table.finish(10);
         assert!(decisions.is_empty(), "20 still holds a shared lock");
@@ -301,11 +306,11 @@ mod tests {
     #[test]
     fn waits_only_point_from_older_to_younger_so_no_deadlock_forms() {
         let mut table = LockTable::default();
-        assert!(granted(table.request(1, LockMode::Exclusive, 1, 1, keys(&["a"]), vec![], 0)));
-        assert!(granted(table.request(2, LockMode::Exclusive, 2, 1, keys(&["b"]), vec![], 0)));
+        assert!(granted(table.request(1, LockMode::Exclusive, conn(1), 1, keys(&["a"]), vec![], 0)));
+        assert!(granted(table.request(2, LockMode::Exclusive, conn(2), 1, keys(&["b"]), vec![], 0)));
         // 1 wants b (held by younger 2): waits. 2 wants a (held by older 1): dies, releasing b.
-        assert!(table.request(1, LockMode::Exclusive, 1, 2, keys(&["b"]), vec![], 0).is_empty());
-        let decisions = table.request(2, LockMode::Exclusive, 2, 2, keys(&["a"]), vec![], 0);
+        assert!(table.request(1, LockMode::Exclusive, conn(1), 2, keys(&["b"]), vec![], 0).is_empty());
+        let decisions = table.request(2, LockMode::Exclusive, conn(2), 2, keys(&["a"]), vec![], 0);
         // 2 died, and the release of b woke 1 at once (not at its wait deadline).
         assert!(matches!(
             decisions.as_slice(),
@@ -317,8 +322,8 @@ mod tests {
     #[test]
     fn waits_are_bounded() {
         let mut table = LockTable::default();
-        assert!(granted(table.request(9, LockMode::Exclusive, 1, 1, keys(&["a"]), vec![], 0)));
-        assert!(table.request(3, LockMode::Shared, 2, 7, keys(&["a"]), vec![], 0).is_empty());
+        assert!(granted(table.request(9, LockMode::Exclusive, conn(1), 1, keys(&["a"]), vec![], 0)));
+        assert!(table.request(3, LockMode::Shared, conn(2), 7, keys(&["a"]), vec![], 0).is_empty());
         assert_eq!(table.next_deadline_ms(), Some(LOCK_WAIT_MS_MAX));
         assert!(table.expire(LOCK_WAIT_MS_MAX - 1).is_empty());
         let decisions = table.expire(LOCK_WAIT_MS_MAX);
@@ -328,9 +333,9 @@ mod tests {
     #[test]
     fn a_closed_connection_releases_its_transactions() {
         let mut table = LockTable::default();
-        assert!(granted(table.request(9, LockMode::Exclusive, 1, 1, keys(&["a"]), vec![], 0)));
-        assert!(table.request(3, LockMode::Exclusive, 2, 1, keys(&["a"]), vec![], 0).is_empty());
-        let decisions = table.release_connection(1);
+        assert!(granted(table.request(9, LockMode::Exclusive, conn(1), 1, keys(&["a"]), vec![], 0)));
+        assert!(table.request(3, LockMode::Exclusive, conn(2), 1, keys(&["a"]), vec![], 0).is_empty());
+        let decisions = table.release_connection(conn(1));
         assert!(matches!(decisions.as_slice(), [LockDecision::Granted(request)] if request.ts == 3));
     }
 }

@@ -17,9 +17,24 @@ pub mod locking;
 pub mod locks;
 pub mod ramp;
 pub mod server;
+pub mod session;
 
 use crate::types::Timestamp;
 use crate::wire::{ErrorCode, Request};
+
+/// A server-side connection, as the server core sees it: which front end serves it (a TCP
+/// poller, a fabric poller, an in-process client), its slot there, and the generation of that
+/// slot (a reply for a closed connection never reaches a newer one in the same slot). S2PL lock
+/// ownership and deferred replies are keyed by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct ConnectionId {
+    /// The front end (its inbox in the server group's router).
+    pub front: u32,
+    /// Bumped every time the front end opens a connection.
+    pub generation: u32,
+    /// The connection's slot in its front end.
+    pub slot: u32,
+}
 
 /// A request the transaction wants sent.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,59 +1,166 @@
-//! The server side of the protocol: one request in, one reply frame out, over the [`Store`].
+//! The server side of the protocol: a typed request in, a typed reply and typed effects out,
+//! over the [`Store`] (raft-rs's shape: the core does no I/O).
 //!
-//! It owns no socket and no clock: the event loop passes the time (for garbage collection)
-//! and the output buffer. A request is validated completely before it changes anything, so a
-//! refused request leaves the store as it was.
+//! [`ServerCore::handle`] serves one [`Request`] that came over a connection and returns the
+//! [`Reply`] for it, or nothing when it waits for a lock. What else it caused goes into
+//! [`Effects`]: replies to *other* requests (an S2PL lock granted or aborted because this one
+//! released its locks), the keys whose latest committed version advanced (the edge republishes
+//! their GET\* item slots) and the keys a PREPARE marked "newer version prepared". The core does
+//! not encode frames, touch shared memory or know that item slots exist: the front end encodes
+//! a reply straight from the stored versions ([`Reply::encode_frame`], no copy of a value), the
+//! in-process client takes it as a [`Response`] ([`Reply::into_response`], one copy), and the
+//! edge applies the effects.
+//!
+//! # Where persistence and replication go
+//! A later log (records appended before a PREPARE or COMMIT is acknowledged, shipped to backups)
+//! fits here without another redesign: the core will append its records to the effects and set
+//! [`Effects::release_after`] to the log position they reach, and every reply of the call (its
+//! own and the deferred ones) is held by the front end until that position is durable (the
+//! front end's reply path already honours the barrier). Today nothing is logged, so the barrier
+//! is never set and replies go out at once.
+//!
+//! A request is validated completely before it changes anything, so a refused request leaves
+//! the store as it was. The core takes the time as an argument (for garbage collection and
+//! lock deadlines).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 use super::locks::{LockDecision, LockMode, LockTable};
+use super::ConnectionId;
 use crate::limits::{CLIENT_IDS_MAX, KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::storage::{Key, Store, StoreError, StoredMetadata, Version};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::{append_versions_frame, append_versions_located_frame};
 use crate::wire::{
-    ErrorCode, FrameHeader, GetItem, Metadata, MetadataRef, Request, Response, Selector, VersionItem, WireError, Write,
-    WriteSet,
+    ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, VersionItem, Write, WriteSet,
 };
 
-/// Where a server publishes committed versions for one-sided GET\* reads (item slots). The
-/// server core calls it after the store changed; what it writes to, and how, is the edge's
-/// business (`rampkv_net::item_slots` over the fabric).
-pub trait ItemPublisher: Send + Sync + std::fmt::Debug {
-    /// Publishes the latest committed version of each of `keys` (after a COMMIT, PUT or
-    /// COMMIT_LOCKED that advanced them).
-    fn publish_committed(&self, store: &Store, keys: &[Key]);
-    /// A PREPARE of version `ts` of `keys`: marks the slots of older versions.
-    fn note_prepared(&self, ts: Timestamp, keys: &[Key]);
-    /// The slot of `key` (publishing its latest committed version first if needed), for
-    /// GET_LOCATE replies.
-    fn locate(&self, store: &Store, key: &[u8]) -> Option<u32>;
-    /// The publisher as `Any`, for the edge that attached it to find its own type again.
-    fn as_any(&self) -> &dyn std::any::Any;
+/// What a GET item is answered with: a stored version itself (shared, not copied), so that the
+/// front end encodes the reply frame straight from the store.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Version(Arc<Version>),
+    /// LATEST_TS: the timestamp only.
+    TimestampOnly(Timestamp),
+    /// The initial value, or no candidate stored.
+    Initial,
 }
 
-/// A reply to a request that arrived earlier, possibly on another connection (an S2PL lock
-/// granted or aborted when another transaction released its locks).
+/// The reply to one request.
 #[derive(Debug)]
-pub struct DeferredReply {
-    pub connection: u64,
-    pub frame: Vec<u8>,
+pub enum Reply {
+    /// GET: one answer per item, in request order.
+    Versions(Vec<Answer>),
+    /// GET_LOCATE: the answers, and the keys, whose item slots the edge fills in.
+    Located { answers: Vec<Answer>, keys: Vec<Vec<u8>> },
+    /// Every other reply (small: acknowledgements, errors, client ids, states).
+    Response(Response),
+}
+
+impl Reply {
+    /// Appends the reply frame for `request_id` to `out`. `locate` gives a GET_LOCATE key's
+    /// item slot (the edge's item slots; `None`: the key has none).
+    pub fn encode_frame(&self, request_id: u64, out: &mut Vec<u8>, locate: impl FnMut(&[u8]) -> Option<u32>) {
+        match self {
+            Reply::Versions(answers) => append_versions_frame(out, request_id, answer_entries(answers)),
+            Reply::Located { answers, keys } => {
+                let slots = keys.iter().map(|key| key.as_slice()).map(locate);
+                append_versions_located_frame(out, request_id, answer_entries(answers), slots);
+            }
+            Reply::Response(response) => response.encode_frame(request_id, out),
+        }
+    }
+
+    /// The reply as a client decodes it from the frame [`Reply::encode_frame`] writes, without
+    /// the frame: a version's value is copied once, into the response.
+    pub fn into_response(self, locate: impl FnMut(&[u8]) -> Option<u32>) -> Response {
+        let versions = |answers: &[Answer]| answers.iter().map(owned_item).collect::<Result<Vec<_>, _>>();
+        let converted = match self {
+            Reply::Response(response) => return response,
+            Reply::Versions(answers) => versions(&answers).map(|items| Response::Versions { items }),
+            Reply::Located { answers, keys } => versions(&answers).map(|items| Response::VersionsLocated {
+                items,
+                slots: keys.iter().map(|key| key.as_slice()).map(locate).collect(),
+            }),
+        };
+        converted.unwrap_or_else(|error| Response::bad_request(format!("a stored write set does not encode: {error}")))
+    }
+}
+
+/// A reply to a request that arrived earlier, possibly on another connection of another front
+/// end (an S2PL lock granted or aborted when another transaction released its locks).
+#[derive(Debug)]
+pub struct Addressed {
+    pub connection: ConnectionId,
+    pub request_id: u64,
+    pub reply: Reply,
+}
+
+/// A position in the log of records that must be durable (and replicated) before a reply that
+/// depends on them is released. Nothing is logged yet; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct LogPosition(pub u64);
+
+/// What serving a request caused besides its own reply. Reused across calls: the caller
+/// clears it (allocation-free once warm).
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// Replies to other requests (S2PL grants and aborts), to route to their connections.
+    pub replies: Vec<Addressed>,
+    /// Keys whose latest committed version may have advanced (only when publishing).
+    pub committed: Vec<Key>,
+    /// Keys of which a newer version was prepared, with its timestamp (only when publishing).
+    pub prepared: Vec<(Timestamp, Key)>,
+    /// Every reply of this call waits until the log is durable up to here (`None`: at once).
+    pub release_after: Option<LogPosition>,
+    publishing: bool,
+}
+
+impl Effects {
+    /// Effects of a server that publishes committed versions (`publishing`: fill `committed`
+    /// and `prepared`; off, the core does not copy the keys for them).
+    pub fn new(publishing: bool) -> Self {
+        Self { publishing, ..Self::default() }
+    }
+
+    /// Whether `committed` and `prepared` are filled.
+    pub fn publishing(&self) -> bool {
+        self.publishing
+    }
+
+    /// Sets whether `committed` and `prepared` are filled (the edge does before each call: a
+    /// server gains item slots when a front end with GET\* attaches them).
+    pub fn set_publishing(&mut self, publishing: bool) {
+        self.publishing = publishing;
+    }
+
+    /// Empties every list, keeping their capacity and the publishing setting.
+    pub fn clear(&mut self) {
+        self.replies.clear();
+        self.committed.clear();
+        self.prepared.clear();
+        self.release_after = None;
+    }
+
+    fn note_committed(&mut self, keys: impl IntoIterator<Item = Key>) {
+        if self.publishing {
+            self.committed.extend(keys);
+        }
+    }
 }
 
 /// The request-handling state of one server.
 #[derive(Debug)]
 pub struct ServerCore {
     store: Store,
-    /// S2PL locks. One poller serves a server, so the mutex is uncontended; it makes the core
-    /// `Sync` for statistics readers.
+    /// S2PL locks. Every front end of a server group serves this core (the TCP poller and a
+    /// fabric poller), so the table sits behind a mutex; only lock requests take it.
     locks: Mutex<LockTable>,
     /// Next client id to hand out (ids are 16 bits, never 0; they wrap after 65,535).
     next_client_id: AtomicU32,
-    /// GET\*: the item slots this server publishes committed versions in, once attached.
-    item_slots: OnceLock<Arc<dyn ItemPublisher>>,
     /// GET and GET_LOCATE requests served (statistics: how many reads GET\* saved).
     gets_served: AtomicU64,
 }
@@ -65,15 +172,8 @@ impl ServerCore {
             store: Store::new(gc_grace_ms),
             locks: Mutex::new(LockTable::default()),
             next_client_id: AtomicU32::new(1),
-            item_slots: OnceLock::new(),
             gets_served: AtomicU64::new(0),
         }
-    }
-
-    /// GET\*: from now on, publish committed versions in `slots`. Returns the slots already
-    /// attached if there are (one item region per server).
-    pub fn attach_item_slots(&self, slots: Arc<dyn ItemPublisher>) -> Result<(), Arc<dyn ItemPublisher>> {
-        self.item_slots.set(slots)
     }
 
     /// GET and GET_LOCATE requests this server has served.
@@ -81,198 +181,178 @@ impl ServerCore {
         self.gets_served.load(Ordering::Relaxed)
     }
 
-    /// Commits transaction `ts` in the store (as a COMMIT request does) and publishes the keys
-    /// it advanced in the item slots, if attached. Recovery uses it, so that a transaction it
-    /// commits does not leave a slot behind `lastCommit`.
-    pub fn commit(&self, ts: Timestamp) -> usize {
-        let keys = self.store.commit_keys(ts);
-        if let Some(slots) = self.item_slots() {
-            slots.publish_committed(&self.store, &keys);
-        }
-        keys.len()
-    }
-
-    /// The item slots, if attached.
-    pub fn item_slots(&self) -> Option<&Arc<dyn ItemPublisher>> {
-        self.item_slots.get()
-    }
-
-    /// The store, for statistics and tests.
+    /// The store, for statistics, recovery and tests.
     pub fn store(&self) -> &Store {
         &self.store
     }
 
-    /// Decodes a request frame body and appends the reply frame to `out`. A body that does
-    /// not decode gets a `BadRequest` reply (the framing is intact, so the connection goes on).
-    pub fn handle_frame(
-        &self,
-        connection: u64,
-        kind: u8,
-        request_id: u64,
-        body: &[u8],
-        now_ms: u64,
-        out: &mut Vec<u8>,
-        deferred: &mut Vec<DeferredReply>,
-    ) {
-        match Request::decode(kind, body) {
-            Ok(request) => self.handle_from(connection, request, request_id, now_ms, out, deferred),
-            Err(error) => reply_decode_error(&error, request_id, out),
-        }
+    /// Commits transaction `ts` in the store (as a COMMIT request does); the keys it advanced
+    /// go to `effects`. Recovery uses it, so that what it commits is republished.
+    pub fn commit(&self, ts: Timestamp, effects: &mut Effects) -> usize {
+        let keys = self.store.commit_keys(ts);
+        let count = keys.len();
+        effects.note_committed(keys);
+        count
     }
 
-    /// Serves one request from a client on a single connection and appends the reply (and any
-    /// reply it releases) to `out`. For tests and tools that do not multiplex connections.
-    pub fn handle(&self, request: Request, request_id: u64, now_ms: u64, out: &mut Vec<u8>) {
-        let mut deferred = Vec::new();
-        self.handle_from(0, request, request_id, now_ms, out, &mut deferred);
-        for reply in deferred {
-            out.extend_from_slice(&reply.frame);
-        }
-    }
-
-    /// Serves one request that came over `connection`. Its reply is appended to `out`, unless
-    /// it must wait for locks; replies to other waiting requests that it unblocks go to
-    /// `deferred`.
-    pub fn handle_from(
+    /// Serves one request that came over `connection`. Returns its reply, or `None` when it
+    /// waits for locks (its reply comes later, in the effects of another call). Replies to
+    /// other waiting requests it unblocks, and what must be republished, go to `effects`.
+    pub fn handle(
         &self,
-        connection: u64,
+        connection: ConnectionId,
         request: Request,
         request_id: u64,
         now_ms: u64,
-        out: &mut Vec<u8>,
-        deferred: &mut Vec<DeferredReply>,
-    ) {
+        effects: &mut Effects,
+    ) -> Option<Reply> {
+        let plain = |response: Response| Some(Reply::Response(response));
         match request {
+            Request::Hello { client_ids_wanted } => plain(self.hello(client_ids_wanted)),
+            Request::Get { items } => Some(self.get(&items).map_or_else(Reply::Response, Reply::Versions)),
+            Request::GetLocate { items } => Some(match self.get(&items) {
+                Ok(answers) => Reply::Located { answers, keys: items.into_iter().map(|item| item.key).collect() },
+                Err(error) => Reply::Response(error),
+            }),
+            Request::Prepare { ts, metadata, write_set, writes } => {
+                plain(ack_or_error(self.prepare(ts, metadata, write_set, writes, now_ms, effects)))
+            }
+            Request::Commit { ts } => {
+                self.commit(ts, effects);
+                plain(Response::Ack)
+            }
+            Request::Put { ts, writes } => {
+                let writes = stored_writes(writes);
+                let keys = effects.publishing.then(|| staged_keys(&writes));
+                let put = self.store.put(ts, writes, now_ms);
+                if put.is_ok() {
+                    effects.note_committed(keys.into_iter().flatten());
+                }
+                plain(ack_or_error(put))
+            }
+            Request::Status { ts, keys } => {
+                let keys: Vec<Key> = keys.into_iter().map(Vec::into_boxed_slice).collect();
+                plain(Response::Status { state: self.store.status(ts, &keys, now_ms) })
+            }
             Request::LockRead { ts, keys } => {
                 let keys = keys.into_iter().map(Vec::into_boxed_slice).collect();
                 let decisions =
                     self.locks.lock().request(ts, LockMode::Shared, connection, request_id, keys, Vec::new(), now_ms);
-                self.reply_to_decisions(decisions, deferred);
+                self.decide(decisions, connection, request_id, effects)
             }
             Request::LockWrite { ts, writes } => {
                 let writes = stored_writes(writes);
                 if let Err(error) = validate_writes(&writes) {
-                    return Response::bad_request(error).encode_frame(request_id, out);
+                    return plain(Response::bad_request(error.to_string()));
                 }
                 let keys = writes.iter().map(|(key, _)| key.clone()).collect();
                 let decisions =
                     self.locks.lock().request(ts, LockMode::Exclusive, connection, request_id, keys, writes, now_ms);
-                self.reply_to_decisions(decisions, deferred);
+                self.decide(decisions, connection, request_id, effects)
             }
             Request::CommitLocked { ts } => {
                 let (staged, decisions) = self.locks.lock().finish(ts);
-                let keys = self.item_slots().map(|_| staged_keys(&staged));
+                let keys = effects.publishing.then(|| staged_keys(&staged));
                 let applied = if staged.is_empty() { Ok(()) } else { self.store.put(ts, staged, now_ms) };
-                if let (Ok(()), Some(slots), Some(keys)) = (&applied, self.item_slots(), keys) {
-                    slots.publish_committed(&self.store, &keys);
+                if applied.is_ok() {
+                    effects.note_committed(keys.into_iter().flatten());
                 }
-                reply_ack_or_error(applied, request_id, out);
-                self.reply_to_decisions(decisions, deferred);
+                self.route_decisions(decisions, effects);
+                plain(ack_or_error(applied))
             }
             Request::Release { ts } => {
                 let (_, decisions) = self.locks.lock().finish(ts);
-                Response::Ack.encode_frame(request_id, out);
-                self.reply_to_decisions(decisions, deferred);
+                self.route_decisions(decisions, effects);
+                plain(Response::Ack)
             }
-            other => self.handle_plain(other, request_id, now_ms, out),
         }
     }
 
-    /// Aborts lock waits past their deadline; replies go to `deferred`.
-    pub fn expire_lock_waits(&self, now_ms: u64, deferred: &mut Vec<DeferredReply>) {
+    /// Aborts lock waits past their deadline; their replies go to `effects`.
+    pub fn expire_lock_waits(&self, now_ms: u64, effects: &mut Effects) {
         let decisions = self.locks.lock().expire(now_ms);
-        self.reply_to_decisions(decisions, deferred);
+        self.route_decisions(decisions, effects);
     }
 
-    /// When the next lock wait expires (the event loop wakes up then), if any waits.
+    /// When the next lock wait expires (the front end wakes up then), if any waits.
     pub fn next_lock_deadline_ms(&self) -> Option<u64> {
         self.locks.lock().next_deadline_ms()
     }
 
-    /// A connection closed: the transactions it was running release their locks.
-    pub fn connection_closed(&self, connection: u64, deferred: &mut Vec<DeferredReply>) {
+    /// A connection closed: the transactions it was running release their locks; the replies
+    /// this unblocks go to `effects`.
+    pub fn connection_closed(&self, connection: ConnectionId, effects: &mut Effects) {
         let decisions = self.locks.lock().release_connection(connection);
-        self.reply_to_decisions(decisions, deferred);
+        self.route_decisions(decisions, effects);
+    }
+
+    fn prepare(
+        &self,
+        ts: Timestamp,
+        metadata: Metadata,
+        write_set: Vec<Vec<u8>>,
+        writes: Vec<Write>,
+        now_ms: u64,
+        effects: &mut Effects,
+    ) -> Result<(), StoreError> {
+        let metadata = stored_metadata(metadata);
+        let write_set: Arc<[Key]> = match (&metadata, write_set.is_empty()) {
+            (StoredMetadata::WriteSet(keys), true) => Arc::clone(keys),
+            _ => write_set.into_iter().map(Vec::into_boxed_slice).collect(),
+        };
+        let writes = stored_writes(writes);
+        let keys = effects.publishing.then(|| staged_keys(&writes));
+        self.store.prepare(ts, metadata, write_set, writes, now_ms)?;
+        effects.prepared.extend(keys.into_iter().flatten().map(|key| (ts, key)));
+        Ok(())
+    }
+
+    /// The reply of the request being handled among `decisions` (none: it waits), the others
+    /// to `effects`.
+    fn decide(
+        &self,
+        decisions: Vec<LockDecision>,
+        connection: ConnectionId,
+        request_id: u64,
+        effects: &mut Effects,
+    ) -> Option<Reply> {
+        let start = effects.replies.len();
+        self.route_decisions(decisions, effects);
+        let own = effects.replies[start..]
+            .iter()
+            .position(|reply| reply.connection == connection && reply.request_id == request_id)?;
+        Some(effects.replies.remove(start + own).reply)
     }
 
     /// Serves granted lock requests (reads answered, writes staged) and aborted ones.
-    fn reply_to_decisions(&self, decisions: Vec<LockDecision>, deferred: &mut Vec<DeferredReply>) {
+    fn route_decisions(&self, decisions: Vec<LockDecision>, effects: &mut Effects) {
         for decision in decisions {
-            let mut frame = Vec::new();
-            let connection = match decision {
+            let (request, reply) = match decision {
                 LockDecision::Granted(request) => {
-                    match request.mode {
-                        LockMode::Shared => {
-                            let answers: Vec<Answer> = request
+                    let reply = match request.mode {
+                        LockMode::Shared => Reply::Versions(
+                            request
                                 .keys
                                 .iter()
                                 .map(|key| self.store.get_latest(key).map_or(Answer::Initial, Answer::Version))
-                                .collect();
-                            encode_answers(&answers, request.request_id, &mut frame);
-                        }
+                                .collect(),
+                        ),
                         LockMode::Exclusive => {
                             self.locks.lock().stage(request.ts, request.writes);
-                            Response::Ack.encode_frame(request.request_id, &mut frame);
+                            Reply::Response(Response::Ack)
                         }
-                    }
-                    request.connection
+                    };
+                    ((request.connection, request.request_id), reply)
                 }
                 LockDecision::Aborted(request) => {
                     let message = format!("transaction {} aborted (wait-die or lock timeout); retry", request.ts);
-                    Response::Error { code: ErrorCode::Aborted, message }.encode_frame(request.request_id, &mut frame);
-                    request.connection
+                    let reply = Reply::Response(Response::Error { code: ErrorCode::Aborted, message });
+                    ((request.connection, request.request_id), reply)
                 }
             };
-            deferred.push(DeferredReply { connection, frame });
+            let (connection, request_id) = request;
+            effects.replies.push(Addressed { connection, request_id, reply });
         }
-    }
-
-    /// Requests that never wait; each writes its one reply.
-    fn handle_plain(&self, request: Request, request_id: u64, now_ms: u64, out: &mut Vec<u8>) {
-        let result = match request {
-            Request::Hello { client_ids_wanted } => {
-                return self.hello(client_ids_wanted).encode_frame(request_id, out);
-            }
-            Request::Get { items } => return self.get(&items, request_id, false, out),
-            Request::GetLocate { items } => return self.get(&items, request_id, true, out),
-            Request::Prepare { ts, metadata, write_set, writes } => {
-                let metadata = stored_metadata(metadata);
-                let write_set: Arc<[Key]> = match (&metadata, write_set.is_empty()) {
-                    (StoredMetadata::WriteSet(keys), true) => Arc::clone(keys),
-                    _ => write_set.into_iter().map(Vec::into_boxed_slice).collect(),
-                };
-                let writes = stored_writes(writes);
-                let keys = self.item_slots().map(|_| staged_keys(&writes));
-                let prepared = self.store.prepare(ts, metadata, write_set, writes, now_ms);
-                if let (Ok(()), Some(slots), Some(keys)) = (&prepared, self.item_slots(), keys) {
-                    slots.note_prepared(ts, &keys);
-                }
-                prepared
-            }
-            Request::Status { ts, keys } => {
-                let keys: Vec<Key> = keys.into_iter().map(Vec::into_boxed_slice).collect();
-                let state = self.store.status(ts, &keys, now_ms);
-                return Response::Status { state }.encode_frame(request_id, out);
-            }
-            Request::Commit { ts } => {
-                self.commit(ts);
-                Ok(())
-            }
-            Request::Put { ts, writes } => {
-                let writes = stored_writes(writes);
-                let keys = self.item_slots().map(|_| staged_keys(&writes));
-                let put = self.store.put(ts, writes, now_ms);
-                if let (Ok(()), Some(slots), Some(keys)) = (&put, self.item_slots(), keys) {
-                    slots.publish_committed(&self.store, &keys);
-                }
-                put
-            }
-            other => {
-                let message = format!("request kind {:#04x} is not served here", other.kind());
-                Err(StoreError::InvalidPrepare(message))
-            }
-        };
-        reply_ack_or_error(result, request_id, out);
     }
 
     fn hello(&self, wanted: u16) -> Response {
@@ -284,27 +364,12 @@ impl ServerCore {
         if first + wanted - 1 > span {
             first = 1;
         }
+        debug_assert!(first >= 1 && first + wanted - 1 <= span, "a block of ids never holds 0 or wraps");
         Response::Hello { client_id_first: first as u16, client_ids_granted: wanted as u16 }
     }
 
-    /// Serves a GET, or with `locate` a GET_LOCATE (whose reply also names each key's slot).
-    fn get(&self, items: &[GetItem], request_id: u64, locate: bool, out: &mut Vec<u8>) {
-        let answers = match self.answers(items) {
-            Ok(answers) => answers,
-            Err(error) => return error.encode_frame(request_id, out),
-        };
-        match (locate, self.item_slots()) {
-            (false, _) => encode_answers(&answers, request_id, out),
-            (true, slots) => {
-                let slots = items.iter().map(|item| slots.and_then(|slots| slots.locate(&self.store, &item.key)));
-                let slots: Vec<Option<u32>> = slots.collect();
-                append_versions_located_frame(out, request_id, answer_entries(&answers), slots.into_iter());
-            }
-        }
-    }
-
     /// What a GET of `items` finds, or the error reply that ends it.
-    fn answers(&self, items: &[GetItem]) -> Result<Vec<Answer>, Response> {
+    fn get(&self, items: &[GetItem]) -> Result<Vec<Answer>, Response> {
         self.gets_served.fetch_add(1, Ordering::Relaxed);
         let mut answers: Vec<Answer> = Vec::with_capacity(items.len());
         for item in items {
@@ -328,38 +393,6 @@ impl ServerCore {
         }
         Ok(answers)
     }
-
-    /// Serves `request` for a client in this process and returns the reply as the client would
-    /// decode it from the frame [`ServerCore::handle_from`] writes, without the frame: a GET's
-    /// versions are copied once, into the reply, instead of into a frame and out of it. Other
-    /// requests go through the frame (their replies are small); `frame` is scratch space for
-    /// them. Requests that may wait for locks must not come here: their replies are deferred.
-    pub fn serve(
-        &self,
-        connection: u64,
-        request: Request,
-        request_id: u64,
-        now_ms: u64,
-        frame: &mut Vec<u8>,
-        deferred: &mut Vec<DeferredReply>,
-    ) -> Result<Option<Response>, WireError> {
-        if let Request::Get { items } = &request {
-            let response = match self.answers(items) {
-                Ok(answers) => match answers.iter().map(owned_item).collect() {
-                    Ok(items) => Response::Versions { items },
-                    Err(error) => Response::bad_request(format!("a stored write set does not encode: {error}")),
-                },
-                Err(error) => error,
-            };
-            return Ok(Some(response));
-        }
-        frame.clear();
-        self.handle_from(connection, request, request_id, now_ms, frame, deferred);
-        match FrameHeader::split(frame)? {
-            Some((header, body)) => Response::decode(header.kind, body).map(Some),
-            None => Ok(None),
-        }
-    }
 }
 
 /// The keys of `writes` (copied before the writes move into the store).
@@ -370,7 +403,7 @@ fn staged_keys(writes: &[(Key, Box<[u8]>)]) -> Vec<Key> {
 /// An answer as a client decodes it from a reply frame. A stored write set was checked against
 /// the limits when it was prepared, so it always encodes; were it not, the error says why
 /// (the frame encoder would refuse it as well).
-fn owned_item(answer: &Answer) -> Result<VersionItem, WireError> {
+fn owned_item(answer: &Answer) -> Result<VersionItem, crate::wire::WireError> {
     Ok(match answer {
         Answer::Version(version) => VersionItem {
             ts: version.ts,
@@ -394,34 +427,34 @@ fn answer_entries(answers: &[Answer]) -> impl ExactSizeIterator<Item = (Timestam
     })
 }
 
-fn encode_answers(answers: &[Answer], request_id: u64, out: &mut Vec<u8>) {
-    append_versions_frame(out, request_id, answer_entries(answers));
+fn ack_or_error(result: Result<(), StoreError>) -> Response {
+    match result {
+        Ok(()) => Response::Ack,
+        Err(error) => Response::bad_request(error.to_string()),
+    }
 }
 
-fn reply_ack_or_error(result: Result<(), StoreError>, request_id: u64, out: &mut Vec<u8>) {
-    match result {
-        Ok(()) => Response::Ack.encode_frame(request_id, out),
-        Err(error) => Response::bad_request(error.to_string()).encode_frame(request_id, out),
-    }
+/// Why a write breaks the limits before it touches the lock table or the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WriteLimitError {
+    #[error("{count} writes (need 1..={TXN_KEYS_MAX})")]
+    Count { count: usize },
+    #[error(
+        "a key of {key_bytes} or value of {value_bytes} bytes over the limits ({KEY_BYTES_MAX}, {VALUE_BYTES_MAX})"
+    )]
+    TooLarge { key_bytes: usize, value_bytes: usize },
 }
 
 /// The limits a write must meet before it touches the lock table or the store.
-fn validate_writes(writes: &[(Key, Box<[u8]>)]) -> Result<(), String> {
+fn validate_writes(writes: &[(Key, Box<[u8]>)]) -> Result<(), WriteLimitError> {
     if writes.is_empty() || writes.len() > TXN_KEYS_MAX {
-        return Err(format!("{} writes (need 1..={TXN_KEYS_MAX})", writes.len()));
+        return Err(WriteLimitError::Count { count: writes.len() });
     }
     match writes.iter().find(|(key, value)| key.len() > KEY_BYTES_MAX || value.len() > VALUE_BYTES_MAX) {
-        Some((key, value)) => Err(format!("a key of {} or value of {} bytes over the limits", key.len(), value.len())),
+        Some((key, value)) => Err(WriteLimitError::TooLarge { key_bytes: key.len(), value_bytes: value.len() }),
         None => Ok(()),
     }
-}
-
-/// What a GET item is answered with.
-enum Answer {
-    Version(Arc<Version>),
-    TimestampOnly(Timestamp),
-    /// The initial value, or no candidate stored.
-    Initial,
 }
 
 fn stored_metadata(metadata: Metadata) -> StoredMetadata {
@@ -436,6 +469,74 @@ fn stored_writes(writes: Vec<Write>) -> Vec<(Key, Box<[u8]>)> {
     writes.into_iter().map(|write| (write.key.into_boxed_slice(), write.value.into_boxed_slice())).collect()
 }
 
-fn reply_decode_error(error: &WireError, request_id: u64, out: &mut Vec<u8>) {
-    Response::bad_request(format!("malformed request: {error}")).encode_frame(request_id, out);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::{FrameHeader, GetItem};
+
+    /// `into_response` (the in-process client's reply, built without a frame) must be exactly
+    /// what a client of every other transport decodes from the frame `encode_frame` writes.
+    #[test]
+    fn a_reply_as_a_response_is_what_its_frame_decodes_to() {
+        let core = ServerCore::new(10);
+        let mut effects = Effects::default();
+        let mut handle = |request, now_ms| core.handle(ConnectionId::default(), request, 1, now_ms, &mut effects);
+        let write = |key: &str, value: &str| Write { key: key.as_bytes().to_vec(), value: value.as_bytes().to_vec() };
+        let prepares = [
+            (
+                5,
+                Metadata::WriteSet(WriteSet::from_keys(&[b"a", b"b"]).unwrap()),
+                vec![write("a", "a5"), write("b", "b5")],
+            ),
+            (7, Metadata::Bloom(vec![0x5a; 16]), vec![write("b", "b7")]),
+            (9, Metadata::None, vec![write("c", "")]),
+            (11, Metadata::WriteSet(WriteSet::from_keys(&[b"a"]).unwrap()), vec![write("a", "a11")]),
+        ];
+        for (ts, metadata, writes) in prepares {
+            handle(Request::Prepare { ts, metadata, write_set: Vec::new(), writes }, 0);
+        }
+        for ts in [5, 7, 9, 11] {
+            handle(Request::Commit { ts }, 0);
+        }
+        // Version 5 of "a" is superseded by 11 and collected at t=100.
+        for (ts, now_ms) in [(13, 50), (15, 100)] {
+            let writes = vec![write("a", "x")];
+            handle(Request::Prepare { ts, metadata: Metadata::None, write_set: Vec::new(), writes }, now_ms);
+        }
+        let item = |key: &str, selector: Selector| GetItem { key: key.as_bytes().to_vec(), selector };
+        let gets = vec![
+            vec![
+                item("a", Selector::Latest),
+                item("b", Selector::Latest),
+                item("c", Selector::Latest),
+                item("none", Selector::Latest),
+            ],
+            vec![item("a", Selector::LatestTimestamp), item("none", Selector::LatestTimestamp)],
+            vec![item("a", Selector::Exact(13)), item("b", Selector::Exact(5))],
+            vec![item("b", Selector::HighestOf(vec![5, 6])), item("b", Selector::HighestOf(vec![1]))],
+            vec![item("a", Selector::Exact(5))],
+            vec![item("a", Selector::Exact(99))],
+            vec![item("a", Selector::HighestOf(vec![5]))],
+            vec![],
+        ];
+        let locate = |key: &[u8]| (key == b"b").then_some(3);
+        for (i, items) in gets.into_iter().enumerate() {
+            for request in [Request::Get { items: items.clone() }, Request::GetLocate { items }] {
+                let mut frame = Vec::new();
+                handle(request.clone(), 100).unwrap().encode_frame(42, &mut frame, locate);
+                let (header, body) = FrameHeader::split(&frame).unwrap().unwrap();
+                let decoded = Response::decode(header.kind, body).unwrap();
+                assert_eq!(handle(request, 100).unwrap().into_response(locate), decoded, "get {i}");
+            }
+        }
+        let Some(Reply::Versions(answers)) = handle(Request::Get { items: vec![item("b", Selector::Latest)] }, 100)
+        else {
+            panic!("not versions")
+        };
+        let Response::Versions { items } = Reply::Versions(answers).into_response(locate) else { panic!() };
+        assert_eq!(
+            (items[0].ts, &items[0].value[..], &items[0].metadata),
+            (7, &b"b7"[..], &Metadata::Bloom(vec![0x5a; 16]))
+        );
+    }
 }

@@ -56,6 +56,50 @@ impl AutoBatchConfig {
     }
 }
 
+/// The automatic batch-size controller on its own: fed one latency per entry, it moves the
+/// batch size by one after each window (see the module docs). [`Batcher`] uses it, and so does
+/// any client that batches by itself (the rampkv RF-RPC transport).
+#[derive(Clone, Debug)]
+pub struct SizeController {
+    config: AutoBatchConfig,
+    size: usize,
+    window_count: usize,
+    window_over: usize,
+}
+
+impl SizeController {
+    /// A controller starting at `initial` (clamped to `1..=size_max`).
+    pub fn new(config: AutoBatchConfig, initial: usize) -> Self {
+        let size = initial.clamp(1, config.size_max.clamp(1, RPC_BATCH_ENTRIES_MAX));
+        Self { config, size, window_count: 0, window_over: 0 }
+    }
+
+    /// The batch size now in force.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Counts one entry's latency; returns the new size when this closed a window.
+    pub fn record(&mut self, latency: Duration) -> Option<usize> {
+        self.window_count += 1;
+        self.window_over += usize::from(latency > self.config.latency_limit);
+        if self.window_count < self.config.window_samples.max(1) {
+            return None;
+        }
+        let over_fraction = self.window_over as f64 / self.window_count as f64;
+        let size_max = self.config.size_max.clamp(1, RPC_BATCH_ENTRIES_MAX);
+        if over_fraction > self.config.tolerance {
+            self.size = self.size.saturating_sub(1).max(1);
+        } else if over_fraction < self.config.tolerance / 10.0 {
+            self.size = (self.size + 1).min(size_max);
+        }
+        debug_assert!((1..=size_max).contains(&self.size), "the size stays in 1..=size_max");
+        self.window_count = 0;
+        self.window_over = 0;
+        Some(self.size)
+    }
+}
+
 /// Batching settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct BatchConfig {
@@ -159,8 +203,7 @@ pub struct Batcher<F: OneSided, L> {
     pending_tags: Vec<u64>,
     alone: EntryList,
     size: usize,
-    window_count: usize,
-    window_over: usize,
+    controller: Option<SizeController>,
     next_tag: u64,
     stats: BatchStats,
 }
@@ -203,8 +246,7 @@ where
             pending_tags: Vec::with_capacity(RPC_BATCH_ENTRIES_MAX),
             alone: EntryList::new(),
             size: config.size,
-            window_count: 0,
-            window_over: 0,
+            controller: config.auto.map(|auto| SizeController::new(auto, config.size)),
             next_tag: 0,
             stats,
         })
@@ -331,25 +373,14 @@ where
         self.stats.entries += latencies.len() as u64;
         self.stats.by_reason[reason.index()] += 1;
         self.stats.size_histogram[latencies.len()] += 1;
-        let Some(auto) = self.config.auto else {
+        let Some(controller) = self.controller.as_mut() else {
             return;
         };
         for &latency in latencies {
-            self.window_count += 1;
-            self.window_over += usize::from(latency > auto.latency_limit);
-            if self.window_count < auto.window_samples {
-                continue;
+            if let Some(size) = controller.record(latency) {
+                self.size = size;
+                self.stats.size_trace.push(size as u16);
             }
-            let over_fraction = self.window_over as f64 / self.window_count as f64;
-            let size_max = auto.size_max.min(RPC_BATCH_ENTRIES_MAX);
-            if over_fraction > auto.tolerance {
-                self.size = self.size.saturating_sub(1).max(1);
-            } else if over_fraction < auto.tolerance / 10.0 {
-                self.size = (self.size + 1).min(size_max);
-            }
-            self.stats.size_trace.push(self.size as u16);
-            self.window_count = 0;
-            self.window_over = 0;
         }
     }
 }

@@ -504,6 +504,17 @@ where
         self.pending.is_none() && self.requests.has_pending()
     }
 
+    /// Whether a request was received and not answered yet.
+    pub fn call_pending(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// The push ring's credit word as it is now (one local load): a push that found no room
+    /// waits for it to change.
+    pub fn push_credit(&self) -> u64 {
+        self.pushes.credit_word()
+    }
+
     /// Largest packed reply body this connection carries (slot and push ring alike).
     pub fn reply_entries_bytes_max(&self) -> usize {
         self.slot.body_bytes_max().min(self.pushes.body_bytes_max().saturating_sub(REPLY_HEADER_BYTES))

@@ -36,7 +36,7 @@ pub mod endpoint;
 pub mod message;
 pub mod reply;
 
-pub use batch::{AutoBatchConfig, BatchConfig, BatchStats, Batcher, Completion, FlushReason};
+pub use batch::{AutoBatchConfig, BatchConfig, BatchStats, Batcher, Completion, FlushReason, SizeController};
 pub use endpoint::{Reply, ReplyMode, RpcClient, RpcServerEndpoint, RpcStats};
 pub use message::{Entries, EntryList, RequestMessage};
 

@@ -6,10 +6,10 @@ pub use driver::{Completion, Driver, TxnResult, DRIVER_SESSIONS_MAX};
 
 use std::time::Duration;
 
-use crate::transport::tcp::TcpClientTransport;
-use crate::transport::TransportError;
+use crate::transport::{TcpClientTransport, TransportError};
 use rampkv_core::cluster::Cluster;
 use rampkv_core::protocol::ramp::TxnOptions;
+use rampkv_core::protocol::session::SessionError;
 use rampkv_core::protocol::{ProtocolError, ReadOutcome};
 use rampkv_core::types::Timestamp;
 
@@ -23,10 +23,27 @@ pub enum ClientError {
     Transport(#[from] TransportError),
     #[error("the transaction did not finish in time")]
     Timeout,
-    #[error("connection handshake failed: {0}")]
-    Handshake(String),
-    #[error("invalid client configuration: {0}")]
-    Config(String),
+    /// A transaction could not start (no such session, the session is busy), or the sessions
+    /// could not be set up.
+    #[error(transparent)]
+    Session(SessionError),
+    #[error("the first server answered HELLO with something else")]
+    HelloReply,
+    #[error("asked for {wanted} client ids, the first server granted {granted} from {first}")]
+    HelloGranted { wanted: u16, first: u16, granted: u16 },
+    #[error("need 1..=65535 sessions, got {sessions}")]
+    Sessions { sessions: usize },
+    #[error("the transport reaches {transport} servers, the cluster has {cluster}")]
+    ServerCount { transport: usize, cluster: usize },
+}
+
+impl From<SessionError> for ClientError {
+    fn from(error: SessionError) -> Self {
+        match error {
+            SessionError::Protocol(error) => ClientError::Protocol(error),
+            error => ClientError::Session(error),
+        }
+    }
 }
 
 /// A blocking client: one transaction at a time over TCP.

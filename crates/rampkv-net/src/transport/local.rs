@@ -1,60 +1,105 @@
 //! The in-process transport: a client living in the same process as its servers hands each
-//! request straight to the server's [`ServerCore`], on the client's own thread, and takes the
-//! reply back. No socket, no ring, no second thread, no copy of the request (the driver hands
-//! it over: `post_owned`); a read's reply is built from the stored versions as the client would
-//! decode it, without a frame in between ([`ServerCore::serve`]). Everything else (the protocol
-//! machines, the stores and their concurrency with the server threads serving other clients)
-//! is what every other transport uses.
+//! request straight to the server core, on the client's own thread, and takes the typed reply
+//! back. No socket, no ring, no frame, no second thread, no copy of the request (the driver
+//! hands it over: `post_owned`); a read's reply is built from the stored versions as the client
+//! would decode it ([`Reply::into_response`]).
+//!
+//! It is a front end of each server group it reaches: it registers an inbox with each group's
+//! router, so S2PL works too: a lock granted later, by another front end or by this client's
+//! own release, comes to the inbox as a typed reply and wakes the client's `poll`. Dropping the
+//! transport closes its connections (its transactions release their locks).
 //!
 //! It serves deployments that put a client next to its partitions, such as the RESP gateway of
-//! `rampkv local`. S2PL's lock requests are refused: a lock granted later is answered through
-//! the serving event loop's deferred replies, which a call on the client's thread has no way to
-//! receive.
+//! `rampkv local`, and the benchmark's `inprocess` row (the protocol's own CPU cost).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::{ClientTransport, TransportError};
-use rampkv_core::protocol::server::{DeferredReply, ServerCore};
+use rampkv_core::protocol::server::{Addressed, Effects, Reply};
+use rampkv_core::protocol::ConnectionId;
 use rampkv_core::wire::{Request, Response};
 
-/// Connection id the cores see for in-process clients (lock ownership only; never used, as
-/// lock requests are refused).
-const LOCAL_CONNECTION: u64 = u64::MAX - 1;
+use super::{ClientTransport, TransportError};
+use crate::server::router::{Inbox, Signal, Wake};
+use crate::server::Servers;
 
-/// Direct calls into the server cores of this process (server i is `cores[i]`).
+/// Longest a `poll` with nothing to deliver sleeps before it looks again.
+const POLL_SLEEP_MAX: Duration = Duration::from_millis(1);
+
+/// One server as this client reaches it: its group, its index there, and the connection id
+/// this client has with it.
+#[derive(Debug)]
+struct Route {
+    group: usize,
+    index: usize,
+    connection: ConnectionId,
+}
+
+/// Direct calls into the server cores of this process.
 #[derive(Debug)]
 pub struct LocalTransport {
-    /// Each server's core and the clock its event loop stamps prepares with (so that GC and
-    /// recovery see the same times whoever asks).
-    servers: Vec<(Arc<ServerCore>, Instant)>,
+    /// The server groups, each with this client's inbox there.
+    groups: Vec<(Arc<Servers>, Arc<Inbox>)>,
+    /// Server i of the cluster.
+    routes: Vec<Route>,
     replies: VecDeque<(usize, u64, Response)>,
-    frame: Vec<u8>,
-    deferred: Vec<DeferredReply>,
+    effects: Effects,
+    routed: Vec<Addressed>,
+    signal: Arc<Signal>,
 }
 
 impl LocalTransport {
-    /// A transport to `cores`, whose event loops measure time from `clock`
-    /// ([`crate::server::ServerGroup::clock`]).
-    pub fn new(cores: Vec<Arc<ServerCore>>, clock: Instant) -> Self {
-        Self::with_clocks(cores.into_iter().map(|core| (core, clock)).collect())
-    }
-
-    /// A transport to servers of several groups, each core with its group's clock.
-    pub fn with_clocks(servers: Vec<(Arc<ServerCore>, Instant)>) -> Self {
-        Self { servers, replies: VecDeque::new(), frame: Vec::new(), deferred: Vec::new() }
+    /// A transport to the servers of `groups`, in order (server i of the cluster is the i-th
+    /// server counting through the groups). `wake` is how a deferred reply wakes the caller
+    /// (`None`: this transport's own `poll` waits for it).
+    pub fn new(groups: &[Arc<Servers>], wake: Option<Arc<dyn Wake>>) -> Self {
+        let signal = Arc::new(Signal::default());
+        let wake = wake.unwrap_or_else(|| Arc::clone(&signal) as Arc<dyn Wake>);
+        let mut routes = Vec::new();
+        let groups: Vec<(Arc<Servers>, Arc<Inbox>)> = groups
+            .iter()
+            .enumerate()
+            .map(|(group, servers)| {
+                let (front, inbox) = servers.router().register(Arc::clone(&wake));
+                for index in 0..servers.served().len() {
+                    routes.push(Route {
+                        group,
+                        index,
+                        connection: ConnectionId { front, generation: 0, slot: index as u32 },
+                    });
+                }
+                (Arc::clone(servers), inbox)
+            })
+            .collect();
+        Self { groups, routes, replies: VecDeque::new(), effects: Effects::default(), routed: Vec::new(), signal }
     }
 
     /// True if replies wait to be polled.
     pub fn has_replies(&self) -> bool {
-        !self.replies.is_empty()
+        !self.replies.is_empty() || self.groups.iter().any(|(_, inbox)| inbox.pending())
+    }
+
+    /// Queues the replies group `group` produced or routed for this client; hands the others to
+    /// that group's router (front ids are per group).
+    fn route(&mut self, group: usize) {
+        for Addressed { connection, request_id, reply } in self.routed.drain(..) {
+            let mine = self.routes.iter().position(|route| route.group == group && route.connection == connection);
+            let servers = &self.groups[group].0;
+            match mine {
+                Some(server) => {
+                    let served = &servers.served()[self.routes[server].index];
+                    self.replies.push_back((server, request_id, reply.into_response(|key| served.locate(key))));
+                }
+                None => servers.router().route(Addressed { connection, request_id, reply }),
+            }
+        }
     }
 }
 
 impl ClientTransport for LocalTransport {
     fn server_count(&self) -> usize {
-        self.servers.len()
+        self.routes.len()
     }
 
     fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
@@ -63,30 +108,21 @@ impl ClientTransport for LocalTransport {
 
     /// Serves `request` at once; its values move into the store without a copy.
     fn post_owned(&mut self, server: usize, request_id: u64, request: Request) -> Result<(), TransportError> {
-        let servers = self.servers.len();
-        let (core, clock) = self.servers.get(server).ok_or(TransportError::NoSuchServer { server, servers })?;
-        if matches!(
-            &request,
-            Request::LockRead { .. }
-                | Request::LockWrite { .. }
-                | Request::CommitLocked { .. }
-                | Request::Release { .. }
-        ) {
-            return Err(TransportError::Unsupported {
-                server,
-                what: "S2PL lock requests over the in-process transport (use TCP or a ring transport)".into(),
-            });
+        let servers = self.routes.len();
+        let route = self.routes.get(server).ok_or(TransportError::NoSuchServer { server, servers })?;
+        let group = &self.groups[route.group].0;
+        let served = &group.served()[route.index];
+        let reply = served.serve(route.connection, request, request_id, group.now_ms(), &mut self.effects);
+        if let Some(reply) = reply {
+            let response = match reply {
+                Reply::Response(response) => response,
+                reply => reply.into_response(|key| served.locate(key)),
+            };
+            self.replies.push_back((server, request_id, response));
         }
-        let now_ms = clock.elapsed().as_millis() as u64;
-        let served = core.serve(LOCAL_CONNECTION, request, request_id, now_ms, &mut self.frame, &mut self.deferred);
-        debug_assert!(self.deferred.is_empty(), "only lock requests defer replies");
-        self.deferred.clear();
-        let response = match served {
-            Ok(Some(response)) => response,
-            Ok(None) => return Err(TransportError::Closed { server }),
-            Err(error) => return Err(TransportError::Malformed { server, error }),
-        };
-        self.replies.push_back((server, request_id, response));
+        let group = route.group;
+        self.routed.append(&mut self.effects.replies);
+        self.route(group);
         Ok(())
     }
 
@@ -98,10 +134,14 @@ impl ClientTransport for LocalTransport {
     where
         F: FnMut(usize, u64, Response),
     {
+        for group in 0..self.groups.len() {
+            self.groups[group].1.take(&mut self.routed);
+            self.route(group);
+        }
         if self.replies.is_empty() {
-            // Nothing can arrive later: replies exist only for posted requests.
-            if let Some(timeout) = timeout {
-                std::thread::sleep(timeout.min(Duration::from_millis(1)));
+            // Only a deferred S2PL reply can still come: wait for the inbox's signal.
+            if let Some(timeout) = timeout.filter(|timeout| !timeout.is_zero()) {
+                self.signal.wait(timeout.min(POLL_SLEEP_MAX));
             }
             return Ok(0);
         }
@@ -113,23 +153,38 @@ impl ClientTransport for LocalTransport {
     }
 }
 
+impl Drop for LocalTransport {
+    /// Closes this client's connections: its transactions release their locks, and the replies
+    /// this unblocks for others are routed.
+    fn drop(&mut self) {
+        for route in &self.routes {
+            let group = &self.groups[route.group].0;
+            group.served()[route.index].core.connection_closed(route.connection, &mut self.effects);
+            for reply in self.effects.replies.drain(..) {
+                group.router().route(reply);
+            }
+        }
+        for (group, (servers, _)) in self.groups.iter().enumerate() {
+            if let Some(route) = self.routes.iter().find(|route| route.group == group) {
+                servers.router().unregister(route.connection.front);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::client::{Driver, TxnResult};
     use rampkv_core::cluster::Cluster;
-    use rampkv_core::protocol::ramp::{Algorithm, TxnOptions};
-    use rampkv_core::wire::WriteSet;
-
-    fn cluster_of(cores: &[Arc<ServerCore>]) -> Cluster {
-        Cluster::with_servers((0..cores.len()).map(|i| format!("local:{i}")).collect()).unwrap()
-    }
+    use rampkv_core::protocol::server::ServerCore;
 
     #[test]
     fn a_driver_writes_and_reads_across_partitions_in_process() {
         let cores: Vec<Arc<ServerCore>> = (0..3).map(|_| Arc::new(ServerCore::new(1_000))).collect();
-        let cluster = cluster_of(&cores);
-        let mut driver = Driver::connect(LocalTransport::new(cores.clone(), Instant::now()), cluster, 1).unwrap();
+        let servers = Arc::new(Servers::new(cores.clone()));
+        let cluster = Cluster::with_servers((0..3).map(|i| format!("local:{i}")).collect()).unwrap();
+        let mut driver = Driver::connect(LocalTransport::new(&[servers], None), cluster, 1).unwrap();
         let pairs: Vec<(Vec<u8>, Vec<u8>)> =
             (0..8).map(|i| (format!("key{i}").into_bytes(), format!("value{i}").into_bytes())).collect();
         let ts = driver.begin_write(0, pairs.clone()).unwrap();
@@ -149,103 +204,5 @@ mod tests {
         for (item, (key, value)) in outcome.items.iter().zip(&pairs) {
             assert_eq!((&item.key, &item.value, item.ts), (key, value, ts));
         }
-    }
-
-    #[test]
-    fn lock_requests_are_refused_with_a_clear_error() {
-        let cores = vec![Arc::new(ServerCore::new(1_000))];
-        let mut driver =
-            Driver::connect(LocalTransport::new(cores.clone(), Instant::now()), cluster_of(&cores), 1).unwrap();
-        driver.set_txn_options(TxnOptions { algorithm: Algorithm::S2pl, ..TxnOptions::default() });
-        let error = driver.begin_read(0, vec![b"k".to_vec()]).unwrap_err();
-        assert!(error.to_string().contains("S2PL lock requests"), "{error}");
-    }
-
-    #[test]
-    fn a_served_read_is_the_reply_its_frame_decodes_to() {
-        // serve() builds GET replies without a frame; they must be exactly what a client of
-        // any other transport decodes from the frame handle_from writes.
-        use rampkv_core::wire::{FrameHeader, GetItem, Metadata, Selector, Write};
-        let core = ServerCore::new(10);
-        let write = |key: &str, value: &str| Write { key: key.as_bytes().to_vec(), value: value.as_bytes().to_vec() };
-        let prepares = [
-            (
-                5,
-                Metadata::WriteSet(WriteSet::from_keys(&[b"a", b"b"]).unwrap()),
-                vec![write("a", "a5"), write("b", "b5")],
-            ),
-            (7, Metadata::Bloom(vec![0x5a; 16]), vec![write("b", "b7")]),
-            (9, Metadata::None, vec![write("c", "")]),
-            (11, Metadata::WriteSet(WriteSet::from_keys(&[b"a"]).unwrap()), vec![write("a", "a11")]),
-        ];
-        let mut out = Vec::new();
-        for (ts, metadata, writes) in prepares {
-            core.handle(Request::Prepare { ts, metadata, write_set: Vec::new(), writes }, 1, 0, &mut out);
-        }
-        for ts in [5, 7, 9] {
-            core.handle(Request::Commit { ts }, 1, 0, &mut out);
-        }
-        // Version 5 of "a" is superseded by 11 and collected at t=100.
-        core.handle(Request::Commit { ts: 11 }, 1, 0, &mut out);
-        core.handle(
-            Request::Prepare { ts: 13, metadata: Metadata::None, write_set: Vec::new(), writes: vec![write("a", "x")] },
-            1,
-            50,
-            &mut out,
-        );
-        core.handle(
-            Request::Prepare { ts: 15, metadata: Metadata::None, write_set: Vec::new(), writes: vec![write("a", "y")] },
-            1,
-            100,
-            &mut out,
-        );
-        let item = |key: &str, selector: Selector| GetItem { key: key.as_bytes().to_vec(), selector };
-        let gets = vec![
-            vec![
-                item("a", Selector::Latest),
-                item("b", Selector::Latest),
-                item("c", Selector::Latest),
-                item("none", Selector::Latest),
-            ],
-            vec![item("a", Selector::LatestTimestamp), item("none", Selector::LatestTimestamp)],
-            vec![item("a", Selector::Exact(13)), item("b", Selector::Exact(5))],
-            vec![item("b", Selector::HighestOf(vec![5, 6])), item("b", Selector::HighestOf(vec![1]))],
-            vec![item("a", Selector::Exact(5))],
-            vec![item("a", Selector::Exact(99))],
-            vec![item("a", Selector::HighestOf(vec![5]))],
-            vec![],
-        ];
-        let mut frame = Vec::new();
-        let mut deferred = Vec::new();
-        for (i, items) in gets.into_iter().enumerate() {
-            let request = Request::Get { items };
-            out.clear();
-            core.handle(request.clone(), 42, 100, &mut out);
-            let (header, body) = FrameHeader::split(&out).unwrap().unwrap();
-            let decoded = Response::decode(header.kind, body).unwrap();
-            let served = core.serve(LOCAL_CONNECTION, request, 42, 100, &mut frame, &mut deferred).unwrap().unwrap();
-            assert_eq!(served, decoded, "get {i}");
-        }
-        let Response::Versions { items } = core
-            .serve(
-                LOCAL_CONNECTION,
-                Request::Get { items: vec![item("b", Selector::Latest)] },
-                1,
-                100,
-                &mut frame,
-                &mut deferred,
-            )
-            .unwrap()
-            .unwrap()
-        else {
-            panic!("not versions")
-        };
-        assert_eq!(
-            (items[0].ts, &items[0].value[..], &items[0].metadata),
-            (7, &b"b7"[..], &Metadata::Bloom(vec![0x5a; 16]))
-        );
-        // Other requests are served through their frame.
-        let commit = core.serve(LOCAL_CONNECTION, Request::Commit { ts: 13 }, 3, 100, &mut frame, &mut deferred);
-        assert_eq!(commit.unwrap(), Some(Response::Ack));
     }
 }

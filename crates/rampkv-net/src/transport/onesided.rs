@@ -32,12 +32,14 @@ use std::time::Duration;
 
 use ahash::AHashMap as HashMap;
 use rampkv_fabric::slot::SLOT_BYTES_MIN;
-use rampkv_fabric::{read_slot, Access, Fabric, ShmFabric, ShmRemoteRegion, SlotReadError};
+use rampkv_fabric::{read_slot, Access, FabricError, SlotReadError};
 use serde::Serialize;
 
-use super::writepoll::WritePollClientTransport;
-use super::{ClientTransport, TransportError};
+use super::{ClientTransport, Transport, TransportError};
 use crate::item_slots::ItemRegionInfo;
+use crate::message::fabric::FabricClient;
+use crate::message::fabric::FabricHandle;
+use crate::message::ring::Ring;
 use rampkv_core::limits::{ADDRESS_CACHE_ENTRIES_MAX, ITEM_REGION_BYTES_MAX};
 use rampkv_core::wire::{Decoder, GetItem, Metadata, Request, Response, Selector, VersionItem};
 
@@ -127,10 +129,24 @@ enum Fallback {
     NewerPrepared,
 }
 
+/// Why an announced item region cannot be read (input from the server).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ItemRegionError {
+    #[error("an item region must be read-only for clients")]
+    Writable,
+    #[error("slots of {slot_bytes} bytes (need a multiple of 8 within the slot bounds)")]
+    SlotBytes { slot_bytes: u64 },
+    #[error("{slots} slots of {slot_bytes} bytes do not fit the region")]
+    TooLarge { slots: u64, slot_bytes: u64 },
+    #[error(transparent)]
+    Map(#[from] FabricError),
+}
+
 /// A server's item region, mapped read-only.
 #[derive(Debug)]
-struct ItemRegion {
-    remote: ShmRemoteRegion,
+struct ItemRegion<R> {
+    remote: R,
     slot_bytes: usize,
     slots: u32,
 }
@@ -177,13 +193,12 @@ impl AddressCache {
     }
 }
 
-/// GET\* reads over item slots, everything else over a [`WritePollClientTransport`].
-#[derive(Debug)]
-pub struct OneSidedClientTransport {
-    inner: WritePollClientTransport,
-    fabric: ShmFabric,
+/// GET\* reads over item slots, everything else over the write-poll transport.
+pub struct GetStarTransport<F: FabricHandle> {
+    inner: Transport<FabricClient<F, Ring>>,
+    fabric: F,
     /// Per server: its item region, if it announced one.
-    regions: Vec<Option<ItemRegion>>,
+    regions: Vec<Option<ItemRegion<F::RemoteRegion>>>,
     cache: AddressCache,
     /// Replies synthesized from slots, delivered by the next `poll`.
     ready: VecDeque<(usize, u64, Response)>,
@@ -195,22 +210,23 @@ pub struct OneSidedClientTransport {
     stats: GetStarStats,
 }
 
-impl OneSidedClientTransport {
-    /// Connects to every server's control address as [`WritePollClientTransport::connect`]
-    /// and maps the item region each server announces, read-only.
+impl<F: FabricHandle> std::fmt::Debug for GetStarTransport<F> {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("GetStarTransport").field("stats", &self.stats).finish()
+    }
+}
+
+impl<F: FabricHandle> GetStarTransport<F> {
+    /// Connects to every server's control address as the write-poll transport does and maps the
+    /// item region each server announces, read-only.
     pub fn connect(control_addresses: &[String], options: OneSidedOptions) -> Result<Self, TransportError> {
-        let inner = WritePollClientTransport::connect(control_addresses)?;
-        let fabric = inner.fabric();
+        let inner = Transport::<FabricClient<F, Ring>>::connect(control_addresses)?;
+        let fabric = inner.medium().fabric().clone();
         let mut regions = Vec::with_capacity(control_addresses.len());
         for server in 0..control_addresses.len() {
-            let region = match inner.item_region(server) {
-                Some(info) => Some(map_item_region(fabric, info).map_err(|reason| TransportError::Fabric {
-                    server,
-                    reason: format!("bad item region: {reason}"),
-                })?),
-                None => None,
-            };
-            regions.push(region);
+            let info = inner.channel(server).and_then(|channel| channel.item_region());
+            let region = info.map(|info| map_item_region(&fabric, info)).transpose();
+            regions.push(region.map_err(|error| TransportError::ItemRegion { server, error })?);
         }
         let slot_bytes_max = regions.iter().flatten().map(|region| region.slot_bytes).max().unwrap_or(0);
         let capacity = options.address_cache_entries.clamp(1, ADDRESS_CACHE_ENTRIES_MAX);
@@ -294,21 +310,26 @@ impl OneSidedClientTransport {
 }
 
 /// Checks an announced item region and maps it read-only (input from the server).
-fn map_item_region(fabric: ShmFabric, info: &ItemRegionInfo) -> Result<ItemRegion, String> {
+fn map_item_region<F: FabricHandle>(
+    fabric: &F,
+    info: &ItemRegionInfo,
+) -> Result<ItemRegion<F::RemoteRegion>, ItemRegionError> {
     if info.region.access != Access::ReadOnly {
-        return Err("an item region must be read-only for clients".into());
+        return Err(ItemRegionError::Writable);
     }
-    let slot_bytes = usize::try_from(info.slot_bytes).map_err(|_| "slot size overflows")?;
-    let slots = u32::try_from(info.slots).map_err(|_| "too many slots")?;
-    if slot_bytes % 8 != 0 || !(SLOT_BYTES_MIN..=rampkv_fabric::limits::SLOT_BYTES_MAX).contains(&slot_bytes) {
-        return Err(format!("slot size {slot_bytes}"));
-    }
+    let (slots_wire, slot_bytes_wire) = (info.slots, info.slot_bytes);
+    let slot_bytes = usize::try_from(slot_bytes_wire)
+        .ok()
+        .filter(|bytes| bytes % 8 == 0 && (SLOT_BYTES_MIN..=rampkv_fabric::limits::SLOT_BYTES_MAX).contains(bytes))
+        .ok_or(ItemRegionError::SlotBytes { slot_bytes: slot_bytes_wire })?;
+    let too_large = || ItemRegionError::TooLarge { slots: slots_wire, slot_bytes: slot_bytes_wire };
+    let slots = u32::try_from(slots_wire).map_err(|_| too_large())?;
     let region_bytes = (slots as usize).checked_mul(slot_bytes).filter(|&bytes| bytes <= ITEM_REGION_BYTES_MAX);
     match region_bytes {
         Some(bytes) if bytes as u64 <= info.region.len_bytes => {}
-        _ => return Err(format!("{slots} slots of {slot_bytes} bytes do not fit the region")),
+        _ => return Err(too_large()),
     }
-    let remote = fabric.map(&info.region).map_err(|error| error.to_string())?;
+    let remote = fabric.map(&info.region)?;
     Ok(ItemRegion { remote, slot_bytes, slots })
 }
 
@@ -331,7 +352,7 @@ fn round_one(items: &[GetItem]) -> bool {
     items.iter().all(|item| matches!(item.selector, Selector::Latest | Selector::LatestTimestamp))
 }
 
-impl ClientTransport for OneSidedClientTransport {
+impl<F: FabricHandle> ClientTransport for GetStarTransport<F> {
     fn server_count(&self) -> usize {
         self.inner.server_count()
     }
@@ -367,9 +388,9 @@ impl ClientTransport for OneSidedClientTransport {
         self.inner.flush()
     }
 
-    fn poll<F>(&mut self, timeout: Option<Duration>, mut deliver: F) -> Result<usize, TransportError>
+    fn poll<D>(&mut self, timeout: Option<Duration>, mut deliver: D) -> Result<usize, TransportError>
     where
-        F: FnMut(usize, u64, Response),
+        D: FnMut(usize, u64, Response),
     {
         let mut delivered = 0;
         while let Some((server, request_id, response)) = self.ready.pop_front() {
@@ -415,7 +436,7 @@ impl ClientTransport for OneSidedClientTransport {
 mod tests {
     use super::*;
     use crate::item_slots::{ItemSlotConfig, ItemSlots};
-    use rampkv_fabric::RegionDescriptor;
+    use rampkv_fabric::{RegionDescriptor, ShmFabric};
 
     #[test]
     fn a_bad_item_region_descriptor_is_refused_with_a_reason() {
@@ -424,7 +445,7 @@ mod tests {
             ItemSlots::register(&fabric, "onesided-descriptor-test", ItemSlotConfig { slots: 4, slot_bytes: 128 })
                 .unwrap();
         let good = slots.info().clone();
-        let mapped = map_item_region(fabric, &good).unwrap();
+        let mapped = map_item_region(&fabric, &good).unwrap();
         assert_eq!((mapped.slot_bytes, mapped.slots), (128, 4));
         let writable = ItemRegionInfo {
             region: RegionDescriptor { access: Access::ReadWrite, ..good.region.clone() },
@@ -440,7 +461,7 @@ mod tests {
             ItemRegionInfo { region: RegionDescriptor { name: "../etc/passwd".into(), ..good.region.clone() }, ..good },
         ];
         for info in bad {
-            let refused = map_item_region(fabric, &info);
+            let refused = map_item_region(&fabric, &info);
             assert!(refused.is_err(), "{info:?} was accepted");
         }
     }

@@ -8,8 +8,8 @@ use rampkv::bench::{self, BenchConfig, BenchResult, StopAfter, TransportKind};
 use rampkv::client::{Completion, Driver, TxnResult};
 use rampkv::cluster::Cluster;
 use rampkv::protocol::ramp::{Algorithm, TxnOptions};
-use rampkv::transport::tcp::TcpClientTransport;
 use rampkv::transport::ClientTransport;
+use rampkv::transport::TcpClientTransport;
 use rampkv::wire::{Request, Write};
 
 /// Many clients, few keys, half writes: reads race writes all the time.

@@ -1,0 +1,418 @@
+//! The client's session machine: the transactions of many logical clients, I/O-free.
+//!
+//! Each *session* is one logical client: its own client id and timestamp clock, and at most one
+//! transaction at a time (a closed loop). The machine starts transactions, picks the algorithm's
+//! machine (RAMP read or write, S2PL locking read or write), numbers the requests they emit,
+//! routes replies back to them, backs off and restarts aborted S2PL attempts, abandons
+//! transactions past their deadline, and reports finished ones. It owns no transport, thread or
+//! clock: the caller passes the time, posts the [`Post`]s it returns and feeds it the replies.
+//! The client driver (`rampkv_net::client::Driver`) is this machine plus a transport and a
+//! clock; the seeded simulation and the model check drive the very same machine.
+//!
+//! # Request ids
+//! `session (24 bits) << 40 | generation (8 bits) << 32 | tag (32 bits)`. The generation
+//! changes with every transaction of a session, so a late reply to an abandoned transaction
+//! (a timeout) is recognised and dropped instead of reaching the next one.
+
+use std::time::Duration;
+
+use super::locking::{LockingReadTxn, LockingWriteTxn};
+use super::ramp::{Algorithm, ReadTxn, TxnOptions, WriteTxn};
+use super::{Outgoing, ProtocolError, ReadOutcome, Step, WriteOutcome};
+use crate::cluster::Cluster;
+use crate::limits::{DRIVER_EXPIRY_SCAN_INTERVAL_MS, TXN_TIMEOUT_MS};
+use crate::types::{Timestamp, TimestampClock};
+use crate::wire::{Request, Response};
+
+const SESSION_BITS: u32 = 24;
+/// Most sessions one machine runs (request ids carry 24 bits of session; client ids 16).
+pub const SESSIONS_MAX: usize = u16::MAX as usize;
+
+/// A request to post: the caller hands it to its transport (or simulated network).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Post {
+    pub server: usize,
+    pub request_id: u64,
+    pub request: Request,
+}
+
+/// A finished transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnResult {
+    Read(ReadOutcome),
+    Write(WriteOutcome),
+}
+
+/// Why a transaction failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TxnError {
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    #[error("the transaction did not finish in time")]
+    Timeout,
+}
+
+/// One finished transaction of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Completion {
+    pub session: usize,
+    pub result: Result<TxnResult, TxnError>,
+}
+
+/// Why a transaction could not start, or the machine not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    #[error("need 1..={SESSIONS_MAX} sessions with client ids that fit 16 bits, got {sessions} from client id {first_client_id}")]
+    Sessions { sessions: usize, first_client_id: u16 },
+    #[error("no session {session} (there are {sessions})")]
+    NoSuchSession { session: usize, sessions: usize },
+    #[error("session {session} is busy")]
+    Busy { session: usize },
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+}
+
+/// The transaction a session runs: one of the four machines.
+#[derive(Debug)]
+enum ActiveTxn {
+    Read(ReadTxn),
+    Write(WriteTxn),
+    LockingRead(LockingReadTxn),
+    LockingWrite(LockingWriteTxn),
+}
+
+impl ActiveTxn {
+    fn on_reply(
+        &mut self,
+        tag: u32,
+        response: Response,
+        out: &mut Vec<Outgoing>,
+    ) -> Result<Step<TxnResult>, ProtocolError> {
+        Ok(match self {
+            ActiveTxn::Read(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Read),
+            ActiveTxn::Write(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Write),
+            ActiveTxn::LockingRead(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Read),
+            ActiveTxn::LockingWrite(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Write),
+        })
+    }
+
+    /// Starts the next attempt of an aborted (S2PL) transaction.
+    fn restart(&mut self, out: &mut Vec<Outgoing>) {
+        match self {
+            ActiveTxn::LockingRead(txn) => txn.start(out),
+            ActiveTxn::LockingWrite(txn) => txn.start(out),
+            ActiveTxn::Read(_) | ActiveTxn::Write(_) => debug_assert!(false, "only locking transactions back off"),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Session {
+    clock: TimestampClock,
+    generation: u8,
+    txn: Option<ActiveTxn>,
+    deadline_us: u64,
+    /// When an aborted (S2PL) transaction starts its next attempt.
+    restart_at_us: Option<u64>,
+}
+
+/// The transactions of many sessions; see the module docs.
+#[derive(Debug)]
+pub struct Sessions {
+    cluster: Cluster,
+    sessions: Vec<Session>,
+    /// What the transaction machines emitted, before it is numbered into posts.
+    outgoing: Vec<Outgoing>,
+    active: usize,
+    /// Sessions whose `restart_at_us` is set (the scans for them are skipped while there are none).
+    backing_off: usize,
+    /// When `tick` next looks at the sessions' deadlines (at most every
+    /// `DRIVER_EXPIRY_SCAN_INTERVAL_MS`: a scan reads every session, and a gateway has 1,024).
+    next_expiry_scan_us: u64,
+    options: TxnOptions,
+    txn_timeout_us: u64,
+}
+
+fn request_id(session: usize, generation: u8, tag: u32) -> u64 {
+    ((session as u64) << 40) | (u64::from(generation) << 32) | u64::from(tag)
+}
+
+fn split_request_id(request_id: u64) -> (usize, u8, u32) {
+    ((request_id >> 40) as usize, (request_id >> 32) as u8, request_id as u32)
+}
+
+impl Sessions {
+    /// `sessions` logical clients with client ids `first_client_id..` (handed out by a server's
+    /// HELLO, so that timestamps are unique across the cluster).
+    pub fn new(cluster: Cluster, first_client_id: u16, sessions: usize) -> Result<Self, SessionError> {
+        let last_client_id = usize::from(first_client_id) + sessions.saturating_sub(1);
+        let fits = first_client_id > 0 && last_client_id <= usize::from(u16::MAX);
+        if sessions == 0 || sessions > SESSIONS_MAX || sessions >= 1 << SESSION_BITS || !fits {
+            return Err(SessionError::Sessions { sessions, first_client_id });
+        }
+        let sessions = (0..sessions)
+            .map(|index| Session {
+                clock: TimestampClock::new(first_client_id + index as u16),
+                generation: 0,
+                txn: None,
+                deadline_us: 0,
+                restart_at_us: None,
+            })
+            .collect();
+        Ok(Sessions {
+            cluster,
+            sessions,
+            outgoing: Vec::new(),
+            active: 0,
+            backing_off: 0,
+            next_expiry_scan_us: 0,
+            options: TxnOptions::default(),
+            txn_timeout_us: TXN_TIMEOUT_MS * 1_000,
+        })
+    }
+
+    /// Sets the algorithm (and its options) of every later transaction.
+    pub fn set_txn_options(&mut self, options: TxnOptions) {
+        self.options = options;
+    }
+
+    /// The options transactions run with.
+    pub fn txn_options(&self) -> &TxnOptions {
+        &self.options
+    }
+
+    /// How long a transaction may take before it fails with a timeout (default
+    /// `TXN_TIMEOUT_MS`; `Duration::MAX`: never).
+    pub fn set_txn_timeout(&mut self, timeout: Duration) {
+        self.txn_timeout_us = u64::try_from(timeout.as_micros()).unwrap_or(u64::MAX);
+    }
+
+    /// The cluster the transactions run on.
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    /// Number of sessions.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// The client id of a session.
+    pub fn client_id(&self, session: usize) -> u16 {
+        self.sessions[session].clock.client_id()
+    }
+
+    /// Sessions with a transaction in flight.
+    pub fn active(&self) -> usize {
+        self.active
+    }
+
+    /// Whether `session` runs a transaction.
+    pub fn is_busy(&self, session: usize) -> bool {
+        self.sessions.get(session).is_some_and(|state| state.txn.is_some())
+    }
+
+    /// Starts a read-only transaction of `keys` on an idle session at `now_us` (the caller's
+    /// monotonic clock); `wall_us` is the wall clock a locking read's timestamp is taken from.
+    /// Its requests go to `posts`.
+    pub fn begin_read(
+        &mut self,
+        session: usize,
+        keys: Vec<Vec<u8>>,
+        now_us: u64,
+        wall_us: u64,
+        posts: &mut Vec<Post>,
+    ) -> Result<(), SessionError> {
+        self.check_idle(session)?;
+        let txn = if self.options.algorithm == Algorithm::S2pl {
+            // Locking reads need a timestamp: their age under wait-die.
+            let ts = self.sessions[session].clock.next(wall_us);
+            let mut txn = LockingReadTxn::new(&self.cluster, ts, keys)?;
+            txn.start(&mut self.outgoing);
+            ActiveTxn::LockingRead(txn)
+        } else {
+            let mut txn = ReadTxn::new(&self.cluster, keys, self.options)?;
+            txn.start(&mut self.outgoing);
+            ActiveTxn::Read(txn)
+        };
+        self.activate(session, txn, now_us, posts);
+        Ok(())
+    }
+
+    /// Starts a write-only transaction on an idle session, with the writes `build` makes from
+    /// the transaction's timestamp (check-mode values embed it). Returns the timestamp.
+    pub fn begin_write_with(
+        &mut self,
+        session: usize,
+        build: impl FnOnce(Timestamp) -> Vec<(Vec<u8>, Vec<u8>)>,
+        now_us: u64,
+        wall_us: u64,
+        posts: &mut Vec<Post>,
+    ) -> Result<Timestamp, SessionError> {
+        self.check_idle(session)?;
+        let ts = self.sessions[session].clock.next(wall_us);
+        let txn = if self.options.algorithm == Algorithm::S2pl {
+            let mut txn = LockingWriteTxn::new(&self.cluster, ts, build(ts))?;
+            txn.start(&mut self.outgoing);
+            ActiveTxn::LockingWrite(txn)
+        } else {
+            let mut txn = WriteTxn::new(&self.cluster, ts, build(ts), self.options)?;
+            txn.start(&mut self.outgoing);
+            ActiveTxn::Write(txn)
+        };
+        self.activate(session, txn, now_us, posts);
+        Ok(ts)
+    }
+
+    fn check_idle(&self, session: usize) -> Result<(), SessionError> {
+        match self.sessions.get(session) {
+            None => Err(SessionError::NoSuchSession { session, sessions: self.sessions.len() }),
+            Some(state) if state.txn.is_some() => Err(SessionError::Busy { session }),
+            Some(_) => Ok(()),
+        }
+    }
+
+    fn activate(&mut self, session: usize, txn: ActiveTxn, now_us: u64, posts: &mut Vec<Post>) {
+        let state = &mut self.sessions[session];
+        state.generation = state.generation.wrapping_add(1);
+        state.deadline_us = now_us.saturating_add(self.txn_timeout_us);
+        state.txn = Some(txn);
+        self.active += 1;
+        self.number_outgoing(session, posts);
+    }
+
+    /// Turns what the session's transaction emitted into posts under its current generation.
+    fn number_outgoing(&mut self, session: usize, posts: &mut Vec<Post>) {
+        let generation = self.sessions[session].generation;
+        posts.extend(self.outgoing.drain(..).map(|Outgoing { server, tag, request }| Post {
+            server,
+            request_id: request_id(session, generation, tag),
+            request,
+        }));
+    }
+
+    /// Feeds one reply (`request_id` as posted) at `now_us`: the requests it causes go to
+    /// `posts`, a transaction it finishes to `completions`. A reply to no current transaction
+    /// (another machine's, an abandoned transaction's) is dropped.
+    pub fn on_reply(
+        &mut self,
+        request_id: u64,
+        response: Response,
+        now_us: u64,
+        posts: &mut Vec<Post>,
+        completions: &mut Vec<Completion>,
+    ) {
+        let (session, generation, tag) = split_request_id(request_id);
+        let Some(state) = self.sessions.get_mut(session) else { return };
+        if state.generation != generation {
+            return; // a late reply to an abandoned transaction
+        }
+        let Some(txn) = state.txn.as_mut() else { return };
+        match txn.on_reply(tag, response, &mut self.outgoing) {
+            Ok(Step::Pending) => self.number_outgoing(session, posts),
+            Ok(Step::Backoff(delay)) => {
+                self.number_outgoing(session, posts); // the releases
+                let restart_at_us = now_us.saturating_add(u64::try_from(delay.as_micros()).unwrap_or(u64::MAX));
+                if self.sessions[session].restart_at_us.replace(restart_at_us).is_none() {
+                    self.backing_off += 1;
+                }
+            }
+            Ok(Step::Done(result)) => {
+                // A finished transaction may still have messages to send (S2PL releases);
+                // their replies come back under this generation and are dropped later.
+                self.number_outgoing(session, posts);
+                if let TxnResult::Read(outcome) = &result {
+                    let newest = outcome.items.iter().map(|item| item.ts).max().unwrap_or(0);
+                    self.sessions[session].clock.observe(newest);
+                }
+                self.finish(session, Ok(result), completions);
+            }
+            Err(error) => {
+                self.outgoing.clear();
+                self.finish(session, Err(error.into()), completions);
+            }
+        }
+    }
+
+    /// Advances time to `now_us`: aborted transactions whose backoff is over start their next
+    /// attempt (to `posts`), and transactions past their deadline fail with a timeout.
+    pub fn tick(&mut self, now_us: u64, posts: &mut Vec<Post>, completions: &mut Vec<Completion>) {
+        self.restart_backed_off(now_us, posts);
+        self.expire(now_us, completions);
+    }
+
+    /// When the earliest backed-off transaction restarts (the caller wakes up for it), if any.
+    pub fn next_restart_us(&self) -> Option<u64> {
+        match self.backing_off {
+            0 => None,
+            _ => self.sessions.iter().filter_map(|state| state.restart_at_us).min(),
+        }
+    }
+
+    /// Abandons every session's transaction without a completion (a client that crashed): late
+    /// replies to them are dropped.
+    pub fn abandon_all(&mut self) {
+        for state in &mut self.sessions {
+            if state.txn.take().is_some() {
+                state.generation = state.generation.wrapping_add(1);
+            }
+            state.restart_at_us = None;
+        }
+        self.active = 0;
+        self.backing_off = 0;
+    }
+
+    fn restart_backed_off(&mut self, now_us: u64, posts: &mut Vec<Post>) {
+        if self.backing_off == 0 {
+            return;
+        }
+        for session in 0..self.sessions.len() {
+            let state = &mut self.sessions[session];
+            if state.restart_at_us.is_none_or(|restart_at_us| restart_at_us > now_us) {
+                continue;
+            }
+            state.restart_at_us = None;
+            self.backing_off -= 1;
+            if let Some(txn) = state.txn.as_mut() {
+                txn.restart(&mut self.outgoing);
+            }
+            self.number_outgoing(session, posts);
+        }
+    }
+
+    fn finish(&mut self, session: usize, result: Result<TxnResult, TxnError>, completions: &mut Vec<Completion>) {
+        let state = &mut self.sessions[session];
+        debug_assert!(state.txn.is_some(), "only a running transaction finishes");
+        state.txn = None;
+        self.active -= 1;
+        completions.push(Completion { session, result });
+    }
+
+    fn expire(&mut self, now_us: u64, completions: &mut Vec<Completion>) {
+        if self.active == 0 || now_us < self.next_expiry_scan_us {
+            return;
+        }
+        self.next_expiry_scan_us = now_us + DRIVER_EXPIRY_SCAN_INTERVAL_MS * 1_000;
+        for session in 0..self.sessions.len() {
+            let state = &mut self.sessions[session];
+            if state.txn.is_some() && state.deadline_us <= now_us {
+                // Bump the generation so that late replies are dropped.
+                state.generation = state.generation.wrapping_add(1);
+                if state.restart_at_us.take().is_some() {
+                    self.backing_off -= 1;
+                }
+                self.finish(session, Err(TxnError::Timeout), completions);
+            }
+        }
+    }
+}
+
+fn map_step<O>(step: Step<O>, wrap: impl FnOnce(O) -> TxnResult) -> Step<TxnResult> {
+    match step {
+        Step::Pending => Step::Pending,
+        Step::Backoff(delay) => Step::Backoff(delay),
+        Step::Done(outcome) => Step::Done(wrap(outcome)),
+    }
+}

@@ -1,0 +1,292 @@
+//! The message layer (eRPC's shape): one small [`Channel`] trait that moves bursts of whole
+//! wire frames over one connection, and one adapter per medium. The client transport
+//! ([`crate::transport::Transport`]) and the server front end ([`crate::server::poller`]) are
+//! written once over it; a new medium (a verbs backend, a replication link) is one adapter.
+//!
+//! # Layout
+//! - [`tcp`]: sockets (a byte stream: frames may be cut anywhere).
+//! - [`ring`]: GET+/PUT+ message rings written one-sidedly (whole frames per message).
+//! - [`sendrecv`]: two-sided send/recv with posted receive buffers and a completion queue.
+//! - [`rfrpc`]: remote-fetch RPC: requests into the server's ring, replies fetched from its slot.
+//! - [`fabric`]: what the fabric adapters share: the client's region and doorbell, the server
+//!   group's region, and the control handshake (TCP, one JSON line each way, like rdma-cm).
+//!
+//! # The contract of a channel
+//! `send` takes whole frames from the front of what it is offered, as many as the medium accepts
+//! now without blocking (a stream may take any prefix); `receive` hands what arrived to a
+//! consumer that takes whole frames and may stop early (back-pressure), and offers the rest again
+//! first next time; `readable`/`writable` are cheap readiness checks (one load on a fabric) that
+//! a poller's doorbell or epoll wait is built on. A medium-specific `Medium` opens channels
+//! (connect or accept, with the handshake) and waits on all of them at once.
+
+pub mod fabric;
+pub mod rfrpc;
+pub mod ring;
+pub mod sendrecv;
+pub mod tcp;
+
+use rampkv_core::wire::{FrameHeader, WireError, FRAME_HEADER_BYTES};
+use rampkv_fabric::rpc::RpcError;
+use rampkv_fabric::{FabricError, PostError, QueueError, RingError, SendError};
+
+/// Why a channel failed. A failed channel is broken for good: close it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChannelError {
+    #[error("the peer closed the connection")]
+    Closed,
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+    #[error(transparent)]
+    Ring(#[from] RingError),
+    #[error(transparent)]
+    Send(#[from] SendError),
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error(transparent)]
+    Post(#[from] PostError),
+    #[error(transparent)]
+    Rpc(#[from] RpcError),
+    #[error("the server refused the connection: {0}")]
+    Refused(#[from] fabric::Refusal),
+    #[error("the server answered for another medium")]
+    WrongMedium,
+}
+
+/// One connection's data path over one medium. See the module docs for the contract.
+pub trait Channel {
+    /// A byte stream (frames may be cut anywhere); otherwise every message holds whole frames
+    /// and one that does not is corruption.
+    const STREAM: bool;
+
+    /// The largest frame this channel carries (a larger reply is replaced by an error reply).
+    fn frame_bytes_max(&self) -> usize;
+
+    /// Sends whole frames from the front of `frames` as far as the medium takes them now;
+    /// returns the bytes taken. A channel that serves calls (RF-RPC) answers the pending call
+    /// here even when `frames` is empty.
+    fn send(&mut self, frames: &[u8]) -> Result<usize, ChannelError>;
+
+    /// Offers what the previous call left, then at most one newly arrived message (or one read
+    /// of a stream) to `consume`, which returns the bytes it took (whole frames). What it does
+    /// not take is offered again first next time. Returns whether something new arrived.
+    fn receive(&mut self, consume: impl FnMut(&[u8]) -> usize) -> Result<bool, ChannelError>;
+
+    /// Whether something may be there to receive (cheap, for a wait condition).
+    fn readable(&self) -> bool;
+
+    /// Whether a send that took less than it was offered may take more now (cheap).
+    fn writable(&self) -> bool;
+
+    /// Readiness reported by an event loop (epoll); channels that check memory ignore it.
+    fn set_ready(&mut self, _readable: bool, _writable: bool, _peer_finished: bool) {}
+
+    /// Batching counters of a channel that batches frames into calls (RF-RPC).
+    fn batch_stats(&self) -> Option<BatchStats> {
+        None
+    }
+
+    /// Whether the peer is still there (a fabric channel's control connection is open).
+    fn check_peer(&mut self) -> Result<(), ChannelError> {
+        Ok(())
+    }
+}
+
+/// How a channel that batches frames into calls did (summed over channels and threads).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct BatchStats {
+    /// Calls sent.
+    pub calls: u64,
+    /// Frames they carried.
+    pub frames: u64,
+    /// The largest batch size in force at the end (the automatic controller's choice).
+    pub size: u64,
+    /// Times the controller changed a batch size.
+    pub size_changes: u64,
+}
+
+impl BatchStats {
+    /// Adds `other` into `self` (`size`: the larger).
+    pub fn merge(&mut self, other: &BatchStats) {
+        self.calls += other.calls;
+        self.frames += other.frames;
+        self.size = self.size.max(other.size);
+        self.size_changes += other.size_changes;
+    }
+
+    /// Mean frames per call.
+    pub fn frames_per_call(&self) -> f64 {
+        if self.calls == 0 {
+            0.0
+        } else {
+            self.frames as f64 / self.calls as f64
+        }
+    }
+}
+
+/// Frames queued for one channel: `bytes[sent..]` are not sent yet. Compacts as it drains, so
+/// a connection that never fully drains does not grow without bound.
+#[derive(Debug, Default)]
+pub struct OutBuffer {
+    bytes: Vec<u8>,
+    sent: usize,
+}
+
+impl OutBuffer {
+    /// The frames not sent yet.
+    pub fn unsent(&self) -> &[u8] {
+        &self.bytes[self.sent..]
+    }
+    /// Bytes not sent yet.
+    pub fn len(&self) -> usize {
+        self.bytes.len() - self.sent
+    }
+    /// Whether everything was sent.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The buffer to append encoded frames to.
+    pub fn frames(&mut self) -> &mut Vec<u8> {
+        if self.sent > 0 && self.sent >= self.bytes.len() / 2 {
+            self.bytes.drain(..self.sent);
+            self.sent = 0;
+        }
+        &mut self.bytes
+    }
+    /// Forgets `count` sent bytes.
+    pub fn advance(&mut self, count: usize) {
+        self.sent += count;
+        assert!(self.sent <= self.bytes.len(), "a channel took more than it was offered");
+        if self.sent == self.bytes.len() {
+            self.bytes.clear();
+            self.sent = 0;
+        }
+    }
+    /// Sends what `channel` takes now.
+    pub fn flush(&mut self, channel: &mut impl Channel) -> Result<(), ChannelError> {
+        let taken = channel.send(self.unsent())?;
+        self.advance(taken);
+        Ok(())
+    }
+}
+
+/// Received bytes a consumer did not take yet (message media keep them here; a stream keeps
+/// them in its own buffer).
+#[derive(Debug, Default)]
+pub(crate) struct Leftover {
+    bytes: Vec<u8>,
+    offset: usize,
+}
+
+impl Leftover {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.offset == self.bytes.len()
+    }
+
+    /// Offers the kept bytes to `consume`; true when none are left.
+    pub(crate) fn offer(&mut self, consume: &mut impl FnMut(&[u8]) -> usize) -> bool {
+        if !self.is_empty() {
+            self.offset += consume(&self.bytes[self.offset..]);
+        }
+        if self.is_empty() {
+            self.bytes.clear();
+            self.offset = 0;
+        }
+        self.is_empty()
+    }
+
+    /// Offers `message` to `consume` and keeps what it does not take.
+    pub(crate) fn offer_new(&mut self, message: &[u8], consume: &mut impl FnMut(&[u8]) -> usize) {
+        debug_assert!(self.is_empty(), "a new message is offered only once the old one is taken");
+        let taken = consume(message);
+        self.bytes.extend_from_slice(&message[taken..]);
+    }
+
+    /// Keeps `bytes` after what is kept already (the entries of a message after the one the
+    /// consumer stopped in).
+    pub(crate) fn keep(&mut self, bytes: &[u8]) {
+        self.bytes.extend_from_slice(bytes);
+    }
+
+    /// The buffer a message is copied into before it is offered (send/recv copies anyway).
+    pub(crate) fn fill(&mut self) -> &mut Vec<u8> {
+        debug_assert!(self.is_empty());
+        self.bytes.clear();
+        self.offset = 0;
+        &mut self.bytes
+    }
+}
+
+/// Length of the (locally encoded, hence valid) frame at the start of `frames`.
+pub(crate) fn frame_bytes_at(frames: &[u8]) -> usize {
+    let body = u32::from_le_bytes(frames[0..4].try_into().expect("a frame header")) as usize;
+    FRAME_HEADER_BYTES + body
+}
+
+/// Sends whole frames from `frames` in messages of at most `message_bytes_max` (a frame alone
+/// may be larger only if `try_send` takes it) through `try_send` (`Ok(false)`: no room now)
+/// until it refuses or everything is sent. Returns the bytes sent (a frame boundary).
+pub(crate) fn send_messages<E>(
+    frames: &[u8],
+    message_bytes_max: usize,
+    mut try_send: impl FnMut(&[u8]) -> Result<bool, E>,
+) -> Result<usize, E> {
+    let mut sent = 0;
+    while sent < frames.len() {
+        let mut end = sent;
+        while end < frames.len() {
+            let frame = frame_bytes_at(&frames[end..]);
+            if end > sent && end + frame - sent > message_bytes_max {
+                break;
+            }
+            end += frame;
+        }
+        assert!(end <= frames.len(), "frames buffer holds only whole frames");
+        if !try_send(&frames[sent..end])? {
+            break;
+        }
+        sent = end;
+    }
+    Ok(sent)
+}
+
+/// Why a walk over received frames stopped early.
+#[derive(Debug)]
+pub(crate) enum FrameFault {
+    /// A frame header is invalid (the request id is the header's, if readable): a stream cannot
+    /// be resynchronised.
+    Invalid { error: WireError, request_id: u64 },
+    /// A message of a message medium ends inside a frame.
+    Cut,
+}
+
+/// Walks the whole frames at the front of `bytes`, handing each header and body to `frame`,
+/// which returns whether to go on. Returns the bytes of the frames walked, and the fault that
+/// ended the walk, if one did. On a stream a partial frame at the end is normal (the rest
+/// follows); in a message it is a fault.
+pub(crate) fn walk_frames(
+    bytes: &[u8],
+    stream: bool,
+    mut frame: impl FnMut(FrameHeader, &[u8]) -> bool,
+) -> (usize, Option<FrameFault>) {
+    let mut walked = 0;
+    while walked < bytes.len() {
+        let rest = &bytes[walked..];
+        let header = match FrameHeader::check(rest) {
+            Ok(Some(header)) => header,
+            Ok(None) if stream => break,
+            Ok(None) => return (walked, Some(FrameFault::Cut)),
+            Err(error) => {
+                let request_id = rest.get(8..16).map_or(0, |id| u64::from_le_bytes(id.try_into().expect("8 bytes")));
+                return (walked, Some(FrameFault::Invalid { error, request_id }));
+            }
+        };
+        walked += header.frame_bytes();
+        if !frame(header, &rest[FRAME_HEADER_BYTES..header.frame_bytes()]) {
+            break;
+        }
+    }
+    (walked, None)
+}

@@ -1,0 +1,427 @@
+//! The TCP adapter: one non-blocking socket per connection, frames of
+//! [`rampkv_core::wire::frame`] on a byte stream, readiness from edge-triggered epoll (`mio`).
+//!
+//! A channel reads only after epoll reported the socket readable ([`Channel::set_ready`]), and
+//! stops at a short read: an edge-triggered epoll reports every later arrival as a new event,
+//! which saves one `recvfrom` returning EAGAIN per readable event. It asks for WRITABLE events
+//! only while a write is incomplete. Many logical clients multiplexed on one thread share each
+//! system call: a `send` writes every frame queued since the last one.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
+
+use super::{Channel, ChannelError};
+use crate::server::poller::{FrontEvent, ServerMedium};
+use crate::server::router::Wake;
+use crate::transport::{ClientMedium, OpenMedium};
+use rampkv_core::limits::{FRAME_BODY_BYTES_MAX, POLL_SPIN_US, SERVER_CONNECTIONS_MAX};
+use rampkv_core::wire::{FrameHeader, FRAME_HEADER_BYTES};
+
+/// How long connecting to one server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes read from a socket per `read` call at least.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Readiness events taken per poll.
+const EVENTS_CAPACITY: usize = 1024;
+/// The token of a poller's waker.
+const WAKER_TOKEN: Token = Token(usize::MAX);
+
+/// What a read found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadStatus {
+    /// The peer closed its side.
+    EndOfStream,
+    /// Bytes were read and the socket had no more.
+    Drained,
+    /// The buffer filled up: there may be more to read.
+    MoreMayFollow,
+}
+
+/// A byte buffer that is consumed from the front and appended at the back.
+///
+/// `bytes[start..end]` holds the pending data. The vector's length is its initialised size:
+/// it is zero-filled once when it grows, never per read, so reading into the spare room costs
+/// no `memset`.
+#[derive(Debug, Default)]
+pub struct StreamBuffer {
+    bytes: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl StreamBuffer {
+    pub fn pending(&self) -> &[u8] {
+        &self.bytes[self.start..self.end]
+    }
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
+    }
+    pub fn len(&self) -> usize {
+        self.end - self.start
+    }
+    pub fn consume(&mut self, count: usize) {
+        self.start += count;
+        debug_assert!(self.start <= self.end);
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        }
+    }
+
+    /// Moves pending bytes to the front when most of the buffer is consumed.
+    fn compact(&mut self) {
+        if self.start > 0 && self.start >= self.end / 2 {
+            self.bytes.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+    }
+
+    /// Appends whatever `encode` writes to the vector it is given.
+    pub fn append(&mut self, encode: impl FnOnce(&mut Vec<u8>)) {
+        self.compact();
+        self.bytes.truncate(self.end);
+        encode(&mut self.bytes);
+        self.end = self.bytes.len();
+    }
+
+    /// Reads what `source` has into the buffer, with room for at least `room_bytes`.
+    /// `WouldBlock` comes back as that error. A read that did not fill the room means the
+    /// socket's receive queue is empty now (`Drained`).
+    pub fn read_from(&mut self, source: &mut impl Read, room_bytes: usize) -> std::io::Result<ReadStatus> {
+        self.compact();
+        let wanted = self.end + room_bytes.max(READ_CHUNK_BYTES);
+        if self.bytes.len() < wanted {
+            self.bytes.resize(wanted, 0);
+        }
+        let room = self.bytes.len() - self.end;
+        let read = source.read(&mut self.bytes[self.end..])?;
+        self.end += read;
+        Ok(match read {
+            0 => ReadStatus::EndOfStream,
+            read if read < room => ReadStatus::Drained,
+            _ => ReadStatus::MoreMayFollow,
+        })
+    }
+
+    /// Writes as much as `sink` takes; Ok(true) when everything was written.
+    pub fn write_to(&mut self, sink: &mut impl Write) -> std::io::Result<bool> {
+        while !self.is_empty() {
+            match write_some(sink, self.pending())? {
+                0 => return Ok(false),
+                written => self.consume(written),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Room to ask for so that the frame at the front (if its header is here) fits whole.
+    pub fn room_for_next_frame(&self) -> usize {
+        let pending = self.pending();
+        match pending.get(..FRAME_HEADER_BYTES) {
+            Some(header) => {
+                let body = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+                (FRAME_HEADER_BYTES + body.min(FRAME_BODY_BYTES_MAX)).saturating_sub(pending.len())
+            }
+            None => FRAME_HEADER_BYTES,
+        }
+    }
+}
+
+/// Writes as much of `bytes` as `sink` takes without blocking (0 on `WouldBlock`).
+fn write_some(sink: &mut impl Write, bytes: &[u8]) -> std::io::Result<usize> {
+    loop {
+        match sink.write(bytes) {
+            Ok(0) if !bytes.is_empty() => return Err(ErrorKind::WriteZero.into()),
+            Ok(written) => return Ok(written),
+            Err(error) if error.kind() == ErrorKind::WouldBlock => return Ok(0),
+            Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// One TCP connection, registered with an epoll poller under `token`.
+#[derive(Debug)]
+pub struct TcpChannel {
+    stream: TcpStream,
+    incoming: StreamBuffer,
+    registry: Arc<Registry>,
+    token: Token,
+    /// epoll reported data since the last short read.
+    readable: bool,
+    /// epoll reported the peer's end: read until EOF, not only until a short read (the FIN may
+    /// have arrived with the last data, and no further event will come).
+    peer_finished: bool,
+    /// WRITABLE interest is registered (only while a write is incomplete).
+    wants_writable: bool,
+    writable: bool,
+}
+
+impl TcpChannel {
+    /// Registers `stream` under `token` for reading.
+    pub fn new(mut stream: TcpStream, registry: Arc<Registry>, token: Token) -> std::io::Result<Self> {
+        let _ = stream.set_nodelay(true);
+        registry.register(&mut stream, token, Interest::READABLE)?;
+        Ok(Self {
+            stream,
+            incoming: StreamBuffer::default(),
+            registry,
+            token,
+            readable: true,
+            peer_finished: false,
+            wants_writable: false,
+            writable: false,
+        })
+    }
+
+    /// Connects to `address` (blocking, bounded) and registers the socket under `token`.
+    pub fn connect(address: &str, registry: Arc<Registry>, token: Token) -> std::io::Result<Self> {
+        let socket_address = address
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing"))?;
+        let stream = std::net::TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT)?;
+        stream.set_nonblocking(true)?;
+        Self::new(TcpStream::from_std(stream), registry, token)
+    }
+
+    /// Deregisters the socket (it closes when dropped).
+    pub fn deregister(&mut self) {
+        let _ = self.registry.deregister(&mut self.stream);
+    }
+}
+
+impl Channel for TcpChannel {
+    const STREAM: bool = true;
+
+    fn frame_bytes_max(&self) -> usize {
+        FRAME_HEADER_BYTES + FRAME_BODY_BYTES_MAX
+    }
+
+    fn send(&mut self, frames: &[u8]) -> Result<usize, ChannelError> {
+        let mut written = 0;
+        while written < frames.len() {
+            match write_some(&mut self.stream, &frames[written..])? {
+                0 => break,
+                count => written += count,
+            }
+        }
+        let done = written == frames.len();
+        if done == self.wants_writable {
+            let interest = if done { Interest::READABLE } else { Interest::READABLE | Interest::WRITABLE };
+            self.registry.reregister(&mut self.stream, self.token, interest)?;
+            self.wants_writable = !done;
+        }
+        self.writable = false;
+        Ok(written)
+    }
+
+    fn receive(&mut self, mut consume: impl FnMut(&[u8]) -> usize) -> Result<bool, ChannelError> {
+        if !self.incoming.is_empty() {
+            let taken = consume(self.incoming.pending());
+            self.incoming.consume(taken);
+        }
+        if !self.readable {
+            return Ok(false);
+        }
+        let room = self.incoming.room_for_next_frame();
+        let status = match self.incoming.read_from(&mut self.stream, room) {
+            Ok(status) => status,
+            Err(error) if error.kind() == ErrorKind::WouldBlock => {
+                self.readable = false;
+                return Ok(false);
+            }
+            Err(error) if error.kind() == ErrorKind::Interrupted => return Ok(true),
+            Err(error) => return Err(error.into()),
+        };
+        let taken = consume(self.incoming.pending());
+        self.incoming.consume(taken);
+        match status {
+            ReadStatus::EndOfStream => Err(ChannelError::Closed),
+            ReadStatus::Drained => {
+                self.readable = self.peer_finished;
+                Ok(true)
+            }
+            ReadStatus::MoreMayFollow => Ok(true),
+        }
+    }
+
+    fn readable(&self) -> bool {
+        self.readable || matches!(FrameHeader::check(self.incoming.pending()), Ok(Some(_)) | Err(_))
+    }
+
+    fn writable(&self) -> bool {
+        self.writable
+    }
+
+    fn set_ready(&mut self, readable: bool, writable: bool, peer_finished: bool) {
+        self.readable |= readable || peer_finished;
+        self.writable |= writable;
+        self.peer_finished |= peer_finished;
+    }
+}
+
+/// Polls without blocking for up to `POLL_SPIN_US`, then blocks for the rest of `timeout`.
+/// Returns with `events` empty on timeout or interruption.
+pub fn poll_spinning(poll: &mut Poll, events: &mut Events, timeout: Option<Duration>) -> std::io::Result<()> {
+    let spin_until = std::time::Instant::now() + Duration::from_micros(POLL_SPIN_US);
+    loop {
+        match poll.poll(events, Some(Duration::ZERO)) {
+            Ok(()) => {}
+            Err(error) if error.kind() == ErrorKind::Interrupted => return Ok(()),
+            Err(error) => return Err(error),
+        }
+        if !events.is_empty() || timeout == Some(Duration::ZERO) {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= spin_until {
+            break;
+        }
+        std::hint::spin_loop();
+    }
+    match poll.poll(events, timeout) {
+        Err(error) if error.kind() != ErrorKind::Interrupted => Err(error),
+        _ => Ok(()),
+    }
+}
+
+/// A client's TCP medium: one epoll poller for its connections (server i is token i).
+#[derive(Debug)]
+pub struct TcpClient {
+    poll: Poll,
+    events: Events,
+    registry: Arc<Registry>,
+}
+
+impl OpenMedium for TcpClient {
+    fn open(_servers: usize) -> Result<Self, ChannelError> {
+        let poll = Poll::new()?;
+        let registry = Arc::new(poll.registry().try_clone()?);
+        Ok(Self { poll, events: Events::with_capacity(EVENTS_CAPACITY), registry })
+    }
+}
+
+impl ClientMedium for TcpClient {
+    type Channel = TcpChannel;
+
+    fn connect(&mut self, server: usize, address: &str) -> Result<TcpChannel, ChannelError> {
+        Ok(TcpChannel::connect(address, Arc::clone(&self.registry), Token(server))?)
+    }
+
+    fn wait(&mut self, channels: &mut [TcpChannel], timeout: Option<Duration>) -> Result<bool, ChannelError> {
+        poll_spinning(&mut self.poll, &mut self.events, timeout)?;
+        for event in self.events.iter() {
+            if let Some(channel) = channels.get_mut(event.token().0) {
+                channel.set_ready(event.is_readable(), event.is_writable(), event.is_read_closed() || event.is_error());
+            }
+        }
+        Ok(self.events.is_empty())
+    }
+}
+
+/// The TCP front end's medium: one listener per server and every accepted connection in one
+/// epoll poller (listeners are tokens `0..servers`, connection slot `s` is `servers + s`).
+#[derive(Debug)]
+pub struct TcpServer {
+    poll: Poll,
+    events: Events,
+    registry: Arc<Registry>,
+    waker: Arc<Waker>,
+    listeners: Vec<TcpListener>,
+    /// Connection slots not in use.
+    free: Vec<usize>,
+}
+
+impl TcpServer {
+    /// Binds one listener per address; returns the medium and the bound addresses.
+    pub fn bind(addresses: &[SocketAddr]) -> std::io::Result<(Self, Vec<SocketAddr>)> {
+        let poll = Poll::new()?;
+        let registry = Arc::new(poll.registry().try_clone()?);
+        let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
+        let mut listeners = Vec::with_capacity(addresses.len());
+        let mut bound = Vec::with_capacity(addresses.len());
+        for (index, address) in addresses.iter().enumerate() {
+            let mut listener = TcpListener::bind(*address)?;
+            registry.register(&mut listener, Token(index), Interest::READABLE)?;
+            bound.push(listener.local_addr()?);
+            listeners.push(listener);
+        }
+        let free = (0..SERVER_CONNECTIONS_MAX).rev().collect();
+        Ok((Self { poll, events: Events::with_capacity(EVENTS_CAPACITY), registry, waker, listeners, free }, bound))
+    }
+}
+
+/// Accepts every pending connection of `listener` (the listener of server `server`); a failed
+/// accept only affects that connection; past `SERVER_CONNECTIONS_MAX` open connections new ones
+/// are refused (closed at once).
+fn accept(
+    listener: &TcpListener,
+    server: usize,
+    token_base: usize,
+    free: &mut Vec<usize>,
+    registry: &Arc<Registry>,
+    events: &mut Vec<FrontEvent<TcpChannel>>,
+) {
+    loop {
+        let stream = match listener.accept() {
+            Ok((stream, _)) => stream,
+            Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return, // WouldBlock, or a failed connection
+        };
+        let Some(slot) = free.pop() else { continue };
+        match TcpChannel::new(stream, Arc::clone(registry), Token(token_base + slot)) {
+            Ok(channel) => events.push(FrontEvent::Open { slot, server, channel }),
+            Err(_) => free.push(slot),
+        }
+    }
+}
+
+impl ServerMedium for TcpServer {
+    type Channel = TcpChannel;
+
+    fn waker(&self) -> Arc<dyn Wake> {
+        Arc::clone(&self.waker) as Arc<dyn Wake>
+    }
+
+    fn wait(
+        &mut self,
+        timeout: Duration,
+        _ready: impl Fn() -> bool,
+        events: &mut Vec<FrontEvent<TcpChannel>>,
+    ) -> std::io::Result<()> {
+        poll_spinning(&mut self.poll, &mut self.events, Some(timeout))?;
+        let Self { events: readiness, listeners, free, registry, .. } = self;
+        let base = listeners.len();
+        for event in readiness.iter() {
+            match event.token() {
+                WAKER_TOKEN => {}
+                Token(index) if index < base => accept(&listeners[index], index, base, free, registry, events),
+                Token(index) => events.push(FrontEvent::Ready {
+                    slot: index - base,
+                    readable: event.is_readable(),
+                    writable: event.is_writable(),
+                    finished: event.is_read_closed() || event.is_error(),
+                }),
+            }
+        }
+        Ok(())
+    }
+
+    fn close(&mut self, slot: usize, mut channel: TcpChannel) {
+        channel.deregister();
+        self.free.push(slot);
+    }
+}
+
+impl Wake for Waker {
+    fn wake(&self) {
+        // A failed wake only delays: the poller wakes on a timeout too.
+        let _ = Waker::wake(self);
+    }
+}

@@ -1,0 +1,274 @@
+//! Servers: a group of server cores and the front ends that serve them.
+//!
+//! A [`ServerGroup`] owns one or more servers (each a [`ServerCore`] with its own store, and its
+//! own TCP listener) and the TCP front end, one [`poller::Poller`] thread for every connection of
+//! every server of the group. A fabric front end ([`front::FrontEnd`]: write-poll rings,
+//! send/recv queue pairs, RF-RPC) serves the same servers with the same poller code over the
+//! fabric, and an in-process client ([`crate::transport::local`]) calls them directly. What they
+//! share is [`Servers`]: the cores, their item slots (GET\*), the group's clock (prepares are
+//! stamped with it; recovery measures staleness with it) and the [`router::Router`] that carries
+//! S2PL's deferred replies between them.
+//!
+//! # Layout
+//! - [`router`]: inboxes and wake-ups of the front ends; deferred replies go to their owner's.
+//! - [`poller`]: the front end, generic over a [`poller::ServerMedium`] (TCP: epoll; fabric:
+//!   the doorbell).
+//! - [`front`]: the fabric front end (its region, its control thread and handshake).
+
+pub mod front;
+pub mod poller;
+pub mod router;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use rampkv_core::cluster::Cluster;
+use rampkv_core::limits::GC_GRACE_MS;
+use rampkv_core::protocol::server::{Effects, LogPosition, Reply, ServerCore};
+use rampkv_core::protocol::ConnectionId;
+use rampkv_core::types::Timestamp;
+use rampkv_core::wire::Request;
+
+use crate::item_slots::Publisher;
+use crate::message::tcp::TcpServer;
+use crate::recovery::{spawn_resolver, Resolver};
+use poller::{Poller, ServerMedium};
+use router::{Router, Wake};
+
+/// Settings of one server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// How long superseded versions stay readable.
+    pub gc_grace_ms: u64,
+}
+
+impl ServerConfig {
+    /// A server on `listen` with the default garbage-collection grace period.
+    pub fn new(listen: SocketAddr) -> Self {
+        Self { listen, gc_grace_ms: GC_GRACE_MS }
+    }
+}
+
+/// One server as every front end sees it: its core and, once a front end attached them, its
+/// item slots (the edge applies the core's publication effects to them).
+#[derive(Debug)]
+pub struct Served {
+    pub core: Arc<ServerCore>,
+    slots: OnceLock<Arc<dyn Publisher>>,
+}
+
+impl Served {
+    /// Serves `request` of `connection` with the core and applies its publication effects to
+    /// the item slots; returns the reply (none while it waits for a lock). Replies to other
+    /// requests stay in `effects.replies` for the caller to route.
+    pub fn serve(
+        &self,
+        connection: ConnectionId,
+        request: Request,
+        request_id: u64,
+        now_ms: u64,
+        effects: &mut Effects,
+    ) -> Option<Reply> {
+        let slots = self.slots.get();
+        effects.set_publishing(slots.is_some());
+        let reply = self.core.handle(connection, request, request_id, now_ms, effects);
+        self.publish(effects);
+        reply
+    }
+
+    /// Commits transaction `ts` as a COMMIT request does, republishing what it advanced
+    /// (recovery). Returns the keys committed.
+    pub fn commit(&self, ts: Timestamp) -> usize {
+        let mut effects = Effects::default();
+        effects.set_publishing(self.slots.get().is_some());
+        let committed = self.core.commit(ts, &mut effects);
+        self.publish(&mut effects);
+        committed
+    }
+
+    fn publish(&self, effects: &mut Effects) {
+        if let Some(slots) = self.slots.get() {
+            slots.apply(self.core.store(), effects);
+        }
+        effects.committed.clear();
+        effects.prepared.clear();
+    }
+
+    /// A GET_LOCATE key's item slot (publishing its latest committed version first if needed).
+    pub fn locate(&self, key: &[u8]) -> Option<u32> {
+        self.slots.get().and_then(|slots| slots.locate(self.core.store(), key))
+    }
+
+    /// The item slots, once attached.
+    pub fn item_slots(&self) -> Option<&Arc<dyn Publisher>> {
+        self.slots.get()
+    }
+}
+
+/// What every front end of a server group shares. See the module docs.
+#[derive(Debug)]
+pub struct Servers {
+    served: Vec<Served>,
+    cores: Vec<Arc<ServerCore>>,
+    router: Router,
+    clock: Instant,
+}
+
+impl Servers {
+    pub(crate) fn new(cores: Vec<Arc<ServerCore>>) -> Self {
+        let served = cores.iter().map(|core| Served { core: Arc::clone(core), slots: OnceLock::new() }).collect();
+        Self { served, cores, router: Router::default(), clock: Instant::now() }
+    }
+
+    /// The servers, in configuration order.
+    pub fn served(&self) -> &[Served] {
+        &self.served
+    }
+
+    /// Their cores, in configuration order.
+    pub fn cores(&self) -> &[Arc<ServerCore>] {
+        &self.cores
+    }
+
+    /// The router of the group's front ends.
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
+    /// The clock every front end stamps prepares with.
+    pub fn clock(&self) -> Instant {
+        self.clock
+    }
+
+    /// Milliseconds on the group's clock.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    /// How far the log is durable (and replicated): replies held behind a barrier up to here
+    /// are released. Nothing is logged yet, so everything is.
+    pub fn durable_position(&self) -> LogPosition {
+        LogPosition(u64::MAX)
+    }
+
+    /// Attaches item slots to server `index` (a fabric front end with GET\* does). Fails if it
+    /// has some already.
+    pub fn attach_item_slots(&self, index: usize, slots: Arc<dyn Publisher>) -> std::io::Result<()> {
+        let served = self.served.get(index).ok_or_else(|| std::io::Error::other("no such server"))?;
+        served.slots.set(slots).map_err(|_| std::io::Error::other("a server already has item slots"))
+    }
+}
+
+/// A running poller thread; dropping it stops and joins the thread.
+pub struct PollerThread {
+    stop: Arc<AtomicBool>,
+    wake: Arc<dyn Wake>,
+    thread: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl std::fmt::Debug for PollerThread {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("PollerThread").field("running", &self.thread.is_some()).finish()
+    }
+}
+
+impl PollerThread {
+    /// Starts a poller over `medium` for `servers`, on a thread named `name`.
+    pub fn spawn<M: ServerMedium>(name: &str, medium: M, servers: Arc<Servers>) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let wake = medium.waker();
+        let poller = Poller::new(medium, servers, Arc::clone(&stop));
+        let thread = std::thread::Builder::new().name(name.into()).spawn(move || poller.run())?;
+        Ok(Self { stop, wake, thread: Some(thread) })
+    }
+
+    /// Blocks until the thread ends (on an I/O error of its medium, or once stopped).
+    pub fn join(&mut self) -> std::io::Result<()> {
+        match self.thread.take() {
+            Some(thread) => thread.join().unwrap_or_else(|_| Err(std::io::Error::other("poller thread panicked"))),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops the poller and waits for it; returns its result.
+    pub fn stop(&mut self) -> std::io::Result<()> {
+        self.stop.store(true, Ordering::Release);
+        self.wake.wake();
+        self.join()
+    }
+}
+
+impl Drop for PollerThread {
+    fn drop(&mut self) {
+        let _ = self.stop();
+    }
+}
+
+/// A running group of servers sharing one TCP poller thread. Dropping it stops them.
+#[derive(Debug)]
+pub struct ServerGroup {
+    addresses: Vec<SocketAddr>,
+    servers: Arc<Servers>,
+    /// Stopped before the poller: it talks to these servers.
+    resolver: Option<Resolver>,
+    poller: PollerThread,
+}
+
+impl ServerGroup {
+    /// Binds every server's listener, then starts the poller thread.
+    pub fn spawn(configs: &[ServerConfig]) -> std::io::Result<ServerGroup> {
+        let listen: Vec<SocketAddr> = configs.iter().map(|config| config.listen).collect();
+        let (medium, addresses) = TcpServer::bind(&listen)?;
+        let cores = configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
+        let servers = Arc::new(Servers::new(cores));
+        let poller = PollerThread::spawn("rampkv-server", medium, Arc::clone(&servers))?;
+        Ok(ServerGroup { addresses, servers, resolver: None, poller })
+    }
+
+    /// Starts cooperative termination for these servers, which are servers
+    /// `first_index..first_index + count` of `cluster`: transactions prepared longer than
+    /// `timeout_ms` ago and not committed are resolved with the other participants.
+    pub fn start_recovery(&mut self, cluster: Cluster, first_index: usize, timeout_ms: u64) -> std::io::Result<()> {
+        if first_index + self.servers.served.len() > cluster.servers().len() {
+            return Err(std::io::Error::other("these servers are not all in the cluster"));
+        }
+        self.resolver = Some(spawn_resolver(Arc::clone(&self.servers), first_index, cluster, timeout_ms)?);
+        Ok(())
+    }
+
+    /// The bound address of every server, in configuration order.
+    pub fn addresses(&self) -> &[SocketAddr] {
+        &self.addresses
+    }
+
+    /// What the group's front ends share (a fabric front end, an in-process client).
+    pub fn servers(&self) -> &Arc<Servers> {
+        &self.servers
+    }
+
+    /// The request-handling core of every server (for statistics).
+    pub fn cores(&self) -> &[Arc<ServerCore>] {
+        self.servers.cores()
+    }
+
+    /// The clock every front end stamps prepares with.
+    pub fn clock(&self) -> Instant {
+        self.servers.clock
+    }
+
+    /// Stops the poller and waits for it; returns its result.
+    pub fn shutdown(mut self) -> std::io::Result<()> {
+        self.resolver = None;
+        self.poller.stop()
+    }
+
+    /// Blocks until the poller thread ends (it ends only on an I/O error of the poller).
+    pub fn wait(mut self) -> std::io::Result<()> {
+        self.poller.join()
+    }
+}
