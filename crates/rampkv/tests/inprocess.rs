@@ -3,7 +3,8 @@
 //! granted later comes to the client's inbox in the server group's router, whichever front end
 //! released the lock or expired the wait.
 //!
-//! - S2PL over in-process clients under contention is checker-clean;
+//! - S2PL and RAMP-Fast over in-process clients under contention are checker-clean, NoCC is
+//!   caught;
 //! - S2PL lock grants cross between TCP and in-process clients of the same servers.
 
 use std::net::SocketAddr;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 
 mod common;
 
-use common::{assert_clean, assert_s2pl_grants_cross_front_ends, contended, contended_transactions, seed};
+use common::{assert_clean, assert_s2pl_grants_cross_front_ends, caught, contended, contended_transactions, seed};
 use rampkv::bench::TransportKind;
 use rampkv::cluster::Cluster;
 use rampkv::protocol::ramp::Algorithm;
@@ -32,6 +33,11 @@ fn s2pl_over_in_process_clients_under_contention_is_checker_clean() {
 fn ramp_fast_over_in_process_clients_under_contention_is_checker_clean() {
     let result = assert_clean(&contended(Algorithm::RampFast, IN_PROCESS, seed(), 1.5), 200);
     assert!(result.round2.reads_with_round2 > 0, "contention must exercise round 2");
+}
+
+#[test]
+fn nocc_over_in_process_clients_is_caught_with_fractured_reads() {
+    caught(contended(Algorithm::NoCc, IN_PROCESS, seed(), 1.5));
 }
 
 /// The story: before the router, the in-process transport refused S2PL, because a lock granted

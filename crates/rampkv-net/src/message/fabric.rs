@@ -3,17 +3,22 @@
 //!
 //! # Regions
 //! Each side registers one region: a 64-byte header (the doorbell of its poller, at offset 0),
-//! then one slot per connection (a client: one per server; a server group: one per connection
-//! of each medium, in one area per medium). A medium ([`FabricKind`]) says how many bytes its
-//! slot takes on either side and builds its channel from the two slots' addresses.
+//! then one slot per connection (a client: one per server; a server group: one per connection,
+//! in one area per medium). A medium ([`FabricKind`]) fixes its slot's layout on either side, so
+//! a slot's offset is all a peer needs to know; it builds the channel from the two slots.
 //!
 //! # Control path (like rdma-cm)
-//! The client opens a TCP *control* connection to the server's control address, sends one JSON
-//! line ([`ControlHello`]: the medium and where its slot lies in the client's region) and gets
-//! one back ([`ControlReply`]: where the connection lies in the server group's region, or a
-//! typed [`Refusal`]). Both then map the other's region. The control connection stays open: its
-//! end tells the server the client is gone (the slot is freed), and the server shutting it down
-//! tells the client it was dropped. Byte-level formats: `docs/wire.md`.
+//! The client opens a TCP *control* connection to the server's control address and sends one
+//! JSON line ([`ControlHello`]: the medium, its region and its slot's offset); the server takes a
+//! slot of that medium, builds its end and answers with one line ([`ControlReply`]: its region
+//! and the slot's offset, and GET\*'s item region, or a typed [`Refusal`]). The control
+//! connection stays open: its end tells the server the client is gone (the slot is freed), and
+//! the server shutting it down tells the client it was dropped. Byte formats: `docs/wire.md`.
+//!
+//! # Fault model
+//! A region descriptor and an offset from the peer are input from outside: the fabric checks the
+//! descriptor when mapping, the ring, queue and RPC constructors check every address against the
+//! region. A peer that breaks its channel later is the poller's business (the channel fails).
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::marker::PhantomData;
@@ -25,15 +30,12 @@ use std::time::Duration;
 use rampkv_fabric::{Access, Doorbell, Fabric, FabricError, OneSided, RegionDescriptor, ShmFabric};
 use serde::{Deserialize, Serialize};
 
-use super::rfrpc::{RfRpcAccept, RfRpcHello};
-use super::ring::{RingAccept, RingHello};
-use super::sendrecv::{SendRecvAccept, SendRecvHello};
 use super::{Channel, ChannelError};
 use crate::item_slots::ItemRegionInfo;
 use crate::transport::{ClientMedium, OpenMedium};
 use rampkv_core::limits::{WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX};
 
-/// Version of the control handshake.
+/// Version of the control handshake (and of the slot layouts both sides derive from it).
 pub const CONTROL_VERSION: u32 = 2;
 
 /// A fabric the store runs over: the shared-memory fabric by default, the in-memory one in
@@ -69,7 +71,12 @@ pub(crate) fn unique_region_name(prefix: &str) -> String {
     format!("{prefix}-{}", REGION_COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
-/// One side's own region: the fabric, the region, its descriptor.
+/// Where a region's owner keeps the doorbell of its poller.
+pub const DOORBELL_OFFSET_BYTES: usize = 0;
+/// Bytes of a region before its first slot.
+pub const HEADER_BYTES: usize = 64;
+
+/// One side's own region.
 pub struct Endpoint<F: FabricHandle> {
     pub fabric: F,
     pub region: Arc<F::LocalRegion>,
@@ -77,11 +84,6 @@ pub struct Endpoint<F: FabricHandle> {
 }
 
 impl<F: FabricHandle> Endpoint<F> {
-    /// The doorbell of the region owner's poller.
-    pub const DOORBELL_OFFSET_BYTES: u64 = 0;
-    /// Bytes before the first slot.
-    pub const HEADER_BYTES: usize = 64;
-
     /// Registers a region named `<prefix>-<n>` of `bytes` (read-write for peers).
     pub fn register(fabric: F, prefix: &str, bytes: usize) -> Result<Self, FabricError> {
         let region = fabric.register(&unique_region_name(prefix), bytes, Access::ReadWrite)?;
@@ -91,8 +93,18 @@ impl<F: FabricHandle> Endpoint<F> {
 
     /// The doorbell of this side's poller.
     pub fn doorbell(&self) -> Result<Doorbell<Arc<F::LocalRegion>>, FabricError> {
-        Doorbell::new(Arc::clone(&self.region), Self::DOORBELL_OFFSET_BYTES as usize)
+        Doorbell::new(Arc::clone(&self.region), DOORBELL_OFFSET_BYTES)
     }
+}
+
+/// The two slots of a connection: ours in our region, the peer's in its region.
+pub struct Link<'a, F: FabricHandle> {
+    pub local: &'a Endpoint<F>,
+    pub local_slot: usize,
+    pub peer: F::RemoteRegion,
+    pub peer_slot: usize,
+    /// Kept open: its end is the other side's end.
+    pub control: TcpStream,
 }
 
 /// The fabric media.
@@ -104,59 +116,21 @@ pub enum MediumKind {
     RfRpc,
 }
 
-/// One fabric medium: its slots, its handshake and its channels.
+/// One fabric medium: its slots and the two ends of its channels.
 pub trait FabricKind<F: FabricHandle>: 'static {
     const KIND: MediumKind;
-    /// Bytes of one connection's slot in the client's region and in the server group's.
+    /// Bytes of a connection's slot in the client's region and in the server group's.
     const CLIENT_SLOT_BYTES: usize;
     const SERVER_SLOT_BYTES: usize;
     type Client: Channel;
     type Server: Channel;
-    type Hello: Clone;
-    type Accept;
 
-    /// The client's hello for the slot at `slot_offset_bytes` of its region.
-    fn hello(client: &Endpoint<F>, slot_offset_bytes: usize) -> Self::Hello;
-    fn wrap_hello(hello: Self::Hello) -> MediumHello;
-    fn wrap_accept(accept: Self::Accept) -> MediumAccept;
-    fn unwrap_accept(accept: MediumAccept) -> Option<Self::Accept>;
+    /// The client's end, once the server accepted.
+    fn client(link: Link<'_, F>) -> Result<Self::Client, ChannelError>;
 
-    /// The client's channel once the server accepted (input from outside: checked).
-    fn connect(
-        client: &Endpoint<F>,
-        hello: Self::Hello,
-        accept: Self::Accept,
-        control: TcpStream,
-    ) -> Result<Self::Client, ChannelError>;
-
-    /// The server's channel for a client's hello in the slot at `slot_offset_bytes` of the
-    /// group's region (input from outside: the fabric checks the descriptor, the ring and queue
-    /// constructors every offset), and the answer; `items` is the server's item region.
-    fn accept(
-        server: &Endpoint<F>,
-        slot_offset_bytes: usize,
-        hello: Self::Hello,
-        control: TcpStream,
-        items: Option<ItemRegionInfo>,
-    ) -> Result<(Self::Server, Self::Accept), Refusal>;
-}
-
-/// A client's hello, per medium.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "medium", rename_all = "snake_case")]
-pub enum MediumHello {
-    Ring(RingHello),
-    SendRecv(SendRecvHello),
-    RfRpc(RfRpcHello),
-}
-
-/// The server's acceptance, per medium.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "medium", rename_all = "snake_case")]
-pub enum MediumAccept {
-    Ring(RingAccept),
-    SendRecv(SendRecvAccept),
-    RfRpc(RfRpcAccept),
+    /// The server's end, built before the server answers (so that the client's first message
+    /// finds it ready).
+    fn server(link: Link<'_, F>) -> Result<Self::Server, ChannelError>;
 }
 
 /// The client's control line.
@@ -165,15 +139,27 @@ pub enum MediumAccept {
 pub struct ControlHello {
     /// Must be [`CONTROL_VERSION`].
     pub version: u32,
-    pub hello: MediumHello,
+    pub medium: MediumKind,
+    /// The client's region, and its slot for this server there.
+    pub region: RegionDescriptor,
+    pub slot_offset_bytes: u64,
 }
 
 /// The server's control line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum ControlReply {
-    Accepted { accept: MediumAccept },
-    Refused { refusal: Refusal },
+    Accepted {
+        /// The server group's region, and the connection's slot there.
+        region: RegionDescriptor,
+        slot_offset_bytes: u64,
+        /// GET\*: the server's item region (absent when it publishes no item slots).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        items: Option<ItemRegionInfo>,
+    },
+    Refused {
+        refusal: Refusal,
+    },
 }
 
 /// Why a server refused a client.
@@ -188,23 +174,9 @@ pub enum Refusal {
     BadHello { message: String },
     #[error("all {slots} {medium:?} connection slots are in use")]
     NoFreeSlot { medium: MediumKind, slots: u64 },
-    #[error("the client's messages must allow at least {bytes_min} bytes")]
-    MessagesTooSmall { bytes_min: u64 },
-    /// The client's region could not be mapped (the fabric's words).
-    #[error("cannot map the client's region: {message}")]
+    /// The client's region or slot cannot be used (the fabric's words).
+    #[error("the client's region cannot be used: {message}")]
     Region { message: String },
-    /// The client's addresses break a layout rule (the fabric's words).
-    #[error("the client's addresses are invalid: {message}")]
-    Layout { message: String },
-}
-
-impl Refusal {
-    pub(crate) fn region(error: FabricError) -> Refusal {
-        Refusal::Region { message: error.to_string() }
-    }
-    pub(crate) fn layout(error: impl std::fmt::Display) -> Refusal {
-        Refusal::Layout { message: error.to_string() }
-    }
 }
 
 /// Writes `value` as one JSON line.
@@ -215,9 +187,8 @@ pub(crate) fn write_json_line<T: Serialize>(stream: &mut TcpStream, value: &T) -
 }
 
 /// Reads one JSON line of at most `WRITEPOLL_CONTROL_LINE_BYTES_MAX` bytes (the stream's read
-/// timeout bounds the wait). The reader is limited to that many bytes, so a peer cannot make us
-/// buffer more; one line is all either side sends before waiting for the other, so the buffered
-/// reader cannot swallow bytes meant for later.
+/// timeout bounds the wait; the reader is limited to that many bytes, so a peer cannot make us
+/// buffer more; one line is all either side sends before waiting for the other).
 pub(crate) fn read_json_line<T: for<'de> Deserialize<'de>>(stream: &mut TcpStream) -> std::io::Result<T> {
     let mut line = Vec::with_capacity(256);
     let limit = WRITEPOLL_CONTROL_LINE_BYTES_MAX as u64 + 1;
@@ -231,8 +202,7 @@ pub(crate) fn read_json_line<T: for<'de> Deserialize<'de>>(stream: &mut TcpStrea
 /// Checks a control connection without blocking: nothing is sent after the handshake, so the
 /// end of the stream means the other side dropped the connection.
 pub(crate) fn check_control(control: &mut TcpStream) -> Result<(), ChannelError> {
-    let mut scratch = [0u8; 64];
-    match control.read(&mut scratch) {
+    match control.read(&mut [0u8; 64]) {
         Ok(0) => Err(ChannelError::Closed),
         Ok(_) => Ok(()), // nothing is expected after the handshake; ignore it
         Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => Ok(()),
@@ -240,32 +210,12 @@ pub(crate) fn check_control(control: &mut TcpStream) -> Result<(), ChannelError>
     }
 }
 
-/// Opens the control connection to `address` and runs the client's side of the handshake
-/// (blocking, each step bounded by the control timeout). Returns the server's acceptance and
-/// the control stream, now non-blocking.
-fn handshake(address: &str, hello: MediumHello) -> Result<(MediumAccept, TcpStream), ChannelError> {
-    let timeout = Duration::from_millis(WRITEPOLL_CONTROL_TIMEOUT_MS);
-    let socket_address = address
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing"))?;
-    let mut control = TcpStream::connect_timeout(&socket_address, timeout)?;
-    control.set_read_timeout(Some(timeout))?;
-    control.set_nodelay(true)?;
-    write_json_line(&mut control, &ControlHello { version: CONTROL_VERSION, hello })?;
-    match read_json_line(&mut control)? {
-        ControlReply::Accepted { accept } => {
-            control.set_nonblocking(true)?;
-            Ok((accept, control))
-        }
-        ControlReply::Refused { refusal } => Err(ChannelError::Refused(refusal)),
-    }
-}
-
-/// A client's fabric medium `K`: its region (one slot per server) and its poller's doorbell.
+/// A client's fabric medium `K`: its region (one slot per server), its poller's doorbell, and
+/// the item region each server announced.
 pub struct FabricClient<F: FabricHandle, K> {
     endpoint: Endpoint<F>,
     doorbell: Doorbell<Arc<F::LocalRegion>>,
+    items: Vec<Option<ItemRegionInfo>>,
     _kind: PhantomData<K>,
 }
 
@@ -280,25 +230,51 @@ impl<F: FabricHandle, K> FabricClient<F, K> {
     pub fn fabric(&self) -> &F {
         &self.endpoint.fabric
     }
+
+    /// GET\*: the item region server `server` announced, if any.
+    pub fn item_region(&self, server: usize) -> Option<&ItemRegionInfo> {
+        self.items.get(server).and_then(Option::as_ref)
+    }
 }
 
 impl<F: FabricHandle, K: FabricKind<F>> OpenMedium for FabricClient<F, K> {
     fn open(servers: usize) -> Result<Self, ChannelError> {
-        let bytes = Endpoint::<F>::HEADER_BYTES + servers * K::CLIENT_SLOT_BYTES;
+        let bytes = HEADER_BYTES + servers * K::CLIENT_SLOT_BYTES;
         let endpoint = Endpoint::register(F::open()?, "client", bytes)?;
         let doorbell = endpoint.doorbell()?;
-        Ok(Self { endpoint, doorbell, _kind: PhantomData })
+        Ok(Self { endpoint, doorbell, items: Vec::new(), _kind: PhantomData })
     }
 }
 
 impl<F: FabricHandle, K: FabricKind<F>> ClientMedium for FabricClient<F, K> {
     type Channel = K::Client;
 
+    /// Runs the client's side of the handshake (blocking, each step bounded by the control
+    /// timeout) and builds the channel.
     fn connect(&mut self, server: usize, address: &str) -> Result<K::Client, ChannelError> {
-        let hello = K::hello(&self.endpoint, Endpoint::<F>::HEADER_BYTES + server * K::CLIENT_SLOT_BYTES);
-        let (accept, control) = handshake(address, K::wrap_hello(hello.clone()))?;
-        let accept = K::unwrap_accept(accept).ok_or(ChannelError::WrongMedium)?;
-        K::connect(&self.endpoint, hello, accept, control)
+        let slot = HEADER_BYTES + server * K::CLIENT_SLOT_BYTES;
+        let timeout = Duration::from_millis(WRITEPOLL_CONTROL_TIMEOUT_MS);
+        let socket_address = address
+            .to_socket_addrs()?
+            .next()
+            .ok_or_else(|| std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing"))?;
+        let mut control = TcpStream::connect_timeout(&socket_address, timeout)?;
+        control.set_read_timeout(Some(timeout))?;
+        control.set_nodelay(true)?;
+        let region = self.endpoint.descriptor.clone();
+        let hello = ControlHello { version: CONTROL_VERSION, medium: K::KIND, region, slot_offset_bytes: slot as u64 };
+        write_json_line(&mut control, &hello)?;
+        let (region, peer_slot, items) = match read_json_line(&mut control)? {
+            ControlReply::Accepted { region, slot_offset_bytes, items } => (region, slot_offset_bytes, items),
+            ControlReply::Refused { refusal } => return Err(ChannelError::Refused(refusal)),
+        };
+        control.set_nonblocking(true)?;
+        let peer = self.endpoint.fabric.map(&region)?;
+        self.items.resize(server + 1, None);
+        self.items[server] = items;
+        // Our receiving side is fresh, and the server writes to it only in answer to a request:
+        // building it (which zeroes it) after the handshake is in time.
+        K::client(Link { local: &self.endpoint, local_slot: slot, peer, peer_slot: peer_slot as usize, control })
     }
 
     /// Waits on the doorbell (a bounded spin, then a sleep of at most `WRITEPOLL_SLEEP_MS_MAX`,

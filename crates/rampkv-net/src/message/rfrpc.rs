@@ -14,8 +14,9 @@
 //! server rings that doorbell after publishing a reply only if the client sleeps.
 //!
 //! Slots (layout in `docs/fabric.md`): in the server group's region `+0` the push ring's credit
-//! word (rest of 64 reserved), `+64` the reply slot, then the request ring; in the client's
-//! region `+0` the request ring's credit word, `+64` the push ring.
+//! word (rest of 64 reserved), `+64` the reply slot (`RFRPC_REPLY_SLOT_BYTES`), then the request
+//! ring (`RFRPC_RING_BYTES`); in the client's region `+0` the request ring's credit word, `+64`
+//! the push ring.
 
 use std::net::TcpStream;
 use std::sync::Arc;
@@ -25,14 +26,10 @@ use rampkv_fabric::limits::RPC_BATCH_ENTRIES_MAX;
 use rampkv_fabric::rpc::{
     AutoBatchConfig, EntryList, ReplyMode, RpcClient, RpcConfig, RpcLayout, RpcServerEndpoint, SizeController,
 };
-use rampkv_fabric::{RegionDescriptor, RingAddresses, RingLayout};
-use serde::{Deserialize, Serialize};
+use rampkv_fabric::{RingAddresses, RingLayout};
 
-use super::fabric::{
-    check_control, Endpoint, FabricHandle, FabricKind, MediumAccept, MediumHello, MediumKind, Refusal,
-};
+use super::fabric::{check_control, FabricHandle, FabricKind, Link, MediumKind, DOORBELL_OFFSET_BYTES};
 use super::{frame_bytes_at, BatchStats, Channel, ChannelError, Leftover};
-use crate::item_slots::ItemRegionInfo;
 use rampkv_core::limits::{RFRPC_BATCH_LATENCY_LIMIT_US, RFRPC_REPLY_SLOT_BYTES, RFRPC_RING_BYTES};
 
 /// The RF-RPC medium.
@@ -44,28 +41,6 @@ const PUSH_TIMEOUT: Duration = Duration::from_millis(1);
 /// Bytes an entry's size prefix takes in a packed entry list.
 const ENTRY_PREFIX_BYTES: usize = 4;
 
-/// The client's hello: its push ring and the request ring's credit word.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RfRpcHello {
-    pub region: RegionDescriptor,
-    pub push_ring: RingLayout,
-    pub doorbell_offset_bytes: u64,
-    pub request_credit_offset_bytes: u64,
-}
-
-/// The server's answer: the request ring, the reply slot and the push ring's credit word.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RfRpcAccept {
-    pub region: RegionDescriptor,
-    pub request_ring: RingLayout,
-    pub reply_slot_offset_bytes: u64,
-    pub reply_slot_bytes: u64,
-    pub doorbell_offset_bytes: u64,
-    pub push_credit_offset_bytes: u64,
-}
-
 fn ring_at(offset_bytes: usize) -> RingLayout {
     RingLayout {
         offset_bytes: offset_bytes as u64,
@@ -74,23 +49,24 @@ fn ring_at(offset_bytes: usize) -> RingLayout {
     }
 }
 
-/// The connection's addresses, agreed in the handshake.
-fn layout(hello: &RfRpcHello, accept: &RfRpcAccept) -> RpcLayout {
+/// The connection's addresses, from the client's slot and the server's (see the module docs).
+fn layout(client_slot: usize, server_slot: usize) -> RpcLayout {
+    let doorbell = DOORBELL_OFFSET_BYTES as u64;
     RpcLayout {
         request: RingAddresses {
-            ring: accept.request_ring,
-            receiver_doorbell_offset_bytes: accept.doorbell_offset_bytes,
-            credit_offset_bytes: hello.request_credit_offset_bytes,
-            sender_doorbell_offset_bytes: hello.doorbell_offset_bytes,
+            ring: ring_at(server_slot + 64 + RFRPC_REPLY_SLOT_BYTES),
+            receiver_doorbell_offset_bytes: doorbell,
+            credit_offset_bytes: client_slot as u64,
+            sender_doorbell_offset_bytes: doorbell,
         },
         push: RingAddresses {
-            ring: hello.push_ring,
-            receiver_doorbell_offset_bytes: hello.doorbell_offset_bytes,
-            credit_offset_bytes: accept.push_credit_offset_bytes,
-            sender_doorbell_offset_bytes: accept.doorbell_offset_bytes,
+            ring: ring_at(client_slot + 64),
+            receiver_doorbell_offset_bytes: doorbell,
+            credit_offset_bytes: server_slot as u64,
+            sender_doorbell_offset_bytes: doorbell,
         },
-        reply_slot_offset_bytes: accept.reply_slot_offset_bytes,
-        reply_slot_bytes: accept.reply_slot_bytes,
+        reply_slot_offset_bytes: server_slot as u64 + 64,
+        reply_slot_bytes: RFRPC_REPLY_SLOT_BYTES as u64,
     }
 }
 
@@ -288,86 +264,35 @@ impl<F: FabricHandle> FabricKind<F> for RfRpc {
     const SERVER_SLOT_BYTES: usize = 64 + RFRPC_REPLY_SLOT_BYTES + RFRPC_RING_BYTES;
     type Client = RfRpcClientChannel<F>;
     type Server = RfRpcServerChannel<F>;
-    type Hello = RfRpcHello;
-    type Accept = RfRpcAccept;
 
-    fn hello(client: &Endpoint<F>, slot_offset_bytes: usize) -> RfRpcHello {
-        RfRpcHello {
-            region: client.descriptor.clone(),
-            push_ring: ring_at(slot_offset_bytes + 64),
-            doorbell_offset_bytes: Endpoint::<F>::DOORBELL_OFFSET_BYTES,
-            request_credit_offset_bytes: slot_offset_bytes as u64,
-        }
-    }
-
-    fn wrap_hello(hello: RfRpcHello) -> MediumHello {
-        MediumHello::RfRpc(hello)
-    }
-
-    fn wrap_accept(accept: RfRpcAccept) -> MediumAccept {
-        MediumAccept::RfRpc(accept)
-    }
-
-    fn unwrap_accept(accept: MediumAccept) -> Option<RfRpcAccept> {
-        match accept {
-            MediumAccept::RfRpc(accept) => Some(accept),
-            _ => None,
-        }
-    }
-
-    fn connect(
-        client: &Endpoint<F>,
-        hello: RfRpcHello,
-        accept: RfRpcAccept,
-        control: TcpStream,
-    ) -> Result<RfRpcClientChannel<F>, ChannelError> {
-        let server = client.fabric.map(&accept.region)?;
+    fn client(link: Link<'_, F>) -> Result<RfRpcClientChannel<F>, ChannelError> {
+        let Link { local, local_slot, peer, peer_slot, control } = link;
         let config =
             RpcConfig { hybrid: false, initial_mode: ReplyMode::Fetch, stream_replies: true, ..RpcConfig::default() };
         // Our push ring is fresh and the server pushes only after our first request, so building
         // the client (which zeroes the push ring) after the handshake is in time.
-        let rpc =
-            RpcClient::new(client.fabric.clone(), server, Arc::clone(&client.region), layout(&hello, &accept), config)?;
+        let layout = layout(local_slot, peer_slot);
+        let client = RpcClient::new(local.fabric.clone(), peer, Arc::clone(&local.region), layout, config)?;
         let auto = AutoBatchConfig::new(Duration::from_micros(RFRPC_BATCH_LATENCY_LIMIT_US));
+        let batch = SizeController::new(auto, RPC_BATCH_ENTRIES_MAX);
         Ok(RfRpcClientChannel {
-            client: rpc,
+            client,
             entries: EntryList::new(),
             control,
-            batch: SizeController::new(auto, RPC_BATCH_ENTRIES_MAX),
+            batch,
             call: None,
             stats: BatchStats::default(),
         })
     }
 
-    fn accept(
-        server: &Endpoint<F>,
-        slot_offset_bytes: usize,
-        hello: RfRpcHello,
-        control: TcpStream,
-        _items: Option<ItemRegionInfo>,
-    ) -> Result<(RfRpcServerChannel<F>, RfRpcAccept), Refusal> {
-        let client = server.fabric.map(&hello.region).map_err(Refusal::region)?;
-        let accept = RfRpcAccept {
-            region: server.descriptor.clone(),
-            request_ring: ring_at(slot_offset_bytes + 64 + RFRPC_REPLY_SLOT_BYTES),
-            reply_slot_offset_bytes: slot_offset_bytes as u64 + 64,
-            reply_slot_bytes: RFRPC_REPLY_SLOT_BYTES as u64,
-            doorbell_offset_bytes: Endpoint::<F>::DOORBELL_OFFSET_BYTES,
-            push_credit_offset_bytes: slot_offset_bytes as u64,
-        };
-        let layout = layout(&hello, &accept);
+    fn server(link: Link<'_, F>) -> Result<RfRpcServerChannel<F>, ChannelError> {
+        let Link { local, local_slot, peer, peer_slot, control } = link;
+        let layout = layout(peer_slot, local_slot);
         let mut endpoint =
-            RpcServerEndpoint::new(server.fabric.clone(), Arc::clone(&server.region), client, layout, PUSH_TIMEOUT)
-                .map_err(|error| Refusal::layout(ChannelError::Rpc(error)))?;
+            RpcServerEndpoint::new(local.fabric.clone(), Arc::clone(&local.region), peer, layout, PUSH_TIMEOUT)?;
         // The client sleeps on its doorbell while a call is outstanding (after a bounded spin).
         endpoint.set_notify_fetchers(true);
-        let channel = RfRpcServerChannel {
-            endpoint,
-            entries: EntryList::new(),
-            leftover: Leftover::default(),
-            blocked_credit: None,
-            control,
-        };
-        Ok((channel, accept))
+        let (entries, leftover) = (EntryList::new(), Leftover::default());
+        Ok(RfRpcServerChannel { endpoint, entries, leftover, blocked_credit: None, control })
     }
 }

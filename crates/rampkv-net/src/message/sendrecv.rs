@@ -1,35 +1,27 @@
 //! The send/recv adapter: two-sided messaging emulated as RDMA SEND/RECV does it
 //! (`rampkv_fabric::sendrecv`).
 //!
-//! # How it differs from write-poll
 //! In the write-poll medium a sender writes into a byte ring the receiver merely polls. Here the
 //! **receiver** takes part as with RDMA SEND: it posts receive buffers of its own memory, each
-//! message lands in the next posted buffer (a message with no posted buffer is refused,
-//! receiver-not-ready, and retried; a message larger than the buffer is a length error), and
-//! the receiver learns of it from a completion queue, copies it out and posts the buffer again.
-//!
-//! Per connection there are two queue pairs, each with its receive queue, completion queue and
-//! buffers in its *receiver's* region: requests in the server group's region, replies in the
-//! client's (one slot of `QUEUE_BYTES` each; layout in `docs/fabric.md`). Messages carry one or
-//! more whole frames, up to `SENDRECV_BUFFER_BYTES`; a single frame above it is refused.
+//! message lands in the next posted buffer (none posted: receiver-not-ready, retried; too large:
+//! a length error), and the receiver learns of it from a completion queue, copies it out and
+//! posts the buffer again. A connection's slot in either region holds the receive queue, the
+//! completion queue and the buffers of the messages its owner receives (`QUEUE_BYTES`). Messages
+//! carry whole frames, up to `SENDRECV_BUFFER_BYTES`; a single frame above it is refused.
 //!
 //! # Fault model
 //! A completion no correct peer writes, a length-error completion, a message that ends inside a
-//! frame, or a peer that corrupts its receive queue breaks the channel (the connection closes).
+//! frame, or a peer that corrupts its receive queue breaks the channel.
 
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rampkv_fabric::{PostError, QueueAddresses, QueueLayout, ReceiveQueue, RegionDescriptor, SendQueue, StoreOrdering};
-use serde::{Deserialize, Serialize};
+use rampkv_fabric::{PostError, QueueAddresses, QueueLayout, ReceiveQueue, SendQueue, StoreOrdering};
 
-use super::fabric::{
-    check_control, Endpoint, FabricHandle, FabricKind, MediumAccept, MediumHello, MediumKind, Refusal,
-};
+use super::fabric::{check_control, FabricHandle, FabricKind, Link, MediumKind, DOORBELL_OFFSET_BYTES};
 use super::{send_messages, Channel, ChannelError, Leftover};
-use crate::item_slots::ItemRegionInfo;
-use rampkv_core::limits::{SENDRECV_BUFFER_BYTES, SENDRECV_QUEUE_DEPTH, WRITEPOLL_MESSAGE_BYTES_MIN};
+use rampkv_core::limits::{SENDRECV_BUFFER_BYTES, SENDRECV_QUEUE_DEPTH};
 
 /// The send/recv medium.
 #[derive(Debug)]
@@ -38,31 +30,15 @@ pub struct SendRecv;
 /// Bytes of one direction's queues and buffers.
 pub const QUEUE_BYTES: usize = QueueLayout::len_bytes(SENDRECV_QUEUE_DEPTH, SENDRECV_BUFFER_BYTES);
 
-/// The queues of one direction at `offset_bytes`, with the configured depth and buffer size.
-fn queue_at(offset_bytes: usize) -> QueueLayout {
-    QueueLayout {
-        offset_bytes: offset_bytes as u64,
+/// The queue received on in the slot at `slot` of its owner's region.
+fn addresses(slot: usize) -> QueueAddresses {
+    let queue = QueueLayout {
+        offset_bytes: slot as u64,
         depth: SENDRECV_QUEUE_DEPTH as u64,
         buffer_bytes: SENDRECV_BUFFER_BYTES as u64,
-    }
-}
-
-/// The client's hello: its reply queue.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SendRecvHello {
-    pub region: RegionDescriptor,
-    pub reply_queue: QueueLayout,
-    pub doorbell_offset_bytes: u64,
-}
-
-/// The server's answer: the request queue (its buffers are posted already).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SendRecvAccept {
-    pub region: RegionDescriptor,
-    pub request_queue: QueueLayout,
-    pub doorbell_offset_bytes: u64,
+    };
+    let doorbell = DOORBELL_OFFSET_BYTES as u64;
+    QueueAddresses { queue, receiver_doorbell_offset_bytes: doorbell, sender_doorbell_offset_bytes: doorbell }
 }
 
 /// One end of a send/recv connection.
@@ -87,32 +63,21 @@ impl<F: FabricHandle> std::fmt::Debug for QueueChannel<F> {
 }
 
 impl<F: FabricHandle> QueueChannel<F> {
-    /// The control connection (its end is the other side's end; the front end shuts it down
-    /// to drop the client).
-    pub fn control(&self) -> &TcpStream {
-        &self.control
+    /// Receives on our slot's queue (posting its buffers), sends into the peer's.
+    fn build(link: Link<'_, F>) -> Result<Self, ChannelError> {
+        let Link { local, local_slot, peer, peer_slot, control } = link;
+        let fabric = local.fabric.clone();
+        let receiver =
+            ReceiveQueue::new(fabric.clone(), Arc::clone(&local.region), peer.clone(), addresses(local_slot))?;
+        let send = addresses(peer_slot);
+        let sender = SendQueue::new(fabric.clone(), peer.clone(), Arc::clone(&local.region), send)?;
+        let leftover = Leftover::default();
+        Ok(Self { fabric, sender, receiver, blocked: false, leftover, control, peer, peer_queue: send.queue })
     }
 
-    fn build(
-        local: &Endpoint<F>,
-        peer: F::RemoteRegion,
-        receive: QueueAddresses,
-        send: QueueAddresses,
-        control: TcpStream,
-    ) -> Result<Self, ChannelError> {
-        let fabric = local.fabric.clone();
-        let receiver = ReceiveQueue::new(fabric.clone(), Arc::clone(&local.region), peer.clone(), receive)?;
-        let sender = SendQueue::new(fabric.clone(), peer.clone(), Arc::clone(&local.region), send)?;
-        Ok(Self {
-            fabric,
-            sender,
-            receiver,
-            blocked: false,
-            leftover: Leftover::default(),
-            control,
-            peer,
-            peer_queue: send.queue,
-        })
+    /// The control connection (the front end shuts it down to drop the client).
+    pub fn control(&self) -> &TcpStream {
+        &self.control
     }
 
     /// TEST HOOK (fault injection): writes `header` and `length` one-sidedly as the first
@@ -123,12 +88,12 @@ impl<F: FabricHandle> QueueChannel<F> {
         let completion = (self.peer_queue.offset_bytes + self.peer_queue.depth * 8) as usize;
         self.fabric.write_word(&self.peer, completion + 8, length, StoreOrdering::Relaxed)?;
         self.fabric.write_word(&self.peer, completion, header, StoreOrdering::Release)?;
-        Ok(self.fabric.wake(&self.peer, 0)?)
+        Ok(self.fabric.wake(&self.peer, DOORBELL_OFFSET_BYTES)?)
     }
 
-    /// TEST HOOK (fault injection): sends `message` unchecked (it need not hold valid frames,
-    /// and may exceed the peer's buffers: then the post is consumed with a length-error
-    /// completion and this returns `PostError::TooLarge`).
+    /// TEST HOOK (fault injection): sends `message` unchecked (it may exceed the peer's buffers:
+    /// then the post is consumed with a length-error completion and this returns
+    /// `PostError::TooLarge`).
     #[doc(hidden)]
     pub fn send_raw_message_for_test(&mut self, message: &[u8]) -> Result<(), ChannelError> {
         Ok(self.sender.send(message, Duration::from_secs(5))?)
@@ -183,82 +148,12 @@ impl<F: FabricHandle> FabricKind<F> for SendRecv {
     const SERVER_SLOT_BYTES: usize = QUEUE_BYTES;
     type Client = QueueChannel<F>;
     type Server = QueueChannel<F>;
-    type Hello = SendRecvHello;
-    type Accept = SendRecvAccept;
 
-    fn hello(client: &Endpoint<F>, slot_offset_bytes: usize) -> SendRecvHello {
-        SendRecvHello {
-            region: client.descriptor.clone(),
-            reply_queue: queue_at(slot_offset_bytes),
-            doorbell_offset_bytes: Endpoint::<F>::DOORBELL_OFFSET_BYTES,
-        }
+    fn client(link: Link<'_, F>) -> Result<QueueChannel<F>, ChannelError> {
+        QueueChannel::build(link)
     }
 
-    fn wrap_hello(hello: SendRecvHello) -> MediumHello {
-        MediumHello::SendRecv(hello)
-    }
-
-    fn wrap_accept(accept: SendRecvAccept) -> MediumAccept {
-        MediumAccept::SendRecv(accept)
-    }
-
-    fn unwrap_accept(accept: MediumAccept) -> Option<SendRecvAccept> {
-        match accept {
-            MediumAccept::SendRecv(accept) => Some(accept),
-            _ => None,
-        }
-    }
-
-    fn connect(
-        client: &Endpoint<F>,
-        hello: SendRecvHello,
-        accept: SendRecvAccept,
-        control: TcpStream,
-    ) -> Result<QueueChannel<F>, ChannelError> {
-        let server = client.fabric.map(&accept.region)?;
-        // Our reply queue is fresh and the server sends only in answer to a request, so posting
-        // our receive buffers now, before the first request, is in time.
-        let receive = QueueAddresses {
-            queue: hello.reply_queue,
-            receiver_doorbell_offset_bytes: hello.doorbell_offset_bytes,
-            sender_doorbell_offset_bytes: accept.doorbell_offset_bytes,
-        };
-        let send = QueueAddresses {
-            queue: accept.request_queue,
-            receiver_doorbell_offset_bytes: accept.doorbell_offset_bytes,
-            sender_doorbell_offset_bytes: hello.doorbell_offset_bytes,
-        };
-        QueueChannel::build(client, server, receive, send, control)
-    }
-
-    fn accept(
-        server: &Endpoint<F>,
-        slot_offset_bytes: usize,
-        hello: SendRecvHello,
-        control: TcpStream,
-        _items: Option<ItemRegionInfo>,
-    ) -> Result<(QueueChannel<F>, SendRecvAccept), Refusal> {
-        if hello.reply_queue.buffer_bytes < WRITEPOLL_MESSAGE_BYTES_MIN as u64 {
-            return Err(Refusal::MessagesTooSmall { bytes_min: WRITEPOLL_MESSAGE_BYTES_MIN as u64 });
-        }
-        let client = server.fabric.map(&hello.region).map_err(Refusal::region)?;
-        let request_queue = queue_at(slot_offset_bytes);
-        let receive = QueueAddresses {
-            queue: request_queue,
-            receiver_doorbell_offset_bytes: Endpoint::<F>::DOORBELL_OFFSET_BYTES,
-            sender_doorbell_offset_bytes: hello.doorbell_offset_bytes,
-        };
-        let send = QueueAddresses {
-            queue: hello.reply_queue,
-            receiver_doorbell_offset_bytes: hello.doorbell_offset_bytes,
-            sender_doorbell_offset_bytes: Endpoint::<F>::DOORBELL_OFFSET_BYTES,
-        };
-        let channel = QueueChannel::build(server, client, receive, send, control).map_err(Refusal::layout)?;
-        let accept = SendRecvAccept {
-            region: server.descriptor.clone(),
-            request_queue,
-            doorbell_offset_bytes: Endpoint::<F>::DOORBELL_OFFSET_BYTES,
-        };
-        Ok((channel, accept))
+    fn server(link: Link<'_, F>) -> Result<QueueChannel<F>, ChannelError> {
+        QueueChannel::build(link)
     }
 }

@@ -1,29 +1,26 @@
 //! The fabric front end: write-poll rings, send/recv queue pairs and RF-RPC connections to the
 //! servers of a group, over any [`FabricHandle`].
 //!
-//! It registers **one** region at start-up: the doorbell of its poller, then one area per
-//! medium with a slot per connection (`FrontConfig` says how many; pages are touched only for
-//! slots in use). One region is what lets one poller sleep for all its connections on one
-//! doorbell. It runs two threads:
-//! - the **control thread** owns one control listener per server (`docs/wire.md`, "Control
-//!   handshake"). It reads a client's hello, takes a slot of its medium, builds the connection's
-//!   channel, hands it to the poller *before* answering (once the client reads the answer it may
-//!   send), and answers. It keeps every control connection open and, when one ends, tells the
-//!   poller to drop that connection and free its slot;
+//! It registers **one** region: the doorbell of its poller, then one area per medium with a slot
+//! per connection (pages are touched only for slots in use). One region is what lets one poller
+//! sleep for all its connections on one doorbell. It runs two threads:
+//! - the **control thread** owns one control listener per server. It runs a client's handshake
+//!   (`message::fabric`), builds the server's end of the connection in a free slot of its medium,
+//!   hands it to the poller *before* answering (once the client reads the answer it may send),
+//!   and watches the control connection: its end is the client's end;
 //! - the **poller** ([`crate::server::poller`], the same code as the TCP front end's) serves every
-//!   connection; idle, it spins a bounded while (the doorbell's) and sleeps on the doorbell, rung
-//!   by any client that sends while it sleeps and by the router when another front end hands it a
-//!   deferred reply. It does not add a `POLL_SPIN_US` spin on top: measured, that extra spin cost
-//!   about 25% of throughput on the shared 2-core machine (docs/performance.md).
+//!   connection. Idle, it spins the doorbell's bounded while and sleeps on the doorbell, rung by
+//!   any client that sends while it sleeps and by the router when another front end hands it a
+//!   deferred reply. No `POLL_SPIN_US` spin on top: measured, that extra spin cost about 25% of
+//!   throughput on the shared 2-core machine (docs/performance.md).
 //!
 //! With item slots configured it also registers an item region per server and attaches it, so
 //! that every front end of the group publishes committed versions there (GET\*).
 //!
 //! # Fault model
-//! A client whose hello is malformed, names a bad region or addresses outside it is refused with
-//! a typed reason. A connection whose channel breaks (anything no correct client writes) is
-//! closed by the poller, which shuts its control connection down so the client learns it, and
-//! releases its S2PL locks; others are served throughout.
+//! A client whose hello is malformed or names a region that cannot be used is refused with a
+//! typed reason. A connection whose channel breaks is closed by the poller, which shuts its
+//! control connection down so the client learns it, and releases its S2PL locks.
 
 use std::io::ErrorKind;
 use std::net::{Shutdown, SocketAddr};
@@ -49,7 +46,7 @@ use super::{PollerThread, ServerGroup, Servers};
 use crate::item_slots::{ItemRegionInfo, ItemSlotConfig, ItemSlots, Publisher};
 use crate::message::fabric::{
     read_json_line, unique_region_name, write_json_line, ControlHello, ControlReply, Endpoint, FabricHandle,
-    FabricKind, MediumHello, MediumKind, Refusal, CONTROL_VERSION,
+    FabricKind, Link, MediumKind, Refusal, CONTROL_VERSION, DOORBELL_OFFSET_BYTES, HEADER_BYTES,
 };
 use crate::message::rfrpc::{RfRpc, RfRpcServerChannel};
 use crate::message::ring::{Ring, RingChannel};
@@ -60,12 +57,11 @@ use crate::message::{Channel, ChannelError};
 const WAKER_TOKEN: Token = Token(usize::MAX);
 const EVENTS_CAPACITY: usize = 256;
 
-/// How many connections of each medium a fabric front end serves, and its GET\* item slots.
+/// How many connections of each medium (ring, send/recv, RF-RPC) a fabric front end serves,
+/// and its GET\* item slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FrontConfig {
-    pub ring_slots: usize,
-    pub sendrecv_slots: usize,
-    pub rfrpc_slots: usize,
+    pub slots: [usize; 3],
     /// Item regions (GET\*) for the servers, if any.
     pub item_slots: Option<ItemSlotConfig>,
 }
@@ -74,22 +70,16 @@ impl FrontConfig {
     /// The front end `front` names: `Ring` serves write-poll, send/recv and one-sided clients,
     /// `RfRpc` serves RF-RPC clients; each with its group limit of connections.
     pub fn of(front: Front, item_slots: Option<ItemSlotConfig>) -> Self {
-        match front {
-            Front::Ring => Self {
-                ring_slots: WRITEPOLL_GROUP_CONNECTIONS_MAX,
-                sendrecv_slots: SENDRECV_GROUP_CONNECTIONS_MAX,
-                rfrpc_slots: 0,
-                item_slots,
-            },
-            Front::RfRpc => {
-                Self { ring_slots: 0, sendrecv_slots: 0, rfrpc_slots: RFRPC_GROUP_CONNECTIONS_MAX, item_slots }
-            }
-        }
+        let slots = match front {
+            Front::Ring => [WRITEPOLL_GROUP_CONNECTIONS_MAX, SENDRECV_GROUP_CONNECTIONS_MAX, 0],
+            Front::RfRpc => [0, 0, RFRPC_GROUP_CONNECTIONS_MAX],
+        };
+        Self { slots, item_slots }
     }
 }
 
-/// Where one medium's slots lie: global slot numbers `first..first + slots`, at
-/// `offset_bytes + (slot - first) * slot_bytes` of the region.
+/// Where one medium's slots lie: global slot numbers `first..first + slots`, the first at
+/// `offset_bytes` of the region.
 #[derive(Debug, Clone, Copy)]
 struct Area {
     first: usize,
@@ -98,40 +88,20 @@ struct Area {
     slot_bytes: usize,
 }
 
-/// The areas of the three media, in the order ring, send/recv, RF-RPC.
-#[derive(Debug, Clone, Copy)]
-struct Areas([Area; 3]);
-
-impl Areas {
-    fn new<F: FabricHandle>(config: &FrontConfig) -> Self {
-        let sizes = [
-            (config.ring_slots, <Ring as FabricKind<F>>::SERVER_SLOT_BYTES),
-            (config.sendrecv_slots, <SendRecv as FabricKind<F>>::SERVER_SLOT_BYTES),
-            (config.rfrpc_slots, <RfRpc as FabricKind<F>>::SERVER_SLOT_BYTES),
-        ];
-        let (mut first, mut offset_bytes) = (0, Endpoint::<F>::HEADER_BYTES);
-        Areas(sizes.map(|(slots, slot_bytes)| {
-            let area = Area { first, slots, offset_bytes, slot_bytes };
-            first += slots;
-            offset_bytes += slots * slot_bytes;
-            area
-        }))
-    }
-
-    fn of(&self, kind: MediumKind) -> &Area {
-        &self.0[kind as usize]
-    }
-
-    fn kind_of(&self, slot: usize) -> Option<MediumKind> {
-        [MediumKind::Ring, MediumKind::SendRecv, MediumKind::RfRpc]
-            .into_iter()
-            .find(|kind| (self.of(*kind).first..self.of(*kind).first + self.of(*kind).slots).contains(&slot))
-    }
-
-    fn region_bytes(&self) -> usize {
-        let last = &self.0[2];
-        last.offset_bytes + last.slots * last.slot_bytes
-    }
+/// The areas of the three media, in the order of [`MediumKind`].
+fn areas<F: FabricHandle>(config: &FrontConfig) -> [Area; 3] {
+    let bytes = [
+        <Ring as FabricKind<F>>::SERVER_SLOT_BYTES,
+        <SendRecv as FabricKind<F>>::SERVER_SLOT_BYTES,
+        <RfRpc as FabricKind<F>>::SERVER_SLOT_BYTES,
+    ];
+    let (mut first, mut offset_bytes) = (0, HEADER_BYTES);
+    std::array::from_fn(|medium| {
+        let area = Area { first, slots: config.slots[medium], offset_bytes, slot_bytes: bytes[medium] };
+        first += area.slots;
+        offset_bytes += area.slots * area.slot_bytes;
+        area
+    })
 }
 
 /// A server's end of a fabric connection, of any medium (static dispatch per message).
@@ -149,12 +119,6 @@ macro_rules! each {
             FabricChannel::RfRpc($inner) => $body,
         }
     };
-}
-
-impl<F: FabricHandle> FabricChannel<F> {
-    fn control(&self) -> &std::net::TcpStream {
-        each!(self, channel => channel.control())
-    }
 }
 
 impl<F: FabricHandle> Channel for FabricChannel<F> {
@@ -176,22 +140,6 @@ impl<F: FabricHandle> Channel for FabricChannel<F> {
     }
 }
 
-impl<F: FabricHandle> From<RingChannel<F>> for FabricChannel<F> {
-    fn from(channel: RingChannel<F>) -> Self {
-        FabricChannel::Ring(channel)
-    }
-}
-impl<F: FabricHandle> From<QueueChannel<F>> for FabricChannel<F> {
-    fn from(channel: QueueChannel<F>) -> Self {
-        FabricChannel::SendRecv(channel)
-    }
-}
-impl<F: FabricHandle> From<RfRpcServerChannel<F>> for FabricChannel<F> {
-    fn from(channel: RfRpcServerChannel<F>) -> Self {
-        FabricChannel::RfRpc(channel)
-    }
-}
-
 /// What the control thread and the poller share.
 struct Shared {
     stop: AtomicBool,
@@ -206,9 +154,8 @@ struct DoorbellWake<F: FabricHandle>(Arc<F::LocalRegion>);
 
 impl<F: FabricHandle> Wake for DoorbellWake<F> {
     fn wake(&self) {
-        let index = Endpoint::<F>::DOORBELL_OFFSET_BYTES as usize / 8;
-        self.0.fetch_add(index, 1);
-        self.0.wake_all(index);
+        self.0.fetch_add(DOORBELL_OFFSET_BYTES / 8, 1);
+        self.0.wake_all(DOORBELL_OFFSET_BYTES / 8);
     }
 }
 
@@ -218,7 +165,7 @@ pub struct FabricServer<F: FabricHandle> {
     doorbell: Doorbell<Arc<F::LocalRegion>>,
     inbox: Receiver<FrontEvent<FabricChannel<F>>>,
     shared: Arc<Shared>,
-    areas: Areas,
+    areas: [Area; 3],
 }
 
 impl<F: FabricHandle> FabricServer<F> {
@@ -248,8 +195,8 @@ impl<F: FabricHandle> ServerMedium for FabricServer<F> {
         events: &mut Vec<FrontEvent<FabricChannel<F>>>,
     ) -> std::io::Result<()> {
         if !self.take_control(events) && !timeout.is_zero() {
-            let control_pending = &self.shared.control_pending;
-            let _ = self.doorbell.wait_until(|| ready() || control_pending.load(Ordering::Relaxed), timeout);
+            let pending = &self.shared.control_pending;
+            let _ = self.doorbell.wait_until(|| ready() || pending.load(Ordering::Relaxed), timeout);
             self.take_control(events);
         }
         events.push(FrontEvent::AllReady);
@@ -259,12 +206,12 @@ impl<F: FabricHandle> ServerMedium for FabricServer<F> {
     fn close(&mut self, _slot: usize, channel: FabricChannel<F>) {
         // The client learns it from its control connection; the control thread then reports
         // the end, and the slot is released.
-        let _ = channel.control().shutdown(Shutdown::Both);
+        let _ = each!(&channel, channel => channel.control()).shutdown(Shutdown::Both);
     }
 
     fn release(&mut self, slot: usize) {
-        if let Some(kind) = self.areas.kind_of(slot) {
-            self.shared.free[kind as usize].lock().push(slot);
+        if let Some(medium) = self.areas.iter().position(|area| (area.first..area.first + area.slots).contains(&slot)) {
+            self.shared.free[medium].lock().push(slot);
         }
     }
 }
@@ -279,7 +226,7 @@ struct Control<F: FabricHandle> {
     items: Vec<Option<ItemRegionInfo>>,
     events: Sender<FrontEvent<FabricChannel<F>>>,
     shared: Arc<Shared>,
-    areas: Areas,
+    areas: [Area; 3],
     wake_poller: DoorbellWake<F>,
 }
 
@@ -320,7 +267,7 @@ impl<F: FabricHandle> Control<F> {
             };
             // The handshake is short and bounded by the control timeout; it runs blocking.
             let Ok(stream) = into_blocking(stream) else { continue };
-            let Some((slot, stream)) = self.handshake(stream, server) else { continue };
+            let Some((slot, stream)) = self.admit(stream, server) else { continue };
             let mut stream = TcpStream::from_std(stream);
             let token = Token(self.listeners.len() + slot);
             if self.poll.registry().register(&mut stream, token, Interest::READABLE).is_ok() {
@@ -332,58 +279,60 @@ impl<F: FabricHandle> Control<F> {
         }
     }
 
-    /// Reads the client's hello and admits it on its medium. Returns its slot and the control
-    /// stream (now non-blocking) to watch.
-    fn handshake(&mut self, mut stream: std::net::TcpStream, server: usize) -> Option<(usize, std::net::TcpStream)> {
+    /// Reads the client's hello, takes a slot of its medium (or refuses), builds the server's
+    /// end, hands it to the poller and answers. Returns the slot and the control stream (now
+    /// non-blocking) to watch.
+    fn admit(&mut self, mut stream: std::net::TcpStream, server: usize) -> Option<(usize, std::net::TcpStream)> {
         let hello = match read_json_line::<ControlHello>(&mut stream) {
-            Ok(hello) if hello.version == CONTROL_VERSION => hello.hello,
+            Ok(hello) if hello.version == CONTROL_VERSION => hello,
             Ok(hello) => {
                 return refuse(stream, Refusal::Version { version: hello.version, supported: CONTROL_VERSION })
             }
             Err(error) => return refuse(stream, Refusal::BadHello { message: error.to_string() }),
         };
-        match hello {
-            MediumHello::Ring(hello) => self.admit::<Ring>(stream, server, hello),
-            MediumHello::SendRecv(hello) => self.admit::<SendRecv>(stream, server, hello),
-            MediumHello::RfRpc(hello) => self.admit::<RfRpc>(stream, server, hello),
-        }
-    }
-
-    /// Takes a slot of medium `K` (or refuses), builds the connection, hands it to the poller
-    /// and answers.
-    fn admit<K: FabricKind<F>>(
-        &mut self,
-        mut stream: std::net::TcpStream,
-        server: usize,
-        hello: K::Hello,
-    ) -> Option<(usize, std::net::TcpStream)>
-    where
-        FabricChannel<F>: From<K::Server>,
-    {
-        let area = *self.areas.of(K::KIND);
-        let Some(slot) = self.shared.free[K::KIND as usize].lock().pop() else {
-            return refuse(stream, Refusal::NoFreeSlot { medium: K::KIND, slots: area.slots as u64 });
+        let medium = hello.medium as usize;
+        let area = self.areas[medium];
+        let Some(slot) = self.shared.free[medium].lock().pop() else {
+            return refuse(stream, Refusal::NoFreeSlot { medium: hello.medium, slots: area.slots as u64 });
         };
-        let offset = area.offset_bytes + (slot - area.first) * area.slot_bytes;
-        let accepted = stream
-            .try_clone()
-            .map_err(Refusal::layout)
-            .and_then(|control| K::accept(&self.endpoint, offset, hello, control, self.items[server].clone()));
-        let (channel, accept) = match accepted {
-            Ok(accepted) => accepted,
+        let local_slot = area.offset_bytes + (slot - area.first) * area.slot_bytes;
+        let channel = match self.build(&hello, local_slot, &stream) {
+            Ok(channel) => channel,
             Err(refusal) => {
-                self.shared.free[K::KIND as usize].lock().push(slot);
+                self.shared.free[medium].lock().push(slot);
                 return refuse(stream, refusal);
             }
         };
-        self.tell_poller(FrontEvent::Open { slot, server, channel: channel.into() });
-        let reply = ControlReply::Accepted { accept: K::wrap_accept(accept) };
+        self.tell_poller(FrontEvent::Open { slot, server, channel });
+        let (region, items) = (self.endpoint.descriptor.clone(), self.items[server].clone());
+        let reply = ControlReply::Accepted { region, slot_offset_bytes: local_slot as u64, items };
         if write_json_line(&mut stream, &reply).is_err() || stream.set_nonblocking(true).is_err() {
             let _ = stream.shutdown(Shutdown::Both);
             self.tell_poller(FrontEvent::Closed { slot });
             return None;
         }
         Some((slot, stream))
+    }
+
+    /// The server's end of a connection with the client of `hello` (its region and slot are
+    /// input from outside: checked by the fabric and the channel's constructors).
+    fn build(
+        &self,
+        hello: &ControlHello,
+        local_slot: usize,
+        stream: &std::net::TcpStream,
+    ) -> Result<FabricChannel<F>, Refusal> {
+        let refusal = |error: &dyn std::fmt::Display| Refusal::Region { message: error.to_string() };
+        let peer = self.endpoint.fabric.map(&hello.region).map_err(|error| refusal(&error))?;
+        let control = stream.try_clone().map_err(|error| refusal(&error))?;
+        let peer_slot = usize::try_from(hello.slot_offset_bytes).map_err(|error| refusal(&error))?;
+        let link = Link { local: &self.endpoint, local_slot, peer, peer_slot, control };
+        let channel = match hello.medium {
+            MediumKind::Ring => Ring::server(link).map(FabricChannel::Ring),
+            MediumKind::SendRecv => SendRecv::server(link).map(FabricChannel::SendRecv),
+            MediumKind::RfRpc => RfRpc::server(link).map(FabricChannel::RfRpc),
+        };
+        channel.map_err(|error| refusal(&error))
     }
 
     /// A control connection is readable: the client sends nothing after its hello, so this is
@@ -471,25 +420,23 @@ impl<F: FabricHandle> FabricFront<F> {
     ) -> std::io::Result<Self> {
         let fabric = F::open().map_err(std::io::Error::other)?;
         let mut item_slots = Vec::new();
-        if let Some(slot_config) = config.item_slots {
-            for index in 0..servers.served().len() {
-                let name = unique_region_name("items");
-                let slots = Arc::new(ItemSlots::register(&fabric, &name, slot_config).map_err(std::io::Error::other)?);
-                servers.attach_item_slots(index, Arc::clone(&slots) as Arc<dyn Publisher>)?;
-                item_slots.push(slots);
-            }
+        for index in 0..servers.served().len() {
+            let Some(slot_config) = config.item_slots else { break };
+            let slots = ItemSlots::register(&fabric, &unique_region_name("items"), slot_config)
+                .map_err(std::io::Error::other)?;
+            let slots = Arc::new(slots);
+            servers.attach_item_slots(index, Arc::clone(&slots) as Arc<dyn Publisher>)?;
+            item_slots.push(slots);
         }
-        let areas = Areas::new::<F>(&config);
-        let endpoint = Endpoint::register(fabric, "front", areas.region_bytes()).map_err(std::io::Error::other)?;
-        let free = [MediumKind::Ring, MediumKind::SendRecv, MediumKind::RfRpc].map(|kind| {
-            let area = areas.of(kind);
-            Mutex::new((area.first..area.first + area.slots).rev().collect())
-        });
+        let areas = areas::<F>(&config);
+        let region_bytes = areas[2].offset_bytes + areas[2].slots * areas[2].slot_bytes;
+        let endpoint = Endpoint::register(fabric, "front", region_bytes).map_err(std::io::Error::other)?;
+        let free = areas.map(|area| Mutex::new((area.first..area.first + area.slots).rev().collect()));
         let shared = Arc::new(Shared { stop: AtomicBool::new(false), control_pending: AtomicBool::new(false), free });
         let poll = Poll::new()?;
         let control_waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
-        let mut listeners = Vec::with_capacity(servers.served().len());
-        let mut control_addresses = Vec::with_capacity(servers.served().len());
+        let mut listeners = Vec::new();
+        let mut control_addresses = Vec::new();
         for index in 0..servers.served().len() {
             let mut listener = TcpListener::bind(listen)?;
             poll.registry().register(&mut listener, Token(index), Interest::READABLE)?;
@@ -497,26 +444,21 @@ impl<F: FabricHandle> FabricFront<F> {
             listeners.push(listener);
         }
         let (events, inbox) = channel();
-        let medium = FabricServer {
-            region: Arc::clone(&endpoint.region),
-            doorbell: endpoint.doorbell().map_err(std::io::Error::other)?,
-            inbox,
-            shared: Arc::clone(&shared),
-            areas,
-        };
-        let total_slots = areas.0.iter().map(|area| area.slots).sum();
+        let region = Arc::clone(&endpoint.region);
+        let doorbell = endpoint.doorbell().map_err(std::io::Error::other)?;
+        let medium = FabricServer { region: Arc::clone(&region), doorbell, inbox, shared: Arc::clone(&shared), areas };
         let control = Control {
             poll,
             listeners,
-            streams: (0..total_slots).map(|_| None).collect(),
+            streams: (0..config.slots.iter().sum()).map(|_| None).collect(),
+            endpoint,
             items: (0..servers.served().len())
                 .map(|index| item_slots.get(index).map(|slots| slots.info().clone()))
                 .collect(),
-            wake_poller: DoorbellWake::<F>(Arc::clone(&endpoint.region)),
-            endpoint,
             events,
             shared: Arc::clone(&shared),
             areas,
+            wake_poller: DoorbellWake::<F>(region),
         };
         let poller = PollerThread::spawn(&format!("rampkv-{}-poller", front.key()), medium, Arc::clone(servers))?;
         let control =

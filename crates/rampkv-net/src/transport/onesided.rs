@@ -224,7 +224,7 @@ impl<F: FabricHandle> GetStarTransport<F> {
         let fabric = inner.medium().fabric().clone();
         let mut regions = Vec::with_capacity(control_addresses.len());
         for server in 0..control_addresses.len() {
-            let info = inner.channel(server).and_then(|channel| channel.item_region());
+            let info = inner.medium().item_region(server);
             let region = info.map(|info| map_item_region(&fabric, info)).transpose();
             regions.push(region.map_err(|error| TransportError::ItemRegion { server, error })?);
         }
