@@ -225,6 +225,16 @@ impl<F: FabricHandle, K> std::fmt::Debug for FabricClient<F, K> {
     }
 }
 
+impl<F: FabricHandle, K: FabricKind<F>> FabricClient<F, K> {
+    /// The client's side for `servers` servers over `fabric` (a fabric handle of its own, e.g.
+    /// the in-memory fabric in its fault mode).
+    pub fn with_fabric(fabric: F, servers: usize) -> Result<Self, ChannelError> {
+        let endpoint = Endpoint::register(fabric, "client", HEADER_BYTES + servers * K::CLIENT_SLOT_BYTES)?;
+        let doorbell = endpoint.doorbell()?;
+        Ok(Self { endpoint, doorbell, items: Vec::new(), _kind: PhantomData })
+    }
+}
+
 impl<F: FabricHandle, K> FabricClient<F, K> {
     /// The fabric the client maps regions with.
     pub fn fabric(&self) -> &F {
@@ -239,10 +249,7 @@ impl<F: FabricHandle, K> FabricClient<F, K> {
 
 impl<F: FabricHandle, K: FabricKind<F>> OpenMedium for FabricClient<F, K> {
     fn open(servers: usize) -> Result<Self, ChannelError> {
-        let bytes = HEADER_BYTES + servers * K::CLIENT_SLOT_BYTES;
-        let endpoint = Endpoint::register(F::open()?, "client", bytes)?;
-        let doorbell = endpoint.doorbell()?;
-        Ok(Self { endpoint, doorbell, items: Vec::new(), _kind: PhantomData })
+        Self::with_fabric(F::open()?, servers)
     }
 }
 

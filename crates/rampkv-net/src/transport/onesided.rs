@@ -220,7 +220,18 @@ impl<F: FabricHandle> GetStarTransport<F> {
     /// Connects to every server's control address as the write-poll transport does and maps the
     /// item region each server announces, read-only.
     pub fn connect(control_addresses: &[String], options: OneSidedOptions) -> Result<Self, TransportError> {
-        let inner = Transport::<FabricClient<F, Ring>>::connect(control_addresses)?;
+        Self::connect_with(F::open().map_err(|error| TransportError::Open(error.into()))?, control_addresses, options)
+    }
+
+    /// [`GetStarTransport::connect`] over `fabric` (a handle of its own, e.g. the in-memory
+    /// fabric in its fault mode, which then tears the slot reads).
+    pub fn connect_with(
+        fabric: F,
+        control_addresses: &[String],
+        options: OneSidedOptions,
+    ) -> Result<Self, TransportError> {
+        let medium = FabricClient::with_fabric(fabric, control_addresses.len()).map_err(TransportError::Open)?;
+        let inner = Transport::with_medium(medium, control_addresses)?;
         let fabric = inner.medium().fabric().clone();
         let mut regions = Vec::with_capacity(control_addresses.len());
         for server in 0..control_addresses.len() {
