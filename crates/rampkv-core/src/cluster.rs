@@ -47,10 +47,43 @@ pub fn key_hash(key: &[u8]) -> u64 {
 pub enum ClusterError {
     #[error("cannot read cluster file {path}: {error}")]
     Read { path: String, error: std::io::Error },
+    /// The file is not TOML of the cluster file's shape (the parser's words).
     #[error("cluster file {path} is not valid: {message}")]
     Parse { path: String, message: String },
+    #[error("cluster file {path} is not valid: {invalid}")]
+    InvalidFile { path: String, invalid: InvalidCluster },
     #[error("invalid cluster: {0}")]
-    Invalid(String),
+    Invalid(#[from] InvalidCluster),
+}
+
+/// What is wrong with a cluster description.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidCluster {
+    #[error("need 1..={CLUSTER_SERVERS_MAX} servers, got {count}")]
+    ServerCount { count: usize },
+    #[error("need 1..={CLUSTER_PARTITIONS_MAX} partitions, got {count}")]
+    PartitionCount { count: u32 },
+    /// `what`: "server", "ring" or "rfrpc".
+    #[error("{what} address {address:?} is not HOST:PORT")]
+    Address { what: &'static str, address: String },
+    #[error("server {server} lists partition {partition}, but there are only {partitions}")]
+    NoSuchPartition { server: String, partition: u32, partitions: u32 },
+    #[error("partition {partition} is listed twice")]
+    ListedTwice { partition: u32 },
+    #[error("partition {partition} is owned by no server")]
+    Unowned { partition: usize },
+    #[error("either every server lists its partitions or none does")]
+    SomeListsMissing,
+    #[error("{count} {front} addresses for {servers} servers", front = front.key())]
+    FrontCount { front: Front, count: usize, servers: usize },
+    #[error(
+        "server {server} has no `{key}` control address: start it with `rampkv server {flag} ADDR` and add \
+         `{key} = \"ADDR\"` to its [[servers]] entry",
+        key = front.key(),
+        flag = front.flag()
+    )]
+    NoFrontAddress { server: String, front: Front },
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,7 +152,7 @@ impl Cluster {
         let text = std::fs::read_to_string(path).map_err(|error| ClusterError::Read { path: shown.clone(), error })?;
         Self::from_toml(&text).map_err(|error| match error {
             ClusterError::Parse { message, .. } => ClusterError::Parse { path: shown, message },
-            ClusterError::Invalid(message) => ClusterError::Parse { path: shown, message },
+            ClusterError::Invalid(invalid) => ClusterError::InvalidFile { path: shown, invalid },
             other => other,
         })
     }
@@ -136,7 +169,7 @@ impl Cluster {
         let assignment = match listed.iter().filter(|list| list.is_some()).count() {
             0 => None,
             count if count == listed.len() => Some(listed.into_iter().flatten().collect()),
-            _ => return Err(ClusterError::Invalid("either every server lists its partitions or none does".into())),
+            _ => return Err(InvalidCluster::SomeListsMissing.into()),
         };
         let mut cluster = Self::build(addresses, partitions, assignment)?;
         cluster.set_fronts(Front::Ring, ring)?;
@@ -147,12 +180,9 @@ impl Cluster {
     /// This cluster with the control addresses of every server's `front` (in server order).
     pub fn with_fronts(mut self, front: Front, addresses: Vec<String>) -> Result<Cluster, ClusterError> {
         if addresses.len() != self.servers.len() {
-            return Err(ClusterError::Invalid(format!(
-                "{} {} addresses for {} servers",
-                addresses.len(),
-                front.key(),
-                self.servers.len()
-            )));
+            return Err(
+                InvalidCluster::FrontCount { front, count: addresses.len(), servers: self.servers.len() }.into()
+            );
         }
         self.set_fronts(front, addresses.into_iter().map(Some).collect())?;
         Ok(self)
@@ -160,8 +190,7 @@ impl Cluster {
 
     fn set_fronts(&mut self, front: Front, addresses: Vec<Option<String>>) -> Result<(), ClusterError> {
         for address in addresses.iter().flatten() {
-            validate_address(address)
-                .map_err(|_| ClusterError::Invalid(format!("{} address {address:?} is not HOST:PORT", front.key())))?;
+            validate_address(front.key(), address)?;
         }
         match front {
             Front::Ring => self.ring = addresses,
@@ -183,15 +212,7 @@ impl Cluster {
             .iter()
             .zip(listed)
             .map(|(server, address)| {
-                address.clone().ok_or_else(|| {
-                    ClusterError::Invalid(format!(
-                        "server {server} has no `{}` control address: start it with `rampkv server {} ADDR` \
-                         and add `{} = \"ADDR\"` to its [[servers]] entry",
-                        front.key(),
-                        front.flag(),
-                        front.key()
-                    ))
-                })
+                address.clone().ok_or_else(|| InvalidCluster::NoFrontAddress { server: server.clone(), front }.into())
             })
             .collect()
     }
@@ -201,15 +222,15 @@ impl Cluster {
         partitions: u32,
         assignment: Option<Vec<Vec<u32>>>,
     ) -> Result<Cluster, ClusterError> {
-        let invalid = |message: String| Err(ClusterError::Invalid(message));
+        let invalid = |invalid: InvalidCluster| Err(ClusterError::Invalid(invalid));
         if servers.is_empty() || servers.len() > CLUSTER_SERVERS_MAX {
-            return invalid(format!("need 1..={CLUSTER_SERVERS_MAX} servers, got {}", servers.len()));
+            return invalid(InvalidCluster::ServerCount { count: servers.len() });
         }
         if partitions == 0 || partitions > CLUSTER_PARTITIONS_MAX {
-            return invalid(format!("need 1..={CLUSTER_PARTITIONS_MAX} partitions, got {partitions}"));
+            return invalid(InvalidCluster::PartitionCount { count: partitions });
         }
         for address in &servers {
-            validate_address(address)?;
+            validate_address("server", address)?;
         }
         let mut partition_owner = vec![u16::MAX; partitions as usize];
         match assignment {
@@ -222,19 +243,17 @@ impl Cluster {
                 for (server, list) in lists.iter().enumerate() {
                     for &partition in list {
                         let Some(owner) = partition_owner.get_mut(partition as usize) else {
-                            return invalid(format!(
-                                "server {} lists partition {partition}, but there are only {partitions}",
-                                servers[server]
-                            ));
+                            let server = servers[server].clone();
+                            return invalid(InvalidCluster::NoSuchPartition { server, partition, partitions });
                         };
                         if *owner != u16::MAX {
-                            return invalid(format!("partition {partition} is listed twice"));
+                            return invalid(InvalidCluster::ListedTwice { partition });
                         }
                         *owner = server as u16;
                     }
                 }
                 if let Some(missing) = partition_owner.iter().position(|owner| *owner == u16::MAX) {
-                    return invalid(format!("partition {missing} is owned by no server"));
+                    return invalid(InvalidCluster::Unowned { partition: missing });
                 }
             }
         }
@@ -281,12 +300,12 @@ impl Cluster {
     }
 }
 
-fn validate_address(address: &str) -> Result<(), ClusterError> {
+/// Checks that `address` (the `what` address: "server", "ring", "rfrpc") is HOST:PORT.
+fn validate_address(what: &'static str, address: &str) -> Result<(), InvalidCluster> {
     let port_ok = address.rsplit_once(':').is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-    if port_ok {
-        Ok(())
-    } else {
-        Err(ClusterError::Invalid(format!("server address {address:?} is not HOST:PORT")))
+    match port_ok {
+        true => Ok(()),
+        false => Err(InvalidCluster::Address { what, address: address.to_owned() }),
     }
 }
 

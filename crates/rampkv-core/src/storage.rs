@@ -107,9 +107,25 @@ pub enum StoreError {
     #[error("version {ts} of the key is not stored (collected, or never prepared)")]
     VersionGone { ts: Timestamp },
     #[error("invalid prepare: {0}")]
-    InvalidPrepare(String),
+    InvalidPrepare(#[from] InvalidPrepare),
     #[error("transaction {ts} was aborted by recovery; it cannot be prepared")]
     Aborted { ts: Timestamp },
+}
+
+/// Why a PREPARE (or PUT) is refused before it changes anything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidPrepare {
+    #[error("timestamp 0 is reserved for the initial value")]
+    ReservedTimestamp,
+    #[error("{count} writes (need 1..={TXN_KEYS_MAX})")]
+    WriteCount { count: usize },
+    #[error("a write set of {count} keys (at most {TXN_KEYS_MAX})")]
+    WriteSetTooLarge { count: usize },
+    #[error("a written key is missing from the write set")]
+    KeyNotInWriteSet,
+    #[error("a key of {key_bytes} bytes or value of {value_bytes} bytes over the limits ({KEY_BYTES_MAX}, {VALUE_BYTES_MAX})")]
+    TooLarge { key_bytes: usize, value_bytes: usize },
 }
 
 /// Counters describing what the store holds.
@@ -430,31 +446,25 @@ impl Store {
 }
 
 fn validate_prepare(ts: Timestamp, metadata: &StoredMetadata, writes: &[(Key, Box<[u8]>)]) -> Result<(), StoreError> {
-    let invalid = |why: String| Err(StoreError::InvalidPrepare(why));
+    let invalid = |why: InvalidPrepare| Err(StoreError::InvalidPrepare(why));
     if ts == TIMESTAMP_INITIAL {
-        return invalid("timestamp 0 is reserved for the initial value".into());
+        return invalid(InvalidPrepare::ReservedTimestamp);
     }
     if writes.is_empty() || writes.len() > TXN_KEYS_MAX {
-        return invalid(format!("{} writes (need 1..={TXN_KEYS_MAX})", writes.len()));
+        return invalid(InvalidPrepare::WriteCount { count: writes.len() });
     }
     if let StoredMetadata::WriteSet(write_set) = metadata {
         if write_set.len() > TXN_KEYS_MAX {
-            return invalid(format!("a write set of {} keys (at most {TXN_KEYS_MAX})", write_set.len()));
+            return invalid(InvalidPrepare::WriteSetTooLarge { count: write_set.len() });
         }
         if writes.iter().any(|(key, _)| !write_set.contains(key)) {
-            return invalid("a written key is missing from the write set".into());
+            return invalid(InvalidPrepare::KeyNotInWriteSet);
         }
     }
-    for (key, value) in writes {
-        if key.len() > KEY_BYTES_MAX || value.len() > VALUE_BYTES_MAX {
-            return invalid(format!(
-                "key of {} bytes or value of {} bytes over the limits ({KEY_BYTES_MAX}, {VALUE_BYTES_MAX})",
-                key.len(),
-                value.len()
-            ));
-        }
+    match writes.iter().find(|(key, value)| key.len() > KEY_BYTES_MAX || value.len() > VALUE_BYTES_MAX) {
+        Some((key, value)) => invalid(InvalidPrepare::TooLarge { key_bytes: key.len(), value_bytes: value.len() }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -11,6 +11,15 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// A name (of a protocol, a transport, a figure ...) that is none of the known ones.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {name:?}; choose one of {}", choices.join(", "))]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub name: String,
+    pub choices: Vec<&'static str>,
+}
+
 /// A transaction timestamp. See the module docs for the layout.
 pub type Timestamp = u64;
 

@@ -120,4 +120,4 @@ pub const RPC_CALL_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 
 /// In-memory fabric, fault mode: how long (spins) a torn read waits half way for the region's
 /// owner to store, so that a read overlapping a write returns a mix of old and new words.
-pub const MEMORY_FAULT_WAIT_SPINS_MAX: u32 = 20_000;
+pub const MEMORY_FAULT_WAIT_SPINS_MAX: u32 = 4_000;

@@ -13,8 +13,8 @@
 //! are loaded in address order. [`MemoryFabric::with_faults`] injects, seeded, what RDMA may do
 //! and the fabric contract allows (`fabric.rs`), so that the code above can be shown to cope:
 //! - a one-sided **read** copies the 64-byte lines of its range in a shuffled order and, half
-//!   way, waits (bounded) until the region's owner stores something: a read that overlaps a
-//!   write returns a mix of old and new words (a torn copy);
+//!   way (one read in four), waits (bounded) until the region's owner stores something: a read
+//!   that overlaps a write returns a mix of old and new words (a torn copy);
 //! - a one-sided **write** stores its 64-byte lines in a shuffled order, yielding in between: a
 //!   multi-word write becomes visible out of order across lines.
 //!
@@ -177,7 +177,7 @@ impl<W: Words> MemoryFabric<W> {
         faults.shuffled_lines(first_index, dst.len().div_ceil(WORD_BYTES), &mut lines);
         let stores_before = remote.stores.as_ref().map(|stores| stores.load(Ordering::Acquire));
         for (at, (index, words)) in lines.iter().enumerate() {
-            if at == lines.len() / 2 {
+            if at == lines.len() / 2 && faults.next() % 4 == 0 {
                 wait_for_store(faults, remote.stores.as_deref(), stores_before);
             }
             let start = (index - first_index) * WORD_BYTES;

@@ -106,8 +106,10 @@ pub enum GatewayError {
     Io(#[from] std::io::Error),
     #[error("cannot reach the rampkv cluster: {0}")]
     Client(#[from] ClientError),
-    #[error("invalid gateway configuration: {0}")]
-    Config(String),
+    #[error("sessions must be 1..={GATEWAY_SESSIONS_MAX}, got {sessions}")]
+    Sessions { sessions: usize },
+    #[error("{count} in-process servers for a cluster of {servers}")]
+    InProcessServers { count: usize, servers: usize },
 }
 
 /// Settings of a gateway.
@@ -153,18 +155,12 @@ impl Gateway {
     /// event loop thread.
     pub fn spawn(cluster: &Cluster, config: &GatewayConfig) -> Result<Gateway, GatewayError> {
         if !(1..=GATEWAY_SESSIONS_MAX).contains(&config.sessions) {
-            return Err(GatewayError::Config(format!(
-                "sessions must be 1..={GATEWAY_SESSIONS_MAX}, got {}",
-                config.sessions
-            )));
+            return Err(GatewayError::Sessions { sessions: config.sessions });
         }
         if let Some(servers) = &config.in_process {
             let count = servers.groups.iter().map(|group| group.served().len()).sum::<usize>();
             if count != cluster.servers().len() {
-                return Err(GatewayError::Config(format!(
-                    "{count} in-process servers for a cluster of {}",
-                    cluster.servers().len()
-                )));
+                return Err(GatewayError::InProcessServers { count, servers: cluster.servers().len() });
             }
         }
         let poll = Poll::new()?;
@@ -734,8 +730,8 @@ impl EventLoop {
     fn begin_read(&mut self, slot: usize, keys: Vec<Vec<u8>>, pending: Pending) {
         let session = self.connections[slot].as_ref().expect("open").session;
         let started = match self.driver() {
-            Ok(driver) => driver.begin_read(session, keys),
-            Err(message) => return self.reply_errors(slot, &message, pending.replies()),
+            Some(driver) => driver.begin_read(session, keys),
+            None => return self.reply_unavailable(slot, pending.replies()),
         };
         self.on_begin(slot, session, started, pending);
     }
@@ -743,8 +739,8 @@ impl EventLoop {
     fn begin_write(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending) {
         let session = self.connections[slot].as_ref().expect("open").session;
         let started = match self.driver() {
-            Ok(driver) => driver.begin_write(session, pairs).map(|_ts| ()),
-            Err(message) => return self.reply_errors(slot, &message, pending.replies()),
+            Some(driver) => driver.begin_write(session, pairs).map(|_ts| ()),
+            None => return self.reply_unavailable(slot, pending.replies()),
         };
         self.on_begin(slot, session, started, pending);
     }
@@ -771,9 +767,16 @@ impl EventLoop {
         }
     }
 
-    /// The driver, reconnecting it if it failed and the last attempt is long enough ago.
-    /// Reconnecting blocks this thread for at most the connect and HELLO timeouts.
-    fn driver(&mut self) -> Result<&mut GatewayDriver, String> {
+    /// Answers `count` commands that the cluster cannot serve now, with why.
+    fn reply_unavailable(&mut self, slot: usize, count: usize) {
+        let message = format!("ERR rampkv cluster unavailable: {}", self.driver_error);
+        self.reply_errors(slot, &message, count);
+    }
+
+    /// The driver, reconnecting it if it failed and the last attempt is long enough ago
+    /// (`None`: unavailable, `driver_error` says why). Reconnecting blocks this thread for at
+    /// most the connect and HELLO timeouts.
+    fn driver(&mut self) -> Option<&mut GatewayDriver> {
         if self.driver.is_none() && self.last_reconnect.elapsed() >= RECONNECT_INTERVAL {
             self.last_reconnect = Instant::now();
             let in_process = self.in_process.as_ref();
@@ -783,8 +786,7 @@ impl EventLoop {
                 Err(error) => self.driver_error = error.to_string(),
             }
         }
-        let error = &self.driver_error;
-        self.driver.as_mut().ok_or_else(|| format!("ERR rampkv cluster unavailable: {error}"))
+        self.driver.as_mut()
     }
 
     /// Reads the server replies that arrived (never blocks) and answers finished commands.

@@ -16,7 +16,7 @@
 
 use crate::key::{InsertOrder, KeyNames};
 use crate::limits::{FIELD_COUNT_MAX, RECORD_BYTES_MAX};
-use crate::{Error, Properties};
+use crate::{Error, Expected, Properties};
 
 /// The property names this crate reads, as YCSB spells them.
 pub mod names {
@@ -354,25 +354,28 @@ impl CoreWorkloadConfig {
             return Err(Error::invalid(
                 INSERT_COUNT,
                 insert_count,
-                format!(
-                    "must be at least 1, and insertstart ({}) + insertcount must not exceed \
-                     recordcount ({})",
-                    self.insert_start, self.record_count
-                ),
+                Expected::AtMostSetting {
+                    setting: "recordcount - insertstart",
+                    value: self.record_count.saturating_sub(self.insert_start),
+                },
             ));
         }
         if !(1..=FIELD_COUNT_MAX).contains(&self.field_count) {
-            return Err(Error::invalid(FIELD_COUNT, self.field_count, format!("must be in 1..={FIELD_COUNT_MAX}")));
+            return Err(Error::invalid(
+                FIELD_COUNT,
+                self.field_count,
+                Expected::Range { min: 1, max: FIELD_COUNT_MAX as u64 },
+            ));
         }
         let record_bytes = self.field_count.checked_mul(self.field_length);
         if !matches!(record_bytes, Some(bytes) if bytes <= RECORD_BYTES_MAX) {
             return Err(Error::invalid(
                 FIELD_LENGTH,
                 self.field_length,
-                format!(
-                    "fieldcount * fieldlength must not exceed {RECORD_BYTES_MAX} bytes \
-                     (a record is one rampkv value)"
-                ),
+                Expected::AtMost {
+                    max: RECORD_BYTES_MAX as u64,
+                    unit: "bytes of fieldcount * fieldlength (a record is one value)",
+                },
             ));
         }
         if self.field_length_distribution != FieldLengthDistribution::Constant
@@ -381,7 +384,7 @@ impl CoreWorkloadConfig {
             return Err(Error::invalid(
                 MIN_FIELD_LENGTH,
                 self.min_field_length,
-                format!("must not exceed fieldlength ({})", self.field_length),
+                Expected::AtMostSetting { setting: FIELD_LENGTH, value: self.field_length as u64 },
             ));
         }
         self.validate_proportions()?;
@@ -389,7 +392,7 @@ impl CoreWorkloadConfig {
             return Err(Error::invalid(
                 MIN_SCAN_LENGTH,
                 self.min_scan_length,
-                format!("must not exceed maxscanlength ({})", self.max_scan_length),
+                Expected::AtMostSetting { setting: MAX_SCAN_LENGTH, value: self.max_scan_length as u64 },
             ));
         }
         KeyNames::new(self.insert_order, self.zero_padding)?;

@@ -21,14 +21,14 @@ pub enum Error {
     },
 
     /// A property or parameter has a value this crate does not accept.
-    #[error("`{name}` = {value:?}: {reason}")]
+    #[error("`{name}` = {value:?}: {expected}")]
     InvalidConfiguration {
         /// The property name (`requestdistribution`) or parameter name (`txn_size`).
         name: String,
         /// The value as given.
         value: String,
         /// What would have been accepted.
-        reason: String,
+        expected: Expected,
     },
 
     /// The operation cannot be expressed as a rampkv transaction.
@@ -84,9 +84,33 @@ pub enum Error {
     },
 }
 
+/// What a configuration value would have had to be.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Expected {
+    /// In words.
+    #[error("{0}")]
+    Words(&'static str),
+    /// A number in `min..=max`.
+    #[error("must be in {min}..={max}")]
+    Range { min: u64, max: u64 },
+    /// A number of `unit` at most `max`.
+    #[error("at most {max} {unit}")]
+    AtMost { max: u64, unit: &'static str },
+    /// At most the value of another setting.
+    #[error("must not exceed {setting} ({value})")]
+    AtMostSetting { setting: &'static str, value: u64 },
+}
+
+impl From<&'static str> for Expected {
+    fn from(words: &'static str) -> Self {
+        Expected::Words(words)
+    }
+}
+
 impl Error {
     /// Shorthand for [`Error::InvalidConfiguration`].
-    pub(crate) fn invalid(name: impl Into<String>, value: impl ToString, reason: impl Into<String>) -> Self {
-        Error::InvalidConfiguration { name: name.into(), value: value.to_string(), reason: reason.into() }
+    pub(crate) fn invalid(name: impl Into<String>, value: impl ToString, expected: impl Into<Expected>) -> Self {
+        Error::InvalidConfiguration { name: name.into(), value: value.to_string(), expected: expected.into() }
     }
 }

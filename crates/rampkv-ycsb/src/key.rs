@@ -15,7 +15,7 @@ use std::fmt;
 
 use crate::hash::fnv_hash64;
 use crate::limits::{KEY_NAME_BYTES_MAX, ZERO_PADDING_MAX};
-use crate::Error;
+use crate::{Error, Expected};
 
 /// YCSB's hard-coded key prefix.
 pub const KEY_PREFIX: &[u8] = b"user";
@@ -45,7 +45,11 @@ impl KeyNames {
     /// [`Error::InvalidConfiguration`] if `zero_padding` exceeds [`ZERO_PADDING_MAX`].
     pub fn new(insert_order: InsertOrder, zero_padding: usize) -> Result<Self, Error> {
         if zero_padding > ZERO_PADDING_MAX {
-            return Err(Error::invalid("zeropadding", zero_padding, format!("at most {ZERO_PADDING_MAX}")));
+            return Err(Error::invalid(
+                "zeropadding",
+                zero_padding,
+                Expected::AtMost { max: ZERO_PADDING_MAX as u64, unit: "digits" },
+            ));
         }
         Ok(KeyNames { insert_order, zero_padding })
     }

@@ -39,6 +39,8 @@
 //! # Ok::<(), rampkv_ycsb::Error>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod config;
 pub mod error;
 pub mod generator;
@@ -55,7 +57,7 @@ pub use config::{
     unrecognized_properties, BuiltinWorkload, CoreWorkloadConfig, FieldLengthDistribution, Proportions,
     RequestDistribution, ScanLengthDistribution,
 };
-pub use error::Error;
+pub use error::{Error, Expected};
 pub use hash::fnv_hash64;
 pub use key::{InsertOrder, KeyName, KeyNames};
 pub use micro::{micro_key, MicroDistribution, MicroGenerator, MicroKey, MicroWorkload};

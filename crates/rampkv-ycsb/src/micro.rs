@@ -17,7 +17,7 @@ use crate::key::{write_decimal, DECIMAL_BYTES_MAX};
 use crate::limits::RECORD_BYTES_MAX;
 use crate::txn::{build, check_txn_size, distinct_draws_max};
 use crate::workload::OperationKind;
-use crate::{Error, Random, Txn};
+use crate::{Error, Expected, Random, Txn};
 
 /// How micro-benchmark keys are chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -74,7 +74,11 @@ impl MicroWorkload {
         }
         check_txn_size(self.txn_size, self.keys)?;
         if self.value_size as u64 > RECORD_BYTES_MAX {
-            return Err(Error::invalid("value_size", self.value_size, format!("at most {RECORD_BYTES_MAX} bytes")));
+            return Err(Error::invalid(
+                "value_size",
+                self.value_size,
+                Expected::AtMost { max: RECORD_BYTES_MAX as u64, unit: "bytes" },
+            ));
         }
         let chooser = match self.distribution {
             MicroDistribution::Uniform => MicroChooser::Uniform,

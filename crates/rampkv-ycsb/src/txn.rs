@@ -44,7 +44,7 @@
 
 use crate::limits::{DISTINCT_KEY_DRAWS_PER_KEY_MAX, TXN_KEYS_MAX};
 use crate::workload::{CoreWorkload, OperationKind};
-use crate::{Error, KeyNames, Random};
+use crate::{Error, Expected, KeyNames, Random};
 
 /// What a [`Txn`] asks of rampkv.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -244,13 +244,13 @@ pub struct Field<'a> {
 /// Checks a transaction size against the bound and the key space.
 pub(crate) fn check_txn_size(txn_size: usize, keys_available: u64) -> Result<(), Error> {
     if txn_size == 0 || txn_size > TXN_KEYS_MAX {
-        return Err(Error::invalid("txn_size", txn_size, format!("must be in 1..={TXN_KEYS_MAX}")));
+        return Err(Error::invalid("txn_size", txn_size, Expected::Range { min: 1, max: TXN_KEYS_MAX as u64 }));
     }
     if txn_size as u64 > keys_available {
         return Err(Error::invalid(
             "txn_size",
             txn_size,
-            format!("larger than the {keys_available} keys to choose distinct keys from"),
+            Expected::AtMost { max: keys_available, unit: "keys (the distinct keys to choose from)" },
         ));
     }
     Ok(())

@@ -1,4 +1,5 @@
 //! The `rampkv` command: a thin layer that parses flags, builds, and runs.
+#![forbid(unsafe_code)]
 
 /// mimalloc: the protocol core allocates small vectors per request and reply; a third of the
 /// CPU of an in-process run was glibc malloc/free (docs/performance.md).
@@ -447,10 +448,11 @@ impl FrontChoice {
     }
 }
 
-fn parse_algorithm(name: &str) -> Result<Algorithm, String> {
-    Algorithm::from_name(name).ok_or_else(|| {
-        let known: Vec<&str> = Algorithm::ALL.iter().map(Algorithm::name).collect();
-        format!("unknown protocol {name:?}; choose one of {}", known.join(", "))
+fn parse_algorithm(name: &str) -> Result<Algorithm, rampkv::types::UnknownName> {
+    Algorithm::from_name(name).ok_or_else(|| rampkv::types::UnknownName {
+        what: "protocol",
+        name: name.to_owned(),
+        choices: Algorithm::ALL.iter().map(Algorithm::name).collect(),
     })
 }
 

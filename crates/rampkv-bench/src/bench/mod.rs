@@ -30,6 +30,7 @@ use rampkv_core::cluster::{Cluster, Front};
 use rampkv_core::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use rampkv_core::protocol::bloom::BloomParameters;
 use rampkv_core::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
+use rampkv_core::types::UnknownName;
 use rampkv_net::client::{ClientError, Completion, Driver, TxnResult};
 use rampkv_net::item_slots::ItemSlotConfig;
 use rampkv_net::message::BatchStats;
@@ -117,18 +118,13 @@ impl TransportKind {
     }
 
     /// Parses a transport's [name](TransportKind::name).
-    pub fn from_name(name: &str) -> Result<Self, String> {
-        match name {
-            "tcp" => Ok(TransportKind::Tcp),
-            "writepoll" => Ok(TransportKind::WritePoll),
-            "sendrecv" => Ok(TransportKind::SendRecv),
-            "onesided" => Ok(TransportKind::OneSided),
-            "rfrpc" => Ok(TransportKind::RfRpc),
-            "inprocess" => Ok(TransportKind::InProcess),
-            other => {
-                Err(format!("unknown transport {other:?} (tcp, sendrecv, writepoll, onesided, rfrpc or inprocess)"))
-            }
-        }
+    pub fn from_name(name: &str) -> Result<Self, UnknownName> {
+        let all = TransportKind::ALL.iter().chain([&TransportKind::InProcess]);
+        all.clone().copied().find(|kind| kind.name() == name).ok_or_else(|| UnknownName {
+            what: "transport",
+            name: name.to_owned(),
+            choices: all.map(|kind| kind.name()).collect(),
+        })
     }
 }
 
@@ -219,6 +215,10 @@ impl Default for BenchConfig {
 pub enum BenchError {
     #[error("invalid benchmark configuration: {0}")]
     Config(String),
+    #[error("invalid benchmark configuration: {0}")]
+    Bloom(#[from] rampkv_core::protocol::bloom::BloomError),
+    #[error("invalid benchmark configuration: {0}")]
+    ItemSlots(#[from] rampkv_net::item_slots::ItemSlotsError),
     #[error("cannot start the embedded cluster: {0}")]
     Cluster(std::io::Error),
     #[error(transparent)]
@@ -235,11 +235,11 @@ impl BenchConfig {
     /// Checks every field before anything starts.
     pub fn validate(&self) -> Result<(), BenchError> {
         let fail = |why: String| Err(BenchError::Config(why));
-        self.bloom.validate().map_err(BenchError::Config)?;
+        self.bloom.validate()?;
         if self.transport == TransportKind::InProcess && self.cluster_file.is_some() {
             return fail("--transport inprocess calls the embedded cluster's servers: not with --cluster".into());
         }
-        self.item_slots.validate().map_err(|error| BenchError::Config(error.to_string()))?;
+        self.item_slots.validate()?;
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
         }

@@ -32,9 +32,10 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::bench::{self, BenchConfig, BenchResult, StopAfter, TransportKind, Workload};
+use crate::bench::{self, BenchConfig, BenchError, BenchResult, StopAfter, TransportKind, Workload};
 use crate::progress::ProgressBar;
 use rampkv_core::protocol::ramp::Algorithm;
+use rampkv_core::types::UnknownName;
 
 /// Seconds per point in quick mode (CI): long enough for a few thousand transactions.
 pub const QUICK_POINT_SECONDS: f64 = 0.3;
@@ -78,11 +79,12 @@ impl Sweep {
     }
 
     /// Parses a name given by [`Sweep::name`].
-    pub fn from_name(name: &str) -> Result<Sweep, String> {
+    pub fn from_name(name: &str) -> Result<Sweep, UnknownName> {
         let name = name.trim();
-        Sweep::ALL.into_iter().find(|sweep| sweep.name() == name).ok_or_else(|| {
-            let known: Vec<&str> = Sweep::ALL.iter().map(|sweep| sweep.name()).collect();
-            format!("unknown figure {name:?}; choose among {}", known.join(", "))
+        Sweep::ALL.into_iter().find(|sweep| sweep.name() == name).ok_or_else(|| UnknownName {
+            what: "figure",
+            name: name.to_owned(),
+            choices: Sweep::ALL.iter().map(|sweep| sweep.name()).collect(),
         })
     }
 
@@ -246,18 +248,17 @@ impl FiguresConfig {
     /// Checks the run's own settings and every point's benchmark configuration.
     pub fn validate(&self) -> Result<(), FiguresError> {
         if !(self.point_seconds > 0.0 && self.point_seconds <= POINT_SECONDS_MAX) {
-            return Err(FiguresError::Config(format!(
-                "point duration must be within (0, {POINT_SECONDS_MAX}] s, got {}",
-                self.point_seconds
-            )));
+            return Err(FiguresError::PointSeconds { seconds: self.point_seconds });
         }
         if self.sweeps.is_empty() {
-            return Err(FiguresError::Config("no figure selected".into()));
+            return Err(FiguresError::NoFigure);
         }
         for plan in &self.sweeps {
             for point in self.points(plan) {
-                point.config.validate().map_err(|error| {
-                    FiguresError::Config(format!("{} {}: {error}", plan.sweep.name(), point.file_stem))
+                point.config.validate().map_err(|error| FiguresError::Point {
+                    figure: plan.sweep.name(),
+                    point: point.file_stem.clone(),
+                    error: Box::new(error),
                 })?;
             }
         }
@@ -376,8 +377,12 @@ struct PointSpec {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum FiguresError {
-    #[error("invalid figure configuration: {0}")]
-    Config(String),
+    #[error("the point duration must be within (0, {POINT_SECONDS_MAX}] s, got {seconds}")]
+    PointSeconds { seconds: f64 },
+    #[error("no figure selected")]
+    NoFigure,
+    #[error("figure {figure} point {point}: {error}")]
+    Point { figure: &'static str, point: String, error: Box<BenchError> },
     #[error("cannot write {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
     #[error("cannot encode a result: {0}")]
@@ -624,7 +629,7 @@ mod tests {
         for sweep in Sweep::ALL {
             assert_eq!(Sweep::from_name(sweep.name()), Ok(sweep));
         }
-        let error = Sweep::from_name("fig9").unwrap_err();
+        let error = Sweep::from_name("fig9").unwrap_err().to_string();
         assert!(error.contains("comm, txnsize, readratio, ycsb"), "{error}");
     }
 

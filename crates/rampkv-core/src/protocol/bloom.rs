@@ -23,18 +23,24 @@ impl Default for BloomParameters {
     }
 }
 
+/// Bloom parameters out of their bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BloomError {
+    #[error("bloom bits must be a multiple of 8 in 8..={max}, got {bits}", max = 8 * BLOOM_BYTES_MAX)]
+    Bits { bits: u32 },
+    #[error("bloom hashes must be 1..=16, got {hashes}")]
+    Hashes { hashes: u8 },
+}
+
 impl BloomParameters {
     /// Checks the parameters; the error says what is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BloomError> {
         if self.bits == 0 || self.bits % 8 != 0 || self.bits as usize > 8 * BLOOM_BYTES_MAX {
-            return Err(format!(
-                "bloom bits must be a multiple of 8 in 8..={}, got {}",
-                8 * BLOOM_BYTES_MAX,
-                self.bits
-            ));
+            return Err(BloomError::Bits { bits: self.bits });
         }
         if !(1..=16).contains(&self.hashes) {
-            return Err(format!("bloom hashes must be 1..=16, got {}", self.hashes));
+            return Err(BloomError::Hashes { hashes: self.hashes });
         }
         Ok(())
     }

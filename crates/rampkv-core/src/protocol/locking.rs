@@ -17,7 +17,7 @@
 //! releases (whose acknowledgements are not awaited).
 
 use super::ramp::{distinct_keys, last_write_wins, validate_keys};
-use super::{make_tag, split_tag, Outgoing, ProtocolError, ReadItem, ReadOutcome, Step, WriteOutcome};
+use super::{make_tag, split_tag, MalformedReply, Outgoing, ProtocolError, ReadItem, ReadOutcome, Step, WriteOutcome};
 use crate::cluster::Cluster;
 use crate::limits::{LOCKING_ATTEMPTS_MAX, LOCK_BACKOFF_US_MAX, LOCK_BACKOFF_US_MIN};
 use crate::types::Timestamp;
@@ -80,10 +80,10 @@ impl Attempts {
         }
         let index = usize::from(part & !COMMIT_PHASE);
         let Some(state) = self.parts.get_mut(index).filter(|_| part & COMMIT_PHASE == phase) else {
-            return Err(ProtocolError::MalformedReply { server: usize::MAX, why: format!("unexpected tag {tag:#x}") });
+            return Err(ProtocolError::MalformedReply { server: usize::MAX, why: MalformedReply::UnknownTag { tag } });
         };
         if state.answered {
-            return Err(ProtocolError::MalformedReply { server: state.server, why: "duplicate reply".into() });
+            return Err(ProtocolError::MalformedReply { server: state.server, why: MalformedReply::Duplicate });
         }
         state.answered = true;
         self.outstanding -= 1;
@@ -169,12 +169,14 @@ impl LockingReadTxn {
             Reply::Answered => {
                 let Response::Versions { items } = response else {
                     let server = self.attempts.parts[index].server;
-                    return Err(ProtocolError::MalformedReply { server, why: "expected VERSIONS".into() });
+                    let why = MalformedReply::UnexpectedKind { kind: response.kind(), expected: "VERSIONS" };
+                    return Err(ProtocolError::MalformedReply { server, why });
                 };
                 let indices = &self.attempts.parts[index].key_indices;
                 if items.len() != indices.len() {
                     let server = self.attempts.parts[index].server;
-                    return Err(ProtocolError::MalformedReply { server, why: "wrong number of versions".into() });
+                    let why = MalformedReply::VersionCount { versions: items.len(), keys: indices.len() };
+                    return Err(ProtocolError::MalformedReply { server, why });
                 }
                 for (&key_index, item) in indices.iter().zip(items) {
                     self.results[key_index] = Some(item);
@@ -254,12 +256,13 @@ impl LockingWriteTxn {
         match self.attempts.classify(index, &response)? {
             Reply::Aborted if self.committing => {
                 let server = self.attempts.parts[index].server;
-                return Err(ProtocolError::MalformedReply { server, why: "a commit cannot abort".into() });
+                return Err(ProtocolError::MalformedReply { server, why: MalformedReply::CommitAborted });
             }
             Reply::Aborted => self.aborted = true,
             Reply::Answered if !matches!(response, Response::Ack) => {
                 let server = self.attempts.parts[index].server;
-                return Err(ProtocolError::MalformedReply { server, why: "expected ACK".into() });
+                let why = MalformedReply::UnexpectedKind { kind: response.kind(), expected: "ACK" };
+                return Err(ProtocolError::MalformedReply { server, why });
             }
             Reply::Answered => {}
         }

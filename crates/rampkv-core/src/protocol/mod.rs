@@ -96,16 +96,56 @@ pub struct WriteOutcome {
     pub ts: Timestamp,
 }
 
+/// Why a transaction is refused before anything is sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidTransaction {
+    #[error("a transaction needs 1..={max} keys, got {count}", max = crate::limits::TXN_KEYS_MAX)]
+    KeyCount { count: usize },
+    #[error("a key of {bytes} bytes exceeds the maximum of {max}", max = crate::limits::KEY_BYTES_MAX)]
+    KeyTooLarge { bytes: usize },
+    #[error("a value of {bytes} bytes exceeds the maximum of {max}", max = crate::limits::VALUE_BYTES_MAX)]
+    ValueTooLarge { bytes: usize },
+    #[error("timestamp 0 is reserved for the initial value")]
+    ReservedTimestamp,
+    #[error("S2PL runs on the locking machines")]
+    LockingAlgorithm,
+    #[error("the write set does not encode: {0}")]
+    WriteSet(crate::wire::WireError),
+}
+
+/// How a reply does not fit the request it answers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MalformedReply {
+    #[error("unexpected reply tag {tag:#x}")]
+    UnknownTag { tag: u32 },
+    #[error("a second reply to the same request")]
+    Duplicate,
+    #[error("a reply of kind {kind:#04x} where {expected} was expected")]
+    UnexpectedKind { kind: u8, expected: &'static str },
+    #[error("{versions} versions for {keys} keys")]
+    VersionCount { versions: usize, keys: usize },
+    #[error("asked for version {asked}, got {got}")]
+    WrongVersion { asked: Timestamp, got: Timestamp },
+    #[error("version {got} is not among the candidates asked for")]
+    NotACandidate { got: Timestamp },
+    #[error("a commit cannot abort")]
+    CommitAborted,
+}
+
 /// Why a transaction failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProtocolError {
     #[error("invalid transaction: {0}")]
-    InvalidTransaction(String),
+    InvalidTransaction(#[from] InvalidTransaction),
+    /// The server's error reply (its message is the server's words).
     #[error("server {server} refused the request ({code:?}): {message}")]
     ServerError { server: usize, code: ErrorCode, message: String },
+    /// `server` is `usize::MAX` when the reply names no part of the transaction.
     #[error("server {server} sent a reply that does not fit the request: {why}")]
-    MalformedReply { server: usize, why: String },
+    MalformedReply { server: usize, why: MalformedReply },
     #[error("read restarted {0} times because versions it needed were collected")]
     TooManyRestarts(u32),
     #[error("transaction aborted {0} times by lock conflicts (S2PL wait-die or lock timeouts)")]

@@ -30,7 +30,10 @@
 use ahash::AHashMap;
 
 use super::bloom::{may_contain, BloomParameters};
-use super::{make_tag, split_tag, Outgoing, ProtocolError, ReadItem, ReadOutcome, Step, WriteOutcome};
+use super::{
+    make_tag, split_tag, InvalidTransaction, MalformedReply, Outgoing, ProtocolError, ReadItem, ReadOutcome, Step,
+    WriteOutcome,
+};
 use crate::cluster::Cluster;
 use crate::limits::{KEY_BYTES_MAX, READ_RESTARTS_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
@@ -95,16 +98,13 @@ impl Default for TxnOptions {
 
 /// Validates the keys of a transaction before anything is sent.
 pub fn validate_keys<'k>(keys: impl ExactSizeIterator<Item = &'k [u8]>) -> Result<(), ProtocolError> {
-    let invalid = |why: String| Err(ProtocolError::InvalidTransaction(why));
     if keys.len() == 0 || keys.len() > TXN_KEYS_MAX {
-        return invalid(format!("a transaction needs 1..={TXN_KEYS_MAX} keys, got {}", keys.len()));
+        return Err(InvalidTransaction::KeyCount { count: keys.len() }.into());
     }
-    for key in keys {
-        if key.len() > KEY_BYTES_MAX {
-            return invalid(format!("a key of {} bytes exceeds the maximum of {KEY_BYTES_MAX}", key.len()));
-        }
+    match keys.map(<[u8]>::len).find(|bytes| *bytes > KEY_BYTES_MAX) {
+        Some(bytes) => Err(InvalidTransaction::KeyTooLarge { bytes }.into()),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The distinct keys of a transaction in first-seen order, and for each requested key (with
@@ -134,10 +134,7 @@ pub(super) fn distinct_keys(keys: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<usize>) {
 /// Checks value sizes and keeps the last value of a key written twice, in first-seen key order.
 pub(super) fn last_write_wins(writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<Write>, ProtocolError> {
     if let Some((_, value)) = writes.iter().find(|(_, value)| value.len() > VALUE_BYTES_MAX) {
-        return Err(ProtocolError::InvalidTransaction(format!(
-            "a value of {} bytes exceeds the maximum of {VALUE_BYTES_MAX}",
-            value.len()
-        )));
+        return Err(InvalidTransaction::ValueTooLarge { bytes: value.len() }.into());
     }
     let mut deduplicated: Vec<Write> = Vec::with_capacity(writes.len());
     for (key, value) in writes {
@@ -155,9 +152,9 @@ pub(super) fn last_write_wins(writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<Wri
 /// A write set over the limits (`validate_keys` refuses those first).
 pub fn metadata_for(options: &TxnOptions, write_set: &[Vec<u8>]) -> Result<Metadata, ProtocolError> {
     Ok(match options.algorithm {
-        Algorithm::RampFast => Metadata::WriteSet(
-            WriteSet::from_keys(write_set).map_err(|error| ProtocolError::InvalidTransaction(error.to_string()))?,
-        ),
+        Algorithm::RampFast => {
+            Metadata::WriteSet(WriteSet::from_keys(write_set).map_err(InvalidTransaction::WriteSet)?)
+        }
         Algorithm::RampHybrid => Metadata::Bloom(options.bloom.build(write_set.iter().map(Vec::as_slice))),
         Algorithm::RampSmall | Algorithm::NoCc | Algorithm::S2pl => Metadata::None,
     })
@@ -166,7 +163,7 @@ pub fn metadata_for(options: &TxnOptions, write_set: &[Vec<u8>]) -> Result<Metad
 /// The RAMP machines do not run S2PL (its machines are in `protocol::locking`).
 fn refuse_locking(options: &TxnOptions) -> Result<(), ProtocolError> {
     match options.algorithm {
-        Algorithm::S2pl => Err(ProtocolError::InvalidTransaction("S2PL runs on the locking machines".into())),
+        Algorithm::S2pl => Err(InvalidTransaction::LockingAlgorithm.into()),
         _ => Ok(()),
     }
 }
@@ -276,14 +273,11 @@ impl ReadTxn {
             return Ok(Step::Pending);
         }
         let Some(part) = self.parts.get_mut(usize::from(part_index)) else {
-            return Err(ProtocolError::MalformedReply {
-                server: usize::MAX,
-                why: format!("unknown part {part_index}"),
-            });
+            return Err(ProtocolError::MalformedReply { server: usize::MAX, why: MalformedReply::UnknownTag { tag } });
         };
         let server = part.server;
         if part.done {
-            return Err(ProtocolError::MalformedReply { server, why: "duplicate reply".into() });
+            return Err(ProtocolError::MalformedReply { server, why: MalformedReply::Duplicate });
         }
         part.done = true;
         let items = match response {
@@ -291,15 +285,14 @@ impl ReadTxn {
             Response::Error { code: ErrorCode::VersionGone, .. } => return self.restart(out),
             Response::Error { code, message } => return Err(ProtocolError::ServerError { server, code, message }),
             other => {
-                return Err(ProtocolError::MalformedReply { server, why: format!("expected VERSIONS, got {other:?}") })
+                let why = MalformedReply::UnexpectedKind { kind: other.kind(), expected: "VERSIONS" };
+                return Err(ProtocolError::MalformedReply { server, why });
             }
         };
         let key_indices = std::mem::take(&mut part.key_indices);
         if items.len() != key_indices.len() {
-            return Err(ProtocolError::MalformedReply {
-                server,
-                why: format!("{} versions for {} keys", items.len(), key_indices.len()),
-            });
+            let why = MalformedReply::VersionCount { versions: items.len(), keys: key_indices.len() };
+            return Err(ProtocolError::MalformedReply { server, why });
         }
         for (index, item) in key_indices.into_iter().zip(items) {
             self.accept(server, index, item)?;
@@ -316,15 +309,17 @@ impl ReadTxn {
 
     /// Stores one returned version, checking it answers what was asked.
     fn accept(&mut self, server: usize, index: usize, item: VersionItem) -> Result<(), ProtocolError> {
-        let malformed = |why: String| Err(ProtocolError::MalformedReply { server, why });
+        let malformed = |why| Err(ProtocolError::MalformedReply { server, why });
         if self.round == 1 {
             self.results[index] = Some(item);
             return Ok(());
         }
         match &self.repair[index] {
-            Selector::Exact(ts) if item.ts != *ts => malformed(format!("asked for version {ts}, got {}", item.ts)),
+            Selector::Exact(ts) if item.ts != *ts => {
+                malformed(MalformedReply::WrongVersion { asked: *ts, got: item.ts })
+            }
             Selector::HighestOf(candidates) if item.ts != TIMESTAMP_INITIAL && !candidates.contains(&item.ts) => {
-                malformed(format!("version {} is not among the candidates", item.ts))
+                malformed(MalformedReply::NotACandidate { got: item.ts })
             }
             Selector::HighestOf(_) if item.ts == TIMESTAMP_INITIAL => {
                 // None of the candidates is stored: a Bloom false positive (RAMP-Hybrid) keeps
@@ -602,7 +597,7 @@ impl WriteTxn {
         validate_keys(writes.iter().map(|(key, _)| key.as_slice()))?;
         refuse_locking(&options)?;
         if ts == TIMESTAMP_INITIAL {
-            return Err(ProtocolError::InvalidTransaction("timestamp 0 is reserved".into()));
+            return Err(InvalidTransaction::ReservedTimestamp.into());
         }
         let writes = last_write_wins(writes)?;
         let write_set: Vec<Vec<u8>> = writes.iter().map(|write| write.key.clone()).collect();
@@ -675,12 +670,15 @@ impl WriteTxn {
             WritePhase::Commit => 1,
         };
         if attempt != expected_attempt || part >= self.parts.len() || self.acknowledged[part] {
-            return Err(ProtocolError::MalformedReply { server, why: format!("unexpected reply tag {tag:#x}") });
+            return Err(ProtocolError::MalformedReply { server, why: MalformedReply::UnknownTag { tag } });
         }
         match response {
             Response::Ack => {}
             Response::Error { code, message } => return Err(ProtocolError::ServerError { server, code, message }),
-            other => return Err(ProtocolError::MalformedReply { server, why: format!("expected ACK, got {other:?}") }),
+            other => {
+                let why = MalformedReply::UnexpectedKind { kind: other.kind(), expected: "ACK" };
+                return Err(ProtocolError::MalformedReply { server, why });
+            }
         }
         self.acknowledged[part] = true;
         self.outstanding -= 1;

@@ -44,14 +44,14 @@ impl Hotspot {
             return Err(Error::invalid(
                 "hotspotdatafraction",
                 hot_data_fraction,
-                format!("the hot set of {interval} keys is empty but receives draws"),
+                "the hot set is empty but receives draws",
             ));
         }
         if cold_keys == 0 && hot_operation_fraction < 1.0 {
             return Err(Error::invalid(
                 "hotspotdatafraction",
                 hot_data_fraction,
-                format!("the cold set of {interval} keys is empty but receives draws"),
+                "the cold set is empty but receives draws",
             ));
         }
         Ok(Hotspot { lower, hot_keys, cold_keys, hot_operation_fraction })

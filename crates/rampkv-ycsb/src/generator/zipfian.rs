@@ -30,7 +30,7 @@
 
 use crate::hash::fnv_hash64;
 use crate::limits::ZETA_TERMS_MAX;
-use crate::{Error, Random};
+use crate::{Error, Expected, Random};
 
 /// YCSB's default zipfian constant (`ZipfianGenerator.ZIPFIAN_CONSTANT`).
 pub const ZIPFIAN_CONSTANT: f64 = 0.99;
@@ -99,7 +99,7 @@ impl Zipfian {
             return Err(Error::invalid(
                 "zipfian item count",
                 item_count,
-                format!("computing zeta is limited to {ZETA_TERMS_MAX} items"),
+                Expected::AtMost { max: ZETA_TERMS_MAX as u64, unit: "items (computing zeta)" },
             ));
         }
         Self::with_zeta(min, max, theta, zeta(item_count, theta))
@@ -166,7 +166,7 @@ impl Zipfian {
             return Err(Error::invalid(
                 "zipfian item count",
                 item_count,
-                format!("extending zeta is limited to {ZETA_TERMS_MAX} items"),
+                Expected::AtMost { max: ZETA_TERMS_MAX as u64, unit: "items (extending zeta)" },
             ));
         }
         self.zeta_n = zeta_extend(self.count_for_zeta, item_count, self.theta, self.zeta_n);
