@@ -241,7 +241,11 @@ impl Store {
             self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
             self.collect_superseded(state, now_ms);
             drop(shard);
-            keys.push(key);
+            // A key written twice (a hostile client, or S2PL staging a retried attempt's writes
+            // twice) keeps its last value and is committed once.
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
         }
         self.pending_shard(ts).lock().insert(ts, PendingTxn { keys, write_set, prepared_at_ms: now_ms });
         Ok(())
@@ -261,14 +265,25 @@ impl Store {
         };
         for key in &keys {
             let shard = self.shard(key).read();
+            // A version is prepared before it is committed, and committed once: the pending
+            // entry just taken is its prepare's, and a pending version is never collected.
             let state = shard.get(key).expect("a pending key has a prepared version");
             let stored = state.versions.get(&ts).expect("a pending version is never collected");
-            stored.committed.store(true, Ordering::Release);
+            let committed_before = stored.committed.swap(true, Ordering::AcqRel);
+            assert!(!committed_before, "version {ts} committed twice");
             let mut latest = state.latest.lock();
-            if ts > state.last_commit.load(Ordering::Acquire) {
+            let before = state.last_commit.load(Ordering::Acquire);
+            if ts > before {
                 *latest = Some(Arc::clone(&stored.version));
             }
-            state.last_commit.fetch_max(ts, Ordering::AcqRel);
+            let previous = state.last_commit.fetch_max(ts, Ordering::AcqRel);
+            // lastCommit only moves forward, and only with `latest` locked, so the two agree.
+            assert_eq!(previous, before, "lastCommit moved without its lock");
+            debug_assert_eq!(
+                latest.as_ref().map_or(TIMESTAMP_INITIAL, |version| version.ts),
+                state.last_commit.load(Ordering::Acquire),
+                "the latest version is the one at lastCommit"
+            );
         }
         keys
     }
@@ -432,6 +447,8 @@ impl Store {
                 }
                 Some(_) => {}
             }
+            // Only a committed version superseded by a newer commit is ever collected.
+            assert!(ts < last_commit, "collecting version {ts}, not below lastCommit {last_commit}");
             *collected_max_ts = (*collected_max_ts).max(ts);
             let removed = versions.remove(&ts).expect("checked above");
             self.forget_version_bytes(removed.version.value.len());
@@ -477,6 +494,18 @@ mod tests {
 
     fn write_set(keys: &[&str]) -> StoredMetadata {
         StoredMetadata::WriteSet(keys.iter().map(|text| key(text)).collect())
+    }
+
+    /// The story: S2PL over a connection that reorders its messages staged a retried attempt's
+    /// writes twice, and its COMMIT_LOCKED put the same key twice in one transaction; the new
+    /// commit-once assertion fired. A key written twice keeps its last value, committed once.
+    #[test]
+    fn a_key_written_twice_in_one_transaction_keeps_its_last_value() {
+        let store = Store::new(1_000);
+        let writes = vec![(key("a"), b"first".to_vec().into()), (key("a"), b"last".to_vec().into())];
+        store.put(7, writes, 0).unwrap();
+        assert_eq!(&*store.get_latest(b"a").unwrap().value, b"last");
+        assert_eq!((store.last_commit(b"a"), store.stats().versions), (7, 1));
     }
 
     fn prepare(store: &Store, ts: Timestamp, keys: &[&str], now_ms: u64) {

@@ -295,6 +295,9 @@ impl<F: FabricHandle> ItemSlots<F> {
                 }
             },
         };
+        // Only committed versions are published, and a slot's version only grows.
+        debug_assert!(version.ts <= store.last_commit(key), "publishing an uncommitted version");
+        assert!((index as usize) < self.config.slots, "slot {index} outside the region");
         let prepared_max = entries.get(key).map_or(0, |entry| entry.prepared_max);
         let flags = SLOT_FLAG_VALID | if prepared_max > version.ts { SLOT_FLAG_NEWER_PREPARED } else { 0 };
         let published = writer.publish(
@@ -316,6 +319,7 @@ impl<F: FabricHandle> ItemSlots<F> {
         }
         stats.publishes += 1;
         let entry = entries.entry(key.into()).or_insert(SlotEntry { index, ts: 0, prepared_max: 0, flags: 0 });
+        assert!(entry.ts < version.ts && entry.index == index, "a slot went back or moved");
         entry.ts = version.ts;
         entry.flags = flags;
         Some(index)
