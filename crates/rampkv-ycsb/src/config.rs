@@ -364,7 +364,7 @@ impl CoreWorkloadConfig {
             return Err(Error::invalid(
                 FIELD_COUNT,
                 self.field_count,
-                Expected::Range { min: 1, max: FIELD_COUNT_MAX as u64 },
+                Expected::Range { min: 1, max: FIELD_COUNT_MAX },
             ));
         }
         let record_bytes = self.field_count.checked_mul(self.field_length);
@@ -373,7 +373,7 @@ impl CoreWorkloadConfig {
                 FIELD_LENGTH,
                 self.field_length,
                 Expected::AtMost {
-                    max: RECORD_BYTES_MAX as u64,
+                    max: RECORD_BYTES_MAX,
                     unit: "bytes of fieldcount * fieldlength (a record is one value)",
                 },
             ));
@@ -384,7 +384,7 @@ impl CoreWorkloadConfig {
             return Err(Error::invalid(
                 MIN_FIELD_LENGTH,
                 self.min_field_length,
-                Expected::AtMostSetting { setting: FIELD_LENGTH, value: self.field_length as u64 },
+                Expected::AtMostSetting { setting: FIELD_LENGTH, value: self.field_length },
             ));
         }
         self.validate_proportions()?;
@@ -392,7 +392,7 @@ impl CoreWorkloadConfig {
             return Err(Error::invalid(
                 MIN_SCAN_LENGTH,
                 self.min_scan_length,
-                Expected::AtMostSetting { setting: MAX_SCAN_LENGTH, value: self.max_scan_length as u64 },
+                Expected::AtMostSetting { setting: MAX_SCAN_LENGTH, value: self.max_scan_length },
             ));
         }
         KeyNames::new(self.insert_order, self.zero_padding)?;

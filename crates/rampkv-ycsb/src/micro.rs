@@ -77,7 +77,7 @@ impl MicroWorkload {
             return Err(Error::invalid(
                 "value_size",
                 self.value_size,
-                Expected::AtMost { max: RECORD_BYTES_MAX as u64, unit: "bytes" },
+                Expected::AtMost { max: RECORD_BYTES_MAX, unit: "bytes" },
             ));
         }
         let chooser = match self.distribution {

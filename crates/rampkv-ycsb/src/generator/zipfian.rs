@@ -99,7 +99,7 @@ impl Zipfian {
             return Err(Error::invalid(
                 "zipfian item count",
                 item_count,
-                Expected::AtMost { max: ZETA_TERMS_MAX as u64, unit: "items (computing zeta)" },
+                Expected::AtMost { max: ZETA_TERMS_MAX, unit: "items (computing zeta)" },
             ));
         }
         Self::with_zeta(min, max, theta, zeta(item_count, theta))
@@ -166,7 +166,7 @@ impl Zipfian {
             return Err(Error::invalid(
                 "zipfian item count",
                 item_count,
-                Expected::AtMost { max: ZETA_TERMS_MAX as u64, unit: "items (extending zeta)" },
+                Expected::AtMost { max: ZETA_TERMS_MAX, unit: "items (extending zeta)" },
             ));
         }
         self.zeta_n = zeta_extend(self.count_for_zeta, item_count, self.theta, self.zeta_n);
