@@ -11,8 +11,9 @@
 //! - [`wire`]: the binary message format, framed for byte streams and message rings.
 //! - [`storage`]: the multi-version partition store (lastCommit by atomic max, GC).
 //! - [`cluster`]: cluster files and key routing (FNV-1a hash partitioning).
-//! - [`protocol`]: RAMP-Fast/Small/Hybrid, NoCC and S2PL+2PC as I/O-free state machines
-//!   (client transactions and the server core).
+//! - [`protocol`]: RAMP-Fast/Small/Hybrid, NoCC and S2PL+2PC as I/O-free state machines: the
+//!   client's transactions and its session machine (`protocol::session`), and the server core
+//!   (`protocol::server`: a typed request in, a typed reply and effects out).
 #![forbid(unsafe_code)]
 
 pub mod cluster;

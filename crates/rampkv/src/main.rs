@@ -229,7 +229,7 @@ struct BenchArgs {
     /// Transport: tcp; sendrecv (two-sided send/recv emulated over shared memory); writepoll
     /// (GET+/PUT+ message rings over shared memory); onesided (GET* reads of item slots, PUT+
     /// writes); rfrpc (remote-fetch RPC over shared memory); inprocess (no transport: client
-    /// threads call the embedded servers' cores: the protocol's own CPU cost; not with s2pl).
+    /// threads call the embedded servers' cores: the protocol's own CPU cost).
     /// With --cluster, the ring transports use the servers' `ring`/`rfrpc` control addresses.
     #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
     transport: bench::TransportKind,

@@ -70,7 +70,7 @@ pub enum TransportKind {
     #[serde(rename = "writepoll")]
     WritePoll,
     /// No transport: client threads call the embedded server cores directly, doing the servers'
-    /// work themselves (the CPU cost of protocol, store and workload alone; not with S2PL). Not
+    /// work themselves (the CPU cost of protocol, store and workload alone). Not
     /// in [`TransportKind::ALL`].
     #[serde(rename = "inprocess")]
     InProcess,
