@@ -634,6 +634,9 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
         out!("machine: {} x {} ({})", first.machine.cpus, first.machine.cpu_model, first.machine.os);
         out!("one-sided transports run over the shared-memory fabric emulation, not RDMA hardware\n");
         out_raw!("{}", bench::compare::comparison_table(&results));
+        for line in results.iter().filter_map(bench::BenchResult::batching_line) {
+            out!("\n{line}");
+        }
         if in_process {
             out!(
                 "\ninprocess: no transport at all: each client thread does its servers' work itself, so this row \

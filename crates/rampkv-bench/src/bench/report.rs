@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::{BenchConfig, ThreadTotals};
 use crate::checker::Report;
 use rampkv_core::storage::StoreStats;
+use rampkv_net::message::BatchStats;
 use rampkv_net::transport::onesided::GetStarStats;
 
 /// Latency percentiles of one transaction type, in microseconds.
@@ -129,6 +130,25 @@ pub struct BenchResult {
     /// GET\* counters summed over client threads (`onesided` transport only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub getstar: Option<GetStarStats>,
+    /// RF-RPC batching counters summed over client threads (`rfrpc` transport only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batching: Option<BatchStats>,
+}
+
+impl BenchResult {
+    /// One line on how an RF-RPC run batched frames into calls (none for other transports).
+    pub fn batching_line(&self) -> Option<String> {
+        self.batching.map(|batching| {
+            format!(
+                "{}: {:.2} frames per call over {} calls; automatic batch size {} at the end ({} changes)",
+                self.transport,
+                batching.frames_per_call(),
+                batching.calls,
+                batching.size,
+                batching.size_changes
+            )
+        })
+    }
 }
 
 pub(crate) fn build(
@@ -171,6 +191,7 @@ pub(crate) fn build(
         check,
         store,
         getstar: totals.getstar,
+        batching: totals.batching,
     }
 }
 
@@ -272,6 +293,9 @@ impl fmt::Display for BenchResult {
                 getstar.evictions,
                 getstar.cache_fills
             )?;
+        }
+        if let Some(line) = self.batching_line() {
+            writeln!(f, "  {line}")?;
         }
         if let Some(failure) = &self.first_failure {
             writeln!(f, "  first failure: {failure}")?;

@@ -131,10 +131,11 @@ impl<F: FabricHandle> Channel for RfRpcClientChannel<F> {
                     consume(entry);
                 }
                 if let Some((sent, frames)) = self.call.take() {
-                    let latency = sent.elapsed();
+                    let (latency, size) = (sent.elapsed(), self.batch.size());
                     for _ in 0..frames {
-                        self.stats.size_changes += u64::from(self.batch.record(latency).is_some());
+                        self.batch.record(latency);
                     }
+                    self.stats.size_changes += u64::from(self.batch.size() != size);
                 }
                 received = true;
             }
