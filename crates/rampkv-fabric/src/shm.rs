@@ -133,6 +133,7 @@ impl Mapping {
     }
 
     /// The word at `index`; panics when out of range (a caller bug: ranges are checked first).
+    #[inline]
     fn word(&self, index: usize) -> &AtomicU64 {
         assert!(index < self.len_words, "word {index} outside a mapping of {} words", self.len_words);
         // SAFETY: `index < len_words`, so the address lies inside the mapping, which lives as
@@ -157,12 +158,15 @@ impl Mapping {
 }
 
 impl Words for Mapping {
+    #[inline]
     fn len_words(&self) -> usize {
         self.len_words
     }
+    #[inline]
     fn load(&self, index: usize, ordering: LoadOrdering) -> u64 {
         words::std_load(self.word(index), ordering)
     }
+    #[inline]
     fn store(&self, index: usize, value: u64, ordering: StoreOrdering) {
         self.assert_writable();
         words::std_store(self.word(index), value, ordering)
@@ -177,6 +181,7 @@ impl Words for Mapping {
         self.assert_writable();
         self.word(index).fetch_add(add, Ordering::AcqRel)
     }
+    #[inline]
     fn fence(&self, ordering: FenceOrdering) {
         words::std_fence(ordering)
     }
@@ -192,12 +197,15 @@ impl Words for Mapping {
 }
 
 impl Words for ShmLocalRegion {
+    #[inline]
     fn len_words(&self) -> usize {
         self.mapping.len_words()
     }
+    #[inline]
     fn load(&self, index: usize, ordering: LoadOrdering) -> u64 {
         self.mapping.load(index, ordering)
     }
+    #[inline]
     fn store(&self, index: usize, value: u64, ordering: StoreOrdering) {
         self.mapping.store(index, value, ordering)
     }
@@ -207,6 +215,7 @@ impl Words for ShmLocalRegion {
     fn fetch_add(&self, index: usize, add: u64) -> u64 {
         self.mapping.fetch_add(index, add)
     }
+    #[inline]
     fn fence(&self, ordering: FenceOrdering) {
         self.mapping.fence(ordering)
     }
@@ -245,6 +254,7 @@ impl OneSided for ShmFabric {
     fn fetch_add(&self, remote: &Self::RemoteRegion, offset_bytes: usize, add: u64) -> Result<u64, FabricError> {
         words::fetch_add(&*remote.mapping, remote.access, offset_bytes, add)
     }
+    #[inline]
     fn read_word(
         &self,
         remote: &Self::RemoteRegion,
@@ -253,6 +263,7 @@ impl OneSided for ShmFabric {
     ) -> Result<u64, FabricError> {
         words::read_word(&*remote.mapping, offset_bytes, ordering)
     }
+    #[inline]
     fn write_word(
         &self,
         remote: &Self::RemoteRegion,

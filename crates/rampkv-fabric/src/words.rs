@@ -154,6 +154,7 @@ impl<T: Words + ?Sized> Words for Arc<T> {
     }
 }
 
+#[inline]
 pub(crate) fn std_load(word: &AtomicU64, ordering: LoadOrdering) -> u64 {
     // An acquire load is written as a relaxed load plus an acquire fence: the same guarantee,
     // and std documents only small *relaxed* loads as fine on read-only memory, which a client's
@@ -165,6 +166,7 @@ pub(crate) fn std_load(word: &AtomicU64, ordering: LoadOrdering) -> u64 {
     value
 }
 
+#[inline]
 pub(crate) fn std_store(word: &AtomicU64, value: u64, ordering: StoreOrdering) {
     let ordering = match ordering {
         StoreOrdering::Relaxed => Ordering::Relaxed,
@@ -173,6 +175,7 @@ pub(crate) fn std_store(word: &AtomicU64, value: u64, ordering: StoreOrdering) {
     word.store(value, ordering);
 }
 
+#[inline]
 pub(crate) fn std_fence(ordering: FenceOrdering) {
     let ordering = match ordering {
         FenceOrdering::Acquire => Ordering::Acquire,

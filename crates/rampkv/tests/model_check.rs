@@ -82,7 +82,7 @@ impl World {
         let mut reader = Sessions::new(scenario.cluster.clone(), 100, 1).unwrap();
         reader.set_txn_options(scenario.options);
         let read_keys = scenario.reader.iter().map(|&k| scenario.keys[k].clone()).collect();
-        reader.begin_read(0, read_keys, 0, 0, &mut posts).unwrap();
+        reader.begin_read(0, read_keys, 0, || 0, &mut posts).unwrap();
         world.add_client(reader, &mut posts);
         world
     }

@@ -163,7 +163,7 @@ impl World {
         state.started_ms = self.now_ms;
         // The wall clock a timestamp is taken from is the simulated one.
         let write_ts = if read {
-            state.sessions.begin_read(0, keys, now_us, now_us, &mut self.posts).unwrap();
+            state.sessions.begin_read(0, keys, now_us, || now_us, &mut self.posts).unwrap();
             None
         } else {
             let writes = |ts| {

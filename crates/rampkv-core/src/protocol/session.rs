@@ -215,20 +215,21 @@ impl Sessions {
     }
 
     /// Starts a read-only transaction of `keys` on an idle session at `now_us` (the caller's
-    /// monotonic clock); `wall_us` is the wall clock a locking read's timestamp is taken from.
-    /// Its requests go to `posts`.
+    /// monotonic clock); `wall_us` reads the wall clock a locking read's timestamp is taken
+    /// from (only S2PL reads need one: a RAMP read costs no clock read). Its requests go to
+    /// `posts`.
     pub fn begin_read(
         &mut self,
         session: usize,
         keys: Vec<Vec<u8>>,
         now_us: u64,
-        wall_us: u64,
+        wall_us: impl FnOnce() -> u64,
         posts: &mut Vec<Post>,
     ) -> Result<(), SessionError> {
         self.check_idle(session)?;
         let txn = if self.options.algorithm == Algorithm::S2pl {
             // Locking reads need a timestamp: their age under wait-die.
-            let ts = self.sessions[session].clock.next(wall_us);
+            let ts = self.sessions[session].clock.next(wall_us());
             let mut txn = LockingReadTxn::new(&self.cluster, ts, keys)?;
             txn.start(&mut self.outgoing);
             ActiveTxn::LockingRead(txn)

@@ -105,7 +105,7 @@ impl<T: ClientTransport> Driver<T> {
     /// Starts a read-only transaction of `keys` on an idle session.
     pub fn begin_read(&mut self, session: usize, keys: Vec<Vec<u8>>) -> Result<(), ClientError> {
         let now_us = self.now_us();
-        self.sessions.begin_read(session, keys, now_us, wall_clock_us(), &mut self.posts)?;
+        self.sessions.begin_read(session, keys, now_us, wall_clock_us, &mut self.posts)?;
         self.post()
     }
 

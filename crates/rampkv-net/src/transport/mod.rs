@@ -260,7 +260,7 @@ impl<M: ClientMedium> ClientTransport for Transport<M> {
     where
         F: FnMut(usize, u64, Response),
     {
-        let started = Instant::now();
+        let mut started = None; // read only when a wait is due: a poll that finds replies reads no clock
         loop {
             if self.has_unsent() {
                 self.flush()?; // room may have come back
@@ -269,6 +269,7 @@ impl<M: ClientMedium> ClientTransport for Transport<M> {
             if delivered > 0 || timeout == Some(Duration::ZERO) {
                 return Ok(delivered);
             }
+            let started = *started.get_or_insert_with(Instant::now);
             let remaining = match timeout.map(|timeout| timeout.saturating_sub(started.elapsed())) {
                 Some(remaining) if remaining.is_zero() => return Ok(0),
                 remaining => remaining,
