@@ -36,6 +36,7 @@ use crate::bench::{self, BenchConfig, BenchError, BenchResult, StopAfter, Transp
 use crate::progress::ProgressBar;
 use rampkv_core::protocol::ramp::Algorithm;
 use rampkv_core::types::UnknownName;
+use rampkv_net::message::BatchStats;
 
 /// Seconds per point in quick mode (CI): long enough for a few thousand transactions.
 pub const QUICK_POINT_SECONDS: f64 = 0.3;
@@ -407,6 +408,9 @@ pub struct PointOutcome {
     /// The read-atomicity verdict, when checked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check_clean: Option<bool>,
+    /// How an RF-RPC point batched frames into calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub batching: Option<BatchStats>,
     /// The full result, relative to the output directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result_file: Option<String>,
@@ -581,6 +585,7 @@ fn measured_point(point: &PointSpec, result: &BenchResult, result_file: &Path) -
         transactions: result.transactions,
         failed_transactions: result.failed_transactions,
         check_clean: result.check.as_ref().map(|report| report.is_clean()),
+        batching: result.batching,
         result_file: Some(result_file.to_string_lossy().replace('\\', "/")),
         error: None,
     }
@@ -598,6 +603,7 @@ fn failed_point(point: &PointSpec, error: String) -> PointOutcome {
         transactions: 0,
         failed_transactions: 0,
         check_clean: None,
+        batching: None,
         result_file: None,
         error: Some(error),
     }

@@ -172,6 +172,11 @@ fn comm_tables(text: &mut String, outcome: &SweepOutcome) {
             point.write_p99_us
         );
     }
+    for point in &series.points {
+        if let Some(batching) = point.batching {
+            let _ = writeln!(text, "\n{}: {batching}.", point.category.as_deref().unwrap_or("?"));
+        }
+    }
 }
 
 fn line_tables(text: &mut String, outcome: &SweepOutcome) {
@@ -338,6 +343,7 @@ pub(super) fn index_markdown(outcome: &FiguresOutcome) -> String {
 mod tests {
     use super::*;
     use crate::figures::{SeriesOutcome, SweepPlan};
+    use rampkv_net::message::BatchStats;
 
     fn point(x: f64, throughput: f64, error: Option<&str>) -> PointOutcome {
         PointOutcome {
@@ -351,6 +357,7 @@ mod tests {
             transactions: 100,
             failed_transactions: 0,
             check_clean: error.is_none().then_some(true),
+            batching: None,
             result_file: error.is_none().then(|| format!("results/txnsize/x-{x}.json")),
             error: error.map(String::from),
         }
@@ -394,6 +401,32 @@ mod tests {
         assert_eq!(polylines.len(), 2);
         assert_eq!(polylines[1].matches(',').count(), 1, "the failed point is not drawn: {}", polylines[1]);
         assert!(!svg.contains("NaN"), "{svg}");
+    }
+
+    /// The transport sweep says how RF-RPC batched frames into calls under its table.
+    #[test]
+    fn the_transport_sweep_shows_how_rfrpc_batched() {
+        let config = FiguresConfig::new(Mode::Full, "out".into(), 1);
+        let transport = |name: &str, throughput, batching| PointOutcome {
+            category: Some(name.into()),
+            batching,
+            ..point(0.0, throughput, None)
+        };
+        let batching = BatchStats { calls: 100, frames: 250, size: 64, size_changes: 3 };
+        let outcome = SweepOutcome {
+            sweep: Sweep::Comm,
+            series: vec![series(
+                "ramp-fast",
+                vec![transport("tcp", 1000.0, None), transport("rfrpc", 2000.0, Some(batching))],
+            )],
+            unavailable: Vec::new(),
+            table_file: "comm.md".into(),
+            svg_file: "comm.svg".into(),
+        };
+        let markdown = sweep_markdown(&config, &outcome);
+        let line = "rfrpc: 2.50 frames per call over 100 calls; automatic batch size 64 at the end (3 changes).";
+        assert!(markdown.contains(line), "{markdown}");
+        assert_eq!(markdown.matches("frames per call").count(), 1, "{markdown}");
     }
 
     #[test]

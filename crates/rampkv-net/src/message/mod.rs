@@ -126,6 +126,19 @@ impl BatchStats {
     }
 }
 
+impl std::fmt::Display for BatchStats {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            formatter,
+            "{:.2} frames per call over {} calls; automatic batch size {} at the end ({} changes)",
+            self.frames_per_call(),
+            self.calls,
+            self.size,
+            self.size_changes
+        )
+    }
+}
+
 /// Frames queued for one channel: `bytes[sent..]` are not sent yet. Compacts as it drains, so
 /// a connection that never fully drains does not grow without bound.
 #[derive(Debug, Default)]
