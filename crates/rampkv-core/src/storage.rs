@@ -543,6 +543,20 @@ impl Store {
         count
     }
 
+    /// Empties the store (a restart that loaded part of a damaged snapshot starts over).
+    pub fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.write().clear();
+        }
+        for pending in self.pending.iter() {
+            pending.lock().clear();
+        }
+        self.aborted.lock().clear();
+        self.version_count.store(0, Ordering::Relaxed);
+        self.value_bytes.store(0, Ordering::Relaxed);
+        self.versions_collected.store(0, Ordering::Relaxed);
+    }
+
     /// Remembers `ts` as aborted here (from a snapshot), as recovery's abort does.
     pub fn restore_aborted(&self, ts: Timestamp, now_ms: u64) {
         self.remember_aborted(ts, now_ms);
@@ -1001,6 +1015,9 @@ mod tests {
         assert_eq!(copy.last_commit(b"c"), 30);
         let refused = copy.prepare(40, write_set(&["b"]), Arc::from([]), vec![(key("b"), b"x".to_vec().into())], 0);
         assert_eq!(refused.unwrap_err(), StoreError::Aborted { ts: 40 }, "the aborted set is restored");
+        copy.clear();
+        assert_eq!(copy.stats(), StoreStats::default());
+        assert!(copy.get_latest(b"a").is_none() && copy.aborted_transactions().is_empty());
     }
 
     #[test]
