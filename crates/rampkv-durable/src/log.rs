@@ -41,7 +41,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::error::DurableError;
 use crate::files::{segment_path, sync_dir, DirLock, FileHeader, SEGMENT_MAGIC};
-use crate::limits::{EVERYSEC_SYNC_INTERVAL_MS, LOG_BUFFER_RETAINED_BYTES, LOG_WAITING_BYTES_MAX};
+use crate::limits::{EVERYSEC_SYNC_INTERVAL_MS, LOG_BUFFER_RETAINED_BYTES};
 use crate::record::{encode_record, Lsn, RecordHeader, RecordRef};
 
 /// When written records are fsynced, as Redis's `appendfsync`.
@@ -160,6 +160,7 @@ pub(crate) struct Shared {
     pub(crate) dir: PathBuf,
     policy: FsyncPolicy,
     segment_bytes_target: u64,
+    waiting_bytes_max: usize,
     queue: Mutex<Queue>,
     /// The writer waits here for records (or for closing).
     work: Condvar,
@@ -198,6 +199,7 @@ pub(crate) struct Start {
     pub dir: PathBuf,
     pub policy: FsyncPolicy,
     pub segment_bytes_target: u64,
+    pub waiting_bytes_max: usize,
     pub next_lsn: Lsn,
     pub epoch: u64,
     pub lock: DirLock,
@@ -213,13 +215,14 @@ pub struct Log {
 impl Log {
     /// Starts a log whose next record gets `start.next_lsn`, in a new segment.
     pub(crate) fn start(start: Start) -> Result<Log, DurableError> {
-        let Start { dir, policy, segment_bytes_target, next_lsn, epoch, lock } = start;
+        let Start { dir, policy, segment_bytes_target, waiting_bytes_max, next_lsn, epoch, lock } = start;
         let segment = Segment::create(&dir, next_lsn, epoch)?;
         let recovered = next_lsn - 1;
         let shared = Arc::new(Shared {
             dir,
             policy,
             segment_bytes_target,
+            waiting_bytes_max,
             queue: Mutex::new(Queue {
                 buffer: Vec::new(),
                 first_lsn: next_lsn,
@@ -284,10 +287,12 @@ impl Log {
         let header = RecordHeader { lsn, epoch, synced_lsn: self.shared.synced_lsn.load(Ordering::Acquire) };
         let before = queue.buffer.len();
         encode_record(header, record, &mut queue.buffer)?;
-        // A record always fits an empty buffer (the bound is at least the largest record).
-        if before > 0 && queue.buffer.len() > LOG_WAITING_BYTES_MAX {
+        // A record always goes into an empty buffer (the default bound is at least the largest
+        // record, and a smaller one must not stop the log for ever).
+        let max = self.shared.waiting_bytes_max;
+        if before > 0 && queue.buffer.len() > max {
             queue.buffer.truncate(before);
-            return Err(DurableError::LogFull { waiting_bytes: before, max: LOG_WAITING_BYTES_MAX });
+            return Err(DurableError::LogFull { waiting_bytes: before, max });
         }
         if queue.records == 0 {
             queue.first_lsn = lsn;

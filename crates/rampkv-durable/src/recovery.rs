@@ -41,7 +41,7 @@ use rampkv_core::types::Timestamp;
 
 use crate::error::{DurableError, FileHeaderError};
 use crate::files::{list, segment_path, DirLock, FileHeader, FILE_HEADER_BYTES, SEGMENT_MAGIC};
-use crate::limits::SEGMENT_BYTES_TARGET;
+use crate::limits::{LOG_WAITING_BYTES_MAX, SEGMENT_BYTES_TARGET};
 use crate::log::{FsyncPolicy, Log, Start};
 use crate::record::{check_frame, Frame, Lsn, Record, RecordError};
 use crate::snapshot::{self, LoadedSnapshot};
@@ -56,6 +56,8 @@ pub struct OpenOptions {
     pub now_ms: u64,
     /// Segment size target (`SEGMENT_BYTES_TARGET`; tests make it small).
     pub segment_bytes_target: u64,
+    /// Bound on bytes waiting for the writer (`LOG_WAITING_BYTES_MAX`; tests make it small).
+    pub waiting_bytes_max: usize,
 }
 
 impl Default for OpenOptions {
@@ -65,6 +67,7 @@ impl Default for OpenOptions {
             truncate_corrupt: false,
             now_ms: 0,
             segment_bytes_target: SEGMENT_BYTES_TARGET,
+            waiting_bytes_max: LOG_WAITING_BYTES_MAX,
         }
     }
 }
@@ -196,6 +199,7 @@ pub fn open(dir: &Path, options: &OpenOptions, store: &Store) -> Result<(Log, Re
         dir: dir.to_path_buf(),
         policy: options.policy,
         segment_bytes_target: options.segment_bytes_target,
+        waiting_bytes_max: options.waiting_bytes_max,
         next_lsn: last_lsn + 1,
         epoch: report.last_epoch,
         lock,

@@ -126,7 +126,9 @@ fn a_cut_record_is_truncated_and_a_changed_byte_is_a_checksum_or_header_error() 
             // A changed length claims more bytes than present, too many, or fewer (checksum).
             0..4 => matches!(
                 error,
-                RecordError::Truncated { .. } | RecordError::PayloadTooLarge { .. } | RecordError::ChecksumMismatch { .. }
+                RecordError::Truncated { .. }
+                    | RecordError::PayloadTooLarge { .. }
+                    | RecordError::ChecksumMismatch { .. }
             ),
             8 => matches!(error, RecordError::UnknownKind(_)),
             9..16 => error == RecordError::ReservedBytesSet,
