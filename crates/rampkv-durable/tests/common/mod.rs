@@ -165,11 +165,16 @@ impl Workload {
     }
 }
 
+/// One version as compared: committed, value, metadata.
+pub type VersionImage = (bool, Box<[u8]>, StoredMetadata);
+
+/// One key as compared: its versions by timestamp, lastCommit, the latest version's ts.
+pub type KeyImage = (BTreeMap<Timestamp, VersionImage>, Timestamp, Timestamp);
+
 /// Everything a store holds that a restart must give back.
 #[derive(Debug, PartialEq, Eq)]
 pub struct StoreImage {
-    /// key -> (ts -> (committed, value, metadata)), lastCommit, latest ts
-    pub keys: BTreeMap<Key, (BTreeMap<Timestamp, (bool, Box<[u8]>, StoredMetadata)>, Timestamp, Timestamp)>,
+    pub keys: BTreeMap<Key, KeyImage>,
     /// ts -> (keys here, write set)
     pub pending: BTreeMap<Timestamp, (BTreeSet<Key>, Vec<Key>)>,
     pub aborted: BTreeSet<Timestamp>,
