@@ -237,3 +237,18 @@ proptest! {
         prop_assert!(decode_record(&bytes).is_err());
     }
 }
+
+#[test]
+fn the_header_layout_is_as_documented_byte_by_byte() {
+    let mut bytes = Vec::new();
+    let header = RecordHeader { lsn: 0x0102_0304_0506_0708, epoch: 9, synced_lsn: 7 };
+    encode_record(header, RecordRef::Commit { ts: 0xAB }, &mut bytes).unwrap();
+    let mut expected = vec![8, 0, 0, 0, 0, 0, 0, 0, KIND_COMMIT, 0, 0, 0, 0, 0, 0, 0];
+    expected.extend_from_slice(&[8, 7, 6, 5, 4, 3, 2, 1]);
+    expected.extend_from_slice(&[9, 0, 0, 0, 0, 0, 0, 0]);
+    expected.extend_from_slice(&[7, 0, 0, 0, 0, 0, 0, 0]);
+    expected.extend_from_slice(&[0xAB, 0, 0, 0, 0, 0, 0, 0]);
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&expected[0..4]), &expected[8..]);
+    expected[4..8].copy_from_slice(&crc.to_le_bytes());
+    assert_eq!(bytes, expected);
+}

@@ -98,3 +98,17 @@ proptest! {
         prop_assert!(load(&path, &Store::new(1_000), 0).is_err());
     }
 }
+
+#[test]
+fn the_largest_version_fits_an_entry() {
+    use rampkv_core::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
+    let write_set: Arc<[Key]> = (0..TXN_KEYS_MAX).map(|index| Key::from(vec![index as u8; KEY_BYTES_MAX])).collect();
+    let store = Store::new(1_000);
+    let writes = vec![(write_set[0].clone(), vec![3u8; VALUE_BYTES_MAX].into_boxed_slice())];
+    store.prepare(5, StoredMetadata::WriteSet(Arc::clone(&write_set)), Arc::clone(&write_set), writes, 0).unwrap();
+    let (_dir, path) = written(&store);
+    let loaded_into = Store::new(1_000);
+    load(&path, &loaded_into, 0).unwrap();
+    assert_eq!(loaded_into.get_at(&write_set[0], 5).unwrap().value.len(), VALUE_BYTES_MAX);
+    assert_eq!(loaded_into.stale_pending(u64::MAX)[0].1.write_set, write_set);
+}
