@@ -30,7 +30,8 @@
 //!          `LogFull`: stop reading requests until the watermark moves.
 //! now and then (by log size or time):
 //!          log.snapshot_in_background(Arc::clone(&core), ServerCore::store)
-//! stop:    log.close()
+//! stop:    join a running snapshot job (it holds the directory's lock until it ends),
+//!          then log.close()
 //! ```
 //! Apply-then-append is what makes a snapshot of the live store right (see [`snapshot`]); it
 //! also means a change is visible to readers a moment before it is durable, which RAMP

@@ -131,7 +131,8 @@ pub struct RecoveryReport {
     pub records_replayed: u64,
     /// Records read and skipped because the snapshot covers them.
     pub records_covered: u64,
-    /// PREPAREs and PUTs the store refused because their transaction was aborted here.
+    /// PREPAREs and PUTs the store refused because their transaction was aborted here (as it
+    /// did live, or because the snapshot already holds the ABORT that follows them in the log).
     pub records_refused: u64,
     pub cuts: Vec<Cut>,
     /// Damage in records the snapshot covers, skipped over (file, offset, LSN).

@@ -176,24 +176,35 @@ impl Log {
 pub(crate) fn write(dir: &Path, store: &Store, lsn: Lsn, epoch: u64) -> Result<SnapshotReport, DurableError> {
     let started = Instant::now();
     let temporary = temporary_snapshot_path(dir, lsn);
-    let file = File::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&temporary)
-        .map_err(DurableError::io("create", &temporary))?;
-    let mut writer = EntryWriter { out: BufWriter::with_capacity(SNAPSHOT_IO_BUFFER_BYTES, file), scratch: Vec::new() };
-    let io = DurableError::io("write", &temporary);
-    let counts = writer.write_store(store, FileHeader { lsn, epoch }).map_err(io)?;
-    let file = writer.out.into_inner().map_err(|error| DurableError::io("write", &temporary)(error.into_error()))?;
-    file.sync_all().map_err(DurableError::io("fsync", &temporary))?;
-    let bytes = file.metadata().map_err(DurableError::io("stat", &temporary))?.len();
-    drop(file);
+    let (counts, bytes) = match write_temporary(&temporary, store, FileHeader { lsn, epoch }) {
+        Ok(written) => written,
+        Err(error) => {
+            // Best effort: a leftover is also deleted at the next start.
+            let _ = std::fs::remove_file(&temporary);
+            return Err(error);
+        }
+    };
     let path = snapshot_path(dir, lsn);
     std::fs::rename(&temporary, &path).map_err(DurableError::io("rename", &temporary))?;
     sync_dir(dir)?;
     let dropped = drop_covered(dir)?;
     Ok(SnapshotReport { path, lsn, counts, bytes, duration_ms: started.elapsed().as_millis() as u64, dropped })
+}
+
+/// Writes and fsyncs the snapshot file at `temporary`; returns its counts and length.
+fn write_temporary(temporary: &Path, store: &Store, header: FileHeader) -> Result<(SnapshotCounts, u64), DurableError> {
+    let file = File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(temporary)
+        .map_err(DurableError::io("create", temporary))?;
+    let mut writer = EntryWriter { out: BufWriter::with_capacity(SNAPSHOT_IO_BUFFER_BYTES, file), scratch: Vec::new() };
+    let counts = writer.write_store(store, header).map_err(DurableError::io("write", temporary))?;
+    let file = writer.out.into_inner().map_err(|error| DurableError::io("write", temporary)(error.into_error()))?;
+    file.sync_all().map_err(DurableError::io("fsync", temporary))?;
+    let bytes = file.metadata().map_err(DurableError::io("stat", temporary))?.len();
+    Ok((counts, bytes))
 }
 
 /// Deletes snapshots beyond the newest `SNAPSHOTS_KEPT`, and segments whose every record the
