@@ -8,7 +8,9 @@
 //! - The writer thread takes everything gathered so far as one group, writes it with one
 //!   system call, and (policy `always`) fsyncs once for the whole group. Meanwhile appenders
 //!   gather the next group, so the cost of an fsync is shared by every record that arrived
-//!   while the previous one ran (group commit).
+//!   while the previous one ran (group commit). With `everysec`, a second thread fsyncs what
+//!   was written once a second, in the background, so that writes and acknowledgements never
+//!   wait for that fsync (as Redis's background fsync of `appendfsync everysec`).
 //! - The durable watermark ([`Log::durable_lsn`]) is the LSN up to which records are as
 //!   durable as the policy promises: fsynced (`always`), or handed to the operating system
 //!   (`everysec`, fsynced within about `EVERYSEC_SYNC_INTERVAL_MS`; `no`, whenever the
@@ -103,8 +105,8 @@ pub struct LogStats {
     pub bytes: u64,
     /// Groups written (one write system call each).
     pub groups: u64,
-    /// fsyncs of segment files (per group with `always`; per second with `everysec`; and one
-    /// when a segment is closed).
+    /// fsyncs of segment files (per group with `always`; at most one per second, in the
+    /// syncer thread, with `everysec`; and one when a segment is closed).
     pub fsyncs: u64,
     /// The last LSN appended.
     pub last_lsn: Lsn,
@@ -166,6 +168,10 @@ pub(crate) struct Shared {
     work: Condvar,
     /// Appenders waiting for space and waiters of the watermark wait here.
     progress: Condvar,
+    /// The `everysec` syncer waits here for its next turn (or for closing).
+    syncer: Condvar,
+    /// What the `everysec` syncer fsyncs: the writer's current segment and its last LSN.
+    sync_target: Mutex<SyncTarget>,
     durable_lsn: AtomicU64,
     /// The highest LSN known fsynced (stamped into every record; recovery reads it).
     synced_lsn: AtomicU64,
@@ -209,7 +215,8 @@ pub(crate) struct Start {
 #[derive(Debug)]
 pub struct Log {
     shared: Arc<Shared>,
-    writer: Option<JoinHandle<()>>,
+    /// The writer, and with `everysec` the syncer.
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl Log {
@@ -218,6 +225,8 @@ impl Log {
         let Start { dir, policy, segment_bytes_target, waiting_bytes_max, next_lsn, epoch, lock } = start;
         let segment = Segment::create(&dir, next_lsn, epoch)?;
         let recovered = next_lsn - 1;
+        let sync_target =
+            SyncTarget { file: Arc::clone(&segment.file), path: segment.path.clone(), written_lsn: recovered };
         let shared = Arc::new(Shared {
             dir,
             policy,
@@ -234,6 +243,8 @@ impl Log {
             }),
             work: Condvar::new(),
             progress: Condvar::new(),
+            syncer: Condvar::new(),
+            sync_target: Mutex::new(sync_target),
             durable_lsn: AtomicU64::new(recovered),
             synced_lsn: AtomicU64::new(recovered),
             last_lsn: AtomicU64::new(recovered),
@@ -245,12 +256,22 @@ impl Log {
             snapshot_running: AtomicBool::new(false),
             _lock: lock,
         });
-        let writer = Writer { shared: Arc::clone(&shared), segment, spare: Vec::new(), last_sync: Instant::now() };
-        let writer = std::thread::Builder::new()
-            .name("rampkv-log-writer".into())
-            .spawn(move || writer.run())
-            .map_err(DurableError::io("start the log writer for", &shared.dir))?;
-        Ok(Log { shared, writer: Some(writer) })
+        let mut log = Log { shared: Arc::clone(&shared), threads: Vec::new() };
+        let writer = Writer { shared: Arc::clone(&shared), segment, spare: Vec::new() };
+        log.spawn("rampkv-log-writer", move || writer.run())?;
+        if policy == FsyncPolicy::Everysec {
+            log.spawn("rampkv-log-syncer", move || run_syncer(&shared))?;
+        }
+        Ok(log)
+    }
+
+    fn spawn(&mut self, name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), DurableError> {
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(body)
+            .map_err(DurableError::io("start a log thread for", &self.shared.dir))?;
+        self.threads.push(thread);
+        Ok(())
     }
 
     /// Queues `record` (stamped with `epoch`) for the writer and returns its LSN. Never blocks
@@ -384,14 +405,18 @@ impl Log {
     }
 
     fn stop(&mut self) -> Result<(), DurableError> {
-        let Some(writer) = self.writer.take() else { return Ok(()) };
+        if self.threads.is_empty() {
+            return Ok(());
+        }
         self.shared.queue.lock().closing = true;
-        self.shared.work.notify_one();
-        if writer.join().is_err() {
+        self.shared.work.notify_all();
+        self.shared.syncer.notify_all();
+        let panicked = self.threads.drain(..).map(JoinHandle::join).filter(Result::is_err).count();
+        if panicked > 0 {
             return Err(DurableError::LogFailed {
-                action: "run the log writer for",
+                action: "run the log threads for",
                 path: self.shared.dir.clone(),
-                message: "the writer thread panicked".into(),
+                message: "a log thread panicked".into(),
             });
         }
         match &self.shared.queue.lock().failure {
@@ -410,7 +435,8 @@ impl Drop for Log {
 
 /// The segment the writer appends to.
 struct Segment {
-    file: File,
+    /// Shared with the `everysec` syncer, which fsyncs it while the writer goes on.
+    file: Arc<File>,
     path: PathBuf,
     bytes: u64,
 }
@@ -425,8 +451,17 @@ impl Segment {
         let header = FileHeader { lsn: first_lsn, epoch }.encode(SEGMENT_MAGIC);
         file.write_all(&header).and_then(|()| file.sync_data()).map_err(DurableError::io("write", &path))?;
         sync_dir(dir)?;
-        Ok(Segment { file, path, bytes: header.len() as u64 })
+        Ok(Segment { file: Arc::new(file), path, bytes: header.len() as u64 })
     }
+}
+
+/// What the `everysec` syncer fsyncs.
+#[derive(Debug, Clone)]
+struct SyncTarget {
+    file: Arc<File>,
+    path: PathBuf,
+    /// Every record up to this LSN was written to `file` (or to an earlier, fsynced segment).
+    written_lsn: Lsn,
 }
 
 /// A group taken from the queue.
@@ -443,46 +478,34 @@ struct Writer {
     segment: Segment,
     /// The buffer swapped with the queue's: one group is written while the next gathers.
     spare: Vec<u8>,
-    last_sync: Instant,
 }
 
 impl Writer {
     fn run(mut self) {
         while let Some(group) = self.next_group() {
             if let Err(failure) = self.write_group(&group) {
-                self.fail(failure);
+                self.shared.fail(failure);
                 return;
             }
         }
-        if let Err(failure) = self.sync() {
-            self.fail(failure);
+        // Closing: whatever the policy, everything written is fsynced.
+        let written = self.shared.durable_lsn.load(Ordering::Acquire);
+        if self.shared.synced_lsn.load(Ordering::Acquire) < written {
+            if let Err(failure) = self.sync_to(written) {
+                self.shared.fail(failure);
+            }
         }
     }
 
     /// Waits for records and takes them all (into `spare`); `None` when closing with nothing
-    /// left. With `everysec`, also wakes when written data is due for its fsync (and returns an
-    /// empty group).
+    /// left, or after a failure.
     fn next_group(&mut self) -> Option<Group> {
         let mut queue = self.shared.queue.lock();
-        loop {
-            if !queue.buffer.is_empty() {
-                break;
-            }
+        while queue.buffer.is_empty() {
             if queue.closing || queue.failure.is_some() {
                 return None;
             }
-            let unsynced =
-                self.shared.synced_lsn.load(Ordering::Acquire) < self.shared.durable_lsn.load(Ordering::Acquire);
-            if self.shared.policy == FsyncPolicy::Everysec && unsynced {
-                let due = self.last_sync + Duration::from_millis(EVERYSEC_SYNC_INTERVAL_MS);
-                if Instant::now() >= due {
-                    let last = queue.next_lsn - 1;
-                    return Some(Group { first_lsn: last + 1, last_lsn: last, records: 0, epoch: queue.epoch });
-                }
-                self.shared.work.wait_until(&mut queue, due);
-            } else {
-                self.shared.work.wait(&mut queue);
-            }
+            self.shared.work.wait(&mut queue);
         }
         std::mem::swap(&mut queue.buffer, &mut self.spare);
         let group = Group {
@@ -497,54 +520,35 @@ impl Writer {
         Some(group)
     }
 
-    /// Writes `spare` (the group), fsyncs as the policy says, and advances the watermark.
+    /// Writes `spare` (the group), fsyncs with `always`, and advances the watermark.
     fn write_group(&mut self, group: &Group) -> Result<(), Failure> {
-        if group.records > 0 {
-            if self.segment.bytes >= self.shared.segment_bytes_target {
-                self.rotate(group)?;
-            }
-            let path = &self.segment.path;
-            self.segment.file.write_all(&self.spare).map_err(|error| failure("write", path, &error))?;
-            self.segment.bytes += self.spare.len() as u64;
-            self.shared.records.fetch_add(group.records, Ordering::Relaxed);
-            self.shared.bytes.fetch_add(self.spare.len() as u64, Ordering::Relaxed);
-            self.shared.groups.fetch_add(1, Ordering::Relaxed);
-            self.spare.clear();
-            self.spare.shrink_to(LOG_BUFFER_RETAINED_BYTES);
+        if self.segment.bytes >= self.shared.segment_bytes_target {
+            self.rotate(group)?;
         }
-        let sync_due = match self.shared.policy {
-            FsyncPolicy::Always => true,
-            FsyncPolicy::Everysec => self.last_sync.elapsed() >= Duration::from_millis(EVERYSEC_SYNC_INTERVAL_MS),
-            FsyncPolicy::No => false,
-        };
-        // The watermark of `everysec` and `no` follows the write; `always` waits for the fsync.
-        if self.shared.policy != FsyncPolicy::Always {
-            self.publish(group.last_lsn);
+        let path = &self.segment.path;
+        (&*self.segment.file).write_all(&self.spare).map_err(|error| failure("write", path, &error))?;
+        self.segment.bytes += self.spare.len() as u64;
+        self.shared.records.fetch_add(group.records, Ordering::Relaxed);
+        self.shared.bytes.fetch_add(self.spare.len() as u64, Ordering::Relaxed);
+        self.shared.groups.fetch_add(1, Ordering::Relaxed);
+        self.spare.clear();
+        self.spare.shrink_to(LOG_BUFFER_RETAINED_BYTES);
+        match self.shared.policy {
+            // The watermark of `always` waits for the fsync.
+            FsyncPolicy::Always => self.sync_to(group.last_lsn)?,
+            // The syncer fsyncs what is written, each second, without holding up the writes.
+            FsyncPolicy::Everysec => self.shared.sync_target.lock().written_lsn = group.last_lsn,
+            FsyncPolicy::No => {}
         }
-        if sync_due {
-            self.sync_to(group.last_lsn)?;
-        }
-        if self.shared.policy == FsyncPolicy::Always {
-            self.publish(group.last_lsn);
-        }
+        self.shared.publish(group.last_lsn);
         Ok(())
     }
 
     /// fsyncs the segment: everything written so far (up to `written_lsn`) is on disk.
     fn sync_to(&mut self, written_lsn: Lsn) -> Result<(), Failure> {
         self.segment.file.sync_data().map_err(|error| failure("fsync", &self.segment.path, &error))?;
-        self.last_sync = Instant::now();
         self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
         self.shared.synced_lsn.fetch_max(written_lsn, Ordering::AcqRel);
-        Ok(())
-    }
-
-    /// fsyncs whatever was written and not yet fsynced (closing).
-    fn sync(&mut self) -> Result<(), Failure> {
-        let written = self.shared.durable_lsn.load(Ordering::Acquire);
-        if self.shared.synced_lsn.load(Ordering::Acquire) < written {
-            self.sync_to(written)?;
-        }
         Ok(())
     }
 
@@ -558,31 +562,74 @@ impl Writer {
                     Failure { action: "create a segment in", path: self.shared.dir.clone(), message: other.to_string() }
                 }
             })?;
+        let mut target = self.shared.sync_target.lock();
+        target.file = Arc::clone(&self.segment.file);
+        target.path = self.segment.path.clone();
         Ok(())
     }
+}
 
+/// The `everysec` syncer: every `EVERYSEC_SYNC_INTERVAL_MS`, fsyncs what the writer has
+/// written, in its own thread so that writes (and acknowledgements) go on during the fsync,
+/// as Redis does its everysec fsync in a background thread. Records written before the fsync
+/// starts are on disk when it returns, so the LSN read first is what becomes synced.
+fn run_syncer(shared: &Shared) {
+    let interval = Duration::from_millis(EVERYSEC_SYNC_INTERVAL_MS);
+    let mut next_sync = Instant::now() + interval;
+    loop {
+        {
+            let mut queue = shared.queue.lock();
+            while Instant::now() < next_sync {
+                if queue.closing || queue.failure.is_some() {
+                    return; // the writer fsyncs at closing
+                }
+                shared.syncer.wait_until(&mut queue, next_sync);
+            }
+            if queue.failure.is_some() {
+                return;
+            }
+        }
+        next_sync = Instant::now() + interval;
+        let target = shared.sync_target.lock().clone();
+        if target.written_lsn <= shared.synced_lsn.load(Ordering::Acquire) {
+            continue;
+        }
+        match target.file.sync_data() {
+            Ok(()) => {
+                shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+                shared.synced_lsn.fetch_max(target.written_lsn, Ordering::AcqRel);
+            }
+            Err(error) => return shared.fail(failure("fsync", &target.path, &error)),
+        }
+    }
+}
+
+impl Shared {
     /// Advances the watermark to `lsn`, wakes waiters and runs the callback.
     fn publish(&self, lsn: Lsn) {
         {
             // Stored under the queue lock: a waiter checks the watermark under it, so it either
             // sees the new value or is already waiting when the notification comes.
-            let _queue = self.shared.queue.lock();
-            self.shared.durable_lsn.fetch_max(lsn, Ordering::AcqRel);
+            let _queue = self.queue.lock();
+            self.durable_lsn.fetch_max(lsn, Ordering::AcqRel);
         }
-        self.shared.progress.notify_all();
+        self.progress.notify_all();
         self.run_wake();
     }
 
     fn run_wake(&self) {
-        let wake = self.shared.wake.lock().clone();
+        let wake = self.wake.lock().clone();
         if let Some(wake) = wake {
-            wake(self.shared.durable_lsn.load(Ordering::Acquire));
+            wake(self.durable_lsn.load(Ordering::Acquire));
         }
     }
 
+    /// Stops the log for good: every later call gets the failure.
     fn fail(&self, failure: Failure) {
-        self.shared.queue.lock().failure = Some(failure);
-        self.shared.progress.notify_all();
+        self.queue.lock().failure.get_or_insert(failure);
+        self.work.notify_all();
+        self.syncer.notify_all();
+        self.progress.notify_all();
         self.run_wake();
     }
 }
