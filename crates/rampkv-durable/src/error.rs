@@ -23,8 +23,8 @@ pub enum DurableError {
         source: std::io::Error,
     },
     #[error(
-        "{file}: damaged log record at byte offset {offset} (LSN {lsn}): {cause}; valid records follow it, so \
-         this is not a torn tail; open with truncate_corrupt to drop the log from there"
+        "{file}: damaged log record at byte offset {offset} (LSN {lsn}): {cause}; a later record shows it had \
+         been fsynced, so this is not a torn write; open with truncate_corrupt to drop the log from there"
     )]
     CorruptLog { file: PathBuf, offset: u64, lsn: Lsn, cause: RecordError },
     #[error("{file}: record at byte offset {offset} has LSN {found}, expected {expected}")]

@@ -27,9 +27,11 @@
 //! good (`LogFailed`): after a failed fsync the kernel may have dropped the dirty pages, so
 //! retrying could report as durable what is not. The server must stop and recover from the
 //! files.
-//! Before a new segment receives its first record, the previous one is fsynced whatever the
-//! policy: damage can then only be in the last segment's tail, and damage anywhere else is
-//! corruption, never a torn write.
+//! A new segment's header and directory entry are fsynced before it receives a record. A
+//! closed segment is fsynced already with `always`; with `everysec` and `no` the syncer thread
+//! fsyncs it as soon as it is closed, in the background (the writer never waits for a whole
+//! segment's fsync). Recovery tells torn writes from corruption by the fsynced LSN each record
+//! stamps, not by segment order.
 
 use std::fs::File;
 use std::io::Write;
@@ -105,8 +107,9 @@ pub struct LogStats {
     pub bytes: u64,
     /// Groups written (one write system call each).
     pub groups: u64,
-    /// fsyncs of segment files (per group with `always`; at most one per second, in the
-    /// syncer thread, with `everysec`; and one when a segment is closed).
+    /// fsyncs of segment files: one per group with `always`; with `everysec` at most one per
+    /// second, with `everysec` and `no` one per closed segment (both in the syncer thread); one
+    /// at close.
     pub fsyncs: u64,
     /// The last LSN appended.
     pub last_lsn: Lsn,
@@ -168,9 +171,9 @@ pub(crate) struct Shared {
     work: Condvar,
     /// Appenders waiting for space and waiters of the watermark wait here.
     progress: Condvar,
-    /// The `everysec` syncer waits here for its next turn (or for closing).
+    /// The syncer (`everysec`, `no`) waits here for its next turn (or for closing).
     syncer: Condvar,
-    /// What the `everysec` syncer fsyncs: the writer's current segment and its last LSN.
+    /// What the syncer fsyncs: closed segments, and the writer's current one.
     sync_target: Mutex<SyncTarget>,
     durable_lsn: AtomicU64,
     /// The highest LSN known fsynced (stamped into every record; recovery reads it).
@@ -215,7 +218,7 @@ pub(crate) struct Start {
 #[derive(Debug)]
 pub struct Log {
     shared: Arc<Shared>,
-    /// The writer, and with `everysec` the syncer.
+    /// The writer, and with `everysec` or `no` the syncer.
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -225,8 +228,12 @@ impl Log {
         let Start { dir, policy, segment_bytes_target, waiting_bytes_max, next_lsn, epoch, lock } = start;
         let segment = Segment::create(&dir, next_lsn, epoch)?;
         let recovered = next_lsn - 1;
-        let sync_target =
-            SyncTarget { file: Arc::clone(&segment.file), path: segment.path.clone(), written_lsn: recovered };
+        let sync_target = SyncTarget {
+            retired: Vec::new(),
+            file: Arc::clone(&segment.file),
+            path: segment.path.clone(),
+            written_lsn: recovered,
+        };
         let shared = Arc::new(Shared {
             dir,
             policy,
@@ -259,7 +266,7 @@ impl Log {
         let mut log = Log { shared: Arc::clone(&shared), threads: Vec::new() };
         let writer = Writer { shared: Arc::clone(&shared), segment, spare: Vec::new() };
         log.spawn("rampkv-log-writer", move || writer.run())?;
-        if policy == FsyncPolicy::Everysec {
+        if policy != FsyncPolicy::Always {
             log.spawn("rampkv-log-syncer", move || run_syncer(&shared))?;
         }
         Ok(log)
@@ -435,7 +442,7 @@ impl Drop for Log {
 
 /// The segment the writer appends to.
 struct Segment {
-    /// Shared with the `everysec` syncer, which fsyncs it while the writer goes on.
+    /// Shared with the syncer, which fsyncs it while the writer goes on.
     file: Arc<File>,
     path: PathBuf,
     bytes: u64,
@@ -455,12 +462,15 @@ impl Segment {
     }
 }
 
-/// What the `everysec` syncer fsyncs.
+/// What the syncer fsyncs.
 #[derive(Debug, Clone)]
 struct SyncTarget {
+    /// Segments closed and not yet fsynced, oldest first, each with its last LSN.
+    retired: Vec<(Arc<File>, PathBuf, Lsn)>,
+    /// The segment being written.
     file: Arc<File>,
     path: PathBuf,
-    /// Every record up to this LSN was written to `file` (or to an earlier, fsynced segment).
+    /// Every record up to this LSN was written to `file` or to an earlier segment.
     written_lsn: Lsn,
 }
 
@@ -489,12 +499,20 @@ impl Writer {
             }
         }
         // Closing: whatever the policy, everything written is fsynced.
+        if let Err(failure) = self.sync_all_written() {
+            self.shared.fail(failure);
+        }
+    }
+
+    /// fsyncs every closed segment the syncer has not, then the current one.
+    fn sync_all_written(&mut self) -> Result<(), Failure> {
+        let retired = std::mem::take(&mut self.shared.sync_target.lock().retired);
+        sync_retired(&self.shared, retired)?;
         let written = self.shared.durable_lsn.load(Ordering::Acquire);
         if self.shared.synced_lsn.load(Ordering::Acquire) < written {
-            if let Err(failure) = self.sync_to(written) {
-                self.shared.fail(failure);
-            }
+            self.sync_to(written)?;
         }
+        Ok(())
     }
 
     /// Waits for records and takes them all (into `spare`); `None` when closing with nothing
@@ -533,12 +551,12 @@ impl Writer {
         self.shared.groups.fetch_add(1, Ordering::Relaxed);
         self.spare.clear();
         self.spare.shrink_to(LOG_BUFFER_RETAINED_BYTES);
-        match self.shared.policy {
+        if self.shared.policy == FsyncPolicy::Always {
             // The watermark of `always` waits for the fsync.
-            FsyncPolicy::Always => self.sync_to(group.last_lsn)?,
-            // The syncer fsyncs what is written, each second, without holding up the writes.
-            FsyncPolicy::Everysec => self.shared.sync_target.lock().written_lsn = group.last_lsn,
-            FsyncPolicy::No => {}
+            self.sync_to(group.last_lsn)?;
+        } else {
+            // The syncer fsyncs what is written (`everysec`) without holding up the writes.
+            self.shared.sync_target.lock().written_lsn = group.last_lsn;
         }
         self.shared.publish(group.last_lsn);
         Ok(())
@@ -552,56 +570,85 @@ impl Writer {
         Ok(())
     }
 
-    /// Closes the current segment (fsynced) and starts the next at the group's first LSN.
+    /// Closes the current segment and starts the next at the group's first LSN. With `always`
+    /// the closed segment is fsynced already; otherwise the syncer fsyncs it in the background
+    /// (the writer never waits for a whole segment's fsync).
     fn rotate(&mut self, group: &Group) -> Result<(), Failure> {
-        self.sync_to(group.first_lsn - 1)?;
-        self.segment =
-            Segment::create(&self.shared.dir, group.first_lsn, group.epoch).map_err(|error| match error {
-                DurableError::Io { action, path, source } => failure(action, &path, &source),
-                other => {
-                    Failure { action: "create a segment in", path: self.shared.dir.clone(), message: other.to_string() }
-                }
-            })?;
+        let next = Segment::create(&self.shared.dir, group.first_lsn, group.epoch).map_err(|error| match error {
+            DurableError::Io { action, path, source } => failure(action, &path, &source),
+            other => {
+                Failure { action: "create a segment in", path: self.shared.dir.clone(), message: other.to_string() }
+            }
+        })?;
+        let closed = std::mem::replace(&mut self.segment, next);
         let mut target = self.shared.sync_target.lock();
+        if self.shared.policy != FsyncPolicy::Always {
+            target.retired.push((closed.file, closed.path, group.first_lsn - 1));
+            self.shared.syncer.notify_all();
+        }
         target.file = Arc::clone(&self.segment.file);
         target.path = self.segment.path.clone();
         Ok(())
     }
 }
 
-/// The `everysec` syncer: every `EVERYSEC_SYNC_INTERVAL_MS`, fsyncs what the writer has
-/// written, in its own thread so that writes (and acknowledgements) go on during the fsync,
-/// as Redis does its everysec fsync in a background thread. Records written before the fsync
-/// starts are on disk when it returns, so the LSN read first is what becomes synced.
+/// The syncer (`everysec` and `no`): fsyncs closed segments as soon as they are closed, and
+/// with `everysec` what the writer has written every `EVERYSEC_SYNC_INTERVAL_MS`, in its own
+/// thread so that writes and acknowledgements go on during the fsync (as Redis does its
+/// everysec fsync in a background thread). Records written before an fsync starts are on disk
+/// when it returns, so the LSN read before it is what becomes synced.
 fn run_syncer(shared: &Shared) {
     let interval = Duration::from_millis(EVERYSEC_SYNC_INTERVAL_MS);
+    let timed = shared.policy == FsyncPolicy::Everysec;
     let mut next_sync = Instant::now() + interval;
     loop {
-        {
+        let target = {
             let mut queue = shared.queue.lock();
-            while Instant::now() < next_sync {
+            loop {
                 if queue.closing || queue.failure.is_some() {
-                    return; // the writer fsyncs at closing
+                    return; // the writer fsyncs what is left when closing
                 }
-                shared.syncer.wait_until(&mut queue, next_sync);
+                let mut target = shared.sync_target.lock();
+                if !target.retired.is_empty() || (timed && Instant::now() >= next_sync) {
+                    // Taken under the lock: the writer, closing, takes what is left.
+                    let retired = std::mem::take(&mut target.retired);
+                    break SyncTarget { retired, ..target.clone() };
+                }
+                drop(target);
+                if timed {
+                    shared.syncer.wait_until(&mut queue, next_sync);
+                } else {
+                    shared.syncer.wait(&mut queue);
+                }
             }
-            if queue.failure.is_some() {
-                return;
+        };
+        let result = sync_retired(shared, target.retired).and_then(|()| {
+            if !timed || Instant::now() < next_sync {
+                return Ok(());
             }
-        }
-        next_sync = Instant::now() + interval;
-        let target = shared.sync_target.lock().clone();
-        if target.written_lsn <= shared.synced_lsn.load(Ordering::Acquire) {
-            continue;
-        }
-        match target.file.sync_data() {
-            Ok(()) => {
-                shared.fsyncs.fetch_add(1, Ordering::Relaxed);
-                shared.synced_lsn.fetch_max(target.written_lsn, Ordering::AcqRel);
+            next_sync = Instant::now() + interval;
+            if target.written_lsn <= shared.synced_lsn.load(Ordering::Acquire) {
+                return Ok(());
             }
-            Err(error) => return shared.fail(failure("fsync", &target.path, &error)),
+            target.file.sync_data().map_err(|error| failure("fsync", &target.path, &error))?;
+            shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+            shared.synced_lsn.fetch_max(target.written_lsn, Ordering::AcqRel);
+            Ok(())
+        });
+        if let Err(failure) = result {
+            return shared.fail(failure);
         }
     }
+}
+
+/// fsyncs closed segments in order, advancing the synced LSN past each.
+fn sync_retired(shared: &Shared, retired: Vec<(Arc<File>, PathBuf, Lsn)>) -> Result<(), Failure> {
+    for (file, path, last_lsn) in retired {
+        file.sync_data().map_err(|error| failure("fsync", &path, &error))?;
+        shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+        shared.synced_lsn.fetch_max(last_lsn, Ordering::AcqRel);
+    }
+    Ok(())
 }
 
 impl Shared {

@@ -10,7 +10,7 @@
 //!   9  [u8; 7]              reserved, zero
 //!   16 u64  lsn             log sequence number, >= 1, consecutive within a log
 //!   24 u64  epoch           configuration epoch of the writer (0 until replication exists)
-//!   32 u64  synced_lsn      the highest LSN the writer knew fsynced when it wrote this record
+//!   32 u64  synced_lsn      the highest LSN known fsynced when this record was appended
 //!                           (recovery tells a torn tail from damage in the middle with it)
 //! payload
 //!   key      := u16 length, bytes           (length <= KEY_BYTES_MAX)

@@ -12,20 +12,23 @@
 //!   store's own operations (PREPARE, COMMIT, ABORT, PUT); a PREPARE or PUT of a transaction
 //!   the store already knows aborted is refused by the store, as it was when first applied.
 //! - Damage (a record that does not check: cut short, wrong checksum, garbage) is a **torn
-//!   tail** when it is in the last segment and no valid record after it was written once the
-//!   damaged one had been fsynced: every record stamps the highest LSN fsynced when it was
-//!   written (`synced_lsn`), so a later record with `synced_lsn` at or past the damaged LSN
-//!   proves that the damaged bytes had reached the disk whole. A torn tail is cut (the file
-//!   is truncated at the damage) and reported: file, offset, bytes and records dropped. Such
-//!   records were never durable, so never acknowledged under `always`.
+//!   write** when no valid record after it (in its segment or a later one) was written once
+//!   the damaged one had been fsynced: every record stamps the highest LSN fsynced when it was
+//!   appended (`synced_lsn`), so a later record with `synced_lsn` at or past the damaged LSN
+//!   proves that the damaged bytes had reached the disk whole. A torn write is cut (the file is
+//!   truncated at the damage, later segments are deleted) and reported: file, offset, bytes
+//!   and records dropped. Such records were never fsynced, so never acknowledged under
+//!   `always`. (Closed segments are fsynced in the background with `everysec` and `no`, so
+//!   after a power cut an older segment may have a hole that a later one does not vouch for.)
 //! - Any other damage is **corruption**: an error naming the file and offset, unless
 //!   `truncate_corrupt` is set, which cuts the log there (and deletes later segments) and
 //!   reports what it dropped. Damage in records the snapshot covers is skipped over when a
 //!   valid record follows within the covered range (reported, nothing cut).
 //! - A record that checks but cannot be what the writer wrote (an LSN out of order, a payload
 //!   that does not decode, a PREPARE the store refuses as invalid) is corruption too.
-//! - Limit: damage in the very last records of the last segment cannot be told from a torn
-//!   write (no later record vouches for them); it is cut and reported, never silently.
+//! - Limit: damage in the last records written (those no later record vouches for: the stamp
+//!   is taken at append time, so it lags by about one group) cannot be told from a torn write;
+//!   it is cut and reported, never silently.
 //!
 //! After replay, the transactions still prepared and neither committed nor aborted are
 //! returned as in doubt: the server resolves them with cooperative termination before it
@@ -351,6 +354,7 @@ impl Replay<'_> {
         let after = scan_after(bytes, offset, expected);
         let segments = self.segments;
         let path = &segments[index].1;
+        let vouched = self.vouched_after(index, &after, expected);
         if expected <= self.covered_lsn {
             let resume = after.first.filter(|&(_, lsn)| lsn <= self.covered_lsn + 1);
             let next_segment_covered =
@@ -363,14 +367,31 @@ impl Replay<'_> {
                 return Ok(Some(resume));
             }
         }
-        let torn = self.is_last(index) && after.max_synced_lsn.is_none_or(|synced| synced < expected);
-        if torn {
+        if !vouched {
             self.cut(index, bytes.len() as u64, offset as u64, after.records, expected, CutReason::TornTail(cause))?;
+            self.drop_later_segments(index)?;
             return Ok(None);
         }
         let error =
             DurableError::CorruptLog { file: path.clone(), offset: offset as u64, lsn: expected, cause: cause.clone() };
         self.corrupt(index, bytes, offset, expected, error, cause).map(|_| None)
+    }
+
+    /// Whether a valid record after damage at LSN `expected` (later in segment `index`, whose
+    /// scan is `after`, or in a later segment) was written once that LSN had been fsynced: then
+    /// the damaged bytes had reached the disk whole, and the damage is not a torn write.
+    fn vouched_after(&self, index: usize, after: &After, expected: Lsn) -> bool {
+        let vouches = |synced: Option<Lsn>| synced.is_some_and(|synced| synced >= expected);
+        if vouches(after.max_synced_lsn) {
+            return true;
+        }
+        self.segments[index + 1..].iter().any(|(_, path)| {
+            // An unreadable later segment vouches for nothing; reading it again for the cut
+            // reports its error.
+            let later = std::fs::read(path).unwrap_or_default();
+            later.len() > FILE_HEADER_BYTES
+                && vouches(scan_after(&later, FILE_HEADER_BYTES - 1, expected).max_synced_lsn)
+        })
     }
 
     /// Corruption at `offset`: `error`, or with `truncate_corrupt` a cut there and the removal
@@ -432,15 +453,16 @@ impl Replay<'_> {
 
     fn drop_later_segments(&mut self, index: usize) -> Result<(), DurableError> {
         let segments = self.segments;
-        for (_, path) in &segments[index + 1..] {
-            let length = std::fs::metadata(path).map_err(DurableError::io("stat", path))?.len();
+        for (first_lsn, path) in &segments[index + 1..] {
+            let bytes = std::fs::read(path).map_err(DurableError::io("read", path))?;
+            let (length, records) = (bytes.len() as u64, scan_after(&bytes, FILE_HEADER_BYTES - 1, 1).records);
             std::fs::remove_file(path).map_err(DurableError::io("remove", path))?;
-            let first_lsn_dropped = self.last_lsn.max(self.covered_lsn) + 1;
+            let first_lsn_dropped = *first_lsn;
             let cut = Cut {
                 file: path.clone(),
                 offset: 0,
                 bytes_dropped: length,
-                records_dropped: 0,
+                records_dropped: records,
                 first_lsn_dropped,
                 reason: CutReason::AfterCut,
             };

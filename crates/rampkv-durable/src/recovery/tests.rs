@@ -52,3 +52,53 @@ proptest! {
         }
     }
 }
+
+/// Writes segment files by hand: `(first LSN, last LSN, synced_lsn stamp)` each.
+fn handmade_segments(dir: &std::path::Path, segments: &[(Lsn, Lsn, Lsn)]) -> Vec<(PathBuf, Vec<usize>)> {
+    segments
+        .iter()
+        .map(|&(first, last, stamp)| {
+            let mut bytes = FileHeader { lsn: first, epoch: 0 }.encode(SEGMENT_MAGIC).to_vec();
+            let mut starts = Vec::new();
+            for lsn in first..=last {
+                starts.push(bytes.len());
+                let header = RecordHeader { lsn, epoch: 0, synced_lsn: stamp };
+                encode_record(header, RecordRef::Commit { ts: lsn }, &mut bytes).unwrap();
+            }
+            let path = segment_path(dir, first);
+            std::fs::write(&path, &bytes).unwrap();
+            (path, starts)
+        })
+        .collect()
+}
+
+#[test]
+fn damage_in_an_older_segment_is_torn_unless_a_later_record_vouches_for_it() {
+    // A power cut under `no` or `everysec` may leave a hole in a closed segment whose
+    // background fsync had not finished, while the next segment has data: nothing written
+    // after the hole vouches for it (stamps below its LSN), so it is cut with what follows.
+    for (later_stamp, torn) in [(4, true), (12, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let written = handmade_segments(dir.path(), &[(1, 10, 0), (11, 20, later_stamp)]);
+        let (first, starts) = &written[0];
+        let mut bytes = std::fs::read(first).unwrap();
+        bytes[starts[4] + 4] ^= 0xFF; // the checksum of LSN 5
+        std::fs::write(first, &bytes).unwrap();
+        let store = Store::new(1_000);
+        let result = open(dir.path(), &OpenOptions::default(), &store);
+        if torn {
+            let (_, report) = result.unwrap();
+            assert_eq!(report.last_lsn, 4);
+            assert_eq!(report.cuts.len(), 2, "{:?}", report.cuts);
+            assert!(matches!(report.cuts[0].reason, CutReason::TornTail(_)));
+            assert_eq!((report.cuts[0].offset, report.cuts[0].records_dropped), (starts[4] as u64, 5));
+            assert_eq!(report.cuts[1].reason, CutReason::AfterCut);
+            assert_eq!((report.cuts[1].first_lsn_dropped, report.cuts[1].records_dropped), (11, 10));
+            assert!(!written[1].0.exists());
+        } else {
+            let error = result.unwrap_err();
+            assert!(matches!(error, DurableError::CorruptLog { lsn: 5, .. }), "{error}");
+            assert!(written[1].0.exists(), "a refused start changes no file");
+        }
+    }
+}
