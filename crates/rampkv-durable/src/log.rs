@@ -581,13 +581,18 @@ impl Writer {
             }
         })?;
         let closed = std::mem::replace(&mut self.segment, next);
-        let mut target = self.shared.sync_target.lock();
-        if self.shared.policy != FsyncPolicy::Always {
-            target.retired.push((closed.file, closed.path, group.first_lsn - 1));
-            self.shared.syncer.notify_all();
+        {
+            let mut target = self.shared.sync_target.lock();
+            if self.shared.policy != FsyncPolicy::Always {
+                target.retired.push((closed.file, closed.path, group.first_lsn - 1));
+            }
+            target.file = Arc::clone(&self.segment.file);
+            target.path = self.segment.path.clone();
         }
-        target.file = Arc::clone(&self.segment.file);
-        target.path = self.segment.path.clone();
+        // Notified under the queue lock, which the syncer holds while it looks for work: it
+        // either sees the closed segment or is already waiting when the notification comes.
+        let _queue = self.shared.queue.lock();
+        self.shared.syncer.notify_all();
         Ok(())
     }
 }

@@ -154,7 +154,8 @@ pub struct RecoveryReport {
 ///
 /// # Errors
 /// `Locked` when another process (or another `Log` of this one) holds the directory; I/O
-/// errors; corruption (see the module docs) unless `truncate_corrupt`; `StoreNotEmpty`.
+/// errors; corruption (see the module docs) unless `truncate_corrupt`; `StoreNotEmpty`. After
+/// an error `store` may hold part of what was read: discard it (or `Store::clear` it).
 pub fn open(dir: &Path, options: &OpenOptions, store: &Store) -> Result<(Log, RecoveryReport), DurableError> {
     let stats = store.stats();
     if stats.keys != 0 || stats.pending_transactions != 0 || !store.aborted_transactions().is_empty() {
@@ -354,7 +355,6 @@ impl Replay<'_> {
         let after = scan_after(bytes, offset, expected);
         let segments = self.segments;
         let path = &segments[index].1;
-        let vouched = self.vouched_after(index, &after, expected);
         if expected <= self.covered_lsn {
             let resume = after.first.filter(|&(_, lsn)| lsn <= self.covered_lsn + 1);
             let next_segment_covered =
@@ -367,7 +367,7 @@ impl Replay<'_> {
                 return Ok(Some(resume));
             }
         }
-        if !vouched {
+        if !self.vouched_after(index, &after, expected) {
             self.cut(index, bytes.len() as u64, offset as u64, after.records, expected, CutReason::TornTail(cause))?;
             self.drop_later_segments(index)?;
             return Ok(None);

@@ -177,3 +177,20 @@ fn segments_rotate_and_a_reopen_reads_them_all_in_order() {
     assert_eq!(report.records_replayed, 1_000);
     assert_eq!(store.get_latest(b"k1000").unwrap().ts, 1_000);
 }
+
+#[test]
+fn closed_segments_are_fsynced_in_the_background_even_with_policy_no() {
+    let dir = test_dir();
+    let options = OpenOptions { segment_bytes_target: 4096, ..options(FsyncPolicy::No) };
+    let (log, _, _) = reopen(dir.path(), &options);
+    for ts in 1..=200 {
+        let lsn = log.append(0, RecordRef::Put { ts, writes: &put_writes(ts) }).unwrap();
+        log.wait_durable(lsn, WAIT).unwrap();
+    }
+    let deadline = std::time::Instant::now() + WAIT;
+    while log.stats().fsyncs == 0 {
+        assert!(std::time::Instant::now() < deadline, "no closed segment was fsynced");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    log.close().unwrap();
+}
