@@ -33,3 +33,5 @@ cargo run --release -p rampkv -- bench --workload a --transport onesided --txn-s
 cargo run --release -p rampkv -- figures --quick --check --out target/figures-smoke
 cargo bench -p rampkv-ycsb --bench generate -- --test
 cargo run --release -p rampkv-fabric --example rpc_bench -- --quick
+# The persistence engine's micro-benchmark (append throughput per fsync policy, restart time).
+cargo run --release -p rampkv-durable --example durable_bench -- --quick --dir target
