@@ -2,7 +2,9 @@
 //! placeholder
 pub mod codec;
 pub mod configuration;
+pub mod core;
 pub mod error;
 pub mod limits;
+pub mod storage;
 pub mod timing;
 pub mod wire;
