@@ -304,6 +304,18 @@ fn a_dead_primary_fails_over_within_the_bound_and_its_restart_rejoins() {
         for set in core.configuration().replica_sets() {
             assert_eq!(set.primary.iter().count() + set.backups.len(), 2, "seed {seed}: {:?}", core.configuration());
         }
+        // With the restarted node back in the Raft group, losing another node (the leader, so
+        // that the restarted node's vote is needed) still fails over.
+        let leader = world.leader().expect("a leader");
+        let epoch = world.max_epoch();
+        world.crash(leader);
+        world.run_ms(1_500);
+        let survivor = (0..3).find(|node| *node != leader && world.nodes[*node].core.is_some()).unwrap();
+        let configuration = world.nodes[survivor].core.as_ref().unwrap().configuration().clone();
+        assert!(
+            configuration.epoch() > epoch && !configuration.is_member(leader as ServerId),
+            "seed {seed}: {configuration:?}"
+        );
     }
     println!("worst time from a primary's death to its partition served again: {worst_ms} ms");
 }
