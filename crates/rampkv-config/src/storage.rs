@@ -27,8 +27,7 @@ impl RaftStore {
     /// An empty log of a group whose voters are `voters` (raft ids), whose state at index 0 is
     /// `initial_state` (the encoded first configuration).
     pub fn new(voters: Vec<u64>, initial_state: Vec<u8>) -> RaftStore {
-        let mut conf_state = ConfState::default();
-        conf_state.voters = voters;
+        let conf_state = ConfState { voters, ..Default::default() };
         let mut snapshot_metadata = SnapshotMetadata::default();
         snapshot_metadata.set_conf_state(conf_state.clone());
         RaftStore {
@@ -170,10 +169,7 @@ mod tests {
     use super::*;
 
     fn entry(index: u64, term: u64) -> Entry {
-        let mut entry = Entry::default();
-        entry.index = index;
-        entry.term = term;
-        entry
+        Entry { index, term, ..Default::default() }
     }
 
     #[test]

@@ -302,11 +302,7 @@ mod tests {
         raft.from = 1;
         raft.to = 2;
         raft.term = 7;
-        let mut entry = eraftpb::Entry::default();
-        entry.index = 3;
-        entry.term = 7;
-        entry.data = vec![1, 2, 3].into();
-        raft.mut_entries().push(entry);
+        raft.mut_entries().push(eraftpb::Entry { index: 3, term: 7, data: vec![1, 2, 3].into(), ..Default::default() });
         vec![
             Message::Hello { cluster_id: 42, from: 3 },
             Message::Raft(Box::new(raft)),

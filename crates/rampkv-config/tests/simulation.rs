@@ -5,8 +5,9 @@
 //! Checked at every simulated millisecond:
 //! - at most one live node holds a valid lease as primary of any partition;
 //! - every node's epochs only grow; every configuration is valid; two nodes at the same epoch
-//!   hold the same configuration (the Raft state machine agrees);
-//! and per scenario: a dead primary's partitions fail over within the bound; with delays below
+//!   hold the same configuration (the Raft state machine agrees).
+//!
+//! And per scenario: a dead primary's partitions fail over within the bound; with delays below
 //! the lease margin and no crash, nothing fails over, even across Raft leader changes.
 //!
 //! Every run prints its seed; `RAMPKV_CONFIG_SIM_SEED=<seed>` replays one.
