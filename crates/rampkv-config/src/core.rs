@@ -39,10 +39,7 @@ use raft::{RawNode, StateRole, Storage};
 
 use crate::configuration::{Change, Configuration, Proposal, ServerId};
 use crate::error::ConfigError;
-use crate::limits::{
-    CONFIG_LOG_ENTRIES_KEPT_MAX, CONFIG_PROPOSAL_TIMEOUT_MS, CONFIG_RAFT_ENTRIES_PER_MESSAGE_MAX,
-    CONFIG_READ_INDEX_TIMEOUT_MS,
-};
+use crate::limits::{CONFIG_PROPOSAL_TIMEOUT_MS, CONFIG_RAFT_ENTRIES_PER_MESSAGE_MAX, CONFIG_READ_INDEX_TIMEOUT_MS};
 use crate::storage::RaftStore;
 use crate::timing::Timing;
 use crate::wire::{Heartbeat, LeaseGrant, Message};
@@ -73,6 +70,10 @@ pub struct CoreSettings {
     /// 2 x election_ticks), which draws from a thread-local generator no seed reaches: the
     /// simulation gives each node its own value from its seed, so runs replay exactly.
     pub election_ticks_fixed: Option<usize>,
+    /// Applied Raft entries kept before the log is compacted into a snapshot:
+    /// `CONFIG_LOG_ENTRIES_KEPT_MAX`, or less in tests that need a follower to catch up from a
+    /// snapshot (what a restarted node of a long-running cluster does).
+    pub log_entries_kept: u64,
 }
 
 #[derive(Debug)]
@@ -110,6 +111,7 @@ pub struct ConfigCore {
     me: ServerId,
     incarnation: u64,
     timing: Timing,
+    log_entries_kept: u64,
     raft: RawNode<RaftStore>,
     configuration: Arc<Configuration>,
     /// Bumped whenever `configuration` changes (for waiters).
@@ -179,6 +181,7 @@ impl ConfigCore {
             me: settings.me,
             incarnation: settings.incarnation,
             timing: settings.timing,
+            log_entries_kept: settings.log_entries_kept,
             raft,
             configuration: Arc::new(initial),
             version: 0,
@@ -262,6 +265,33 @@ impl ConfigCore {
         self.send_caught_up_reports(now_ns);
     }
 
+    /// The transport could not hand a Raft message to server `to` (no connection, a full queue,
+    /// a failed write). raft-rs learns of losses only this way: told, it re-sends from what the
+    /// peer acknowledged instead of waiting for answers that will not come. `snapshot`: the
+    /// message was a snapshot, for which raft-rs would otherwise wait forever.
+    pub fn report_undelivered(&mut self, to: ServerId, snapshot: bool, now_ns: u64) {
+        let id = raft_id(to);
+        if to == self.me || self.raft.raft.prs().get(id).is_none() {
+            return;
+        }
+        if snapshot {
+            self.raft.report_snapshot(id, raft::SnapshotStatus::Failure);
+        }
+        self.raft.report_unreachable(id);
+        self.drive(now_ns);
+    }
+
+    /// A snapshot for server `to` was written whole to its connection. Whether it arrives is not
+    /// known; raft-rs probes from the snapshot on and sends it again if the peer lacks it.
+    pub fn report_snapshot_sent(&mut self, to: ServerId, now_ns: u64) {
+        let id = raft_id(to);
+        if to == self.me || self.raft.raft.prs().get(id).is_none() {
+            return;
+        }
+        self.raft.report_snapshot(id, raft::SnapshotStatus::Finish);
+        self.drive(now_ns);
+    }
+
     /// Advances time: Raft ticks, heartbeats, the leader's duties.
     pub fn tick(&mut self, now_ns: u64) {
         if now_ns >= self.next_tick_ns {
@@ -329,8 +359,13 @@ impl ConfigCore {
             | MessageType::MsgCheckQuorum
             | MessageType::MsgReadIndex => Err("raft message type that never travels between our nodes"),
             MessageType::MsgSnapshot => {
-                let voters = &message.get_snapshot().get_metadata().get_conf_state().voters;
-                if *voters != self.raft.raft.prs().conf().voters().ids().iter().collect::<Vec<u64>>() {
+                // Compared as sets: raft-rs keeps its voters in a hash set, whose order is not
+                // the order of the snapshot's list.
+                let mut voters = message.get_snapshot().get_metadata().get_conf_state().voters.clone();
+                voters.sort_unstable();
+                let mut ours: Vec<u64> = self.raft.raft.prs().conf().voters().ids().iter().collect();
+                ours.sort_unstable();
+                if voters != ours {
                     return Err("raft snapshot of another voter set");
                 }
                 Ok(())
@@ -350,7 +385,12 @@ impl ConfigCore {
             message.commit = last_index;
         }
         if let VoteGate::Closed { target } = &mut self.vote_gate {
-            if matches!(kind, MessageType::MsgRequestVote | MessageType::MsgRequestPreVote) {
+            // Not caught up: this node may have voted in the candidate's term before it lost its
+            // state, and its empty log takes any candidate's log as up to date, so raft-rs would
+            // grant. (Pre-)vote requests are not stepped at all (no answer, and the term stays),
+            // nor is a leader's order to campaign at once.
+            if matches!(kind, MessageType::MsgRequestVote | MessageType::MsgRequestPreVote | MessageType::MsgTimeoutNow)
+            {
                 return;
             }
             if kind == MessageType::MsgAppend && target.is_none() && message.commit > 0 {
@@ -416,9 +456,15 @@ impl ConfigCore {
                 // it is sent the log from the start (or a snapshot) and never counted for an
                 // entry it lost.
                 leader.reset_incarnation[server] = Some(heartbeat.incarnation);
-                if let Some(progress) = self.raft.raft.mut_prs().get_mut(raft_id(heartbeat.from)) {
+                let id = raft_id(heartbeat.from);
+                if let Some(progress) = self.raft.raft.mut_prs().get_mut(id) {
                     progress.matched = 0;
+                    // A snapshot in flight went to the old process.
+                    progress.snapshot_failure();
                     progress.become_probe();
+                    // Probe now rather than at the next Raft heartbeat's answer: the sooner it
+                    // holds the log, the sooner it votes again (see `VoteGate`).
+                    self.raft.raft.send_append(id);
                 }
             }
         }
@@ -503,7 +549,16 @@ impl ConfigCore {
     fn send_raft(&mut self, messages: Vec<eraftpb::Message>) {
         for message in messages {
             if let VoteGate::Closed { .. } = self.vote_gate {
-                if matches!(message.get_msg_type(), MessageType::MsgRequestVote | MessageType::MsgRequestPreVote) {
+                let kind = message.get_msg_type();
+                // The other side of the gate in `step_raft`: vote requests never reach raft-rs,
+                // so it cannot have granted one.
+                assert!(
+                    !matches!(kind, MessageType::MsgRequestVoteResponse | MessageType::MsgRequestPreVoteResponse),
+                    "a node that has not caught up answered a vote request"
+                );
+                // raft-rs campaigns on its election timeout; a node that has not caught up
+                // keeps its campaign to itself (it could only win with votes it must not count on).
+                if matches!(kind, MessageType::MsgRequestVote | MessageType::MsgRequestPreVote) {
                     continue;
                 }
             }
@@ -554,7 +609,7 @@ impl ConfigCore {
 
     fn compact(&mut self) {
         let store = self.raft.store();
-        if store.entry_count() <= CONFIG_LOG_ENTRIES_KEPT_MAX || self.applied > store.last_index().unwrap_or(0) {
+        if store.entry_count() <= self.log_entries_kept || self.applied > store.last_index().unwrap_or(0) {
             return;
         }
         let state = self.configuration.encode();

@@ -50,6 +50,9 @@ pub struct NodeSettings {
     /// A listener already bound to this server's config address (tests bind port 0 first);
     /// `None`: bind the address of the configuration.
     pub listener: Option<TcpListener>,
+    /// Applied Raft entries kept before compaction (`CONFIG_LOG_ENTRIES_KEPT_MAX`; less in tests
+    /// of catching up from a snapshot).
+    pub log_entries_kept: u64,
 }
 
 struct View {
@@ -100,6 +103,7 @@ impl ConfigNode {
             mode: settings.mode,
             timing: settings.timing,
             election_ticks_fixed: None,
+            log_entries_kept: settings.log_entries_kept,
         };
         let core = ConfigCore::new(core_settings, initial.clone(), now)?;
         let listener = match settings.listener {

@@ -5,7 +5,13 @@
 //! Checked at every simulated millisecond:
 //! - at most one live node holds a valid lease as primary of any partition;
 //! - every node's epochs only grow; every configuration is valid; two nodes at the same epoch
-//!   hold the same configuration (the Raft state machine agrees).
+//!   hold the same configuration (the Raft state machine agrees);
+//! - a restarted node that has not caught up sends no vote or pre-vote granted.
+//!
+//! The network tells a node what the TCP node's writers tell it: a message to a peer it cannot
+//! reach (a blocked link: no connection) is reported undelivered, a snapshot put on the wire is
+//! reported sent; a message lost on the way (random loss) is not reported, as a frame written
+//! to a connection that then breaks is not.
 //!
 //! And per scenario: a dead primary's partitions fail over within the bound; with delays below
 //! the lease margin and no crash, nothing fails over, even across Raft leader changes.
@@ -14,8 +20,10 @@
 
 use std::collections::HashMap;
 
+use raft::eraftpb::MessageType;
 use rampkv_config::configuration::{Configuration, ServerId, BOOTSTRAP_INCARNATION};
 use rampkv_config::core::{ConfigCore, CoreSettings, StartMode};
+use rampkv_config::limits::CONFIG_LOG_ENTRIES_KEPT_MAX;
 use rampkv_config::timing::Timing;
 use rampkv_config::wire::Message;
 use rand::rngs::SmallRng;
@@ -46,10 +54,28 @@ struct World {
     seen: HashMap<u64, Vec<u8>>,
     leader_changes: u32,
     last_leader: Option<ServerId>,
+    log_entries_kept: u64,
+    /// Per node: (pre-)vote requests delivered to it while it did not vote.
+    vote_requests_while_gated: Vec<u32>,
+    /// Raft snapshots put on the wire.
+    snapshots_sent: u32,
 }
 
 impl World {
     fn new(seed: u64, servers: usize, partitions: usize, drop_per_mille: u32, delay_max_ms: u64) -> World {
+        World::with_log(seed, servers, partitions, drop_per_mille, delay_max_ms, CONFIG_LOG_ENTRIES_KEPT_MAX)
+    }
+
+    /// A world whose nodes keep `log_entries_kept` applied entries (few: followers that fall
+    /// behind catch up from snapshots).
+    fn with_log(
+        seed: u64,
+        servers: usize,
+        partitions: usize,
+        drop_per_mille: u32,
+        delay_max_ms: u64,
+        log_entries_kept: u64,
+    ) -> World {
         let mut rng = SmallRng::seed_from_u64(seed);
         let addresses = (0..servers).map(|i| (format!("10.0.0.{i}:1"), format!("10.0.0.{i}:2"))).collect::<Vec<_>>();
         let owners = (0..partitions).map(|p| (p % servers) as ServerId).collect();
@@ -66,6 +92,7 @@ impl World {
                 mode: StartMode::Bootstrap,
                 timing,
                 election_ticks_fixed: Some(rng.gen_range(timing.election_ticks..2 * timing.election_ticks)),
+                log_entries_kept,
             };
             let core = ConfigCore::new(settings, initial.clone(), offset_ns).unwrap();
             nodes.push(Node { core: Some(core), offset_ns, rate_ppm, last_epoch: 0 });
@@ -83,6 +110,9 @@ impl World {
             seen: HashMap::new(),
             leader_changes: 0,
             last_leader: None,
+            log_entries_kept,
+            vote_requests_while_gated: vec![0; servers],
+            snapshots_sent: 0,
         }
     }
 
@@ -105,6 +135,7 @@ impl World {
             mode: StartMode::Rejoin,
             timing: self.timing,
             election_ticks_fixed: Some(election),
+            log_entries_kept: self.log_entries_kept,
         };
         let now = self.local_now(node);
         self.nodes[node].core = Some(ConfigCore::new(settings, self.initial.clone(), now).unwrap());
@@ -132,6 +163,9 @@ impl World {
         for (_, from, to, message) in due {
             let local = self.local_now(usize::from(to));
             if let Some(core) = &mut self.nodes[usize::from(to)].core {
+                if !core.votes() && vote_request(&message) {
+                    self.vote_requests_while_gated[usize::from(to)] += 1;
+                }
                 core.receive(from, message, local).expect("nodes only send what they may");
             }
         }
@@ -139,13 +173,35 @@ impl World {
             let local = self.local_now(node);
             let Some(core) = &mut self.nodes[node].core else { continue };
             core.tick(local);
-            let outbox = core.take_outbox();
-            for (to, message) in outbox {
-                if self.blocked[node][usize::from(to)] || self.rng.gen_range(0..1000) < self.drop_per_mille {
-                    continue;
+            // Reports may make raft-rs send more: bounded rounds (the node's driver sends
+            // those with its next event or tick).
+            for _ in 0..4 {
+                let outbox = core.take_outbox();
+                if outbox.is_empty() {
+                    break;
                 }
-                let delay = self.rng.gen_range(0..=self.delay_max_ns);
-                self.in_flight.push((self.now_ns + delay, node as ServerId, to, message));
+                for (to, message) in outbox {
+                    assert!(
+                        core.votes() || !vote_granted(&message),
+                        "node {node} granted a vote before it caught up: {message:?}"
+                    );
+                    let snapshot = is_snapshot(&message);
+                    if self.blocked[node][usize::from(to)] {
+                        if matches!(message, Message::Raft(_)) {
+                            core.report_undelivered(to, snapshot, local);
+                        }
+                        continue;
+                    }
+                    if snapshot {
+                        self.snapshots_sent += 1;
+                        core.report_snapshot_sent(to, local);
+                    }
+                    if self.rng.gen_range(0..1000) < self.drop_per_mille {
+                        continue;
+                    }
+                    let delay = self.rng.gen_range(0..=self.delay_max_ns);
+                    self.in_flight.push((self.now_ns + delay, node as ServerId, to, message));
+                }
             }
         }
         self.check();
@@ -215,6 +271,29 @@ impl World {
     }
 }
 
+fn raft_kind(message: &Message) -> Option<MessageType> {
+    match message {
+        Message::Raft(raft) => Some(raft.get_msg_type()),
+        _ => None,
+    }
+}
+
+fn vote_request(message: &Message) -> bool {
+    matches!(raft_kind(message), Some(MessageType::MsgRequestVote | MessageType::MsgRequestPreVote))
+}
+
+fn vote_granted(message: &Message) -> bool {
+    let response = matches!(
+        raft_kind(message),
+        Some(MessageType::MsgRequestVoteResponse | MessageType::MsgRequestPreVoteResponse)
+    );
+    response && matches!(message, Message::Raft(raft) if !raft.reject)
+}
+
+fn is_snapshot(message: &Message) -> bool {
+    raft_kind(message) == Some(MessageType::MsgSnapshot)
+}
+
 fn seeds(count: u64) -> Vec<u64> {
     match std::env::var("RAMPKV_CONFIG_SIM_SEED") {
         Ok(seed) => vec![seed.parse().expect("RAMPKV_CONFIG_SIM_SEED is a number")],
@@ -231,7 +310,9 @@ fn chaos_never_gives_two_primaries_and_the_replicas_agree() {
         println!("seed {seed}");
         let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed);
         let servers = if seed % 2 == 0 { 3 } else { 5 };
-        let mut world = World::new(seed, servers, 6, 50, 30);
+        // Half of the runs keep 2 log entries: lagging and restarted nodes catch up from snapshots.
+        let log_entries_kept = if seed % 4 < 2 { 2 } else { CONFIG_LOG_ENTRIES_KEPT_MAX };
+        let mut world = World::with_log(seed, servers, 6, 50, 30, log_entries_kept);
         for _ in 0..20 {
             world.run_ms(rng.gen_range(100..800));
             let node = rng.gen_range(0..servers);
@@ -286,39 +367,120 @@ fn a_dead_primary_fails_over_within_the_bound_and_its_restart_rejoins() {
         );
         // The restarted server is admitted; partitions short of a copy get a live server to
         // copy them; once those report, every partition has its two copies again.
-        world.restart(victim);
-        world.run_ms(1_500);
-        let configuration = world.nodes[(victim + 1) % 3].core.as_ref().unwrap().configuration().clone();
-        assert!(!configuration.is_admitted(victim as ServerId, BOOTSTRAP_INCARNATION), "seed {seed}");
-        for node in 0..3 {
-            let copying: Vec<u32> = (0..6)
-                .filter(|p| configuration.replica_set(*p).unwrap().catching_up.contains(&(node as ServerId)))
-                .collect();
-            let local = world.local_now(node);
-            for partition in copying {
-                world.nodes[node].core.as_mut().unwrap().report_caught_up(partition, local);
-            }
-        }
-        world.run_ms(1_000);
-        let core = world.nodes[victim].core.as_ref().unwrap();
-        assert!(core.votes(), "seed {seed}: the restarted node still does not vote");
-        for set in core.configuration().replica_sets() {
-            assert_eq!(set.primary.iter().count() + set.backups.len(), 2, "seed {seed}: {:?}", core.configuration());
-        }
-        // With the restarted node back in the Raft group, losing another node (the leader, so
-        // that the restarted node's vote is needed) still fails over.
-        let leader = world.leader().expect("a leader");
-        let epoch = world.max_epoch();
-        world.crash(leader);
-        world.run_ms(1_500);
-        let survivor = (0..3).find(|node| *node != leader && world.nodes[*node].core.is_some()).unwrap();
-        let configuration = world.nodes[survivor].core.as_ref().unwrap().configuration().clone();
-        assert!(
-            configuration.epoch() > epoch && !configuration.is_member(leader as ServerId),
-            "seed {seed}: {configuration:?}"
-        );
+        rejoin_then_lose_the_leader(&mut world, victim, seed);
     }
     println!("worst time from a primary's death to its partition served again: {worst_ms} ms");
+}
+
+/// Restarts `victim` (dead, failed over), waits for it to be admitted, caught up (voting) and
+/// for every partition to have its two copies again, then kills the Raft leader: the restarted
+/// node's vote is needed to elect the next one, which fails the dead leader over.
+fn rejoin_then_lose_the_leader(world: &mut World, victim: usize, seed: u64) {
+    world.restart(victim);
+    world.run_ms(1_500);
+    let configuration = world.nodes[(victim + 1) % 3].core.as_ref().unwrap().configuration().clone();
+    assert!(!configuration.is_admitted(victim as ServerId, BOOTSTRAP_INCARNATION), "seed {seed}");
+    for node in 0..3 {
+        let copying: Vec<u32> = (0..6)
+            .filter(|p| configuration.replica_set(*p).unwrap().catching_up.contains(&(node as ServerId)))
+            .collect();
+        let local = world.local_now(node);
+        for partition in copying {
+            world.nodes[node].core.as_mut().unwrap().report_caught_up(partition, local);
+        }
+    }
+    world.run_ms(1_000);
+    let core = world.nodes[victim].core.as_ref().unwrap();
+    assert!(core.votes(), "seed {seed}: the restarted node still does not vote");
+    for set in core.configuration().replica_sets() {
+        assert_eq!(set.primary.iter().count() + set.backups.len(), 2, "seed {seed}: {:?}", core.configuration());
+    }
+    let leader = world.leader().expect("a leader");
+    let epoch = world.max_epoch();
+    world.crash(leader);
+    world.run_ms(1_500);
+    let survivor = (0..3).find(|node| *node != leader && world.nodes[*node].core.is_some()).unwrap();
+    let configuration = world.nodes[survivor].core.as_ref().unwrap().configuration().clone();
+    assert!(
+        configuration.epoch() > epoch && !configuration.is_member(leader as ServerId),
+        "seed {seed}: {configuration:?}"
+    );
+}
+
+/// A long-running cluster has compacted its Raft log, so a restarted node catches up from a
+/// snapshot (the configuration) and the entries after it. Logs keep 1 entry here, and 2% of
+/// the messages are lost (snapshots too: the leader sends them again).
+#[test]
+fn a_restarted_node_catches_up_from_a_snapshot_and_its_vote_fails_the_leader_over() {
+    for seed in seeds(8) {
+        println!("seed {seed}");
+        let mut world = World::with_log(seed, 3, 6, 20, 5, 1);
+        world.run_ms(2_000);
+        let victim = (world.leader().expect("a leader after 2 s") + 1) % 3;
+        world.crash(victim);
+        world.run_ms(1_000);
+        let epoch = world.max_epoch();
+        assert!(epoch > 1, "seed {seed}: no failover");
+        world.snapshots_sent = 0;
+        rejoin_then_lose_the_leader(&mut world, victim, seed);
+        assert!(world.snapshots_sent > 0, "seed {seed}: the restarted node was not sent a snapshot");
+        println!("seed {seed}: {} snapshots sent", world.snapshots_sent);
+    }
+}
+
+/// A restarted node does not vote until it has caught up with a leader: it may have voted in
+/// the current term before it lost its state, and its empty log takes any candidate's as up to
+/// date. Here the leader's messages to it are lost (as over TCP until the leader's writer has
+/// reconnected), so it is admitted into the configuration without having caught up; then the
+/// leader dies. The survivor campaigns, the restarted node hears its (pre-)vote requests and
+/// grants none: no leader, no new epoch, every lease runs out (safe, not available). It stays
+/// so when the dead leader restarts too: the survivor is the only node with a log and may lack
+/// an entry the two others committed before they lost theirs (docs/replication.md).
+#[test]
+fn a_restarted_node_grants_no_vote_before_it_caught_up() {
+    for seed in seeds(8) {
+        println!("seed {seed}");
+        let mut world = World::new(seed, 3, 6, 0, 5);
+        world.run_ms(2_000);
+        let leader = world.leader().expect("a leader after 2 s");
+        let restarted = (leader + 1) % 3;
+        let survivor = (leader + 2) % 3;
+        world.crash(restarted);
+        world.run_ms(1_000);
+        world.blocked[leader][restarted] = true;
+        world.restart(restarted);
+        let mut waited_ms = 0;
+        while world.nodes[survivor].core.as_ref().unwrap().configuration().servers()[restarted].incarnation
+            == BOOTSTRAP_INCARNATION
+        {
+            world.run_ms(1);
+            waited_ms += 1;
+            assert!(waited_ms < 1_000, "seed {seed}: the restarted node was not admitted");
+        }
+        assert!(!world.nodes[restarted].core.as_ref().unwrap().votes(), "seed {seed}: caught up from no leader");
+        let epoch = world.max_epoch();
+        world.crash(leader);
+        world.run_ms(3_000);
+        assert!(world.vote_requests_while_gated[restarted] > 0, "seed {seed}: the survivor never asked for a vote");
+        assert_eq!(world.leader(), None, "seed {seed}: a leader without the restarted node's vote");
+        assert_eq!(world.max_epoch(), epoch, "seed {seed}");
+        assert!(!world.nodes[restarted].core.as_ref().unwrap().votes(), "seed {seed}");
+        let unserved = |world: &World| {
+            (0..3).all(|node| {
+                let local = world.local_now(node);
+                world.nodes[node].core.as_ref().is_none_or(|core| (0..6).all(|p| !core.lease_valid(p, local)))
+            })
+        };
+        assert!(unserved(&world), "seed {seed}: a lease outlived the leader");
+        world.restart(leader);
+        world.run_ms(3_000);
+        assert_eq!(world.leader(), None, "seed {seed}: elected with the votes of two nodes that lost their state");
+        assert_eq!(world.max_epoch(), epoch, "seed {seed}");
+        println!(
+            "seed {seed}: {} vote requests to the restarted node, none granted, no leader",
+            world.vote_requests_while_gated[restarted]
+        );
+    }
 }
 
 #[test]

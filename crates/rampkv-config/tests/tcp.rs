@@ -10,6 +10,7 @@ use rampkv_config::client::{ask, fetch_configuration, start_mode};
 use rampkv_config::configuration::{Configuration, ServerId, BOOTSTRAP_INCARNATION};
 use rampkv_config::core::StartMode;
 use rampkv_config::error::{ConfigError, RefusalReason};
+use rampkv_config::limits::CONFIG_LOG_ENTRIES_KEPT_MAX;
 use rampkv_config::node::{ConfigNode, NodeSettings};
 use rampkv_config::timing::{MonotonicClock, Timing};
 use rampkv_config::wire::{encode_frame, Message};
@@ -78,6 +79,7 @@ fn start_node(
         timing: Timing::default(),
         clock: Arc::new(MonotonicClock::new()),
         listener,
+        log_entries_kept: CONFIG_LOG_ENTRIES_KEPT_MAX,
     })
     .unwrap()
 }
