@@ -12,6 +12,17 @@
 //!   may not send closes the connection; none panics.
 //! - one writer per peer: connects (with a timeout), says hello, writes frames from a bounded
 //!   queue; while the peer is unreachable its messages are dropped (Raft and heartbeats retry).
+//!   Reconnection attempts are spaced by `CONFIG_RECONNECT_BACKOFF_MS`, except that a hello from
+//!   the peer (it is back, typically restarted) makes the next attempt at once.
+//!
+//! # Raft over a lossy transport
+//! raft-rs does not learn by itself that a message was lost. The driver never blocks on a
+//! writer (a full queue drops the frame); whoever drops a Raft frame reports it to the driver
+//! (`ConfigCore::report_undelivered`), and a writer reports every snapshot it wrote whole
+//! (`ConfigCore::report_snapshot_sent`): without these reports a lost snapshot leaves the
+//! leader waiting for it forever, and a follower that missed appends is probed only at the next
+//! heartbeat answer. A restarted peer's node is caught up this way within tens of ms of its
+//! restart; until then it does not vote (docs/replication.md, "Raft state in memory").
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -60,6 +71,7 @@ struct View {
     lease_expires_ns: u64,
     leader: Option<ServerId>,
     commit_index: u64,
+    votes: bool,
 }
 
 struct Shared {
@@ -73,12 +85,47 @@ struct Shared {
     connections: AtomicUsize,
     inbound: Mutex<HashMap<u64, TcpStream>>,
     next_connection: AtomicU64,
+    /// Per server: a hello came from it since its writer last looked (it is reachable again).
+    peer_returned: Vec<AtomicBool>,
 }
 
 enum Event {
     Message(ServerId, Message),
     CaughtUp(u32),
+    /// A Raft frame for the server was dropped (`true`: it held a snapshot).
+    Undelivered(ServerId, bool),
+    /// A snapshot for the server was written whole to its connection.
+    SnapshotSent(ServerId),
     Stop,
+}
+
+/// A frame for a peer's writer, with what the driver must hear if it is lost.
+struct Outgoing {
+    frame: Vec<u8>,
+    kind: OutgoingKind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OutgoingKind {
+    /// A heartbeat, grant or report: the next one supersedes it.
+    Other,
+    /// A Raft message: its loss is reported (raft-rs re-sends sooner).
+    Raft,
+    /// A Raft snapshot: its loss, and its being written, are reported (raft-rs waits for one).
+    RaftSnapshot,
+}
+
+impl Outgoing {
+    fn new(message: &Message) -> Outgoing {
+        let kind = match message {
+            Message::Raft(raft) if raft.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot => {
+                OutgoingKind::RaftSnapshot
+            }
+            Message::Raft(_) => OutgoingKind::Raft,
+            _ => OutgoingKind::Other,
+        };
+        Outgoing { frame: encode_frame(message), kind }
+    }
 }
 
 /// A running configuration-service node. Stops (and joins its threads) when dropped.
@@ -129,12 +176,14 @@ impl ConfigNode {
                 lease_expires_ns: 0,
                 leader: None,
                 commit_index: 0,
+                votes: settings.mode == StartMode::Bootstrap,
             }),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
             inbound: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(0),
+            peer_returned: initial.servers().iter().map(|_| AtomicBool::new(false)).collect(),
         });
         let (events, event_queue) = mpsc::sync_channel(CONFIG_EVENT_QUEUE_MAX);
         let mut threads = Vec::new();
@@ -142,11 +191,14 @@ impl ConfigNode {
         for server in initial.servers().iter().filter(|server| server.id != settings.me) {
             let (sender, queue) = mpsc::sync_channel(CONFIG_PEER_QUEUE_MESSAGES_MAX);
             peers.insert(server.id, sender);
-            let (shared, address) = (Arc::clone(&shared), server.config_address.clone());
-            threads.push(spawn("rampkv-config-peer", move || write_to_peer(&shared, &address, &queue)));
+            let peer = Peer { id: server.id, address: server.config_address.clone() };
+            let (shared, reports) = (Arc::clone(&shared), events.clone());
+            threads.push(spawn("rampkv-config-peer", move || write_to_peer(&shared, &peer, &queue, &reports)));
         }
         let driver_shared = Arc::clone(&shared);
         threads.push(spawn("rampkv-config-driver", move || drive(&driver_shared, core, &event_queue, &peers)));
+        // The writers hold senders of the event queue too: the driver stops on `Event::Stop`,
+        // not on the queue's disconnection.
         let (accept_shared, accept_events) = (Arc::clone(&shared), events.clone());
         threads.push(spawn("rampkv-config-accept", move || accept(&accept_shared, &listener, &accept_events)));
         Ok(ConfigNode { shared, events, address, threads })
@@ -206,6 +258,13 @@ impl ConfigNode {
         self.shared.view.lock().commit_index
     }
 
+    /// Whether this node votes in Raft elections. A restarted node (`StartMode::Rejoin`) does
+    /// not until it has applied a leader's commit index: until then it does not count towards a
+    /// Raft majority, so the group tolerates one failure fewer (docs/replication.md).
+    pub fn votes(&self) -> bool {
+        self.shared.view.lock().votes
+    }
+
     /// Stops the node and joins its threads (as a crash would, for its peers: sockets close).
     pub fn stop(mut self) {
         self.shutdown();
@@ -241,7 +300,7 @@ fn drive(
     shared: &Shared,
     mut core: ConfigCore,
     events: &Receiver<Event>,
-    peers: &HashMap<ServerId, SyncSender<Vec<u8>>>,
+    peers: &HashMap<ServerId, SyncSender<Outgoing>>,
 ) {
     loop {
         let now = shared.clock.now_ns();
@@ -252,6 +311,8 @@ fn drive(
                 let _ = core.receive(from, message, shared.clock.now_ns());
             }
             Ok(Event::CaughtUp(partition)) => core.report_caught_up(partition, shared.clock.now_ns()),
+            Ok(Event::Undelivered(to, snapshot)) => core.report_undelivered(to, snapshot, shared.clock.now_ns()),
+            Ok(Event::SnapshotSent(to)) => core.report_snapshot_sent(to, shared.clock.now_ns()),
             Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => return,
             Err(RecvTimeoutError::Timeout) => {}
         }
@@ -259,13 +320,25 @@ fn drive(
         if now >= core.next_deadline_ns() {
             core.tick(now);
         }
+        // Reports of frames dropped here are handled after this round (they may add messages).
+        let mut undelivered = Vec::new();
         for (to, message) in core.take_outbox() {
             if let Some(peer) = peers.get(&to) {
-                // Full: the peer is slow or down; Raft and heartbeats tolerate the loss.
-                if let Err(TrySendError::Disconnected(_)) = peer.try_send(encode_frame(&message)) {
-                    return;
+                // Full: the peer is slow or down; Raft and heartbeats tolerate the loss once
+                // raft-rs is told of it.
+                match peer.try_send(Outgoing::new(&message)) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(dropped)) if dropped.kind != OutgoingKind::Other => {
+                        undelivered.push((to, dropped.kind == OutgoingKind::RaftSnapshot));
+                    }
+                    Err(TrySendError::Full(_)) => {}
+                    Err(TrySendError::Disconnected(_)) => return,
                 }
             }
+        }
+        // What raft-rs sends in answer goes out with the next event or tick, not in a loop here.
+        for (to, snapshot) in undelivered {
+            core.report_undelivered(to, snapshot, shared.clock.now_ns());
         }
         publish(shared, &core);
     }
@@ -280,6 +353,7 @@ fn publish(shared: &Shared, core: &ConfigCore) {
     view.lease_expires_ns = core.lease_expires_ns();
     view.leader = core.leader();
     view.commit_index = core.commit_index();
+    view.votes = core.votes();
     drop(view);
     if changed {
         shared.changed.notify_all();
@@ -335,6 +409,12 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream, events: &SyncSender<
                 refuse(shared, &mut stream, RefusalReason::UnknownServer);
                 return Err(ConfigError::UnknownServer { server: from, servers });
             }
+            // The peer is up (it may just have restarted): our writer to it, if it is waiting
+            // out a failed attempt, connects at once. Only a wait is cut short, never a working
+            // connection replaced, so two nodes cannot make each other reconnect in a loop.
+            if let Some(returned) = shared.peer_returned.get(usize::from(from)) {
+                returned.store(true, Ordering::SeqCst);
+            }
             while let Some(message) = read_frame(&mut stream, &peer)? {
                 let allowed = match &message {
                     Message::Raft(raft) => raft.from == u64::from(from) + 1,
@@ -387,26 +467,53 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream, events: &SyncSender<
     }
 }
 
-fn write_to_peer(shared: &Shared, address: &str, queue: &Receiver<Vec<u8>>) {
+/// A peer's number and config address, for its writer.
+struct Peer {
+    id: ServerId,
+    address: String,
+}
+
+fn write_to_peer(shared: &Shared, peer: &Peer, queue: &Receiver<Outgoing>, reports: &SyncSender<Event>) {
     let mut connection: Option<TcpStream> = None;
     let mut retry_at = Instant::now();
     loop {
-        let frame = match queue.recv_timeout(Duration::from_millis(CONFIG_RECONNECT_BACKOFF_MS)) {
-            Ok(frame) => frame,
+        let outgoing = match queue.recv_timeout(Duration::from_millis(CONFIG_RECONNECT_BACKOFF_MS)) {
+            Ok(outgoing) => outgoing,
             Err(RecvTimeoutError::Timeout) if !shared.stop.load(Ordering::SeqCst) => continue,
             Err(_) => return,
         };
-        if connection.is_none() && Instant::now() >= retry_at {
-            connection = connect(shared, address);
+        // Cleared even when connected: a hello that came while we were connected says nothing
+        // about a later failure.
+        let returned = shared.peer_returned[usize::from(peer.id)].swap(false, Ordering::SeqCst);
+        if connection.is_none() && (returned || Instant::now() >= retry_at) {
+            connection = connect(shared, &peer.address);
             if connection.is_none() {
                 retry_at = Instant::now() + Duration::from_millis(CONFIG_RECONNECT_BACKOFF_MS);
             }
         }
         // Without a connection the frame is dropped: the peer is down, and what we send is
-        // either retried by Raft or superseded by the next heartbeat.
-        if let Some(stream) = &mut connection {
-            if stream.write_all(&frame).is_err() {
-                connection = None;
+        // either retried by Raft (once told, below) or superseded by the next heartbeat.
+        let written = match &mut connection {
+            Some(stream) => stream.write_all(&outgoing.frame).is_ok(),
+            None => false,
+        };
+        if !written {
+            connection = None;
+        }
+        match (outgoing.kind, written) {
+            (OutgoingKind::Other, _) | (OutgoingKind::Raft, true) => {}
+            // Reported when there is room: raft-rs also recovers without, only later.
+            (OutgoingKind::Raft, false) => {
+                let _ = reports.try_send(Event::Undelivered(peer.id, false));
+            }
+            // A snapshot's fate must reach the driver (raft-rs waits for it): block for it. The
+            // driver never waits for a writer, so this cannot deadlock; it fails only once the
+            // driver has stopped.
+            (OutgoingKind::RaftSnapshot, written) => {
+                let event = if written { Event::SnapshotSent(peer.id) } else { Event::Undelivered(peer.id, true) };
+                if reports.send(event).is_err() {
+                    return;
+                }
             }
         }
     }

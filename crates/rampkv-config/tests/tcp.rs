@@ -12,16 +12,25 @@ use rampkv_config::core::StartMode;
 use rampkv_config::error::{ConfigError, RefusalReason};
 use rampkv_config::limits::CONFIG_LOG_ENTRIES_KEPT_MAX;
 use rampkv_config::node::{ConfigNode, NodeSettings};
-use rampkv_config::timing::{MonotonicClock, Timing};
+use rampkv_config::timing::{Clock, MonotonicClock, Timing};
 use rampkv_config::wire::{encode_frame, Message};
 
 struct Cluster {
     initial: Configuration,
     nodes: Vec<Option<ConfigNode>>,
+    log_entries_kept: u64,
+    /// Every node's clock (one process: one clock; failure messages compare leases to it).
+    clock: Arc<MonotonicClock>,
 }
 
 impl Cluster {
     fn start(servers: usize, partitions: usize, replicas: u32) -> Cluster {
+        Cluster::start_with_log(servers, partitions, replicas, CONFIG_LOG_ENTRIES_KEPT_MAX)
+    }
+
+    /// A cluster whose nodes keep `log_entries_kept` applied Raft entries (few: restarted nodes
+    /// catch up from snapshots).
+    fn start_with_log(servers: usize, partitions: usize, replicas: u32, log_entries_kept: u64) -> Cluster {
         let listeners: Vec<TcpListener> = (0..servers).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
         let addresses = listeners
             .iter()
@@ -30,14 +39,53 @@ impl Cluster {
             .collect();
         let owners = (0..partitions).map(|p| (p % servers) as ServerId).collect();
         let initial = Configuration::placed(addresses, owners, replicas).unwrap();
+        let clock = Arc::new(MonotonicClock::new());
         let nodes = listeners
             .into_iter()
             .enumerate()
             .map(|(me, listener)| {
-                Some(start_node(&initial, me as ServerId, StartMode::Bootstrap, BOOTSTRAP_INCARNATION, Some(listener)))
+                let node =
+                    NodeStart { me: me as ServerId, mode: StartMode::Bootstrap, incarnation: BOOTSTRAP_INCARNATION };
+                Some(start_node(&initial, node, listener, log_entries_kept, &clock))
             })
             .collect();
-        Cluster { initial, nodes }
+        Cluster { initial, nodes, log_entries_kept, clock }
+    }
+
+    /// What each node knows, for failure messages.
+    fn states(&self) -> String {
+        let states: Vec<String> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(server, node)| node.as_ref().map(|node| (server, node)))
+            .map(|(server, node)| {
+                format!(
+                    "server {server}: leader {:?}, commit {}, votes {}, epoch {}, lease ends in {} ms",
+                    node.leader(),
+                    node.commit_index(),
+                    node.votes(),
+                    node.configuration().epoch(),
+                    (i128::from(node.lease_expires_ns()) - i128::from(self.clock.now_ns())) / 1_000_000
+                )
+            })
+            .collect();
+        states.join("; ")
+    }
+
+    /// The Raft leader every running node names (they agree once a leader has reached them).
+    fn agreed_leader(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let named: Vec<Option<ServerId>> = self.nodes.iter().flatten().map(ConfigNode::leader).collect();
+            if let Some(Some(leader)) = named.first() {
+                if named.iter().all(|other| *other == Some(*leader)) {
+                    return usize::from(*leader);
+                }
+            }
+            assert!(Instant::now() < deadline, "the nodes do not agree on a leader: {named:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     fn node(&self, server: usize) -> &ConfigNode {
@@ -64,119 +112,186 @@ impl Cluster {
     }
 }
 
-fn start_node(
-    initial: &Configuration,
+struct NodeStart {
     me: ServerId,
     mode: StartMode,
     incarnation: u64,
-    listener: Option<TcpListener>,
+}
+
+fn start_node(
+    initial: &Configuration,
+    node: NodeStart,
+    listener: TcpListener,
+    log_entries_kept: u64,
+    clock: &Arc<MonotonicClock>,
 ) -> ConfigNode {
     ConfigNode::start(NodeSettings {
-        me,
+        me: node.me,
         initial: initial.clone(),
-        mode,
-        incarnation,
+        mode: node.mode,
+        incarnation: node.incarnation,
         timing: Timing::default(),
-        clock: Arc::new(MonotonicClock::new()),
-        listener,
-        log_entries_kept: CONFIG_LOG_ENTRIES_KEPT_MAX,
+        clock: Arc::clone(clock) as Arc<dyn Clock>,
+        listener: Some(listener),
+        log_entries_kept,
     })
     .unwrap()
 }
 
 #[test]
 fn a_stopped_leader_and_primary_fails_over_in_a_new_epoch_and_its_restart_rejoins_as_a_backup() {
-    stop_and_rejoin(&[0]);
+    stop_and_rejoin(Cluster::start(3, 6, 2), &[Victim::Leader]);
 }
 
 #[test]
 fn a_stopped_primary_that_is_not_the_leader_fails_over_and_its_restart_rejoins() {
-    stop_and_rejoin(&[1]);
+    stop_and_rejoin(Cluster::start(3, 6, 2), &[Victim::Follower]);
 }
 
-/// Known bug (open): after a node restarted and rejoined over TCP, its Raft log does not catch
-/// up (its commit index stays 0: the leader's messages do not reach it), so a second failure
-/// finds no Raft majority. The same sequence passes in the simulation, so the fault is in the
-/// TCP node (peer writer reconnection is the suspect).
+/// Regression: this failed about one run in three. The test went on as soon as the restarted
+/// node was admitted into the configuration, which its own heartbeats achieve at once, while
+/// the leader's messages to it were still being dropped (its writer waited out a reconnection
+/// backoff of 50 ms after failed attempts while the node was down). The restarted node had not
+/// caught up, so it did not vote, and stopping the leader left one voter: no majority, no
+/// failover. Now the writer reconnects as soon as the peer's hello shows it is back, the leader
+/// probes the new incarnation at once, the node publishes `votes()`, and a rejoin counts as
+/// done only once the restarted node votes again. The second victim is the leader, so the
+/// election after it needs the restarted node's vote.
 #[test]
-#[ignore = "known bug: a rejoined node's Raft log does not catch up over TCP"]
 fn a_second_failure_after_a_rejoin_fails_over_too() {
-    stop_and_rejoin(&[0, 1]);
+    stop_and_rejoin(Cluster::start(3, 6, 2), &[Victim::Leader, Victim::Leader]);
 }
 
-/// Stops, in turn, the servers `steps` (0: the Raft leader, 1: the server after it), each time
-/// waiting for the failover and for the restarted server to rejoin.
-fn stop_and_rejoin(steps: &[u16]) {
-    let mut cluster = Cluster::start(3, 6, 2);
+#[test]
+fn a_node_stopped_and_restarted_twice_in_a_row_still_votes_in_the_next_failover() {
+    stop_and_rejoin(Cluster::start(3, 6, 2), &[Victim::Leader, Victim::Again, Victim::Leader]);
+}
+
+/// With a log compacted after 2 entries, restarted nodes catch up from a Raft snapshot sent
+/// over the connection (and the writer reports it sent, or raft-rs would wait for it forever).
+#[test]
+fn restarted_nodes_catch_up_from_snapshots_and_vote_in_the_next_failover() {
+    stop_and_rejoin(Cluster::start_with_log(3, 6, 2, 2), &[Victim::Follower, Victim::Leader, Victim::Leader]);
+}
+
+/// Which server a step of `stop_and_rejoin` stops.
+#[derive(Debug, Clone, Copy)]
+enum Victim {
+    /// The Raft leader: electing the next one needs the votes of both others.
+    Leader,
+    /// A server that is not the Raft leader.
+    Follower,
+    /// The server the step before stopped and restarted.
+    Again,
+}
+
+/// Stops a server per step; waits for its replicas to fail over (a new epoch without it, every
+/// partition served); restarts it and waits for its rejoin: admitted with a new incarnation,
+/// every partition with its two copies again, and its Raft log caught up (it votes again).
+fn stop_and_rejoin(mut cluster: Cluster, steps: &[Victim]) {
     cluster.wait_until_served(Duration::from_secs(10));
-    let leader = cluster.node(0).leader().expect("a leader once leases are granted");
-    for victim in steps.iter().map(|step| (leader + step) % 3) {
-        let victim = usize::from(victim);
-        let survivor = (victim + 1) % 3;
-        let before = cluster.node(survivor).configuration();
-        let partition = (0..6).find(|p| before.primary_of(*p) == Some(victim as ServerId)).unwrap();
-        let stopped = Instant::now();
-        cluster.nodes[victim].take().unwrap().stop();
-        let Some(after) = cluster.node(survivor).wait_for_epoch(before.epoch() + 1, Duration::from_secs(3)) else {
-            let states: Vec<_> = cluster
-                .nodes
-                .iter()
-                .flatten()
-                .map(|node| (node.leader(), node.commit_index(), node.configuration().epoch()))
-                .collect();
-            panic!(
-                "no failover in 3 s after server {victim} stopped: (leader, commit, epoch) of the others: {states:?}"
-            );
+    let mut previous = None;
+    for step in steps {
+        let leader = cluster.agreed_leader(Duration::from_secs(5));
+        let victim = match step {
+            Victim::Leader => leader,
+            Victim::Follower => (leader + 1) % 3,
+            Victim::Again => previous.expect("a step before"),
         };
+        stop_and_fail_over(&mut cluster, victim, victim == leader);
+        rejoin(&mut cluster, victim);
+        previous = Some(victim);
+    }
+}
+
+fn stop_and_fail_over(cluster: &mut Cluster, victim: usize, was_leader: bool) {
+    let survivor = (victim + 1) % 3;
+    let before = cluster.node(survivor).configuration();
+    let partition = (0..6).find(|p| before.primary_of(*p) == Some(victim as ServerId));
+    let stopped = Instant::now();
+    cluster.nodes[victim].take().unwrap().stop();
+    // The failover is the first epoch without the victim (a restarted victim holding no replica
+    // has nothing to fail over).
+    let mut after = before.clone();
+    while after.is_member(victim as ServerId) {
+        let waited = cluster.node(survivor).wait_for_epoch(after.epoch() + 1, Duration::from_secs(3));
+        let Some(newer) = waited.filter(|_| stopped.elapsed() < Duration::from_secs(3)) else {
+            panic!("no failover in 3 s after server {victim} stopped: {}", cluster.states());
+        };
+        after = newer;
+    }
+    if let Some(partition) = partition {
         let promoted = after.primary_of(partition).expect("an in-sync backup was left");
         assert_ne!(usize::from(promoted), victim);
         while !cluster.node(usize::from(promoted)).lease_valid(partition) {
-            assert!(stopped.elapsed() < Duration::from_secs(3), "the promoted primary never held a lease");
+            assert!(
+                stopped.elapsed() < Duration::from_secs(3),
+                "the promoted primary {promoted} of epoch {} held no lease 3 s after the stop: {}",
+                after.epoch(),
+                cluster.states()
+            );
             std::thread::sleep(Duration::from_millis(1));
         }
         println!(
-            "server {victim} (Raft leader: {}) stopped: partition {partition} served by {promoted} in epoch {} after {} ms",
-            victim == usize::from(leader),
+            "server {victim} (Raft leader: {was_leader}) stopped: partition {partition} served by {promoted} in epoch {} after {} ms",
             after.epoch(),
             stopped.elapsed().as_millis()
         );
-
-        // The restarted server learns that the cluster runs, rejoins with a new incarnation,
-        // never serves its old partitions, is admitted and copies partitions short of a copy.
-        let mode = start_mode(&cluster.initial, victim as ServerId, Duration::from_secs(1));
-        assert_eq!(mode, StartMode::Rejoin);
-        let incarnation = 1 + victim as u64 * 1000 + after.epoch();
-        let listener = TcpListener::bind(&cluster.initial.servers()[victim].config_address).unwrap();
-        cluster.nodes[victim] =
-            Some(start_node(&cluster.initial, victim as ServerId, mode, incarnation, Some(listener)));
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            for p in 0..6 {
-                assert!(
-                    !cluster.node(victim).lease_valid(p),
-                    "the restarted server serves partition {p} of its old epoch"
-                );
-            }
-            let configuration = cluster.node(survivor).configuration();
-            let copying: Vec<(usize, u32)> = (0..3)
-                .flat_map(|server| (0..6u32).map(move |p| (server, p)))
-                .filter(|(server, p)| {
-                    configuration.replica_set(*p).unwrap().catching_up.contains(&(*server as ServerId))
-                })
-                .collect();
-            for (server, partition) in &copying {
-                cluster.node(*server).report_caught_up(*partition);
-            }
-            let full =
-                configuration.replica_sets().iter().all(|set| set.primary.iter().count() + set.backups.len() == 2);
-            if full && configuration.is_admitted(victim as ServerId, incarnation) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "replica sets not restored: {configuration:?}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        cluster.wait_until_served(Duration::from_secs(5));
+    } else {
+        println!("server {victim} (Raft leader: {was_leader}, primary of nothing) stopped: epoch {}", after.epoch());
     }
+    cluster.wait_until_served(Duration::from_secs(5));
+}
+
+/// Restarts `victim`: it learns that the cluster runs, rejoins with a new incarnation, never
+/// serves its old partitions, is admitted, copies partitions short of a copy, catches up with
+/// the Raft log and votes again.
+fn rejoin(cluster: &mut Cluster, victim: usize) {
+    let mode = start_mode(&cluster.initial, victim as ServerId, Duration::from_secs(1));
+    assert_eq!(mode, StartMode::Rejoin);
+    let epoch = cluster.node((victim + 1) % 3).configuration().epoch();
+    let incarnation = 1 + victim as u64 * 1000 + epoch;
+    let listener = TcpListener::bind(&cluster.initial.servers()[victim].config_address).unwrap();
+    let started = Instant::now();
+    let node = NodeStart { me: victim as ServerId, mode, incarnation };
+    cluster.nodes[victim] =
+        Some(start_node(&cluster.initial, node, listener, cluster.log_entries_kept, &cluster.clock));
+    let (mut admitted_ms, mut voting_ms) = (None, None);
+    let deadline = started + Duration::from_secs(5);
+    loop {
+        for p in 0..6 {
+            assert!(!cluster.node(victim).lease_valid(p), "the restarted server serves partition {p} of its old epoch");
+        }
+        if voting_ms.is_none() && cluster.node(victim).votes() {
+            voting_ms = Some(started.elapsed().as_millis());
+        }
+        let configuration = cluster.node((victim + 1) % 3).configuration();
+        let copying: Vec<(usize, u32)> = (0..3)
+            .flat_map(|server| (0..6u32).map(move |p| (server, p)))
+            .filter(|(server, p)| configuration.replica_set(*p).unwrap().catching_up.contains(&(*server as ServerId)))
+            .collect();
+        for (server, partition) in &copying {
+            cluster.node(*server).report_caught_up(*partition);
+        }
+        let full = configuration.replica_sets().iter().all(|set| set.primary.iter().count() + set.backups.len() == 2);
+        if admitted_ms.is_none() && configuration.is_admitted(victim as ServerId, incarnation) {
+            admitted_ms = Some(started.elapsed().as_millis());
+        }
+        if full && admitted_ms.is_some() && voting_ms.is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no rejoin in 5 s: admitted after {admitted_ms:?} ms, votes after {voting_ms:?} ms, {configuration:?}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    println!(
+        "server {victim} restarted: admitted after {} ms, caught up (votes) after {} ms",
+        admitted_ms.unwrap(),
+        voting_ms.unwrap()
+    );
+    cluster.wait_until_served(Duration::from_secs(5));
 }
 
 #[test]
