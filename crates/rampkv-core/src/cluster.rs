@@ -16,9 +16,17 @@
 //! address = "127.0.0.1:7002"
 //! partitions = [1, 3, 5, 7]
 //! ring = "127.0.0.1:7102"         # optional: control address of the ring front end
+//! config = "127.0.0.1:7202"       # optional: address of its configuration service (replication)
 //! ```
 //! Either every server lists its partitions or none does; every partition must be owned by
 //! exactly one server. Any other shape is refused with an error naming the problem.
+//!
+//! # Replication
+//! `replicas = N` (top level, default 1) asks for every partition on N distinct servers: its
+//! owner above is the first primary, and the configuration service (crate `rampkv-config`)
+//! places the N - 1 backups. A file asking for more replicas than it has servers is refused.
+//! With N > 1 every server needs a `config` address: the port of the configuration service
+//! (an embedded Raft group among the servers) that holds who is primary in which epoch.
 //!
 //! `address` is the server's TCP port. The optional `ring` and `rfrpc` are the control
 //! addresses of its one-sided front ends (`rampkv server --ring-listen` / `--rfrpc-listen`):
@@ -29,7 +37,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::limits::{CLUSTER_PARTITIONS_MAX, CLUSTER_SERVERS_MAX};
+use crate::limits::{CLUSTER_PARTITIONS_MAX, CLUSTER_REPLICAS_MAX, CLUSTER_SERVERS_MAX};
 
 /// FNV-1a 64-bit hash of a key: the stable partitioning hash.
 pub fn key_hash(key: &[u8]) -> u64 {
@@ -57,6 +65,7 @@ pub enum ClusterError {
 #[serde(deny_unknown_fields)]
 struct ClusterFile {
     partitions: Option<u32>,
+    replicas: Option<u32>,
     servers: Vec<ServerEntry>,
 }
 
@@ -67,6 +76,7 @@ struct ServerEntry {
     partitions: Option<Vec<u32>>,
     ring: Option<String>,
     rfrpc: Option<String>,
+    config: Option<String>,
 }
 
 /// A server's one-sided front end, reached through a control address of its own.
@@ -104,6 +114,10 @@ pub struct Cluster {
     partition_owner: Vec<u16>,
     ring: Vec<Option<String>>,
     rfrpc: Vec<Option<String>>,
+    /// Copies of every partition (1 = no replication).
+    replicas: u32,
+    /// Per server: the address of its configuration service, where known.
+    config: Vec<Option<String>>,
 }
 
 impl Cluster {
@@ -132,6 +146,7 @@ impl Cluster {
         let listed: Vec<Option<Vec<u32>>> = file.servers.iter().map(|s| s.partitions.clone()).collect();
         let ring: Vec<Option<String>> = file.servers.iter().map(|s| s.ring.clone()).collect();
         let rfrpc: Vec<Option<String>> = file.servers.iter().map(|s| s.rfrpc.clone()).collect();
+        let config: Vec<Option<String>> = file.servers.iter().map(|s| s.config.clone()).collect();
         let addresses = file.servers.into_iter().map(|server| server.address).collect();
         let assignment = match listed.iter().filter(|list| list.is_some()).count() {
             0 => None,
@@ -141,7 +156,78 @@ impl Cluster {
         let mut cluster = Self::build(addresses, partitions, assignment)?;
         cluster.set_fronts(Front::Ring, ring)?;
         cluster.set_fronts(Front::RfRpc, rfrpc)?;
+        cluster = cluster.with_replicas(file.replicas.unwrap_or(1))?;
+        for address in config.iter().flatten() {
+            validate_address(address)
+                .map_err(|_| ClusterError::Invalid(format!("config address {address:?} is not HOST:PORT")))?;
+        }
+        cluster.config = config;
         Ok(cluster)
+    }
+
+    /// This cluster with every partition on `replicas` distinct servers.
+    ///
+    /// # Errors
+    /// [`ClusterError::Invalid`] when `replicas` is 0, above `CLUSTER_REPLICAS_MAX`, or above the
+    /// number of servers (each copy of a partition needs a server of its own).
+    pub fn with_replicas(mut self, replicas: u32) -> Result<Cluster, ClusterError> {
+        if replicas == 0 || replicas > CLUSTER_REPLICAS_MAX {
+            return Err(ClusterError::Invalid(format!("need 1..={CLUSTER_REPLICAS_MAX} replicas, got {replicas}")));
+        }
+        if replicas as usize > self.servers.len() {
+            return Err(ClusterError::Invalid(format!(
+                "{replicas} replicas need at least {replicas} servers, the cluster has {}",
+                self.servers.len()
+            )));
+        }
+        self.replicas = replicas;
+        Ok(self)
+    }
+
+    /// Copies of every partition (1 = no replication).
+    pub fn replicas(&self) -> u32 {
+        self.replicas
+    }
+
+    /// This cluster with the configuration-service address of every server (in server order).
+    pub fn with_config_addresses(mut self, addresses: Vec<String>) -> Result<Cluster, ClusterError> {
+        if addresses.len() != self.servers.len() {
+            return Err(ClusterError::Invalid(format!(
+                "{} config addresses for {} servers",
+                addresses.len(),
+                self.servers.len()
+            )));
+        }
+        for address in &addresses {
+            validate_address(address)
+                .map_err(|_| ClusterError::Invalid(format!("config address {address:?} is not HOST:PORT")))?;
+        }
+        self.config = addresses.into_iter().map(Some).collect();
+        Ok(self)
+    }
+
+    /// The configuration-service address of every server, in server order.
+    ///
+    /// # Errors
+    /// [`ClusterError::Invalid`] naming the first server without one.
+    pub fn config_addresses(&self) -> Result<Vec<String>, ClusterError> {
+        self.servers
+            .iter()
+            .zip(&self.config)
+            .map(|(server, address)| {
+                address.clone().ok_or_else(|| {
+                    ClusterError::Invalid(format!(
+                        "server {server} has no `config` address: add `config = \"ADDR\"` to its [[servers]] entry"
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// The server (index into [`Cluster::servers`]) the cluster file gives `partition`: its
+    /// only copy without replication, its first primary with. `None` past the last partition.
+    pub fn owner_of_partition(&self, partition: u32) -> Option<usize> {
+        self.partition_owner.get(partition as usize).map(|owner| usize::from(*owner))
     }
 
     /// This cluster with the control addresses of every server's `front` (in server order).
@@ -239,7 +325,14 @@ impl Cluster {
             }
         }
         let unknown = vec![None; servers.len()];
-        Ok(Cluster { servers, partition_owner, ring: unknown.clone(), rfrpc: unknown })
+        Ok(Cluster {
+            servers,
+            partition_owner,
+            ring: unknown.clone(),
+            rfrpc: unknown.clone(),
+            replicas: 1,
+            config: unknown,
+        })
     }
 
     /// Server addresses, indexed by server number.
@@ -265,6 +358,9 @@ impl Cluster {
     /// Renders this cluster as a cluster file.
     pub fn to_toml(&self) -> String {
         let mut text = format!("partitions = {}\n", self.partition_owner.len());
+        if self.replicas != 1 {
+            text.push_str(&format!("replicas = {}\n", self.replicas));
+        }
         for (server, address) in self.servers.iter().enumerate() {
             let owned: Vec<String> = (0..self.partition_owner.len())
                 .filter(|p| usize::from(self.partition_owner[*p]) == server)
@@ -275,6 +371,9 @@ impl Cluster {
                 if let Some(control) = &listed[server] {
                     text.push_str(&format!("{} = \"{control}\"\n", front.key()));
                 }
+            }
+            if let Some(config) = &self.config[server] {
+                text.push_str(&format!("config = \"{config}\"\n"));
             }
         }
         text
@@ -337,6 +436,29 @@ mod tests {
     }
 
     #[test]
+    fn replicas_and_config_addresses_round_trip_and_bad_ones_are_named() {
+        let text = "partitions = 4\nreplicas = 2\n[[servers]]\naddress = \"127.0.0.1:1\"\nconfig = \"127.0.0.1:21\"\n\
+                    [[servers]]\naddress = \"127.0.0.1:2\"\nconfig = \"127.0.0.1:22\"\n";
+        let cluster = Cluster::from_toml(text).unwrap();
+        assert_eq!(cluster.replicas(), 2);
+        assert_eq!(cluster.config_addresses().unwrap(), ["127.0.0.1:21", "127.0.0.1:22"]);
+        assert_eq!(Cluster::from_toml(&cluster.to_toml()).unwrap(), cluster);
+        assert_eq!(cluster.owner_of_partition(3), Some(1));
+        assert_eq!(cluster.owner_of_partition(4), None);
+
+        let plain = Cluster::with_servers(vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]).unwrap();
+        assert_eq!(plain.replicas(), 1);
+        let missing = plain.config_addresses().unwrap_err().to_string();
+        assert!(missing.contains("server 127.0.0.1:1 has no `config` address"), "{missing}");
+        let given = plain.clone().with_config_addresses(vec!["127.0.0.1:9".into(), "127.0.0.1:8".into()]).unwrap();
+        assert_eq!(Cluster::from_toml(&given.to_toml()).unwrap(), given);
+        assert!(plain.clone().with_config_addresses(vec!["127.0.0.1:9".into()]).is_err());
+        let too_many = plain.clone().with_replicas(3).unwrap_err().to_string();
+        assert!(too_many.contains("3 replicas need at least 3 servers, the cluster has 2"), "{too_many}");
+        assert!(plain.with_replicas(0).is_err());
+    }
+
+    #[test]
     fn malformed_cluster_files_give_clear_errors() {
         let cases = [
             ("servers = []", "need 1..="),
@@ -352,6 +474,9 @@ mod tests {
             ("this is not toml", "expected"),
             ("[[servers]]\naddress = \"h:1\"\nring = \"h\"", "ring address \"h\" is not HOST:PORT"),
             ("[[servers]]\naddress = \"h:1\"\nrfrpc = 7", "invalid type"),
+            ("replicas = 2\n[[servers]]\naddress = \"h:1\"", "2 replicas need at least 2 servers, the cluster has 1"),
+            ("replicas = 0\n[[servers]]\naddress = \"h:1\"", "need 1..="),
+            ("[[servers]]\naddress = \"h:1\"\nconfig = \"nope\"", "config address \"nope\" is not HOST:PORT"),
         ];
         for (text, expected) in cases {
             let message = Cluster::from_toml(text).unwrap_err().to_string();

@@ -45,6 +45,10 @@ pub const CLIENT_IDS_MAX: u64 = (1 << 16) - 1;
 /// Most servers in a cluster file.
 pub const CLUSTER_SERVERS_MAX: usize = 1024;
 
+/// Most copies of a partition a cluster file may ask for (`replicas`): f + 1 with f failures
+/// survived.
+pub const CLUSTER_REPLICAS_MAX: u32 = 8;
+
 /// Most partitions in a cluster file.
 pub const CLUSTER_PARTITIONS_MAX: u32 = 65_536;
 
