@@ -461,7 +461,18 @@ fn parse_pair(pair: &str) -> Result<(Vec<u8>, Vec<u8>)> {
     }
 }
 
-/// Parses `10s`, `500ms`, `2m`, `1.5s` or a plain number of seconds.
+/// Shortest run `--duration` / `--point-duration` accept: a shorter one may end before a
+/// single transaction finishes (a loaded machine takes milliseconds to start the clients), and a
+/// run that measures nothing should be refused up front rather than report zeros.
+const RUN_DURATION_MS_MIN: u64 = 10;
+
+/// Longest run they accept: one week. Bounds the arithmetic on it (a duration of 1e30 seconds
+/// overflowed `Duration` and panicked).
+const RUN_DURATION_S_MAX: u64 = 7 * 24 * 3600;
+
+/// Parses `10s`, `500ms`, `2m`, `1.5s` or a plain number of seconds, within
+/// [`RUN_DURATION_MS_MIN`]..=[`RUN_DURATION_S_MAX`]. NaN, infinities, zero, negative and
+/// out-of-range values are errors saying what is accepted, never a panic.
 fn parse_duration(text: &str) -> Result<Duration> {
     let text = text.trim();
     let (number, scale) = if let Some(number) = text.strip_suffix("ms") {
@@ -476,9 +487,18 @@ fn parse_duration(text: &str) -> Result<Duration> {
     let value: f64 =
         number.trim().parse().with_context(|| format!("invalid duration {text:?} (try 10s, 500ms, 2m)"))?;
     let seconds = value * scale;
-    if !(seconds.is_finite() && seconds > 0.0) {
-        bail!("duration must be positive, got {text:?}");
+    let accepted = format!("durations from {RUN_DURATION_MS_MIN}ms to {RUN_DURATION_S_MAX}s (7 days) are accepted");
+    if seconds.is_nan() || seconds <= 0.0 {
+        bail!("duration must be a positive number, got {text:?}; {accepted}");
     }
+    if seconds > RUN_DURATION_S_MAX as f64 {
+        // Infinities too (`inf`, or `1e308m` overflowing to one).
+        bail!("duration {text:?} is too long; {accepted}");
+    }
+    if seconds * 1_000.0 < RUN_DURATION_MS_MIN as f64 {
+        bail!("duration {text:?} is too short to run a transaction; {accepted}");
+    }
+    // In range, so neither conversion can panic.
     Ok(Duration::from_secs_f64(seconds))
 }
 
@@ -656,6 +676,33 @@ mod tests {
         for bad in ["", "abc", "-1s", "0", "nan", "inf"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    /// Issue 15: `bench --duration 1e30` panicked (Duration overflow) and `--duration
+    /// 0.0000001s` ran nothing and exited 0. Every value out of the documented range is a
+    /// clear error; the bounds themselves are accepted.
+    #[test]
+    fn durations_out_of_range_are_errors_that_state_the_range() {
+        for (bad, why) in [
+            ("1e30", "too long"),
+            ("1e30ms", "too long"),
+            ("604801s", "too long"),
+            ("1e308m", "too long"),
+            ("0.0000001s", "too short"),
+            ("9ms", "too short"),
+            ("5e-324", "too short"),
+            ("NaN", "positive number"),
+            ("-inf", "positive number"),
+            ("infs", "too long"),
+            ("-0", "positive number"),
+            ("-3m", "positive number"),
+        ] {
+            let message = format!("{:#}", parse_duration(bad).unwrap_err());
+            assert!(message.contains(why) && message.contains("10ms to 604800s"), "{bad:?}: {message}");
+        }
+        assert_eq!(parse_duration("10ms").unwrap(), Duration::from_millis(10));
+        assert_eq!(parse_duration("604800s").unwrap(), Duration::from_secs(RUN_DURATION_S_MAX));
+        assert_eq!(parse_duration("10080m").unwrap(), Duration::from_secs(RUN_DURATION_S_MAX));
     }
 
     #[test]
