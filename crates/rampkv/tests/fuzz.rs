@@ -395,27 +395,30 @@ fn check_wire(input: &[u8], tally: &mut Tally) {
             Err(error) => return tally.add(format!("header refused: {}", variant_name(&error))),
         };
         tally.add("frames split");
-        let request = within_allocation_bound("Request::decode", body.len(), || Request::decode(header.kind, body));
-        match request {
-            Ok(request) => {
-                tally.add(format!("request decoded: kind {:#04x}", header.kind));
-                let mut again = Vec::new();
-                request.encode_body(&mut again);
-                assert_eq!(Request::decode(header.kind, &again).as_ref(), Ok(&request), "request round trip");
-            }
-            Err(error) => tally.add(format!("request refused: {}", variant_name(&error))),
-        }
-        let response = within_allocation_bound("Response::decode", body.len(), || Response::decode(header.kind, body));
-        match response {
-            Ok(response) => {
-                tally.add(format!("response decoded: kind {:#04x}", header.kind));
-                let mut again = Vec::new();
-                response.encode_body(&mut again);
-                assert_eq!(Response::decode(header.kind, &again).as_ref(), Ok(&response), "response round trip");
-            }
-            Err(error) => tally.add(format!("response refused: {}", variant_name(&error))),
-        }
+        check_decoder("request", header.kind, body, Request::decode, Request::encode_body, tally);
+        check_decoder("response", header.kind, body, Response::decode, Response::encode_body, tally);
         rest = &rest[header.frame_bytes()..];
+    }
+}
+
+/// Decodes `body` as a message of `kind` with `decode` within the allocation bound; what decodes
+/// must encode (`encode`) and decode back to itself.
+fn check_decoder<T: PartialEq + std::fmt::Debug>(
+    what: &str,
+    kind: u8,
+    body: &[u8],
+    decode: fn(u8, &[u8]) -> Result<T, rampkv::wire::WireError>,
+    encode: fn(&T, &mut Vec<u8>),
+    tally: &mut Tally,
+) {
+    match within_allocation_bound(what, body.len(), || decode(kind, body)) {
+        Ok(message) => {
+            tally.add(format!("{what} decoded: kind {kind:#04x}"));
+            let mut again = Vec::new();
+            encode(&message, &mut again);
+            assert_eq!(decode(kind, &again).as_ref(), Ok(&message), "{what} round trip");
+        }
+        Err(error) => tally.add(format!("{what} refused: {}", variant_name(&error))),
     }
 }
 

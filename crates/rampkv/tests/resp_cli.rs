@@ -567,27 +567,15 @@ fn the_rampkv_command_serves_resp_from_local_and_gateway() {
     let directory = tempfile::tempdir().unwrap();
     let port = free_port();
     let cluster_file = directory.path().join("cluster.toml");
-    let local = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_rampkv"))
-            .args(["local", "--resp-port", &port.to_string(), "--cluster-file"])
-            .arg(&cluster_file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let port_text = port.to_string();
+    let local = ChildGuard::rampkv(&["local", "--resp-port", &port_text, "--cluster-file"], &cluster_file);
     wait_for_ping(port);
     assert_eq!(cli(port, &["MSET", "a", "1", "b", "2"]), "OK\n");
     assert_eq!(cli(port, &["MGET", "a", "b"]), "1\n2\n");
 
     let gateway_port = free_port();
-    let gateway = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_rampkv"))
-            .args(["gateway", "--listen", &format!("127.0.0.1:{gateway_port}"), "--cluster"])
-            .arg(&cluster_file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let listen = format!("127.0.0.1:{gateway_port}");
+    let gateway = ChildGuard::rampkv(&["gateway", "--listen", &listen, "--cluster"], &cluster_file);
     wait_for_ping(gateway_port);
     assert_eq!(cli(gateway_port, &["MGET", "a", "b"]), "1\n2\n", "a second gateway sees the same data");
     drop((gateway, local));
@@ -595,6 +583,14 @@ fn the_rampkv_command_serves_resp_from_local_and_gateway() {
 
 /// Kills and reaps a child process when dropped, so a failing test leaves nothing running.
 struct ChildGuard(std::process::Child);
+
+impl ChildGuard {
+    /// `rampkv ARGS... PATH` (a command line ending with a file's path), its stderr dropped.
+    fn rampkv(args: &[&str], path: &std::path::Path) -> ChildGuard {
+        let child = Command::new(env!("CARGO_BIN_EXE_rampkv")).args(args).arg(path).stderr(Stdio::null()).spawn();
+        ChildGuard(child.unwrap())
+    }
+}
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
@@ -684,6 +680,14 @@ const ACL_FILE: &str = "user default on >secret ~* &* +@all\n\
                         user dave on >dpw +@all\n\
                         user erin on #2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b ~* &* +@all\n";
 
+/// [`ACL_FILE`] written to a file in a directory removed when the first value drops.
+fn acl_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let directory = tempfile::tempdir().unwrap();
+    let path = directory.path().join("users.acl");
+    std::fs::write(&path, ACL_FILE).unwrap();
+    (directory, path)
+}
+
 /// One request as redis-cli sends it (an array of bulk strings).
 fn multibulk(words: &[&str]) -> Vec<u8> {
     let mut request = format!("*{}\r\n", words.len()).into_bytes();
@@ -719,9 +723,7 @@ fn ask(stream: &mut TcpStream, request: &[u8]) -> Vec<u8> {
 /// be. (HELLO's greeting itself differs, server name and version: checked apart.)
 #[test]
 fn authentication_replies_are_byte_for_byte_redis_s() {
-    let directory = tempfile::tempdir().unwrap();
-    let acl_path = directory.path().join("users.acl");
-    std::fs::write(&acl_path, ACL_FILE).unwrap();
+    let (_directory, acl_path) = acl_file();
     let stack = Stack::start_with_users(2, Users::from_acl_file(&acl_path).unwrap());
     let redis = RedisServer::start_with(&["--aclfile", acl_path.to_str().unwrap()]);
     let sessions: &[&[&[&str]]] = &[
@@ -799,9 +801,7 @@ fn authentication_replies_are_byte_for_byte_redis_s() {
 /// redis-cli logs in with -a and with --user/--pass, and without them meets NOAUTH.
 #[test]
 fn redis_cli_logs_in_with_a_password_and_with_a_user() {
-    let directory = tempfile::tempdir().unwrap();
-    let acl_path = directory.path().join("users.acl");
-    std::fs::write(&acl_path, ACL_FILE).unwrap();
+    let (_directory, acl_path) = acl_file();
     let stack = Stack::start_with_users(3, Users::from_acl_file(&acl_path).unwrap());
     let port = stack.port();
     assert_eq!(cli(port, &["PING"]), "NOAUTH Authentication required.\n\n");
@@ -826,9 +826,7 @@ fn redis_cli_logs_in_with_a_password_and_with_a_user() {
 /// AUTH, and the exceptions redis-py raises for NOAUTH, WRONGPASS and NOPERM.
 #[test]
 fn redis_py_logs_in_and_gets_its_authentication_errors() {
-    let directory = tempfile::tempdir().unwrap();
-    let acl_path = directory.path().join("users.acl");
-    std::fs::write(&acl_path, ACL_FILE).unwrap();
+    let (_directory, acl_path) = acl_file();
     let stack = Stack::start_with_users(3, Users::from_acl_file(&acl_path).unwrap());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/resp_auth.py");
     let output = run_tool("python3", &[script, &stack.port().to_string()], None);
@@ -844,14 +842,10 @@ fn the_rampkv_command_requires_the_password_it_is_given() {
     let directory = tempfile::tempdir().unwrap();
     let port = free_port();
     let cluster_file = directory.path().join("cluster.toml");
-    let local = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_rampkv"))
-            .args(["local", "--servers", "2", "--resp-port", &port.to_string(), "--requirepass", "pw1"])
-            .arg("--cluster-file")
-            .arg(&cluster_file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+    let port_text = port.to_string();
+    let local = ChildGuard::rampkv(
+        &["local", "--servers", "2", "--resp-port", &port_text, "--requirepass", "pw1", "--cluster-file"],
+        &cluster_file,
     );
     wait_for_listener(port);
     let auth = ["-a", "pw1", "--no-auth-warning"];
@@ -860,18 +854,10 @@ fn the_rampkv_command_requires_the_password_it_is_given() {
     assert_eq!(cli(port, &[&auth[..], &["SET", "k", "v"]].concat()), "OK\n");
 
     let gateway_port = free_port();
-    let acl_path = directory.path().join("users.acl");
-    std::fs::write(&acl_path, ACL_FILE).unwrap();
-    let gateway = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_rampkv"))
-            .args(["gateway", "--listen", &format!("127.0.0.1:{gateway_port}"), "--aclfile"])
-            .arg(&acl_path)
-            .arg("--cluster")
-            .arg(&cluster_file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let (_acl_directory, acl_path) = acl_file();
+    let listen = format!("127.0.0.1:{gateway_port}");
+    let acl = acl_path.to_str().unwrap();
+    let gateway = ChildGuard::rampkv(&["gateway", "--listen", &listen, "--aclfile", acl, "--cluster"], &cluster_file);
     wait_for_listener(gateway_port);
     assert_eq!(cli(gateway_port, &["GET", "k"]), "NOAUTH Authentication required.\n\n");
     assert_eq!(cli(gateway_port, &["--user", "alice", "--pass", "apw", "--no-auth-warning", "GET", "k"]), "v\n");
