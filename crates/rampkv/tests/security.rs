@@ -12,12 +12,13 @@ fn running_as_root() -> bool {
     String::from_utf8_lossy(&output.stdout).trim() == "0"
 }
 
-/// A file removed on drop, even when the test fails.
+/// A file (or empty directory) removed on drop, even when the test fails.
 struct RemoveOnDrop(PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_dir(&self.0);
     }
 }
 
@@ -42,8 +43,19 @@ fn another_users_file_in_dev_shm_does_not_stop_an_unprivileged_start() {
     std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
 
+    // A copy uid 1 can run wherever the build lives (a checkout under /root is closed to it).
+    let directory = std::env::temp_dir().join(format!("rampkv-security-test-{}", std::process::id()));
+    std::fs::create_dir_all(&directory).unwrap();
+    let _directory_guard = RemoveOnDrop(directory.clone());
+    let binary = directory.join("rampkv");
+    std::fs::copy(env!("CARGO_BIN_EXE_rampkv"), &binary).unwrap();
+    let _binary_guard = RemoveOnDrop(binary.clone());
+    for path in [&directory, &binary] {
+        std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
     let output = Command::new("setpriv")
-        .args(["--reuid=1", "--regid=1", "--clear-groups", env!("CARGO_BIN_EXE_rampkv")])
+        .args(["--reuid=1", "--regid=1", "--clear-groups"])
+        .arg(&binary)
         .args(["bench", "--duration", "300ms", "--keys", "100", "--transport", "writepoll", "--seed", "1"])
         .current_dir("/")
         .output()
