@@ -912,6 +912,10 @@ mod tests {
             let error = parse_all(input).unwrap_err();
             assert_eq!(error.to_string(), *text, "{:?}", String::from_utf8_lossy(input));
         }
+        let words = format!("MGET{}\r\n", " k".repeat(RESP_ARGS_MAX - 1));
+        assert_eq!(parse_all(words.as_bytes()).unwrap().unwrap().len(), RESP_ARGS_MAX);
+        let too_many = format!("MGET{}\r\n", " k".repeat(RESP_ARGS_MAX));
+        assert_eq!(parse_all(too_many.as_bytes()), Err(CodecError::InlineTooManyArguments));
         let long_line = vec![b'x'; RESP_INLINE_BYTES_MAX + 1];
         assert_eq!(parse_all(&long_line), Err(CodecError::InlineTooBig));
         assert_eq!(parse_all(&long_line[..RESP_INLINE_BYTES_MAX]), Ok(None));
