@@ -241,23 +241,9 @@ pub fn parse_request(args: &Args<'_>, permissions: Permissions) -> Request {
     if !arity_fits(spec.arity, args.len()) {
         return Request::Reply(wrong_arity(spec.name));
     }
-    let table = subcommands(spec.kind);
-    let full_name = match table {
-        [] => spec.name,
-        _ if args.len() < 2 => spec.name, // COMMAND alone
-        _ => {
-            let wanted = args.get(1);
-            let Some(sub) = table
-                .iter()
-                .find(|sub| sub.name.split('|').nth(1).is_some_and(|own| own.as_bytes().eq_ignore_ascii_case(wanted)))
-            else {
-                return Request::Reply(unknown_subcommand(wanted, &spec.name.to_ascii_uppercase()));
-            };
-            if !arity_fits(sub.arity, args.len()) {
-                return Request::Reply(wrong_arity(sub.name));
-            }
-            sub.name
-        }
+    let full_name = match full_name(spec, args) {
+        Ok(name) => name,
+        Err(reply) => return Request::Reply(reply),
     };
     if let Some(refusal) = permissions.refusal(full_name, spec.flags.contains(&"no_auth"), spec.first_key > 0) {
         return Request::Reply(refusal);
@@ -266,6 +252,24 @@ pub fn parse_request(args: &Args<'_>, permissions: Permissions) -> Request {
         Ok(request) => request,
         Err(reply) => Request::Reply(reply),
     }
+}
+
+/// Redis's full name of what `args` runs (`client|setname`; the command's own name if it has no
+/// subcommands), or the reply refusing an unknown subcommand or a wrong arity of a known one.
+fn full_name(spec: &CommandSpec, args: &Args<'_>) -> Result<&'static str, Frame> {
+    let table = subcommands(spec.kind);
+    if table.is_empty() || args.len() < 2 {
+        return Ok(spec.name); // no subcommands, or COMMAND alone
+    }
+    let wanted = args.get(1);
+    let own_name = |sub: &SubcommandSpec| sub.name.split('|').nth(1).unwrap_or_default().as_bytes();
+    let Some(sub) = table.iter().find(|sub| own_name(sub).eq_ignore_ascii_case(wanted)) else {
+        return Err(unknown_subcommand(wanted, &spec.name.to_ascii_uppercase()));
+    };
+    if !arity_fits(sub.arity, args.len()) {
+        return Err(wrong_arity(sub.name));
+    }
+    Ok(sub.name)
 }
 
 fn translate(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {

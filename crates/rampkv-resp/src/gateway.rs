@@ -694,9 +694,10 @@ impl EventLoop {
                     Frame::error(auth::AUTH_WITHOUT_PASSWORD_REPLY)
                 } else {
                     let user = user.as_deref().unwrap_or(auth::DEFAULT_USER.as_bytes());
-                    match connection.log_in(&self.users, user, &password) {
-                        true => Frame::simple("OK"),
-                        false => Frame::error(auth::WRONGPASS_REPLY),
+                    if connection.log_in(&self.users, user, &password) {
+                        Frame::simple("OK")
+                    } else {
+                        Frame::error(auth::WRONGPASS_REPLY)
                     }
                 }
             }
