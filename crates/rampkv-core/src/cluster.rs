@@ -19,7 +19,9 @@
 //! config = "127.0.0.1:7202"       # optional: address of its configuration service (replication)
 //! ```
 //! Either every server lists its partitions or none does; every partition must be owned by
-//! exactly one server. Any other shape is refused with an error naming the problem.
+//! exactly one server; a server (or a control address) may appear only once. Any other shape is
+//! refused with an error naming the problem: a wrong cluster file must not route keys to a
+//! server that does not own them (it would answer "never written" for keys it lacks).
 //!
 //! # Replication
 //! `replicas = N` (top level, default 1) asks for every partition on N distinct servers: its
@@ -59,6 +61,22 @@ pub enum ClusterError {
     Parse { path: String, message: String },
     #[error("invalid cluster: {0}")]
     Invalid(String),
+    /// Two server entries name the same address (compared as socket addresses where they
+    /// parse as such, else as text ignoring letter case).
+    #[error("server {address} is listed twice (entries {first} and {second}, counting from 0)")]
+    DuplicateServer { address: String, first: usize, second: usize },
+    /// Two servers give the same control address for a one-sided front end.
+    #[error("{front} address {address} is listed for two servers ({first} and {second})")]
+    DuplicateFrontAddress { front: &'static str, address: String, first: String, second: String },
+    #[error("partition {partition} is listed twice: by server {first} and by server {second}")]
+    PartitionListedTwice { partition: u32, first: String, second: String },
+    #[error("partition {partition} is owned by no server (every partition 0..{partitions} needs one)")]
+    PartitionUnowned { partition: u32, partitions: u32 },
+    #[error("server {server} lists partition {partition}, but there are only {partitions}")]
+    PartitionOutOfRange { server: String, partition: u32, partitions: u32 },
+    /// A cluster file that parsed but describes no valid cluster.
+    #[error("cluster file {path} is not valid: {source}")]
+    InFile { path: String, source: Box<ClusterError> },
 }
 
 #[derive(Debug, Deserialize)]
@@ -133,8 +151,7 @@ impl Cluster {
         let text = std::fs::read_to_string(path).map_err(|error| ClusterError::Read { path: shown.clone(), error })?;
         Self::from_toml(&text).map_err(|error| match error {
             ClusterError::Parse { message, .. } => ClusterError::Parse { path: shown, message },
-            ClusterError::Invalid(message) => ClusterError::Parse { path: shown, message },
-            other => other,
+            other => ClusterError::InFile { path: shown, source: Box::new(other) },
         })
     }
 
@@ -249,6 +266,17 @@ impl Cluster {
             validate_address(address)
                 .map_err(|_| ClusterError::Invalid(format!("{} address {address:?} is not HOST:PORT", front.key())))?;
         }
+        let listed: Vec<(usize, &str)> =
+            addresses.iter().enumerate().filter_map(|(server, address)| Some((server, address.as_deref()?))).collect();
+        if let Some((i, j)) = first_duplicate(listed.iter().map(|&(_, address)| address)) {
+            let ((first, _), (second, address)) = (listed[i], listed[j]);
+            return Err(ClusterError::DuplicateFrontAddress {
+                front: front.key(),
+                address: address.to_owned(),
+                first: self.servers[first].clone(),
+                second: self.servers[second].clone(),
+            });
+        }
         match front {
             Front::Ring => self.ring = addresses,
             Front::RfRpc => self.rfrpc = addresses,
@@ -297,6 +325,9 @@ impl Cluster {
         for address in &servers {
             validate_address(address)?;
         }
+        if let Some((first, second)) = first_duplicate(servers.iter().map(String::as_str)) {
+            return Err(ClusterError::DuplicateServer { address: servers[second].clone(), first, second });
+        }
         let mut partition_owner = vec![u16::MAX; partitions as usize];
         match assignment {
             None => {
@@ -308,19 +339,24 @@ impl Cluster {
                 for (server, list) in lists.iter().enumerate() {
                     for &partition in list {
                         let Some(owner) = partition_owner.get_mut(partition as usize) else {
-                            return invalid(format!(
-                                "server {} lists partition {partition}, but there are only {partitions}",
-                                servers[server]
-                            ));
+                            return Err(ClusterError::PartitionOutOfRange {
+                                server: servers[server].clone(),
+                                partition,
+                                partitions,
+                            });
                         };
                         if *owner != u16::MAX {
-                            return invalid(format!("partition {partition} is listed twice"));
+                            return Err(ClusterError::PartitionListedTwice {
+                                partition,
+                                first: servers[usize::from(*owner)].clone(),
+                                second: servers[server].clone(),
+                            });
                         }
                         *owner = server as u16;
                     }
                 }
                 if let Some(missing) = partition_owner.iter().position(|owner| *owner == u16::MAX) {
-                    return invalid(format!("partition {missing} is owned by no server"));
+                    return Err(ClusterError::PartitionUnowned { partition: missing as u32, partitions });
                 }
             }
         }
@@ -378,6 +414,25 @@ impl Cluster {
         }
         text
     }
+}
+
+/// The positions of the first address that appears twice, if any. Addresses that parse as
+/// socket addresses compare as such (`127.0.0.1:07001` is `127.0.0.1:7001`, `[::1]:1` is
+/// `[0::1]:1`); host names compare ignoring letter case (DNS names do). Two names that resolve
+/// to one host are not caught: the core does no I/O.
+fn first_duplicate<'a>(addresses: impl Iterator<Item = &'a str>) -> Option<(usize, usize)> {
+    let mut seen = std::collections::HashMap::new();
+    for (index, address) in addresses.enumerate() {
+        let canonical = match address.parse::<std::net::SocketAddr>() {
+            Ok(parsed) => parsed.to_string(),
+            Err(_) => address.to_ascii_lowercase(),
+        };
+        if let Some(&first) = seen.get(&canonical) {
+            return Some((first, index));
+        }
+        seen.insert(canonical, index);
+    }
+    None
 }
 
 fn validate_address(address: &str) -> Result<(), ClusterError> {
@@ -477,10 +532,73 @@ mod tests {
             ("replicas = 2\n[[servers]]\naddress = \"h:1\"", "2 replicas need at least 2 servers, the cluster has 1"),
             ("replicas = 0\n[[servers]]\naddress = \"h:1\"", "need 1..="),
             ("[[servers]]\naddress = \"h:1\"\nconfig = \"nope\"", "config address \"nope\" is not HOST:PORT"),
+            (
+                "[[servers]]\naddress = \"h:1\"\n[[servers]]\naddress = \"H:1\"",
+                "server H:1 is listed twice (entries 0 and 1",
+            ),
         ];
         for (text, expected) in cases {
             let message = Cluster::from_toml(text).unwrap_err().to_string();
             assert!(message.contains(expected), "{text:?} gave {message:?}");
         }
+    }
+
+    /// Issue 15: a server listed twice was accepted, and a wrong cluster file silently routed
+    /// keys to servers that never stored them (reads answered nil). Each mistake is now refused
+    /// with a typed error naming it.
+    #[test]
+    fn duplicate_servers_and_partition_mistakes_are_typed_errors_naming_the_culprit() {
+        let twice = "[[servers]]\naddress = \"127.0.0.1:7001\"\n[[servers]]\naddress = \"127.0.0.1:7002\"\n\
+                     [[servers]]\naddress = \"127.0.0.1:07001\"\n";
+        assert!(matches!(
+            Cluster::from_toml(twice),
+            Err(ClusterError::DuplicateServer { ref address, first: 0, second: 2 }) if address == "127.0.0.1:07001"
+        ));
+        let ipv6 = vec!["[::1]:5".to_string(), "[0:0::1]:5".to_string()];
+        assert!(matches!(Cluster::with_servers(ipv6), Err(ClusterError::DuplicateServer { first: 0, second: 1, .. })));
+
+        let listed_twice = "partitions = 2\n[[servers]]\naddress = \"a:1\"\npartitions = [0, 1]\n\
+                            [[servers]]\naddress = \"b:1\"\npartitions = [1]\n";
+        assert!(matches!(
+            Cluster::from_toml(listed_twice),
+            Err(ClusterError::PartitionListedTwice { partition: 1, ref first, ref second }) if first == "a:1" && second == "b:1"
+        ));
+        let uncovered = "partitions = 3\n[[servers]]\naddress = \"a:1\"\npartitions = [0]\n\
+                         [[servers]]\naddress = \"b:1\"\npartitions = [2]\n";
+        assert!(matches!(
+            Cluster::from_toml(uncovered),
+            Err(ClusterError::PartitionUnowned { partition: 1, partitions: 3 })
+        ));
+        let beyond = "partitions = 1\n[[servers]]\naddress = \"a:1\"\npartitions = [0, 4]\n";
+        assert!(matches!(
+            Cluster::from_toml(beyond),
+            Err(ClusterError::PartitionOutOfRange { partition: 4, partitions: 1, .. })
+        ));
+        let shared_ring =
+            "[[servers]]\naddress = \"a:1\"\nring = \"c:9\"\n[[servers]]\naddress = \"b:1\"\nring = \"C:9\"\n";
+        let error = Cluster::from_toml(shared_ring).unwrap_err();
+        assert!(
+            matches!(&error, ClusterError::DuplicateFrontAddress { front: "ring", first, second, .. } if first == "a:1" && second == "b:1"),
+            "{error}"
+        );
+        let plain = Cluster::with_servers(vec!["a:1".into(), "b:1".into()]).unwrap();
+        assert!(matches!(
+            plain.with_fronts(Front::RfRpc, vec!["c:9".into(), "c:9".into()]),
+            Err(ClusterError::DuplicateFrontAddress { front: "rfrpc", .. })
+        ));
+    }
+
+    #[test]
+    fn a_cluster_file_error_names_the_file() {
+        let directory = std::env::temp_dir().join(format!("rampkv-cluster-test-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let path = directory.join("twice.toml");
+        std::fs::write(&path, "[[servers]]\naddress = \"a:1\"\n[[servers]]\naddress = \"a:1\"\n").unwrap();
+        let error = Cluster::from_file(&path).unwrap_err();
+        std::fs::remove_dir_all(&directory).unwrap();
+        let message = error.to_string();
+        assert!(message.contains("twice.toml") && message.contains("server a:1 is listed twice"), "{message}");
+        let ClusterError::InFile { source, .. } = error else { panic!("expected InFile, got {error:?}") };
+        assert!(matches!(*source, ClusterError::DuplicateServer { .. }));
     }
 }

@@ -6,9 +6,10 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::io::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -26,6 +27,7 @@ use rampkv::progress::{Goal, ProgressBar};
 use rampkv::protocol::bloom::BloomParameters;
 use rampkv::protocol::ramp::Algorithm;
 use rampkv::recovery::RECOVERY_TIMEOUT_MS;
+use rampkv::resp::auth::Users;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::{ServerConfig, ServerGroup};
 
@@ -104,9 +106,15 @@ enum Command {
         /// Where to write the cluster file.
         #[arg(long, default_value = "cluster.toml")]
         cluster_file: PathBuf,
-        /// Also serve the Redis protocol (RESP) on 127.0.0.1:PORT (see docs/resp.md).
+        /// Also serve the Redis protocol (RESP) on PORT of --resp-bind (see docs/resp.md).
         #[arg(long)]
         resp_port: Option<u16>,
+        /// The address the RESP port listens on. An address other than loopback needs a
+        /// password (--requirepass, --aclfile) unless --protected-mode no.
+        #[arg(long, value_name = "IP", default_value = "127.0.0.1", requires = "resp_port")]
+        resp_bind: IpAddr,
+        #[command(flatten)]
+        resp_auth: RespAuthArgs,
         /// The servers' one-sided front end, written into the cluster file: ring (writepoll,
         /// sendrecv, onesided clients), rfrpc, or none.
         #[arg(long, value_enum, default_value_t = FrontChoice::Ring)]
@@ -116,9 +124,12 @@ enum Command {
     Gateway {
         #[arg(long)]
         cluster: PathBuf,
-        /// Address to listen on, e.g. 127.0.0.1:6379.
-        #[arg(long)]
+        /// Address to listen on. An address other than loopback needs a password
+        /// (--requirepass, --aclfile) unless --protected-mode no.
+        #[arg(long, default_value = "127.0.0.1:6379")]
         listen: SocketAddr,
+        #[command(flatten)]
+        resp_auth: RespAuthArgs,
     },
     /// Write keys atomically: rampkv put k1=v1 k2=v2 --cluster FILE
     Put {
@@ -148,6 +159,54 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Who may use a RESP gateway (docs/resp.md, "Authentication").
+#[derive(Debug, Args)]
+struct RespAuthArgs {
+    /// Require this password of RESP clients (Redis's requirepass): `AUTH PASSWORD`, or
+    /// `HELLO 3 AUTH default PASSWORD`. Other local users can read it in the process list:
+    /// prefer --aclfile with a hashed (#<sha256>) password.
+    #[arg(long, value_name = "PASSWORD", conflicts_with = "aclfile")]
+    requirepass: Option<String>,
+    /// Users, passwords and permissions from a Redis ACL file (the subset in docs/resp.md:
+    /// on/off, >password, #sha256, nopass; permissions all or nothing).
+    #[arg(long, value_name = "FILE")]
+    aclfile: Option<PathBuf>,
+    /// Redis's protected mode: a gateway that lets anyone in (no password for the default
+    /// user) refuses to listen on an address other than loopback. `no` turns the check off.
+    #[arg(long, value_enum, default_value_t = YesNo::Yes)]
+    protected_mode: YesNo,
+}
+
+/// Redis's spelling of a boolean setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum YesNo {
+    Yes,
+    No,
+}
+
+impl RespAuthArgs {
+    /// The gateway's users.
+    fn users(&self) -> Result<Users> {
+        match (&self.requirepass, &self.aclfile) {
+            (Some(password), _) if password.is_empty() => {
+                bail!("--requirepass needs a non-empty password (leave the flag out for a gateway without one)")
+            }
+            (Some(password), _) => Ok(Users::with_default_password(password.as_bytes())),
+            (None, Some(path)) => Ok(Users::from_acl_file(path)?),
+            (None, None) => Ok(Users::open()),
+        }
+    }
+
+    /// `config` with these users and protected mode.
+    fn apply(&self, config: GatewayConfig) -> Result<GatewayConfig> {
+        Ok(GatewayConfig {
+            users: Arc::new(self.users()?),
+            protected_mode: self.protected_mode == YesNo::Yes,
+            ..config
+        })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -329,11 +388,19 @@ fn run(command: Command) -> Result<ExitCode> {
             drop(front);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Local { servers, base_port, cluster_file, resp_port, front } => {
-            run_local(servers, base_port, &cluster_file, resp_port, front.front())
+        Command::Local { servers, base_port, cluster_file, resp_port, resp_bind, resp_auth, front } => {
+            let resp = resp_port
+                .map(|port| resp_auth.apply(GatewayConfig::new(SocketAddr::new(resp_bind, port))))
+                .transpose()?;
+            run_local(servers, base_port, &cluster_file, resp, front.front())
         }
-        Command::Gateway { cluster, listen } => {
-            let gateway = Gateway::spawn(&Cluster::from_file(&cluster)?, &GatewayConfig::new(listen))?;
+        Command::Gateway { cluster, listen, resp_auth } => {
+            let config = resp_auth.apply(GatewayConfig::new(listen))?;
+            // Refused before anything connects to the cluster.
+            if let Some(refusal) = config.protected_mode_refusal() {
+                return Err(refusal.into());
+            }
+            let gateway = Gateway::spawn(&Cluster::from_file(&cluster)?, &config)?;
             say!("rampkv gateway: RESP on {}", gateway.address());
             gateway.wait()?;
             Ok(ExitCode::SUCCESS)
@@ -373,15 +440,20 @@ fn run(command: Command) -> Result<ExitCode> {
     }
 }
 
+/// `rampkv local`: servers in this process, and a RESP gateway calling their cores if `resp` says
+/// where (and with which users).
 fn run_local(
     servers: usize,
     base_port: u16,
     cluster_file: &PathBuf,
-    resp_port: Option<u16>,
+    resp: Option<GatewayConfig>,
     front: Option<Front>,
 ) -> Result<ExitCode> {
     if !(1..=64).contains(&servers) {
         bail!("--servers must be 1..=64, got {servers}");
+    }
+    if let Some(refusal) = resp.as_ref().and_then(GatewayConfig::protected_mode_refusal) {
+        return Err(refusal.into()); // before any server starts
     }
     let configs = (0..servers)
         .map(|index| {
@@ -409,20 +481,20 @@ fn run_local(
         group.addresses().iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", "),
         cluster_file.display()
     );
-    let _gateway = match resp_port {
-        Some(port) => {
-            // The gateway lives with the servers: it calls their cores rather than their sockets.
-            let in_process = InProcessServers { cores: group.cores().to_vec(), clock: group.clock() };
-            let config = GatewayConfig {
-                in_process: Some(in_process),
-                ..GatewayConfig::new(SocketAddr::from(([127, 0, 0, 1], port)))
-            };
-            let gateway = Gateway::spawn(&cluster, &config).context("cannot start the RESP gateway")?;
-            say!("rampkv local cluster: RESP on {} (try redis-cli -p {})", gateway.address(), gateway.address().port());
-            Some(gateway)
-        }
-        None => None,
-    };
+    if let Some(config) = resp {
+        // The gateway lives with the servers: it calls their cores rather than their sockets.
+        let in_process = InProcessServers { cores: group.cores().to_vec(), clock: group.clock() };
+        let config = GatewayConfig { in_process: Some(in_process), ..config };
+        let gateway = Gateway::spawn(&cluster, &config).context("cannot start the RESP gateway")?;
+        say!("rampkv local cluster: RESP on {} (try redis-cli -p {})", gateway.address(), gateway.address().port());
+        // A gateway that stops (it should not) takes the process with it, rather than leaving
+        // servers up behind a RESP port that refuses every connection (issue 15).
+        std::thread::Builder::new().name("rampkv-gateway-watch".into()).spawn(move || {
+            let outcome = gateway.wait();
+            say!("rampkv local: the RESP gateway stopped ({outcome:?}); exiting");
+            std::process::exit(2);
+        })?;
+    }
     group.wait().context("local cluster failed")?;
     drop(front);
     Ok(ExitCode::SUCCESS)
@@ -461,7 +533,18 @@ fn parse_pair(pair: &str) -> Result<(Vec<u8>, Vec<u8>)> {
     }
 }
 
-/// Parses `10s`, `500ms`, `2m`, `1.5s` or a plain number of seconds.
+/// Shortest run `--duration` / `--point-duration` accept: a shorter one may end before a
+/// single transaction finishes (a loaded machine takes milliseconds to start the clients), and a
+/// run that measures nothing should be refused up front rather than report zeros.
+const RUN_DURATION_MS_MIN: u64 = 10;
+
+/// Longest run they accept: one week. Bounds the arithmetic on it (a duration of 1e30 seconds
+/// overflowed `Duration` and panicked).
+const RUN_DURATION_S_MAX: u64 = 7 * 24 * 3600;
+
+/// Parses `10s`, `500ms`, `2m`, `1.5s` or a plain number of seconds, within
+/// [`RUN_DURATION_MS_MIN`]..=[`RUN_DURATION_S_MAX`]. NaN, infinities, zero, negative and
+/// out-of-range values are errors saying what is accepted, never a panic.
 fn parse_duration(text: &str) -> Result<Duration> {
     let text = text.trim();
     let (number, scale) = if let Some(number) = text.strip_suffix("ms") {
@@ -476,9 +559,18 @@ fn parse_duration(text: &str) -> Result<Duration> {
     let value: f64 =
         number.trim().parse().with_context(|| format!("invalid duration {text:?} (try 10s, 500ms, 2m)"))?;
     let seconds = value * scale;
-    if !(seconds.is_finite() && seconds > 0.0) {
-        bail!("duration must be positive, got {text:?}");
+    let accepted = format!("durations from {RUN_DURATION_MS_MIN}ms to {RUN_DURATION_S_MAX}s (7 days) are accepted");
+    if seconds.is_nan() || seconds <= 0.0 {
+        bail!("duration must be a positive number, got {text:?}; {accepted}");
     }
+    if seconds > RUN_DURATION_S_MAX as f64 {
+        // Infinities too (`inf`, or `1e308m` overflowing to one).
+        bail!("duration {text:?} is too long; {accepted}");
+    }
+    if seconds * 1_000.0 < RUN_DURATION_MS_MIN as f64 {
+        bail!("duration {text:?} is too short to run a transaction; {accepted}");
+    }
+    // In range, so neither conversion can panic.
     Ok(Duration::from_secs_f64(seconds))
 }
 
@@ -656,6 +748,33 @@ mod tests {
         for bad in ["", "abc", "-1s", "0", "nan", "inf"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    /// Issue 15: `bench --duration 1e30` panicked (Duration overflow) and `--duration
+    /// 0.0000001s` ran nothing and exited 0. Every value out of the documented range is a
+    /// clear error; the bounds themselves are accepted.
+    #[test]
+    fn durations_out_of_range_are_errors_that_state_the_range() {
+        for (bad, why) in [
+            ("1e30", "too long"),
+            ("1e30ms", "too long"),
+            ("604801s", "too long"),
+            ("1e308m", "too long"),
+            ("0.0000001s", "too short"),
+            ("9ms", "too short"),
+            ("5e-324", "too short"),
+            ("NaN", "positive number"),
+            ("-inf", "positive number"),
+            ("infs", "too long"),
+            ("-0", "positive number"),
+            ("-3m", "positive number"),
+        ] {
+            let message = format!("{:#}", parse_duration(bad).unwrap_err());
+            assert!(message.contains(why) && message.contains("10ms to 604800s"), "{bad:?}: {message}");
+        }
+        assert_eq!(parse_duration("10ms").unwrap(), Duration::from_millis(10));
+        assert_eq!(parse_duration("604800s").unwrap(), Duration::from_secs(RUN_DURATION_S_MAX));
+        assert_eq!(parse_duration("10080m").unwrap(), Duration::from_secs(RUN_DURATION_S_MAX));
     }
 
     #[test]

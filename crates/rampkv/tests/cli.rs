@@ -86,6 +86,11 @@ fn unknown_flags_and_bad_values_give_clear_errors() {
         (&["bench", "--value-size", "4"][..], "--value-size must be"),
         (&["bench", "--txn-size", "0"][..], "--txn-size must be"),
         (&["bench", "--duration", "soon"][..], "invalid duration"),
+        // Issue 15: 1e30 panicked; 0.0000001s ran nothing and exited 0.
+        (&["bench", "--duration", "1e30"][..], "is too long; durations from 10ms to 604800s"),
+        (&["bench", "--duration", "0.0000001s"][..], "is too short to run a transaction"),
+        (&["bench", "--duration", "nan"][..], "must be a positive number"),
+        (&["figures", "--point-duration", "1e30"][..], "is too long"),
         (&["put", "novalue", "--cluster", "x.toml"][..], "expected KEY=VALUE"),
     ] {
         let output = rampkv(args);

@@ -195,7 +195,7 @@ impl World {
         let machine = if self.rng.gen_bool(0.5) {
             if self.locking {
                 // A locking read's timestamp is its priority (wait-die age).
-                let ts = state.clock.next(self.now_ms * 1_000);
+                let ts = state.clock.next(self.now_ms * 1_000).expect("simulated time is within the clock's range");
                 let mut txn = LockingReadTxn::new(&self.cluster, ts, keys).unwrap();
                 txn.start(&mut out);
                 Machine::LockRead { txn, keys: names }
@@ -205,7 +205,7 @@ impl World {
                 Machine::Read { txn, keys: names }
             }
         } else {
-            let ts = state.clock.next(self.now_ms * 1_000);
+            let ts = state.clock.next(self.now_ms * 1_000).expect("simulated time is within the clock's range");
             let writes = keys
                 .into_iter()
                 .map(|key| {

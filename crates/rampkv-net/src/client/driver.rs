@@ -157,7 +157,7 @@ impl<T: ClientTransport> Driver<T> {
         self.check_idle(session)?;
         let txn = if self.options.algorithm == Algorithm::S2pl {
             // Locking reads need a timestamp: their age under wait-die.
-            let ts = self.sessions[session].clock.next(wall_clock_us());
+            let ts = self.sessions[session].clock.next(wall_clock_us())?;
             let mut txn = LockingReadTxn::new(&self.cluster, ts, keys)?;
             txn.start(&mut self.outgoing);
             ActiveTxn::LockingRead(txn)
@@ -182,7 +182,7 @@ impl<T: ClientTransport> Driver<T> {
         build: impl FnOnce(Timestamp) -> Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<Timestamp, ClientError> {
         self.check_idle(session)?;
-        let ts = self.sessions[session].clock.next(wall_clock_us());
+        let ts = self.sessions[session].clock.next(wall_clock_us())?;
         let txn = if self.options.algorithm == Algorithm::S2pl {
             let mut txn = LockingWriteTxn::new(&self.cluster, ts, build(ts))?;
             txn.start(&mut self.outgoing);
@@ -319,7 +319,7 @@ impl<T: ClientTransport> Driver<T> {
                 let state = &mut self.sessions[session];
                 if let TxnResult::Read(outcome) = &result {
                     let newest = outcome.items.iter().map(|item| item.ts).max().unwrap_or(0);
-                    state.clock.observe(newest);
+                    state.clock.observe(newest, wall_clock_us());
                 }
                 self.finish(session, Ok(result), completions);
             }

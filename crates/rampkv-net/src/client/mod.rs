@@ -21,6 +21,9 @@ pub enum ClientError {
     Protocol(#[from] ProtocolError),
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// The session's clock cannot issue a timestamp (the wall clock is past 2033, or wrong).
+    #[error(transparent)]
+    Clock(#[from] rampkv_core::types::ClockError),
     #[error("the transaction did not finish in time")]
     Timeout,
     #[error("connection handshake failed: {0}")]
