@@ -725,11 +725,17 @@ fn history_record(
         Ok(TxnResult::Read(outcome)) => {
             let mut reads = std::collections::BTreeMap::new();
             let mut value_ts = std::collections::BTreeMap::new();
+            let mut round2 = Vec::new();
             for (key, item) in keys.iter().zip(&outcome.items) {
                 reads.insert(key.clone(), item.ts);
                 value_ts.insert(key.clone(), history::verify_check_value(&item.value).unwrap_or(u64::MAX));
+                if item.fetched_in_round2 && !round2.contains(key) {
+                    round2.push(key.clone());
+                }
             }
-            Some(Record::Read(ReadRecord { client, keys, reads, value_ts, start_ns, end_ns, ok }))
+            // Every item of a read has round 1 or none has (S2PL).
+            let round1 = outcome.items.iter().map(|item| item.round1_ts).collect();
+            Some(Record::Read(ReadRecord { client, keys, reads, value_ts, round1, round2, start_ns, end_ns, ok }))
         }
         Ok(TxnResult::Write(outcome)) => {
             Some(Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok }))

@@ -1,0 +1,181 @@
+//! Per key, the writes of a history as time intervals, to find the writes a read overlapped.
+//!
+//! # Contract
+//! [`OverlapIndex::visit`] calls its visitor once for every write of a key whose interval
+//! `[start_ns, end_ns]` intersects the query's (closed intervals: touching counts), and for no
+//! other write. The intervals are sorted by start and seen as an implicit balanced binary tree
+//! (the middle of a range is its root), each node holding the latest end in its subtree, so a
+//! query visits O(log n) nodes plus O(log n) per write it reports: a long-running write (a
+//! failed one can last seconds) costs a query nothing unless it overlaps.
+
+/// One write of one key.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Interval {
+    pub(super) start_ns: u64,
+    pub(super) end_ns: u64,
+    /// The write's position in the checker's write list.
+    pub(super) writer: usize,
+}
+
+/// Every key's write intervals, flattened: key `k` owns `intervals[offsets[k]..offsets[k + 1]]`
+/// (sorted by start) and the same range of `subtree_end_max`.
+#[derive(Debug, Default)]
+pub(super) struct OverlapIndex {
+    intervals: Vec<Interval>,
+    subtree_end_max: Vec<u64>,
+    offsets: Vec<usize>,
+}
+
+impl OverlapIndex {
+    /// Builds the index from each key's intervals (`by_key[k]`, any order).
+    pub(super) fn build(by_key: Vec<Vec<Interval>>) -> Self {
+        let total = by_key.iter().map(Vec::len).sum();
+        let mut index =
+            Self { intervals: Vec::with_capacity(total), subtree_end_max: vec![0; total], offsets: vec![0] };
+        for mut intervals in by_key {
+            intervals.sort_unstable_by_key(|interval| (interval.start_ns, interval.end_ns));
+            let first = index.intervals.len();
+            index.intervals.extend(intervals);
+            let last = index.intervals.len();
+            fill_subtree_end_max(&index.intervals[first..last], &mut index.subtree_end_max[first..last]);
+            index.offsets.push(last);
+        }
+        index
+    }
+
+    /// Calls `visitor` for every write of `key_id` whose interval meets `[start_ns, end_ns]`.
+    pub(super) fn visit(&self, key_id: usize, start_ns: u64, end_ns: u64, visitor: &mut impl FnMut(&Interval)) {
+        let (first, last) = (self.offsets[key_id], self.offsets[key_id + 1]);
+        let query = Query {
+            intervals: &self.intervals[first..last],
+            subtree_end_max: &self.subtree_end_max[first..last],
+            start_ns,
+            end_ns,
+        };
+        query.visit(0, last - first, visitor);
+    }
+}
+
+/// Fills `subtree_end_max[middle]` for every node of the implicit tree over `intervals`;
+/// returns the latest end of the whole range (0 when empty).
+fn fill_subtree_end_max(intervals: &[Interval], subtree_end_max: &mut [u64]) -> u64 {
+    if intervals.is_empty() {
+        return 0;
+    }
+    let middle = intervals.len() / 2;
+    let (left, right) = subtree_end_max.split_at_mut(middle);
+    let left_max = fill_subtree_end_max(&intervals[..middle], left);
+    let right_max = fill_subtree_end_max(&intervals[middle + 1..], &mut right[1..]);
+    let end_max = intervals[middle].end_ns.max(left_max).max(right_max);
+    right[0] = end_max;
+    end_max
+}
+
+struct Query<'a> {
+    intervals: &'a [Interval],
+    subtree_end_max: &'a [u64],
+    start_ns: u64,
+    end_ns: u64,
+}
+
+impl Query<'_> {
+    /// Visits the overlapping intervals of the subtree over `[low, high)`, in start order.
+    /// Recursion depth is the tree's height, at most 64.
+    fn visit(&self, low: usize, high: usize, visitor: &mut impl FnMut(&Interval)) {
+        if low >= high {
+            return;
+        }
+        let middle = low + (high - low) / 2;
+        if self.subtree_end_max[middle] < self.start_ns {
+            return; // everything here ended before the query started
+        }
+        self.visit(low, middle, visitor);
+        let interval = &self.intervals[middle];
+        if interval.start_ns > self.end_ns {
+            return; // this one and everything to its right started after the query ended
+        }
+        if interval.end_ns >= self.start_ns {
+            visitor(interval);
+        }
+        self.visit(middle + 1, high, visitor);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A deterministic generator (SplitMix64), so the test needs no `rand`.
+    struct SplitMix(u64);
+
+    impl SplitMix {
+        fn below(&mut self, bound: u64) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let word = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            let word = (word ^ (word >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            (word ^ (word >> 31)) % bound
+        }
+    }
+
+    fn interval(start_ns: u64, end_ns: u64, writer: usize) -> Interval {
+        Interval { start_ns, end_ns, writer }
+    }
+
+    fn visited(index: &OverlapIndex, key_id: usize, start_ns: u64, end_ns: u64) -> Vec<usize> {
+        let mut writers = Vec::new();
+        index.visit(key_id, start_ns, end_ns, &mut |interval| writers.push(interval.writer));
+        writers.sort_unstable();
+        writers
+    }
+
+    #[test]
+    fn touching_intervals_overlap_and_disjoint_ones_do_not() {
+        let index = OverlapIndex::build(vec![vec![interval(10, 20, 0), interval(30, 40, 1)], Vec::new()]);
+        assert_eq!(visited(&index, 0, 20, 30), [0, 1], "ends and starts are inclusive");
+        assert_eq!(visited(&index, 0, 21, 29), Vec::<usize>::new());
+        assert_eq!(visited(&index, 0, 0, 9), Vec::<usize>::new());
+        assert_eq!(visited(&index, 0, 41, 50), Vec::<usize>::new());
+        assert_eq!(visited(&index, 0, 12, 13), [0], "a read inside a write");
+        assert_eq!(visited(&index, 0, 0, 100), [0, 1], "a read around both");
+        assert_eq!(visited(&index, 1, 0, 100), Vec::<usize>::new(), "a key without writes");
+    }
+
+    #[test]
+    fn a_long_write_is_found_from_anywhere_inside_it() {
+        let mut intervals: Vec<Interval> =
+            (0..1000).map(|step| interval(step * 10, step * 10 + 5, step as usize)).collect();
+        intervals.push(interval(3, 1_000_000, 5000));
+        let index = OverlapIndex::build(vec![intervals]);
+        assert_eq!(visited(&index, 0, 5006, 5007), [5000]);
+        assert_eq!(visited(&index, 0, 5000, 5000), [500, 5000]);
+    }
+
+    #[test]
+    fn queries_match_a_linear_scan() {
+        let seed = 0x0e7a_9001;
+        println!("seed {seed:#x}");
+        let mut random = SplitMix(seed);
+        for round in 0..200 {
+            let count = random.below(40) as usize;
+            let intervals: Vec<Interval> = (0..count)
+                .map(|writer| {
+                    let start = random.below(1000);
+                    let length = if random.below(10) == 0 { random.below(1000) } else { random.below(30) };
+                    interval(start, start + length, writer)
+                })
+                .collect();
+            let index = OverlapIndex::build(vec![Vec::new(), intervals.clone()]);
+            for _ in 0..20 {
+                let start = random.below(1100);
+                let end = start + random.below(60);
+                let mut expected: Vec<usize> = intervals
+                    .iter()
+                    .filter(|interval| interval.start_ns <= end && interval.end_ns >= start)
+                    .map(|interval| interval.writer)
+                    .collect();
+                expected.sort_unstable();
+                assert_eq!(visited(&index, 1, start, end), expected, "seed {seed:#x}, round {round}, [{start}, {end}]");
+            }
+        }
+    }
+}
