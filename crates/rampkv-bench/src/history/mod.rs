@@ -17,6 +17,10 @@
 //!   A reader decodes what it got into `value_ts`, so a torn or misplaced value shows up in the
 //!   history even when the version timestamp the protocol reported looks right.
 
+mod stream;
+
+pub use stream::{HistoryFeed, HistoryStream};
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs::File;
@@ -24,6 +28,7 @@ use std::io::{self, BufRead, BufReader, BufWriter, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
+use rampkv_core::protocol::ReadOutcome;
 use serde::{Deserialize, Serialize};
 
 /// The timestamp of the initial value of every key (never written). Its value is empty.
@@ -300,6 +305,26 @@ impl ReadRecord {
 }
 
 impl ReadRecord {
+    /// The record of an ok read: `keys` as asked for (rendered by [`key_to_history_string`]),
+    /// and from `outcome` (one item per key, in the same order) each version's timestamp, the
+    /// timestamp its value carries ([`value_ts_of`]), round 1's answer and the keys round 2
+    /// fetched.
+    pub fn of_outcome(client: u64, keys: Vec<String>, outcome: &ReadOutcome, start_ns: u64, end_ns: u64) -> Self {
+        let mut reads = BTreeMap::new();
+        let mut value_ts = BTreeMap::new();
+        let mut round2 = Vec::new();
+        for (key, item) in keys.iter().zip(&outcome.items) {
+            reads.insert(key.clone(), item.ts);
+            value_ts.insert(key.clone(), value_ts_of(&item.value));
+            if item.fetched_in_round2 && !round2.contains(key) {
+                round2.push(key.clone());
+            }
+        }
+        // Every item of a read has round 1, or none has (S2PL).
+        let round1 = outcome.items.iter().map(|item| item.round1_ts).collect();
+        Self { client, keys, reads, value_ts, round1, round2, start_ns, end_ns, ok: true }
+    }
+
     fn validate_rounds(&self) -> Result<(), String> {
         match &self.round1 {
             Some(round1) if round1.len() != self.keys.len() => {
