@@ -30,3 +30,7 @@ pub const HISTORY_HELD_READS_MAX: usize = 1 << 16;
 /// read's versions already have their write records in the file. A read of an older version
 /// is held until [`HISTORY_READ_HOLD_MS_MAX`]: later, never wrong.
 pub const HISTORY_KNOWN_WRITES_MAX: usize = 1 << 20;
+
+/// Writes overlapping a read in time (of any key) the checker compares with the read's keys one
+/// by one; beyond, it asks its per-key index instead, which finds only writes of the read's keys.
+pub const CHECKER_TIME_OVERLAPS_SCAN_MAX: usize = 64;

@@ -3,7 +3,7 @@
 //! # Contract
 //! [`OverlapIndex::visit`] calls its visitor once for every write of a key whose interval
 //! `[start_ns, end_ns]` intersects the query's (closed intervals: touching counts), and for no
-//! other write. The intervals are sorted by start and seen as an implicit balanced binary tree
+//! other write, until the visitor returns false (then it stops and returns false). The intervals are sorted by start and seen as an implicit balanced binary tree
 //! (the middle of a range is its root), each node holding the latest end in its subtree, so a
 //! query visits O(log n) nodes plus O(log n) per write it reports: a long-running write (a
 //! failed one can last seconds) costs a query nothing unless it overlaps.
@@ -17,12 +17,20 @@ pub(super) struct Interval {
     pub(super) writer: usize,
 }
 
-/// Every key's write intervals, flattened: key `k` owns `intervals[offsets[k]..offsets[k + 1]]`
-/// (sorted by start) and the same range of `subtree_end_max`.
+/// A node of the implicit tree: an interval and the latest end in its subtree, side by side so
+/// that visiting a node touches one cache line (the index of a large history does not fit in
+/// cache, and a query costs what it misses).
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    interval: Interval,
+    subtree_end_max: u64,
+}
+
+/// Every key's write intervals, flattened: key `k` owns `nodes[offsets[k]..offsets[k + 1]]`,
+/// sorted by start.
 #[derive(Debug, Default)]
 pub(super) struct OverlapIndex {
-    intervals: Vec<Interval>,
-    subtree_end_max: Vec<u64>,
+    nodes: Vec<Node>,
     offsets: Vec<usize>,
 }
 
@@ -30,74 +38,75 @@ impl OverlapIndex {
     /// Builds the index from each key's intervals (`by_key[k]`, any order).
     pub(super) fn build(by_key: Vec<Vec<Interval>>) -> Self {
         let total = by_key.iter().map(Vec::len).sum();
-        let mut index =
-            Self { intervals: Vec::with_capacity(total), subtree_end_max: vec![0; total], offsets: vec![0] };
+        let mut index = Self { nodes: Vec::with_capacity(total), offsets: Vec::with_capacity(by_key.len() + 1) };
+        index.offsets.push(0);
         for mut intervals in by_key {
             intervals.sort_unstable_by_key(|interval| (interval.start_ns, interval.end_ns));
-            let first = index.intervals.len();
-            index.intervals.extend(intervals);
-            let last = index.intervals.len();
-            fill_subtree_end_max(&index.intervals[first..last], &mut index.subtree_end_max[first..last]);
-            index.offsets.push(last);
+            let first = index.nodes.len();
+            index.nodes.extend(intervals.into_iter().map(|interval| Node { interval, subtree_end_max: 0 }));
+            fill_subtree_end_max(&mut index.nodes[first..]);
+            index.offsets.push(index.nodes.len());
         }
         index
     }
 
-    /// Calls `visitor` for every write of `key_id` whose interval meets `[start_ns, end_ns]`.
-    pub(super) fn visit(&self, key_id: usize, start_ns: u64, end_ns: u64, visitor: &mut impl FnMut(&Interval)) {
-        let (first, last) = (self.offsets[key_id], self.offsets[key_id + 1]);
-        let query = Query {
-            intervals: &self.intervals[first..last],
-            subtree_end_max: &self.subtree_end_max[first..last],
-            start_ns,
-            end_ns,
-        };
-        query.visit(0, last - first, visitor);
+    /// Calls `visitor` for every write of `key_id` whose interval meets `[start_ns, end_ns]`, in
+    /// start order, while it returns true. Returns false if the visitor stopped the walk.
+    pub(super) fn visit(
+        &self,
+        key_id: usize,
+        start_ns: u64,
+        end_ns: u64,
+        visitor: &mut impl FnMut(&Interval) -> bool,
+    ) -> bool {
+        let nodes = &self.nodes[self.offsets[key_id]..self.offsets[key_id + 1]];
+        Query { nodes, start_ns, end_ns }.visit(0, nodes.len(), visitor)
     }
 }
 
-/// Fills `subtree_end_max[middle]` for every node of the implicit tree over `intervals`;
-/// returns the latest end of the whole range (0 when empty).
-fn fill_subtree_end_max(intervals: &[Interval], subtree_end_max: &mut [u64]) -> u64 {
-    if intervals.is_empty() {
+/// Fills `subtree_end_max` of every node of the implicit tree over `nodes` (the middle of a
+/// range is its root); returns the latest end of the whole range (0 when empty).
+fn fill_subtree_end_max(nodes: &mut [Node]) -> u64 {
+    if nodes.is_empty() {
         return 0;
     }
-    let middle = intervals.len() / 2;
-    let (left, right) = subtree_end_max.split_at_mut(middle);
-    let left_max = fill_subtree_end_max(&intervals[..middle], left);
-    let right_max = fill_subtree_end_max(&intervals[middle + 1..], &mut right[1..]);
-    let end_max = intervals[middle].end_ns.max(left_max).max(right_max);
-    right[0] = end_max;
+    let middle = nodes.len() / 2;
+    let (left, rest) = nodes.split_at_mut(middle);
+    let (root, right) = rest.split_at_mut(1);
+    let end_max = root[0].interval.end_ns.max(fill_subtree_end_max(left)).max(fill_subtree_end_max(right));
+    root[0].subtree_end_max = end_max;
     end_max
 }
 
 struct Query<'a> {
-    intervals: &'a [Interval],
-    subtree_end_max: &'a [u64],
+    nodes: &'a [Node],
     start_ns: u64,
     end_ns: u64,
 }
 
 impl Query<'_> {
-    /// Visits the overlapping intervals of the subtree over `[low, high)`, in start order.
-    /// Recursion depth is the tree's height, at most 64.
-    fn visit(&self, low: usize, high: usize, visitor: &mut impl FnMut(&Interval)) {
+    /// Visits the overlapping intervals of the subtree over `[low, high)`, in start order, while
+    /// the visitor returns true; false once it stopped. Recursion depth is the tree's height,
+    /// at most 64.
+    fn visit(&self, low: usize, high: usize, visitor: &mut impl FnMut(&Interval) -> bool) -> bool {
         if low >= high {
-            return;
+            return true;
         }
         let middle = low + (high - low) / 2;
-        if self.subtree_end_max[middle] < self.start_ns {
-            return; // everything here ended before the query started
+        let node = &self.nodes[middle];
+        if node.subtree_end_max < self.start_ns {
+            return true; // everything here ended before the query started
         }
-        self.visit(low, middle, visitor);
-        let interval = &self.intervals[middle];
-        if interval.start_ns > self.end_ns {
-            return; // this one and everything to its right started after the query ended
+        if !self.visit(low, middle, visitor) {
+            return false;
         }
-        if interval.end_ns >= self.start_ns {
-            visitor(interval);
+        if node.interval.start_ns > self.end_ns {
+            return true; // this one and everything to its right started after the query ended
         }
-        self.visit(middle + 1, high, visitor);
+        if node.interval.end_ns >= self.start_ns && !visitor(&node.interval) {
+            return false;
+        }
+        self.visit(middle + 1, high, visitor)
     }
 }
 
@@ -123,7 +132,11 @@ mod tests {
 
     fn visited(index: &OverlapIndex, key_id: usize, start_ns: u64, end_ns: u64) -> Vec<usize> {
         let mut writers = Vec::new();
-        index.visit(key_id, start_ns, end_ns, &mut |interval| writers.push(interval.writer));
+        let finished = index.visit(key_id, start_ns, end_ns, &mut |interval| {
+            writers.push(interval.writer);
+            true
+        });
+        assert!(finished);
         writers.sort_unstable();
         writers
     }
@@ -138,6 +151,18 @@ mod tests {
         assert_eq!(visited(&index, 0, 12, 13), [0], "a read inside a write");
         assert_eq!(visited(&index, 0, 0, 100), [0, 1], "a read around both");
         assert_eq!(visited(&index, 1, 0, 100), Vec::<usize>::new(), "a key without writes");
+    }
+
+    #[test]
+    fn a_visitor_that_returns_false_stops_the_walk() {
+        let index = OverlapIndex::build(vec![(0..100).map(|writer| interval(0, 10, writer)).collect()]);
+        let mut seen = 0;
+        let finished = index.visit(0, 5, 5, &mut |_| {
+            seen += 1;
+            seen < 3
+        });
+        assert!(!finished);
+        assert_eq!(seen, 3);
     }
 
     #[test]

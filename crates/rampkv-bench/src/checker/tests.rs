@@ -628,3 +628,68 @@ fn a_history_recorded_before_rounds_existed_reads_and_checks() {
     assert_eq!((report.evidence.reads_with_round1, report.evidence.contended_reads), (0, 1));
     assert_eq!(report.verdict(), Verdict::Inconclusive);
 }
+
+#[test]
+fn a_write_naming_a_key_twice_is_not_two_keys_of_the_read() {
+    let history = [write(1, 10, &["a", "a"], 100, 200), read(2, &[("a", 0), ("b", 0)], 150, 160)];
+    let evidence = check(&history).evidence;
+    assert_eq!((evidence.overlapping_reads, evidence.contended_reads), (1, 0));
+}
+
+/// The overlap figures by their definitions, read by write: the reference for the index.
+fn overlap_figures_by_definition(history: &[Record]) -> (u64, u64) {
+    let writes: Vec<&WriteRecord> = history
+        .iter()
+        .filter_map(|record| match record {
+            Record::Write(write) => Some(write),
+            Record::Read(_) => None,
+        })
+        .collect();
+    let (mut overlapping, mut contended) = (0, 0);
+    for record in history {
+        let Record::Read(read) = record else { continue };
+        let shared_counts = writes
+            .iter()
+            .filter(|write| {
+                write.client != read.client && write.start_ns <= read.end_ns && write.end_ns >= read.start_ns
+            })
+            .map(|write| read.reads.keys().filter(|key| write.keys.contains(key)).count());
+        let most_shared = shared_counts.max().unwrap_or(0);
+        overlapping += u64::from(most_shared >= 1);
+        contended += u64::from(most_shared >= 2);
+    }
+    (overlapping, contended)
+}
+
+#[test]
+fn overlap_figures_match_their_definition_with_few_and_many_concurrent_writes() {
+    let seed = 0x0e7a_1ab5;
+    println!("seed {seed:#x}");
+    let mut random = SplitMix(seed);
+    // Spans short and long: from a few writes at a time (one query of all writes) to hundreds
+    // (one query per key of the read).
+    for (round, (span, length_max)) in
+        [(100_000u64, 10_000), (10_000, 1_000), (1_000, 100), (100, 100)].into_iter().enumerate()
+    {
+        let mut history = Vec::new();
+        for step in 0..600u64 {
+            let key_count = 1 + random.below(4);
+            let keys: Vec<String> = (0..key_count).map(|_| format!("k{}", random.below(12))).collect();
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let start = random.below(span);
+            let end = start + random.below(length_max + 1);
+            let client = 1 + random.below(6);
+            if random.below(2) == 0 {
+                history.push(write(client, 1000 + step, &keys, start, end));
+            } else {
+                let mut reads: Vec<(&str, u64)> = keys.iter().map(|key| (*key, 0)).collect();
+                reads.sort_unstable();
+                reads.dedup();
+                history.push(read(client, &reads, start, end));
+            }
+        }
+        let evidence = check(&history).evidence;
+        let expected = overlap_figures_by_definition(&history);
+        assert_eq!((evidence.overlapping_reads, evidence.contended_reads), expected, "seed {seed:#x}, round {round}");
+    }
+}
