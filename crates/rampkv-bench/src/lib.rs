@@ -14,3 +14,5 @@ pub mod figures;
 pub mod history;
 pub mod limits;
 pub mod progress;
+#[cfg(test)]
+mod test_support;

@@ -113,18 +113,7 @@ impl Query<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A deterministic generator (SplitMix64), so the test needs no `rand`.
-    struct SplitMix(u64);
-
-    impl SplitMix {
-        fn below(&mut self, bound: u64) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let word = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            let word = (word ^ (word >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            (word ^ (word >> 31)) % bound
-        }
-    }
+    use crate::test_support::SplitMix;
 
     fn interval(start_ns: u64, end_ns: u64, writer: usize) -> Interval {
         Interval { start_ns, end_ns, writer }

@@ -1,6 +1,7 @@
 //! Unit tests of the checker on hand-made and synthetic histories.
 
 use super::*;
+use crate::test_support::SplitMix;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -325,22 +326,6 @@ fn check_file_leaves_out_a_cut_last_line_and_checks_the_rest() {
     std::fs::write(&path, format!("{}\n{}", whole[0], cut)).expect("write history");
     let report = check_file(&path).expect("readable history");
     assert_eq!((report.reads_checked, report.cut_last_line), (1, None));
-}
-
-/// SplitMix64: a seeded generator for synthetic histories, so no test depends on `rand`.
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let word = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        let word = (word ^ (word >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        word ^ (word >> 31)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound
-    }
 }
 
 /// A history of an atomic store: transactions take effect one at a time, reads see the
