@@ -25,7 +25,7 @@ RUSTFLAGS="--cfg loom" cargo test -p rampkv-fabric --release --target-dir target
 echo "== benchmark smoke runs (with the read-atomicity checker)"
 # --check exits 0 only when the history is clean AND shows races (reads whose round 1 alone
 # was fractured, repaired by round 2), 3 when it shows too few to prove anything, 1 when
-# violated (docs/history.md, "Evidence"). One client thread sends every request over per-server
+# violated (docs/history.md, "Evidence and verdict"). One client thread sends every request over per-server
 # FIFO connections, which never lets a server see transactions in another order than the
 # others: no race, whatever the key space. So the smoke runs use two client threads, two
 # server pollers and a small key space, where the servers interleave the threads' connections

@@ -19,7 +19,7 @@ fn stdout(output: &Output) -> String {
 
 /// Asserts a checked run found no anomaly and exited with its verdict's status: 0 when clean,
 /// 3 when inconclusive (a short run with one client thread shows no race, see
-/// docs/history.md, "Evidence"). Returns the verdict's word.
+/// docs/history.md, "Evidence and verdict"). Returns the verdict's word.
 fn assert_no_anomaly(output: &Output) -> &'static str {
     let text = stdout(output);
     assert!(text.contains("no garbage, no fractured reads"), "{text}\n{}", stderr(output));

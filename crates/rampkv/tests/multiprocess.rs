@@ -63,7 +63,7 @@ fn bench(cluster_file: &Path, transport: &str) -> Output {
 
 /// Asserts the run succeeded, committed transactions and the checker found no anomaly (clean,
 /// exit status 0, or inconclusive, 3: one client thread sends every request over per-server
-/// FIFO connections, which shows no race; see docs/history.md, "Evidence"); returns its
+/// FIFO connections, which shows no race; see docs/history.md, "Evidence and verdict"); returns its
 /// standard output.
 fn assert_clean(output: &Output, transport: &str) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();

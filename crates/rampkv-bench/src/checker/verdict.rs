@@ -4,8 +4,8 @@
 //! A history without anomalies shows read atomicity only if a system without it would have
 //! shown anomalies in the same run. A run whose transactions never race at the servers (the
 //! benchmark's embedded cluster at its defaults did exactly that: see `docs/history.md`,
-//! "Evidence") passes any protocol, NoCC included. So the checker counts, besides anomalies,
-//! how much the history exposed its reads:
+//! "Evidence and verdict") passes any protocol, NoCC included. So the checker counts, besides
+//! anomalies, how much the history exposed its reads:
 //! - **overlapping reads**: reads that overlapped in time a write of at least one of their keys
 //!   by another client;
 //! - **contended reads**: of those, reads that overlapped one write of two or more of their

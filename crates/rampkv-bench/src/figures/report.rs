@@ -240,7 +240,7 @@ fn check_table(text: &mut String, outcome: &SweepOutcome) {
         "Per point: the verdict; races, reads whose round 1 alone was fractured (a read without RAMP's \
          round-2 repair would have been), and how many round 2 repaired; reads that overlapped in time a \
          write of their keys by another client. INCONCLUSIVE: no anomaly, but fewer than {RACES_MIN} races \
-         (docs/history.md, \"Evidence\").\n"
+         (docs/history.md, \"Evidence and verdict\").\n"
     );
     let _ = writeln!(text, "| series | point | verdict | races | repaired | overlapping reads |");
     let _ = writeln!(text, "|---|---|---|---:|---:|---:|");
@@ -248,17 +248,16 @@ fn check_table(text: &mut String, outcome: &SweepOutcome) {
         for point in &series.points {
             let Some(check) = point.check else { continue };
             let evidence = check.evidence;
-            let races = match evidence.reads_with_round1 {
-                0 => "not recorded".to_owned(),
-                _ => evidence.round1_fractured_reads.to_string(),
+            let (races, repaired) = match evidence.reads_with_round1 {
+                0 => ("not recorded".to_owned(), "-".to_owned()),
+                _ => (evidence.round1_fractured_reads.to_string(), evidence.repaired_reads.to_string()),
             };
             let _ = writeln!(
                 text,
-                "| {} | {} | {} | {races} | {} | {} |",
+                "| {} | {} | {} | {races} | {repaired} | {} |",
                 series.label,
                 x_name(outcome, point),
                 check.verdict.label(),
-                evidence.repaired_reads,
                 evidence.overlapping_reads
             );
         }
