@@ -30,7 +30,7 @@
 //! # Cost
 //! Writes are indexed by timestamp in a hash map, and per key sorted by `end_ns` with a running
 //! maximum of `ts`, so each stale check is one binary search, and per key as intervals sorted by
-//! start in an implicit tree of latest ends ([`overlap`]), so finding the writes a read
+//! start in an implicit tree of latest ends (`overlap.rs`), so finding the writes a read
 //! overlapped costs O(log n) per key plus the overlaps found. A read of `n` keys costs the sizes
 //! of the writes it read from (twice when it recorded round 1), summed over its keys: total work
 //! is O(sum of transaction sizes squared), memory O(writes). [`check_file`] streams the file

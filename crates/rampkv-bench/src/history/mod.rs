@@ -3,14 +3,20 @@
 //!
 //! # Contract
 //! - A history is text, one [`Record`] per line as a compact JSON object, in no particular order
-//!   (threads append batches as they finish). Empty lines are allowed and skipped.
+//!   (threads append batches as they finish). Empty lines are allowed and skipped. A run's
+//!   history streams to its file while the run goes on ([`HistoryStream`]), each read after the
+//!   write records of the versions it returned, so the prefix a killed run leaves checks.
+//! - A read records what its round 1 returned (`round1`) and which keys round 2 fetched
+//!   (`round2`), where the protocol has an unrepaired first answer: the checker's evidence.
+//!   Both fields are optional, so histories written before them read as before.
 //! - Every record is validated on both sides of the file with the same rules
 //!   ([`Record::validate`]): [`HistorySink::append`] refuses to write an invalid record, and the
 //!   readers ([`HistoryReader`], [`parse_history`], [`read_history`]) refuse to return one. A
 //!   bad producer is caught where it writes, a bad file where it is read.
 //! - Reading never panics on bad input: a malformed line is a [`HistoryError`] naming the line
-//!   number and what is wrong; a line longer than [`HISTORY_LINE_BYTES_MAX`] is refused before
-//!   it is buffered whole.
+//!   number and what is wrong (a last line without newline that is not a record is
+//!   [`HistoryError::CutLastLine`]: cut by a writer that died); a line longer than
+//!   [`HISTORY_LINE_BYTES_MAX`] is refused before it is buffered whole.
 //! - Keys are byte strings; a history shows them as [`key_to_history_string`] renders them.
 //! - In check mode, every value written by the transaction with timestamp `ts` starts with `ts`
 //!   (8 bytes, little-endian) followed by a pattern derived from `ts`: see [`fill_check_value`].
