@@ -25,9 +25,9 @@
 //! Time overlaps never suffice, however many: they say that reads and writes were in flight
 //! together, not that any server saw them in another order than the others. The benchmark's
 //! embedded cluster with one client thread showed 41,530 reads overlapping one write of two of
-//! their keys in 5 s of NoCC (16 keys, half writes), and not one of them was fractured: every request went through
-//! per-server FIFO connections from one sender, so every server saw every transaction in the
-//! same order. So a history that records no round 1 (S2PL, whose reads take locks and have no
+//! their keys in 5 s of NoCC (16 keys, half writes), and not one of them was fractured: every
+//! request went through per-server FIFO connections from one sender, so every server saw every
+//! transaction in the same order. So a history that records no round 1 (S2PL, whose reads take locks and have no
 //! unrepaired answer; files recorded before the field existed) is at best inconclusive.
 
 use serde::{Deserialize, Serialize};
