@@ -5,10 +5,14 @@
 //! - [`history`], [`checker`]: recording histories and checking them for read atomicity.
 //! - [`figures`]: the reference paper's four figures as benchmark sweeps, plots and tables.
 //! - [`progress`]: a progress line on stderr for long runs.
+//! - [`limits`]: every bound of the above.
 #![forbid(unsafe_code)]
 
 pub mod bench;
 pub mod checker;
 pub mod figures;
 pub mod history;
+pub mod limits;
 pub mod progress;
+#[cfg(test)]
+mod test_support;

@@ -151,7 +151,9 @@ enum Command {
     /// Reproduce the reference paper's four figures: benchmark sweeps written as SVG plots,
     /// Markdown tables with the paper's ratios, and every point's result (see docs/figures.md).
     Figures(FiguresArgs),
-    /// Check a recorded history for read atomicity (exit status 1 on any anomaly).
+    /// Check a recorded history for read atomicity. Exit status: 0 clean, 1 violated (or not
+    /// checkable), 3 inconclusive (no anomaly, but no race showed the run could catch one),
+    /// 2 an error (say, a malformed line). A last line cut short (a killed run) is left out.
     Check {
         /// The history file (JSON lines).
         file: PathBuf,
@@ -271,7 +273,9 @@ struct BenchArgs {
     /// Record the history (JSON lines) to this file.
     #[arg(long)]
     history: Option<PathBuf>,
-    /// Check the history for read atomicity at the end; exit status 1 on any anomaly.
+    /// Check the history for read atomicity at the end. Exit status: 0 clean, 1 violated,
+    /// 3 inconclusive (no anomaly, but no race showed the run could catch one; see
+    /// docs/history.md), 2 an error.
     #[arg(long)]
     check: bool,
     /// Print one JSON object with the result on stdout.
@@ -327,6 +331,8 @@ struct FiguresArgs {
     #[arg(long)]
     point_duration: Option<String>,
     /// Check every point's history for read atomicity (slower; exit status 1 on any anomaly).
+    /// Each point's verdict and evidence go into its table; an inconclusive point (at 100%
+    /// reads there is nothing to race) does not change the exit status.
     #[arg(long)]
     check: bool,
 }
@@ -435,9 +441,15 @@ fn run(command: Command) -> Result<ExitCode> {
             } else {
                 out_raw!("{report}");
             }
-            Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(ExitCode::from(report.verdict().exit_status()))
         }
     }
+}
+
+/// The exit status of a command that checked `verdicts` (none: nothing was checked, success).
+fn check_exit_code(verdicts: impl IntoIterator<Item = checker::Verdict>) -> ExitCode {
+    let verdict = verdicts.into_iter().reduce(checker::Verdict::combine);
+    ExitCode::from(verdict.map_or(checker::EXIT_CLEAN, checker::Verdict::exit_status))
 }
 
 /// `rampkv local`: servers in this process, and a RESP gateway calling their cores if `resp` says
@@ -633,8 +645,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
     if args.ycsb {
         out_raw!("{}", result.ycsb_text());
     }
-    let clean = result.check.as_ref().is_none_or(|report| report.is_clean());
-    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(check_exit_code(result.check.as_ref().map(checker::Report::verdict)))
 }
 
 /// The progress bar of a benchmark: its duration, or open-ended for a transaction count.
@@ -684,6 +695,14 @@ fn run_figures(args: FiguresArgs) -> Result<ExitCode> {
     for problem in &problems {
         say!("rampkv figures: {problem}");
     }
+    let inconclusive = outcome.inconclusive_points();
+    if !inconclusive.is_empty() {
+        say!(
+            "rampkv figures: read atomicity INCONCLUSIVE at {} of {points} points (no anomaly, too few races to prove \
+             anything; the evidence is in each figure's table)",
+            inconclusive.len()
+        );
+    }
     Ok(if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
@@ -731,8 +750,7 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
             );
         }
     }
-    let clean = results.iter().all(|result| result.check.as_ref().is_none_or(|report| report.is_clean()));
-    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(check_exit_code(results.iter().filter_map(|result| result.check.as_ref().map(checker::Report::verdict))))
 }
 
 #[cfg(test)]

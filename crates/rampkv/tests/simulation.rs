@@ -22,8 +22,6 @@
 //! A failure prints its seed; `RAMPKV_SIM_SEED=<seed>` replays exactly that world.
 //! `RAMPKV_SIM_SEEDS=<n>` runs more seeds (default 2,000 per algorithm).
 
-use std::collections::BTreeMap;
-
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -314,22 +312,9 @@ impl World {
             Progress::Read(outcome) => {
                 let state = &self.clients[client];
                 let keys = state.machine.as_ref().map(|machine| machine.keys().to_vec()).unwrap_or_default();
-                let mut reads = BTreeMap::new();
-                let mut value_ts = BTreeMap::new();
-                for (key, item) in keys.iter().zip(&outcome.items) {
-                    reads.insert(key.clone(), item.ts);
-                    value_ts.insert(key.clone(), history::value_ts_of(&item.value));
-                }
                 let (start_ns, end_ns) = (state.started_ms * 1_000_000, now_ms * 1_000_000);
-                self.records.push(Record::Read(ReadRecord {
-                    client: client as u64 + 1,
-                    keys,
-                    reads,
-                    value_ts,
-                    start_ns,
-                    end_ns,
-                    ok: true,
-                }));
+                let client_id = client as u64 + 1;
+                self.records.push(Record::Read(ReadRecord::of_outcome(client_id, keys, &outcome, start_ns, end_ns)));
                 self.end_txn(client);
             }
             Progress::Written => {
