@@ -6,20 +6,25 @@
 //! nothing lost and exit 0. Both runs are seeded (the schedule of kills derives from the
 //! seed); every process and namespace a run started must be gone when it returns.
 
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-/// Runs `rampkv chaos ARGS --json`; returns the output and the report (if one was printed).
-fn chaos(args: &[&str]) -> (Output, Option<Value>) {
-    let output = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+/// Runs `rampkv chaos ARGS --json`; returns the output, the report (if one was printed) and
+/// the harness's pid (its namespaces carry it).
+fn chaos(args: &[&str]) -> (Output, Option<Value>, u32) {
+    let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
         .arg("chaos")
         .args(args)
         .arg("--json")
-        .output()
-        .expect("rampkv chaos runs");
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rampkv chaos starts");
+    let harness_pid = child.id();
+    let output = child.wait_with_output().expect("rampkv chaos ends");
     let report = serde_json::from_slice(&output.stdout).ok();
-    (output, report)
+    (output, report, harness_pid)
 }
 
 fn describe(output: &Output) -> String {
@@ -53,16 +58,21 @@ fn assert_nothing_left(report: &Value, harness_pid: u32) {
 /// fail the run.
 #[test]
 fn kill_one_without_persistence_reports_lost_acknowledged_writes() {
-    let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
-        .args(["chaos", "--servers", "3", "--nemesis", "kill-one", "--duration", "5s", "--kill-interval", "1s..2s"])
-        .args(["--restart-after", "300ms..600ms", "--seed", "11", "--json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("rampkv chaos starts");
-    let harness_pid = child.id();
-    let output = child.wait_with_output().expect("rampkv chaos ends");
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("{}", describe(&output)));
+    let (output, report, harness_pid) = chaos(&[
+        "--servers",
+        "3",
+        "--nemesis",
+        "kill-one",
+        "--duration",
+        "5s",
+        "--kill-interval",
+        "1s..2s",
+        "--restart-after",
+        "300ms..600ms",
+        "--seed",
+        "11",
+    ]);
+    let report = report.unwrap_or_else(|| panic!("{}", describe(&output)));
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     assert_eq!(report["passed"], false);
     assert!(report["kills"].as_u64().unwrap() >= 2, "{}", describe(&output));
@@ -85,7 +95,7 @@ fn kill_one_without_persistence_reports_lost_acknowledged_writes() {
 /// separate processes, so they interleave the client threads' transactions), exit status 0.
 #[test]
 fn no_nemesis_on_a_healthy_cluster_loses_nothing_and_passes() {
-    let (output, report) = chaos(&["--nemesis", "none", "--duration", "2s", "--seed", "12"]);
+    let (output, report, harness_pid) = chaos(&["--nemesis", "none", "--duration", "2s", "--seed", "12"]);
     let report = report.unwrap_or_else(|| panic!("{}", describe(&output)));
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     assert_eq!(report["passed"], true);
@@ -98,6 +108,7 @@ fn no_nemesis_on_a_healthy_cluster_loses_nothing_and_passes() {
     assert!(keys_read > 16, "{report}");
     assert_eq!(report["timeline"].as_array().unwrap().len(), 0);
     assert!(report["unavailability"]["completed"].as_u64().unwrap() > 0);
+    assert_nothing_left(&report, harness_pid);
 }
 
 /// Namespace mode where the machine allows it (root and `ip netns`), a clear error where not:
@@ -105,21 +116,26 @@ fn no_nemesis_on_a_healthy_cluster_loses_nothing_and_passes() {
 #[test]
 fn namespaces_when_asked_for_run_or_are_refused_clearly() {
     let is_root = Command::new("id").arg("-u").output().is_ok_and(|output| output.stdout.trim_ascii() == b"0");
-    let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
-        .args(["chaos", "--network", "namespaces", "--nemesis", "none", "--duration", "1s", "--seed", "13"])
-        .args(["--servers", "2", "--transport", "writepoll", "--json"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("rampkv chaos starts");
-    let harness_pid = child.id();
-    let output = child.wait_with_output().expect("rampkv chaos ends");
+    let (output, report, harness_pid) = chaos(&[
+        "--network",
+        "namespaces",
+        "--nemesis",
+        "none",
+        "--duration",
+        "1s",
+        "--seed",
+        "13",
+        "--servers",
+        "2",
+        "--transport",
+        "writepoll",
+    ]);
     if !is_root {
         assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
         assert!(String::from_utf8_lossy(&output.stderr).contains("network namespaces are unavailable"));
         return;
     }
-    let report: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| panic!("{}", describe(&output)));
+    let report = report.unwrap_or_else(|| panic!("{}", describe(&output)));
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     assert_eq!(report["network"], "namespaces");
     assert_eq!(report["transport"], "writepoll");
@@ -129,12 +145,13 @@ fn namespaces_when_asked_for_run_or_are_refused_clearly() {
 /// Features the servers lack are refused up front, saying so, rather than tested vacuously.
 #[test]
 fn replication_and_persistence_the_servers_lack_are_refused_clearly() {
-    let (output, _) = chaos(&["--replicas", "2", "--duration", "1s"]);
+    let (output, _, _) = chaos(&["--replicas", "2", "--duration", "1s"]);
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("do not replicate yet"), "{}", describe(&output));
     let directory = tempfile::tempdir().unwrap();
     let data_dir = directory.path().join("data");
-    let (output, _) = chaos(&["--nemesis", "kill-all", "--data-dir", data_dir.to_str().unwrap(), "--duration", "1s"]);
+    let (output, _, _) =
+        chaos(&["--nemesis", "kill-all", "--data-dir", data_dir.to_str().unwrap(), "--duration", "1s"]);
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no --data-dir option yet"), "{}", describe(&output));
 }

@@ -473,6 +473,7 @@ fn restore_every_server(
     log: &dyn Fn(&str),
     timeline: &mut Vec<Event>,
 ) -> Result<(), ChaosError> {
+    servers.check_alive()?;
     let down: Vec<usize> = (0..servers.count()).filter(|index| !servers.is_running(*index)).collect();
     if !down.is_empty() {
         nemesis::restart(servers, &down, network, clock, interrupted, log, timeline)?;

@@ -172,7 +172,9 @@ pub(super) fn run(
         if !sleep_until(Some(due), stop) {
             return Ok(outcome);
         }
-        // f = 1: the previous victims were restarted and serve again (below) before this kill.
+        // f = 1: the previous victims were restarted and serve again (below) before this kill,
+        // and no server died on its own meanwhile (that would be a crash, reported as such).
+        servers.check_alive()?;
         debug_assert!((0..servers.count()).all(|index| servers.is_running(index)));
         for &victim in &victims {
             if let Some(pid) = servers.kill(victim) {

@@ -24,7 +24,6 @@
 //! comes back.
 
 use std::fs::File;
-use std::io::Read as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::AsFd as _;
 use std::path::Path;
@@ -299,11 +298,17 @@ fn server_ip(index: usize) -> IpAddr {
 
 /// Runs `ip ARGS`, killed after [`CHAOS_COMMAND_TIMEOUT_MS`].
 fn ip(args: &[&str]) -> Result<(), ChaosError> {
+    ip_output(args).map(drop)
+}
+
+/// Runs `ip ARGS` as [`ip`] does and returns what it printed. Its output is small (a list of
+/// namespaces at most), well within a pipe's buffer, so waiting before reading cannot block it.
+fn ip_output(args: &[&str]) -> Result<String, ChaosError> {
     let command_line = format!("ip {}", args.join(" "));
     let mut child = Command::new("ip")
         .args(args)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|error| ChaosError::NamespacesUnavailable { why: format!("cannot run `{command_line}`: {error}") })?;
@@ -319,13 +324,11 @@ fn ip(args: &[&str]) -> Result<(), ChaosError> {
             }
         }
     };
+    let stdout = read_all(child.stdout.take());
     if status.success() {
-        return Ok(());
+        return Ok(stdout);
     }
-    let mut stderr = String::new();
-    if let Some(mut pipe) = child.stderr.take() {
-        let _ = pipe.read_to_string(&mut stderr);
-    }
+    let stderr = read_all(child.stderr.take());
     Err(ChaosError::CommandFailed {
         command: command_line,
         status: status.to_string(),
@@ -333,13 +336,21 @@ fn ip(args: &[&str]) -> Result<(), ChaosError> {
     })
 }
 
+/// What is left in a finished child's pipe (empty if it has none or cannot be read).
+fn read_all(pipe: Option<impl std::io::Read>) -> String {
+    let mut text = String::new();
+    if let Some(mut pipe) = pipe {
+        let _ = pipe.read_to_string(&mut text);
+    }
+    text
+}
+
 /// Deletes the namespaces of chaos runs whose harness process is gone, killing the processes
 /// left in them (servers orphaned by a harness that was killed outright).
 fn remove_stale_namespaces() {
-    let Ok(output) = Command::new("ip").args(["netns", "list"]).stderr(Stdio::null()).output() else {
+    let Ok(listing) = ip_output(&["netns", "list"]) else {
         return;
     };
-    let listing = String::from_utf8_lossy(&output.stdout);
     for line in listing.lines() {
         // "rkvchaos-1234-s0 (id: 3)" or "rkvchaos-1234-s0".
         let Some(name) = line.split_whitespace().next() else { continue };
@@ -350,8 +361,8 @@ fn remove_stale_namespaces() {
         if process_alive(owner) {
             continue; // a run in progress (or a pid reused: left alone, removed later)
         }
-        if let Ok(pids) = Command::new("ip").args(["netns", "pids", name]).stderr(Stdio::null()).output() {
-            for pid in String::from_utf8_lossy(&pids.stdout).split_whitespace() {
+        if let Ok(pids) = ip_output(&["netns", "pids", name]) {
+            for pid in pids.split_whitespace() {
                 let pid = pid.parse::<i32>().ok().and_then(rustix::process::Pid::from_raw);
                 if let Some(pid) = pid {
                     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);

@@ -302,7 +302,11 @@ impl fmt::Display for ChaosReport {
             writeln!(formatter, "cluster file and server logs kept in {}", directory.display())?;
         }
         if self.passed {
-            writeln!(formatter, "PASS: checker clean, 0 acknowledged writes lost")
+            let checker = match self.check.verdict() {
+                Verdict::Clean => "checker clean".to_owned(),
+                _ => format!("no anomaly, but the checker is INCONCLUSIVE ({})", self.check.evidence.shortfall()),
+            };
+            writeln!(formatter, "PASS: {checker}, 0 acknowledged writes lost")
         } else {
             let reasons: Vec<String> = self.failures.iter().map(Failure::to_string).collect();
             writeln!(formatter, "FAIL: {}", reasons.join("; "))

@@ -53,6 +53,24 @@ struct Server {
     log: PathBuf,
 }
 
+impl Server {
+    /// Reaps the process if it exited (this is server `index`).
+    ///
+    /// # Errors
+    /// [`ChaosError::ServerExited`] if it did, with its log's tail.
+    fn reap_exited(&mut self, index: usize) -> Result<(), ChaosError> {
+        let Some(process) = self.process.as_mut() else { return Ok(()) };
+        let Ok(Some(status)) = process.try_wait() else { return Ok(()) };
+        self.process = None;
+        Err(ChaosError::ServerExited {
+            server: index,
+            status: status.to_string(),
+            log: self.log.clone(),
+            tail: log_tail(&self.log),
+        })
+    }
+}
+
 /// Every server process of a run.
 #[derive(Debug)]
 pub(super) struct Servers {
@@ -176,18 +194,10 @@ impl Servers {
                 return Err(ChaosError::Interrupted);
             }
             let server = &mut self.servers[index];
-            let Some(process) = server.process.as_mut() else {
+            if server.process.is_none() {
                 return Err(ChaosError::ServerNotStarted { server: index });
-            };
-            if let Ok(Some(status)) = process.try_wait() {
-                server.process = None;
-                return Err(ChaosError::ServerExited {
-                    server: index,
-                    status: status.to_string(),
-                    log: server.log.clone(),
-                    tail: log_tail(&server.log),
-                });
             }
+            server.reap_exited(index)?;
             if addresses.iter().all(|address| TcpStream::connect_timeout(address, probe_timeout).is_ok()) {
                 return Ok(());
             }
@@ -201,6 +211,18 @@ impl Servers {
             }
             std::thread::sleep(Duration::from_millis(CHAOS_READY_PROBE_INTERVAL_MS));
         }
+    }
+
+    /// Checks that no server process exited on its own (a crash the run found: the harness
+    /// only ever kills them itself).
+    ///
+    /// # Errors
+    /// [`ChaosError::ServerExited`] for the first one that did, with its log's tail.
+    pub fn check_alive(&mut self) -> Result<(), ChaosError> {
+        for (index, server) in self.servers.iter_mut().enumerate() {
+            server.reap_exited(index)?;
+        }
+        Ok(())
     }
 
     /// Kills server `index` with SIGKILL and reaps it. Returns its pid, or `None` if it had no
