@@ -155,3 +155,61 @@ fn replication_and_persistence_the_servers_lack_are_refused_clearly() {
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("no --data-dir option yet"), "{}", describe(&output));
 }
+
+/// The harness killed by the test if an assertion fails first.
+struct Harness(std::process::Child);
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The processes whose parent is `parent` (from /proc).
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Fields after the command name: state, then the parent's pid.
+            let after_name = stat.rfind(')').map_or("", |end| &stat[end + 1..]);
+            after_name.split_whitespace().nth(1).and_then(|ppid| ppid.parse::<u32>().ok()) == Some(parent)
+        })
+        .collect()
+}
+
+/// Ctrl-C (SIGINT to the harness alone, not its servers) ends a run through its clean-up:
+/// exit status 130, every server it started killed by pid, its namespaces deleted.
+#[test]
+fn an_interrupted_run_kills_its_servers_and_removes_its_namespaces() {
+    let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+        .args(["chaos", "--nemesis", "kill-one", "--duration", "60s", "--seed", "14"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rampkv chaos starts");
+    let mut harness = Harness(child);
+    let harness_pid = harness.0.id();
+    let stderr = harness.0.stderr.take().expect("piped");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    // The harness says when its servers are up (or ends, closing the pipe).
+    let up = lines.by_ref().map_while(Result::ok).any(|line| line.contains("servers up"));
+    assert!(up, "the servers never came up");
+    let servers = children_of(harness_pid);
+    assert_eq!(servers.len(), 3, "{servers:?}");
+    let sent = Command::new("kill").args(["-INT", &harness_pid.to_string()]).status().expect("kill runs");
+    assert!(sent.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = harness.0.wait().expect("the harness ends");
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    assert!(rest.iter().any(|line| line.contains("interrupted")), "{rest:?}");
+    for pid in servers {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(stat.is_empty() || stat.contains(") Z"), "server {pid} outlived the harness: {stat}");
+    }
+    let namespaces =
+        Command::new("ip").args(["netns", "list"]).output().map(|output| output.stdout).unwrap_or_default();
+    assert!(!String::from_utf8_lossy(&namespaces).contains(&format!("rkvchaos-{harness_pid}-")));
+}

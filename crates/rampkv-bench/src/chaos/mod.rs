@@ -12,8 +12,9 @@
 //! - [`outcome`]: lost acknowledged writes, unavailability, the report and its verdict.
 //!
 //! # Contract
-//! [`run`] returns a [`ChaosReport`] whose `passed` is true only when the checker found no
-//! anomaly, no acknowledged write was lost, the run acknowledged writes and returned reads, and
+//! [`run`] returns a [`ChaosReport`] whose `passed` is true only when the checker's verdict is
+//! clean (no anomaly, and races enough to show it could have caught one), no acknowledged
+//! write was lost, the run acknowledged writes and returned reads, and
 //! (if asked) the longest window without a completed transaction is within bounds. Every
 //! thread, process, namespace and wait of the run is bounded; everything it started is gone
 //! when it returns, whatever the path (error, panic, Ctrl-C through `interrupted`).

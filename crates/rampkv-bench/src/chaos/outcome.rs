@@ -152,6 +152,9 @@ pub enum Failure {
     Lost { keys: u64 },
     /// The longest window without a completed transaction exceeds `--max-unavailable-ms`.
     Unavailable { longest_ms: u64, max_ms: u64 },
+    /// No anomaly, but too few races for the checker to vouch for anything (the workload did
+    /// not make reads race writes at the servers).
+    Inconclusive { races: u64 },
     /// No write was acknowledged or no read returned: the run shows nothing.
     NothingAcknowledged,
 }
@@ -170,6 +173,12 @@ impl fmt::Display for Failure {
                     "no transaction completed for {longest_ms} ms (more than --max-unavailable-ms {max_ms})"
                 )
             }
+            Failure::Inconclusive { races } => write!(
+                formatter,
+                "the checker is INCONCLUSIVE: only {races} races (at least {} needed to show the run could catch a \
+                 fractured read)",
+                checker::RACES_MIN
+            ),
             Failure::NothingAcknowledged => {
                 write!(formatter, "no write was acknowledged or no read returned: the run proves nothing")
             }
@@ -226,6 +235,9 @@ impl ChaosReport {
             Verdict::NotCheckable => failures.push(Failure::NotCheckable),
             _ if !self.check.is_clean() => {
                 failures.push(Failure::Anomalies { garbage: self.check.garbage, fractured: self.check.fractured });
+            }
+            Verdict::Inconclusive => {
+                failures.push(Failure::Inconclusive { races: self.check.evidence.round1_fractured_reads });
             }
             _ => {}
         }
@@ -428,6 +440,64 @@ mod tests {
             .map(|lost| (lost.key.as_str(), lost.acknowledged_ts, lost.read_ts))
             .collect();
         assert_eq!(lost, [("a", 20, 10), ("c", 40, 0)]);
+    }
+
+    fn report(check: checker::Report, lost: u64, longest_ms: u64) -> ChaosReport {
+        let range = MillisecondRange { min: 1, max: 1 };
+        ChaosReport {
+            seed: 1,
+            network: NetworkMode::Loopback,
+            network_fallback: None,
+            servers: 3,
+            replicas: 1,
+            nemesis: NemesisKind::KillOne,
+            kill_interval_ms: range,
+            restart_after_ms: range,
+            transport: "tcp",
+            client_threads: 1,
+            clients: 1,
+            keys: 16,
+            duration_ms: 1_000,
+            initial_pids: Vec::new(),
+            timeline: Vec::new(),
+            kills: 0,
+            kill_late_ms_max: 0,
+            workload: WorkloadTotals { reads_ok: 1, writes_ok: 1, ..WorkloadTotals::default() },
+            check,
+            final_read: FinalRead { lost, ..FinalRead::default() },
+            unavailability: Unavailability { longest_ms, ..Unavailability::default() },
+            max_unavailable_ms: Some(1_000),
+            history: None,
+            kept_directory: None,
+            passed: false,
+            failures: Vec::new(),
+        }
+    }
+
+    /// The verdict of a run: every condition of `docs/reliability.md` alone fails it.
+    #[test]
+    fn a_run_passes_only_when_clean_with_nothing_lost_and_served() {
+        let clean = checker::Report { verdict: Verdict::Clean, ..checker::Report::default() };
+        let mut passing = report(clean.clone(), 0, 1_000);
+        passing.conclude();
+        assert!(passing.passed && passing.failures.is_empty(), "{:?}", passing.failures);
+        let failures_of = |mut report: ChaosReport| {
+            report.conclude();
+            assert!(!report.passed);
+            report.failures
+        };
+        assert_eq!(failures_of(report(clean.clone(), 3, 1_000)), [Failure::Lost { keys: 3 }]);
+        assert_eq!(
+            failures_of(report(clean.clone(), 0, 1_001)),
+            [Failure::Unavailable { longest_ms: 1_001, max_ms: 1_000 }]
+        );
+        let inconclusive = checker::Report { verdict: Verdict::Inconclusive, ..checker::Report::default() };
+        assert_eq!(failures_of(report(inconclusive, 0, 0)), [Failure::Inconclusive { races: 0 }]);
+        let violated = checker::Report { verdict: Verdict::Violated, fractured: 2, ..checker::Report::default() };
+        assert_eq!(failures_of(report(violated, 0, 0)), [Failure::Anomalies { garbage: 0, fractured: 2 }]);
+        let mut idle = report(clean, 0, 0);
+        idle.workload.writes_ok = 0;
+        assert_eq!(failures_of(idle), [Failure::NothingAcknowledged]);
     }
 
     #[test]

@@ -285,3 +285,64 @@ pub(super) fn log_tail(path: &Path) -> String {
     }
     Vec::from(tail).join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chaos::network::NetworkChoice;
+
+    /// A stand-in for `rampkv`: a script that ignores its arguments and sleeps, so the guard
+    /// can be seen killing what it started.
+    fn sleeper(directory: &Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = directory.join("sleeper");
+        std::fs::write(&path, "#!/bin/sh\nexec sleep 60\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    fn setup(program: PathBuf, directory: &Path) -> ServerSetup {
+        ServerSetup {
+            program,
+            cluster_file: directory.join("cluster.toml"),
+            log_directory: directory.to_path_buf(),
+            data_directory: None,
+            front: None,
+        }
+    }
+
+    fn alive(pid: u32) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        !stat.is_empty() && !stat.contains(") Z")
+    }
+
+    #[test]
+    fn every_process_started_is_killed_when_a_panic_unwinds_through_the_guard() {
+        let directory = tempfile::tempdir().unwrap();
+        let network = Network::set_up(NetworkChoice::Loopback, 3).unwrap();
+        let mut servers = Servers::new(setup(sleeper(directory.path()), directory.path()), &network, 3);
+        for index in 0..3 {
+            servers.start(&network, index).unwrap();
+        }
+        let pids: Vec<u32> = (0..3).filter_map(|index| servers.pid(index)).collect();
+        assert_eq!(pids.len(), 3);
+        assert!(pids.iter().all(|pid| alive(*pid)));
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _guard = servers;
+            panic!("a harness bug");
+        }));
+        assert!(unwound.is_err());
+        assert!(pids.iter().all(|pid| !alive(*pid)), "a process outlived its guard: {pids:?}");
+    }
+
+    #[test]
+    fn a_process_that_exits_on_its_own_is_reported_with_its_log() {
+        let directory = tempfile::tempdir().unwrap();
+        let network = Network::set_up(NetworkChoice::Loopback, 1).unwrap();
+        let mut servers = Servers::new(setup(PathBuf::from("false"), directory.path()), &network, 1);
+        let error = servers.start_ready(&network, &[0], &|| false).unwrap_err();
+        assert!(matches!(error, ChaosError::ServerExited { server: 0, .. }), "{error}");
+        assert!(error.to_string().contains("server-0.log"), "{error}");
+        assert!(!servers.is_running(0));
+    }
+}
