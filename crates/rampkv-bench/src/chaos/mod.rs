@@ -335,81 +335,12 @@ pub fn run(
     let history_path = config.history.clone().unwrap_or_else(|| work.path().join("history.jsonl"));
     let stream = HistoryStream::start(&history_path, true)?;
     let clock = RunClock::start();
-    let deadline = clock.origin() + config.duration;
-    let controls: Vec<String> =
-        (0..servers.count()).filter_map(|index| servers.control(index)).map(|address| address.to_string()).collect();
-    let shared = WorkloadShared {
-        cluster: &cluster,
-        controls: &controls,
-        transport: config.transport,
-        keys: config.keys,
-        txn_size: config.txn_size,
-        read_ratio: config.read_ratio,
-        value_size: config.value_size,
-        seed: config.seed,
-        deadline,
-        clock: &clock,
-        interrupted,
-    };
-    let schedule = nemesis::Schedule::new(config.seed, config.kill_interval, config.restart_after);
-    let stop = AtomicBool::new(false);
-    let (nemesis_outcome, totals) = std::thread::scope(|scope| {
-        let stop_on_exit = SetOnDrop(&stop);
-        let servers = &mut servers;
-        let (network, clock, stop, shared) = (&network, &clock, &stop, &shared);
-        let nemesis = scope
-            .spawn(move || nemesis::run(config.nemesis, schedule, servers, network, clock, stop, &is_interrupted, log));
-        let workers: Vec<_> = (0..config.client_threads)
-            .map(|thread| {
-                let feed = stream.feed();
-                let sessions = sessions_of_thread(config.clients, config.client_threads, thread);
-                scope.spawn(move || workload::run_thread(shared, thread, sessions, feed))
-            })
-            .collect();
-        while Instant::now() < deadline && !is_interrupted() {
-            std::thread::sleep(
-                Duration::from_millis(CHAOS_SLEEP_STEP_MS).min(deadline.saturating_duration_since(Instant::now())),
-            );
-        }
-        // The nemesis stops at the deadline; the clients drain what they have in flight.
-        drop(stop_on_exit);
-        let mut totals = WorkloadTotals::default();
-        let mut witnesses = Vec::with_capacity(workers.len());
-        let mut panicked = false;
-        for worker in workers {
-            match worker.join() {
-                Ok(result) => {
-                    totals.merge(result.totals);
-                    witnesses.push(result.witnesses);
-                }
-                Err(_) => panicked = true,
-            }
-        }
-        let nemesis = nemesis.join().unwrap_or(Err(ChaosError::Panicked { what: "the nemesis" }));
-        match panicked {
-            true => (Err(ChaosError::Panicked { what: "a client thread" }), (totals, witnesses)),
-            false => (nemesis, (totals, witnesses)),
-        }
-    });
-    let (totals, witnesses) = totals;
-    let nemesis_outcome = nemesis_outcome?;
-    if is_interrupted() {
-        return Err(ChaosError::Interrupted);
-    }
-    let mut timeline = nemesis_outcome.events;
+    let faults = run_workload_and_nemesis(config, &cluster, &mut servers, &network, &clock, &stream, interrupted, log)?;
+    let mut timeline = faults.nemesis.events;
     let end_ns = clock.now_ns().min(config.duration.as_nanos() as u64);
     log(&format!("{:>9} workload stopped; restarting what is down, then reading every key back", clock.label()));
     restore_every_server(&mut servers, &network, &clock, &is_interrupted, log, &mut timeline)?;
-    // Every key the workload may have written: the small key space and every witness key.
-    let keys: Vec<Vec<u8>> = (0..config.keys)
-        .map(workload::key_name)
-        .chain(
-            witnesses
-                .iter()
-                .enumerate()
-                .flat_map(|(thread, count)| (0..*count).map(move |number| workload::witness_key(thread, number))),
-        )
-        .collect();
+    let keys = every_key(config.keys, &faults.witnesses);
     let (final_reads, read_key_by_key) = read_back(&cluster, &keys, &clock, &is_interrupted)?;
     // The final reads are part of the history: the checker vouches for what they returned.
     stream.feed().send(final_reads.iter().cloned().map(Record::Read).collect());
@@ -433,10 +364,10 @@ pub fn run(
         keys: config.keys,
         duration_ms: config.duration.as_millis() as u64,
         kills: timeline.iter().filter(|event| event.action == Action::Kill).count() as u64,
-        kill_late_ms_max: nemesis_outcome.late_ms_max,
+        kill_late_ms_max: faults.nemesis.late_ms_max,
         initial_pids,
         timeline,
-        workload: totals,
+        workload: faults.totals,
         check: checker::check(&records),
         final_read: FinalRead { read_key_by_key, ..outcome::compare_final_read(&records, &final_reads) },
         unavailability: outcome::longest_unavailability(&records, 0, end_ns),
@@ -458,8 +389,101 @@ pub fn run(
     Ok(report)
 }
 
-/// Server `index` of `clients` sessions over `threads` threads: the first threads take one
-/// more when they do not divide evenly.
+/// What the workload and the nemesis did until the deadline.
+struct FaultPhase {
+    nemesis: nemesis::NemesisOutcome,
+    totals: WorkloadTotals,
+    /// Witness keys planned, per client thread.
+    witnesses: Vec<u64>,
+}
+
+/// Runs the client threads and the nemesis from now until `config.duration` has passed (the
+/// clients then drain what they have in flight); returns what they did.
+///
+/// # Errors
+/// The nemesis's (a server that did not come back), a thread that panicked, an interruption.
+fn run_workload_and_nemesis(
+    config: &ChaosConfig,
+    cluster: &Cluster,
+    servers: &mut Servers,
+    network: &Network,
+    clock: &RunClock,
+    stream: &HistoryStream,
+    interrupted: &AtomicBool,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<FaultPhase, ChaosError> {
+    let is_interrupted = || interrupted.load(Ordering::Relaxed);
+    let deadline = clock.origin() + config.duration;
+    let controls: Vec<String> =
+        (0..servers.count()).filter_map(|index| servers.control(index)).map(|address| address.to_string()).collect();
+    let shared = WorkloadShared {
+        cluster,
+        controls: &controls,
+        transport: config.transport,
+        keys: config.keys,
+        txn_size: config.txn_size,
+        read_ratio: config.read_ratio,
+        value_size: config.value_size,
+        seed: config.seed,
+        deadline,
+        clock,
+        interrupted,
+    };
+    let schedule = nemesis::Schedule::new(config.seed, config.kill_interval, config.restart_after);
+    let stop = AtomicBool::new(false);
+    let (nemesis, totals, witnesses, panicked) = std::thread::scope(|scope| {
+        // Set when this scope is left, by a panic too: the nemesis stops at once.
+        let stop_on_exit = SetOnDrop(&stop);
+        let (stop, shared) = (&stop, &shared);
+        let nemesis = scope
+            .spawn(move || nemesis::run(config.nemesis, schedule, servers, network, clock, stop, &is_interrupted, log));
+        let workers: Vec<_> = (0..config.client_threads)
+            .map(|thread| {
+                let feed = stream.feed();
+                let sessions = sessions_of_thread(config.clients, config.client_threads, thread);
+                scope.spawn(move || workload::run_thread(shared, thread, sessions, feed))
+            })
+            .collect();
+        while Instant::now() < deadline && !is_interrupted() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            std::thread::sleep(Duration::from_millis(CHAOS_SLEEP_STEP_MS).min(left));
+        }
+        // The nemesis stops at the deadline; the clients drain what they have in flight.
+        drop(stop_on_exit);
+        let (mut totals, mut witnesses, mut panicked) = (WorkloadTotals::default(), Vec::new(), false);
+        for worker in workers {
+            match worker.join() {
+                Ok(result) => {
+                    totals.merge(result.totals);
+                    witnesses.push(result.witnesses);
+                }
+                Err(_) => panicked = true,
+            }
+        }
+        (nemesis.join(), totals, witnesses, panicked)
+    });
+    let nemesis = nemesis.map_err(|_| ChaosError::Panicked { what: "the nemesis" })??;
+    if panicked {
+        return Err(ChaosError::Panicked { what: "a client thread" });
+    }
+    if is_interrupted() {
+        return Err(ChaosError::Interrupted);
+    }
+    Ok(FaultPhase { nemesis, totals, witnesses })
+}
+
+/// Every key the workload may have written: the small key space, and the witness keys each
+/// client thread planned.
+fn every_key(keys: u64, witnesses: &[u64]) -> Vec<Vec<u8>> {
+    let witness_keys = witnesses
+        .iter()
+        .enumerate()
+        .flat_map(|(thread, count)| (0..*count).map(move |number| workload::witness_key(thread, number)));
+    (0..keys).map(workload::key_name).chain(witness_keys).collect()
+}
+
+/// The sessions of client thread `thread` when `clients` sessions are spread over `threads`
+/// threads: the first threads take one more when they do not divide evenly.
 fn sessions_of_thread(clients: usize, threads: usize, thread: usize) -> usize {
     clients / threads + usize::from(thread < clients % threads)
 }
