@@ -258,8 +258,8 @@ impl Drop for SetOnDrop<'_> {
     }
 }
 
-/// The run's working directory: removed after a run that passed, kept (and named in the report
-/// or the error) otherwise.
+/// The run's working directory: removed after a run that passed or was interrupted, kept (and
+/// named in the report or the log) otherwise.
 struct WorkDirectory {
     directory: Option<tempfile::TempDir>,
 }
@@ -276,7 +276,8 @@ impl WorkDirectory {
 
 impl Drop for WorkDirectory {
     fn drop(&mut self) {
-        // Reached with a directory only on an error path: keep the logs for whoever reads it.
+        // Reached with a directory only while a panic unwinds: keep the logs for whoever
+        // looks into it.
         self.keep();
     }
 }
@@ -297,13 +298,33 @@ pub fn run(
     if let Some(data_dir) = &config.data_dir {
         prepare_data_dir(&config.program, data_dir, config.servers)?;
     }
-    let is_interrupted = || interrupted.load(Ordering::Relaxed);
     let directory = tempfile::Builder::new().prefix("rampkv-chaos-").tempdir().map_err(|error| ChaosError::Io {
         what: "create a working directory",
         path: None,
         error,
     })?;
     let mut work = WorkDirectory { directory: Some(directory) };
+    let result = run_in(config, &mut work, interrupted, log);
+    match &result {
+        Ok(_) => {}                                                  // kept or removed by the verdict
+        Err(ChaosError::Interrupted) => drop(work.directory.take()), // nothing to look into
+        Err(_) => {
+            if let Some(path) = work.keep() {
+                log(&format!("rampkv chaos: cluster file and server logs kept in {}", path.display()));
+            }
+        }
+    }
+    result
+}
+
+/// [`run`] in the working directory `work`.
+fn run_in(
+    config: &ChaosConfig,
+    work: &mut WorkDirectory,
+    interrupted: &AtomicBool,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<ChaosReport, ChaosError> {
+    let is_interrupted = || interrupted.load(Ordering::Relaxed);
     let network = Network::set_up(config.network, config.servers)?;
     let (mode, network_fallback) = (network.mode(), network.fallback.clone());
     log(&format!(
