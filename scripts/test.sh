@@ -43,6 +43,13 @@ if [ "$nocc_status" -ne 1 ]; then
   echo "NoCC was not caught by bench --check (exit status $nocc_status, expected 1)" >&2
   exit 1
 fi
+# The fault test (docs/reliability.md): real server processes (in network namespaces as root),
+# a recording workload, then the checker, a read-back of every key against its last
+# acknowledged write, and the longest unavailability. Without faults for now: today's servers
+# keep nothing across a kill (tests/chaos.rs pins that the harness reports that loss). When the
+# servers persist (--data-dir) and replicate (--replicas 2), these become kill-all and kill-one.
+cargo run --release -p rampkv -- chaos --nemesis none --duration 10s --seed 1
+cargo run --release -p rampkv -- chaos --nemesis none --duration 5s --seed 2 --transport onesided
 # The paper's four figures in quick mode (about 30 points of 0.3 s, each checked): plots,
 # tables and results under target/figures-smoke (see docs/figures.md). Exit status 1 on any
 # anomaly; points too short (or too read-only) to show races are reported INCONCLUSIVE in

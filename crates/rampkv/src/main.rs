@@ -9,6 +9,7 @@ use std::io::Write as _;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use rampkv::bench::{self, BenchConfig, StopAfter, Workload};
+use rampkv::chaos;
 use rampkv::checker;
 use rampkv::client::Client;
 use rampkv::cluster::{Cluster, Front};
@@ -151,6 +153,12 @@ enum Command {
     /// Reproduce the reference paper's four figures: benchmark sweeps written as SVG plots,
     /// Markdown tables with the paper's ratios, and every point's result (see docs/figures.md).
     Figures(FiguresArgs),
+    /// Fault test: server processes (each in a network namespace of its own where the machine
+    /// allows), a workload recording its history, a nemesis that kill -9's servers and restarts
+    /// them; then the checker, a read-back of every key against its last acknowledged write, and
+    /// the longest window with no completed transaction. Exit status: 0 passed, 1 failed (lost
+    /// writes, anomalies, unavailability), 2 an error, 130 interrupted. See docs/reliability.md.
+    Chaos(ChaosArgs),
     /// Check a recorded history for read atomicity. Exit status: 0 clean, 1 violated (or not
     /// checkable), 3 inconclusive (no anomaly, but no race showed the run could catch one),
     /// 2 an error (say, a malformed line). A last line cut short (a killed run) is left out.
@@ -311,6 +319,73 @@ struct BenchArgs {
 }
 
 #[derive(Debug, Args)]
+struct ChaosArgs {
+    /// Server processes (`rampkv server`, started from this binary).
+    #[arg(long, default_value_t = 3)]
+    servers: usize,
+    /// Copies of every partition; the nemesis then kills while every partition has its full
+    /// replica set. Refused above 1 until the servers replicate.
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
+    /// How long the workload runs (e.g. 60s, 2m).
+    #[arg(long, default_value = "60s")]
+    duration: String,
+    /// Seed of the whole schedule (kills, victims, down times) and the workload (default:
+    /// random, printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Faults: kill-one (SIGKILL a random server, restart it later; one at a time), kill-all
+    /// (SIGKILL every server at once, restart all on the same --data-dir), none.
+    #[arg(long, default_value = "kill-one", value_parser = chaos::NemesisKind::from_name)]
+    nemesis: chaos::NemesisKind,
+    /// Time from one kill to the next, drawn per kill from MIN..MAX (or exactly DURATION).
+    #[arg(long, value_name = "MIN..MAX", default_value = "2s..5s")]
+    kill_interval: String,
+    /// Time a killed server stays down before its restart, drawn per kill from MIN..MAX.
+    #[arg(long, value_name = "MIN..MAX", default_value = "500ms..1500ms")]
+    restart_after: String,
+    /// Data directory of the servers (each gets DIR/server-<i>; must be empty). Needs servers
+    /// with --data-dir (persistence).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// How the workload reaches the servers: tcp, sendrecv, writepoll, onesided or rfrpc (the
+    /// servers get the matching front end).
+    #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
+    transport: bench::TransportKind,
+    /// Where the history goes (JSON lines, streamed; default: the run's working directory).
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Fail when no transaction completed for longer than this many milliseconds.
+    #[arg(long)]
+    max_unavailable_ms: Option<u64>,
+    /// Where the servers live: auto (namespaces as root where `ip netns` works, else
+    /// loopback), loopback, or namespaces (an error where unavailable).
+    #[arg(long, default_value = "auto", value_parser = chaos::NetworkChoice::from_name)]
+    network: chaos::NetworkChoice,
+    /// Client threads of the workload (each reconnects on its own after a failure).
+    #[arg(long, default_value_t = 3)]
+    client_threads: usize,
+    /// Logical clients (closed-loop sessions) over all client threads.
+    #[arg(long, default_value_t = 6)]
+    clients: usize,
+    /// Size of the key space (small, so that reads race writes; all of it is read back).
+    #[arg(long, default_value_t = 16)]
+    keys: u64,
+    /// Keys per transaction.
+    #[arg(long, default_value_t = 3)]
+    txn_size: usize,
+    /// Fraction of read-only transactions (the rest write).
+    #[arg(long, default_value_t = 0.5)]
+    read_ratio: f64,
+    /// Bytes per value (at least 8: the writer's timestamp comes first).
+    #[arg(long, default_value_t = 32)]
+    value_size: usize,
+}
+
+#[derive(Debug, Args)]
 struct FiguresArgs {
     /// Fewer points of a fraction of a second each: a smoke test for CI (the default).
     #[arg(long, conflicts_with = "full")]
@@ -434,6 +509,7 @@ fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Bench(args) => run_bench(args),
         Command::Figures(args) => run_figures(args),
+        Command::Chaos(args) => run_chaos(args),
         Command::Check { file, json } => {
             let report = checker::check_file(&file).with_context(|| format!("cannot check {}", file.display()))?;
             if json {
@@ -592,11 +668,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         (Some(text), None) => StopAfter::Duration { seconds: parse_duration(text)?.as_secs_f64() },
         (None, None) => StopAfter::Duration { seconds: 10.0 },
     };
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |elapsed| elapsed.as_nanos() as u64)
-    });
+    let seed = args.seed.unwrap_or_else(clock_seed);
     let mut config = BenchConfig {
         algorithm: args.protocol,
         bloom: BloomParameters { bits: args.bloom_bits, hashes: args.bloom_hashes },
@@ -653,6 +725,71 @@ fn bench_goal(stop_after: &StopAfter) -> Goal {
     match *stop_after {
         StopAfter::Duration { seconds } => Goal::Time { total: Duration::from_secs_f64(seconds) },
         StopAfter::Transactions { .. } => Goal::Open,
+    }
+}
+
+/// A random seed for a run that was given none (printed, so the run can be replayed).
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |elapsed| elapsed.as_nanos() as u64)
+}
+
+/// Parses `MIN..MAX` (two durations as [`parse_duration`] takes them) or one duration (MIN =
+/// MAX) into milliseconds.
+fn parse_duration_range(text: &str) -> Result<chaos::MillisecondRange> {
+    let (min, max) = text.split_once("..").unwrap_or((text, text));
+    let millis = |part: &str| parse_duration(part).map(|duration| duration.as_millis() as u64);
+    let range = chaos::MillisecondRange { min: millis(min)?, max: millis(max)? };
+    if range.min > range.max {
+        bail!("{text:?}: the lower end is above the upper end");
+    }
+    Ok(range)
+}
+
+fn run_chaos(args: ChaosArgs) -> Result<ExitCode> {
+    let program = std::env::current_exe().context("cannot find this binary (to start its servers)")?;
+    let seed = args.seed.unwrap_or_else(clock_seed);
+    let config = chaos::ChaosConfig {
+        servers: args.servers,
+        replicas: args.replicas,
+        duration: parse_duration(&args.duration).context("--duration")?,
+        seed,
+        nemesis: args.nemesis,
+        kill_interval: parse_duration_range(&args.kill_interval).context("--kill-interval")?,
+        restart_after: parse_duration_range(&args.restart_after).context("--restart-after")?,
+        data_dir: args.data_dir,
+        transport: args.transport,
+        history: args.history,
+        network: args.network,
+        max_unavailable_ms: args.max_unavailable_ms,
+        client_threads: args.client_threads,
+        clients: args.clients,
+        keys: args.keys,
+        txn_size: args.txn_size,
+        read_ratio: args.read_ratio,
+        value_size: args.value_size,
+        ..chaos::ChaosConfig::new(program)
+    };
+    config.validate()?;
+    // Ctrl-C (and SIGTERM, SIGHUP) end the run through its own clean-up: servers killed by pid,
+    // namespaces deleted.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&interrupted);
+    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).context("cannot install the Ctrl-C handler")?;
+    say!("rampkv chaos: seed {seed} (replay with --seed {seed})");
+    match chaos::run(&config, &interrupted, &|line: &str| say!("{line}")) {
+        Ok(report) => {
+            if args.json {
+                out!("{}", serde_json::to_string(&report)?);
+            } else {
+                out_raw!("{report}");
+            }
+            Ok(if report.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Err(chaos::ChaosError::Interrupted) => {
+            say!("rampkv chaos: interrupted; every server killed, every namespace removed");
+            Ok(ExitCode::from(130))
+        }
+        Err(error) => Err(error.into()),
     }
 }
 

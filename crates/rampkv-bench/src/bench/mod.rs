@@ -765,7 +765,7 @@ fn history_record(
 }
 
 /// Check-mode values for `keys`: each starts with the writer's timestamp (see `history`).
-fn check_values(keys: Vec<Vec<u8>>, ts: u64, value_size: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+pub(crate) fn check_values(keys: Vec<Vec<u8>>, ts: u64, value_size: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
     keys.into_iter()
         .map(|key| {
             let mut value = vec![0u8; value_size];
