@@ -141,7 +141,14 @@ impl Network {
                     network.mode = NetworkMode::Namespaces;
                     return Ok(network);
                 }
-                Err(error) if choice == NetworkChoice::Namespaces => return Err(error),
+                Err(error @ ChaosError::NamespacesUnavailable { .. }) if choice == NetworkChoice::Namespaces => {
+                    return Err(error)
+                }
+                // Asked for by name: whatever stopped them (a command failing, a kernel or
+                // container refusing) is reported as namespaces being unavailable, with why.
+                Err(error) if choice == NetworkChoice::Namespaces => {
+                    return Err(ChaosError::NamespacesUnavailable { why: error.to_string() })
+                }
                 Err(error) => {
                     network.tear_down();
                     network.fallback = Some(error.to_string());
