@@ -25,6 +25,14 @@ pub const READ_RESTARTS_MAX: u32 = 8;
 /// finds it. Must exceed the longest a read transaction may take (see `TXN_TIMEOUT_MS`).
 pub const GC_GRACE_MS: u64 = 10_000;
 
+/// How far ahead of a server's wall clock a transaction timestamp may claim to be (and of a
+/// client's, for a timestamp its clock observes). Beyond it the timestamp is forged or comes
+/// from a clock gone wrong: a server refuses the PREPARE or COMMIT carrying it, a client's clock
+/// ignores it (`types::timestamp_too_far_ahead`). Machines synchronised by NTP stay within tens
+/// of milliseconds of each other (CockroachDB's default bound on clock offset is 500 ms); one
+/// second leaves room for that and for a client's logical clock running a little ahead.
+pub const TIMESTAMP_FUTURE_SKEW_MS: u64 = 1_000;
+
 /// A transaction that has not finished after this long fails with a timeout error.
 pub const TXN_TIMEOUT_MS: u64 = 5_000;
 
@@ -44,6 +52,10 @@ pub const CLIENT_IDS_MAX: u64 = (1 << 16) - 1;
 
 /// Most servers in a cluster file.
 pub const CLUSTER_SERVERS_MAX: usize = 1024;
+
+/// Most copies of a partition a cluster file may ask for (`replicas`): f + 1 with f failures
+/// survived.
+pub const CLUSTER_REPLICAS_MAX: u32 = 8;
 
 /// Most partitions in a cluster file.
 pub const CLUSTER_PARTITIONS_MAX: u32 = 65_536;

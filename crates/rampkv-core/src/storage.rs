@@ -462,6 +462,140 @@ impl Store {
     }
 }
 
+/// One key's stored state as a snapshot copies it ([`Store::shard_versions`]) and a restart
+/// loads it back ([`Store::restore_key`]).
+#[derive(Debug, Clone)]
+pub struct KeyVersions {
+    pub key: Key,
+    /// The highest timestamp ever collected for the key (0: none), so that a HIGHEST_OF read
+    /// after a restart still refuses rather than answer below a collected version.
+    pub collected_max_ts: Timestamp,
+    /// Its versions in timestamp order, each with whether it is committed.
+    pub versions: Vec<(Arc<Version>, bool)>,
+}
+
+/// Persistence support: copying the store out shard by shard, and loading it back.
+///
+/// # Why a snapshot taken under concurrent writes is enough
+/// A snapshot copies one shard at a time, each under that shard's read lock, while writers go
+/// on; it sees every change completed before it started and some completed during the copy.
+/// The persistence layer records the log position before it starts and replays every record
+/// after that position over the loaded copy. The store's own operations are what replay runs
+/// (`prepare`, `commit`, `abort`, `put`), and re-applying one that the copy already reflects
+/// leaves the same state: a PREPARE replaces its version with the same bytes (a COMMIT after
+/// it in the log commits it again), a COMMIT of a committed or unknown transaction does
+/// nothing, an ABORT of an aborted one only remembers it again, lastCommit is a max. The
+/// restore functions below accept such a copy, where a COMMIT may have been seen on one key
+/// and not yet on another, and pending transactions are rebuilt from the prepared versions
+/// actually loaded, so the store's invariant (a pending key has its prepared version) holds
+/// whatever the copy caught.
+impl Store {
+    /// How many shards [`Store::shard_versions`] takes (0..this).
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Every key of shard `shard` with its versions, copied under the shard's read lock (the
+    /// versions are shared, not copied: a snapshot holds them while it writes them out).
+    /// Returns nothing for a shard index out of range.
+    pub fn shard_versions(&self, shard: usize) -> Vec<KeyVersions> {
+        let Some(shard) = self.shards.get(shard) else {
+            return Vec::new();
+        };
+        let shard = shard.read();
+        shard
+            .iter()
+            .map(|(key, state)| KeyVersions {
+                key: key.clone(),
+                collected_max_ts: state.collected_max_ts,
+                versions: state
+                    .versions
+                    .values()
+                    .map(|stored| (Arc::clone(&stored.version), stored.committed.load(Ordering::Acquire)))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// The transactions recovery aborted here and still remembers.
+    pub fn aborted_transactions(&self) -> Vec<Timestamp> {
+        self.aborted.lock().keys().copied().collect()
+    }
+
+    /// Loads one key's versions (from a snapshot): versions with the same timestamp replace
+    /// what is stored, committed ones advance lastCommit (a max) and the latest version. An
+    /// uncommitted version waits for [`Store::restore_pending`] to name its transaction
+    /// pending. Lengths must be within the limits (the snapshot decoder checks them).
+    pub fn restore_key(&self, entry: KeyVersions, now_ms: u64) {
+        let KeyVersions { key, collected_max_ts, versions } = entry;
+        let mut shard = self.shard(&key).write();
+        let state = shard.entry(key).or_default();
+        state.collected_max_ts = state.collected_max_ts.max(collected_max_ts);
+        for (version, committed) in versions {
+            let ts = version.ts;
+            debug_assert!(ts != TIMESTAMP_INITIAL && version.value.len() <= VALUE_BYTES_MAX);
+            let value_bytes = version.value.len();
+            let stored = StoredVersion { version: Arc::clone(&version), committed: AtomicBool::new(committed) };
+            match state.versions.insert(ts, stored) {
+                Some(old) => self.forget_version_bytes(old.version.value.len()),
+                None => {
+                    self.version_count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
+            if !state.unmarked.contains(&ts) {
+                state.unmarked.push(ts);
+            }
+            if committed {
+                let mut latest = state.latest.lock();
+                if ts > state.last_commit.load(Ordering::Acquire) {
+                    *latest = Some(version);
+                }
+                state.last_commit.fetch_max(ts, Ordering::AcqRel);
+            }
+        }
+        self.collect_superseded(state, now_ms);
+    }
+
+    /// Names transaction `ts` pending on those of `keys` that hold an uncommitted version `ts`
+    /// (keys without one are left out, so a COMMIT never looks for a version that is not
+    /// there). Returns how many keys that is; with none, nothing is recorded.
+    pub fn restore_pending(&self, ts: Timestamp, keys: Vec<Key>, write_set: Arc<[Key]>, now_ms: u64) -> usize {
+        let keys: Vec<Key> = keys
+            .into_iter()
+            .filter(|key| {
+                let shard = self.shard(key).read();
+                let stored = shard.get(key).and_then(|state| state.versions.get(&ts));
+                stored.is_some_and(|stored| !stored.committed.load(Ordering::Acquire))
+            })
+            .collect();
+        let count = keys.len();
+        if count > 0 {
+            self.pending_shard(ts).lock().insert(ts, PendingTxn { keys, write_set, prepared_at_ms: now_ms });
+        }
+        count
+    }
+
+    /// Empties the store (a restart that loaded part of a damaged snapshot starts over).
+    pub fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.write().clear();
+        }
+        for pending in self.pending.iter() {
+            pending.lock().clear();
+        }
+        self.aborted.lock().clear();
+        self.version_count.store(0, Ordering::Relaxed);
+        self.value_bytes.store(0, Ordering::Relaxed);
+        self.versions_collected.store(0, Ordering::Relaxed);
+    }
+
+    /// Remembers `ts` as aborted here (from a snapshot), as recovery's abort does.
+    pub fn restore_aborted(&self, ts: Timestamp, now_ms: u64) {
+        self.remember_aborted(ts, now_ms);
+    }
+}
+
 fn validate_prepare(ts: Timestamp, metadata: &StoredMetadata, writes: &[(Key, Box<[u8]>)]) -> Result<(), StoreError> {
     let invalid = |why: InvalidPrepare| Err(StoreError::InvalidPrepare(why));
     if ts == TIMESTAMP_INITIAL {
@@ -871,5 +1005,77 @@ mod tests {
             assert_eq!(store.last_commit(name.as_bytes()), highest);
         }
         assert!(store.stats().versions_collected > 0);
+    }
+
+    /// Copies `store` into a new store through the snapshot functions, as a restart would.
+    fn copy_through_restore(store: &Store) -> Store {
+        let copy = Store::new(1_000);
+        let mut uncommitted: HashMap<Timestamp, Vec<Key>> = HashMap::default();
+        for shard in 0..store.shard_count() {
+            for entry in store.shard_versions(shard) {
+                for (version, committed) in &entry.versions {
+                    if !committed {
+                        uncommitted.entry(version.ts).or_default().push(entry.key.clone());
+                    }
+                }
+                copy.restore_key(entry, 0);
+            }
+        }
+        for (ts, pending) in store.stale_pending(u64::MAX) {
+            let keys = uncommitted.remove(&ts).unwrap_or_default();
+            assert_eq!(copy.restore_pending(ts, keys, pending.write_set, 0), pending.keys.len());
+        }
+        for ts in store.aborted_transactions() {
+            copy.restore_aborted(ts, 0);
+        }
+        copy
+    }
+
+    #[test]
+    fn a_store_copied_shard_by_shard_and_restored_answers_as_the_original() {
+        let store = Store::new(1_000);
+        prepare(&store, 10, &["a", "b"], 0);
+        store.commit(10);
+        prepare(&store, 20, &["a"], 0);
+        store.commit(20);
+        prepare(&store, 30, &["a", "c"], 0);
+        prepare(&store, 40, &["b"], 0);
+        store.abort(40, 0);
+        let copy = copy_through_restore(&store);
+        assert_eq!(copy.stats(), store.stats());
+        for name in ["a", "b", "c"] {
+            assert_eq!(copy.last_commit(name.as_bytes()), store.last_commit(name.as_bytes()), "{name}");
+            let latest = copy.get_latest(name.as_bytes()).map(|version| version.ts);
+            assert_eq!(latest, store.get_latest(name.as_bytes()).map(|version| version.ts), "{name}");
+        }
+        assert_eq!(copy.get_at(b"a", 30).unwrap().ts, 30, "a prepared version is restored");
+        assert_eq!(copy.status(30, &[key("a")], 0), TxnState::Prepared);
+        assert_eq!(copy.commit(30), 2, "and commits on both of its keys");
+        assert_eq!(copy.last_commit(b"c"), 30);
+        let refused = copy.prepare(40, write_set(&["b"]), Arc::from([]), vec![(key("b"), b"x".to_vec().into())], 0);
+        assert_eq!(refused.unwrap_err(), StoreError::Aborted { ts: 40 }, "the aborted set is restored");
+        copy.clear();
+        assert_eq!(copy.stats(), StoreStats::default());
+        assert!(copy.get_latest(b"a").is_none() && copy.aborted_transactions().is_empty());
+    }
+
+    #[test]
+    fn a_restored_pending_transaction_names_only_keys_holding_its_prepared_version() {
+        // A snapshot copies the pending map and the shards at different moments: it may name
+        // a transaction pending whose versions it copied already committed (or not at all).
+        let store = Store::new(1_000);
+        let committed = KeyVersions {
+            key: key("a"),
+            collected_max_ts: 0,
+            versions: vec![(
+                Arc::new(Version { ts: 7, value: b"a@7".to_vec().into(), metadata: write_set(&["a"]) }),
+                true,
+            )],
+        };
+        store.restore_key(committed, 0);
+        assert_eq!(store.restore_pending(7, vec![key("a"), key("z")], Arc::from([key("a")]), 0), 0);
+        assert_eq!(store.stats().pending_transactions, 0);
+        assert_eq!(store.commit(7), 0, "a replayed COMMIT finds nothing left to do");
+        assert_eq!(store.get_latest(b"a").unwrap().ts, 7);
     }
 }

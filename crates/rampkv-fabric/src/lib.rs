@@ -43,6 +43,6 @@ pub use ring::{
     Doorbell, MessageView, RingAddresses, RingError, RingLayout, RingReceiver, RingSender, SendError, WaitError,
 };
 pub use sendrecv::{Completion, PostError, QueueAddresses, QueueError, QueueLayout, ReceiveQueue, SendQueue};
-pub use shm::{cleanup_stale, ShmFabric, ShmLocalRegion, ShmRemoteRegion};
+pub use shm::{cleanup_stale, ShmFabric, ShmLocalRegion, ShmRemoteRegion, StaleCleanup};
 pub use slot::{read_slot, slot_bytes, SlotReadError, SlotView, SlotWriteError, SlotWriter};
 pub use words::{FenceOrdering, HeapWords, LoadOrdering, StoreOrdering, Words};

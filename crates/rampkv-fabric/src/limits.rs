@@ -10,12 +10,16 @@ pub const WORD_BYTES: usize = 8;
 /// Directory whose files stand for registered regions (tmpfs: memory, never disk).
 pub const SHM_DIRECTORY: &str = "/dev/shm";
 
-/// Every region file is named `rampkv-<pid>-<name>`, so that `cleanup_stale` can tell whose
-/// file it is and whether its owner is still alive.
+/// Every region file is named `rampkv-<pid>-<name>-<nonce>`, so that `cleanup_stale` can tell
+/// whose file it is and whether its owner is still alive.
 pub const SHM_FILE_PREFIX: &str = "rampkv-";
 
 /// Longest region name a caller may register (the part after `rampkv-<pid>-`).
 pub const REGION_NAME_BYTES_MAX: usize = 64;
+
+/// Random bytes in every region file name (as hex): nobody can create a region's file before
+/// its owner does, so no other user can make a registration fail.
+pub const REGION_NONCE_BYTES: usize = 16;
 
 /// Largest region. Bounds what a descriptor from a peer can make us map.
 pub const REGION_BYTES_MAX: u64 = 1 << 32;

@@ -1,8 +1,10 @@
 //! The shared-memory fabric: the default, and the honest emulation of RDMA on one machine.
 //!
 //! # What stands for what
-//! - A registered region is a file `/dev/shm/rampkv-<pid>-<name>` (tmpfs: memory only), mapped
-//!   `MAP_SHARED` by its owner. Its descriptor is the file name, length and access.
+//! - A registered region is a file `/dev/shm/rampkv-<pid>-<name>-<nonce>` (tmpfs: memory only),
+//!   created with mode 0600 and mapped `MAP_SHARED` by its owner. `<nonce>` is 128 random bits
+//!   (32 hex digits) drawn per region, so that nobody can create a region's file before its
+//!   owner does (see "Other users" below). Its descriptor is the file name, length and access.
 //! - Mapping a peer's region opens that file and maps it: `PROT_READ` for a
 //!   [`Access::ReadOnly`] region (a client cannot write server data even by mistake: it would
 //!   fault), `PROT_READ | PROT_WRITE` for [`Access::ReadWrite`].
@@ -24,20 +26,33 @@
 //! run as one user, so a peer that forges a `ReadWrite` descriptor can map any region writable
 //! (RDMA enforces rights with per-registration keys instead).
 //!
+//! # Other users
+//! /dev/shm is shared by every user of the machine (mode 1777: anyone may create files, only a
+//! file's owner may remove it, anyone may list names). Region files are 0600, so another user can
+//! neither read nor map them. Starting never depends on other users' files: [`cleanup_stale`]
+//! only touches files of this user and skips what it cannot remove, and a region's file name
+//! carries a fresh random nonce, so another user cannot block a registration by creating the file
+//! first (names with a predictable pid and counter could be squatted). What the nonce does not
+//! do: hide names (anyone can list /dev/shm), or keep out a process of the *same* user, which can
+//! open any region file (see docs/security.md).
+//!
 //! All `unsafe` of the crate lives in this module.
 
 use crate::fabric::{Access, Fabric, FabricError, OneSided, RegionDescriptor};
-use crate::limits::{REGION_NAME_BYTES_MAX, SHM_DIRECTORY, SHM_FILE_PREFIX, STALE_SCAN_ENTRIES_MAX, WORD_BYTES};
+use crate::limits::{
+    REGION_NAME_BYTES_MAX, REGION_NONCE_BYTES, SHM_DIRECTORY, SHM_FILE_PREFIX, STALE_SCAN_ENTRIES_MAX, WORD_BYTES,
+};
 use crate::memory::check_length;
 use crate::words::{self, FenceOrdering, LoadOrdering, StoreOrdering, Words};
 use memmap2::{Mmap, MmapMut, MmapOptions};
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
-use std::io::ErrorKind;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::io::{ErrorKind, Read as _};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 #[cfg(not(target_endian = "little"))]
@@ -60,9 +75,44 @@ impl ShmFabric {
         Ok(Self { pid: std::process::id() })
     }
 
-    fn file_name(&self, name: &str) -> String {
-        format!("{SHM_FILE_PREFIX}{}-{name}", self.pid)
+    fn file_name(&self, name: &str, nonce: &str) -> String {
+        format!("{SHM_FILE_PREFIX}{}-{name}-{nonce}", self.pid)
     }
+}
+
+/// Names registered by this process and not yet dropped: the `Fabric` contract refuses a name
+/// registered twice, which the per-region nonce would otherwise allow.
+static REGISTERED_NAMES: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Claims `name` in [`REGISTERED_NAMES`] until dropped.
+#[derive(Debug)]
+struct NameClaim(Option<String>);
+
+impl NameClaim {
+    fn take(name: &str) -> Result<NameClaim, FabricError> {
+        let mut names = REGISTERED_NAMES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !names.insert(name.to_owned()) {
+            return Err(FabricError::InvalidRegion { name: name.to_owned(), reason: "name already registered" });
+        }
+        Ok(NameClaim(Some(name.to_owned())))
+    }
+}
+
+impl Drop for NameClaim {
+    fn drop(&mut self) {
+        if let Some(name) = self.0.take() {
+            REGISTERED_NAMES.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&name);
+        }
+    }
+}
+
+/// `REGION_NONCE_BYTES` random bytes from the kernel, as lower-case hex.
+fn random_nonce() -> Result<String, FabricError> {
+    let mut bytes = [0u8; REGION_NONCE_BYTES];
+    File::open("/dev/urandom")
+        .and_then(|mut random| random.read_exact(&mut bytes))
+        .map_err(|source| FabricError::Io { name: "/dev/urandom".to_owned(), source })?;
+    Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
 }
 
 /// A region this process registered. Dropping it removes the region file (peers that already
@@ -72,6 +122,8 @@ pub struct ShmLocalRegion {
     mapping: Mapping,
     descriptor: RegionDescriptor,
     path: PathBuf,
+    // Fields drop after `Drop::drop` removed the file: the name is free again only then.
+    _claim: NameClaim,
 }
 
 impl ShmLocalRegion {
@@ -284,14 +336,17 @@ impl Fabric for ShmFabric {
     fn register(&self, name: &str, len_bytes: usize, access: Access) -> Result<Self::LocalRegion, FabricError> {
         check_registered_name(name)?;
         check_length(name, len_bytes as u64)?;
-        let file_name = self.file_name(name);
+        let claim = NameClaim::take(name)?;
+        let file_name = self.file_name(name, &random_nonce()?);
         let path = PathBuf::from(SHM_DIRECTORY).join(&file_name);
         let io_error = |source| FabricError::Io { name: file_name.clone(), source };
+        // O_EXCL: never open a file someone else put there (with 128 random bits, an existing
+        // file means a broken random source, not bad luck).
         let file =
             OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(&path).map_err(|source| {
                 match source.kind() {
                     ErrorKind::AlreadyExists => {
-                        FabricError::InvalidRegion { name: file_name.clone(), reason: "name already registered" }
+                        FabricError::InvalidRegion { name: file_name.clone(), reason: "region file already exists" }
                     }
                     _ => io_error(source),
                 }
@@ -308,6 +363,7 @@ impl Fabric for ShmFabric {
             mapping: Mapping::read_write(map),
             descriptor: RegionDescriptor { name: file_name, len_bytes: len_bytes as u64, access },
             path,
+            _claim: claim,
         })
     }
 
@@ -388,16 +444,22 @@ fn check_registered_name(name: &str) -> Result<(), FabricError> {
     Err(FabricError::InvalidRegion { name: name.to_owned(), reason })
 }
 
-/// A name from a peer's descriptor: `rampkv-<pid>-<registered name>`, nothing that could
+/// A name from a peer's descriptor: `rampkv-<pid>-<registered name>-<nonce>`, nothing that could
 /// leave /dev/shm.
 fn check_file_name(name: &str) -> Result<(), FabricError> {
-    let parsed = parse_file_name(name);
-    match parsed {
-        Some((_, registered)) if check_registered_name(registered).is_ok() => Ok(()),
-        _ => Err(FabricError::InvalidRegion {
+    let registered_and_nonce = parse_file_name(name).map(|(_, rest)| rest);
+    let well_formed = registered_and_nonce.and_then(|rest| rest.rsplit_once('-')).is_some_and(|(registered, nonce)| {
+        check_registered_name(registered).is_ok()
+            && nonce.len() == 2 * REGION_NONCE_BYTES
+            && nonce.bytes().all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
+    });
+    if well_formed {
+        Ok(())
+    } else {
+        Err(FabricError::InvalidRegion {
             name: name.to_owned(),
-            reason: "not a rampkv region file name (rampkv-<pid>-<name>)",
-        }),
+            reason: "not a rampkv region file name (rampkv-<pid>-<name>-<nonce>)",
+        })
     }
 }
 
@@ -428,17 +490,36 @@ fn process_alive(pid: u32) -> bool {
     result == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-/// Removes region files (`rampkv-<pid>-*` under /dev/shm) whose owner process is gone; returns
-/// how many it removed. Looks at most at `STALE_SCAN_ENTRIES_MAX` entries. Files of this
-/// process and of live processes are kept.
+/// What one [`cleanup_stale`] pass did with the region files of dead processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StaleCleanup {
+    /// Files of this user whose owner process is gone, removed.
+    pub removed: usize,
+    /// Files of other users, left alone (only their owner may remove them, and they are theirs).
+    pub foreign: usize,
+    /// Files of this user that could not be removed (the error is not ours to fix: skipped).
+    pub failed: usize,
+}
+
+/// Removes region files (`rampkv-<pid>-*` under /dev/shm) of this user whose owner process is
+/// gone. Looks at most at `STALE_SCAN_ENTRIES_MAX` entries. Files of this process and of live
+/// processes are kept; files of other users and files that cannot be removed are skipped and
+/// counted, never an error: nothing another user puts in /dev/shm can stop a start.
 ///
 /// # Errors
-/// `Io` if /dev/shm cannot be listed. Files that vanish meanwhile are not errors.
-pub fn cleanup_stale() -> Result<usize, FabricError> {
-    let io_error = |source| FabricError::Io { name: SHM_DIRECTORY.to_owned(), source };
+/// `Io` if /dev/shm cannot be listed.
+pub fn cleanup_stale() -> Result<StaleCleanup, FabricError> {
+    // SAFETY: geteuid takes no arguments, touches no memory of ours and cannot fail.
+    let user = unsafe { libc::geteuid() };
+    cleanup_stale_in(Path::new(SHM_DIRECTORY), user)
+}
+
+/// [`cleanup_stale`] over `directory`, for the files of `user`.
+fn cleanup_stale_in(directory: &Path, user: libc::uid_t) -> Result<StaleCleanup, FabricError> {
+    let io_error = |source| FabricError::Io { name: directory.display().to_string(), source };
     let own_pid = std::process::id();
-    let mut removed = 0;
-    for entry in std::fs::read_dir(SHM_DIRECTORY).map_err(io_error)?.take(STALE_SCAN_ENTRIES_MAX) {
+    let mut outcome = StaleCleanup::default();
+    for entry in std::fs::read_dir(directory).map_err(io_error)?.take(STALE_SCAN_ENTRIES_MAX) {
         let Ok(entry) = entry else { continue };
         let file_name = entry.file_name();
         let Some(name) = file_name.to_str() else {
@@ -450,13 +531,21 @@ pub fn cleanup_stale() -> Result<usize, FabricError> {
         if pid == own_pid || process_alive(pid) {
             continue;
         }
+        // Not followed if it is a symbolic link: the owner of the entry itself counts.
+        let Ok(metadata) = entry.metadata() else {
+            continue; // vanished meanwhile
+        };
+        if metadata.uid() != user {
+            outcome.foreign += 1;
+            continue;
+        }
         match std::fs::remove_file(entry.path()) {
-            Ok(()) => removed += 1,
+            Ok(()) => outcome.removed += 1,
             Err(error) if error.kind() == ErrorKind::NotFound => {}
-            Err(error) => return Err(io_error(error)),
+            Err(_) => outcome.failed += 1,
         }
     }
-    Ok(removed)
+    Ok(outcome)
 }
 
 /// Blocks while the low 32 bits of `word` equal `expected_low`, at most `timeout`. Returns
@@ -570,8 +659,19 @@ mod tests {
         let _first = fabric.register(&name, 64, Access::ReadOnly).unwrap();
         assert!(fabric.register(&name, 64, Access::ReadOnly).is_err());
         assert!(fabric.register(&unique("len"), 12, Access::ReadOnly).is_err());
-        for bad in ["../etc/passwd", "rampkv-12-../x", "rampkv--x", "other-1-x", "rampkv-1"] {
-            let descriptor = RegionDescriptor { name: bad.into(), len_bytes: 64, access: Access::ReadOnly };
+        let nonce = "0123456789abcdef0123456789abcdef";
+        for bad in [
+            "../etc/passwd".to_owned(),
+            "rampkv-12-../x".to_owned(),
+            "rampkv--x".to_owned(),
+            "other-1-x".to_owned(),
+            "rampkv-1".to_owned(),
+            "rampkv-1-x".to_owned(),                        // no nonce
+            format!("rampkv-1-x-{}", &nonce[1..]),          // short nonce
+            format!("rampkv-1-x-{}", nonce.to_uppercase()), // not as we write it
+            format!("rampkv-1-../x-{nonce}"),
+        ] {
+            let descriptor = RegionDescriptor { name: bad.clone(), len_bytes: 64, access: Access::ReadOnly };
             assert!(matches!(fabric.map(&descriptor), Err(FabricError::InvalidRegion { .. })), "{bad}");
         }
         let mut descriptor = fabric.describe(&_first);
@@ -591,6 +691,67 @@ mod tests {
         cleanup_stale().unwrap();
         assert!(!dead.exists(), "file of dead pid {dead_pid} kept");
         assert!(PathBuf::from(SHM_DIRECTORY).join(&own.descriptor().name).exists());
+    }
+
+    /// A pid that no process has (the child has been reaped).
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    /// Issue 15: an empty file `/dev/shm/rampkv-99999-x` of another user stopped every
+    /// non-root rampkv process from starting: removing it failed (EPERM: /dev/shm is sticky)
+    /// and the error went up. Files of other users are now left alone and files that cannot be
+    /// removed are skipped. Here in a directory of our own: "another user" is a uid that is not
+    /// ours (what `cleanup_stale` compares), and "cannot be removed" a directory under a region
+    /// file's name (unlink fails, as it does with EPERM, for root too).
+    #[test]
+    fn cleanup_skips_files_of_other_users_and_files_it_cannot_remove() {
+        let directory = std::env::temp_dir().join(format!("rampkv-cleanup-test-{}", std::process::id()));
+        std::fs::create_dir_all(&directory).unwrap();
+        let pid = dead_pid();
+        let stale = directory.join(format!("rampkv-{pid}-stale"));
+        let unremovable = directory.join(format!("rampkv-{pid}-unremovable"));
+        let unrelated = directory.join("other-file");
+        std::fs::write(&stale, b"").unwrap();
+        std::fs::create_dir(&unremovable).unwrap();
+        std::fs::write(&unrelated, b"").unwrap();
+        // SAFETY: geteuid cannot fail and takes no memory.
+        let user = unsafe { libc::geteuid() };
+
+        let as_another_user = cleanup_stale_in(&directory, user.wrapping_add(1)).unwrap();
+        assert_eq!(as_another_user, StaleCleanup { removed: 0, foreign: 2, failed: 0 });
+        assert!(stale.exists(), "another user's file removed");
+
+        let as_owner = cleanup_stale_in(&directory, user).unwrap();
+        assert_eq!(as_owner, StaleCleanup { removed: 1, foreign: 0, failed: 1 });
+        assert!(!stale.exists() && unremovable.exists() && unrelated.exists());
+        std::fs::remove_dir_all(&directory).unwrap();
+    }
+
+    /// Region file names carry a random nonce: a file another user put at the name an earlier
+    /// version would have used (pid and name, both predictable) does not stop a registration,
+    /// and two processes' regions of one name never collide.
+    #[test]
+    fn a_file_at_the_predictable_name_does_not_block_a_registration() {
+        let fabric = ShmFabric::new().unwrap();
+        let name = unique("squat");
+        let squatted = PathBuf::from(SHM_DIRECTORY).join(format!("rampkv-{}-{name}", std::process::id()));
+        std::fs::write(&squatted, b"").unwrap();
+        let registered = fabric.register(&name, 64, Access::ReadWrite);
+        std::fs::remove_file(&squatted).unwrap();
+        let region = registered.unwrap();
+        let file_name = &region.descriptor().name;
+        let nonce = file_name.rsplit_once('-').unwrap().1;
+        assert_eq!(nonce.len(), 2 * REGION_NONCE_BYTES, "{file_name}");
+        assert!(check_file_name(file_name).is_ok());
+        let again = fabric.register(&unique("squat"), 64, Access::ReadWrite).unwrap();
+        assert_ne!(again.descriptor().name.rsplit_once('-').unwrap().1, nonce, "a fresh nonce per region");
+        // The name is free again once the region is dropped.
+        drop(region);
+        assert!(fabric.register(&name, 64, Access::ReadWrite).is_ok());
     }
 
     #[test]

@@ -52,7 +52,8 @@ use std::ops::Range;
 
 use super::{
     RESP_AGGREGATE_ITEMS_MAX, RESP_ARGS_MAX, RESP_BULK_BYTES_MAX, RESP_HEADER_LINE_BYTES_MAX, RESP_INLINE_BYTES_MAX,
-    RESP_NESTING_DEPTH_MAX, RESP_REPLY_BULK_BYTES_MAX,
+    RESP_NESTING_DEPTH_MAX, RESP_REPLY_BULK_BYTES_MAX, RESP_UNAUTHENTICATED_ARGS_MAX,
+    RESP_UNAUTHENTICATED_BULK_BYTES_MAX,
 };
 
 const CRLF: &[u8] = b"\r\n";
@@ -85,6 +86,10 @@ pub enum CodecError {
     ExpectedBulk(u8),
     #[error("Protocol error: invalid bulk length")]
     InvalidBulkLength,
+    #[error("Protocol error: unauthenticated multibulk length")]
+    UnauthenticatedMultibulkLength,
+    #[error("Protocol error: unauthenticated bulk length")]
+    UnauthenticatedBulkLength,
     #[error("Protocol error: too big mbulk count string")]
     MultibulkHeaderTooBig,
     #[error("Protocol error: too big bulk count string")]
@@ -380,6 +385,26 @@ fn parse_integer(text: &[u8]) -> Option<i64> {
 // ---------------------------------------------------------------------------------------------
 // Requests
 
+/// How large a request the parser accepts: everything the gateway can run once a connection
+/// has authenticated, far less before (Redis's limits for unauthenticated clients).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RequestLimits {
+    pub args_max: usize,
+    pub bulk_bytes_max: usize,
+}
+
+impl RequestLimits {
+    /// [`RESP_ARGS_MAX`] arguments of [`RESP_BULK_BYTES_MAX`].
+    pub const AUTHENTICATED: RequestLimits =
+        RequestLimits { args_max: RESP_ARGS_MAX, bulk_bytes_max: RESP_BULK_BYTES_MAX };
+
+    /// [`RESP_UNAUTHENTICATED_ARGS_MAX`] arguments of [`RESP_UNAUTHENTICATED_BULK_BYTES_MAX`];
+    /// beyond: `unauthenticated multibulk length` / `unauthenticated bulk length` (multibulk
+    /// requests only: inline ones keep their 64 KiB line bound, as in Redis).
+    pub const UNAUTHENTICATED: RequestLimits =
+        RequestLimits { args_max: RESP_UNAUTHENTICATED_ARGS_MAX, bulk_bytes_max: RESP_UNAUTHENTICATED_BULK_BYTES_MAX };
+}
+
 /// Reusable state of the request parser: where the arguments of the last request lie, and the
 /// unquoted bytes of an inline request. Kept per gateway thread, so parsing allocates nothing
 /// once these have grown to the largest request seen.
@@ -432,10 +457,19 @@ impl RequestParser {
     /// Parses the request at the front of `input`. `Ok(Some((args, consumed)))` when it is
     /// complete (`args` may be empty: skip it), `Ok(None)` when more bytes are needed.
     pub fn parse<'a>(&'a mut self, input: &'a [u8]) -> Result<Option<(Args<'a>, usize)>, CodecError> {
+        self.parse_within(input, RequestLimits::AUTHENTICATED)
+    }
+
+    /// [`RequestParser::parse`] within `limits`.
+    pub fn parse_within<'a>(
+        &'a mut self,
+        input: &'a [u8],
+        limits: RequestLimits,
+    ) -> Result<Option<(Args<'a>, usize)>, CodecError> {
         self.spans.clear();
         let parsed = match input.first() {
             None => return Ok(None),
-            Some(b'*') => check_multibulk(input, &mut self.spans)?.map(|consumed| (input, consumed)),
+            Some(b'*') => check_multibulk(input, limits, &mut self.spans)?.map(|consumed| (input, consumed)),
             Some(_) => self.split_inline(input)?.map(|consumed| (&self.inline[..], consumed)),
         };
         Ok(parsed.map(|(source, consumed)| {
@@ -460,7 +494,12 @@ impl RequestParser {
 
 /// Walks `*count\r\n` and `count` bulk strings, recording each argument's span; returns the
 /// bytes the request takes, or `None` if it is not all here.
-fn check_multibulk(input: &[u8], spans: &mut Vec<Range<usize>>) -> Result<Option<usize>, CodecError> {
+fn check_multibulk(
+    input: &[u8],
+    limits: RequestLimits,
+    spans: &mut Vec<Range<usize>>,
+) -> Result<Option<usize>, CodecError> {
+    debug_assert!(limits.args_max <= RESP_ARGS_MAX && limits.bulk_bytes_max <= RESP_BULK_BYTES_MAX);
     let Some((count_text, mut position)) =
         line_at(input, 1, RESP_HEADER_LINE_BYTES_MAX, CodecError::MultibulkHeaderTooBig)?
     else {
@@ -473,6 +512,9 @@ fn check_multibulk(input: &[u8], spans: &mut Vec<Range<usize>>) -> Result<Option
     let count = usize::try_from(count).map_err(|_| CodecError::InvalidMultibulkLength)?;
     if count > RESP_ARGS_MAX {
         return Err(CodecError::InvalidMultibulkLength);
+    }
+    if count > limits.args_max {
+        return Err(CodecError::UnauthenticatedMultibulkLength);
     }
     for _ in 0..count {
         match input.get(position) {
@@ -489,6 +531,9 @@ fn check_multibulk(input: &[u8], spans: &mut Vec<Range<usize>>) -> Result<Option
             .and_then(|length| usize::try_from(length).ok())
             .filter(|&length| length <= RESP_BULK_BYTES_MAX)
             .ok_or(CodecError::InvalidBulkLength)?;
+        if length > limits.bulk_bytes_max {
+            return Err(CodecError::UnauthenticatedBulkLength);
+        }
         let data_end = data_start + length;
         match input.get(data_end..data_end + 2) {
             None => return Ok(None),
@@ -867,11 +912,39 @@ mod tests {
             let error = parse_all(input).unwrap_err();
             assert_eq!(error.to_string(), *text, "{:?}", String::from_utf8_lossy(input));
         }
+        let words = format!("MGET{}\r\n", " k".repeat(RESP_ARGS_MAX - 1));
+        assert_eq!(parse_all(words.as_bytes()).unwrap().unwrap().len(), RESP_ARGS_MAX);
+        let too_many = format!("MGET{}\r\n", " k".repeat(RESP_ARGS_MAX));
+        assert_eq!(parse_all(too_many.as_bytes()), Err(CodecError::InlineTooManyArguments));
         let long_line = vec![b'x'; RESP_INLINE_BYTES_MAX + 1];
         assert_eq!(parse_all(&long_line), Err(CodecError::InlineTooBig));
         assert_eq!(parse_all(&long_line[..RESP_INLINE_BYTES_MAX]), Ok(None));
         let max_bulk = format!("*1\r\n${RESP_BULK_BYTES_MAX}\r\n");
         assert_eq!(parse_all(max_bulk.as_bytes()), Ok(None), "the largest bulk is accepted");
+    }
+
+    /// Before a connection authenticates, Redis's limits for anonymous clients: 10 arguments,
+    /// 16 KiB per bulk string; refused as soon as the header says more, before any of it is
+    /// buffered. Inline requests keep their own 64 KiB line bound.
+    #[test]
+    fn unauthenticated_requests_are_held_to_redis_s_small_limits() {
+        let limited = |input: &[u8]| {
+            RequestParser::new()
+                .parse_within(input, RequestLimits::UNAUTHENTICATED)
+                .map(|parsed| parsed.map(|(args, consumed)| (args.len(), consumed)))
+        };
+        let ten = format!("*10\r\n{}", "$1\r\nx\r\n".repeat(10));
+        assert_eq!(limited(ten.as_bytes()), Ok(Some((10, ten.len()))));
+        assert_eq!(limited(b"*11\r\n"), Err(CodecError::UnauthenticatedMultibulkLength));
+        let at_bound = format!("*1\r\n${RESP_UNAUTHENTICATED_BULK_BYTES_MAX}\r\n");
+        assert_eq!(limited(at_bound.as_bytes()), Ok(None));
+        let beyond = format!("*1\r\n${}\r\n", RESP_UNAUTHENTICATED_BULK_BYTES_MAX + 1);
+        assert_eq!(limited(beyond.as_bytes()), Err(CodecError::UnauthenticatedBulkLength));
+        assert_eq!(limited(b"*514\r\n"), Err(CodecError::InvalidMultibulkLength), "the general bound first");
+        assert_eq!(CodecError::UnauthenticatedBulkLength.to_string(), "Protocol error: unauthenticated bulk length");
+        let inline = format!("AUTH {}\r\n", "p".repeat(20_000));
+        assert_eq!(limited(inline.as_bytes()), Ok(Some((2, inline.len()))));
+        assert_eq!(RequestParser::new().parse(beyond.as_bytes()).map(|parsed| parsed.is_none()), Ok(true));
     }
 
     #[test]

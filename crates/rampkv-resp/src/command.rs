@@ -1,15 +1,20 @@
 //! The command table and the translation of a parsed command into a [`Request`].
 //!
 //! No I/O and no gateway state: a command either becomes a transaction to run (GET, MGET,
-//! EXISTS, SET, MSET, DEL), a request that needs the connection's or gateway's state (HELLO,
-//! INFO, CLIENT SETNAME/GETNAME/ID, QUIT), or a reply known at once (PING, errors, ...).
+//! EXISTS, SET, MSET, DEL), a request that needs the connection's or gateway's state (AUTH,
+//! HELLO, INFO, CLIENT SETNAME/GETNAME/ID, QUIT), or a reply known at once (PING, errors, ...).
 //!
 //! # Errors
 //! Unknown commands, wrong arities and unknown subcommands get Redis's exact texts (Redis 7.0),
 //! so tools that match on them keep working. Commands rampkv cannot honour (SET options, DBSIZE,
 //! other databases) get an error that says so. Every check happens here, before a transaction
 //! starts: a command that fails here changes no state.
+//!
+//! # Order of checks (Redis 7.0's)
+//! Command name, then arity (of the subcommand too, `client|setname`), then the connection's
+//! [`Permissions`] (`-NOAUTH`, `-NOPERM`), then the command's own checks (sizes, options).
 
+use super::auth::Permissions;
 use super::codec::{Args, Frame, Protocol};
 use super::value::{self, STORED_VALUE_BYTES_MAX};
 use rampkv_core::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX};
@@ -33,6 +38,8 @@ pub enum CommandKind {
     Quit,
     Client,
     Config,
+    Auth,
+    Acl,
 }
 
 /// One entry of the command table, as `COMMAND INFO` reports it.
@@ -80,6 +87,15 @@ pub const COMMANDS: &[CommandSpec] = &[
         (0, 0, 0),
         &["@fast", "@connection"],
     ),
+    spec(
+        "auth",
+        CommandKind::Auth,
+        -2,
+        &["noscript", "loading", "stale", "fast", "no_auth", "allow_busy"],
+        (0, 0, 0),
+        &["@fast", "@connection"],
+    ),
+    spec("acl", CommandKind::Acl, -2, &[], (0, 0, 0), &["@slow"]),
     spec("info", CommandKind::Info, -1, &["loading", "stale"], (0, 0, 0), &["@slow", "@dangerous"]),
     spec("dbsize", CommandKind::DbSize, 1, &["readonly", "fast"], (0, 0, 0), &["@keyspace", "@read", "@fast"]),
     spec("command", CommandKind::Command, -1, &["loading", "stale"], (0, 0, 0), &["@slow", "@connection"]),
@@ -102,6 +118,44 @@ pub const COMMANDS: &[CommandSpec] = &[
         &["@admin", "@slow", "@dangerous"],
     ),
 ];
+
+/// A subcommand of a container command, with Redis 7's full name and arity (its own name
+/// counted as an argument, as for the command: `CLIENT SETNAME n` is 3).
+#[derive(Debug)]
+pub struct SubcommandSpec {
+    pub name: &'static str,
+    pub arity: i64,
+}
+
+const fn subcommand(name: &'static str, arity: i64) -> SubcommandSpec {
+    SubcommandSpec { name, arity }
+}
+
+/// The subcommands of CLIENT, CONFIG and COMMAND that the gateway knows (none for the others).
+fn subcommands(kind: CommandKind) -> &'static [SubcommandSpec] {
+    const CLIENT: &[SubcommandSpec] = &[
+        subcommand("client|setname", 3),
+        subcommand("client|getname", 2),
+        subcommand("client|id", 2),
+        subcommand("client|setinfo", 4),
+    ];
+    const CONFIG: &[SubcommandSpec] =
+        &[subcommand("config|get", -3), subcommand("config|set", -4), subcommand("config|resetstat", 2)];
+    const COMMAND: &[SubcommandSpec] = &[
+        subcommand("command|count", 2),
+        subcommand("command|list", -2),
+        subcommand("command|info", -2),
+        subcommand("command|docs", -2),
+    ];
+    const ACL: &[SubcommandSpec] = &[subcommand("acl|whoami", 2)];
+    match kind {
+        CommandKind::Acl => ACL,
+        CommandKind::Client => CLIENT,
+        CommandKind::Config => CONFIG,
+        CommandKind::Command => COMMAND,
+        _ => &[],
+    }
+}
 
 /// The configuration parameters `CONFIG GET` reports: those redis-benchmark asks for.
 const CONFIG_PARAMETERS: &[(&str, &str)] = &[("save", ""), ("appendonly", "no")];
@@ -144,9 +198,16 @@ pub enum Request {
     Delete {
         keys: Vec<Vec<u8>>,
     },
-    /// Switch protocol (None: keep it) and optionally name the connection; reply the greeting.
+    /// Log in: `AUTH password` (user None: `default`) or `AUTH user password`.
+    Auth {
+        user: Option<Vec<u8>>,
+        password: Vec<u8>,
+    },
+    /// Log in first if `auth` (user, password) is given, then switch protocol (None: keep it) and
+    /// optionally name the connection; reply the greeting.
     Hello {
         protocol: Option<Protocol>,
+        auth: Option<(Vec<u8>, Vec<u8>)>,
         name: Option<Vec<u8>>,
     },
     /// Reply the INFO text.
@@ -155,27 +216,60 @@ pub enum Request {
     ClientSetName(Vec<u8>),
     ClientGetName,
     ClientId,
+    /// Reply the name of the user the connection is logged in as.
+    AclWhoAmI,
     /// Reply OK, then close the connection.
     Quit,
     /// Reply this at once.
     Reply(Frame),
 }
 
-/// Translates one non-empty request into what the gateway should do.
-pub fn parse_request(args: &Args<'_>) -> Request {
+/// Whether `count` arguments fit Redis's `arity` (`n > 0`: exactly n; `n < 0`: at least -n).
+fn arity_fits(arity: i64, count: usize) -> bool {
+    let count = count as i64;
+    (arity > 0 && count == arity) || (arity < 0 && count >= -arity)
+}
+
+/// Translates one non-empty request into what the gateway should do, for a connection that may
+/// do what `permissions` allow.
+pub fn parse_request(args: &Args<'_>, permissions: Permissions) -> Request {
     debug_assert!(!args.is_empty(), "empty requests are skipped before");
     let name = args.get(0);
     let Some(spec) = lookup(name) else {
         return Request::Reply(unknown_command(args));
     };
-    let count = args.len() as i64;
-    if (spec.arity > 0 && count != spec.arity) || (spec.arity < 0 && count < -spec.arity) {
+    if !arity_fits(spec.arity, args.len()) {
         return Request::Reply(wrong_arity(spec.name));
+    }
+    let full_name = match full_name(spec, args) {
+        Ok(name) => name,
+        Err(reply) => return Request::Reply(reply),
+    };
+    if let Some(refusal) = permissions.refusal(full_name, spec.flags.contains(&"no_auth"), spec.first_key > 0) {
+        return Request::Reply(refusal);
     }
     match translate(spec, args) {
         Ok(request) => request,
         Err(reply) => Request::Reply(reply),
     }
+}
+
+/// Redis's full name of what `args` runs (`client|setname`; the command's own name if it has no
+/// subcommands), or the reply refusing an unknown subcommand or a wrong arity of a known one.
+fn full_name(spec: &CommandSpec, args: &Args<'_>) -> Result<&'static str, Frame> {
+    let table = subcommands(spec.kind);
+    if table.is_empty() || args.len() < 2 {
+        return Ok(spec.name); // no subcommands, or COMMAND alone
+    }
+    let wanted = args.get(1);
+    let own_name = |sub: &SubcommandSpec| sub.name.split('|').nth(1).unwrap_or_default().as_bytes();
+    let Some(sub) = table.iter().find(|sub| own_name(sub).eq_ignore_ascii_case(wanted)) else {
+        return Err(unknown_subcommand(wanted, &spec.name.to_ascii_uppercase()));
+    };
+    if !arity_fits(sub.arity, args.len()) {
+        return Err(wrong_arity(sub.name));
+    }
+    Ok(sub.name)
 }
 
 fn translate(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {
@@ -220,6 +314,12 @@ fn translate(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {
         CommandKind::Quit => Ok(Request::Quit),
         CommandKind::Client => client(args),
         CommandKind::Config => config(args).map(Request::Reply),
+        CommandKind::Acl => Ok(Request::AclWhoAmI), // the only subcommand parse_request lets through
+        CommandKind::Auth => match args.len() {
+            2 => Ok(Request::Auth { user: None, password: args.get(1).to_vec() }),
+            3 => Ok(Request::Auth { user: Some(args.get(1).to_vec()), password: args.get(2).to_vec() }),
+            _ => Err(Frame::error("ERR syntax error")),
+        },
     }
 }
 
@@ -318,6 +418,7 @@ fn invalid_client_name() -> Frame {
 fn hello(args: &Args<'_>) -> Result<Request, Frame> {
     let mut protocol = None;
     let mut name = None;
+    let mut auth = None;
     if args.len() >= 2 {
         protocol = Some(match parse_integer(args.get(1)) {
             Some(2) => Protocol::Resp2,
@@ -331,10 +432,9 @@ fn hello(args: &Args<'_>) -> Result<Request, Frame> {
         let option = args.get(position);
         let left = args.len() - position - 1;
         if option.eq_ignore_ascii_case(b"AUTH") && left >= 2 {
-            // rampkv has no users: like a Redis without passwords, only `default` may log in.
-            if !args.get(position + 1).eq_ignore_ascii_case(b"default") {
-                return Err(Frame::error("WRONGPASS invalid username-password pair or user is disabled."));
-            }
+            // Checked by the gateway, which knows the users. Unlike Redis, which logs in as it
+            // meets the option, a HELLO with an error in a later option logs nobody in.
+            auth = Some((args.get(position + 1).to_vec(), args.get(position + 2).to_vec()));
             position += 3;
         } else if option.eq_ignore_ascii_case(b"SETNAME") && left >= 1 {
             let wanted = args.get(position + 1);
@@ -348,33 +448,22 @@ fn hello(args: &Args<'_>) -> Result<Request, Frame> {
             return Err(Frame::error(format!("ERR Syntax error in HELLO option '{option}'")));
         }
     }
-    Ok(Request::Hello { protocol, name })
+    Ok(Request::Hello { protocol, auth, name })
 }
 
-/// `CLIENT SETNAME | GETNAME | ID | SETINFO`.
+/// `CLIENT SETNAME | GETNAME | ID | SETINFO` (arities checked by [`parse_request`]).
 fn client(args: &Args<'_>) -> Result<Request, Frame> {
     let subcommand = args.get(1);
-    let arity = |expected: usize, name: &str| {
-        if args.len() == expected {
-            Ok(())
-        } else {
-            Err(wrong_arity(&format!("client|{name}")))
-        }
-    };
     if subcommand.eq_ignore_ascii_case(b"SETNAME") {
-        arity(3, "setname")?;
         if !valid_client_name(args.get(2)) {
             return Err(invalid_client_name());
         }
         Ok(Request::ClientSetName(args.get(2).to_vec()))
     } else if subcommand.eq_ignore_ascii_case(b"GETNAME") {
-        arity(2, "getname")?;
         Ok(Request::ClientGetName)
     } else if subcommand.eq_ignore_ascii_case(b"ID") {
-        arity(2, "id")?;
         Ok(Request::ClientId)
     } else if subcommand.eq_ignore_ascii_case(b"SETINFO") {
-        arity(4, "setinfo")?;
         let attribute = args.get(2);
         if attribute.eq_ignore_ascii_case(b"LIB-NAME") || attribute.eq_ignore_ascii_case(b"LIB-VER") {
             Ok(Request::Reply(Frame::simple("OK")))
@@ -386,13 +475,10 @@ fn client(args: &Args<'_>) -> Result<Request, Frame> {
     }
 }
 
-/// `CONFIG GET pattern [pattern ...] | SET | RESETSTAT`.
+/// `CONFIG GET pattern [pattern ...] | SET | RESETSTAT` (arities checked by [`parse_request`]).
 fn config(args: &Args<'_>) -> Result<Frame, Frame> {
     let subcommand = args.get(1);
     if subcommand.eq_ignore_ascii_case(b"GET") {
-        if args.len() < 3 {
-            return Err(wrong_arity("config|get"));
-        }
         let pairs = CONFIG_PARAMETERS
             .iter()
             .filter(|(name, _)| args.iter_from(2).any(|pattern| glob_matches(pattern, name.as_bytes())))
@@ -483,10 +569,14 @@ mod tests {
     use crate::codec::RequestParser;
 
     fn request(line: &str) -> Request {
+        request_as(line, Permissions::ALL)
+    }
+
+    fn request_as(line: &str, permissions: Permissions) -> Request {
         let mut parser = RequestParser::new();
         let input = format!("{line}\r\n");
         let (args, _) = parser.parse(input.as_bytes()).unwrap().unwrap();
-        parse_request(&args)
+        parse_request(&args, permissions)
     }
 
     fn error_text(line: &str) -> String {
@@ -537,7 +627,11 @@ mod tests {
             "ERR Client names cannot contain spaces, newlines or special characters."
         );
         assert_eq!(error_text("hello 4"), "NOPROTO unsupported protocol version");
-        assert_eq!(error_text("hello 3 auth alice x"), "WRONGPASS invalid username-password pair or user is disabled.");
+        assert_eq!(error_text("auth a b c"), "ERR syntax error");
+        assert_eq!(error_text("auth"), "ERR wrong number of arguments for 'auth' command");
+        assert_eq!(error_text("config set a"), "ERR wrong number of arguments for 'config|set' command");
+        assert_eq!(error_text("command count x"), "ERR wrong number of arguments for 'command|count' command");
+        assert_eq!(error_text("command nosuch"), "ERR unknown subcommand 'nosuch'. Try COMMAND HELP.");
         assert!(error_text("set k v ex 10").contains("not supported"));
         assert!(error_text("dbsize").starts_with("ERR DBSIZE is not supported"));
     }
@@ -561,11 +655,19 @@ mod tests {
         assert_eq!(request("PING hi"), Request::Reply(Frame::bulk("hi")));
         assert_eq!(request("echo hi"), Request::Reply(Frame::bulk("hi")));
         assert_eq!(request("select 0"), Request::Reply(Frame::simple("OK")));
-        assert_eq!(request("hello"), Request::Hello { protocol: None, name: None });
+        assert_eq!(request("hello"), Request::Hello { protocol: None, auth: None, name: None });
         assert_eq!(
             request("hello 3 auth default pw setname me"),
-            Request::Hello { protocol: Some(Protocol::Resp3), name: Some(b"me".to_vec()) }
+            Request::Hello {
+                protocol: Some(Protocol::Resp3),
+                auth: Some((b"default".to_vec(), b"pw".to_vec())),
+                name: Some(b"me".to_vec())
+            }
         );
+        assert_eq!(request("acl whoami"), Request::AclWhoAmI);
+        assert_eq!(error_text("acl setuser x"), "ERR unknown subcommand 'setuser'. Try ACL HELP.");
+        assert_eq!(request("auth pw"), Request::Auth { user: None, password: b"pw".to_vec() });
+        assert_eq!(request("AUTH u pw"), Request::Auth { user: Some(b"u".to_vec()), password: b"pw".to_vec() });
         assert_eq!(request("client setname me"), Request::ClientSetName(b"me".to_vec()));
         assert_eq!(request("client setinfo lib-name redis-py"), Request::Reply(Frame::simple("OK")));
         assert_eq!(request("command count"), Request::Reply(Frame::Integer(COMMANDS.len() as i64)));
@@ -591,5 +693,40 @@ mod tests {
         assert!(!glob_matches(b"a*x", b"appendonly"));
         assert!(!glob_matches(b"", b"save"));
         assert!(glob_matches(b"**", b""));
+    }
+
+    /// Redis 7.0's order, pinned against redis-server 7.0.15 with `requirepass`: name and arity
+    /// errors first, then NOAUTH for everything but AUTH, HELLO and QUIT.
+    #[test]
+    fn before_authentication_only_auth_hello_and_quit_run() {
+        let anonymous = Permissions::UNAUTHENTICATED;
+        let noauth = Request::Reply(Frame::error(crate::auth::NOAUTH_REPLY));
+        for line in [
+            "ping",
+            "get k",
+            "mget a b",
+            "set k v",
+            "client id",
+            "select 0",
+            "command count",
+            "echo x",
+            "info",
+            "config get save",
+            "client setname x",
+            "dbsize",
+        ] {
+            assert_eq!(request_as(line, anonymous), noauth, "{line}");
+        }
+        assert_eq!(request_as("auth pw", anonymous), Request::Auth { user: None, password: b"pw".to_vec() });
+        assert_eq!(request_as("quit", anonymous), Request::Quit);
+        assert!(matches!(request_as("hello 3", anonymous), Request::Hello { .. }));
+        let reply_text = |line| match request_as(line, anonymous) {
+            Request::Reply(Frame::Error(message)) => String::from_utf8(message).unwrap(),
+            other => panic!("{line}: {other:?}"),
+        };
+        assert_eq!(reply_text("foo a b"), "ERR unknown command 'foo', with args beginning with: 'a' 'b' ");
+        assert_eq!(reply_text("get"), "ERR wrong number of arguments for 'get' command");
+        assert_eq!(reply_text("client foo"), "ERR unknown subcommand 'foo'. Try CLIENT HELP.");
+        assert_eq!(reply_text("client setname"), "ERR wrong number of arguments for 'client|setname' command");
     }
 }

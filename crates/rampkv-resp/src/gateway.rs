@@ -31,6 +31,15 @@
 //! end of the turn, one send per connection (sooner past [`GATEWAY_WRITE_EARLY_BYTES`]): a
 //! pipeline run as several transactions is answered in one send, not one per transaction.
 //!
+//! # Authentication
+//! With users that need passwords ([`GatewayConfig::users`], `--requirepass` / `--aclfile`), a
+//! connection starts unauthenticated: it may only run AUTH, HELLO and QUIT, and its requests are
+//! parsed within Redis's limits for unauthenticated clients (10 arguments, 16 KiB bulk strings),
+//! so an anonymous client cannot make the gateway buffer large requests or start transactions.
+//! See [`crate::auth`]. A gateway that anyone could use (no password for `default`) refuses to
+//! listen on an address other than loopback unless protected mode is off
+//! ([`GatewayConfig::protected_mode`], Redis's `protected-mode`).
+//!
 //! # Fault model
 //! - Malformed RESP gets `-ERR Protocol error: ...`; the connection is closed once the replies
 //!   before it are written. Other connections are not affected.
@@ -55,7 +64,8 @@ use ahash::AHashSet;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::codec::{self, Frame, Protocol, RequestParser};
+use super::auth::{self, Permissions, UserId, Users};
+use super::codec::{self, Frame, Protocol, RequestLimits, RequestParser};
 use super::command::{parse_request, Request};
 use super::transport::{SharedPollTransport, SERVER_TOKEN_BASE};
 use super::{
@@ -110,6 +120,14 @@ pub enum GatewayError {
     Sessions { sessions: usize },
     #[error("{count} in-process servers for a cluster of {servers}")]
     InProcessServers { count: usize, servers: usize },
+    /// Redis's protected mode, at start-up: anyone who can reach `address` could read and write
+    /// every key.
+    #[error(
+        "refusing to serve RESP on {address} without a password (protected mode): anyone who can reach it could \
+         read and write every key. Set a password (--requirepass PASSWORD, or --aclfile FILE giving the default \
+         user one), listen on a loopback address (127.0.0.1), or pass --protected-mode no to accept the risk"
+    )]
+    ProtectedMode { address: SocketAddr },
 }
 
 /// Settings of a gateway.
@@ -125,6 +143,11 @@ pub struct GatewayConfig {
     /// The cluster's servers run in this process: call their cores directly rather than over
     /// TCP (`rampkv local` does this).
     pub in_process: Option<InProcessServers>,
+    /// Who may log in, and what each user may run ([`Users::open`]: no authentication).
+    pub users: Arc<Users>,
+    /// Redis's `protected-mode` (on by default): a gateway without a password for `default`
+    /// refuses to listen on anything but a loopback address.
+    pub protected_mode: bool,
 }
 
 /// The server groups of this process ([`rampkv_net::server::ServerGroup::servers`]); server i
@@ -137,7 +160,23 @@ pub struct InProcessServers {
 impl GatewayConfig {
     /// A gateway on `listen` with the default session pool and RAMP-Fast.
     pub fn new(listen: SocketAddr) -> Self {
-        Self { listen, sessions: GATEWAY_SESSIONS_DEFAULT, txn_options: TxnOptions::default(), in_process: None }
+        Self {
+            listen,
+            sessions: GATEWAY_SESSIONS_DEFAULT,
+            txn_options: TxnOptions::default(),
+            in_process: None,
+            users: Arc::new(Users::open()),
+            protected_mode: true,
+        }
+    }
+
+    /// The start-up refusal of protected mode, if it applies: an address other than loopback
+    /// (the unspecified 0.0.0.0 and :: included) and users that let anyone in.
+    pub fn protected_mode_refusal(&self) -> Option<GatewayError> {
+        let ip = self.listen.ip().to_canonical();
+        let exposed = !ip.is_loopback();
+        (self.protected_mode && exposed && self.users.open_to_anyone())
+            .then_some(GatewayError::ProtectedMode { address: self.listen })
     }
 }
 
@@ -154,6 +193,9 @@ impl Gateway {
     /// Connects a driver to `cluster` (which must be up), binds the listener, and starts the
     /// event loop thread.
     pub fn spawn(cluster: &Cluster, config: &GatewayConfig) -> Result<Gateway, GatewayError> {
+        if let Some(refusal) = config.protected_mode_refusal() {
+            return Err(refusal);
+        }
         if !(1..=GATEWAY_SESSIONS_MAX).contains(&config.sessions) {
             return Err(GatewayError::Sessions { sessions: config.sessions });
         }
@@ -177,7 +219,7 @@ impl Gateway {
             Arc::clone(&stop),
             (cluster.clone(), config.in_process.clone()),
             (driver, Arc::clone(&waker)),
-            address.port(),
+            (address.port(), Arc::clone(&config.users)),
         );
         let thread = std::thread::Builder::new().name("rampkv-gateway".into()).spawn(move || event_loop.run())?;
         Ok(Gateway { address, stop, waker, thread: Some(thread) })
@@ -274,6 +316,9 @@ struct Connection {
     session: usize,
     protocol: Protocol,
     name: Option<Vec<u8>>,
+    /// Who the connection is logged in as (None: not yet) and what that user may run.
+    user: Option<UserId>,
+    permissions: Permissions,
     incoming: StreamBuffer,
     outgoing: StreamBuffer,
     pending: Option<Pending>,
@@ -338,6 +383,7 @@ struct EventLoop {
     completions: Vec<Completion>,
     next_client_id: u64,
     stats: Stats,
+    users: Arc<Users>,
 }
 
 impl EventLoop {
@@ -347,7 +393,7 @@ impl EventLoop {
         stop: Arc<AtomicBool>,
         (cluster, in_process): (Cluster, Option<InProcessServers>),
         (driver, waker): (GatewayDriver, Arc<Waker>),
-        port: u16,
+        (port, users): (u16, Arc<Users>),
     ) -> Self {
         let session_count = driver.session_count();
         let txn_options = *driver.txn_options();
@@ -381,6 +427,7 @@ impl EventLoop {
                 connections_rejected: 0,
                 commands_processed: 0,
             },
+            users,
         }
     }
 
@@ -488,12 +535,15 @@ impl EventLoop {
         }
         debug_assert!(self.sessions[session].owner.is_none() && !self.sessions[session].in_flight);
         self.sessions[session].owner = Some(slot);
+        let user = self.users.initial_user();
         self.connections[slot] = Some(Connection {
             stream,
             id: self.next_client_id,
             session,
             protocol: Protocol::Resp2,
             name: None,
+            user,
+            permissions: self.users.permissions(user),
             incoming: StreamBuffer::default(),
             outgoing: StreamBuffer::default(),
             pending: None,
@@ -557,13 +607,14 @@ impl EventLoop {
             if connection.pending.is_some() || connection.outgoing.len() > GATEWAY_OUTPUT_BACKLOG_BYTES_MAX {
                 return true;
             }
-            match self.parser.parse(connection.incoming.pending()) {
+            match self.parser.parse_within(connection.incoming.pending(), connection.request_limits()) {
                 Err(error) => {
                     connection.outgoing.append(|out| codec::write_error(out, format!("ERR {error}").as_bytes()));
                     connection.closing = true;
                 }
                 Ok(Some((args, consumed))) => {
-                    let request = if args.is_empty() { None } else { Some(parse_request(&args)) };
+                    let request =
+                        if args.is_empty() { None } else { Some(parse_request(&args, connection.permissions)) };
                     connection.incoming.consume(consumed);
                     if let Some(request) = request {
                         self.stats.commands_processed += 1;
@@ -630,11 +681,35 @@ impl EventLoop {
                 connection.closing = true;
                 Frame::simple("OK")
             }
-            Request::Hello { protocol, name } => {
-                // The reply is already in the protocol HELLO asked for.
-                connection.protocol = protocol.unwrap_or(connection.protocol);
-                connection.name = name.or(connection.name.take());
-                hello_reply(connection.protocol, connection.id)
+            Request::Auth { user, password } => {
+                if user.is_none() && !self.users.default_has_password() {
+                    Frame::error(auth::AUTH_WITHOUT_PASSWORD_REPLY)
+                } else {
+                    let user = user.as_deref().unwrap_or(auth::DEFAULT_USER.as_bytes());
+                    if connection.log_in(&self.users, user, &password) {
+                        Frame::simple("OK")
+                    } else {
+                        Frame::error(auth::WRONGPASS_REPLY)
+                    }
+                }
+            }
+            Request::Hello { protocol, auth, name } => {
+                if let Some((user, password)) = auth {
+                    if !connection.log_in(&self.users, &user, &password) {
+                        let protocol = connection.protocol;
+                        return connection
+                            .outgoing
+                            .append(|out| Frame::error(auth::WRONGPASS_REPLY).encode(protocol, out));
+                    }
+                }
+                if !connection.permissions.authenticated() {
+                    Frame::error(auth::HELLO_NOAUTH_REPLY)
+                } else {
+                    // The reply is already in the protocol HELLO asked for.
+                    connection.protocol = protocol.unwrap_or(connection.protocol);
+                    connection.name = name.or(connection.name.take());
+                    hello_reply(connection.protocol, connection.id)
+                }
             }
             Request::Info => Frame::Bulk(info_text(&self.stats, connected)),
             Request::ClientSetName(name) => {
@@ -643,6 +718,10 @@ impl EventLoop {
             }
             Request::ClientGetName => connection.name.clone().map_or(Frame::Null, Frame::Bulk),
             Request::ClientId => Frame::Integer(i64::try_from(connection.id).unwrap_or(i64::MAX)),
+            Request::AclWhoAmI => match connection.user {
+                Some(user) => Frame::bulk(self.users.name(user)),
+                None => Frame::error(auth::NOAUTH_REPLY), // not reached: ACL needs a login
+            },
         };
         let protocol = connection.protocol;
         connection.outgoing.append(|out| reply.encode(protocol, out));
@@ -711,13 +790,15 @@ impl EventLoop {
             return None;
         }
         let connection = self.connections[slot].as_mut()?;
-        let Ok(Some((args, consumed))) = self.parser.parse(connection.incoming.pending()) else {
+        let Ok(Some((args, consumed))) =
+            self.parser.parse_within(connection.incoming.pending(), connection.request_limits())
+        else {
             return None;
         };
         if args.is_empty() {
             return None;
         }
-        let request = parse_request(&args);
+        let request = parse_request(&args, connection.permissions);
         let fits = keys_of(&request).is_some_and(|more| keys + more <= keys_max);
         if !fits {
             return None; // parsed again when its turn comes
@@ -898,6 +979,28 @@ impl EventLoop {
         let tombstones = distinct.into_iter().map(|key| (key.to_vec(), value::tombstone())).collect();
         self.begin_write(slot, tombstones, Pending::DeleteWrite { removed });
         self.enqueue(slot);
+    }
+}
+
+impl Connection {
+    /// The parser's limits for this connection: Redis's small ones until it has logged in.
+    fn request_limits(&self) -> RequestLimits {
+        if self.permissions.authenticated() {
+            RequestLimits::AUTHENTICATED
+        } else {
+            RequestLimits::UNAUTHENTICATED
+        }
+    }
+
+    /// Logs the connection in as `user` if `password` is right; a failure changes nothing
+    /// (an authenticated connection stays logged in as before, as in Redis).
+    fn log_in(&mut self, users: &Users, user: &[u8], password: &[u8]) -> bool {
+        let Some(id) = users.authenticate(user, password) else {
+            return false;
+        };
+        self.user = Some(id);
+        self.permissions = users.permissions(Some(id));
+        true
     }
 }
 

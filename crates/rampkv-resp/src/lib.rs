@@ -2,6 +2,8 @@
 //! rampkv, and MGET/MSET run as read-atomic transactions across partitions. See `docs/resp.md`.
 //!
 //! # Layout
+//! - [`auth`]: users and passwords (`--requirepass`, `--aclfile`), what each may run, Redis's
+//!   NOAUTH / WRONGPASS / NOPERM replies. No I/O but reading the ACL file.
 //! - [`codec`]: RESP2/RESP3 values ([`codec::Frame`]), the request parser (arrays of bulk
 //!   strings and inline commands) and the reply encoder. No I/O.
 //! - [`command`]: the command table (names, arities, flags) and the translation of one parsed
@@ -24,6 +26,7 @@
 //! [`rampkv_core::limits`] so that nothing the gateway accepts can be refused by rampkv for its size.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod codec;
 pub mod command;
 pub mod gateway;
@@ -41,6 +44,14 @@ pub const RESP_BULK_BYTES_MAX: usize = VALUE_BYTES_MAX;
 /// the gateway runs can take more, so a longer array is refused as a protocol error before any
 /// of it is buffered.
 pub const RESP_ARGS_MAX: usize = 2 * TXN_KEYS_MAX + 1;
+
+/// Most arguments in one request before the connection has authenticated (Redis's limit
+/// for unauthenticated clients): AUTH and HELLO need far fewer, and an anonymous client cannot
+/// make the gateway buffer a large request.
+pub const RESP_UNAUTHENTICATED_ARGS_MAX: usize = 10;
+
+/// Largest bulk string before the connection has authenticated (Redis's limit).
+pub const RESP_UNAUTHENTICATED_BULK_BYTES_MAX: usize = 16 * 1024;
 
 /// Longest inline command line (Redis's `PROTO_INLINE_MAX_SIZE`).
 pub const RESP_INLINE_BYTES_MAX: usize = 64 * 1024;

@@ -7,9 +7,10 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::io::Write as _;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
 use rampkv::bench::{self, BenchConfig, StopAfter, Workload};
+use rampkv::chaos;
 use rampkv::checker;
 use rampkv::client::Client;
 use rampkv::cluster::{Cluster, Front};
@@ -27,6 +29,7 @@ use rampkv::progress::{Goal, ProgressBar};
 use rampkv::protocol::bloom::BloomParameters;
 use rampkv::protocol::ramp::Algorithm;
 use rampkv::recovery::RECOVERY_TIMEOUT_MS;
+use rampkv::resp::auth::Users;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::front::FrontEnd;
 use rampkv::server::{ServerConfig, ServerGroup};
@@ -106,9 +109,15 @@ enum Command {
         /// Where to write the cluster file.
         #[arg(long, default_value = "cluster.toml")]
         cluster_file: PathBuf,
-        /// Also serve the Redis protocol (RESP) on 127.0.0.1:PORT (see docs/resp.md).
+        /// Also serve the Redis protocol (RESP) on PORT of --resp-bind (see docs/resp.md).
         #[arg(long)]
         resp_port: Option<u16>,
+        /// The address the RESP port listens on. An address other than loopback needs a
+        /// password (--requirepass, --aclfile) unless --protected-mode no.
+        #[arg(long, value_name = "IP", default_value = "127.0.0.1", requires = "resp_port")]
+        resp_bind: IpAddr,
+        #[command(flatten)]
+        resp_auth: RespAuthArgs,
         /// The servers' one-sided front end, written into the cluster file: ring (writepoll,
         /// sendrecv, onesided clients), rfrpc, or none.
         #[arg(long, value_enum, default_value_t = FrontChoice::Ring)]
@@ -118,9 +127,12 @@ enum Command {
     Gateway {
         #[arg(long)]
         cluster: PathBuf,
-        /// Address to listen on, e.g. 127.0.0.1:6379.
-        #[arg(long)]
+        /// Address to listen on. An address other than loopback needs a password
+        /// (--requirepass, --aclfile) unless --protected-mode no.
+        #[arg(long, default_value = "127.0.0.1:6379")]
         listen: SocketAddr,
+        #[command(flatten)]
+        resp_auth: RespAuthArgs,
     },
     /// Write keys atomically: rampkv put k1=v1 k2=v2 --cluster FILE
     Put {
@@ -142,7 +154,15 @@ enum Command {
     /// Reproduce the reference paper's four figures: benchmark sweeps written as SVG plots,
     /// Markdown tables with the paper's ratios, and every point's result (see docs/figures.md).
     Figures(FiguresArgs),
-    /// Check a recorded history for read atomicity (exit status 1 on any anomaly).
+    /// Fault test: server processes (each in a network namespace of its own where the machine
+    /// allows), a workload recording its history, a nemesis that kill -9's servers and restarts
+    /// them; then the checker, a read-back of every key against its last acknowledged write, and
+    /// the longest window with no completed transaction. Exit status: 0 passed, 1 failed (lost
+    /// writes, anomalies, unavailability), 2 an error, 130 interrupted. See docs/reliability.md.
+    Chaos(ChaosArgs),
+    /// Check a recorded history for read atomicity. Exit status: 0 clean, 1 violated (or not
+    /// checkable), 3 inconclusive (no anomaly, but no race showed the run could catch one),
+    /// 2 an error (say, a malformed line). A last line cut short (a killed run) is left out.
     Check {
         /// The history file (JSON lines).
         file: PathBuf,
@@ -150,6 +170,54 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Who may use a RESP gateway (docs/resp.md, "Authentication").
+#[derive(Debug, Args)]
+struct RespAuthArgs {
+    /// Require this password of RESP clients (Redis's requirepass): `AUTH PASSWORD`, or
+    /// `HELLO 3 AUTH default PASSWORD`. Other local users can read it in the process list:
+    /// prefer --aclfile with a hashed (#<sha256>) password.
+    #[arg(long, value_name = "PASSWORD", conflicts_with = "aclfile")]
+    requirepass: Option<String>,
+    /// Users, passwords and permissions from a Redis ACL file (the subset in docs/resp.md:
+    /// on/off, >password, #sha256, nopass; permissions all or nothing).
+    #[arg(long, value_name = "FILE")]
+    aclfile: Option<PathBuf>,
+    /// Redis's protected mode: a gateway that lets anyone in (no password for the default
+    /// user) refuses to listen on an address other than loopback. `no` turns the check off.
+    #[arg(long, value_enum, default_value_t = YesNo::Yes)]
+    protected_mode: YesNo,
+}
+
+/// Redis's spelling of a boolean setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum YesNo {
+    Yes,
+    No,
+}
+
+impl RespAuthArgs {
+    /// The gateway's users.
+    fn users(&self) -> Result<Users> {
+        match (&self.requirepass, &self.aclfile) {
+            (Some(password), _) if password.is_empty() => {
+                bail!("--requirepass needs a non-empty password (leave the flag out for a gateway without one)")
+            }
+            (Some(password), _) => Ok(Users::with_default_password(password.as_bytes())),
+            (None, Some(path)) => Ok(Users::from_acl_file(path)?),
+            (None, None) => Ok(Users::open()),
+        }
+    }
+
+    /// `config` with these users and protected mode.
+    fn apply(&self, config: GatewayConfig) -> Result<GatewayConfig> {
+        Ok(GatewayConfig {
+            users: Arc::new(self.users()?),
+            protected_mode: self.protected_mode == YesNo::Yes,
+            ..config
+        })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -214,7 +282,9 @@ struct BenchArgs {
     /// Record the history (JSON lines) to this file.
     #[arg(long)]
     history: Option<PathBuf>,
-    /// Check the history for read atomicity at the end; exit status 1 on any anomaly.
+    /// Check the history for read atomicity at the end. Exit status: 0 clean, 1 violated,
+    /// 3 inconclusive (no anomaly, but no race showed the run could catch one; see
+    /// docs/history.md), 2 an error.
     #[arg(long)]
     check: bool,
     /// Print one JSON object with the result on stdout.
@@ -250,6 +320,73 @@ struct BenchArgs {
 }
 
 #[derive(Debug, Args)]
+struct ChaosArgs {
+    /// Server processes (`rampkv server`, started from this binary).
+    #[arg(long, default_value_t = 3)]
+    servers: usize,
+    /// Copies of every partition; the nemesis then kills while every partition has its full
+    /// replica set. Refused above 1 until the servers replicate.
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
+    /// How long the workload runs (e.g. 60s, 2m).
+    #[arg(long, default_value = "60s")]
+    duration: String,
+    /// Seed of the whole schedule (kills, victims, down times) and the workload (default:
+    /// random, printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Faults: kill-one (SIGKILL a random server, restart it later; one at a time), kill-all
+    /// (SIGKILL every server at once, restart all on the same --data-dir), none.
+    #[arg(long, default_value = "kill-one", value_parser = chaos::NemesisKind::from_name)]
+    nemesis: chaos::NemesisKind,
+    /// Time from one kill to the next, drawn per kill from MIN..MAX (or exactly DURATION).
+    #[arg(long, value_name = "MIN..MAX", default_value = "2s..5s")]
+    kill_interval: String,
+    /// Time a killed server stays down before its restart, drawn per kill from MIN..MAX.
+    #[arg(long, value_name = "MIN..MAX", default_value = "500ms..1500ms")]
+    restart_after: String,
+    /// Data directory of the servers (each gets DIR/server-<i>; must be empty). Needs servers
+    /// with --data-dir (persistence).
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// How the workload reaches the servers: tcp, sendrecv, writepoll, onesided or rfrpc (the
+    /// servers get the matching front end).
+    #[arg(long, default_value = "tcp", value_parser = bench::TransportKind::from_name)]
+    transport: bench::TransportKind,
+    /// Where the history goes (JSON lines, streamed; default: the run's working directory).
+    #[arg(long)]
+    history: Option<PathBuf>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Fail when no transaction completed for longer than this many milliseconds.
+    #[arg(long)]
+    max_unavailable_ms: Option<u64>,
+    /// Where the servers live: auto (namespaces as root where `ip netns` works, else
+    /// loopback), loopback, or namespaces (an error where unavailable).
+    #[arg(long, default_value = "auto", value_parser = chaos::NetworkChoice::from_name)]
+    network: chaos::NetworkChoice,
+    /// Client threads of the workload (each reconnects on its own after a failure).
+    #[arg(long, default_value_t = 3)]
+    client_threads: usize,
+    /// Logical clients (closed-loop sessions) over all client threads.
+    #[arg(long, default_value_t = 6)]
+    clients: usize,
+    /// Size of the key space (small, so that reads race writes; all of it is read back).
+    #[arg(long, default_value_t = 16)]
+    keys: u64,
+    /// Keys per transaction.
+    #[arg(long, default_value_t = 3)]
+    txn_size: usize,
+    /// Fraction of read-only transactions (the rest write).
+    #[arg(long, default_value_t = 0.5)]
+    read_ratio: f64,
+    /// Bytes per value (at least 8: the writer's timestamp comes first).
+    #[arg(long, default_value_t = 32)]
+    value_size: usize,
+}
+
+#[derive(Debug, Args)]
 struct FiguresArgs {
     /// Fewer points of a fraction of a second each: a smoke test for CI (the default).
     #[arg(long, conflicts_with = "full")]
@@ -270,6 +407,8 @@ struct FiguresArgs {
     #[arg(long)]
     point_duration: Option<String>,
     /// Check every point's history for read atomicity (slower; exit status 1 on any anomaly).
+    /// Each point's verdict and evidence go into its table; an inconclusive point (at 100%
+    /// reads there is nothing to race) does not change the exit status.
     #[arg(long)]
     check: bool,
 }
@@ -331,11 +470,19 @@ fn run(command: Command) -> Result<ExitCode> {
             drop(front);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Local { servers, base_port, cluster_file, resp_port, front } => {
-            run_local(servers, base_port, &cluster_file, resp_port, front.front())
+        Command::Local { servers, base_port, cluster_file, resp_port, resp_bind, resp_auth, front } => {
+            let resp = resp_port
+                .map(|port| resp_auth.apply(GatewayConfig::new(SocketAddr::new(resp_bind, port))))
+                .transpose()?;
+            run_local(servers, base_port, &cluster_file, resp, front.front())
         }
-        Command::Gateway { cluster, listen } => {
-            let gateway = Gateway::spawn(&Cluster::from_file(&cluster)?, &GatewayConfig::new(listen))?;
+        Command::Gateway { cluster, listen, resp_auth } => {
+            let config = resp_auth.apply(GatewayConfig::new(listen))?;
+            // Refused before anything connects to the cluster.
+            if let Some(refusal) = config.protected_mode_refusal() {
+                return Err(refusal.into());
+            }
+            let gateway = Gateway::spawn(&Cluster::from_file(&cluster)?, &config)?;
             say!("rampkv gateway: RESP on {}", gateway.address());
             gateway.wait()?;
             Ok(ExitCode::SUCCESS)
@@ -363,6 +510,7 @@ fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Bench(args) => run_bench(args),
         Command::Figures(args) => run_figures(args),
+        Command::Chaos(args) => run_chaos(args),
         Command::Check { file, json } => {
             let report = checker::check_file(&file).with_context(|| format!("cannot check {}", file.display()))?;
             if json {
@@ -370,20 +518,31 @@ fn run(command: Command) -> Result<ExitCode> {
             } else {
                 out_raw!("{report}");
             }
-            Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(ExitCode::from(report.verdict().exit_status()))
         }
     }
 }
 
+/// The exit status of a command that checked `verdicts` (none: nothing was checked, success).
+fn check_exit_code(verdicts: impl IntoIterator<Item = checker::Verdict>) -> ExitCode {
+    let verdict = verdicts.into_iter().reduce(checker::Verdict::combine);
+    ExitCode::from(verdict.map_or(checker::EXIT_CLEAN, checker::Verdict::exit_status))
+}
+
+/// `rampkv local`: servers in this process, and a RESP gateway calling their cores if `resp` says
+/// where (and with which users).
 fn run_local(
     servers: usize,
     base_port: u16,
     cluster_file: &PathBuf,
-    resp_port: Option<u16>,
+    resp: Option<GatewayConfig>,
     front: Option<Front>,
 ) -> Result<ExitCode> {
     if !(1..=64).contains(&servers) {
         bail!("--servers must be 1..=64, got {servers}");
+    }
+    if let Some(refusal) = resp.as_ref().and_then(GatewayConfig::protected_mode_refusal) {
+        return Err(refusal.into()); // before any server starts
     }
     let configs = (0..servers)
         .map(|index| {
@@ -411,20 +570,20 @@ fn run_local(
         group.addresses().iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", "),
         cluster_file.display()
     );
-    let _gateway = match resp_port {
-        Some(port) => {
-            // The gateway lives with the servers: it calls their cores rather than their sockets.
-            let in_process = InProcessServers { groups: vec![Arc::clone(group.servers())] };
-            let config = GatewayConfig {
-                in_process: Some(in_process),
-                ..GatewayConfig::new(SocketAddr::from(([127, 0, 0, 1], port)))
-            };
-            let gateway = Gateway::spawn(&cluster, &config).context("cannot start the RESP gateway")?;
-            say!("rampkv local cluster: RESP on {} (try redis-cli -p {})", gateway.address(), gateway.address().port());
-            Some(gateway)
-        }
-        None => None,
-    };
+    if let Some(config) = resp {
+        // The gateway lives with the servers: it calls their cores rather than their sockets.
+        let in_process = InProcessServers { groups: vec![Arc::clone(group.servers())] };
+        let config = GatewayConfig { in_process: Some(in_process), ..config };
+        let gateway = Gateway::spawn(&cluster, &config).context("cannot start the RESP gateway")?;
+        say!("rampkv local cluster: RESP on {} (try redis-cli -p {})", gateway.address(), gateway.address().port());
+        // A gateway that stops (it should not) takes the process with it, rather than leaving
+        // servers up behind a RESP port that refuses every connection (issue 15).
+        std::thread::Builder::new().name("rampkv-gateway-watch".into()).spawn(move || {
+            let outcome = gateway.wait();
+            say!("rampkv local: the RESP gateway stopped ({outcome:?}); exiting");
+            std::process::exit(2);
+        })?;
+    }
     group.wait().context("local cluster failed")?;
     drop(front);
     Ok(ExitCode::SUCCESS)
@@ -464,7 +623,18 @@ fn parse_pair(pair: &str) -> Result<(Vec<u8>, Vec<u8>)> {
     }
 }
 
-/// Parses `10s`, `500ms`, `2m`, `1.5s` or a plain number of seconds.
+/// Shortest run `--duration` / `--point-duration` accept: a shorter one may end before a
+/// single transaction finishes (a loaded machine takes milliseconds to start the clients), and a
+/// run that measures nothing should be refused up front rather than report zeros.
+const RUN_DURATION_MS_MIN: u64 = 10;
+
+/// Longest run they accept: one week. Bounds the arithmetic on it (a duration of 1e30 seconds
+/// overflowed `Duration` and panicked).
+const RUN_DURATION_S_MAX: u64 = 7 * 24 * 3600;
+
+/// Parses `10s`, `500ms`, `2m`, `1.5s` or a plain number of seconds, within
+/// [`RUN_DURATION_MS_MIN`]..=[`RUN_DURATION_S_MAX`]. NaN, infinities, zero, negative and
+/// out-of-range values are errors saying what is accepted, never a panic.
 fn parse_duration(text: &str) -> Result<Duration> {
     let text = text.trim();
     let (number, scale) = if let Some(number) = text.strip_suffix("ms") {
@@ -479,9 +649,18 @@ fn parse_duration(text: &str) -> Result<Duration> {
     let value: f64 =
         number.trim().parse().with_context(|| format!("invalid duration {text:?} (try 10s, 500ms, 2m)"))?;
     let seconds = value * scale;
-    if !(seconds.is_finite() && seconds > 0.0) {
-        bail!("duration must be positive, got {text:?}");
+    let accepted = format!("durations from {RUN_DURATION_MS_MIN}ms to {RUN_DURATION_S_MAX}s (7 days) are accepted");
+    if seconds.is_nan() || seconds <= 0.0 {
+        bail!("duration must be a positive number, got {text:?}; {accepted}");
     }
+    if seconds > RUN_DURATION_S_MAX as f64 {
+        // Infinities too (`inf`, or `1e308m` overflowing to one).
+        bail!("duration {text:?} is too long; {accepted}");
+    }
+    if seconds * 1_000.0 < RUN_DURATION_MS_MIN as f64 {
+        bail!("duration {text:?} is too short to run a transaction; {accepted}");
+    }
+    // In range, so neither conversion can panic.
     Ok(Duration::from_secs_f64(seconds))
 }
 
@@ -491,11 +670,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         (Some(text), None) => StopAfter::Duration { seconds: parse_duration(text)?.as_secs_f64() },
         (None, None) => StopAfter::Duration { seconds: 10.0 },
     };
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(1, |elapsed| elapsed.as_nanos() as u64)
-    });
+    let seed = args.seed.unwrap_or_else(clock_seed);
     let mut config = BenchConfig {
         algorithm: args.protocol,
         bloom: BloomParameters { bits: args.bloom_bits, hashes: args.bloom_hashes },
@@ -544,8 +719,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
     if args.ycsb {
         out_raw!("{}", result.ycsb_text());
     }
-    let clean = result.check.as_ref().is_none_or(|report| report.is_clean());
-    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(check_exit_code(result.check.as_ref().map(checker::Report::verdict)))
 }
 
 /// The progress bar of a benchmark: its duration, or open-ended for a transaction count.
@@ -553,6 +727,71 @@ fn bench_goal(stop_after: &StopAfter) -> Goal {
     match *stop_after {
         StopAfter::Duration { seconds } => Goal::Time { total: Duration::from_secs_f64(seconds) },
         StopAfter::Transactions { .. } => Goal::Open,
+    }
+}
+
+/// A random seed for a run that was given none (printed, so the run can be replayed).
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |elapsed| elapsed.as_nanos() as u64)
+}
+
+/// Parses `MIN..MAX` (two durations as [`parse_duration`] takes them) or one duration (MIN =
+/// MAX) into milliseconds.
+fn parse_duration_range(text: &str) -> Result<chaos::MillisecondRange> {
+    let (min, max) = text.split_once("..").unwrap_or((text, text));
+    let millis = |part: &str| parse_duration(part).map(|duration| duration.as_millis() as u64);
+    let range = chaos::MillisecondRange { min: millis(min)?, max: millis(max)? };
+    if range.min > range.max {
+        bail!("{text:?}: the lower end is above the upper end");
+    }
+    Ok(range)
+}
+
+fn run_chaos(args: ChaosArgs) -> Result<ExitCode> {
+    let program = std::env::current_exe().context("cannot find this binary (to start its servers)")?;
+    let seed = args.seed.unwrap_or_else(clock_seed);
+    let config = chaos::ChaosConfig {
+        servers: args.servers,
+        replicas: args.replicas,
+        duration: parse_duration(&args.duration).context("--duration")?,
+        seed,
+        nemesis: args.nemesis,
+        kill_interval: parse_duration_range(&args.kill_interval).context("--kill-interval")?,
+        restart_after: parse_duration_range(&args.restart_after).context("--restart-after")?,
+        data_dir: args.data_dir,
+        transport: args.transport,
+        history: args.history,
+        network: args.network,
+        max_unavailable_ms: args.max_unavailable_ms,
+        client_threads: args.client_threads,
+        clients: args.clients,
+        keys: args.keys,
+        txn_size: args.txn_size,
+        read_ratio: args.read_ratio,
+        value_size: args.value_size,
+        ..chaos::ChaosConfig::new(program)
+    };
+    config.validate()?;
+    // Ctrl-C (and SIGTERM, SIGHUP) end the run through its own clean-up: servers killed by pid,
+    // namespaces deleted.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&interrupted);
+    ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed)).context("cannot install the Ctrl-C handler")?;
+    say!("rampkv chaos: seed {seed} (replay with --seed {seed})");
+    match chaos::run(&config, &interrupted, &|line: &str| say!("{line}")) {
+        Ok(report) => {
+            if args.json {
+                out!("{}", serde_json::to_string(&report)?);
+            } else {
+                out_raw!("{report}");
+            }
+            Ok(if report.passed { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+        Err(chaos::ChaosError::Interrupted) => {
+            say!("rampkv chaos: interrupted; every server killed, every namespace removed");
+            Ok(ExitCode::from(130))
+        }
+        Err(error) => Err(error.into()),
     }
 }
 
@@ -594,6 +833,14 @@ fn run_figures(args: FiguresArgs) -> Result<ExitCode> {
     let problems = outcome.problems();
     for problem in &problems {
         say!("rampkv figures: {problem}");
+    }
+    let inconclusive = outcome.inconclusive_points();
+    if !inconclusive.is_empty() {
+        say!(
+            "rampkv figures: read atomicity INCONCLUSIVE at {} of {points} points (no anomaly, too few races to prove \
+             anything; the evidence is in each figure's table)",
+            inconclusive.len()
+        );
     }
     Ok(if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
@@ -645,8 +892,7 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
             );
         }
     }
-    let clean = results.iter().all(|result| result.check.as_ref().is_none_or(|report| report.is_clean()));
-    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(check_exit_code(results.iter().filter_map(|result| result.check.as_ref().map(checker::Report::verdict))))
 }
 
 #[cfg(test)]
@@ -662,6 +908,33 @@ mod tests {
         for bad in ["", "abc", "-1s", "0", "nan", "inf"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    /// Issue 15: `bench --duration 1e30` panicked (Duration overflow) and `--duration
+    /// 0.0000001s` ran nothing and exited 0. Every value out of the documented range is a
+    /// clear error; the bounds themselves are accepted.
+    #[test]
+    fn durations_out_of_range_are_errors_that_state_the_range() {
+        for (bad, why) in [
+            ("1e30", "too long"),
+            ("1e30ms", "too long"),
+            ("604801s", "too long"),
+            ("1e308m", "too long"),
+            ("0.0000001s", "too short"),
+            ("9ms", "too short"),
+            ("5e-324", "too short"),
+            ("NaN", "positive number"),
+            ("-inf", "positive number"),
+            ("infs", "too long"),
+            ("-0", "positive number"),
+            ("-3m", "positive number"),
+        ] {
+            let message = format!("{:#}", parse_duration(bad).unwrap_err());
+            assert!(message.contains(why) && message.contains("10ms to 604800s"), "{bad:?}: {message}");
+        }
+        assert_eq!(parse_duration("10ms").unwrap(), Duration::from_millis(10));
+        assert_eq!(parse_duration("604800s").unwrap(), Duration::from_secs(RUN_DURATION_S_MAX));
+        assert_eq!(parse_duration("10080m").unwrap(), Duration::from_secs(RUN_DURATION_S_MAX));
     }
 
     #[test]

@@ -205,7 +205,19 @@ impl Simulation {
                 ok: self.random.below(20) != 0,
             }),
             Work::Read { reads, value_ts } => {
-                Record::Read(ReadRecord { client, keys: transaction.keys, reads, value_ts, start_ns, end_ns, ok: true })
+                // No protocol ran, so no round 1 to record.
+                let (round1, round2) = (None, Vec::new());
+                Record::Read(ReadRecord {
+                    client,
+                    keys: transaction.keys,
+                    reads,
+                    value_ts,
+                    round1,
+                    round2,
+                    start_ns,
+                    end_ns,
+                    ok: true,
+                })
             }
         }
     }

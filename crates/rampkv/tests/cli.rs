@@ -17,6 +17,19 @@ fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
+/// Asserts a checked run found no anomaly and exited with its verdict's status: 0 when clean,
+/// 3 when inconclusive (a short run with one client thread shows no race, see
+/// docs/history.md, "Evidence and verdict"). Returns the verdict's word.
+fn assert_no_anomaly(output: &Output) -> &'static str {
+    let text = stdout(output);
+    assert!(text.contains("no garbage, no fractured reads"), "{text}\n{}", stderr(output));
+    match output.status.code() {
+        Some(0) if text.contains("read atomicity: clean") => "clean",
+        Some(3) if text.contains("read atomicity: INCONCLUSIVE") => "inconclusive",
+        code => panic!("exit status {code:?} does not match the verdict: {text}"),
+    }
+}
+
 /// A `rampkv local` cluster, killed on drop.
 struct LocalCluster {
     child: Child,
@@ -86,6 +99,11 @@ fn unknown_flags_and_bad_values_give_clear_errors() {
         (&["bench", "--value-size", "4"][..], "--value-size must be"),
         (&["bench", "--txn-size", "0"][..], "--txn-size must be"),
         (&["bench", "--duration", "soon"][..], "invalid duration"),
+        // Issue 15: 1e30 panicked; 0.0000001s ran nothing and exited 0.
+        (&["bench", "--duration", "1e30"][..], "is too long; durations from 10ms to 604800s"),
+        (&["bench", "--duration", "0.0000001s"][..], "is too short to run a transaction"),
+        (&["bench", "--duration", "nan"][..], "must be a positive number"),
+        (&["figures", "--point-duration", "1e30"][..], "is too long"),
         (&["put", "novalue", "--cluster", "x.toml"][..], "expected KEY=VALUE"),
     ] {
         let output = rampkv(args);
@@ -157,7 +175,7 @@ fn bench_json_reports_throughput_latency_configuration_seed_and_a_clean_check() 
         "--history",
         history.to_str().unwrap(),
     ]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(matches!(output.status.code(), Some(0 | 3)), "{}", stderr(&output));
     assert!(started.elapsed() < Duration::from_secs(60));
     let result: serde_json::Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object on stdout");
     assert_eq!(result["seed"], 42);
@@ -172,16 +190,67 @@ fn bench_json_reports_throughput_latency_configuration_seed_and_a_clean_check() 
     assert!(result["git_commit"].is_string());
     assert_eq!(result["check"]["garbage"], 0);
     assert_eq!(result["check"]["fractured"], 0);
+    // The verdict and its evidence; the exit status follows the verdict.
+    let verdict = result["check"]["verdict"].as_str().unwrap();
+    let expected_status = match verdict {
+        "clean" => 0,
+        "inconclusive" => 3,
+        other => panic!("verdict {other}: {}", stdout(&output)),
+    };
+    assert_eq!(output.status.code(), Some(expected_status));
+    let evidence = &result["check"]["evidence"];
+    assert_eq!(evidence["reads_with_round1"], result["read"]["count"], "every RAMP read records round 1");
+    assert!(evidence["overlapping_reads"].as_u64().unwrap() >= evidence["contended_reads"].as_u64().unwrap());
+    assert_eq!(evidence["round2_reads"], result["round2"]["reads_with_round2"]);
+    // The saved history gives `rampkv check` the same verdict.
     let recorded = rampkv(&["check", history.to_str().unwrap()]);
-    assert!(recorded.status.success(), "the saved history checks clean: {}", stdout(&recorded));
+    assert_eq!(recorded.status.code(), Some(expected_status), "{}", stdout(&recorded));
+    assert_eq!(assert_no_anomaly(&recorded), verdict);
     assert_eq!(std::fs::read_to_string(&history).unwrap().lines().count(), 400);
+}
+
+#[test]
+fn check_exit_status_says_clean_violated_or_inconclusive() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("races.jsonl");
+    // Five reads whose round 1 was fractured and repaired by round 2: clean.
+    let mut lines = String::new();
+    for race in 0..5u64 {
+        let ts = 100 + race;
+        let (start, end) = (race * 100, race * 100 + 50);
+        lines.push_str(&format!(
+            "{{\"type\":\"write\",\"client\":1,\"ts\":{ts},\"keys\":[\"a{race}\",\"b{race}\"],\"start_ns\":{start},\"end_ns\":{end},\"ok\":true}}\n"
+        ));
+        lines.push_str(&format!(
+            "{{\"type\":\"read\",\"client\":2,\"keys\":[\"a{race}\",\"b{race}\"],\"reads\":{{\"a{race}\":{ts},\"b{race}\":{ts}}},\"round1\":[{ts},0],\"round2\":[\"b{race}\"],\"start_ns\":{},\"end_ns\":{},\"ok\":true}}\n",
+            start + 10,
+            start + 40
+        ));
+    }
+    std::fs::write(&history, &lines).unwrap();
+    let output = rampkv(&["check", history.to_str().unwrap()]);
+    assert_eq!(assert_no_anomaly(&output), "clean");
+    assert!(stdout(&output).contains("5 reads' round 1 alone was fractured"), "{}", stdout(&output));
+    // Only four races: no anomaly, but inconclusive, exit status 3.
+    let four: String = lines.lines().take(8).map(|line| format!("{line}\n")).collect();
+    std::fs::write(&history, four).unwrap();
+    let output = rampkv(&["check", history.to_str().unwrap(), "--json"]);
+    assert_eq!(output.status.code(), Some(3));
+    let report: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_eq!(
+        (report["verdict"].as_str(), report["evidence"]["repaired_reads"].as_u64()),
+        (Some("inconclusive"), Some(4))
+    );
+    // A bench whose reads never meet a write (100% reads) is inconclusive too.
+    let output = rampkv(&["bench", "--read-ratio", "1", "--txns", "200", "--check", "--seed", "3"]);
+    assert_eq!(assert_no_anomaly(&output), "inconclusive");
 }
 
 #[test]
 fn ycsb_workloads_run_checked_and_print_ycsb_s_text_format() {
     let output =
         rampkv(&["bench", "--workload", "a", "--keys", "200", "--txns", "300", "--seed", "5", "--check", "--ycsb"]);
-    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(matches!(output.status.code(), Some(0 | 3)), "{}", stderr(&output));
     let text = stdout(&output);
     // Parse as YCSB's tooling does: "[SECTION], Metric, number" per line.
     let mut metrics = std::collections::HashMap::new();
@@ -204,7 +273,7 @@ fn ycsb_workloads_run_checked_and_print_ycsb_s_text_format() {
     }
     let total = metrics["[READ] Operations"] + metrics["[UPDATE] Operations"];
     assert_eq!(total, 300.0 * 4.0, "operations are transactions times keys per transaction");
-    assert!(text.contains("read atomicity: clean"), "{text}");
+    assert_no_anomaly(&output);
 }
 
 #[test]
@@ -228,4 +297,73 @@ fn a_reader_that_goes_away_is_no_reason_to_panic() {
     let stderr = stderr(&output);
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(output.status.success(), "{stderr}");
+}
+
+/// A child process killed (SIGKILL) on drop, even when the test fails.
+struct KilledOnDrop(Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The history streams to its file while the bench runs: a bench killed with SIGKILL after
+/// about two seconds leaves whole lines (and at most one cut line) that check without garbage:
+/// reads are written only after the write records of the versions they returned.
+#[test]
+fn a_killed_bench_leaves_a_checkable_history_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = dir.path().join("killed.jsonl");
+    let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+        .args([
+            "bench",
+            "--duration",
+            "120s",
+            "--keys",
+            "40",
+            "--read-ratio",
+            "0.7",
+            "--client-threads",
+            "2",
+            "--seed",
+            "9",
+        ])
+        .arg("--history")
+        .arg(&history)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut bench = KilledOnDrop(child);
+    std::thread::sleep(Duration::from_secs(2));
+    // A loaded machine may start the run late: wait (bounded) until lines have been flushed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let lines =
+        |path: &Path| std::fs::read(path).map_or(0, |bytes| bytes.iter().filter(|byte| **byte == b'\n').count());
+    while lines(&history) < 1000 && Instant::now() < deadline {
+        assert!(bench.0.try_wait().unwrap().is_none(), "the bench ended before it was killed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    bench.0.kill().unwrap();
+    bench.0.wait().unwrap();
+    assert!(lines(&history) >= 1000, "the history was not streamed while the bench ran");
+
+    let checked = rampkv(&["check", history.to_str().unwrap(), "--json"]);
+    let report: serde_json::Value = serde_json::from_str(stdout(&checked).trim()).expect("a JSON report");
+    assert_eq!((report["garbage"].as_u64(), report["fractured"].as_u64()), (Some(0), Some(0)), "{report}");
+    assert!(report["reads_checked"].as_u64().unwrap() > 100 && report["writes"].as_u64().unwrap() > 10, "{report}");
+    assert!(matches!(checked.status.code(), Some(0 | 3)), "{report}");
+
+    // Cut the last whole line in half, as a kill in the middle of a write would: the checker
+    // names it and checks the rest.
+    let text = std::fs::read_to_string(&history).unwrap();
+    let whole = &text[..text.rfind('\n').unwrap() + 1];
+    let last = whole[..whole.len() - 1].rfind('\n').map_or(0, |position| position + 1);
+    let cut = &whole[..last + (whole.len() - last) / 2];
+    std::fs::write(&history, cut).unwrap();
+    let checked = rampkv(&["check", history.to_str().unwrap()]);
+    let text = stdout(&checked);
+    assert!(text.contains("cut short") && text.contains("no garbage, no fractured reads"), "{text}");
 }

@@ -272,7 +272,8 @@ fn bench_ycsb_output_is_read_by_a_ycsb_parser_and_agrees_with_the_json_result() 
         "--ycsb",
     ]);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    // 0 clean, 3 inconclusive (no anomaly, too few races in 600 transactions on one thread).
+    assert!(matches!(output.status.code(), Some(0 | 3)), "{}", String::from_utf8_lossy(&output.stderr));
     let json_line = stdout.lines().find(|line| line.starts_with('{')).expect("the --json line");
     let result: serde_json::Value = serde_json::from_str(json_line).unwrap();
     let ycsb = YcsbOutput::parse(&stdout).unwrap();
@@ -308,4 +309,7 @@ fn bench_ycsb_output_is_read_by_a_ycsb_parser_and_agrees_with_the_json_result() 
     assert!((share - 0.75).abs() < 0.1, "read share {share}");
     assert_eq!(result["config"]["workload"], "ycsb_read_ratio");
     assert_eq!(result["check"]["fractured"], 0);
+    assert_eq!(result["check"]["garbage"], 0);
+    let status = if result["check"]["verdict"] == "clean" { 0 } else { 3 };
+    assert_eq!(output.status.code(), Some(status), "{}", result["check"]);
 }

@@ -9,14 +9,13 @@
 //! never accepted: every value a reader returns embeds its writer's timestamp, and the
 //! read-atomicity checker (garbage and fractured reads) must find the history clean.
 
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rampkv::checker;
 use rampkv::client::{Completion, Driver, TxnResult};
 use rampkv::cluster::{Cluster, Front};
-use rampkv::history::{fill_check_value, value_ts_of, ReadRecord, Record, WriteRecord};
+use rampkv::history::{fill_check_value, ReadRecord, Record, WriteRecord};
 use rampkv::item_slots::ItemSlotConfig;
 use rampkv::message::fabric::FabricClient;
 use rampkv::message::ring::Ring;
@@ -138,20 +137,8 @@ fn getstar_over_torn_and_reordered_memory_detects_every_torn_slot_and_stays_read
         for Completion { session, result } in completions.drain(..) {
             let (keys, start_ns) = reading[session].take().expect("a read was running");
             let Ok(TxnResult::Read(outcome)) = result else { panic!("a read failed: {result:?}") };
-            let reads: BTreeMap<String, u64> =
-                keys.iter().cloned().zip(outcome.items.iter().map(|item| item.ts)).collect();
-            let value_ts =
-                keys.iter().cloned().zip(outcome.items.iter().map(|item| value_ts_of(&item.value))).collect();
             let client = 100 + session as u64;
-            records.push(Record::Read(ReadRecord {
-                client,
-                keys,
-                reads,
-                value_ts,
-                start_ns,
-                end_ns: now_ns(),
-                ok: true,
-            }));
+            records.push(Record::Read(ReadRecord::of_outcome(client, keys, &outcome, start_ns, now_ns())));
             reads_done += 1;
         }
     }

@@ -114,7 +114,7 @@ impl World {
         let response = Response::decode(header.kind, body).unwrap();
         let client = message.id.0;
         let (mut posts, mut completions): (Vec<Post>, Vec<Completion>) = (Vec::new(), Vec::new());
-        self.clients[client].on_reply(header.request_id, response, 0, &mut posts, &mut completions);
+        self.clients[client].on_reply(header.request_id, response, 0, || 0, &mut posts, &mut completions);
         for completion in completions {
             match completion.result.expect("no transaction of the model fails") {
                 TxnResult::Read(outcome) => self.read = Some(outcome),

@@ -61,13 +61,20 @@ fn bench(cluster_file: &Path, transport: &str) -> Output {
         .expect("rampkv bench runs")
 }
 
-/// Asserts the run succeeded, committed transactions and the checker found it clean; returns
-/// its standard output.
+/// Asserts the run succeeded, committed transactions and the checker found no anomaly (clean,
+/// exit status 0, or inconclusive, 3: one client thread sends every request over per-server
+/// FIFO connections, which shows no race; see docs/history.md, "Evidence and verdict"); returns its
+/// standard output.
 fn assert_clean(output: &Output, transport: &str) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{transport}: {stdout}\n{stderr}");
-    assert!(stdout.contains("read atomicity: clean"), "{transport}: {stdout}");
+    let verdict_matches = match output.status.code() {
+        Some(0) => stdout.contains("read atomicity: clean"),
+        Some(3) => stdout.contains("read atomicity: INCONCLUSIVE"),
+        _ => false,
+    };
+    assert!(verdict_matches, "{transport}: {stdout}\n{stderr}");
+    assert!(stdout.contains("no garbage, no fractured reads"), "{transport}: {stdout}");
     assert!(stdout.contains(&format!("over {transport},")), "{transport}: {stdout}");
     assert!(stdout.contains(" 2 servers"), "{transport}: the cluster file's server count is reported: {stdout}");
     let committed: u64 = stdout

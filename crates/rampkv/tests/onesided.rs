@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{assert_clean, caught, contended, contended_transactions, seed};
+use common::{assert_clean, assert_no_anomaly, caught, contended, contended_transactions, seed};
 use rampkv::bench::{BenchConfig, StopAfter, TransportKind, Workload};
 use rampkv::client::{Driver, TxnResult};
 use rampkv::cluster::Cluster;
@@ -284,7 +284,8 @@ fn ycsb_versions_fit_fitted_item_slots_and_are_read_one_sidedly() {
             ..BenchConfig::default()
         };
         config.item_slots.slot_bytes = slot_bytes.unwrap_or_else(|| config.fitted_item_slot_bytes().unwrap());
-        assert_clean(&config, 10).getstar.expect("onesided runs report GET* counters")
+        // One client thread and 1,000 records: few races, so no anomaly is all this asks.
+        assert_no_anomaly(&config, 10).getstar.expect("onesided runs report GET* counters")
     };
     let fitted = ycsb(None);
     assert!(fitted.hits * 2 > fitted.eligible_gets, "seed {seed}: most round-1 GETs from slots: {fitted:?}");

@@ -8,9 +8,11 @@
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rampkv::cluster::Cluster;
+use rampkv::resp::auth::Users;
 use rampkv::resp::codec::{parse_frame, Frame};
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::resp::RESP_BULK_BYTES_MAX;
@@ -38,11 +40,25 @@ impl Stack {
     }
 
     fn start_with(servers: usize, sessions: usize, in_process: bool) -> Stack {
+        Self::start_configured(servers, sessions, in_process, |config| config)
+    }
+
+    /// A gateway over TCP whose users are `users`.
+    fn start_with_users(servers: usize, users: Users) -> Stack {
+        Self::start_configured(servers, 16, false, |config| GatewayConfig { users: Arc::new(users), ..config })
+    }
+
+    fn start_configured(
+        servers: usize,
+        sessions: usize,
+        in_process: bool,
+        configure: impl FnOnce(GatewayConfig) -> GatewayConfig,
+    ) -> Stack {
         let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let group = ServerGroup::spawn(&vec![ServerConfig::new(localhost); servers]).unwrap();
         let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
         let in_process = in_process.then(|| InProcessServers { groups: vec![std::sync::Arc::clone(group.servers())] });
-        let config = GatewayConfig { sessions, in_process, ..GatewayConfig::new(localhost) };
+        let config = configure(GatewayConfig { sessions, in_process, ..GatewayConfig::new(localhost) });
         let gateway = Gateway::spawn(&cluster, &config).unwrap();
         Stack { _group: group, cluster, gateway }
     }
@@ -551,27 +567,15 @@ fn the_rampkv_command_serves_resp_from_local_and_gateway() {
     let directory = tempfile::tempdir().unwrap();
     let port = free_port();
     let cluster_file = directory.path().join("cluster.toml");
-    let local = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_rampkv"))
-            .args(["local", "--resp-port", &port.to_string(), "--cluster-file"])
-            .arg(&cluster_file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let port_text = port.to_string();
+    let local = ChildGuard::rampkv(&["local", "--resp-port", &port_text, "--cluster-file"], &cluster_file);
     wait_for_ping(port);
     assert_eq!(cli(port, &["MSET", "a", "1", "b", "2"]), "OK\n");
     assert_eq!(cli(port, &["MGET", "a", "b"]), "1\n2\n");
 
     let gateway_port = free_port();
-    let gateway = ChildGuard(
-        Command::new(env!("CARGO_BIN_EXE_rampkv"))
-            .args(["gateway", "--listen", &format!("127.0.0.1:{gateway_port}"), "--cluster"])
-            .arg(&cluster_file)
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let listen = format!("127.0.0.1:{gateway_port}");
+    let gateway = ChildGuard::rampkv(&["gateway", "--listen", &listen, "--cluster"], &cluster_file);
     wait_for_ping(gateway_port);
     assert_eq!(cli(gateway_port, &["MGET", "a", "b"]), "1\n2\n", "a second gateway sees the same data");
     drop((gateway, local));
@@ -579,6 +583,14 @@ fn the_rampkv_command_serves_resp_from_local_and_gateway() {
 
 /// Kills and reaps a child process when dropped, so a failing test leaves nothing running.
 struct ChildGuard(std::process::Child);
+
+impl ChildGuard {
+    /// `rampkv ARGS... PATH` (a command line ending with a file's path), its stderr dropped.
+    fn rampkv(args: &[&str], path: &std::path::Path) -> ChildGuard {
+        let child = Command::new(env!("CARGO_BIN_EXE_rampkv")).args(args).arg(path).stderr(Stdio::null()).spawn();
+        ChildGuard(child.unwrap())
+    }
+}
 
 impl Drop for ChildGuard {
     fn drop(&mut self) {
@@ -604,6 +616,16 @@ fn wait_for_ping(port: u16) {
     panic!("nothing answered PING on port {port} within 5 s");
 }
 
+fn wait_for_listener(port: u16) {
+    for _ in 0..500 {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("nothing listened on port {port} within 5 s");
+}
+
 /// A real redis-server on a free port (Redis refuses port 0), killed on drop.
 struct RedisServer {
     child: std::process::Child,
@@ -612,9 +634,16 @@ struct RedisServer {
 
 impl RedisServer {
     fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// With more configuration (`--requirepass`, `--aclfile`); PING then answers NOAUTH, which
+    /// is enough to know it is up.
+    fn start_with(extra: &[&str]) -> RedisServer {
         let port = free_port();
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -622,7 +651,11 @@ impl RedisServer {
                 panic!("cannot run redis-server ({error}): install Debian's redis-server, as .ci/run does")
             });
         let server = RedisServer { child, port };
-        wait_for_ping(port);
+        if extra.is_empty() {
+            wait_for_ping(port);
+        } else {
+            wait_for_listener(port);
+        }
         server
     }
 }
@@ -631,5 +664,303 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authentication (issue 15: "HELLO 3 AUTH default anything is accepted; AUTH is unknown")
+
+/// The ACL file of the authentication tests, also given to redis-server: `default` with a
+/// password, a user with every permission, a disabled one, one without permissions, one without
+/// keys, one whose password is given as its SHA-256 (of "secret").
+const ACL_FILE: &str = "user default on >secret ~* &* +@all\n\
+                        user alice on >apw ~* &* +@all\n\
+                        user bob off >bpw ~* &* +@all\n\
+                        user carol on nopass\n\
+                        user dave on >dpw +@all\n\
+                        user erin on #2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b ~* &* +@all\n";
+
+/// [`ACL_FILE`] written to a file in a directory removed when the first value drops.
+fn acl_file() -> (tempfile::TempDir, std::path::PathBuf) {
+    let directory = tempfile::tempdir().unwrap();
+    let path = directory.path().join("users.acl");
+    std::fs::write(&path, ACL_FILE).unwrap();
+    (directory, path)
+}
+
+/// One request as redis-cli sends it (an array of bulk strings).
+fn multibulk(words: &[&str]) -> Vec<u8> {
+    let mut request = format!("*{}\r\n", words.len()).into_bytes();
+    for word in words {
+        request.extend_from_slice(format!("${}\r\n{word}\r\n", word.len()).as_bytes());
+    }
+    request
+}
+
+/// Sends `request` and reads one whole reply, or what arrives until the peer closes.
+fn ask(stream: &mut TcpStream, request: &[u8]) -> Vec<u8> {
+    stream.write_all(request).unwrap();
+    let mut reply = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        if let Ok(Some((_, length))) = parse_frame(&reply) {
+            assert_eq!(length, reply.len(), "one reply at a time");
+            return reply;
+        }
+        match stream.read(&mut buffer) {
+            Ok(0) => return [reply, b"<closed>".to_vec()].concat(),
+            Ok(read) => reply.extend_from_slice(&buffer[..read]),
+            Err(error) if error.kind() == ErrorKind::Interrupted => {}
+            Err(error) if error.kind() == ErrorKind::ConnectionReset => return [reply, b"<reset>".to_vec()].concat(),
+            Err(error) => panic!("reading a reply: {error} (got {:?})", String::from_utf8_lossy(&reply)),
+        }
+    }
+}
+
+/// Each session (one connection, its commands in order) gets byte for byte the replies a real
+/// redis-server 7.0 gives with the same ACL file, from the first NOAUTH to the last WRONGPASS:
+/// the texts and the order of checks are Redis's, not what this file's author believed them to
+/// be. (HELLO's greeting itself differs, server name and version: checked apart.)
+#[test]
+fn authentication_replies_are_byte_for_byte_redis_s() {
+    let (_directory, acl_path) = acl_file();
+    let stack = Stack::start_with_users(2, Users::from_acl_file(&acl_path).unwrap());
+    let redis = RedisServer::start_with(&["--aclfile", acl_path.to_str().unwrap()]);
+    let sessions: &[&[&[&str]]] = &[
+        &[
+            &["PING"],
+            &["GET", "k"],
+            &["MGET", "a", "b"],
+            &["SET", "k", "v"],
+            &["FOO", "a", "b"],
+            &["GET"],
+            &["CLIENT", "ID"],
+            &["CLIENT", "FOO"],
+            &["CLIENT", "SETNAME"],
+            &["SELECT", "0"],
+            &["ECHO", "x"],
+            &["COMMAND", "COUNT"],
+            &["CONFIG", "GET", "save"],
+            &["ACL", "WHOAMI"],
+            &["HELLO"],
+            &["HELLO", "3"],
+            &["HELLO", "3", "AUTH", "default", "wrong"],
+            &["HELLO", "3", "AUTH", "default"],
+            &["HELLO", "4"],
+            &["HELLO", "x"],
+            &["AUTH"],
+            &["AUTH", "wrong"],
+            &["AUTH", "a", "b", "c"],
+            &["AUTH", "default", "wrong"],
+            &["AUTH", "nobody", "x"],
+            &["AUTH", "bob", "bpw"],
+            &["PING"],
+            &["QUIT"],
+        ],
+        &[&["AUTH", "secret"], &["GET", "k"], &["AUTH", "wrong"], &["GET", "k"], &["ACL", "WHOAMI"]],
+        &[&["AUTH", "alice", "apw"], &["ACL", "WHOAMI"], &["SET", "k", "v"], &["GET", "k"], &["MGET", "k", "nothing"]],
+        &[&["AUTH", "erin", "secret"], &["ACL", "WHOAMI"], &["AUTH", "carol", "anything"], &["GET", "k"], &["PING"]],
+        &[&["AUTH", "carol", "x"], &["CLIENT", "SETNAME", "x"], &["COMMAND"], &["CONFIG", "GET", "save"], &["QUIT"]],
+        &[&["AUTH", "dave", "dpw"], &["PING"], &["GET", "k"], &["MGET", "a", "b"], &["DEL", "k"], &["ACL", "WHOAMI"]],
+    ];
+    for session in sessions {
+        let mut ours = stack.connect();
+        let mut theirs = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+        theirs.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
+        for words in *session {
+            let request = multibulk(words);
+            let expected = ask(&mut theirs, &request);
+            assert_eq!(
+                String::from_utf8_lossy(&ask(&mut ours, &request)),
+                String::from_utf8_lossy(&expected),
+                "{words:?} in session {session:?}"
+            );
+        }
+    }
+    // Before authenticating, requests are parsed within Redis's small limits; beyond them the
+    // protocol error closes the connection, as redis-server does.
+    for request in [&b"*11\r\n"[..], b"*2\r\n$3\r\nGET\r\n$16385\r\n"] {
+        let mut ours = stack.connect();
+        let mut theirs = TcpStream::connect(("127.0.0.1", redis.port)).unwrap();
+        theirs.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
+        let expected = ask(&mut theirs, request);
+        assert!(expected.starts_with(b"-ERR Protocol error: unauthenticated"), "{expected:?}");
+        assert_eq!(String::from_utf8_lossy(&ask(&mut ours, request)), String::from_utf8_lossy(&expected));
+        assert_closed(&mut theirs);
+        assert_closed(&mut ours);
+    }
+    // Once logged in, the same request sizes are fine.
+    let mut stream = stack.connect();
+    exchange(&mut stream, &multibulk(&["AUTH", "alice", "apw"]), b"+OK\r\n");
+    let big = "v".repeat(16_385);
+    let eleven = ["MSET", "a", "1", "b", "2", "c", "3", "d", "4", "e", &big];
+    exchange(&mut stream, &multibulk(&eleven), b"+OK\r\n");
+}
+
+/// HELLO 3 AUTH logs in and switches protocol in one command (redis-py and redis-cli -3 use it);
+/// redis-cli logs in with -a and with --user/--pass, and without them meets NOAUTH.
+#[test]
+fn redis_cli_logs_in_with_a_password_and_with_a_user() {
+    let (_directory, acl_path) = acl_file();
+    let stack = Stack::start_with_users(3, Users::from_acl_file(&acl_path).unwrap());
+    let port = stack.port();
+    assert_eq!(cli(port, &["PING"]), "NOAUTH Authentication required.\n\n");
+    assert_eq!(cli(port, &["-a", "secret", "--no-auth-warning", "MSET", "a", "1", "b", "2"]), "OK\n");
+    assert_eq!(cli(port, &["--user", "alice", "--pass", "apw", "--no-auth-warning", "MGET", "a", "b"]), "1\n2\n");
+    assert_eq!(cli(port, &["-3", "--user", "alice", "--pass", "apw", "--no-auth-warning", "MGET", "a", "x"]), "1\n\n");
+    let port_text = port.to_string();
+    let refused = run_tool("redis-cli", &["-p", &port_text, "--user", "alice", "--pass", "wrong", "GET", "a"], None);
+    let shown = format!("{}{}", String::from_utf8_lossy(&refused.stdout), String::from_utf8_lossy(&refused.stderr));
+    assert!(shown.contains("WRONGPASS invalid username-password pair or user is disabled."), "{shown}");
+    assert!(shown.contains("NOAUTH Authentication required.") && !shown.contains("\n1\n"), "{shown}");
+
+    let mut stream = stack.connect();
+    let greeting = ask(&mut stream, &multibulk(&["HELLO", "3", "AUTH", "alice", "apw", "SETNAME", "me"]));
+    let Some((Frame::Map(fields), _)) = parse_frame(&greeting).unwrap() else { panic!("{greeting:?}") };
+    assert!(fields.contains(&(Frame::bulk("proto"), Frame::Integer(3))), "{fields:?}");
+    exchange(&mut stream, &multibulk(&["CLIENT", "GETNAME"]), b"$2\r\nme\r\n");
+    exchange(&mut stream, &multibulk(&["GET", "nothing"]), b"_\r\n");
+}
+
+/// The same with redis-py (scripts/resp_auth.py): password, user and password, RESP3's HELLO
+/// AUTH, and the exceptions redis-py raises for NOAUTH, WRONGPASS and NOPERM.
+#[test]
+fn redis_py_logs_in_and_gets_its_authentication_errors() {
+    let (_directory, acl_path) = acl_file();
+    let stack = Stack::start_with_users(3, Users::from_acl_file(&acl_path).unwrap());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/resp_auth.py");
+    let output = run_tool("python3", &[script, &stack.port().to_string()], None);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("resp_auth.py: every check passed"), "{stdout}");
+}
+
+/// `--requirepass` on the command line: `rampkv local --resp-port` and `rampkv gateway` ask for
+/// the password.
+#[test]
+fn the_rampkv_command_requires_the_password_it_is_given() {
+    let directory = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cluster_file = directory.path().join("cluster.toml");
+    let port_text = port.to_string();
+    let local = ChildGuard::rampkv(
+        &["local", "--servers", "2", "--resp-port", &port_text, "--requirepass", "pw1", "--cluster-file"],
+        &cluster_file,
+    );
+    wait_for_listener(port);
+    let auth = ["-a", "pw1", "--no-auth-warning"];
+    assert_eq!(cli(port, &[&auth[..], &["PING"]].concat()), "PONG\n");
+    assert_eq!(cli(port, &["SET", "k", "v"]), "NOAUTH Authentication required.\n\n");
+    assert_eq!(cli(port, &[&auth[..], &["SET", "k", "v"]].concat()), "OK\n");
+
+    let gateway_port = free_port();
+    let (_acl_directory, acl_path) = acl_file();
+    let listen = format!("127.0.0.1:{gateway_port}");
+    let acl = acl_path.to_str().unwrap();
+    let gateway = ChildGuard::rampkv(&["gateway", "--listen", &listen, "--aclfile", acl, "--cluster"], &cluster_file);
+    wait_for_listener(gateway_port);
+    assert_eq!(cli(gateway_port, &["GET", "k"]), "NOAUTH Authentication required.\n\n");
+    assert_eq!(cli(gateway_port, &["--user", "alice", "--pass", "apw", "--no-auth-warning", "GET", "k"]), "v\n");
+    drop((gateway, local));
+}
+
+/// Redis's protected mode, at start-up: a gateway anyone could use refuses an address other than
+/// loopback (here checked without binding one: tests stay on loopback), a password or
+/// `--protected-mode no` lifts the refusal, loopback addresses never need it.
+#[test]
+fn protected_mode_refuses_an_open_gateway_on_a_non_loopback_address() {
+    let config = |listen: &str, users: Users, protected_mode: bool| GatewayConfig {
+        users: Arc::new(users),
+        protected_mode,
+        ..GatewayConfig::new(listen.parse().unwrap())
+    };
+    for exposed in ["0.0.0.0:6379", "[::]:6379", "10.1.2.3:6379", "[2001:db8::1]:6379"] {
+        let refusal = config(exposed, Users::open(), true).protected_mode_refusal().expect(exposed);
+        let message = refusal.to_string();
+        assert!(message.contains("protected mode") && message.contains("--requirepass"), "{message}");
+        assert!(config(exposed, Users::with_default_password(b"pw"), true).protected_mode_refusal().is_none());
+        assert!(config(exposed, Users::open(), false).protected_mode_refusal().is_none());
+        let only_users = Users::from_acl("user default off\nuser alice on >pw allkeys allcommands\n").unwrap();
+        assert!(config(exposed, only_users, true).protected_mode_refusal().is_none());
+    }
+    for local in ["127.0.0.1:6379", "127.0.0.2:6379", "[::1]:6379", "[::ffff:127.0.0.1]:6379"] {
+        assert!(config(local, Users::open(), true).protected_mode_refusal().is_none(), "{local}");
+    }
+    // Gateway::spawn refuses before it binds or connects (the cluster here does not exist).
+    let cluster = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
+    let refused = Gateway::spawn(&cluster, &config("0.0.0.0:0", Users::open(), true)).unwrap_err();
+    assert!(refused.to_string().starts_with("refusing to serve RESP on 0.0.0.0:0 without a password"), "{refused}");
+
+    for args in [
+        &["gateway", "--listen", "0.0.0.0:0", "--cluster", "/nonexistent.toml"][..],
+        &["local", "--resp-port", "0", "--resp-bind", "0.0.0.0", "--cluster-file", "/nonexistent/c.toml"][..],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_rampkv")).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("(protected mode)") && stderr.contains("--protected-mode no"), "{stderr}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timestamp poisoning (issue 15, item 1)
+
+/// Writes `key` with timestamp `ts` straight to the server's binary port, as the attacker did
+/// (a raw PUT frame; no client library would choose such a timestamp).
+fn forge_put(server: &str, ts: u64, key: &[u8]) {
+    use rampkv::wire::{FrameHeader, Request, Write as WireWrite, FRAME_HEADER_BYTES};
+    let mut frame = Vec::new();
+    Request::Put { ts, writes: vec![WireWrite { key: key.to_vec(), value: b"forged".to_vec() }] }
+        .encode_frame(1, &mut frame);
+    let mut stream = TcpStream::connect(server).unwrap();
+    stream.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
+    stream.write_all(&frame).unwrap();
+    // The reply: accepted by servers that do not yet check timestamps against their clock,
+    // refused by those that do. What follows must hold either way.
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    stream.read_exact(&mut header).unwrap();
+    let body = FrameHeader::decode(&header).unwrap().body_length as usize;
+    stream.read_exact(&mut vec![0u8; body]).unwrap();
+}
+
+/// "One raw PUT with timestamp u64::MAX pins the key ... Any client that then reads that key
+/// and writes panics with `clock overflow`: in rampkv local --resp-port the gateway thread dies
+/// while the process stays up and the RESP port refuses every connection." The session that
+/// read the forged version now ignores it (too far ahead of its wall clock), writes with an
+/// ordinary timestamp, and the gateway goes on serving every connection.
+#[test]
+fn a_forged_u64_max_timestamp_does_not_stop_the_gateway() {
+    let stack = Stack::start(1, 4);
+    forge_put(&stack.cluster.servers()[0], u64::MAX, b"pinned");
+    let mut stream = stack.connect();
+    let read = ask(&mut stream, &multibulk(&["GET", "pinned"]));
+    assert!(read == b"$6\r\nforged\r\n" || read == b"$-1\r\n", "{read:?}");
+    exchange(&mut stream, &multibulk(&["SET", "pinned", "mine"]), b"+OK\r\n");
+    exchange(&mut stream, &multibulk(&["SET", "other", "1"]), b"+OK\r\n");
+    let mut fresh = stack.connect();
+    exchange(&mut fresh, b"PING\r\n", b"+PONG\r\n");
+    exchange(&mut fresh, &multibulk(&["GET", "other"]), b"$1\r\n1\r\n");
+}
+
+/// "A smaller future timestamp spreads through the gateway's pooled sessions (15 of 20 keys
+/// written later over RESP became un-updatable)." A session that reads a version an hour ahead
+/// no longer moves its clock there, so what it writes afterwards stays updatable by every other
+/// session.
+#[test]
+fn a_timestamp_from_the_future_does_not_spread_through_pooled_sessions() {
+    let stack = Stack::start(1, 4);
+    let an_hour_us = 3_600_000_000;
+    let ahead = ((rampkv::types::wall_clock_us() + an_hour_us) << rampkv::types::CLIENT_ID_BITS) | 1;
+    forge_put(&stack.cluster.servers()[0], ahead, b"ahead");
+    let mut reader = stack.connect();
+    ask(&mut reader, &multibulk(&["GET", "ahead"]));
+    let keys: Vec<String> = (0..20).map(|index| format!("key{index}")).collect();
+    for key in &keys {
+        exchange(&mut reader, &multibulk(&["SET", key, "first"]), b"+OK\r\n");
+    }
+    let mut other = stack.connect(); // another session: `reader` still holds its own
+    for key in &keys {
+        exchange(&mut other, &multibulk(&["SET", key, "second"]), b"+OK\r\n");
+        exchange(&mut other, &multibulk(&["GET", key]), b"$6\r\nsecond\r\n");
     }
 }

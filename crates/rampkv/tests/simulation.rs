@@ -24,7 +24,6 @@
 //! A failure prints its seed; `RAMPKV_SIM_SEED=<seed>` replays exactly that world.
 //! `RAMPKV_SIM_SEEDS=<n>` runs more seeds (default 2,000 per algorithm).
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
@@ -235,7 +234,7 @@ impl World {
         }
         let now_us = self.now_us();
         let state = &mut self.clients[client];
-        state.sessions.on_reply(request_id, response, now_us, &mut self.posts, &mut self.completions);
+        state.sessions.on_reply(request_id, response, now_us, || now_us, &mut self.posts, &mut self.completions);
         // What the machine emitted goes out even when it finished (a locking read's RELEASEs).
         self.send(client);
         self.finish_completed(client);
@@ -249,22 +248,10 @@ impl World {
                 Ok(TxnResult::Read(outcome)) => {
                     let state = &self.clients[client];
                     let keys = state.current.as_ref().map(|current| current.keys.clone()).unwrap_or_default();
-                    let mut reads = BTreeMap::new();
-                    let mut value_ts = BTreeMap::new();
-                    for (key, item) in keys.iter().zip(&outcome.items) {
-                        reads.insert(key.clone(), item.ts);
-                        value_ts.insert(key.clone(), history::value_ts_of(&item.value));
-                    }
                     let (start_ns, end_ns) = (state.started_ms * 1_000_000, self.now_ms * 1_000_000);
-                    self.records.push(Record::Read(ReadRecord {
-                        client: client as u64 + 1,
-                        keys,
-                        reads,
-                        value_ts,
-                        start_ns,
-                        end_ns,
-                        ok: true,
-                    }));
+                    let client_id = client as u64 + 1;
+                    self.records
+                        .push(Record::Read(ReadRecord::of_outcome(client_id, keys, &outcome, start_ns, end_ns)));
                 }
                 Ok(TxnResult::Write(_)) => self.finish_write(client, true),
                 // A RAMP read fails only by a bug: it never waits on anything that can refuse it.

@@ -34,7 +34,9 @@ pub fn run_each(
 }
 
 /// A Markdown table of `results`: throughput with its ratio to the TCP run (or to the first
-/// run when there is no TCP run), latency percentiles, round-2 share and the checker's verdict.
+/// run when there is no TCP run), latency percentiles, round-2 share and the checker's verdict
+/// with its evidence (races: reads whose round 1 alone was fractured; overlaps: reads that
+/// overlapped a write of their keys by another client).
 pub fn comparison_table(results: &[BenchResult]) -> String {
     let baseline = results
         .iter()
@@ -48,9 +50,13 @@ pub fn comparison_table(results: &[BenchResult]) -> String {
     table.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for result in results {
         let checker = match &result.check {
-            None => "not run",
-            Some(report) if report.is_clean() => "clean",
-            Some(_) => "VIOLATED",
+            None => "not run".to_owned(),
+            Some(report) => format!(
+                "{} ({} races, {} overlaps)",
+                report.verdict().label(),
+                report.evidence.round1_fractured_reads,
+                report.evidence.overlapping_reads
+            ),
         };
         let _ = writeln!(
             table,
@@ -99,9 +105,16 @@ mod tests {
         let table = comparison_table(&results);
         let rows: Vec<&str> = table.lines().skip(2).collect();
         assert_eq!(rows.len(), results.len(), "{table}");
-        for (row, name) in rows.iter().zip(&names) {
+        for ((row, name), result) in rows.iter().zip(&names).zip(&results) {
             assert!(row.starts_with(&format!("| {name} |")), "{row}");
-            assert!(row.ends_with("| clean |"), "{row}");
+            let report = result.check.as_ref().unwrap();
+            let checker = format!(
+                "| {} ({} races, {} overlaps) |",
+                report.verdict().label(),
+                report.evidence.round1_fractured_reads,
+                report.evidence.overlapping_reads
+            );
+            assert!(row.ends_with(&checker), "{row}");
         }
         assert!(rows[0].contains("| 1.00x |"), "TCP is its own baseline: {}", rows[0]);
     }

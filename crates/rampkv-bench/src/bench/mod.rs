@@ -25,7 +25,8 @@ use hdrhistogram::Histogram;
 use rampkv_ycsb::{Txn, TxnKind};
 
 use crate::checker;
-use crate::history::{self, HistorySink, ReadRecord, Record, WriteRecord};
+use crate::history::{self, HistoryFeed, HistoryStream, ReadRecord, Record, WriteRecord};
+use crate::limits::{HISTORY_SEND_INTERVAL_MS, HISTORY_SEND_RECORDS_MAX};
 use rampkv_core::cluster::{Cluster, Front};
 use rampkv_core::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use rampkv_core::protocol::bloom::BloomParameters;
@@ -302,11 +303,16 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
         _ => fronts.iter().flat_map(|front| front.control_addresses().iter().map(SocketAddr::to_string)).collect(),
     };
     let local_servers: Vec<Arc<Servers>> = embedded.iter().map(|group| Arc::clone(group.servers())).collect();
-    let sink = config.history.as_ref().map(HistorySink::create).transpose()?;
     let keep_records = config.check;
+    // The history streams to its file while the run goes on (a killed run leaves a checkable
+    // prefix); with a stream, the records for the check come back from it at the end.
+    let stream = config.history.as_ref().map(|path| HistoryStream::start(path, keep_records)).transpose()?;
     let shared =
         Arc::new(Shared { clock_origin: Instant::now(), started: AtomicU64::new(0), stop: AtomicBool::new(false) });
-    let load_records = load_phase(config, &cluster, &shared)?;
+    let mut load_records = load_phase(config, &cluster, &shared)?;
+    if let Some(stream) = &stream {
+        stream.feed().send(std::mem::take(&mut load_records));
+    }
     let run_started = Instant::now();
     let threads: Vec<_> = (0..config.client_threads)
         .map(|thread| {
@@ -316,8 +322,9 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
             let shared = Arc::clone(&shared);
             let control_addresses = control_addresses.clone();
             let local_servers = local_servers.clone();
+            let history = stream.as_ref().map(HistoryStream::feed);
             std::thread::Builder::new().name(format!("rampkv-bench-{thread}")).spawn(move || {
-                let context = ThreadContext { sessions, thread, shared: &shared, keep_records };
+                let context = ThreadContext { sessions, thread, shared: &shared, keep_records, history };
                 match config.transport {
                     TransportKind::Tcp => {
                         let transport = TcpClientTransport::connect(cluster.servers()).map_err(ClientError::from)?;
@@ -370,16 +377,17 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
             }
         }
     }
+    // Finish the stream even after a failed thread: the file then holds what the run did.
+    let streamed = stream.map(HistoryStream::finish).transpose();
     if let Some(error) = first_error {
         return Err(error);
+    }
+    if let Some(records) = streamed? {
+        totals.records = records;
     }
     // The measured window starts once the client threads have connected (connection set-up,
     // such as zeroing message rings, is not transaction time) and ends when the last finishes.
     let elapsed = totals.window.map_or_else(|| run_started.elapsed(), |(start, end)| end - start);
-    if let Some(sink) = sink {
-        sink.append(&totals.records)?;
-        sink.finish()?;
-    }
     let check = keep_records.then(|| checker::check(&totals.records));
     let store_stats = embedded.iter().flat_map(|group| group.cores().iter().map(|core| core.store().stats())).collect();
     drop(fronts);
@@ -544,6 +552,9 @@ struct ClientThread<'a, T: ClientTransport> {
     in_flight: Vec<Option<InFlight>>,
     totals: ThreadTotals,
     keep_records: bool,
+    history: Option<HistoryFeed>,
+    /// When records were last handed to `history`.
+    last_handover: Instant,
 }
 
 /// What a client thread is given besides its transport.
@@ -552,6 +563,8 @@ struct ThreadContext<'a> {
     thread: usize,
     shared: &'a Shared,
     keep_records: bool,
+    /// Where finished records go while the run goes on, if the history streams to a file.
+    history: Option<HistoryFeed>,
 }
 
 fn run_client_thread<T: ClientTransport>(
@@ -560,7 +573,7 @@ fn run_client_thread<T: ClientTransport>(
     cluster: Cluster,
     context: ThreadContext<'_>,
 ) -> Result<ThreadTotals, BenchError> {
-    let ThreadContext { sessions, thread, shared, keep_records } = context;
+    let ThreadContext { sessions, thread, shared, keep_records, history } = context;
     let mut driver = Driver::connect(transport, cluster, sessions.len())?;
     driver.set_txn_options(TxnOptions {
         algorithm: config.algorithm,
@@ -584,6 +597,8 @@ fn run_client_thread<T: ClientTransport>(
         driver,
         totals: ThreadTotals::new(),
         keep_records,
+        history,
+        last_handover: Instant::now(),
     };
     let cpu_before = thread_cpu_time();
     state.run()?;
@@ -627,8 +642,24 @@ impl<T: ClientTransport> ClientThread<'_, T> {
                     }
                 }
             }
+            self.hand_over_history(false);
         }
+        self.hand_over_history(true);
         Ok(())
+    }
+
+    /// Hands the records finished so far to the history stream, if there is one and it is time
+    /// (or `now`). A stopped stream reports its error at the end of the run.
+    fn hand_over_history(&mut self, now: bool) {
+        let Some(history) = &self.history else {
+            return;
+        };
+        let pending = self.totals.records.len();
+        let due = self.last_handover.elapsed() >= Duration::from_millis(HISTORY_SEND_INTERVAL_MS);
+        if pending > 0 && (now || due || pending >= HISTORY_SEND_RECORDS_MAX) {
+            history.send(std::mem::take(&mut self.totals.records));
+            self.last_handover = Instant::now();
+        }
     }
 
     fn should_stop(&self) -> bool {
@@ -725,13 +756,7 @@ fn history_record(
     let (start_ns, ok) = (in_flight.start_ns, result.is_ok());
     match result {
         Ok(TxnResult::Read(outcome)) => {
-            let mut reads = std::collections::BTreeMap::new();
-            let mut value_ts = std::collections::BTreeMap::new();
-            for (key, item) in keys.iter().zip(&outcome.items) {
-                reads.insert(key.clone(), item.ts);
-                value_ts.insert(key.clone(), history::verify_check_value(&item.value).unwrap_or(u64::MAX));
-            }
-            Some(Record::Read(ReadRecord { client, keys, reads, value_ts, start_ns, end_ns, ok }))
+            Some(Record::Read(ReadRecord::of_outcome(client, keys, &outcome, start_ns, end_ns)))
         }
         Ok(TxnResult::Write(outcome)) => {
             Some(Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok }))
@@ -742,7 +767,7 @@ fn history_record(
 }
 
 /// Check-mode values for `keys`: each starts with the writer's timestamp (see `history`).
-fn check_values(keys: Vec<Vec<u8>>, ts: u64, value_size: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+pub(crate) fn check_values(keys: Vec<Vec<u8>>, ts: u64, value_size: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
     keys.into_iter()
         .map(|key| {
             let mut value = vec![0u8; value_size];

@@ -16,7 +16,9 @@
 //! # Fault model
 //! A point whose benchmark fails (or whose read-atomicity check fails, with `check`) is
 //! recorded with its error, left out of the plot, marked in the table, and the run goes on;
-//! [`FiguresOutcome::problems`] lists them so the command can exit non-zero. Failing to
+//! [`FiguresOutcome::problems`] lists them so the command can exit non-zero. A checked point
+//! whose history is inconclusive (no anomaly, too little concurrency to prove anything) is no
+//! problem: each sweep's page has a table of every point's verdict and evidence. Failing to
 //! write an output file stops the run with an error.
 //!
 //! Points run one after another, each with its own embedded cluster, so they never share the
@@ -33,6 +35,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::bench::{self, BenchConfig, BenchError, BenchResult, StopAfter, TransportKind, Workload};
+use crate::checker::{Evidence, Verdict};
 use crate::progress::ProgressBar;
 use rampkv_core::protocol::ramp::Algorithm;
 use rampkv_core::types::UnknownName;
@@ -405,9 +408,9 @@ pub struct PointOutcome {
     pub write_p99_us: u64,
     pub transactions: u64,
     pub failed_transactions: u64,
-    /// The read-atomicity verdict, when checked.
+    /// The read-atomicity verdict and its evidence, when checked.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub check_clean: Option<bool>,
+    pub check: Option<PointCheck>,
     /// How an RF-RPC point batched frames into calls.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batching: Option<BatchStats>,
@@ -417,6 +420,20 @@ pub struct PointOutcome {
     /// Why the point has no result.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+/// A point's read-atomicity check: the verdict and the evidence behind it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PointCheck {
+    pub verdict: Verdict,
+    pub evidence: Evidence,
+}
+
+impl PointCheck {
+    /// Whether the check found an anomaly (violated, or not checkable).
+    pub fn found_anomaly(&self) -> bool {
+        matches!(self.verdict, Verdict::Violated | Verdict::NotCheckable)
+    }
 }
 
 /// One line (or the bars) of a figure.
@@ -476,17 +493,36 @@ impl FiguresOutcome {
                     let name = point.category.clone().unwrap_or_else(|| sweep.sweep.x_text(point.x));
                     if let Some(error) = &point.error {
                         problems.push(format!("{} {} {name}: {error}", sweep.sweep.name(), series.label));
-                    } else if point.check_clean == Some(false) {
+                    } else if let Some(check) = point.check.filter(PointCheck::found_anomaly) {
                         problems.push(format!(
-                            "{} {} {name}: read atomicity violated",
+                            "{} {} {name}: read atomicity {}",
                             sweep.sweep.name(),
-                            series.label
+                            series.label,
+                            check.verdict.label()
                         ));
                     }
                 }
             }
         }
         problems
+    }
+
+    /// Checked points whose history showed no anomaly but too little concurrency to prove
+    /// anything ("figure series point"). Not problems: a point at 100% reads has no write to
+    /// race, and a short quick-mode point few races.
+    pub fn inconclusive_points(&self) -> Vec<String> {
+        let mut points = Vec::new();
+        for sweep in &self.sweeps {
+            for series in &sweep.series {
+                for point in &series.points {
+                    if point.check.is_some_and(|check| check.verdict == Verdict::Inconclusive) {
+                        let name = point.category.clone().unwrap_or_else(|| sweep.sweep.x_text(point.x));
+                        points.push(format!("{} {} {name}", sweep.sweep.name(), series.label));
+                    }
+                }
+            }
+        }
+        points
     }
 }
 
@@ -584,7 +620,7 @@ fn measured_point(point: &PointSpec, result: &BenchResult, result_file: &Path) -
         write_p99_us: result.write.p99_us,
         transactions: result.transactions,
         failed_transactions: result.failed_transactions,
-        check_clean: result.check.as_ref().map(|report| report.is_clean()),
+        check: result.check.as_ref().map(|report| PointCheck { verdict: report.verdict(), evidence: report.evidence }),
         batching: result.batching,
         result_file: Some(result_file.to_string_lossy().replace('\\', "/")),
         error: None,
@@ -602,7 +638,7 @@ fn failed_point(point: &PointSpec, error: String) -> PointOutcome {
         write_p99_us: 0,
         transactions: 0,
         failed_transactions: 0,
-        check_clean: None,
+        check: None,
         batching: None,
         result_file: None,
         error: Some(error),

@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use super::svg::{Plot, Scale, Series, XAxis};
 use super::{FiguresConfig, FiguresOutcome, Mode, PointOutcome, Sweep, SweepOutcome, PAPER_RATIOS};
+use crate::checker::RACES_MIN;
 
 /// What every page says about the numbers.
 const EMULATION_NOTE: &str = "One-sided transports (writepoll = GET+/PUT+, and any other \
@@ -94,8 +95,8 @@ fn point_cell(point: &PointOutcome) -> String {
     if point.failed_transactions > 0 {
         let _ = write!(cell, " ({} failed txn)", point.failed_transactions);
     }
-    if point.check_clean == Some(false) {
-        cell.push_str(" VIOLATED");
+    if let Some(check) = point.check.filter(super::PointCheck::found_anomaly) {
+        let _ = write!(cell, " {}", check.verdict.label());
     }
     cell
 }
@@ -121,6 +122,7 @@ pub(super) fn sweep_markdown(config: &FiguresConfig, outcome: &SweepOutcome) -> 
         _ => line_tables(&mut text, outcome),
     }
     paper_ratio_table(&mut text, outcome);
+    check_table(&mut text, outcome);
     if !outcome.unavailable.is_empty() {
         let _ = writeln!(text, "\nNot in this build (left out of the plot and tables):\n");
         for missing in &outcome.unavailable {
@@ -230,6 +232,43 @@ fn line_tables(text: &mut String, outcome: &SweepOutcome) {
     }
 }
 
+/// Every checked point's verdict and evidence: races (reads whose round 1 alone was
+/// fractured, and how many round 2 repaired) and reads that overlapped a write of their keys.
+fn check_table(text: &mut String, outcome: &SweepOutcome) {
+    let checked = outcome.series.iter().flat_map(|series| &series.points).any(|point| point.check.is_some());
+    if !checked {
+        return;
+    }
+    let _ = writeln!(text, "\n## Read-atomicity check\n");
+    let _ = writeln!(
+        text,
+        "Per point: the verdict; races, reads whose round 1 alone was fractured (a read without RAMP's \
+         round-2 repair would have been), and how many round 2 repaired; reads that overlapped in time a \
+         write of their keys by another client. INCONCLUSIVE: no anomaly, but fewer than {RACES_MIN} races \
+         (docs/history.md, \"Evidence and verdict\").\n"
+    );
+    let _ = writeln!(text, "| series | point | verdict | races | repaired | overlapping reads |");
+    let _ = writeln!(text, "|---|---|---|---:|---:|---:|");
+    for series in &outcome.series {
+        for point in &series.points {
+            let Some(check) = point.check else { continue };
+            let evidence = check.evidence;
+            let (races, repaired) = match evidence.reads_with_round1 {
+                0 => ("not recorded".to_owned(), "-".to_owned()),
+                _ => (evidence.round1_fractured_reads.to_string(), evidence.repaired_reads.to_string()),
+            };
+            let _ = writeln!(
+                text,
+                "| {} | {} | {} | {races} | {repaired} | {} |",
+                series.label,
+                x_name(outcome, point),
+                check.verdict.label(),
+                evidence.overlapping_reads
+            );
+        }
+    }
+}
+
 /// The paper's ratios for this sweep beside ours.
 fn paper_ratio_table(text: &mut String, outcome: &SweepOutcome) {
     let ratios: Vec<_> = PAPER_RATIOS.iter().filter(|ratio| ratio.sweep == outcome.sweep).collect();
@@ -335,6 +374,16 @@ pub(super) fn index_markdown(outcome: &FiguresOutcome) -> String {
             let _ = writeln!(text, "- {problem}");
         }
     }
+    let inconclusive = outcome.inconclusive_points();
+    if !inconclusive.is_empty() {
+        let _ = writeln!(
+            text,
+            "\nRead atomicity INCONCLUSIVE (no anomaly, fewer than {RACES_MIN} races; each figure's page has \
+             the evidence) at {} points: {}.",
+            inconclusive.len(),
+            inconclusive.join(", ")
+        );
+    }
     let _ = writeln!(text, "\n{EMULATION_NOTE}");
     text
 }
@@ -342,6 +391,7 @@ pub(super) fn index_markdown(outcome: &FiguresOutcome) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checker::{Evidence, Verdict};
     use crate::figures::{SeriesOutcome, SweepPlan};
     use rampkv_net::message::BatchStats;
 
@@ -356,11 +406,60 @@ mod tests {
             write_p99_us: 40,
             transactions: 100,
             failed_transactions: 0,
-            check_clean: error.is_none().then_some(true),
+            check: None,
             batching: None,
             result_file: error.is_none().then(|| format!("results/txnsize/x-{x}.json")),
             error: error.map(String::from),
         }
+    }
+
+    fn checked(mut point: PointOutcome, verdict: Verdict, races: u64, overlapping_reads: u64) -> PointOutcome {
+        let evidence = Evidence {
+            reads_with_round1: 100,
+            round1_fractured_reads: races,
+            repaired_reads: races,
+            overlapping_reads,
+            ..Evidence::default()
+        };
+        point.check = Some(super::super::PointCheck { verdict, evidence });
+        point
+    }
+
+    #[test]
+    fn checked_points_show_their_verdict_and_evidence() {
+        let config = FiguresConfig::new(Mode::Quick, "out".into(), 1);
+        let outcome = SweepOutcome {
+            sweep: Sweep::TxnSize,
+            series: vec![series(
+                "ramp-fast-tcp",
+                vec![
+                    checked(point(1.0, 1000.0, None), Verdict::Clean, 12, 3456),
+                    checked(point(4.0, 900.0, None), Verdict::Inconclusive, 2, 800),
+                    checked(point(16.0, 800.0, None), Verdict::Violated, 7, 900),
+                ],
+            )],
+            unavailable: Vec::new(),
+            table_file: "txnsize.md".into(),
+            svg_file: "txnsize.svg".into(),
+        };
+        let markdown = sweep_markdown(&config, &outcome);
+        assert!(markdown.contains("| RAMP-FAST-TCP | 1 | clean | 12 | 12 | 3456 |"), "{markdown}");
+        assert!(markdown.contains("| RAMP-FAST-TCP | 4 | INCONCLUSIVE | 2 | 2 | 800 |"), "{markdown}");
+        assert!(markdown.contains("| RAMP-FAST-TCP | 16 | VIOLATED | 7 | 7 | 900 |"), "{markdown}");
+        assert!(markdown.contains(" VIOLATED |"), "the throughput cell is marked too: {markdown}");
+        let figures = FiguresOutcome {
+            config,
+            git_commit: "abc".into(),
+            machine: crate::bench::MachineInfo::current(),
+            load_before: String::new(),
+            load_after: String::new(),
+            sweeps: vec![outcome],
+            index_file: "out/index.md".into(),
+        };
+        assert_eq!(figures.problems(), ["txnsize RAMP-FAST-TCP 16: read atomicity VIOLATED"]);
+        assert_eq!(figures.inconclusive_points(), ["txnsize RAMP-FAST-TCP 4"]);
+        let index = index_markdown(&figures);
+        assert!(index.contains("INCONCLUSIVE") && index.contains("at 1 points: txnsize RAMP-FAST-TCP 4"), "{index}");
     }
 
     fn series(id: &str, points: Vec<PointOutcome>) -> SeriesOutcome {

@@ -200,7 +200,14 @@ impl LockingReadTxn {
             .iter()
             .map(|&index| {
                 let result = self.results[index].as_ref().expect("every key answered");
-                ReadItem { key: self.keys[index].clone(), ts: result.ts, value: result.value.clone() }
+                // Locks make the first answer the final one: no unrepaired answer to record.
+                ReadItem {
+                    key: self.keys[index].clone(),
+                    ts: result.ts,
+                    value: result.value.clone(),
+                    round1_ts: None,
+                    fetched_in_round2: false,
+                }
             })
             .collect();
         let restarts = u32::from(self.attempts.attempt);

@@ -76,6 +76,13 @@ pub struct ReadItem {
     /// Timestamp of the version returned; 0 for the initial (empty) value.
     pub ts: Timestamp,
     pub value: Vec<u8>,
+    /// What round 1 of the attempt that finished returned for this key: the answer the read
+    /// would have given without its round-2 repair (the read-atomicity checker counts the
+    /// reads whose round 1 alone was fractured). `None` where a read has no unrepaired first
+    /// answer to show (S2PL reads under locks).
+    pub round1_ts: Option<Timestamp>,
+    /// Whether round 2 of that attempt fetched this key.
+    pub fetched_in_round2: bool,
 }
 
 /// The result of a read-only transaction, one item per requested key, in request order.

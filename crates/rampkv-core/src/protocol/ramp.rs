@@ -187,6 +187,11 @@ pub struct ReadTxn {
     results: Vec<Option<VersionItem>>,
     /// What round 2 asked each key for (empty: not asked).
     repair: Vec<Selector>,
+    /// Round 1's timestamp per key, kept when round 2 is planned (it overwrites `results`);
+    /// empty otherwise. Reported with the outcome for the read-atomicity checker.
+    round1: Vec<Timestamp>,
+    /// Per key, whether round 2 of this attempt fetched it (empty: no round 2).
+    fetched_in_round2: Vec<bool>,
     parts: Vec<Part>,
     outstanding: usize,
     round: u8,
@@ -211,6 +216,8 @@ impl ReadTxn {
             key_servers,
             results: vec![None; count],
             repair: vec![Selector::Latest; count],
+            round1: Vec::new(),
+            fetched_in_round2: Vec::new(),
             parts: Vec::new(),
             outstanding: 0,
             round: 1,
@@ -226,6 +233,8 @@ impl ReadTxn {
     pub fn start(&mut self, out: &mut Vec<Outgoing>) {
         self.round = 1;
         self.results.iter_mut().for_each(|result| *result = None);
+        self.round1.clear();
+        self.fetched_in_round2.clear();
         let selector = match self.options.algorithm {
             Algorithm::RampSmall => Selector::LatestTimestamp,
             _ => Selector::Latest,
@@ -350,8 +359,11 @@ impl ReadTxn {
         if wanted.is_empty() {
             return false;
         }
+        self.round1 = (0..self.keys.len()).map(|index| self.result_ts(index)).collect();
+        self.fetched_in_round2 = vec![false; self.keys.len()];
         for (index, selector) in &wanted {
             self.repair[*index] = selector.clone();
+            self.fetched_in_round2[*index] = true;
         }
         self.round = 2;
         self.round2_keys += wanted.len() as u32;
@@ -438,7 +450,15 @@ impl ReadTxn {
                     let result = self.results[index].as_mut().expect("every key answered");
                     // The transaction is over: its keys move into the outcome too.
                     let key = std::mem::take(&mut self.keys[index]);
-                    ReadItem { key, ts: result.ts, value: std::mem::take(&mut result.value) }
+                    // Without a round 2, round 1's answer is the final one.
+                    let round1_ts = self.round1.get(index).copied().unwrap_or(result.ts);
+                    ReadItem {
+                        key,
+                        ts: result.ts,
+                        value: std::mem::take(&mut result.value),
+                        round1_ts: Some(round1_ts),
+                        fetched_in_round2: self.fetched_in_round2.get(index).copied().unwrap_or(false),
+                    }
                 }
             };
             items.push(item);

@@ -21,7 +21,7 @@ use super::ramp::{Algorithm, ReadTxn, TxnOptions, WriteTxn};
 use super::{Outgoing, ProtocolError, ReadOutcome, Step, WriteOutcome};
 use crate::cluster::Cluster;
 use crate::limits::{DRIVER_EXPIRY_SCAN_INTERVAL_MS, TXN_TIMEOUT_MS};
-use crate::types::{Timestamp, TimestampClock};
+use crate::types::{ClockError, Timestamp, TimestampClock};
 use crate::wire::{Request, Response};
 
 const SESSION_BITS: u32 = 24;
@@ -72,6 +72,9 @@ pub enum SessionError {
     Busy { session: usize },
     #[error(transparent)]
     Protocol(#[from] ProtocolError),
+    /// The session's clock cannot issue a timestamp (the wall clock is past 2033, or wrong).
+    #[error(transparent)]
+    Clock(#[from] ClockError),
 }
 
 /// The transaction a session runs: one of the four machines.
@@ -229,7 +232,7 @@ impl Sessions {
         self.check_idle(session)?;
         let txn = if self.options.algorithm == Algorithm::S2pl {
             // Locking reads need a timestamp: their age under wait-die.
-            let ts = self.sessions[session].clock.next(wall_us());
+            let ts = self.sessions[session].clock.next(wall_us())?;
             let mut txn = LockingReadTxn::new(&self.cluster, ts, keys)?;
             txn.start(&mut self.outgoing);
             ActiveTxn::LockingRead(txn)
@@ -253,7 +256,7 @@ impl Sessions {
         posts: &mut Vec<Post>,
     ) -> Result<Timestamp, SessionError> {
         self.check_idle(session)?;
-        let ts = self.sessions[session].clock.next(wall_us);
+        let ts = self.sessions[session].clock.next(wall_us)?;
         let txn = if self.options.algorithm == Algorithm::S2pl {
             let mut txn = LockingWriteTxn::new(&self.cluster, ts, build(ts))?;
             txn.start(&mut self.outgoing);
@@ -294,7 +297,8 @@ impl Sessions {
         }));
     }
 
-    /// Feeds one reply (`request_id` as posted) at `now_us`: the requests it causes go to
+    /// Feeds one reply (`request_id` as posted) at `now_us` (`wall_us` reads the wall clock
+    /// when a read's newest timestamp is to be observed): the requests it causes go to
     /// `posts`, a transaction it finishes to `completions`. A reply to no current transaction
     /// (another machine's, an abandoned transaction's) is dropped.
     pub fn on_reply(
@@ -302,6 +306,7 @@ impl Sessions {
         request_id: u64,
         response: Response,
         now_us: u64,
+        wall_us: impl FnOnce() -> u64,
         posts: &mut Vec<Post>,
         completions: &mut Vec<Completion>,
     ) {
@@ -326,7 +331,12 @@ impl Sessions {
                 self.number_outgoing(session, posts);
                 if let TxnResult::Read(outcome) = &result {
                     let newest = outcome.items.iter().map(|item| item.ts).max().unwrap_or(0);
-                    self.sessions[session].clock.observe(newest);
+                    let clock = &mut self.sessions[session].clock;
+                    // The wall clock bounds how far ahead an observed timestamp may be; it is
+                    // read only when the read would move the clock.
+                    if clock.is_behind(newest) {
+                        clock.observe(newest, wall_us());
+                    }
                 }
                 self.finish(session, Ok(result), completions);
             }

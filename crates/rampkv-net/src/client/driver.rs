@@ -150,7 +150,7 @@ impl<T: ClientTransport> Driver<T> {
         let polled = self.transport.poll(timeout, |_server, id, response| replies.push((id, response)));
         let now_us = self.now_us();
         for (id, response) in replies.drain(..) {
-            self.sessions.on_reply(id, response, now_us, &mut self.posts, &mut self.finished);
+            self.sessions.on_reply(id, response, now_us, wall_clock_us, &mut self.posts, &mut self.finished);
         }
         self.replies = replies;
         self.sessions.tick(now_us, &mut self.posts, &mut self.finished);

@@ -21,6 +21,9 @@ pub enum ClientError {
     Protocol(#[from] ProtocolError),
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// The session's clock cannot issue a timestamp (the wall clock is past 2033, or wrong).
+    #[error(transparent)]
+    Clock(#[from] rampkv_core::types::ClockError),
     #[error("the transaction did not finish in time")]
     Timeout,
     /// A transaction could not start (no such session, the session is busy), or the sessions
@@ -41,6 +44,7 @@ impl From<SessionError> for ClientError {
     fn from(error: SessionError) -> Self {
         match error {
             SessionError::Protocol(error) => ClientError::Protocol(error),
+            SessionError::Clock(error) => ClientError::Clock(error),
             error => ClientError::Session(error),
         }
     }

@@ -191,4 +191,42 @@ fn a_read_txn_repairs_from_a_compact_write_set() {
     let read_ts: Vec<Timestamp> = outcome.items.iter().map(|item| item.ts).collect();
     assert_eq!(read_ts, [20, 5, 20]);
     assert_eq!(outcome.round2_keys, 1);
+    // The outcome keeps round 1's fractured answer (z at 10) and names what round 2 fetched.
+    let round1: Vec<Option<Timestamp>> = outcome.items.iter().map(|item| item.round1_ts).collect();
+    assert_eq!(round1, [Some(20), Some(5), Some(10)]);
+    let fetched: Vec<bool> = outcome.items.iter().map(|item| item.fetched_in_round2).collect();
+    assert_eq!(fetched, [false, false, true]);
+}
+
+/// A read that needs no repair reports round 1 as its answer, and a restart forgets the
+/// round-1 answer and round-2 fetches of the attempt it abandons.
+#[test]
+fn round_one_is_reported_per_attempt() {
+    let cluster = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
+    let keys: Vec<Vec<u8>> = vec![b"x".to_vec(), b"z".to_vec()];
+    let version = |ts: Timestamp, write_set: &[&[u8]]| VersionItem {
+        ts,
+        value: ts.to_le_bytes().to_vec(),
+        metadata: Metadata::WriteSet(WriteSet::from_keys(write_set).unwrap()),
+    };
+    let mut read = ReadTxn::new(&cluster, keys, TxnOptions::default()).unwrap();
+    let mut out = Vec::new();
+    read.start(&mut out);
+    let tag = out.remove(0).tag;
+    // Attempt 0: a race, so round 2 asks for z at 20; the server has collected it.
+    let items = vec![version(20, &[b"x", b"z"]), version(10, &[b"z"])];
+    assert!(matches!(read.on_reply(tag, Response::Versions { items }, &mut out).unwrap(), Step::Pending));
+    let tag = out.remove(0).tag;
+    let gone = Response::Error { code: ErrorCode::VersionGone, message: String::new() };
+    assert!(matches!(read.on_reply(tag, gone, &mut out).unwrap(), Step::Pending));
+    // Attempt 1: no race; the outcome shows this attempt's round 1, no round-2 fetch.
+    let tag = out.remove(0).tag;
+    let items = vec![version(30, &[b"x", b"z"]), version(30, &[b"x", b"z"])];
+    let Step::Done(outcome) = read.on_reply(tag, Response::Versions { items }, &mut out).unwrap() else {
+        panic!("one round when nothing raced")
+    };
+    assert_eq!(outcome.restarts, 1);
+    for item in &outcome.items {
+        assert_eq!((item.ts, item.round1_ts, item.fetched_in_round2), (30, Some(30), false));
+    }
 }

@@ -3,19 +3,29 @@
 //!
 //! # Contract
 //! - A history is text, one [`Record`] per line as a compact JSON object, in no particular order
-//!   (threads append batches as they finish). Empty lines are allowed and skipped.
+//!   (threads append batches as they finish). Empty lines are allowed and skipped. A run's
+//!   history streams to its file while the run goes on ([`HistoryStream`]), each read after the
+//!   write records of the versions it returned, so the prefix a killed run leaves checks.
+//! - A read records what its round 1 returned (`round1`) and which keys round 2 fetched
+//!   (`round2`), where the protocol has an unrepaired first answer: the checker's evidence.
+//!   Both fields are optional, so histories written before them read as before.
 //! - Every record is validated on both sides of the file with the same rules
 //!   ([`Record::validate`]): [`HistorySink::append`] refuses to write an invalid record, and the
 //!   readers ([`HistoryReader`], [`parse_history`], [`read_history`]) refuse to return one. A
 //!   bad producer is caught where it writes, a bad file where it is read.
 //! - Reading never panics on bad input: a malformed line is a [`HistoryError`] naming the line
-//!   number and what is wrong; a line longer than [`HISTORY_LINE_BYTES_MAX`] is refused before
-//!   it is buffered whole.
+//!   number and what is wrong (a last line without newline that is not a record is
+//!   [`HistoryError::CutLastLine`]: cut by a writer that died); a line longer than
+//!   [`HISTORY_LINE_BYTES_MAX`] is refused before it is buffered whole.
 //! - Keys are byte strings; a history shows them as [`key_to_history_string`] renders them.
 //! - In check mode, every value written by the transaction with timestamp `ts` starts with `ts`
 //!   (8 bytes, little-endian) followed by a pattern derived from `ts`: see [`fill_check_value`].
 //!   A reader decodes what it got into `value_ts`, so a torn or misplaced value shows up in the
 //!   history even when the version timestamp the protocol reported looks right.
+
+mod stream;
+
+pub use stream::{HistoryFeed, HistoryStream};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -24,6 +34,7 @@ use std::io::{self, BufRead, BufReader, BufWriter, Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
+use rampkv_core::protocol::ReadOutcome;
 use serde::{Deserialize, Serialize};
 
 /// The timestamp of the initial value of every key (never written). Its value is empty.
@@ -77,6 +88,9 @@ struct RecordFields {
     reads: Option<BTreeMap<String, u64>>,
     #[serde(default)]
     value_ts: BTreeMap<String, u64>,
+    round1: Option<Vec<u64>>,
+    #[serde(default)]
+    round2: Vec<String>,
     start_ns: u64,
     end_ns: u64,
     ok: bool,
@@ -107,6 +121,8 @@ impl TryFrom<RecordFields> for Record {
                 keys: fields.keys,
                 reads: fields.reads.ok_or("a read record needs field `reads`")?,
                 value_ts: fields.value_ts,
+                round1: fields.round1,
+                round2: fields.round2,
                 start_ns: fields.start_ns,
                 end_ns: fields.end_ns,
                 ok: fields.ok,
@@ -148,6 +164,15 @@ pub struct ReadRecord {
     /// empty when values were not in check mode; then values are not checked for this read.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub value_ts: BTreeMap<String, u64>,
+    /// What round 1 of the read returned, one timestamp per entry of `keys` (same order): the
+    /// answer the read would have given without its round-2 repair. Absent where the read has
+    /// no unrepaired first answer (S2PL reads under locks) and in histories recorded before
+    /// the field existed; then the checker cannot count this read's races.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round1: Option<Vec<u64>>,
+    /// The keys round 2 fetched (empty: no round 2, and then not written).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub round2: Vec<String>,
     /// When the transaction started, from the run's one monotonic clock.
     pub start_ns: u64,
     /// When the transaction finished, same clock.
@@ -192,6 +217,10 @@ pub enum HistoryError {
     /// A line is not a valid record: bad JSON, a missing or mistyped field, or a broken rule.
     #[error("{origin}:{line}: malformed history record: {reason}")]
     Malformed { origin: String, line: u64, reason: String },
+    /// The last line has no newline and is not a record: cut short by a writer that died
+    /// (a benchmark killed while its history streamed out). The checker leaves it out.
+    #[error("{origin}:{line}: last line cut short ({bytes} bytes, no newline): {reason}")]
+    CutLastLine { origin: String, line: u64, bytes: u64, reason: String },
 }
 
 impl Record {
@@ -256,11 +285,14 @@ impl WriteRecord {
 impl ReadRecord {
     /// Rules: the transaction does not end before it starts; every key of `reads` was asked for
     /// (`keys`); every key of `value_ts` has a `reads` entry; an ok read has a `reads` entry for
-    /// every key asked for.
+    /// every key asked for; `round1`, if present, has one entry per entry of `keys` (for a key
+    /// asked for twice, the first entry counts); every key of `round2` was asked for, and
+    /// `round2` comes only with `round1`.
     ///
     /// # Errors
     /// A description of the first broken rule.
     pub fn validate(&self) -> Result<(), String> {
+        self.validate_rounds()?;
         validate_times(self.start_ns, self.end_ns)?;
         let asked: BTreeSet<&str> = self.keys.iter().map(String::as_str).collect();
         if let Some(key) = self.reads.keys().find(|key| !asked.contains(key.as_str())) {
@@ -275,6 +307,51 @@ impl ReadRecord {
             }
         }
         Ok(())
+    }
+}
+
+impl ReadRecord {
+    /// The record of an ok read: `keys` as asked for (rendered by [`key_to_history_string`]),
+    /// and from `outcome` (one item per key, in the same order) each version's timestamp, the
+    /// timestamp its value carries ([`value_ts_of`]), round 1's answer and the keys round 2
+    /// fetched.
+    pub fn of_outcome(client: u64, keys: Vec<String>, outcome: &ReadOutcome, start_ns: u64, end_ns: u64) -> Self {
+        let mut reads = BTreeMap::new();
+        let mut value_ts = BTreeMap::new();
+        let mut round2 = Vec::new();
+        for (key, item) in keys.iter().zip(&outcome.items) {
+            reads.insert(key.clone(), item.ts);
+            value_ts.insert(key.clone(), value_ts_of(&item.value));
+            if item.fetched_in_round2 && !round2.contains(key) {
+                round2.push(key.clone());
+            }
+        }
+        // Every item of a read has round 1, or none has (S2PL).
+        let round1 = outcome.items.iter().map(|item| item.round1_ts).collect();
+        Self { client, keys, reads, value_ts, round1, round2, start_ns, end_ns, ok: true }
+    }
+
+    fn validate_rounds(&self) -> Result<(), String> {
+        match &self.round1 {
+            Some(round1) if round1.len() != self.keys.len() => {
+                return Err(format!("\"round1\" has {} entries for {} keys", round1.len(), self.keys.len()));
+            }
+            Some(_) => {}
+            None if !self.round2.is_empty() => return Err("\"round2\" needs \"round1\"".to_owned()),
+            None => {}
+        }
+        // `reads` (a map) names every key of an ok read: a quick test before the linear one.
+        let asked = |key: &String| self.reads.contains_key(key) || self.keys.contains(key);
+        if let Some(key) = self.round2.iter().find(|key| !asked(key)) {
+            return Err(format!("\"round2\" has key {key:?}, which is not in \"keys\""));
+        }
+        Ok(())
+    }
+
+    /// Round 1's timestamp of `key`, if the read recorded its round 1 and asked for `key`.
+    pub fn round1_ts(&self, key: &str) -> Option<u64> {
+        let position = self.keys.iter().position(|asked| asked == key)?;
+        self.round1.as_ref()?.get(position).copied()
     }
 }
 
@@ -502,9 +579,10 @@ impl HistorySink {
 /// A streaming reader of a history: yields each record with its line number.
 ///
 /// Empty (or all-whitespace) lines are skipped. After a malformed line the reader goes on with
-/// the next one, so a caller may choose to skip bad lines (a run killed mid-write leaves a
-/// truncated last line); after an I/O error or an over-long line it ends, because the position
-/// in the input is no longer at a line start.
+/// the next one, so a caller may choose to skip bad lines; after an I/O error or an over-long
+/// line it ends, because the position in the input is no longer at a line start. A last line
+/// without a newline that is not a record is [`HistoryError::CutLastLine`], not `Malformed`:
+/// a run killed mid-write leaves one, and a checker may leave it out.
 #[derive(Debug)]
 pub struct HistoryReader<R> {
     reader: R,
@@ -541,8 +619,15 @@ impl<R: BufRead> HistoryReader<R> {
     }
 
     fn parse_buffer(&self) -> Result<NumberedRecord, HistoryError> {
-        let malformed =
-            |reason: String| HistoryError::Malformed { origin: self.origin.clone(), line: self.line, reason };
+        let origin = self.origin.clone();
+        let line = self.line;
+        // Only the last line of the input can lack its newline.
+        let cut = self.buffer.last() != Some(&b'\n');
+        let bytes = self.buffer.len() as u64;
+        let malformed = |reason: String| match cut {
+            true => HistoryError::CutLastLine { origin: origin.clone(), line, bytes, reason },
+            false => HistoryError::Malformed { origin: origin.clone(), line, reason },
+        };
         let record: Record = serde_json::from_slice(&self.buffer).map_err(|error| malformed(error.to_string()))?;
         record.validate().map_err(malformed)?;
         Ok(NumberedRecord { line: self.line, record })
@@ -621,6 +706,8 @@ mod tests {
             keys: reads.keys().cloned().collect(),
             value_ts: if with_values { reads.clone() } else { BTreeMap::new() },
             reads,
+            round1: None,
+            round2: Vec::new(),
             start_ns: 300,
             end_ns: 400,
             ok: true,
@@ -692,6 +779,7 @@ mod tests {
         let mut text = sample_history_text();
         text.push('\n'); // line 4: empty, skipped
         text.push_str(r#"{"type":"write","client":3,"ts":"soon","keys":[],"start_ns":1,"end_ns":2,"ok":true}"#);
+        text.push('\n');
         let error = parse_history(text.as_bytes()).expect_err("ts must be a number");
         let HistoryError::Malformed { line, .. } = &error else {
             panic!("expected a malformed-line error, got {error}");
@@ -790,7 +878,7 @@ mod tests {
         }
 
         #[test]
-        fn truncated_line_is_an_error_on_line_one(cut in 0usize..1000, which in 0usize..3) {
+        fn cut_line_is_a_cut_last_line_error_on_line_one(cut in 0usize..1000, which in 0usize..3) {
             let text = sample_history_text();
             let line = text.lines().nth(which).unwrap_or_default();
             let cut = cut % (line.len() + 1);
@@ -800,8 +888,13 @@ mod tests {
             } else if cut == line.len() {
                 prop_assert!(result.is_ok());
             } else {
-                let is_line_one = matches!(result, Err(HistoryError::Malformed { line: 1, .. }));
-                prop_assert!(is_line_one, "cut at {}: {:?}", cut, result);
+                let is_cut_line_one = matches!(result, Err(HistoryError::CutLastLine { line: 1, .. }));
+                prop_assert!(is_cut_line_one, "cut at {}: {:?}", cut, result);
+                let mut terminated = line.as_bytes()[..cut].to_vec();
+                terminated.push(b'\n');
+                let result = parse_history(terminated.as_slice());
+                let is_malformed_line_one = matches!(result, Err(HistoryError::Malformed { line: 1, .. }));
+                prop_assert!(is_malformed_line_one, "cut at {} with a newline: {:?}", cut, result);
             }
         }
 

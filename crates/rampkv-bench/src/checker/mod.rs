@@ -19,15 +19,28 @@
 //!   started and is newer than what the read returned for `k`. RAMP promises read atomicity,
 //!   not freshness across clients, so this only measures how fresh reads were.
 //!
-//! [`Report::is_clean`] means no garbage and no fractured read. The checker never panics, even
-//! on records that break [`Record::validate`] (built in code rather than read from a file).
+//! Beside the findings, the report carries the [`Evidence`] the history offers (how many reads
+//! overlapped writes of their keys, how many raced a write at the servers and were repaired)
+//! and a [`Verdict`]: violated, not checkable, clean, or inconclusive when the history shows
+//! too little concurrency to prove anything (see [`verdict`]). [`Report::is_clean`] means only
+//! "no garbage and no fractured read"; [`Report::verdict`] says whether that is evidence. The
+//! checker never panics, even on records that break [`Record::validate`] (built in code rather
+//! than read from a file).
 //!
 //! # Cost
 //! Writes are indexed by timestamp in a hash map, and per key sorted by `end_ns` with a running
-//! maximum of `ts`, so each stale check is one binary search. A read of `n` keys costs the sizes
-//! of the writes it read from, summed over its keys: total work is O(sum of transaction sizes
-//! squared), memory O(writes). [`check_file`] streams the file twice (writes, then reads) so the
-//! reads, most of a typical history, are never all held in memory.
+//! maximum of `ts`, so each stale check is one binary search, and per key as intervals sorted by
+//! start in an implicit tree of latest ends (`overlap.rs`), so finding the writes a read
+//! overlapped costs O(log n) per key plus the overlaps found. A read of `n` keys costs the sizes
+//! of the writes it read from (twice when it recorded round 1), summed over its keys: total work
+//! is O(sum of transaction sizes squared), memory O(writes). [`check_file`] streams the file
+//! twice (writes, then reads) so the reads, most of a typical history, are never all held in
+//! memory.
+
+mod overlap;
+pub mod verdict;
+
+pub use verdict::{Evidence, Verdict, EXIT_CLEAN, EXIT_INCONCLUSIVE, EXIT_VIOLATED, RACES_MIN};
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -37,6 +50,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::history::{self, HistoryError, ReadRecord, Record, WriteRecord, TIMESTAMP_INITIAL, VALUE_TS_CORRUPT};
+use crate::limits::CHECKER_TIME_OVERLAPS_SCAN_MAX;
+use overlap::{Interval, OverlapIndex};
 
 /// Examples kept per class of finding; findings beyond this are counted, not kept, so a report
 /// stays small however broken the history is.
@@ -239,13 +254,51 @@ pub struct Report {
     pub garbage_examples: Vec<GarbageExample>,
     pub fractured_examples: Vec<FracturedExample>,
     pub stale_examples: Vec<StaleExample>,
+    /// How much the history exposed its reads to concurrent writes.
+    #[serde(default)]
+    pub evidence: Evidence,
+    /// The verdict: anomalies first, then whether the evidence suffices.
+    #[serde(default)]
+    pub verdict: Verdict,
+    /// The history file's last line was cut (no newline, not a record): a run killed while
+    /// writing. It was left out; every whole line was checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_last_line: Option<CutLine>,
+}
+
+/// A last line cut short, left out of the check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CutLine {
+    /// Its 1-based line number.
+    pub line: u64,
+    /// The bytes it had.
+    pub bytes: u64,
 }
 
 impl Report {
-    /// True when the history is read-atomic: no garbage and no fractured read. Stale reads do
-    /// not count: RAMP does not promise freshness across clients.
+    /// True when no anomaly was found: no garbage and no fractured read. Stale reads do not
+    /// count: RAMP does not promise freshness across clients. This says nothing about whether
+    /// the history could have shown an anomaly: see [`Report::verdict`].
     pub fn is_clean(&self) -> bool {
         self.garbage == 0 && self.fractured == 0
+    }
+
+    /// The verdict (computed when the check ends).
+    pub fn verdict(&self) -> Verdict {
+        self.verdict
+    }
+
+    /// Decides the verdict from the counts; called once every record was checked.
+    fn conclude(&mut self) {
+        self.verdict = if self.fractured == 0 && self.garbage > 0 && self.garbage == self.older_than_history {
+            Verdict::NotCheckable
+        } else if !self.is_clean() {
+            Verdict::Violated
+        } else if self.evidence.is_sufficient() {
+            Verdict::Clean
+        } else {
+            Verdict::Inconclusive
+        };
     }
 
     fn note_garbage(&mut self, make_example: impl FnOnce() -> GarbageExample) {
@@ -274,14 +327,33 @@ fn keep_example<T>(examples: &mut Vec<T>, make_example: impl FnOnce() -> T) {
 
 impl fmt::Display for Report {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let verdict = if self.is_clean() {
-            "clean (no garbage, no fractured reads)"
-        } else if self.fractured == 0 && self.garbage == self.older_than_history {
-            "NOT CHECKABLE (reads returned versions older than this history)"
-        } else {
-            "VIOLATED"
-        };
-        writeln!(formatter, "read atomicity: {verdict}")?;
+        let evidence = &self.evidence;
+        let summary = format!(
+            "{} races repaired by round 2, {} reads overlapped a write",
+            evidence.repaired_reads, evidence.overlapping_reads
+        );
+        match self.verdict {
+            Verdict::Clean => writeln!(formatter, "read atomicity: clean (no garbage, no fractured reads; {summary})")?,
+            Verdict::Inconclusive => writeln!(
+                formatter,
+                "read atomicity: INCONCLUSIVE (no garbage, no fractured reads, but too little concurrency to \
+                 prove anything: {}; {summary})",
+                evidence.shortfall()
+            )?,
+            Verdict::NotCheckable => {
+                writeln!(formatter, "read atomicity: NOT CHECKABLE (reads returned versions older than this history)")?
+            }
+            Verdict::Violated => writeln!(formatter, "read atomicity: VIOLATED")?,
+        }
+        write_evidence(formatter, evidence)?;
+        if let Some(cut) = self.cut_last_line {
+            writeln!(
+                formatter,
+                "  last line {} cut short ({} bytes, no newline; a run killed while writing?): left out, \
+                 every whole line checked",
+                cut.line, cut.bytes
+            )?;
+        }
         writeln!(
             formatter,
             "  reads checked: {} ({} failed, not checked); writes: {} ({} failed: may have taken effect)",
@@ -306,6 +378,24 @@ impl fmt::Display for Report {
         write_examples(formatter, "fractured", self.fractured, &self.fractured_examples)?;
         write_examples(formatter, "stale", self.stale, &self.stale_examples)
     }
+}
+
+fn write_evidence(formatter: &mut fmt::Formatter<'_>, evidence: &Evidence) -> fmt::Result {
+    writeln!(
+        formatter,
+        "  evidence: {} reads overlapped in time a write of one of their keys by another client, {} of them \
+         a write of two or more",
+        evidence.overlapping_reads, evidence.contended_reads
+    )?;
+    if evidence.reads_with_round1 == 0 {
+        return writeln!(formatter, "  races: not recorded (no read of this history records its round 1)");
+    }
+    writeln!(
+        formatter,
+        "  races: {} reads' round 1 alone was fractured (would have been fractured without round 2), {} of them \
+         repaired by round 2; {} of {} reads ran round 2",
+        evidence.round1_fractured_reads, evidence.repaired_reads, evidence.round2_reads, evidence.reads_with_round1
+    )
 }
 
 fn write_examples<T: fmt::Display>(
@@ -349,6 +439,17 @@ struct ResolvedRead {
     writer: Option<usize>,
 }
 
+/// A fracture: (the key read too old, the key whose writer also wrote it, that writer).
+type Violation = (ResolvedRead, ResolvedRead, usize);
+
+/// Buffers reused from read to read.
+#[derive(Default)]
+struct Scratch {
+    resolved: Vec<ResolvedRead>,
+    violations: Vec<Violation>,
+    writers: Vec<usize>,
+}
+
 /// Every write of a history, indexed for the read checks.
 ///
 /// Keys are interned to dense ids and each write's keys stored as one flat slice of ids: the
@@ -366,6 +467,10 @@ struct WriteIndex<'a> {
     written_key_offsets: Vec<usize>,
     /// Per key id, its ok writes sorted by `end_ns` with a running newest timestamp.
     finished_by_key: Vec<Vec<FinishedWrite>>,
+    /// Per key id, every write as a time interval, to find the writes a read overlapped.
+    overlaps: OverlapIndex,
+    /// Every write as a time interval (one key, 0).
+    all_writes: OverlapIndex,
     /// The smallest timestamp of any write (`u64::MAX` without writes).
     oldest_ts: u64,
 }
@@ -382,6 +487,8 @@ impl<'a> WriteIndex<'a> {
             written_key_ids: Vec::new(),
             written_key_offsets: Vec::with_capacity(writes.len() + 1),
             finished_by_key: Vec::new(),
+            overlaps: OverlapIndex::default(),
+            all_writes: OverlapIndex::default(),
             oldest_ts: writes.iter().map(|write| write.record.ts).min().unwrap_or(u64::MAX),
         };
         index.written_key_offsets.push(0);
@@ -395,7 +502,26 @@ impl<'a> WriteIndex<'a> {
         }
         index.writes = writes;
         index.finished_by_key = index.finished_writes_by_key();
+        (index.overlaps, index.all_writes) = index.write_intervals();
         index
+    }
+
+    /// Per key id, every write (ok or not: a failed write may still have taken effect) as its
+    /// time interval, once per write even if it names the key twice; and every write in one
+    /// index (key 0 of the second).
+    fn write_intervals(&self) -> (OverlapIndex, OverlapIndex) {
+        let mut by_key: Vec<Vec<Interval>> = vec![Vec::new(); self.key_names.len()];
+        let mut all = Vec::with_capacity(self.writes.len());
+        for (writer, write) in self.writes.iter().enumerate() {
+            let interval = Interval { start_ns: write.record.start_ns, end_ns: write.record.end_ns, writer };
+            all.push(interval);
+            for &key_id in self.written_key_ids(writer) {
+                if by_key[key_id].last().is_none_or(|last| last.writer != writer) {
+                    by_key[key_id].push(interval);
+                }
+            }
+        }
+        (OverlapIndex::build(by_key), OverlapIndex::build(vec![all]))
     }
 
     fn intern(&mut self, key: &'a str) -> usize {
@@ -441,17 +567,121 @@ impl<'a> WriteIndex<'a> {
         by_key
     }
 
-    /// Checks one read. `resolved` is scratch space, reused across reads to spare allocations.
-    fn check_read(&self, location: Location, read: &ReadRecord, resolved: &mut Vec<ResolvedRead>, report: &mut Report) {
+    /// Checks one read. `scratch` is reused across reads to spare allocations.
+    fn check_read(&self, location: Location, read: &ReadRecord, scratch: &mut Scratch, report: &mut Report) {
         if !read.ok {
             report.reads_not_ok += 1;
             return;
         }
         report.reads_checked += 1;
         check_values(location, read, report);
-        self.resolve(location, read, resolved, report);
-        self.check_fractured(location, read, resolved, report);
-        self.check_stale(location, read, resolved, report);
+        self.resolve(location, read, &mut scratch.resolved, report);
+        let fractured = self.check_fractured(location, read, &scratch.resolved, &mut scratch.violations, report);
+        self.check_stale(location, read, &scratch.resolved, report);
+        self.note_overlaps(read, &scratch.resolved, &mut scratch.writers, &mut report.evidence);
+        if let Some(round1) = &read.round1 {
+            let evidence = &mut report.evidence;
+            evidence.reads_with_round1 += 1;
+            evidence.round2_reads += u64::from(!read.round2.is_empty());
+            self.resolve_round1(read, round1, &mut scratch.resolved);
+            if self.find_fractures(&scratch.resolved, &mut scratch.violations) {
+                evidence.round1_fractured_reads += 1;
+                evidence.repaired_reads += u64::from(!fractured);
+            }
+        }
+    }
+
+    /// Counts the read as overlapping if some write of one of its keys by another client
+    /// overlapped it in time, and as contended if one such write wrote two or more of its
+    /// keys. `resolved` holds the read's distinct keys (the ones some write wrote), by key id.
+    ///
+    /// Usually few writes of any key overlap a read in time: then one query of the index of
+    /// all writes finds them, and each one's keys are compared with the read's. When more than
+    /// [`CHECKER_TIME_OVERLAPS_SCAN_MAX`] do (many clients), one query per key of the read
+    /// finds only the writes of its keys. On the checker's synthetic history of a million
+    /// records (8 keys per transaction), per-key queries for every read cost about 3 s of CPU,
+    /// the one query of all writes about 1 s (2-core machine, under load).
+    fn note_overlaps(
+        &self,
+        read: &ReadRecord,
+        resolved: &[ResolvedRead],
+        writers: &mut Vec<usize>,
+        evidence: &mut Evidence,
+    ) {
+        writers.clear();
+        let few = self.all_writes.visit(0, read.start_ns, read.end_ns, &mut |interval| {
+            writers.push(interval.writer);
+            writers.len() <= CHECKER_TIME_OVERLAPS_SCAN_MAX
+        });
+        let (overlapping, contended) = match few {
+            true => self.shared_keys_of_writers(read, resolved, writers),
+            false => self.overlaps_per_key(read, resolved, writers),
+        };
+        evidence.overlapping_reads += u64::from(overlapping);
+        evidence.contended_reads += u64::from(contended);
+    }
+
+    /// (overlapping, contended) from `writers`, the writes that overlapped the read in time.
+    fn shared_keys_of_writers(&self, read: &ReadRecord, resolved: &[ResolvedRead], writers: &[usize]) -> (bool, bool) {
+        let mut overlapping = false;
+        for &writer in writers {
+            if self.writes[writer].record.client == read.client {
+                continue;
+            }
+            // Distinct keys of the read this write wrote: a write may name a key twice.
+            let mut first_shared = None;
+            for &key_id in self.written_key_ids(writer) {
+                if resolved.binary_search_by_key(&key_id, |entry| entry.key_id).is_err() {
+                    continue;
+                }
+                match first_shared {
+                    None => first_shared = Some(key_id),
+                    Some(first) if first != key_id => return (true, true),
+                    Some(_) => {}
+                }
+            }
+            overlapping |= first_shared.is_some();
+        }
+        (overlapping, false)
+    }
+
+    /// (overlapping, contended) from one query per key of the read.
+    fn overlaps_per_key(&self, read: &ReadRecord, resolved: &[ResolvedRead], writers: &mut Vec<usize>) -> (bool, bool) {
+        writers.clear();
+        for entry in resolved {
+            self.overlaps.visit(entry.key_id, read.start_ns, read.end_ns, &mut |interval| {
+                if self.writes[interval.writer].record.client != read.client {
+                    writers.push(interval.writer);
+                }
+                true
+            });
+        }
+        // A key lists a write once (see `write_intervals_by_key`), so a repeat is one write of
+        // two of the read's keys.
+        writers.sort_unstable();
+        (!writers.is_empty(), writers.windows(2).any(|pair| pair[0] == pair[1]))
+    }
+
+    /// Resolves round 1's answer into `resolved`, sorted by key id: per distinct key (the first
+    /// entry of a key asked for twice), the timestamp and its writer if that write wrote the
+    /// key. Versions round 1 got that no write has are not findings (the final answer is what
+    /// the read returned); they just cannot witness a fracture.
+    fn resolve_round1(&self, read: &ReadRecord, round1: &[u64], resolved: &mut Vec<ResolvedRead>) {
+        resolved.clear();
+        for (key, &ts) in read.keys.iter().zip(round1) {
+            let Some(&key_id) = self.key_ids.get(key.as_str()) else {
+                continue;
+            };
+            let writer = self
+                .writer_by_ts
+                .get(&ts)
+                .copied()
+                .filter(|&writer| ts != TIMESTAMP_INITIAL && self.written_key_ids(writer).contains(&key_id));
+            resolved.push(ResolvedRead { key_id, ts, writer });
+        }
+        // A stable sort keeps the first entry of a repeated key first, for dedup to keep it.
+        resolved.sort_by_key(|entry| entry.key_id);
+        resolved.dedup_by_key(|entry| entry.key_id);
     }
 
     /// Resolves the read's keys into `resolved`, sorted by key id, noting reads of versions
@@ -499,10 +729,10 @@ impl<'a> WriteIndex<'a> {
         }
     }
 
-    fn check_fractured(&self, location: Location, read: &ReadRecord, resolved: &[ResolvedRead], report: &mut Report) {
-        // (sibling, key) pairs where the sibling was read older than the key's writer. Empty
-        // for almost every read, so the vector almost never allocates.
-        let mut violations: Vec<(ResolvedRead, ResolvedRead, usize)> = Vec::new();
+    /// Fills `violations` with the (sibling, key, writer) triples where the read returned the
+    /// sibling older than the key's writer, which also wrote the sibling; true if any.
+    fn find_fractures(&self, resolved: &[ResolvedRead], violations: &mut Vec<Violation>) -> bool {
+        violations.clear();
         for entry in resolved {
             let Some(writer) = entry.writer else {
                 continue;
@@ -516,8 +746,20 @@ impl<'a> WriteIndex<'a> {
                 }
             }
         }
-        if violations.is_empty() {
-            return;
+        !violations.is_empty()
+    }
+
+    /// Notes the read's fractured findings; true if there were any.
+    fn check_fractured(
+        &self,
+        location: Location,
+        read: &ReadRecord,
+        resolved: &[ResolvedRead],
+        violations: &mut Vec<Violation>,
+        report: &mut Report,
+    ) -> bool {
+        if !self.find_fractures(resolved, violations) {
+            return false;
         }
         // One finding per missed key, witnessed by the newest write that required it.
         violations.sort_unstable_by(|(left_sibling, left, _), (right_sibling, right, _)| {
@@ -525,7 +767,7 @@ impl<'a> WriteIndex<'a> {
         });
         violations.dedup_by(|(later, _, _), (earlier, _, _)| later.key_id == earlier.key_id);
         report.fractured_reads += 1;
-        for (sibling, entry, writer) in violations {
+        for &(sibling, entry, writer) in violations.iter() {
             report.note_fractured(|| FracturedExample {
                 read: TransactionRef::of_read(location, read),
                 writer: self.write_ref(writer),
@@ -535,6 +777,7 @@ impl<'a> WriteIndex<'a> {
                 sibling_ts: sibling.ts,
             });
         }
+        true
     }
 
     fn check_stale(&self, location: Location, read: &ReadRecord, resolved: &[ResolvedRead], report: &mut Report) {
@@ -621,43 +864,68 @@ pub fn check(records: &[Record]) -> Report {
         .collect();
     let mut report = Report::default();
     let index = WriteIndex::build(writes, &mut report);
-    let mut resolved = Vec::new();
+    let mut scratch = Scratch::default();
     for (record_index, record) in records.iter().enumerate() {
         if let Record::Read(read) = record {
-            index.check_read(location(record_index), read, &mut resolved, &mut report);
+            index.check_read(location(record_index), read, &mut scratch, &mut report);
         }
     }
+    report.conclude();
     report
 }
 
 /// Checks the history file at `path`, streaming it twice: once for the writes, once for the
 /// reads. Findings name records by index and line. The file must not change between the passes
-/// (check a finished run's history).
+/// (check a finished run's history, or the prefix a killed one left).
+///
+/// A last line without a newline that is not a record was cut short by a writer that died (a
+/// killed benchmark): it is left out and named in [`Report::cut_last_line`], and every whole
+/// line is checked.
 ///
 /// # Errors
-/// The first [`HistoryError`] met in either pass: a history the checker could not read in full
-/// is not one it can vouch for.
+/// The first other [`HistoryError`] met in either pass: a history the checker could not read
+/// in full is not one it can vouch for.
 pub fn check_file(path: impl AsRef<Path>) -> Result<Report, HistoryError> {
     let path = path.as_ref();
+    let mut report = Report::default();
     let mut owned_writes = Vec::new();
     for (record_index, numbered) in history::open_history(path)?.enumerate() {
-        let numbered = numbered?;
+        let Some(numbered) = whole_line(numbered, &mut report)? else {
+            continue;
+        };
         if let Record::Write(write) = numbered.record {
             owned_writes.push((located(record_index, numbered.line), write));
         }
     }
     let writes = owned_writes.iter().map(|(location, record)| IndexedWrite { location: *location, record }).collect();
-    let mut report = Report::default();
     let index = WriteIndex::build(writes, &mut report);
-    let mut resolved = Vec::new();
+    let mut scratch = Scratch::default();
     for (record_index, numbered) in history::open_history(path)?.enumerate() {
-        let numbered = numbered?;
+        let Some(numbered) = whole_line(numbered, &mut report)? else {
+            continue;
+        };
         if let Record::Read(read) = &numbered.record {
             let location = located(record_index, numbered.line);
-            index.check_read(location, read, &mut resolved, &mut report);
+            index.check_read(location, read, &mut scratch, &mut report);
         }
     }
+    report.conclude();
     Ok(report)
+}
+
+/// The record of a whole line; `None` for a cut last line, which is noted in `report`.
+fn whole_line(
+    numbered: Result<history::NumberedRecord, HistoryError>,
+    report: &mut Report,
+) -> Result<Option<history::NumberedRecord>, HistoryError> {
+    match numbered {
+        Ok(numbered) => Ok(Some(numbered)),
+        Err(HistoryError::CutLastLine { line, bytes, .. }) => {
+            report.cut_last_line = Some(CutLine { line, bytes });
+            Ok(None)
+        }
+        Err(error) => Err(error),
+    }
 }
 
 fn located(record_index: usize, line: u64) -> Location {
@@ -665,388 +933,4 @@ fn located(record_index: usize, line: u64) -> Location {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeMap;
-    use std::time::Instant;
-
-    fn write(client: u64, ts: u64, keys: &[&str], start_ns: u64, end_ns: u64) -> Record {
-        Record::Write(WriteRecord {
-            client,
-            ts,
-            keys: keys.iter().map(ToString::to_string).collect(),
-            start_ns,
-            end_ns,
-            ok: true,
-        })
-    }
-
-    fn failed_write(client: u64, ts: u64, keys: &[&str], start_ns: u64, end_ns: u64) -> Record {
-        let mut record = write(client, ts, keys, start_ns, end_ns);
-        if let Record::Write(write) = &mut record {
-            write.ok = false;
-        }
-        record
-    }
-
-    /// A check-mode read whose values all match their versions.
-    fn read(client: u64, reads: &[(&str, u64)], start_ns: u64, end_ns: u64) -> Record {
-        let reads: BTreeMap<String, u64> = reads.iter().map(|(key, ts)| (key.to_string(), *ts)).collect();
-        Record::Read(ReadRecord {
-            client,
-            keys: reads.keys().cloned().collect(),
-            value_ts: reads.clone(),
-            reads,
-            start_ns,
-            end_ns,
-            ok: true,
-        })
-    }
-
-    fn with_value_ts(mut record: Record, key: &str, value_ts: u64) -> Record {
-        if let Record::Read(read) = &mut record {
-            read.value_ts.insert(key.to_owned(), value_ts);
-        }
-        record
-    }
-
-    fn failed(mut record: Record) -> Record {
-        if let Record::Read(read) = &mut record {
-            read.ok = false;
-        }
-        record
-    }
-
-    #[test]
-    fn clean_history_is_clean() {
-        let history = [
-            write(1, 10, &["a", "b"], 0, 10),
-            read(2, &[("a", 0), ("b", 0)], 5, 6),
-            write(1, 20, &["b", "c"], 20, 30),
-            read(2, &[("a", 10), ("b", 10), ("c", 0)], 11, 12),
-            read(3, &[("a", 10), ("b", 20), ("c", 20)], 31, 40),
-            // Concurrent with the write of ts 20: either side of it is fine.
-            read(4, &[("b", 10), ("c", 0)], 25, 26),
-            read(4, &[("b", 20), ("c", 20)], 25, 26),
-        ];
-        let report = check(&history);
-        assert!(report.is_clean(), "{report}");
-        assert_eq!(report.reads_checked, 5);
-        assert_eq!(report.writes, 2);
-        assert_eq!((report.garbage, report.fractured, report.stale), (0, 0, 0));
-        assert!(report.to_string().contains("clean"), "{report}");
-    }
-
-    #[test]
-    fn fractured_read_is_reported_with_both_transactions() {
-        let history =
-            [write(1, 10, &["a", "b"], 0, 5), write(2, 20, &["a", "b"], 6, 8), read(3, &[("a", 20), ("b", 10)], 7, 9)];
-        let report = check(&history);
-        assert!(!report.is_clean());
-        assert_eq!((report.fractured, report.fractured_reads, report.garbage), (1, 1, 0));
-        let example = &report.fractured_examples[0];
-        assert_eq!(example.read.record_index, 2);
-        assert_eq!(example.read.client, 3);
-        assert_eq!(example.writer.record_index, 1);
-        assert_eq!(example.writer.ts, Some(20));
-        assert_eq!((example.key.as_str(), example.key_ts), ("a", 20));
-        assert_eq!((example.sibling_key.as_str(), example.sibling_ts), ("b", 10));
-        let text = report.to_string();
-        assert!(text.contains("VIOLATED") && text.contains("older ts 10"), "{text}");
-    }
-
-    #[test]
-    fn fractured_against_the_initial_value() {
-        let history = [write(1, 10, &["a", "b"], 0, 5), read(3, &[("a", 10), ("b", 0)], 1, 2)];
-        let report = check(&history);
-        assert_eq!(report.fractured, 1);
-        assert_eq!(report.fractured_examples[0].sibling_ts, 0);
-    }
-
-    #[test]
-    fn one_finding_per_missed_key_with_the_newest_witness() {
-        // "c" is required at 10 (via b from ts 10) and at 20 (via a from ts 20): one finding,
-        // witnessed by ts 20, as RAMP's req[c] would be.
-        let history = [
-            write(1, 10, &["a", "b", "c"], 0, 5),
-            write(2, 20, &["a", "c"], 6, 8),
-            read(3, &[("a", 20), ("b", 10), ("c", 0)], 1, 2),
-        ];
-        let report = check(&history);
-        assert_eq!((report.fractured, report.fractured_reads), (1, 1));
-        let example = &report.fractured_examples[0];
-        assert_eq!((example.key.as_str(), example.key_ts), ("a", 20));
-        assert_eq!(example.sibling_key, "c");
-    }
-
-    #[test]
-    fn fractured_reads_of_a_write_that_failed_are_still_found() {
-        let history = [failed_write(1, 10, &["a", "b"], 0, 5), read(3, &[("a", 10), ("b", 0)], 1, 2)];
-        let report = check(&history);
-        assert_eq!((report.fractured, report.garbage), (1, 0));
-    }
-
-    #[test]
-    fn read_of_an_unknown_timestamp_is_garbage() {
-        let history = [write(1, 10, &["a"], 0, 5), read(2, &[("a", 99)], 6, 7)];
-        let report = check(&history);
-        assert!(!report.is_clean());
-        assert_eq!(report.garbage, 1);
-        let GarbageExample::UnknownVersion { read, key, ts } = &report.garbage_examples[0] else {
-            panic!("expected an unknown version: {report}");
-        };
-        assert_eq!((read.record_index, key.as_str(), *ts), (1, "a", 99));
-        assert_eq!(report.older_than_history, 0);
-        assert!(report.to_string().contains("VIOLATED"), "{report}");
-    }
-
-    #[test]
-    fn versions_older_than_the_history_are_not_clean_and_named_as_such() {
-        // A cluster holding data from an earlier run: the read returns ts 5, below every write.
-        let history = [write(1, 10, &["a"], 0, 5), read(2, &[("a", 5)], 6, 7)];
-        let report = check(&history);
-        assert!(!report.is_clean());
-        assert_eq!((report.garbage, report.older_than_history), (1, 1));
-        let text = report.to_string();
-        assert!(text.contains("NOT CHECKABLE") && text.contains("fresh cluster"), "{text}");
-        // Mixed with a real finding, the verdict stays VIOLATED.
-        let history = [write(1, 10, &["a"], 0, 5), read(2, &[("a", 5)], 6, 7), read(3, &[("a", 99)], 6, 7)];
-        let report = check(&history);
-        assert_eq!((report.garbage, report.older_than_history), (2, 1));
-        assert!(report.to_string().contains("VIOLATED"), "{report}");
-    }
-
-    #[test]
-    fn read_of_a_key_the_writer_did_not_write_is_garbage() {
-        let history = [write(1, 10, &["a"], 0, 5), read(2, &[("b", 10)], 6, 7)];
-        let report = check(&history);
-        assert_eq!(report.garbage, 1);
-        let GarbageExample::KeyNotWritten { writer, key, .. } = &report.garbage_examples[0] else {
-            panic!("expected a key not written: {report}");
-        };
-        assert_eq!((writer.record_index, key.as_str()), (0, "b"));
-    }
-
-    #[test]
-    fn value_of_another_version_is_garbage() {
-        let history = [
-            write(1, 10, &["a"], 0, 5),
-            write(1, 20, &["a"], 6, 8),
-            with_value_ts(read(2, &[("a", 10)], 2, 3), "a", 20),
-            with_value_ts(read(2, &[("a", 0)], 2, 3), "a", VALUE_TS_CORRUPT),
-        ];
-        let report = check(&history);
-        assert_eq!(report.garbage, 2);
-        let GarbageExample::ValueMismatch { ts, value_ts, .. } = &report.garbage_examples[0] else {
-            panic!("expected a value mismatch: {report}");
-        };
-        assert_eq!((*ts, *value_ts), (10, 20));
-        assert!(report.to_string().contains("failed verification"), "{report}");
-    }
-
-    #[test]
-    fn reads_without_values_skip_the_value_check() {
-        let mut record = read(2, &[("a", 10)], 6, 7);
-        if let Record::Read(read) = &mut record {
-            read.value_ts.clear();
-        }
-        let report = check(&[write(1, 10, &["a"], 0, 5), record]);
-        assert!(report.is_clean(), "{report}");
-    }
-
-    #[test]
-    fn stale_read_is_counted_but_clean() {
-        let history = [
-            write(1, 10, &["a"], 0, 5),
-            write(1, 20, &["a"], 6, 8),
-            // Started after ts 20 finished but returned 10: stale.
-            read(2, &[("a", 10)], 10, 12),
-            read(2, &[("a", 0)], 10, 12),
-            // Started while ts 20 was running: not stale.
-            read(3, &[("a", 10)], 7, 9),
-            // Started exactly when ts 20 finished: not "finished before".
-            read(3, &[("a", 10)], 8, 9),
-        ];
-        let report = check(&history);
-        assert!(report.is_clean(), "{report}");
-        assert_eq!(report.stale, 2);
-        let example = &report.stale_examples[0];
-        assert_eq!(example.newer_write.ts, Some(20));
-        assert_eq!(example.read_ts, 10);
-    }
-
-    #[test]
-    fn stale_uses_the_newest_ts_not_the_latest_finish() {
-        // ts 30 finished first, ts 20 later; a read of 20 after both is still stale.
-        let history = [write(1, 30, &["a"], 0, 2), write(2, 20, &["a"], 0, 5), read(3, &[("a", 20)], 10, 12)];
-        let report = check(&history);
-        assert_eq!(report.stale, 1);
-        assert_eq!(report.stale_examples[0].newer_write.ts, Some(30));
-    }
-
-    #[test]
-    fn failed_writes_are_readable_but_never_make_reads_stale() {
-        let history = [
-            write(1, 10, &["a"], 0, 5),
-            failed_write(1, 30, &["a"], 6, 8),
-            read(2, &[("a", 10)], 10, 12),
-            read(2, &[("a", 30)], 10, 12),
-        ];
-        let report = check(&history);
-        assert!(report.is_clean(), "{report}");
-        assert_eq!((report.stale, report.writes_not_ok), (0, 1));
-    }
-
-    #[test]
-    fn duplicate_write_timestamps_are_garbage() {
-        let history = [write(1, 10, &["a"], 0, 5), write(2, 10, &["b"], 0, 5), write(3, 10, &["c"], 0, 5)];
-        let report = check(&history);
-        assert!(!report.is_clean());
-        assert_eq!((report.garbage, report.duplicate_write_timestamps), (2, 2));
-        let GarbageExample::DuplicateWriteTimestamp { ts, first, second } = &report.garbage_examples[1] else {
-            panic!("expected a duplicate: {report}");
-        };
-        assert_eq!((*ts, first.record_index, second.record_index), (10, 0, 2));
-    }
-
-    #[test]
-    fn failed_reads_are_not_checked() {
-        let history = [write(1, 10, &["a", "b"], 0, 5), failed(read(2, &[("a", 99)], 6, 7))];
-        let report = check(&history);
-        assert!(report.is_clean(), "{report}");
-        assert_eq!((report.reads_checked, report.reads_not_ok), (0, 1));
-    }
-
-    #[test]
-    fn examples_are_bounded_but_counts_are_complete() {
-        let history: Vec<Record> = (0..30).map(|client| read(client, &[("a", 7)], 1, 2)).collect();
-        let report = check(&history);
-        assert_eq!(report.garbage, 30);
-        assert_eq!(report.garbage_examples.len(), EXAMPLES_PER_CLASS_MAX);
-        assert!(report.to_string().contains("(20 of 30)"), "{report}");
-    }
-
-    #[test]
-    fn report_serializes_to_json_and_back() {
-        let report = check(&[write(1, 10, &["a", "b"], 0, 5), read(3, &[("a", 10), ("b", 0)], 1, 2)]);
-        let json = serde_json::to_value(&report).expect("serializable");
-        assert_eq!(json["fractured"], 1);
-        assert_eq!(json["fractured_examples"][0]["writer"]["ts"], 10);
-        assert_eq!(json["fractured_examples"][0]["writer"]["kind"], "write");
-        let back: Report = serde_json::from_value(json).expect("deserializable");
-        assert_eq!(back, report);
-    }
-
-    #[test]
-    fn check_file_names_lines() {
-        let directory = tempfile::tempdir().expect("temporary directory");
-        let path = directory.path().join("history.jsonl");
-        let lines = [
-            write(1, 10, &["a", "b"], 0, 5).to_json_line(),
-            String::new(),
-            read(3, &[("a", 10), ("b", 0)], 1, 2).to_json_line(),
-        ];
-        std::fs::write(&path, lines.join("\n")).expect("write history");
-        let report = check_file(&path).expect("readable history");
-        let example = &report.fractured_examples[0];
-        assert_eq!((example.read.record_index, example.read.line), (1, Some(3)));
-        assert_eq!((example.writer.record_index, example.writer.line), (0, Some(1)));
-        assert!(report.to_string().contains("line 3"), "{report}");
-    }
-
-    #[test]
-    fn check_file_refuses_a_malformed_history() {
-        let directory = tempfile::tempdir().expect("temporary directory");
-        let path = directory.path().join("history.jsonl");
-        let text = format!("{}\n{{\"type\":\"read\"", write(1, 10, &["a"], 0, 5).to_json_line());
-        std::fs::write(&path, text).expect("write history");
-        let error = check_file(&path).expect_err("truncated last line");
-        assert!(matches!(error, HistoryError::Malformed { line: 2, .. }), "{error}");
-    }
-
-    /// SplitMix64: a seeded generator for synthetic histories, so no test depends on `rand`.
-    struct SplitMix(u64);
-
-    impl SplitMix {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let word = (self.0 ^ (self.0 >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            let word = (word ^ (word >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            word ^ (word >> 31)
-        }
-
-        fn below(&mut self, bound: u64) -> u64 {
-            self.next() % bound
-        }
-    }
-
-    /// A history of an atomic store: transactions take effect one at a time, reads see the
-    /// current state, 10% writes, `keys_per_txn` distinct keys out of `key_count`. Read-atomic
-    /// and never stale by construction.
-    fn atomic_history(seed: u64, records_count: u64, key_count: u64, keys_per_txn: u64) -> Vec<Record> {
-        let mut random = SplitMix(seed);
-        let mut state: HashMap<String, u64> = HashMap::new();
-        let mut records = Vec::with_capacity(records_count as usize);
-        for step in 0..records_count {
-            let mut keys: Vec<String> = Vec::new();
-            while (keys.len() as u64) < keys_per_txn {
-                let key = format!("k{}", random.below(key_count));
-                if !keys.contains(&key) {
-                    keys.push(key);
-                }
-            }
-            let client = random.below(64) + 1;
-            let (start_ns, end_ns) = (step * 10, step * 10 + 5);
-            if random.below(10) == 0 {
-                let ts = ((step + 1) << 16) | client;
-                for key in &keys {
-                    state.insert(key.clone(), ts);
-                }
-                let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
-                records.push(write(client, ts, &keys, start_ns, end_ns));
-            } else {
-                let reads: Vec<(&str, u64)> =
-                    keys.iter().map(|key| (key.as_str(), state.get(key).copied().unwrap_or(0))).collect();
-                records.push(read(client, &reads, start_ns, end_ns));
-            }
-        }
-        records
-    }
-
-    fn check_large_history(records_count: u64) {
-        let seed = 0x5eed_0000 + records_count;
-        println!("seed {seed:#x}, {records_count} records");
-        let mut history = atomic_history(seed, records_count, 1000, 8);
-        let clean = check(&history);
-        assert!(clean.is_clean(), "seed {seed:#x}: {clean}");
-        assert_eq!(clean.stale, 0, "seed {seed:#x}: {clean}");
-        assert!(clean.reads_checked > records_count / 2);
-
-        // Inject 50 fractured reads on fresh keys and 7 torn values: exactly those are found.
-        let base_ts = u64::MAX / 2;
-        for injected in 0..50u64 {
-            let (left, right) = (format!("x{injected}l"), format!("x{injected}r"));
-            history.push(write(1, base_ts + injected, &[left.as_str(), right.as_str()], 0, u64::MAX));
-            history.push(read(2, &[(left.as_str(), base_ts + injected), (right.as_str(), 0)], 1, 2));
-        }
-        for injected in 0..7 {
-            history.push(with_value_ts(read(3, &[("k1", 0)], 0, 1), "k1", injected + 1));
-        }
-        let started = Instant::now();
-        let report = check(&history);
-        println!("checked {} records in {:?}", history.len(), started.elapsed());
-        assert_eq!((report.fractured, report.garbage), (50, 7), "seed {seed:#x}: {report}");
-        assert_eq!(report.fractured_examples.len(), EXAMPLES_PER_CLASS_MAX);
-    }
-
-    #[test]
-    fn hundred_thousand_record_history_is_checked() {
-        check_large_history(100_000);
-    }
-
-    #[test]
-    #[ignore = "takes seconds and about a gigabyte; run with --ignored to measure"]
-    fn million_record_history_is_checked() {
-        check_large_history(1_000_000);
-    }
-}
+mod tests;

@@ -1,0 +1,269 @@
+//! The nemesis: kills server processes with SIGKILL on a schedule drawn from the run's seed,
+//! and restarts them later on the same addresses and data directories.
+//!
+//! # Fault model
+//! - `kill-one`: every kill interval (drawn from `--kill-interval` after the previous kill),
+//!   one server drawn at random is killed; after a down time drawn from `--restart-after` it
+//!   is restarted, and the nemesis waits until it serves again. A kill therefore only ever
+//!   hits a cluster whose every server is up (f = 1: one failure at a time; with replication,
+//!   every partition has its full replica set again), so a restart that takes longer than the
+//!   interval makes the next kill late; the report says by how much.
+//! - `kill-all`: the same, but every server is killed at once and all are restarted together
+//!   (persistence: every acknowledged write must survive the whole cluster dying).
+//! - `none`: no fault; the control run.
+//!
+//! The schedule (intervals, victims, down times) is a pure function of the seed: the draws come
+//! in a fixed order from one generator, whatever the timing of the run. What the run did with
+//! it (when each kill and restart happened, and the pids) is the timeline of [`Event`]s.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rampkv_ycsb::Random;
+use serde::Serialize;
+
+use super::network::Network;
+use super::servers::Servers;
+use super::{ChaosError, RunClock};
+use crate::limits::CHAOS_SLEEP_STEP_MS;
+
+/// Which faults a run injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NemesisKind {
+    /// No fault.
+    None,
+    /// SIGKILL one random server, restart it later; one at a time.
+    #[default]
+    KillOne,
+    /// SIGKILL every server at once, restart them all later.
+    KillAll,
+}
+
+impl NemesisKind {
+    /// The name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            NemesisKind::None => "none",
+            NemesisKind::KillOne => "kill-one",
+            NemesisKind::KillAll => "kill-all",
+        }
+    }
+
+    /// Parses a [name](NemesisKind::name).
+    ///
+    /// # Errors
+    /// [`ChaosError::UnknownName`] for anything else.
+    pub fn from_name(name: &str) -> Result<Self, ChaosError> {
+        match name {
+            "none" => Ok(NemesisKind::None),
+            "kill-one" => Ok(NemesisKind::KillOne),
+            "kill-all" => Ok(NemesisKind::KillAll),
+            _ => Err(ChaosError::UnknownName {
+                what: "nemesis",
+                name: name.to_owned(),
+                known: "kill-one, kill-all, none",
+            }),
+        }
+    }
+}
+
+/// What happened to a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Killed with SIGKILL.
+    Kill,
+    /// Started again (its process spawned).
+    Restart,
+    /// Serving again: every address it serves accepts connections.
+    Ready,
+}
+
+/// One line of the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Event {
+    /// Milliseconds since the workload started (the history's clock, in ms).
+    pub at_ms: u64,
+    pub server: usize,
+    pub action: Action,
+    /// The process killed, or the one started.
+    pub pid: u32,
+}
+
+/// A closed range of milliseconds, `min..=max`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct MillisecondRange {
+    pub min: u64,
+    pub max: u64,
+}
+
+impl MillisecondRange {
+    fn draw(self, random: &mut Random) -> Duration {
+        Duration::from_millis(self.min + random.below(self.max - self.min + 1))
+    }
+}
+
+/// The draws of the nemesis, in a fixed order from one generator seeded by the run's seed.
+#[derive(Debug)]
+pub(super) struct Schedule {
+    random: Random,
+    kill_interval: MillisecondRange,
+    restart_after: MillisecondRange,
+}
+
+/// Mixed into the run's seed so that the nemesis draws from a stream of its own, not the
+/// workload's.
+const NEMESIS_STREAM: u64 = 0x6E65_6D65_7369_7321;
+
+impl Schedule {
+    pub fn new(seed: u64, kill_interval: MillisecondRange, restart_after: MillisecondRange) -> Schedule {
+        assert!(kill_interval.min <= kill_interval.max && restart_after.min <= restart_after.max);
+        Schedule { random: Random::new(seed ^ NEMESIS_STREAM), kill_interval, restart_after }
+    }
+
+    /// The next kill: how long after the previous one, which servers, and how long they stay
+    /// down. Always drawn whole, so the schedule does not depend on the nemesis kind's timing.
+    fn next(&mut self, kind: NemesisKind, servers: usize) -> (Duration, Vec<usize>, Duration) {
+        let interval = self.kill_interval.draw(&mut self.random);
+        let victim = self.random.below(servers as u64) as usize;
+        let down = self.restart_after.draw(&mut self.random);
+        let victims = match kind {
+            NemesisKind::KillAll => (0..servers).collect(),
+            NemesisKind::KillOne | NemesisKind::None => vec![victim],
+        };
+        (interval, victims, down)
+    }
+}
+
+/// What the nemesis did.
+#[derive(Debug, Default)]
+pub(super) struct NemesisOutcome {
+    pub events: Vec<Event>,
+    /// How much later than scheduled the latest kill came (a restart that took longer than the
+    /// interval), in milliseconds.
+    pub late_ms_max: u64,
+}
+
+/// Runs the nemesis until `stop` is set. Servers it killed and had not restarted by then stay
+/// down: the harness restarts them for the final read.
+///
+/// # Errors
+/// A server that does not come back ([`Servers::start_ready`]), or an interruption.
+pub(super) fn run(
+    kind: NemesisKind,
+    mut schedule: Schedule,
+    servers: &mut Servers,
+    network: &Network,
+    clock: &RunClock,
+    stop: &AtomicBool,
+    interrupted: &dyn Fn() -> bool,
+    log: &dyn Fn(&str),
+) -> Result<NemesisOutcome, ChaosError> {
+    let mut outcome = NemesisOutcome::default();
+    if kind == NemesisKind::None {
+        sleep_until(None, stop);
+        return Ok(outcome);
+    }
+    let mut last_kill = clock.origin();
+    loop {
+        let (interval, victims, down) = schedule.next(kind, servers.count());
+        let due = last_kill + interval;
+        if !sleep_until(Some(due), stop) {
+            return Ok(outcome);
+        }
+        // f = 1: the previous victims were restarted and serve again (below) before this kill,
+        // and no server died on its own meanwhile (that would be a crash, reported as such).
+        servers.check_alive()?;
+        debug_assert!((0..servers.count()).all(|index| servers.is_running(index)));
+        for &victim in &victims {
+            if let Some(pid) = servers.kill(victim) {
+                outcome.events.push(Event { at_ms: clock.now_ms(), server: victim, action: Action::Kill, pid });
+                log(&format!("{:>9} kill server {victim} (pid {pid})", clock.label()));
+            }
+        }
+        last_kill = Instant::now();
+        outcome.late_ms_max = outcome.late_ms_max.max(last_kill.saturating_duration_since(due).as_millis() as u64);
+        if !sleep_until(Some(last_kill + down), stop) {
+            return Ok(outcome);
+        }
+        restart(servers, &victims, network, clock, interrupted, log, &mut outcome.events)?;
+    }
+}
+
+/// Restarts `victims` and waits until each serves, recording both in `events`.
+pub(super) fn restart(
+    servers: &mut Servers,
+    victims: &[usize],
+    network: &Network,
+    clock: &RunClock,
+    interrupted: &dyn Fn() -> bool,
+    log: &dyn Fn(&str),
+    events: &mut Vec<Event>,
+) -> Result<(), ChaosError> {
+    let restarted_ms = clock.now_ms();
+    let ready = servers.start_ready(network, victims, interrupted)?;
+    for (&server, &pid) in victims.iter().zip(&ready) {
+        events.push(Event { at_ms: restarted_ms, server, action: Action::Restart, pid });
+    }
+    let ready_ms = clock.now_ms();
+    for (&server, &pid) in victims.iter().zip(&ready) {
+        events.push(Event { at_ms: ready_ms, server, action: Action::Ready, pid });
+        log(&format!(
+            "{:>9} restart server {server} (pid {pid}), serving after {} ms",
+            RunClock::label_of(restarted_ms),
+            ready_ms - restarted_ms
+        ));
+    }
+    Ok(())
+}
+
+/// Sleeps until `until` (forever if `None`) in steps of [`CHAOS_SLEEP_STEP_MS`]; returns
+/// false as soon as `stop` is set.
+fn sleep_until(until: Option<Instant>, stop: &AtomicBool) -> bool {
+    let step = Duration::from_millis(CHAOS_SLEEP_STEP_MS);
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return false;
+        }
+        let left = match until {
+            Some(until) => until.saturating_duration_since(Instant::now()),
+            None => step,
+        };
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(step));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schedule_is_a_function_of_the_seed() {
+        let range = |min, max| MillisecondRange { min, max };
+        let draws = |seed| {
+            let mut schedule = Schedule::new(seed, range(2_000, 5_000), range(500, 1_500));
+            (0..20).map(|_| schedule.next(NemesisKind::KillOne, 3)).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(7), draws(7));
+        assert_ne!(draws(7), draws(8));
+        for (interval, victims, down) in draws(7) {
+            assert!((2_000..=5_000).contains(&(interval.as_millis() as u64)));
+            assert!((500..=1_500).contains(&(down.as_millis() as u64)));
+            assert!(victims.len() == 1 && victims[0] < 3);
+        }
+        let mut all = Schedule::new(7, range(100, 100), range(0, 0));
+        assert_eq!(all.next(NemesisKind::KillAll, 3), (Duration::from_millis(100), vec![0, 1, 2], Duration::ZERO));
+    }
+
+    #[test]
+    fn nemesis_names_parse() {
+        for kind in [NemesisKind::None, NemesisKind::KillOne, NemesisKind::KillAll] {
+            assert_eq!(NemesisKind::from_name(kind.name()).unwrap(), kind);
+        }
+        assert!(NemesisKind::from_name("kill-some").is_err());
+    }
+}

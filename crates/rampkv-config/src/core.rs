@@ -1,0 +1,802 @@
+//! One node of the configuration service, without I/O: raft-rs's core plus leases and the
+//! failure detector. The caller feeds it messages and the time, and sends what it hands back
+//! (the real node in `node.rs`, the simulated network in the tests).
+//!
+//! # What it does
+//! - Holds the committed [`Configuration`] (applied from the Raft log, or learned from a lease
+//!   grant that carried a newer one).
+//! - Every node heartbeats every other node (and itself) every `heartbeat_interval_ms`.
+//! - The Raft leader answers heartbeats with lease grants, but only after a ReadIndex round has
+//!   confirmed it was still leader after it received them, and only while it has committed an
+//!   entry of its term, applied everything in its log and has no change in flight.
+//! - The leader declares a server failed when it has heard no heartbeat from its admitted
+//!   incarnation for `lease * (1 + drift)`, and not before `lease * (1 + drift)` after it became
+//!   leader; then it proposes one change (one new epoch) promoting an in-sync backup for each
+//!   partition the server was primary of and removing it from every other replica set. It
+//!   admits restarted servers, starts their catch-up and marks it complete when they report it.
+//!
+//! # Why two primaries never serve at once (docs/replication.md, "Leases", has the argument)
+//! A server serves partition p only while [`ConfigCore::lease_valid`]: p's primary in its
+//! newest configuration is itself, and a grant's lease has not ended by its own clock. A grant
+//! is answered to a heartbeat received before a ReadIndex round that a majority confirmed; a
+//! later leader was elected after that confirmation, so every lease an earlier leader granted
+//! ends, in real time, before `lease` after the later leader took over, and the later leader
+//! waits `lease * (1 + drift)` before it declares anyone failed. Within one leader, it declares
+//! failure only `lease * (1 + drift)` after the last heartbeat it heard, and grants nothing while
+//! the change is in flight; grants after the change carry the new configuration.
+//!
+//! # Fault model
+//! Crash-stop nodes that may restart (with an empty log: `StartMode::Rejoin`), messages lost,
+//! delayed, duplicated or reordered, network partitions, clocks whose rates differ by at most
+//! `clock_drift_ppm`. Peers are members of the cluster: frames are checked, and Raft messages
+//! that would make raft-rs panic are refused, but a member that lies inside well-formed Raft
+//! messages is outside the model (as in any Raft deployment).
+
+use std::sync::Arc;
+
+use raft::eraftpb::{self, Entry, EntryType, MessageType};
+use raft::{RawNode, StateRole, Storage};
+
+use crate::configuration::{Change, Configuration, Proposal, ServerId};
+use crate::error::ConfigError;
+use crate::limits::{CONFIG_PROPOSAL_TIMEOUT_MS, CONFIG_RAFT_ENTRIES_PER_MESSAGE_MAX, CONFIG_READ_INDEX_TIMEOUT_MS};
+use crate::storage::RaftStore;
+use crate::timing::Timing;
+use crate::wire::{Heartbeat, LeaseGrant, Message};
+
+const NANOS_PER_MS: u64 = 1_000_000;
+
+/// How a node starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartMode {
+    /// With the cluster, every node at once: it votes from the start.
+    Bootstrap,
+    /// Into a running cluster after a restart: its log is gone, so it neither votes nor campaigns
+    /// until it has caught up with a leader's commit (a vote it cast before the restart is
+    /// forgotten; voting again in that term could elect two leaders).
+    Rejoin,
+}
+
+/// What a node is started with.
+#[derive(Debug, Clone)]
+pub struct CoreSettings {
+    pub me: ServerId,
+    /// This process's incarnation: `BOOTSTRAP_INCARNATION` when bootstrapping, a random
+    /// non-zero number when rejoining.
+    pub incarnation: u64,
+    pub mode: StartMode,
+    pub timing: Timing,
+    /// A fixed election timeout in ticks instead of raft-rs's random one in [election_ticks,
+    /// 2 x election_ticks), which draws from a thread-local generator no seed reaches: the
+    /// simulation gives each node its own value from its seed, so runs replay exactly.
+    pub election_ticks_fixed: Option<usize>,
+    /// Applied Raft entries kept before the log is compacted into a snapshot:
+    /// `CONFIG_LOG_ENTRIES_KEPT_MAX`, or less in tests that need a follower to catch up from a
+    /// snapshot (what a restarted node of a long-running cluster does).
+    pub log_entries_kept: u64,
+}
+
+#[derive(Debug)]
+enum VoteGate {
+    Open,
+    /// Closed until the node has applied `target` (a leader's commit index, once known).
+    Closed {
+        target: Option<u64>,
+    },
+}
+
+#[derive(Debug)]
+struct ReadRound {
+    context: Vec<u8>,
+    heartbeats: Vec<Heartbeat>,
+    issued_ns: u64,
+}
+
+#[derive(Debug)]
+struct LeaderState {
+    since_ns: u64,
+    pending: Vec<Heartbeat>,
+    read_round: Option<ReadRound>,
+    next_context: u64,
+    /// (log index, deadline) of the change in flight.
+    proposal: Option<(u64, u64)>,
+    /// (server, incarnation, partition) caught-up reports not yet committed.
+    caught_up: Vec<(ServerId, u64, u32)>,
+    /// Per server: the unadmitted incarnation whose Raft progress was last reset.
+    reset_incarnation: Vec<Option<u64>>,
+}
+
+/// One configuration-service node, without I/O.
+pub struct ConfigCore {
+    me: ServerId,
+    incarnation: u64,
+    timing: Timing,
+    log_entries_kept: u64,
+    raft: RawNode<RaftStore>,
+    configuration: Arc<Configuration>,
+    /// Bumped whenever `configuration` changes (for waiters).
+    version: u64,
+    lease_expires_ns: u64,
+    outbox: Vec<(ServerId, Message)>,
+    /// Per server: receipt time of the last heartbeat from its admitted incarnation.
+    heard_admitted_ns: Vec<u64>,
+    /// Per server: (incarnation, receipt time) of its last heartbeat of any incarnation.
+    heard_any: Vec<(u64, u64)>,
+    leader: Option<LeaderState>,
+    applied: u64,
+    next_tick_ns: u64,
+    next_heartbeat_ns: u64,
+    vote_gate: VoteGate,
+    /// Partitions this server reported caught up and that are not yet in sync.
+    caught_up_pending: Vec<u32>,
+}
+
+impl std::fmt::Debug for ConfigCore {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("ConfigCore")
+            .field("me", &self.me)
+            .field("epoch", &self.configuration.epoch())
+            .field("leader", &self.leader.is_some())
+            .finish()
+    }
+}
+
+fn raft_id(server: ServerId) -> u64 {
+    u64::from(server) + 1
+}
+
+impl ConfigCore {
+    /// A node of the cluster whose first configuration is `initial`, at time `now_ns`.
+    pub fn new(settings: CoreSettings, initial: Configuration, now_ns: u64) -> Result<ConfigCore, ConfigError> {
+        settings.timing.validate()?;
+        initial.validate()?;
+        let servers = initial.servers().len();
+        if usize::from(settings.me) >= servers {
+            return Err(ConfigError::UnknownServer { server: settings.me, servers });
+        }
+        let voters = (0..servers as ServerId).map(raft_id).collect();
+        let store = RaftStore::new(voters, initial.encode());
+        let config = raft::Config {
+            id: raft_id(settings.me),
+            election_tick: settings.timing.election_ticks,
+            heartbeat_tick: settings.timing.raft_heartbeat_ticks,
+            check_quorum: true,
+            pre_vote: true,
+            max_size_per_msg: (crate::limits::CONFIG_FRAME_BODY_BYTES_MAX / 4) as u64,
+            max_inflight_msgs: CONFIG_RAFT_ENTRIES_PER_MESSAGE_MAX as usize,
+            min_election_tick: settings.election_ticks_fixed.unwrap_or(0),
+            max_election_tick: settings.election_ticks_fixed.map_or(0, |ticks| ticks + 1),
+            ..Default::default()
+        };
+        config.validate().map_err(|error| ConfigError::Raft { message: error.to_string() })?;
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let raft =
+            RawNode::new(&config, store, &logger).map_err(|error| ConfigError::Raft { message: error.to_string() })?;
+        let vote_gate = match settings.mode {
+            StartMode::Bootstrap => VoteGate::Open,
+            StartMode::Rejoin => VoteGate::Closed { target: None },
+        };
+        Ok(ConfigCore {
+            me: settings.me,
+            incarnation: settings.incarnation,
+            timing: settings.timing,
+            log_entries_kept: settings.log_entries_kept,
+            raft,
+            configuration: Arc::new(initial),
+            version: 0,
+            lease_expires_ns: 0,
+            outbox: Vec::new(),
+            heard_admitted_ns: vec![0; servers],
+            heard_any: vec![(0, 0); servers],
+            leader: None,
+            applied: 0,
+            next_tick_ns: now_ns + settings.timing.tick_ns(),
+            next_heartbeat_ns: now_ns,
+            vote_gate,
+            caught_up_pending: Vec::new(),
+        })
+    }
+
+    /// This node's server.
+    pub fn me(&self) -> ServerId {
+        self.me
+    }
+
+    /// The newest configuration this node knows (committed).
+    pub fn configuration(&self) -> &Arc<Configuration> {
+        &self.configuration
+    }
+
+    /// Grows whenever [`ConfigCore::configuration`] changes.
+    pub fn configuration_version(&self) -> u64 {
+        self.version
+    }
+
+    /// Whether this server may serve `partition` as its primary at `now_ns` (its own clock).
+    pub fn lease_valid(&self, partition: u32, now_ns: u64) -> bool {
+        now_ns < self.lease_expires_ns
+            && self.configuration.primary_of(partition) == Some(self.me)
+            && self.configuration.is_admitted(self.me, self.incarnation)
+    }
+
+    /// When this server's lease ends, by its own clock (0: never granted).
+    pub fn lease_expires_ns(&self) -> u64 {
+        self.lease_expires_ns
+    }
+
+    /// Whether this node is the Raft leader.
+    pub fn is_leader(&self) -> bool {
+        self.leader.is_some()
+    }
+
+    /// The Raft leader this node knows of.
+    pub fn leader(&self) -> Option<ServerId> {
+        let id = self.raft.raft.leader_id;
+        (id != raft::INVALID_ID).then(|| (id - 1) as ServerId)
+    }
+
+    /// The Raft commit index.
+    pub fn commit_index(&self) -> u64 {
+        self.raft.raft.raft_log.committed
+    }
+
+    /// Whether this node votes (false while a rejoining node catches up).
+    pub fn votes(&self) -> bool {
+        matches!(self.vote_gate, VoteGate::Open)
+    }
+
+    /// When the caller should call [`ConfigCore::tick`] next, at the latest.
+    pub fn next_deadline_ns(&self) -> u64 {
+        self.next_tick_ns.min(self.next_heartbeat_ns)
+    }
+
+    /// Messages to send: (destination server, message).
+    pub fn take_outbox(&mut self) -> Vec<(ServerId, Message)> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// This server holds `partition`'s snapshot and the log since (it was catching up):
+    /// reported to the leader with every heartbeat until the configuration shows it in sync.
+    pub fn report_caught_up(&mut self, partition: u32, now_ns: u64) {
+        if !self.caught_up_pending.contains(&partition) && partition < self.configuration.partition_count() {
+            self.caught_up_pending.push(partition);
+        }
+        self.send_caught_up_reports(now_ns);
+    }
+
+    /// The transport could not hand a Raft message to server `to` (no connection, a full queue,
+    /// a failed write). raft-rs learns of losses only this way: told, it re-sends from what the
+    /// peer acknowledged instead of waiting for answers that will not come. `snapshot`: the
+    /// message was a snapshot, for which raft-rs would otherwise wait forever.
+    pub fn report_undelivered(&mut self, to: ServerId, snapshot: bool, now_ns: u64) {
+        let id = raft_id(to);
+        if to == self.me || self.raft.raft.prs().get(id).is_none() {
+            return;
+        }
+        if snapshot {
+            self.raft.report_snapshot(id, raft::SnapshotStatus::Failure);
+        }
+        self.raft.report_unreachable(id);
+        self.drive(now_ns);
+    }
+
+    /// A snapshot for server `to` was written whole to its connection. Whether it arrives is not
+    /// known; raft-rs probes from the snapshot on and sends it again if the peer lacks it.
+    pub fn report_snapshot_sent(&mut self, to: ServerId, now_ns: u64) {
+        let id = raft_id(to);
+        if to == self.me || self.raft.raft.prs().get(id).is_none() {
+            return;
+        }
+        self.raft.report_snapshot(id, raft::SnapshotStatus::Finish);
+        self.drive(now_ns);
+    }
+
+    /// Advances time: Raft ticks, heartbeats, the leader's duties.
+    pub fn tick(&mut self, now_ns: u64) {
+        if now_ns >= self.next_tick_ns {
+            // One Raft tick per call even if the caller was late: a descheduled node should
+            // not fire several election timeouts at once (Raft timing is only for liveness).
+            self.raft.tick();
+            self.next_tick_ns = (self.next_tick_ns + self.timing.tick_ns()).max(now_ns + 1);
+        }
+        if now_ns >= self.next_heartbeat_ns {
+            self.next_heartbeat_ns = now_ns + self.timing.heartbeat_interval_ns();
+            self.send_heartbeats(now_ns);
+            self.send_caught_up_reports(now_ns);
+        }
+        self.drive(now_ns);
+        self.leader_duties(now_ns);
+        self.drive(now_ns);
+    }
+
+    /// Takes a message from server `from` (already checked to come from it by the transport).
+    ///
+    /// # Errors
+    /// [`ConfigError::ProtocolViolation`] for a message a peer may not send; the caller drops
+    /// the connection.
+    pub fn receive(&mut self, from: ServerId, message: Message, now_ns: u64) -> Result<(), ConfigError> {
+        let violation = |problem| ConfigError::ProtocolViolation { peer: format!("server {from}"), problem };
+        match message {
+            Message::Raft(raft_message) => {
+                self.check_raft_message(from, &raft_message).map_err(violation)?;
+                self.step_raft(*raft_message);
+            }
+            Message::Heartbeat(heartbeat) => {
+                if heartbeat.from != from {
+                    return Err(violation("heartbeat names another server"));
+                }
+                self.on_heartbeat(heartbeat, now_ns);
+            }
+            Message::LeaseGrant(grant) => self.on_grant(grant, now_ns),
+            Message::CaughtUp { from: reporter, incarnation, partition, .. } => {
+                if reporter != from {
+                    return Err(violation("catch-up report names another server"));
+                }
+                if let Some(leader) = &mut self.leader {
+                    if !leader.caught_up.contains(&(reporter, incarnation, partition)) {
+                        leader.caught_up.push((reporter, incarnation, partition));
+                    }
+                }
+            }
+            _ => return Err(violation("message kind not sent between nodes after the hello")),
+        }
+        self.drive(now_ns);
+        Ok(())
+    }
+
+    /// Refuses what a peer may not send, and what would make raft-rs panic.
+    fn check_raft_message(&self, from: ServerId, message: &eraftpb::Message) -> Result<(), &'static str> {
+        if message.from != raft_id(from) || message.to != raft_id(self.me) {
+            return Err("raft message with the wrong sender or receiver");
+        }
+        match message.get_msg_type() {
+            MessageType::MsgHup
+            | MessageType::MsgBeat
+            | MessageType::MsgPropose
+            | MessageType::MsgUnreachable
+            | MessageType::MsgSnapStatus
+            | MessageType::MsgCheckQuorum
+            | MessageType::MsgReadIndex => Err("raft message type that never travels between our nodes"),
+            MessageType::MsgSnapshot => {
+                // Compared as sets: raft-rs keeps its voters in a hash set, whose order is not
+                // the order of the snapshot's list.
+                let mut voters = message.get_snapshot().get_metadata().get_conf_state().voters.clone();
+                voters.sort_unstable();
+                let mut ours: Vec<u64> = self.raft.raft.prs().conf().voters().ids().iter().collect();
+                ours.sort_unstable();
+                if voters != ours {
+                    return Err("raft snapshot of another voter set");
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn step_raft(&mut self, mut message: eraftpb::Message) {
+        let kind = message.get_msg_type();
+        let last_index = self.raft.raft.raft_log.last_index();
+        if kind == MessageType::MsgHeartbeat && message.commit > last_index {
+            // A leader's heartbeat commits min(what it believes we hold, its commit). After we
+            // restarted with an empty log it still believes we hold what we lost (raft-rs
+            // assumes durable logs and would panic on it), until it sees our new incarnation
+            // and resets our progress: commit only what we hold.
+            message.commit = last_index;
+        }
+        if let VoteGate::Closed { target } = &mut self.vote_gate {
+            // Not caught up: this node may have voted in the candidate's term before it lost its
+            // state, and its empty log takes any candidate's log as up to date, so raft-rs would
+            // grant. (Pre-)vote requests are not stepped at all (no answer, and the term stays),
+            // nor is a leader's order to campaign at once.
+            if matches!(kind, MessageType::MsgRequestVote | MessageType::MsgRequestPreVote | MessageType::MsgTimeoutNow)
+            {
+                return;
+            }
+            if kind == MessageType::MsgAppend && target.is_none() && message.commit > 0 {
+                *target = Some(message.commit);
+            }
+        }
+        // raft-rs refuses messages of unknown peers and local kinds with an error: nothing to do.
+        let _ = self.raft.step(message);
+    }
+
+    fn send_heartbeats(&mut self, now_ns: u64) {
+        let heartbeat = Heartbeat {
+            from: self.me,
+            incarnation: self.incarnation,
+            known_epoch: self.configuration.epoch(),
+            sent_at_ns: now_ns,
+        };
+        for server in 0..self.configuration.servers().len() as ServerId {
+            if server != self.me {
+                self.outbox.push((server, Message::Heartbeat(heartbeat)));
+            }
+        }
+        self.on_heartbeat(heartbeat, now_ns);
+    }
+
+    fn send_caught_up_reports(&mut self, now_ns: u64) {
+        let configuration = Arc::clone(&self.configuration);
+        self.caught_up_pending.retain(|partition| {
+            configuration.replica_set(*partition).is_some_and(|set| set.catching_up.contains(&self.me))
+        });
+        for partition in self.caught_up_pending.clone() {
+            let message = Message::CaughtUp {
+                from: self.me,
+                incarnation: self.incarnation,
+                partition,
+                epoch: configuration.epoch(),
+            };
+            for server in 0..configuration.servers().len() as ServerId {
+                if server != self.me {
+                    self.outbox.push((server, message.clone()));
+                }
+            }
+            let _ = self.receive(self.me, message, now_ns);
+        }
+    }
+
+    fn on_heartbeat(&mut self, heartbeat: Heartbeat, now_ns: u64) {
+        let server = usize::from(heartbeat.from);
+        if server >= self.heard_any.len() {
+            return;
+        }
+        self.heard_any[server] = (heartbeat.incarnation, now_ns);
+        if self.configuration.is_admitted(heartbeat.from, heartbeat.incarnation) {
+            self.heard_admitted_ns[server] = now_ns;
+        }
+        let admitted = self.configuration.is_admitted(heartbeat.from, heartbeat.incarnation);
+        if let Some(leader) = &mut self.leader {
+            leader.pending.retain(|pending| pending.from != heartbeat.from);
+            leader.pending.push(heartbeat);
+            if !admitted && leader.reset_incarnation[server] != Some(heartbeat.incarnation) && heartbeat.from != self.me
+            {
+                // A new incarnation: its Raft log is gone. Forget what we believed it held, so
+                // it is sent the log from the start (or a snapshot) and never counted for an
+                // entry it lost.
+                leader.reset_incarnation[server] = Some(heartbeat.incarnation);
+                let id = raft_id(heartbeat.from);
+                if let Some(progress) = self.raft.raft.mut_prs().get_mut(id) {
+                    progress.matched = 0;
+                    // A snapshot in flight went to the old process.
+                    progress.snapshot_failure();
+                    progress.become_probe();
+                    // Probe now rather than at the next Raft heartbeat's answer: the sooner it
+                    // holds the log, the sooner it votes again (see `VoteGate`).
+                    self.raft.raft.send_append(id);
+                }
+            }
+        }
+    }
+
+    fn on_grant(&mut self, grant: LeaseGrant, now_ns: u64) {
+        if grant.to != self.me || grant.incarnation != self.incarnation || grant.heartbeat_sent_at_ns > now_ns {
+            return;
+        }
+        if !grant.configuration.is_empty() {
+            match Configuration::decode(&grant.configuration) {
+                Ok(configuration) if configuration.cluster_id() == self.configuration.cluster_id() => {
+                    self.install(configuration);
+                }
+                _ => return,
+            }
+        }
+        // A grant for an epoch whose configuration we do not hold cannot be used: the leader
+        // sends the configuration with it whenever our heartbeat named an older epoch.
+        if grant.epoch > self.configuration.epoch() {
+            return;
+        }
+        let end = grant.heartbeat_sent_at_ns.saturating_add(self.timing.holder_lease_ns(grant.lease_ns));
+        self.lease_expires_ns = self.lease_expires_ns.max(end);
+    }
+
+    /// Installs a newer committed configuration (from the log, a snapshot or a grant).
+    fn install(&mut self, configuration: Configuration) {
+        if configuration.epoch() <= self.configuration.epoch() {
+            return;
+        }
+        debug_assert!(configuration.validate().is_ok());
+        for (server, (incarnation, heard_ns)) in self.heard_any.iter().enumerate() {
+            if configuration.is_admitted(server as ServerId, *incarnation) && *heard_ns > 0 {
+                self.heard_admitted_ns[server] = self.heard_admitted_ns[server].max(*heard_ns);
+            }
+        }
+        self.configuration = Arc::new(configuration);
+        self.version += 1;
+    }
+
+    /// Processes everything raft-rs has ready: send, store, apply.
+    fn drive(&mut self, now_ns: u64) {
+        // Each pass consumes one Ready; raft-rs produces a bounded number per event.
+        for _ in 0..16 {
+            if !self.raft.has_ready() {
+                return;
+            }
+            let mut ready = self.raft.ready();
+            self.send_raft(ready.take_messages());
+            if !ready.snapshot().is_empty() {
+                let snapshot = ready.snapshot().clone();
+                self.install_snapshot(snapshot);
+            }
+            let committed = ready.take_committed_entries();
+            self.apply(committed, now_ns);
+            if !ready.entries().is_empty() {
+                // raft-rs only hands us appendable entries; an error would be our bug.
+                self.raft.mut_store().append(ready.entries()).expect("raft-rs appends continue the log");
+            }
+            if let Some(hard_state) = ready.hs() {
+                self.raft.mut_store().set_hard_state(hard_state.clone());
+            }
+            if let Some(soft_state) = ready.ss() {
+                self.on_role(soft_state.raft_state, now_ns);
+            }
+            let read_states = ready.take_read_states();
+            self.send_raft(ready.take_persisted_messages());
+            let mut light = self.raft.advance(ready);
+            if let Some(commit) = light.commit_index() {
+                self.raft.mut_store().set_commit(commit);
+            }
+            self.send_raft(light.take_messages());
+            self.apply(light.take_committed_entries(), now_ns);
+            self.raft.advance_apply();
+            for state in read_states {
+                self.on_read_state(&state.request_ctx, now_ns);
+            }
+        }
+    }
+
+    fn send_raft(&mut self, messages: Vec<eraftpb::Message>) {
+        for message in messages {
+            if let VoteGate::Closed { .. } = self.vote_gate {
+                let kind = message.get_msg_type();
+                // The other side of the gate in `step_raft`: vote requests never reach raft-rs,
+                // so it cannot have granted one.
+                assert!(
+                    !matches!(kind, MessageType::MsgRequestVoteResponse | MessageType::MsgRequestPreVoteResponse),
+                    "a node that has not caught up answered a vote request"
+                );
+                // raft-rs campaigns on its election timeout; a node that has not caught up
+                // keeps its campaign to itself (it could only win with votes it must not count on).
+                if matches!(kind, MessageType::MsgRequestVote | MessageType::MsgRequestPreVote) {
+                    continue;
+                }
+            }
+            let to = (message.to - 1) as ServerId;
+            self.outbox.push((to, Message::Raft(Box::new(message))));
+        }
+    }
+
+    fn install_snapshot(&mut self, snapshot: eraftpb::Snapshot) {
+        let index = snapshot.get_metadata().index;
+        if let Ok(configuration) = Configuration::decode(&snapshot.data) {
+            if configuration.cluster_id() == self.configuration.cluster_id() {
+                self.install(configuration);
+            }
+        }
+        if self.raft.mut_store().apply_snapshot(snapshot).is_ok() {
+            self.applied = self.applied.max(index);
+        }
+    }
+
+    fn apply(&mut self, entries: Vec<Entry>, now_ns: u64) {
+        for entry in entries {
+            self.applied = entry.index;
+            if entry.get_entry_type() != EntryType::EntryNormal || entry.data.is_empty() {
+                continue;
+            }
+            // A proposal that does not apply (made against an older epoch) is skipped by every
+            // node alike: applying is a pure function of the configuration and the entry.
+            if let Ok(proposal) = Proposal::decode(&entry.data) {
+                if let Ok(next) = self.configuration.apply(&proposal) {
+                    self.install(next);
+                }
+            }
+        }
+        if let VoteGate::Closed { target: Some(target) } = self.vote_gate {
+            if self.applied >= target {
+                self.vote_gate = VoteGate::Open;
+            }
+        }
+        if let Some(leader) = &mut self.leader {
+            if leader.proposal.is_some_and(|(index, _)| index <= self.applied) {
+                leader.proposal = None;
+            }
+        }
+        self.compact();
+        let _ = now_ns;
+    }
+
+    fn compact(&mut self) {
+        let store = self.raft.store();
+        if store.entry_count() <= self.log_entries_kept || self.applied > store.last_index().unwrap_or(0) {
+            return;
+        }
+        let state = self.configuration.encode();
+        // Applied entries are committed; compacting them cannot fail but would only cost memory.
+        let _ = self.raft.mut_store().compact(self.applied, state);
+    }
+
+    fn on_role(&mut self, role: StateRole, now_ns: u64) {
+        match role {
+            StateRole::Leader if self.leader.is_none() => {
+                self.leader = Some(LeaderState {
+                    since_ns: now_ns,
+                    pending: Vec::new(),
+                    read_round: None,
+                    next_context: 1,
+                    proposal: None,
+                    caught_up: Vec::new(),
+                    reset_incarnation: vec![None; self.heard_any.len()],
+                });
+            }
+            StateRole::Leader => {}
+            _ => self.leader = None,
+        }
+    }
+
+    /// Whether the leader may grant leases and propose: it committed an entry of its term,
+    /// applied all of its log, and has no change in flight.
+    fn leader_settled(&self) -> bool {
+        let raft = &self.raft.raft;
+        self.leader.as_ref().is_some_and(|leader| leader.proposal.is_none())
+            && raft.commit_to_current_term()
+            && self.applied == raft.raft_log.last_index()
+    }
+
+    fn leader_duties(&mut self, now_ns: u64) {
+        let settled = self.leader_settled();
+        let commit_in_term = self.raft.raft.commit_to_current_term();
+        let Some(leader) = &mut self.leader else {
+            return;
+        };
+        if leader.proposal.is_some_and(|(_, deadline)| now_ns >= deadline) {
+            leader.proposal = None;
+        }
+        if leader
+            .read_round
+            .as_ref()
+            .is_some_and(|round| now_ns >= round.issued_ns + CONFIG_READ_INDEX_TIMEOUT_MS * NANOS_PER_MS)
+        {
+            leader.read_round = None;
+        }
+        if leader.read_round.is_none() && !leader.pending.is_empty() && commit_in_term {
+            let context = leader.next_context.to_le_bytes().to_vec();
+            leader.next_context += 1;
+            let heartbeats = std::mem::take(&mut leader.pending);
+            leader.read_round = Some(ReadRound { context: context.clone(), heartbeats, issued_ns: now_ns });
+            self.raft.read_index(context);
+        }
+        if settled && now_ns >= self.leader.as_ref().map_or(u64::MAX, |l| l.since_ns) + self.timing.leader_lease_ns() {
+            self.propose_changes(now_ns);
+        }
+    }
+
+    fn on_read_state(&mut self, context: &[u8], now_ns: u64) {
+        let settled = self.leader_settled();
+        let Some(leader) = &mut self.leader else {
+            return;
+        };
+        if leader.read_round.as_ref().is_none_or(|round| round.context != context) {
+            return;
+        }
+        let round = leader.read_round.take().expect("checked above");
+        if !settled {
+            // Not now (a change is in flight): these servers heartbeat again soon.
+            return;
+        }
+        for heartbeat in round.heartbeats {
+            self.grant(heartbeat, now_ns);
+        }
+    }
+
+    fn grant(&mut self, heartbeat: Heartbeat, now_ns: u64) {
+        let configuration = &self.configuration;
+        if !configuration.is_admitted(heartbeat.from, heartbeat.incarnation) && configuration.is_member(heartbeat.from)
+        {
+            // A new incarnation of a server that still holds replicas (it restarted, its data is
+            // gone): no lease until its old incarnation is failed over.
+            return;
+        }
+        let grant = LeaseGrant {
+            to: heartbeat.from,
+            incarnation: heartbeat.incarnation,
+            epoch: configuration.epoch(),
+            heartbeat_sent_at_ns: heartbeat.sent_at_ns,
+            lease_ns: self.timing.lease_ns(),
+            configuration: if heartbeat.known_epoch < configuration.epoch() {
+                configuration.encode()
+            } else {
+                Vec::new()
+            },
+        };
+        if heartbeat.from == self.me {
+            self.on_grant(grant, now_ns);
+        } else {
+            self.outbox.push((heartbeat.from, Message::LeaseGrant(grant)));
+        }
+    }
+
+    /// The leader's failure detector, admission, rejoin and catch-up completion: one proposal.
+    fn propose_changes(&mut self, now_ns: u64) {
+        let lease_ns = self.timing.leader_lease_ns();
+        let base = Arc::clone(&self.configuration);
+        let servers = base.servers().len();
+        let failed: Vec<bool> =
+            (0..servers).map(|server| now_ns.saturating_sub(self.heard_admitted_ns[server]) >= lease_ns).collect();
+        let mut draft = (*base).clone();
+        let mut changes = Vec::new();
+        let mut add = |draft: &mut Configuration, change: Change| {
+            if let Ok(next) = draft.apply(&Proposal { base_epoch: draft.epoch(), changes: vec![change] }) {
+                *draft = next;
+                changes.push(change);
+            }
+        };
+        for partition in 0..base.partition_count() {
+            let set = base.replica_set(partition).expect("partition below the count").clone();
+            if set.primary.is_some_and(|primary| failed[usize::from(primary)]) {
+                match set.backups.iter().find(|backup| !failed[usize::from(**backup)]) {
+                    Some(backup) => add(&mut draft, Change::Promote { partition, server: *backup }),
+                    None => {
+                        for backup in &set.backups {
+                            add(&mut draft, Change::RemoveReplica { partition, server: *backup });
+                        }
+                        add(&mut draft, Change::PrimaryLost { partition });
+                    }
+                }
+            }
+            for member in set.backups.iter().chain(&set.catching_up) {
+                if failed[usize::from(*member)] {
+                    add(&mut draft, Change::RemoveReplica { partition, server: *member });
+                }
+            }
+        }
+        // A restarted server (new incarnation, heard lately) holding no replica is admitted.
+        for server in 0..servers as ServerId {
+            let (incarnation, heard_ns) = self.heard_any[usize::from(server)];
+            let alive = heard_ns > 0 && now_ns.saturating_sub(heard_ns) < lease_ns;
+            if alive && !draft.is_admitted(server, incarnation) && !draft.is_member(server) {
+                add(&mut draft, Change::Admit { server, incarnation });
+            }
+        }
+        if let Some(leader) = &mut self.leader {
+            for (server, incarnation, partition) in std::mem::take(&mut leader.caught_up) {
+                if draft.is_admitted(server, incarnation) {
+                    add(&mut draft, Change::CaughtUp { partition, server });
+                }
+            }
+        }
+        // Partitions short of copies get a live admitted server to copy them (fewest copies first).
+        let alive_admitted: Vec<ServerId> = (0..servers as ServerId)
+            .filter(|server| {
+                let (incarnation, heard_ns) = self.heard_any[usize::from(*server)];
+                heard_ns > 0 && now_ns.saturating_sub(heard_ns) < lease_ns && draft.is_admitted(*server, incarnation)
+            })
+            .collect();
+        for partition in 0..base.partition_count() {
+            let set = draft.replica_set(partition).expect("partition below the count").clone();
+            if set.primary.is_none() || set.members().count() >= draft.replicas() as usize {
+                continue;
+            }
+            let load = |server: &ServerId| draft.replica_sets().iter().filter(|set| set.contains(*server)).count();
+            let candidate = alive_admitted
+                .iter()
+                .filter(|server| !set.contains(**server))
+                .min_by_key(|server| (load(server), **server));
+            if let Some(server) = candidate.copied() {
+                add(&mut draft, Change::AddCatchingUp { partition, server });
+            }
+        }
+        if changes.is_empty() {
+            return;
+        }
+        let proposal = Proposal { base_epoch: base.epoch(), changes };
+        debug_assert!(base.apply(&proposal).is_ok());
+        if self.raft.propose(Vec::new(), proposal.encode()).is_ok() {
+            let index = self.raft.raft.raft_log.last_index();
+            if let Some(leader) = &mut self.leader {
+                leader.proposal = Some((index, now_ns + CONFIG_PROPOSAL_TIMEOUT_MS * NANOS_PER_MS));
+            }
+        }
+    }
+}

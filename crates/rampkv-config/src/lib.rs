@@ -1,0 +1,24 @@
+#![forbid(unsafe_code)]
+//! rampkv's configuration service: which servers hold which partition, who is primary in which
+//! epoch, leases and failure detection, held by an embedded Raft group (tikv's raft-rs) among
+//! the servers. See docs/replication.md for what it promises.
+//!
+//! # Layout
+//! - `configuration`: the replicated state, its changes (each one epoch), placement, encoding.
+//! - `core`: one node without I/O: raft-rs plus leases, heartbeats and the failure detector.
+//! - `storage`: the Raft log behind raft-rs's `Storage` (in memory; the seam for a durable log).
+//! - `wire`: checksummed, bounded frames of the configuration port.
+//! - `node`: a node over TCP (threads, peers) and the API a server uses (`lease_valid`, ...).
+//! - `client`: asking nodes for the configuration; bootstrap or rejoin.
+//! - `timing`: timing settings and clocks (a manual clock for tests); `limits`: every bound.
+//! - `error`: the crate's error enum.
+pub mod client;
+mod codec;
+pub mod configuration;
+pub mod core;
+pub mod error;
+pub mod limits;
+pub mod node;
+pub mod storage;
+pub mod timing;
+pub mod wire;

@@ -1,0 +1,530 @@
+//! A configuration-service node over TCP: the [`ConfigCore`] driven by a thread, peers reached
+//! over the configuration port, and the API a server uses.
+//!
+//! # Threads
+//! - driver: owns the core; takes events (peer messages, reports) from a bounded queue, ticks it
+//!   on time, hands its outgoing messages to the peer writers and publishes the configuration
+//!   and the lease for the server's threads.
+//! - acceptor, and one reader per inbound connection (at most `CONFIG_CONNECTIONS_MAX`): a
+//!   connection opens with a hello (a peer node, checked for cluster and server id) or a
+//!   configuration request (a client, answered from the published configuration by the reader
+//!   itself). A frame that is not one, a wrong cluster, an unknown server or a message a peer
+//!   may not send closes the connection; none panics.
+//! - one writer per peer: connects (with a timeout), says hello, writes frames from a bounded
+//!   queue; while the peer is unreachable its messages are dropped (Raft and heartbeats retry).
+//!   Reconnection attempts are spaced by `CONFIG_RECONNECT_BACKOFF_MS`, except that a hello from
+//!   the peer (it is back, typically restarted) makes the next attempt at once.
+//!
+//! # Raft over a lossy transport
+//! raft-rs does not learn by itself that a message was lost. The driver never blocks on a
+//! writer (a full queue drops the frame); whoever drops a Raft frame reports it to the driver
+//! (`ConfigCore::report_undelivered`), and a writer reports every snapshot it wrote whole
+//! (`ConfigCore::report_snapshot_sent`): without these reports a lost snapshot leaves the
+//! leader waiting for it forever, and a follower that missed appends is probed only at the next
+//! heartbeat answer. A restarted peer's node is caught up this way within tens of ms of its
+//! restart; until then it does not vote (docs/replication.md, "Raft state in memory").
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::configuration::{Configuration, ServerId};
+use crate::core::{ConfigCore, CoreSettings, StartMode};
+use crate::error::{ConfigError, RefusalReason};
+use crate::limits::{
+    CONFIG_CONNECTIONS_MAX, CONFIG_CONNECT_TIMEOUT_MS, CONFIG_EVENT_QUEUE_MAX, CONFIG_IO_TIMEOUT_MS,
+    CONFIG_PEER_QUEUE_MESSAGES_MAX, CONFIG_RECONNECT_BACKOFF_MS, CONFIG_WRITE_TIMEOUT_MS,
+};
+use crate::timing::{Clock, Timing};
+use crate::wire::{encode_frame, read_frame, Message};
+
+/// What a node is started with.
+pub struct NodeSettings {
+    /// This server's number in the configuration.
+    pub me: ServerId,
+    /// The cluster's first configuration (`Configuration::initial` of the cluster file).
+    pub initial: Configuration,
+    /// Bootstrap with the cluster, or rejoin a running one after a restart ([`crate::client::start_mode`]).
+    pub mode: StartMode,
+    /// This process's incarnation: `BOOTSTRAP_INCARNATION` when bootstrapping, random non-zero
+    /// when rejoining.
+    pub incarnation: u64,
+    pub timing: Timing,
+    pub clock: Arc<dyn Clock>,
+    /// A listener already bound to this server's config address (tests bind port 0 first);
+    /// `None`: bind the address of the configuration.
+    pub listener: Option<TcpListener>,
+    /// Applied Raft entries kept before compaction (`CONFIG_LOG_ENTRIES_KEPT_MAX`; less in tests
+    /// of catching up from a snapshot).
+    pub log_entries_kept: u64,
+}
+
+struct View {
+    configuration: Arc<Configuration>,
+    lease_expires_ns: u64,
+    leader: Option<ServerId>,
+    commit_index: u64,
+    votes: bool,
+}
+
+struct Shared {
+    me: ServerId,
+    incarnation: u64,
+    cluster_id: u64,
+    clock: Arc<dyn Clock>,
+    view: Mutex<View>,
+    changed: Condvar,
+    stop: AtomicBool,
+    connections: AtomicUsize,
+    inbound: Mutex<HashMap<u64, TcpStream>>,
+    next_connection: AtomicU64,
+    /// Per server: a hello came from it since its writer last looked (it is reachable again).
+    peer_returned: Vec<AtomicBool>,
+}
+
+enum Event {
+    Message(ServerId, Message),
+    CaughtUp(u32),
+    /// A Raft frame for the server was dropped (`true`: it held a snapshot).
+    Undelivered(ServerId, bool),
+    /// A snapshot for the server was written whole to its connection.
+    SnapshotSent(ServerId),
+    Stop,
+}
+
+/// A frame for a peer's writer, with what the driver must hear if it is lost.
+struct Outgoing {
+    frame: Vec<u8>,
+    kind: OutgoingKind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OutgoingKind {
+    /// A heartbeat, grant or report: the next one supersedes it.
+    Other,
+    /// A Raft message: its loss is reported (raft-rs re-sends sooner).
+    Raft,
+    /// A Raft snapshot: its loss, and its being written, are reported (raft-rs waits for one).
+    RaftSnapshot,
+}
+
+impl Outgoing {
+    fn new(message: &Message) -> Outgoing {
+        let kind = match message {
+            Message::Raft(raft) if raft.get_msg_type() == raft::eraftpb::MessageType::MsgSnapshot => {
+                OutgoingKind::RaftSnapshot
+            }
+            Message::Raft(_) => OutgoingKind::Raft,
+            _ => OutgoingKind::Other,
+        };
+        Outgoing { frame: encode_frame(message), kind }
+    }
+}
+
+/// A running configuration-service node. Stops (and joins its threads) when dropped.
+pub struct ConfigNode {
+    shared: Arc<Shared>,
+    events: SyncSender<Event>,
+    address: SocketAddr,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl ConfigNode {
+    /// Binds the config port and starts the node's threads.
+    pub fn start(settings: NodeSettings) -> Result<ConfigNode, ConfigError> {
+        let initial = settings.initial;
+        let Some(me_info) = initial.server(settings.me).cloned() else {
+            return Err(ConfigError::UnknownServer { server: settings.me, servers: initial.servers().len() });
+        };
+        let now = settings.clock.now_ns();
+        let core_settings = CoreSettings {
+            me: settings.me,
+            incarnation: settings.incarnation,
+            mode: settings.mode,
+            timing: settings.timing,
+            election_ticks_fixed: None,
+            log_entries_kept: settings.log_entries_kept,
+        };
+        let core = ConfigCore::new(core_settings, initial.clone(), now)?;
+        let listener = match settings.listener {
+            Some(listener) => listener,
+            None => TcpListener::bind(&me_info.config_address).map_err(|error| ConfigError::Io {
+                action: "binding",
+                address: me_info.config_address.clone(),
+                error,
+            })?,
+        };
+        let address = listener.local_addr().map_err(|error| ConfigError::Io {
+            action: "reading the address of",
+            address: me_info.config_address.clone(),
+            error,
+        })?;
+        let shared = Arc::new(Shared {
+            me: settings.me,
+            incarnation: settings.incarnation,
+            cluster_id: initial.cluster_id(),
+            clock: settings.clock,
+            view: Mutex::new(View {
+                configuration: Arc::new(initial.clone()),
+                lease_expires_ns: 0,
+                leader: None,
+                commit_index: 0,
+                votes: settings.mode == StartMode::Bootstrap,
+            }),
+            changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+            connections: AtomicUsize::new(0),
+            inbound: Mutex::new(HashMap::new()),
+            next_connection: AtomicU64::new(0),
+            peer_returned: initial.servers().iter().map(|_| AtomicBool::new(false)).collect(),
+        });
+        let (events, event_queue) = mpsc::sync_channel(CONFIG_EVENT_QUEUE_MAX);
+        let mut threads = Vec::new();
+        let mut peers = HashMap::new();
+        for server in initial.servers().iter().filter(|server| server.id != settings.me) {
+            let (sender, queue) = mpsc::sync_channel(CONFIG_PEER_QUEUE_MESSAGES_MAX);
+            peers.insert(server.id, sender);
+            let peer = Peer { id: server.id, address: server.config_address.clone() };
+            let (shared, reports) = (Arc::clone(&shared), events.clone());
+            threads.push(spawn("rampkv-config-peer", move || write_to_peer(&shared, &peer, &queue, &reports)));
+        }
+        let driver_shared = Arc::clone(&shared);
+        threads.push(spawn("rampkv-config-driver", move || drive(&driver_shared, core, &event_queue, &peers)));
+        // The writers hold senders of the event queue too: the driver stops on `Event::Stop`,
+        // not on the queue's disconnection.
+        let (accept_shared, accept_events) = (Arc::clone(&shared), events.clone());
+        threads.push(spawn("rampkv-config-accept", move || accept(&accept_shared, &listener, &accept_events)));
+        Ok(ConfigNode { shared, events, address, threads })
+    }
+
+    /// The address the config port listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The newest committed configuration this node knows.
+    pub fn configuration(&self) -> Arc<Configuration> {
+        Arc::clone(&self.shared.view.lock().configuration)
+    }
+
+    /// Waits until the configuration's epoch is at least `epoch`; `None` after `timeout`.
+    pub fn wait_for_epoch(&self, epoch: u64, timeout: Duration) -> Option<Arc<Configuration>> {
+        let deadline = Instant::now() + timeout;
+        let mut view = self.shared.view.lock();
+        while view.configuration.epoch() < epoch {
+            if self.shared.changed.wait_until(&mut view, deadline).timed_out() {
+                return (view.configuration.epoch() >= epoch).then(|| Arc::clone(&view.configuration));
+            }
+        }
+        Some(Arc::clone(&view.configuration))
+    }
+
+    /// Whether this server may serve `partition` as primary now: it is the primary in the
+    /// newest configuration it knows, and its lease has not ended by its own clock. A server
+    /// checks this before it answers a read or acknowledges a write of the partition.
+    pub fn lease_valid(&self, partition: u32) -> bool {
+        let view = self.shared.view.lock();
+        self.shared.clock.now_ns() < view.lease_expires_ns
+            && view.configuration.primary_of(partition) == Some(self.shared.me)
+            && view.configuration.is_admitted(self.shared.me, self.shared.incarnation)
+    }
+
+    /// When this server's lease ends, by its clock (0: never granted).
+    pub fn lease_expires_ns(&self) -> u64 {
+        self.shared.view.lock().lease_expires_ns
+    }
+
+    /// This server holds `partition`'s snapshot and log since (it was catching up).
+    pub fn report_caught_up(&self, partition: u32) {
+        // A full queue means the driver is far behind; the report is repeated by the caller's
+        // next attempt, and the driver re-sends pending reports with every heartbeat.
+        let _ = self.events.try_send(Event::CaughtUp(partition));
+    }
+
+    /// The Raft leader this node knows of.
+    pub fn leader(&self) -> Option<ServerId> {
+        self.shared.view.lock().leader
+    }
+
+    /// The Raft commit index of this node.
+    pub fn commit_index(&self) -> u64 {
+        self.shared.view.lock().commit_index
+    }
+
+    /// Whether this node votes in Raft elections. A restarted node (`StartMode::Rejoin`) does
+    /// not until it has applied a leader's commit index: until then it does not count towards a
+    /// Raft majority, so the group tolerates one failure fewer (docs/replication.md).
+    pub fn votes(&self) -> bool {
+        self.shared.view.lock().votes
+    }
+
+    /// Stops the node and joins its threads (as a crash would, for its peers: sockets close).
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if self.shared.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let _ = self.events.send(Event::Stop);
+        // Wakes the acceptor out of accept().
+        let _ = TcpStream::connect_timeout(&self.address, Duration::from_millis(CONFIG_CONNECT_TIMEOUT_MS));
+        for stream in self.shared.inbound.lock().values() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ConfigNode {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn spawn(name: &str, body: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new().name(name.into()).spawn(body).expect("spawning a thread")
+}
+
+fn drive(
+    shared: &Shared,
+    mut core: ConfigCore,
+    events: &Receiver<Event>,
+    peers: &HashMap<ServerId, SyncSender<Outgoing>>,
+) {
+    loop {
+        let now = shared.clock.now_ns();
+        let wait = Duration::from_nanos(core.next_deadline_ns().saturating_sub(now));
+        match events.recv_timeout(wait) {
+            Ok(Event::Message(from, message)) => {
+                // A violation was already answered by the reader closing the connection.
+                let _ = core.receive(from, message, shared.clock.now_ns());
+            }
+            Ok(Event::CaughtUp(partition)) => core.report_caught_up(partition, shared.clock.now_ns()),
+            Ok(Event::Undelivered(to, snapshot)) => core.report_undelivered(to, snapshot, shared.clock.now_ns()),
+            Ok(Event::SnapshotSent(to)) => core.report_snapshot_sent(to, shared.clock.now_ns()),
+            Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        let now = shared.clock.now_ns();
+        if now >= core.next_deadline_ns() {
+            core.tick(now);
+        }
+        // Reports of frames dropped here are handled after this round (they may add messages).
+        let mut undelivered = Vec::new();
+        for (to, message) in core.take_outbox() {
+            if let Some(peer) = peers.get(&to) {
+                // Full: the peer is slow or down; Raft and heartbeats tolerate the loss once
+                // raft-rs is told of it.
+                match peer.try_send(Outgoing::new(&message)) {
+                    Ok(()) => {}
+                    Err(TrySendError::Full(dropped)) if dropped.kind != OutgoingKind::Other => {
+                        undelivered.push((to, dropped.kind == OutgoingKind::RaftSnapshot));
+                    }
+                    Err(TrySendError::Full(_)) => {}
+                    Err(TrySendError::Disconnected(_)) => return,
+                }
+            }
+        }
+        // What raft-rs sends in answer goes out with the next event or tick, not in a loop here.
+        for (to, snapshot) in undelivered {
+            core.report_undelivered(to, snapshot, shared.clock.now_ns());
+        }
+        publish(shared, &core);
+    }
+}
+
+fn publish(shared: &Shared, core: &ConfigCore) {
+    let mut view = shared.view.lock();
+    let changed = view.configuration.epoch() != core.configuration().epoch();
+    if changed {
+        view.configuration = Arc::clone(core.configuration());
+    }
+    view.lease_expires_ns = core.lease_expires_ns();
+    view.leader = core.leader();
+    view.commit_index = core.commit_index();
+    view.votes = core.votes();
+    drop(view);
+    if changed {
+        shared.changed.notify_all();
+    }
+}
+
+fn accept(shared: &Arc<Shared>, listener: &TcpListener, events: &SyncSender<Event>) {
+    for stream in listener.incoming() {
+        if shared.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(mut stream) = stream else { continue };
+        if shared.connections.fetch_add(1, Ordering::SeqCst) >= CONFIG_CONNECTIONS_MAX {
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+            let refusal = Message::Refused { reason: RefusalReason::TooManyConnections, cluster_id: shared.cluster_id };
+            let _ = stream.write_all(&encode_frame(&refusal));
+            continue;
+        }
+        let (shared, events) = (Arc::clone(shared), events.clone());
+        // Detached: it ends when its connection does (stop shuts every inbound socket down).
+        drop(spawn("rampkv-config-conn", move || {
+            let id = shared.next_connection.fetch_add(1, Ordering::SeqCst);
+            if let Ok(clone) = stream.try_clone() {
+                shared.inbound.lock().insert(id, clone);
+            }
+            let _ = serve_connection(&shared, stream, &events);
+            shared.inbound.lock().remove(&id);
+            shared.connections.fetch_sub(1, Ordering::SeqCst);
+        }));
+    }
+}
+
+fn refuse(shared: &Shared, stream: &mut TcpStream, reason: RefusalReason) {
+    let _ = stream.write_all(&encode_frame(&Message::Refused { reason, cluster_id: shared.cluster_id }));
+}
+
+/// Serves one inbound connection until it closes or breaks the protocol.
+fn serve_connection(shared: &Shared, mut stream: TcpStream, events: &SyncSender<Event>) -> Result<(), ConfigError> {
+    let peer = stream.peer_addr().map_or_else(|_| "unknown peer".to_string(), |address| address.to_string());
+    // Peers heartbeat every few tens of ms: a connection silent this long is dead or hung.
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(CONFIG_IO_TIMEOUT_MS)));
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(CONFIG_WRITE_TIMEOUT_MS)));
+    let servers = shared.view.lock().configuration.servers().len();
+    let violation = |problem| ConfigError::ProtocolViolation { peer: peer.clone(), problem };
+    match read_frame(&mut stream, &peer)? {
+        None => Ok(()),
+        Some(Message::Hello { cluster_id, from }) => {
+            if cluster_id != shared.cluster_id {
+                refuse(shared, &mut stream, RefusalReason::WrongCluster);
+                return Err(ConfigError::WrongCluster { expected: shared.cluster_id, got: cluster_id });
+            }
+            if usize::from(from) >= servers || from == shared.me {
+                refuse(shared, &mut stream, RefusalReason::UnknownServer);
+                return Err(ConfigError::UnknownServer { server: from, servers });
+            }
+            // The peer is up (it may just have restarted): our writer to it, if it is waiting
+            // out a failed attempt, connects at once. Only a wait is cut short, never a working
+            // connection replaced, so two nodes cannot make each other reconnect in a loop.
+            if let Some(returned) = shared.peer_returned.get(usize::from(from)) {
+                returned.store(true, Ordering::SeqCst);
+            }
+            while let Some(message) = read_frame(&mut stream, &peer)? {
+                let allowed = match &message {
+                    Message::Raft(raft) => raft.from == u64::from(from) + 1,
+                    Message::Heartbeat(heartbeat) => heartbeat.from == from,
+                    Message::CaughtUp { from: reporter, .. } => *reporter == from,
+                    Message::LeaseGrant(grant) => grant.to == shared.me,
+                    _ => false,
+                };
+                if !allowed {
+                    return Err(violation("a message a peer may not send, or one naming another server"));
+                }
+                if events.send(Event::Message(from, message)).is_err() {
+                    return Ok(());
+                }
+            }
+            Ok(())
+        }
+        Some(Message::ConfigRequest { cluster_id, .. }) => {
+            let mut request = Some(cluster_id);
+            while let Some(cluster_id) = request.take() {
+                if cluster_id != 0 && cluster_id != shared.cluster_id {
+                    refuse(shared, &mut stream, RefusalReason::WrongCluster);
+                    return Err(ConfigError::WrongCluster { expected: shared.cluster_id, got: cluster_id });
+                }
+                let reply = {
+                    let view = shared.view.lock();
+                    Message::ConfigReply {
+                        leader: view.leader,
+                        commit_index: view.commit_index,
+                        configuration: view.configuration.encode(),
+                    }
+                };
+                stream.write_all(&encode_frame(&reply)).map_err(|error| ConfigError::Io {
+                    action: "answering",
+                    address: peer.clone(),
+                    error,
+                })?;
+                match read_frame(&mut stream, &peer)? {
+                    Some(Message::ConfigRequest { cluster_id, .. }) => request = Some(cluster_id),
+                    Some(_) => return Err(violation("a client sent something else than a configuration request")),
+                    None => {}
+                }
+            }
+            Ok(())
+        }
+        Some(_) => {
+            refuse(shared, &mut stream, RefusalReason::Unexpected);
+            Err(violation("a connection must open with a hello or a configuration request"))
+        }
+    }
+}
+
+/// A peer's number and config address, for its writer.
+struct Peer {
+    id: ServerId,
+    address: String,
+}
+
+fn write_to_peer(shared: &Shared, peer: &Peer, queue: &Receiver<Outgoing>, reports: &SyncSender<Event>) {
+    let mut connection: Option<TcpStream> = None;
+    let mut retry_at = Instant::now();
+    loop {
+        let outgoing = match queue.recv_timeout(Duration::from_millis(CONFIG_RECONNECT_BACKOFF_MS)) {
+            Ok(outgoing) => outgoing,
+            Err(RecvTimeoutError::Timeout) if !shared.stop.load(Ordering::SeqCst) => continue,
+            Err(_) => return,
+        };
+        // Cleared even when connected: a hello that came while we were connected says nothing
+        // about a later failure.
+        let returned = shared.peer_returned[usize::from(peer.id)].swap(false, Ordering::SeqCst);
+        if connection.is_none() && (returned || Instant::now() >= retry_at) {
+            connection = connect(shared, &peer.address);
+            if connection.is_none() {
+                retry_at = Instant::now() + Duration::from_millis(CONFIG_RECONNECT_BACKOFF_MS);
+            }
+        }
+        // Without a connection the frame is dropped: the peer is down, and what we send is
+        // either retried by Raft (once told, below) or superseded by the next heartbeat.
+        let written = match &mut connection {
+            Some(stream) => stream.write_all(&outgoing.frame).is_ok(),
+            None => false,
+        };
+        if !written {
+            connection = None;
+        }
+        match (outgoing.kind, written) {
+            (OutgoingKind::Other, _) | (OutgoingKind::Raft, true) => {}
+            // Reported when there is room: raft-rs also recovers without, only later.
+            (OutgoingKind::Raft, false) => {
+                let _ = reports.try_send(Event::Undelivered(peer.id, false));
+            }
+            // A snapshot's fate must reach the driver (raft-rs waits for it): block for it. The
+            // driver never waits for a writer, so this cannot deadlock; it fails only once the
+            // driver has stopped.
+            (OutgoingKind::RaftSnapshot, written) => {
+                let event = if written { Event::SnapshotSent(peer.id) } else { Event::Undelivered(peer.id, true) };
+                if reports.send(event).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn connect(shared: &Shared, address: &str) -> Option<TcpStream> {
+    let target = address.to_socket_addrs().ok()?.next()?;
+    let mut stream = TcpStream::connect_timeout(&target, Duration::from_millis(CONFIG_CONNECT_TIMEOUT_MS)).ok()?;
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(CONFIG_WRITE_TIMEOUT_MS)));
+    let hello = Message::Hello { cluster_id: shared.cluster_id, from: shared.me };
+    stream.write_all(&encode_frame(&hello)).ok()?;
+    Some(stream)
+}

@@ -1,0 +1,691 @@
+//! The append-only log of one server: appenders queue records, one writer thread writes and
+//! fsyncs them in groups.
+//!
+//! # Contract
+//! - [`Log::append`] encodes the record into the group being gathered and returns its LSN at
+//!   once; it never writes or fsyncs itself. LSNs are consecutive, and their order is the
+//!   order of the bytes in the file.
+//! - The writer thread takes everything gathered so far as one group, writes it with one
+//!   system call, and (policy `always`) fsyncs once for the whole group. Meanwhile appenders
+//!   gather the next group, so the cost of an fsync is shared by every record that arrived
+//!   while the previous one ran (group commit). With `everysec`, a second thread fsyncs what
+//!   was written once a second, in the background, so that writes and acknowledgements never
+//!   wait for that fsync (as Redis's background fsync of `appendfsync everysec`).
+//! - The durable watermark ([`Log::durable_lsn`]) is the LSN up to which records are as
+//!   durable as the policy promises: fsynced (`always`), or handed to the operating system
+//!   (`everysec`, fsynced within about `EVERYSEC_SYNC_INTERVAL_MS`; `no`, whenever the
+//!   operating system writes back). It only grows. When it advances, waiters of
+//!   [`Log::wait_durable`] wake and the callback registered with [`Log::set_wake`] runs.
+//! - Bounded: at most `LOG_WAITING_BYTES_MAX` bytes wait for the writer; beyond that
+//!   [`Log::append`] refuses with `LogFull` (a poller stops taking requests until the
+//!   watermark moves) and [`Log::append_timeout`] waits, up to its deadline.
+//!
+//! # Fault model
+//! A process crash (kill -9) loses what was not yet written; a power cut also what was not
+//! fsynced. In both cases the file ends with whole groups and possibly one partly written
+//! group, which recovery cuts (see `recovery.rs`). A failed write or fsync stops the log for
+//! good (`LogFailed`): after a failed fsync the kernel may have dropped the dirty pages, so
+//! retrying could report as durable what is not. The server must stop and recover from the
+//! files.
+//! A new segment's header and directory entry are fsynced before it receives a record. A
+//! closed segment is fsynced already with `always`; with `everysec` and `no` the syncer thread
+//! fsyncs it as soon as it is closed, in the background (the writer never waits for a whole
+//! segment's fsync). Recovery tells torn writes from corruption by the fsynced LSN each record
+//! stamps, not by segment order.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::DurableError;
+use crate::files::{segment_path, sync_dir, DirLock, FileHeader, SEGMENT_MAGIC};
+use crate::limits::{EVERYSEC_SYNC_INTERVAL_MS, LOG_BUFFER_RETAINED_BYTES};
+use crate::record::{encode_record, Lsn, RecordHeader, RecordRef};
+
+/// When written records are fsynced, as Redis's `appendfsync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FsyncPolicy {
+    /// Every group is fsynced before its records count as durable: no record whose LSN the
+    /// watermark passed is lost, even in a power cut.
+    #[default]
+    Always,
+    /// Records count as durable once written; fsynced at least every
+    /// `EVERYSEC_SYNC_INTERVAL_MS`: a power cut loses about the last second, a process crash
+    /// nothing that was written.
+    Everysec,
+    /// Records count as durable once written; the operating system decides when they reach
+    /// the disk (a power cut may lose anything not yet written back).
+    No,
+}
+
+impl FsyncPolicy {
+    /// The policy's name, as `--appendfsync` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FsyncPolicy::Always => "always",
+            FsyncPolicy::Everysec => "everysec",
+            FsyncPolicy::No => "no",
+        }
+    }
+}
+
+impl std::fmt::Display for FsyncPolicy {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(self.name())
+    }
+}
+
+/// A policy name that is none of `always`, `everysec`, `no`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown fsync policy (expected always, everysec or no)")]
+pub struct UnknownPolicy;
+
+impl std::str::FromStr for FsyncPolicy {
+    type Err = UnknownPolicy;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "always" => Ok(FsyncPolicy::Always),
+            "everysec" => Ok(FsyncPolicy::Everysec),
+            "no" => Ok(FsyncPolicy::No),
+            _ => Err(UnknownPolicy),
+        }
+    }
+}
+
+/// What the log has done since it was opened (for benchmarks and statistics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Records written to the file.
+    pub records: u64,
+    /// Bytes written to the file (records only).
+    pub bytes: u64,
+    /// Groups written (one write system call each).
+    pub groups: u64,
+    /// fsyncs of segment files: one per group with `always`; with `everysec` at most one per
+    /// second, with `everysec` and `no` one per closed segment (both in the syncer thread); one
+    /// at close.
+    pub fsyncs: u64,
+    /// The last LSN appended.
+    pub last_lsn: Lsn,
+    /// The durable watermark.
+    pub durable_lsn: Lsn,
+}
+
+impl LogStats {
+    /// Records per group written (with `always`, per fsync): the benefit of group commit.
+    pub fn mean_group_records(&self) -> f64 {
+        if self.groups == 0 {
+            0.0
+        } else {
+            self.records as f64 / self.groups as f64
+        }
+    }
+}
+
+/// A callback run by the writer thread when the durable watermark advances, with the new
+/// watermark. It must be quick and must not block (wake a poller, nothing more).
+pub type WakeFn = dyn Fn(Lsn) + Send + Sync;
+
+/// Why the writer stopped: kept for every later caller.
+#[derive(Debug, Clone)]
+struct Failure {
+    action: &'static str,
+    path: PathBuf,
+    message: String,
+}
+
+impl Failure {
+    fn error(&self) -> DurableError {
+        DurableError::LogFailed { action: self.action, path: self.path.clone(), message: self.message.clone() }
+    }
+}
+
+/// Records gathered for the writer.
+#[derive(Debug)]
+struct Queue {
+    buffer: Vec<u8>,
+    /// LSN of the first record in `buffer` (meaningful while it is not empty).
+    first_lsn: Lsn,
+    records: u64,
+    next_lsn: Lsn,
+    /// Epoch of the last record appended.
+    epoch: u64,
+    closing: bool,
+    failure: Option<Failure>,
+}
+
+/// The state appenders, waiters, the writer and snapshots share.
+pub(crate) struct Shared {
+    pub(crate) dir: PathBuf,
+    policy: FsyncPolicy,
+    segment_bytes_target: u64,
+    waiting_bytes_max: usize,
+    queue: Mutex<Queue>,
+    /// The writer waits here for records (or for closing).
+    work: Condvar,
+    /// Appenders waiting for space and waiters of the watermark wait here.
+    progress: Condvar,
+    /// The syncer (`everysec`, `no`) waits here for its next turn (or for closing).
+    syncer: Condvar,
+    /// What the syncer fsyncs: closed segments, and the writer's current one.
+    sync_target: Mutex<SyncTarget>,
+    durable_lsn: AtomicU64,
+    /// The highest LSN known fsynced (stamped into every record; recovery reads it).
+    synced_lsn: AtomicU64,
+    last_lsn: AtomicU64,
+    wake: Mutex<Option<Arc<WakeFn>>>,
+    records: AtomicU64,
+    bytes: AtomicU64,
+    groups: AtomicU64,
+    fsyncs: AtomicU64,
+    pub(crate) snapshot_running: AtomicBool,
+    _lock: DirLock,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("Shared").field("dir", &self.dir).field("policy", &self.policy).finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// The last LSN appended and its epoch, read together.
+    pub(crate) fn position(&self) -> (Lsn, u64) {
+        let queue = self.queue.lock();
+        (queue.next_lsn - 1, queue.epoch)
+    }
+}
+
+/// Where a log resumes after recovery.
+#[derive(Debug)]
+pub(crate) struct Start {
+    pub dir: PathBuf,
+    pub policy: FsyncPolicy,
+    pub segment_bytes_target: u64,
+    pub waiting_bytes_max: usize,
+    pub next_lsn: Lsn,
+    pub epoch: u64,
+    pub lock: DirLock,
+}
+
+/// The append-only log of one server. See the module docs.
+#[derive(Debug)]
+pub struct Log {
+    shared: Arc<Shared>,
+    /// The writer, and with `everysec` or `no` the syncer.
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Log {
+    /// Starts a log whose next record gets `start.next_lsn`, in a new segment.
+    pub(crate) fn start(start: Start) -> Result<Log, DurableError> {
+        let Start { dir, policy, segment_bytes_target, waiting_bytes_max, next_lsn, epoch, lock } = start;
+        let segment = Segment::create(&dir, next_lsn, epoch)?;
+        let recovered = next_lsn - 1;
+        let sync_target = SyncTarget {
+            retired: Vec::new(),
+            file: Arc::clone(&segment.file),
+            path: segment.path.clone(),
+            written_lsn: recovered,
+        };
+        let shared = Arc::new(Shared {
+            dir,
+            policy,
+            segment_bytes_target,
+            waiting_bytes_max,
+            queue: Mutex::new(Queue {
+                buffer: Vec::new(),
+                first_lsn: next_lsn,
+                records: 0,
+                next_lsn,
+                epoch,
+                closing: false,
+                failure: None,
+            }),
+            work: Condvar::new(),
+            progress: Condvar::new(),
+            syncer: Condvar::new(),
+            sync_target: Mutex::new(sync_target),
+            durable_lsn: AtomicU64::new(recovered),
+            synced_lsn: AtomicU64::new(recovered),
+            last_lsn: AtomicU64::new(recovered),
+            wake: Mutex::new(None),
+            records: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            groups: AtomicU64::new(0),
+            fsyncs: AtomicU64::new(0),
+            snapshot_running: AtomicBool::new(false),
+            _lock: lock,
+        });
+        let mut log = Log { shared: Arc::clone(&shared), threads: Vec::new() };
+        let writer = Writer { shared: Arc::clone(&shared), segment, spare: Vec::new() };
+        log.spawn("rampkv-log-writer", move || writer.run())?;
+        if policy != FsyncPolicy::Always {
+            log.spawn("rampkv-log-syncer", move || run_syncer(&shared))?;
+        }
+        Ok(log)
+    }
+
+    fn spawn(&mut self, name: &str, body: impl FnOnce() + Send + 'static) -> Result<(), DurableError> {
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(body)
+            .map_err(DurableError::io("start a log thread for", &self.shared.dir))?;
+        self.threads.push(thread);
+        Ok(())
+    }
+
+    /// Queues `record` (stamped with `epoch`) for the writer and returns its LSN. Never blocks
+    /// on I/O.
+    ///
+    /// # Errors
+    /// `LogFull` when `LOG_WAITING_BYTES_MAX` bytes already wait (nothing was queued: retry
+    /// once the watermark moves); `InvalidRecord` for a record the decoder would refuse;
+    /// `LogFailed` after a write or fsync failed.
+    pub fn append(&self, epoch: u64, record: RecordRef<'_>) -> Result<Lsn, DurableError> {
+        let mut queue = self.shared.queue.lock();
+        self.append_locked(&mut queue, epoch, record)
+    }
+
+    /// [`Log::append`], waiting up to `timeout` for space when the log is full.
+    pub fn append_timeout(&self, epoch: u64, record: RecordRef<'_>, timeout: Duration) -> Result<Lsn, DurableError> {
+        let deadline = Instant::now() + timeout;
+        let mut queue = self.shared.queue.lock();
+        loop {
+            match self.append_locked(&mut queue, epoch, record) {
+                Err(DurableError::LogFull { .. }) if Instant::now() < deadline => {
+                    self.shared.progress.wait_until(&mut queue, deadline);
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn append_locked(&self, queue: &mut Queue, epoch: u64, record: RecordRef<'_>) -> Result<Lsn, DurableError> {
+        if let Some(failure) = &queue.failure {
+            return Err(failure.error());
+        }
+        let lsn = queue.next_lsn;
+        let header = RecordHeader { lsn, epoch, synced_lsn: self.shared.synced_lsn.load(Ordering::Acquire) };
+        let before = queue.buffer.len();
+        encode_record(header, record, &mut queue.buffer)?;
+        // A record always goes into an empty buffer (the default bound is at least the largest
+        // record, and a smaller one must not stop the log for ever).
+        let max = self.shared.waiting_bytes_max;
+        if before > 0 && queue.buffer.len() > max {
+            queue.buffer.truncate(before);
+            return Err(DurableError::LogFull { waiting_bytes: before, max });
+        }
+        if queue.records == 0 {
+            queue.first_lsn = lsn;
+        }
+        queue.records += 1;
+        queue.next_lsn = lsn + 1;
+        queue.epoch = epoch;
+        self.shared.last_lsn.store(lsn, Ordering::Release);
+        self.shared.work.notify_one();
+        Ok(lsn)
+    }
+
+    /// The durable watermark: every record up to it is as durable as the policy promises.
+    pub fn durable_lsn(&self) -> Lsn {
+        self.shared.durable_lsn.load(Ordering::Acquire)
+    }
+
+    /// The last LSN appended (0 when the log has none).
+    pub fn last_lsn(&self) -> Lsn {
+        self.shared.last_lsn.load(Ordering::Acquire)
+    }
+
+    /// Waits until `lsn` is durable.
+    ///
+    /// # Errors
+    /// `DurableTimeout` after `timeout`; `NotAppended` for an LSN not appended yet (it would
+    /// never become durable by waiting); `LogFailed` if the writer stopped.
+    pub fn wait_durable(&self, lsn: Lsn, timeout: Duration) -> Result<(), DurableError> {
+        let deadline = Instant::now() + timeout;
+        let mut queue = self.shared.queue.lock();
+        if lsn >= queue.next_lsn {
+            return Err(DurableError::NotAppended { lsn, last_lsn: queue.next_lsn - 1 });
+        }
+        loop {
+            let durable_lsn = self.durable_lsn();
+            if durable_lsn >= lsn {
+                return Ok(());
+            }
+            if let Some(failure) = &queue.failure {
+                return Err(failure.error());
+            }
+            if self.shared.progress.wait_until(&mut queue, deadline).timed_out() && self.durable_lsn() < lsn {
+                let timeout_ms = timeout.as_millis() as u64;
+                return Err(DurableError::DurableTimeout { lsn, durable_lsn: self.durable_lsn(), timeout_ms });
+            }
+        }
+    }
+
+    /// Registers the callback the writer runs when the watermark advances (replacing any
+    /// earlier one). It also runs once when the log fails, so that a poller holding replies
+    /// notices.
+    pub fn set_wake(&self, wake: impl Fn(Lsn) + Send + Sync + 'static) {
+        *self.shared.wake.lock() = Some(Arc::new(wake));
+    }
+
+    /// The fsync policy.
+    pub fn policy(&self) -> FsyncPolicy {
+        self.shared.policy
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Counters since the log was opened.
+    pub fn stats(&self) -> LogStats {
+        let shared = &self.shared;
+        LogStats {
+            records: shared.records.load(Ordering::Relaxed),
+            bytes: shared.bytes.load(Ordering::Relaxed),
+            groups: shared.groups.load(Ordering::Relaxed),
+            fsyncs: shared.fsyncs.load(Ordering::Relaxed),
+            last_lsn: self.last_lsn(),
+            durable_lsn: self.durable_lsn(),
+        }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Writes and fsyncs everything appended, whatever the policy, and stops the writer.
+    ///
+    /// # Errors
+    /// The failure that stopped the writer, if one did.
+    pub fn close(mut self) -> Result<(), DurableError> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Result<(), DurableError> {
+        if self.threads.is_empty() {
+            return Ok(());
+        }
+        self.shared.queue.lock().closing = true;
+        self.shared.work.notify_all();
+        self.shared.syncer.notify_all();
+        let panicked = self.threads.drain(..).map(JoinHandle::join).filter(Result::is_err).count();
+        if panicked > 0 {
+            return Err(DurableError::LogFailed {
+                action: "run the log threads for",
+                path: self.shared.dir.clone(),
+                message: "a log thread panicked".into(),
+            });
+        }
+        match &self.shared.queue.lock().failure {
+            Some(failure) => Err(failure.error()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        // A drop cannot report; `close` is how a caller learns of a last failure.
+        let _ = self.stop();
+    }
+}
+
+/// The segment the writer appends to.
+struct Segment {
+    /// Shared with the syncer, which fsyncs it while the writer goes on.
+    file: Arc<File>,
+    path: PathBuf,
+    bytes: u64,
+}
+
+impl Segment {
+    /// Creates the segment whose first record will be `first_lsn`, with its header fsynced and
+    /// its directory entry made durable before any record goes in.
+    fn create(dir: &Path, first_lsn: Lsn, epoch: u64) -> Result<Segment, DurableError> {
+        let path = segment_path(dir, first_lsn);
+        let mut file =
+            File::options().write(true).create_new(true).open(&path).map_err(DurableError::io("create", &path))?;
+        let header = FileHeader { lsn: first_lsn, epoch }.encode(SEGMENT_MAGIC);
+        file.write_all(&header).and_then(|()| file.sync_data()).map_err(DurableError::io("write", &path))?;
+        sync_dir(dir)?;
+        Ok(Segment { file: Arc::new(file), path, bytes: header.len() as u64 })
+    }
+}
+
+/// What the syncer fsyncs.
+#[derive(Debug, Clone)]
+struct SyncTarget {
+    /// Segments closed and not yet fsynced, oldest first, each with its last LSN.
+    retired: Vec<(Arc<File>, PathBuf, Lsn)>,
+    /// The segment being written.
+    file: Arc<File>,
+    path: PathBuf,
+    /// Every record up to this LSN was written to `file` or to an earlier segment.
+    written_lsn: Lsn,
+}
+
+/// A group taken from the queue.
+struct Group {
+    first_lsn: Lsn,
+    last_lsn: Lsn,
+    records: u64,
+    epoch: u64,
+}
+
+/// The writer thread's state.
+struct Writer {
+    shared: Arc<Shared>,
+    segment: Segment,
+    /// The buffer swapped with the queue's: one group is written while the next gathers.
+    spare: Vec<u8>,
+}
+
+impl Writer {
+    fn run(mut self) {
+        while let Some(group) = self.next_group() {
+            if let Err(failure) = self.write_group(&group) {
+                self.shared.fail(failure);
+                return;
+            }
+        }
+        // Closing: whatever the policy, everything written is fsynced.
+        if let Err(failure) = self.sync_all_written() {
+            self.shared.fail(failure);
+        }
+    }
+
+    /// fsyncs every closed segment the syncer has not, then the current one.
+    fn sync_all_written(&mut self) -> Result<(), Failure> {
+        let retired = std::mem::take(&mut self.shared.sync_target.lock().retired);
+        sync_retired(&self.shared, retired)?;
+        let written = self.shared.durable_lsn.load(Ordering::Acquire);
+        if self.shared.synced_lsn.load(Ordering::Acquire) < written {
+            self.sync_to(written)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for records and takes them all (into `spare`); `None` when closing with nothing
+    /// left, or after a failure.
+    fn next_group(&mut self) -> Option<Group> {
+        let mut queue = self.shared.queue.lock();
+        while queue.buffer.is_empty() {
+            if queue.closing || queue.failure.is_some() {
+                return None;
+            }
+            self.shared.work.wait(&mut queue);
+        }
+        std::mem::swap(&mut queue.buffer, &mut self.spare);
+        let group = Group {
+            first_lsn: queue.first_lsn,
+            last_lsn: queue.next_lsn - 1,
+            records: queue.records,
+            epoch: queue.epoch,
+        };
+        queue.records = 0;
+        drop(queue);
+        self.shared.progress.notify_all();
+        Some(group)
+    }
+
+    /// Writes `spare` (the group), fsyncs with `always`, and advances the watermark.
+    fn write_group(&mut self, group: &Group) -> Result<(), Failure> {
+        if self.segment.bytes >= self.shared.segment_bytes_target {
+            self.rotate(group)?;
+        }
+        let path = &self.segment.path;
+        (&*self.segment.file).write_all(&self.spare).map_err(|error| failure("write", path, &error))?;
+        self.segment.bytes += self.spare.len() as u64;
+        self.shared.records.fetch_add(group.records, Ordering::Relaxed);
+        self.shared.bytes.fetch_add(self.spare.len() as u64, Ordering::Relaxed);
+        self.shared.groups.fetch_add(1, Ordering::Relaxed);
+        self.spare.clear();
+        self.spare.shrink_to(LOG_BUFFER_RETAINED_BYTES);
+        if self.shared.policy == FsyncPolicy::Always {
+            // The watermark of `always` waits for the fsync.
+            self.sync_to(group.last_lsn)?;
+        } else {
+            // The syncer fsyncs what is written (`everysec`) without holding up the writes.
+            self.shared.sync_target.lock().written_lsn = group.last_lsn;
+        }
+        self.shared.publish(group.last_lsn);
+        Ok(())
+    }
+
+    /// fsyncs the segment: everything written so far (up to `written_lsn`) is on disk.
+    fn sync_to(&mut self, written_lsn: Lsn) -> Result<(), Failure> {
+        self.segment.file.sync_data().map_err(|error| failure("fsync", &self.segment.path, &error))?;
+        self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.shared.synced_lsn.fetch_max(written_lsn, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Closes the current segment and starts the next at the group's first LSN. With `always`
+    /// the closed segment is fsynced already; otherwise the syncer fsyncs it in the background
+    /// (the writer never waits for a whole segment's fsync).
+    fn rotate(&mut self, group: &Group) -> Result<(), Failure> {
+        let next = Segment::create(&self.shared.dir, group.first_lsn, group.epoch).map_err(|error| match error {
+            DurableError::Io { action, path, source } => failure(action, &path, &source),
+            other => {
+                Failure { action: "create a segment in", path: self.shared.dir.clone(), message: other.to_string() }
+            }
+        })?;
+        let closed = std::mem::replace(&mut self.segment, next);
+        {
+            let mut target = self.shared.sync_target.lock();
+            if self.shared.policy != FsyncPolicy::Always {
+                target.retired.push((closed.file, closed.path, group.first_lsn - 1));
+            }
+            target.file = Arc::clone(&self.segment.file);
+            target.path = self.segment.path.clone();
+        }
+        // Notified under the queue lock, which the syncer holds while it looks for work: it
+        // either sees the closed segment or is already waiting when the notification comes.
+        let _queue = self.shared.queue.lock();
+        self.shared.syncer.notify_all();
+        Ok(())
+    }
+}
+
+/// The syncer (`everysec` and `no`): fsyncs closed segments as soon as they are closed, and
+/// with `everysec` what the writer has written every `EVERYSEC_SYNC_INTERVAL_MS`, in its own
+/// thread so that writes and acknowledgements go on during the fsync (as Redis does its
+/// everysec fsync in a background thread). Records written before an fsync starts are on disk
+/// when it returns, so the LSN read before it is what becomes synced.
+fn run_syncer(shared: &Shared) {
+    let interval = Duration::from_millis(EVERYSEC_SYNC_INTERVAL_MS);
+    let timed = shared.policy == FsyncPolicy::Everysec;
+    let mut next_sync = Instant::now() + interval;
+    loop {
+        let target = {
+            let mut queue = shared.queue.lock();
+            loop {
+                if queue.closing || queue.failure.is_some() {
+                    return; // the writer fsyncs what is left when closing
+                }
+                let mut target = shared.sync_target.lock();
+                if !target.retired.is_empty() || (timed && Instant::now() >= next_sync) {
+                    // Taken under the lock: the writer, closing, takes what is left.
+                    let retired = std::mem::take(&mut target.retired);
+                    break SyncTarget { retired, ..target.clone() };
+                }
+                drop(target);
+                if timed {
+                    shared.syncer.wait_until(&mut queue, next_sync);
+                } else {
+                    shared.syncer.wait(&mut queue);
+                }
+            }
+        };
+        let result = sync_retired(shared, target.retired).and_then(|()| {
+            if !timed || Instant::now() < next_sync {
+                return Ok(());
+            }
+            next_sync = Instant::now() + interval;
+            if target.written_lsn <= shared.synced_lsn.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            target.file.sync_data().map_err(|error| failure("fsync", &target.path, &error))?;
+            shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+            shared.synced_lsn.fetch_max(target.written_lsn, Ordering::AcqRel);
+            Ok(())
+        });
+        if let Err(failure) = result {
+            return shared.fail(failure);
+        }
+    }
+}
+
+/// fsyncs closed segments in order, advancing the synced LSN past each.
+fn sync_retired(shared: &Shared, retired: Vec<(Arc<File>, PathBuf, Lsn)>) -> Result<(), Failure> {
+    for (file, path, last_lsn) in retired {
+        file.sync_data().map_err(|error| failure("fsync", &path, &error))?;
+        shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+        shared.synced_lsn.fetch_max(last_lsn, Ordering::AcqRel);
+    }
+    Ok(())
+}
+
+impl Shared {
+    /// Advances the watermark to `lsn`, wakes waiters and runs the callback.
+    fn publish(&self, lsn: Lsn) {
+        {
+            // Stored under the queue lock: a waiter checks the watermark under it, so it either
+            // sees the new value or is already waiting when the notification comes.
+            let _queue = self.queue.lock();
+            self.durable_lsn.fetch_max(lsn, Ordering::AcqRel);
+        }
+        self.progress.notify_all();
+        self.run_wake();
+    }
+
+    fn run_wake(&self) {
+        let wake = self.wake.lock().clone();
+        if let Some(wake) = wake {
+            wake(self.durable_lsn.load(Ordering::Acquire));
+        }
+    }
+
+    /// Stops the log for good: every later call gets the failure.
+    fn fail(&self, failure: Failure) {
+        self.queue.lock().failure.get_or_insert(failure);
+        self.work.notify_all();
+        self.syncer.notify_all();
+        self.progress.notify_all();
+        self.run_wake();
+    }
+}
+
+fn failure(action: &'static str, path: &Path, error: &std::io::Error) -> Failure {
+    Failure { action, path: path.to_path_buf(), message: error.to_string() }
+}

@@ -1,0 +1,231 @@
+//! `rampkv chaos`, the fault test, run as a user runs it: the binary starts its own server
+//! processes, kills them, and must see what is lost.
+//!
+//! The teeth: servers keep nothing across a kill today, so a run that kills them must report
+//! lost acknowledged writes and exit 1; a run without faults on the same cluster must find
+//! nothing lost and exit 0. Both runs are seeded (the schedule of kills derives from the
+//! seed); every process and namespace a run started must be gone when it returns.
+
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// Runs `rampkv chaos ARGS --json`; returns the output, the report (if one was printed) and
+/// the harness's pid (its namespaces carry it).
+fn chaos(args: &[&str]) -> (Output, Option<Value>, u32) {
+    let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+        .arg("chaos")
+        .args(args)
+        .arg("--json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rampkv chaos starts");
+    let harness_pid = child.id();
+    let output = child.wait_with_output().expect("rampkv chaos ends");
+    let report = serde_json::from_slice(&output.stdout).ok();
+    (output, report, harness_pid)
+}
+
+fn describe(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// Every server process the report names (started, killed, restarted) is gone, and no
+/// namespace of the harness is left.
+fn assert_nothing_left(report: &Value, harness_pid: u32) {
+    let mut pids: Vec<u64> = report["initial_pids"].as_array().unwrap().iter().filter_map(Value::as_u64).collect();
+    pids.extend(report["timeline"].as_array().unwrap().iter().filter_map(|event| event["pid"].as_u64()));
+    assert!(!pids.is_empty());
+    for pid in pids {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Gone, or a zombie waiting for a parent that is gone too (the harness reaps its children).
+        assert!(state.is_empty() || state.contains(") Z"), "server process {pid} still runs: {state}");
+    }
+    let namespaces =
+        Command::new("ip").args(["netns", "list"]).output().map(|output| output.stdout).unwrap_or_default();
+    let prefix = format!("rkvchaos-{harness_pid}-");
+    assert!(!String::from_utf8_lossy(&namespaces).contains(&prefix), "namespaces left behind");
+}
+
+/// Without persistence a killed server comes back empty: the harness must see the acknowledged
+/// writes it held as lost (the witness keys, which nothing overwrites, make sure of it) and
+/// fail the run.
+#[test]
+fn kill_one_without_persistence_reports_lost_acknowledged_writes() {
+    let (output, report, harness_pid) = chaos(&[
+        "--servers",
+        "3",
+        "--nemesis",
+        "kill-one",
+        "--duration",
+        "5s",
+        "--kill-interval",
+        "1s..2s",
+        "--restart-after",
+        "300ms..600ms",
+        "--seed",
+        "11",
+    ]);
+    let report = report.unwrap_or_else(|| panic!("{}", describe(&output)));
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert_eq!(report["passed"], false);
+    assert!(report["kills"].as_u64().unwrap() >= 2, "{}", describe(&output));
+    let lost = report["final_read"]["lost"].as_u64().unwrap();
+    assert!(lost > 0, "{}", describe(&output));
+    let failures = report["failures"].as_array().unwrap();
+    assert!(failures.iter().any(|failure| failure["failure"] == "lost" && failure["keys"] == lost), "{failures:?}");
+    // The examples name the lost writes: an acknowledged timestamp above what was read back.
+    let example = &report["final_read"]["lost_examples"][0];
+    assert!(example["acknowledged_ts"].as_u64().unwrap() > example["read_ts"].as_u64().unwrap(), "{example}");
+    // The failure is reported with what to look at.
+    assert!(report["kept_directory"].is_string(), "{report}");
+    assert_nothing_left(&report, harness_pid);
+    if let Some(directory) = report["kept_directory"].as_str() {
+        let _ = std::fs::remove_dir_all(directory);
+    }
+}
+
+/// The control run: no fault, nothing lost, the checker clean (with races: the servers are
+/// separate processes, so they interleave the client threads' transactions), exit status 0.
+#[test]
+fn no_nemesis_on_a_healthy_cluster_loses_nothing_and_passes() {
+    let (output, report, harness_pid) = chaos(&["--nemesis", "none", "--duration", "2s", "--seed", "12"]);
+    let report = report.unwrap_or_else(|| panic!("{}", describe(&output)));
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(report["passed"], true);
+    assert_eq!(report["final_read"]["lost"], 0);
+    assert_eq!(report["check"]["garbage"], 0);
+    assert_eq!(report["check"]["fractured"], 0);
+    assert!(report["workload"]["writes_ok"].as_u64().unwrap() > 0, "{report}");
+    // The read-back covers the small key space and every witness key.
+    let keys_read = report["final_read"]["keys_read"].as_u64().unwrap();
+    assert!(keys_read > 16, "{report}");
+    assert_eq!(report["timeline"].as_array().unwrap().len(), 0);
+    assert!(report["unavailability"]["completed"].as_u64().unwrap() > 0);
+    assert_nothing_left(&report, harness_pid);
+}
+
+/// Namespace mode where the machine allows it (root and `ip netns`), a clear error where not:
+/// never a silent fall back when namespaces were asked for by name.
+#[test]
+fn namespaces_when_asked_for_run_or_are_refused_clearly() {
+    let namespaces_work = namespaces_can_be_made();
+    let (output, report, harness_pid) = chaos(&[
+        "--network",
+        "namespaces",
+        "--nemesis",
+        "none",
+        "--duration",
+        "1s",
+        "--seed",
+        "13",
+        "--servers",
+        "2",
+        "--transport",
+        "writepoll",
+    ]);
+    if !namespaces_work {
+        assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+        assert!(String::from_utf8_lossy(&output.stderr).contains("network namespaces are unavailable"));
+        return;
+    }
+    let report = report.unwrap_or_else(|| panic!("{}", describe(&output)));
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(report["network"], "namespaces");
+    assert_eq!(report["transport"], "writepoll");
+    assert_nothing_left(&report, harness_pid);
+}
+
+/// Whether this machine lets the test make a network namespace (root, `ip` installed, and a
+/// kernel or container that allows it): the probe namespace is deleted at once.
+fn namespaces_can_be_made() -> bool {
+    let name = format!("rkvprobe-{}", std::process::id());
+    let made = Command::new("ip")
+        .args(["netns", "add", &name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if made {
+        let _ = Command::new("ip").args(["netns", "delete", &name]).status();
+    }
+    made
+}
+
+/// Features the servers lack are refused up front, saying so, rather than tested vacuously.
+#[test]
+fn replication_and_persistence_the_servers_lack_are_refused_clearly() {
+    let (output, _, _) = chaos(&["--replicas", "2", "--duration", "1s"]);
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("do not replicate yet"), "{}", describe(&output));
+    let directory = tempfile::tempdir().unwrap();
+    let data_dir = directory.path().join("data");
+    let (output, _, _) =
+        chaos(&["--nemesis", "kill-all", "--data-dir", data_dir.to_str().unwrap(), "--duration", "1s"]);
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no --data-dir option yet"), "{}", describe(&output));
+}
+
+/// The harness killed by the test if an assertion fails first.
+struct Harness(std::process::Child);
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The processes whose parent is `parent` (from /proc).
+fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // Fields after the command name: state, then the parent's pid.
+            let after_name = stat.rfind(')').map_or("", |end| &stat[end + 1..]);
+            after_name.split_whitespace().nth(1).and_then(|ppid| ppid.parse::<u32>().ok()) == Some(parent)
+        })
+        .collect()
+}
+
+/// Ctrl-C (SIGINT to the harness alone, not its servers) ends a run through its clean-up:
+/// exit status 130, every server it started killed by pid, its namespaces deleted.
+#[test]
+fn an_interrupted_run_kills_its_servers_and_removes_its_namespaces() {
+    let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+        .args(["chaos", "--nemesis", "kill-one", "--duration", "60s", "--seed", "14"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("rampkv chaos starts");
+    let mut harness = Harness(child);
+    let harness_pid = harness.0.id();
+    let stderr = harness.0.stderr.take().expect("piped");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    // The harness says when its servers are up (or ends, closing the pipe).
+    let up = lines.by_ref().map_while(Result::ok).any(|line| line.contains("servers up"));
+    assert!(up, "the servers never came up");
+    let servers = children_of(harness_pid);
+    assert_eq!(servers.len(), 3, "{servers:?}");
+    let sent = Command::new("kill").args(["-INT", &harness_pid.to_string()]).status().expect("kill runs");
+    assert!(sent.success());
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = harness.0.wait().expect("the harness ends");
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+    assert!(rest.iter().any(|line| line.contains("interrupted")), "{rest:?}");
+    for pid in servers {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(stat.is_empty() || stat.contains(") Z"), "server {pid} outlived the harness: {stat}");
+    }
+    let namespaces =
+        Command::new("ip").args(["netns", "list"]).output().map(|output| output.stdout).unwrap_or_default();
+    assert!(!String::from_utf8_lossy(&namespaces).contains(&format!("rkvchaos-{harness_pid}-")));
+}
