@@ -698,7 +698,8 @@ fn run_client_thread<T: ClientTransport>(
 ) -> Result<ThreadTotals, BenchError> {
     match config.network.options(config.cluster_file.is_some(), config.seed, context.thread) {
         Some(options) => {
-            let transport = Interleaving::new(transport, options).map_err(|error| BenchError::Config(error.to_string()))?;
+            let transport =
+                Interleaving::new(transport, options).map_err(|error| BenchError::Config(error.to_string()))?;
             run_sessions(config, transport, cluster, context)
         }
         None => run_sessions(config, transport, cluster, context),
@@ -961,7 +962,8 @@ mod cpu_time_tests {
 
     #[test]
     fn network_durations_parse_in_their_units_and_bad_ones_are_refused() {
-        let cases = [("20us", 20), ("20µs", 20), ("1.5ms", 1_500), ("1s", 1_000_000), ("500ns", 1), ("0", 0), ("0us", 0)];
+        let cases =
+            [("20us", 20), ("20µs", 20), ("1.5ms", 1_500), ("1s", 1_000_000), ("500ns", 1), ("0", 0), ("0us", 0)];
         for (text, micros) in cases {
             assert_eq!(parse_network_duration_us(text), Ok(micros), "{text}");
         }

@@ -46,6 +46,10 @@ pub struct LockRequest {
     pub keys: Vec<Key>,
     /// The writes to stage once granted (exclusive requests).
     pub writes: Vec<(Key, Box<[u8]>)>,
+    /// Shared requests of reads: per key of `keys`, the timestamp of its latest committed
+    /// version when the request arrived (returned with the grant: the S2PL evidence of
+    /// docs/history.md). Empty otherwise.
+    pub on_arrival: Vec<Timestamp>,
     /// Keys not locked yet, sorted.
     remaining: Vec<Key>,
     deadline_ms: u64,
@@ -125,6 +129,32 @@ impl LockTable {
         writes: Vec<(Key, Box<[u8]>)>,
         now_ms: u64,
     ) -> Vec<LockDecision> {
+        self.submit(ts, mode, (connection, request_id), keys, (writes, Vec::new()), now_ms)
+    }
+
+    /// A read's shared request, with `on_arrival` (one timestamp per key, see
+    /// [`LockRequest::on_arrival`]) kept for its grant. Decisions as [`LockTable::request`].
+    pub fn request_read(
+        &mut self,
+        ts: Timestamp,
+        (connection, request_id): (ConnectionId, u64),
+        keys: Vec<Key>,
+        on_arrival: Vec<Timestamp>,
+        now_ms: u64,
+    ) -> Vec<LockDecision> {
+        assert_eq!(on_arrival.len(), keys.len(), "one arrival timestamp per key");
+        self.submit(ts, LockMode::Shared, (connection, request_id), keys, (Vec::new(), on_arrival), now_ms)
+    }
+
+    fn submit(
+        &mut self,
+        ts: Timestamp,
+        mode: LockMode,
+        (connection, request_id): (ConnectionId, u64),
+        keys: Vec<Key>,
+        (writes, on_arrival): (Vec<(Key, Box<[u8]>)>, Vec<Timestamp>),
+        now_ms: u64,
+    ) -> Vec<LockDecision> {
         let mut remaining = keys.clone();
         remaining.sort_unstable();
         remaining.dedup();
@@ -136,6 +166,7 @@ impl LockTable {
             request_id,
             keys,
             writes,
+            on_arrival,
             remaining,
             deadline_ms: now_ms.saturating_add(LOCK_WAIT_MS_MAX),
         };

@@ -30,11 +30,12 @@
 //! No thread of its own: delivery happens inside the caller's `flush` and `poll`. A `poll`
 //! that has requests held waits for replies only until the next delivery time; a wait shorter
 //! than [`INTERLEAVE_BLOCKING_WAIT_US_MIN`] sleeps in slices (an epoll wait rounds its timeout
-//! up to milliseconds). With [`Pacing::SkipIdle`] (the benchmark's default), when nothing is
-//! in flight at the servers and everything waits on held requests, the model's clock jumps
-//! to the next delivery time instead of sleeping: the order each server sees is the model's,
-//! the idle time is left out. With [`Pacing::WallClock`] the delays are real latency, as
-//! netem's are.
+//! up to milliseconds). With [`Pacing::SkipIdle`] (the benchmark's default) a `poll` that
+//! finds no reply does not wait at all: the model's clock jumps to the next delivery time, so
+//! requests are held only while their thread has other work (processing replies, starting
+//! transactions) and each server sees the requests posted meanwhile in the model's order,
+//! at no cost in throughput. With [`Pacing::WallClock`] the delays are real latency, as
+//! netem's are: a wider window for reordering, paid in throughput (docs/performance.md).
 //!
 //! # Replay
 //! The same seed and the same sequence of posts give the same delivery times and the same
@@ -68,8 +69,9 @@ const JITTER_SHAPE: f64 = 1.5;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Pacing {
-    /// The model's clock jumps to the next delivery time when nothing is in flight at the
-    /// servers: the servers see the model's order, the run does not idle.
+    /// Whenever the client thread finds no reply to deliver, the model's clock jumps to the
+    /// next delivery time: each server sees the requests in the model's order, and the model
+    /// adds no waiting (a request is held only while its thread has other work).
     SkipIdle,
     /// Delivery times are wall-clock times: the delays are real latency.
     WallClock,
@@ -160,7 +162,7 @@ pub struct InterleaveStats {
     /// Of those, requests delivered to their server after a request posted later (by another
     /// session): the reorderings the model made.
     pub overtaken: u64,
-    /// Times the clock skipped ahead over idle time ([`Pacing::SkipIdle`]).
+    /// Times the clock jumped ahead instead of waiting ([`Pacing::SkipIdle`]).
     pub idle_skips: u64,
 }
 
@@ -281,18 +283,15 @@ pub struct Interleaving<T: ClientTransport> {
     schedule: Schedule,
     pacing: Pacing,
     origin: Instant,
-    /// Idle time the model's clock skipped ([`Pacing::SkipIdle`]).
+    /// Time the model's clock jumped ahead ([`Pacing::SkipIdle`]).
     skipped_us: u64,
-    /// Requests delivered to the wrapped transport whose replies have not come yet (every
-    /// request gets exactly one reply).
-    outstanding: usize,
 }
 
 impl<T: ClientTransport> Interleaving<T> {
     /// Puts the model in front of `inner`.
     pub fn new(inner: T, options: InterleaveOptions) -> Result<Self, InterleaveError> {
         let schedule = Schedule::new(&options, inner.server_count())?;
-        Ok(Self { inner, schedule, pacing: options.pacing, origin: Instant::now(), skipped_us: 0, outstanding: 0 })
+        Ok(Self { inner, schedule, pacing: options.pacing, origin: Instant::now(), skipped_us: 0 })
     }
 
     /// The wrapped transport.
@@ -319,25 +318,12 @@ impl<T: ClientTransport> Interleaving<T> {
         let mut delivered = false;
         while let Some(held) = self.schedule.pop_due(now_us) {
             self.inner.post_owned(held.server, held.request_id, held.request)?;
-            self.outstanding += 1;
             delivered = true;
         }
         if delivered {
             self.inner.flush()?;
         }
         Ok(())
-    }
-
-    /// Polls the wrapped transport, counting the replies against the outstanding requests.
-    fn poll_inner<F>(&mut self, timeout: Option<Duration>, deliver: &mut F) -> Result<usize, TransportError>
-    where
-        F: FnMut(usize, u64, Response),
-    {
-        let outstanding = &mut self.outstanding;
-        self.inner.poll(timeout, |server, request_id, response| {
-            *outstanding = outstanding.saturating_sub(1);
-            deliver(server, request_id, response);
-        })
     }
 
     /// Holds a request (the checks that do not depend on the medium are made now).
@@ -381,9 +367,9 @@ impl<T: ClientTransport> ClientTransport for Interleaving<T> {
             self.deliver_due()?;
             let remaining = timeout.map(|timeout| timeout.saturating_sub(started.elapsed()));
             let Some(deliver_at_us) = self.schedule.next_deliver_at_us() else {
-                return self.poll_inner(remaining, &mut deliver); // nothing held: the medium's own wait
+                return self.inner.poll(remaining, &mut deliver); // nothing held: the medium's own wait
             };
-            let delivered = self.poll_inner(Some(Duration::ZERO), &mut deliver)?;
+            let delivered = self.inner.poll(Some(Duration::ZERO), &mut deliver)?;
             if delivered > 0 || remaining.is_some_and(|remaining| remaining.is_zero()) {
                 return Ok(delivered);
             }
@@ -391,15 +377,15 @@ impl<T: ClientTransport> ClientTransport for Interleaving<T> {
             if wait_us == 0 {
                 continue;
             }
-            if self.outstanding == 0 && self.pacing == Pacing::SkipIdle {
-                // Nothing can arrive before the next delivery: skip the idle time.
+            if self.pacing == Pacing::SkipIdle {
+                // Nothing to deliver now: jump to the next delivery time instead of waiting.
                 self.skipped_us += wait_us;
                 self.schedule.stats.idle_skips += 1;
                 continue;
             }
             let wait = Duration::from_micros(wait_us).min(remaining.unwrap_or(Duration::MAX));
             if wait_us >= INTERLEAVE_BLOCKING_WAIT_US_MIN {
-                let delivered = self.poll_inner(Some(wait), &mut deliver)?;
+                let delivered = self.inner.poll(Some(wait), &mut deliver)?;
                 if delivered > 0 {
                     return Ok(delivered);
                 }
