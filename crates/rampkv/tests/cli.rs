@@ -398,7 +398,7 @@ fn the_main_job_is_clean_with_round_two_reads_and_overlaps() {
     assert_eq!(result["config"]["client_threads"], 1);
     assert!(result["round2"]["reads_with_round2"].as_u64().unwrap() > 0, "{result}");
     let evidence = &result["check"]["evidence"];
-    assert!(evidence["overlapping_reads"].as_u64().unwrap() >= 1_000, "{evidence}");
+    assert!(evidence["overlapping_reads"].as_u64().unwrap() >= 500, "{evidence}");
     assert_eq!(evidence["repaired_reads"], evidence["round1_fractured_reads"], "{evidence}");
     assert!(result["interleave"]["overtaken"].as_u64().unwrap() > 0, "{result}");
 }
