@@ -129,7 +129,10 @@ impl LockTable {
         writes: Vec<(Key, Box<[u8]>)>,
         now_ms: u64,
     ) -> Vec<LockDecision> {
-        self.submit(ts, mode, (connection, request_id), keys, (writes, Vec::new()), now_ms)
+        let deadline_ms = now_ms.saturating_add(LOCK_WAIT_MS_MAX);
+        let on_arrival = Vec::new();
+        let remaining = Vec::new(); // filled by `submit`
+        self.submit(LockRequest { ts, mode, connection, request_id, keys, writes, on_arrival, remaining, deadline_ms })
     }
 
     /// A read's shared request, with `on_arrival` (one timestamp per key, see
@@ -143,33 +146,17 @@ impl LockTable {
         now_ms: u64,
     ) -> Vec<LockDecision> {
         assert_eq!(on_arrival.len(), keys.len(), "one arrival timestamp per key");
-        self.submit(ts, LockMode::Shared, (connection, request_id), keys, (Vec::new(), on_arrival), now_ms)
+        let (mode, writes, remaining) = (LockMode::Shared, Vec::new(), Vec::new());
+        let deadline_ms = now_ms.saturating_add(LOCK_WAIT_MS_MAX);
+        self.submit(LockRequest { ts, mode, connection, request_id, keys, writes, on_arrival, remaining, deadline_ms })
     }
 
-    fn submit(
-        &mut self,
-        ts: Timestamp,
-        mode: LockMode,
-        (connection, request_id): (ConnectionId, u64),
-        keys: Vec<Key>,
-        (writes, on_arrival): (Vec<(Key, Box<[u8]>)>, Vec<Timestamp>),
-        now_ms: u64,
-    ) -> Vec<LockDecision> {
-        let mut remaining = keys.clone();
-        remaining.sort_unstable();
-        remaining.dedup();
-        self.txns.entry(ts).or_default().connection = connection;
-        let request = LockRequest {
-            ts,
-            mode,
-            connection,
-            request_id,
-            keys,
-            writes,
-            on_arrival,
-            remaining,
-            deadline_ms: now_ms.saturating_add(LOCK_WAIT_MS_MAX),
-        };
+    fn submit(&mut self, mut request: LockRequest) -> Vec<LockDecision> {
+        let ts = request.ts;
+        request.remaining = request.keys.clone();
+        request.remaining.sort_unstable();
+        request.remaining.dedup();
+        self.txns.entry(ts).or_default().connection = request.connection;
         let mut decisions = Vec::new();
         if let Some(earlier) = self.waiting.remove(&ts) {
             // A new request of a transaction that still waits: the client gave up on the old one.
