@@ -310,10 +310,7 @@ pub fn append_versions_frame<'v, K: AsRef<[u8]> + 'v>(
 ) {
     append_reply_frame(out, KIND_VERSIONS, request_id, |body| {
         let mut encoder = Encoder::new(body);
-        encoder.count(entries.len());
-        for (ts, value, metadata) in entries {
-            encode_version(&mut encoder, ts, value, metadata);
-        }
+        encode_entries(&mut encoder, entries);
     });
 }
 
@@ -339,12 +336,20 @@ pub fn append_versions_located_frame<'v, K: AsRef<[u8]> + 'v>(
     assert_eq!(entries.len(), slots.len(), "one slot per entry");
     append_reply_frame(out, KIND_VERSIONS_LOCATED, request_id, |body| {
         let mut encoder = Encoder::new(body);
-        encoder.count(entries.len());
-        for (ts, value, metadata) in entries {
-            encode_version(&mut encoder, ts, value, metadata);
-        }
+        encode_entries(&mut encoder, entries);
         encode_slots(&mut encoder, slots);
     });
+}
+
+/// The VERSIONS body: the count, then each entry.
+fn encode_entries<'v, K: AsRef<[u8]> + 'v>(
+    encoder: &mut Encoder<'_>,
+    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
+) {
+    encoder.count(entries.len());
+    for (ts, value, metadata) in entries {
+        encode_version(encoder, ts, value, metadata);
+    }
 }
 
 /// Appends a VERSIONS_LOCKED frame: the entries as in [`append_versions_frame`], then each
@@ -358,10 +363,7 @@ pub fn append_versions_locked_frame<'v, K: AsRef<[u8]> + 'v>(
     assert_eq!(entries.len(), on_arrival.len(), "one arrival timestamp per entry");
     append_reply_frame(out, KIND_VERSIONS_LOCKED, request_id, |body| {
         let mut encoder = Encoder::new(body);
-        encoder.count(entries.len());
-        for (ts, value, metadata) in entries {
-            encode_version(&mut encoder, ts, value, metadata);
-        }
+        encode_entries(&mut encoder, entries);
         encode_timestamps(&mut encoder, on_arrival);
     });
 }
