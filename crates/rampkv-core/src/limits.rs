@@ -157,3 +157,21 @@ pub const RFRPC_BATCH_LATENCY_LIMIT_US: u64 = 200;
 
 /// RF-RPC transport: most connections one server group serves at once.
 pub const RFRPC_GROUP_CONNECTIONS_MAX: usize = 64;
+
+/// Interleaving network model (`rampkv_net::transport::interleave`): the longest extra delay
+/// one request may draw, as a multiple of the mean jitter. The draw is long-tailed (Pareto);
+/// the cap keeps one unlucky request from holding its session for a whole run.
+pub const INTERLEAVE_JITTER_TAIL_FACTOR_MAX: u64 = 50;
+
+/// Interleaving network model: the longest fixed delay or mean jitter it accepts (1 s: far
+/// beyond any network it stands for, and far below the transaction timeout's reach).
+pub const INTERLEAVE_DELAY_US_MAX: u64 = 1_000_000;
+
+/// Interleaving network model: a client thread waiting for a held request's delivery time
+/// less than this far ahead sleeps in slices of [`INTERLEAVE_SLEEP_SLICE_US`] and polls for
+/// replies between them, instead of blocking in the medium: an epoll wait rounds its timeout
+/// up to whole milliseconds, which would hold a 50 µs delay for 1 ms.
+pub const INTERLEAVE_BLOCKING_WAIT_US_MIN: u64 = 1_000;
+
+/// Interleaving network model: one slice of the short waits above.
+pub const INTERLEAVE_SLEEP_SLICE_US: u64 = 50;

@@ -313,6 +313,18 @@ struct BenchArgs {
     /// onesided: fall back to GET+ when a slot's "newer version prepared" bit is set.
     #[arg(long)]
     getstar_newer_prepared_fallback: bool,
+    /// The network model (on|off): each request gets its own seeded, long-tailed delay, so
+    /// servers see different sessions' requests in different orders, as separate machines do.
+    /// Default: on for the embedded cluster, off with --cluster.
+    #[arg(long, value_parser = bench::Interleave::from_name)]
+    interleave: Option<bench::Interleave>,
+    /// Network model: fixed delay of every request (e.g. 20us, 1ms); real latency.
+    #[arg(long, value_parser = bench::parse_network_duration_us, default_value = "0")]
+    net_delay: u64,
+    /// Network model: mean of each request's long-tailed random delay (e.g. 50us); real
+    /// latency. Neither given: a 50 µs mean whose idle time is skipped.
+    #[arg(long, value_parser = bench::parse_network_duration_us)]
+    jitter: Option<u64>,
     /// Run this configuration over every transport in turn (--transport is ignored) and print
     /// a table side by side, with throughput ratios to TCP. With --json: one result per line.
     #[arg(long)]
@@ -697,6 +709,11 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
             slot_bytes: args.item_slot_bytes.unwrap_or(rampkv::limits::ITEM_SLOT_BYTES_DEFAULT),
         },
         getstar_newer_prepared_fallback: args.getstar_newer_prepared_fallback,
+        network: bench::NetworkModel {
+            interleave: args.interleave.unwrap_or_default(),
+            delay_us: args.net_delay,
+            jitter_us: args.jitter,
+        },
     };
     config.validate()?;
     if args.item_slot_bytes.is_none() {

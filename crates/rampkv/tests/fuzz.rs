@@ -346,8 +346,13 @@ fn version(rng: &mut SmallRng) -> VersionItem {
 }
 
 fn response(rng: &mut SmallRng, variant: usize) -> Response {
-    match variant % 6 {
+    match variant % 7 {
         0 => Response::Hello { client_id_first: rng.gen(), client_ids_granted: rng.gen() },
+        6 => {
+            let items: Vec<VersionItem> = (0..rng.gen_range(0..4)).map(|_| version(rng)).collect();
+            let on_arrival = items.iter().map(|_| rng.gen()).collect();
+            Response::VersionsLocked { items, on_arrival }
+        }
         1 => Response::Versions { items: (0..rng.gen_range(0..4)).map(|_| version(rng)).collect() },
         2 => {
             let items: Vec<VersionItem> = (0..rng.gen_range(0..4)).map(|_| version(rng)).collect();

@@ -12,7 +12,10 @@ use std::sync::Arc;
 
 mod common;
 
-use common::{assert_clean, assert_s2pl_grants_cross_front_ends, caught, contended, contended_transactions, seed};
+use common::{
+    assert_clean, assert_no_anomaly, assert_s2pl_grants_cross_front_ends, caught, contended, contended_transactions,
+    seed,
+};
 use rampkv::bench::TransportKind;
 use rampkv::cluster::Cluster;
 use rampkv::protocol::ramp::Algorithm;
@@ -25,7 +28,7 @@ const IN_PROCESS: TransportKind = TransportKind::InProcess;
 fn s2pl_over_in_process_clients_under_contention_is_checker_clean() {
     // Lock waits defer replies: they reach the in-process clients through their inboxes (two
     // server groups here: one inbox in each group's router).
-    let result = assert_clean(&contended_transactions(Algorithm::S2pl, IN_PROCESS, seed(), 500), 100);
+    let result = assert_no_anomaly(&contended_transactions(Algorithm::S2pl, IN_PROCESS, seed(), 500), 100);
     assert!(result.round2.read_restarts > 0, "contention must exercise wait-die aborts and retries");
 }
 

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    assert_a_large_batch_is_answered, assert_clean, assert_s2pl_grants_cross_front_ends, caught, contended,
-    contended_transactions, seed,
+    assert_a_large_batch_is_answered, assert_clean, assert_no_anomaly, assert_s2pl_grants_cross_front_ends, caught,
+    contended, contended_transactions, seed,
 };
 use rampkv::bench::TransportKind;
 use rampkv::client::{Driver, TxnResult};
@@ -137,7 +137,7 @@ fn ramp_small_and_hybrid_over_send_recv_under_contention_are_checker_clean() {
 #[test]
 fn s2pl_over_send_recv_under_contention_is_checker_clean() {
     // Deferred lock grants and wait aborts travel as send/recv replies.
-    let result = assert_clean(&contended_transactions(Algorithm::S2pl, SENDRECV, seed(), 500), 100);
+    let result = assert_no_anomaly(&contended_transactions(Algorithm::S2pl, SENDRECV, seed(), 500), 100);
     assert!(result.round2.read_restarts > 0, "contention must exercise wait-die aborts and retries");
 }
 

@@ -28,7 +28,7 @@ use crate::checker;
 use crate::history::{self, HistoryFeed, HistoryStream, ReadRecord, Record, WriteRecord};
 use crate::limits::{HISTORY_SEND_INTERVAL_MS, HISTORY_SEND_RECORDS_MAX};
 use rampkv_core::cluster::{Cluster, Front};
-use rampkv_core::limits::{GC_GRACE_MS, TXN_KEYS_MAX, VALUE_BYTES_MAX};
+use rampkv_core::limits::{GC_GRACE_MS, INTERLEAVE_DELAY_US_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use rampkv_core::protocol::bloom::BloomParameters;
 use rampkv_core::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
 use rampkv_core::types::UnknownName;
@@ -38,6 +38,7 @@ use rampkv_net::message::BatchStats;
 use rampkv_net::recovery::RECOVERY_TIMEOUT_MS;
 use rampkv_net::server::front::FrontEnd;
 use rampkv_net::server::{ServerConfig, ServerGroup, Servers};
+use rampkv_net::transport::interleave::{InterleaveOptions, InterleaveStats, Interleaving, Pacing};
 use rampkv_net::transport::local::LocalTransport;
 use rampkv_net::transport::onesided::{GetStarStats, OneSidedOptions};
 use rampkv_net::transport::{
@@ -179,7 +180,118 @@ pub struct BenchConfig {
     pub item_slots: ItemSlotConfig,
     /// GET\* (`onesided`): fall back to GET+ when a slot's newer-prepared bit is set.
     pub getstar_newer_prepared_fallback: bool,
+    /// The interleaving network model in front of every client thread's transport.
+    #[serde(default)]
+    pub network: NetworkModel,
 }
+
+/// Whether the interleaving network model runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Interleave {
+    /// On for the embedded cluster, off against an external one (`--cluster`: servers in
+    /// their own processes progress independently by themselves).
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+/// The benchmark's network model (`rampkv_net::transport::interleave`): without it, one client
+/// thread's requests reach every server in one order and no read can fracture
+/// (docs/history.md, "Evidence and verdict").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct NetworkModel {
+    pub interleave: Interleave,
+    /// `--net-delay`: fixed delay of every request (wall clock), in microseconds.
+    pub delay_us: u64,
+    /// `--jitter`: mean of the long-tailed random delay (wall clock), in microseconds; `None`:
+    /// [`NETWORK_JITTER_US_DEFAULT`] with the idle time skipped.
+    pub jitter_us: Option<u64>,
+}
+
+/// The model's mean jitter when neither `--net-delay` nor `--jitter` is given. The clock then
+/// skips idle time, so it orders requests without adding idle latency.
+pub const NETWORK_JITTER_US_DEFAULT: u64 = 50;
+
+impl NetworkModel {
+    /// The model's options for one run (`None`: the model is off), seeded from the run's seed
+    /// and the client thread.
+    pub fn options(&self, external_cluster: bool, seed: u64, thread: usize) -> Option<InterleaveOptions> {
+        let on = match self.interleave {
+            Interleave::Auto => !external_cluster,
+            Interleave::On => true,
+            Interleave::Off => false,
+        };
+        if !on {
+            return None;
+        }
+        let (jitter_us, pacing) = match (self.delay_us, self.jitter_us) {
+            (0, None) => (NETWORK_JITTER_US_DEFAULT, Pacing::SkipIdle),
+            (_, jitter_us) => (jitter_us.unwrap_or(0), Pacing::WallClock),
+        };
+        // Another stream than the workload's (which is seeded from the same seed and thread).
+        let seed = (seed ^ NETWORK_SEED_SALT).wrapping_add((thread as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        Some(InterleaveOptions { seed, delay_us: self.delay_us, jitter_us, pacing })
+    }
+
+    /// One line saying what the model does, for the report.
+    pub fn describe(&self, external_cluster: bool) -> String {
+        match self.options(external_cluster, 0, 0) {
+            None => "off".into(),
+            Some(InterleaveOptions { delay_us, jitter_us, pacing: Pacing::SkipIdle, .. }) => {
+                format!("on: {delay_us} us delay, {jitter_us} us mean jitter, idle time skipped")
+            }
+            Some(InterleaveOptions { delay_us, jitter_us, pacing: Pacing::WallClock, .. }) => {
+                format!("on: {delay_us} us delay, {jitter_us} us mean jitter, wall clock")
+            }
+        }
+    }
+}
+
+impl Interleave {
+    /// Parses `on` or `off` (`auto` is the default, not a choice on the command line).
+    pub fn from_name(name: &str) -> Result<Self, UnknownName> {
+        match name {
+            "on" => Ok(Interleave::On),
+            "off" => Ok(Interleave::Off),
+            _ => Err(UnknownName { what: "--interleave setting", name: name.to_owned(), choices: vec!["on", "off"] }),
+        }
+    }
+}
+
+/// Why a `--net-delay` or `--jitter` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetworkDurationError {
+    #[error("invalid network delay {text:?}: a number with a unit, such as 20us, 1.5ms or 0")]
+    Invalid { text: String },
+    #[error("network delay {text:?} is out of range: 0 to {max_us} us", max_us = INTERLEAVE_DELAY_US_MAX)]
+    OutOfRange { text: String },
+}
+
+/// Parses a network delay (`500ns`, `20us` or `20µs`, `1.5ms`, `1s`, or `0`) into whole
+/// microseconds (rounded to the nearest), within 0..=`INTERLEAVE_DELAY_US_MAX`.
+pub fn parse_network_duration_us(text: &str) -> Result<u64, NetworkDurationError> {
+    let trimmed = text.trim();
+    let units: [(&str, f64); 5] = [("ns", 1e-3), ("us", 1.0), ("µs", 1.0), ("ms", 1e3), ("s", 1e6)];
+    let parsed = units.iter().find_map(|(unit, scale)| {
+        let number = trimmed.strip_suffix(unit)?;
+        Some(number.trim().parse::<f64>().map(|value| value * scale))
+    });
+    let micros = match parsed {
+        Some(Ok(micros)) => micros,
+        None if trimmed == "0" => 0.0,
+        _ => return Err(NetworkDurationError::Invalid { text: text.to_owned() }),
+    };
+    if !(0.0..=INTERLEAVE_DELAY_US_MAX as f64).contains(&micros) {
+        return Err(NetworkDurationError::OutOfRange { text: text.to_owned() }); // NaN too
+    }
+    Ok(micros.round() as u64)
+}
+
+/// Mixed into the run's seed for the network model's draws.
+const NETWORK_SEED_SALT: u64 = 0x6E65_7477_6F72_6B21; // "network!"
 
 impl Default for BenchConfig {
     fn default() -> Self {
@@ -206,6 +318,7 @@ impl Default for BenchConfig {
             transport: TransportKind::Tcp,
             item_slots: ItemSlotConfig::default(),
             getstar_newer_prepared_fallback: false,
+            network: NetworkModel::default(),
         }
     }
 }
@@ -241,6 +354,9 @@ impl BenchConfig {
             return fail("--transport inprocess calls the embedded cluster's servers: not with --cluster".into());
         }
         self.item_slots.validate()?;
+        if let Some(options) = self.network.options(self.cluster_file.is_some(), self.seed, 0) {
+            options.validate().map_err(|error| BenchError::Config(error.to_string()))?;
+        }
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
             return fail(format!("--servers must be 1..=64, got {}", self.servers));
         }
@@ -472,6 +588,8 @@ pub(crate) struct ThreadTotals {
     pub(crate) getstar: Option<GetStarStats>,
     /// RF-RPC batching counters (rfrpc transport only).
     pub(crate) batching: Option<BatchStats>,
+    /// The network model's counters (when it runs).
+    pub(crate) interleave: Option<InterleaveStats>,
 }
 
 impl ThreadTotals {
@@ -495,6 +613,7 @@ impl ThreadTotals {
             window: None,
             getstar: None,
             batching: None,
+            interleave: None,
         }
     }
 
@@ -527,6 +646,9 @@ impl ThreadTotals {
         }
         if let Some(other) = other.getstar {
             self.getstar.get_or_insert_with(GetStarStats::default).merge(&other);
+        }
+        if let Some(other) = other.interleave {
+            self.interleave.get_or_insert_with(InterleaveStats::default).merge(&other);
         }
     }
 }
@@ -567,7 +689,24 @@ struct ThreadContext<'a> {
     history: Option<HistoryFeed>,
 }
 
+/// Runs one client thread over `transport`, behind the network model if it is on.
 fn run_client_thread<T: ClientTransport>(
+    config: &BenchConfig,
+    transport: T,
+    cluster: Cluster,
+    context: ThreadContext<'_>,
+) -> Result<ThreadTotals, BenchError> {
+    match config.network.options(config.cluster_file.is_some(), config.seed, context.thread) {
+        Some(options) => {
+            let transport =
+                Interleaving::new(transport, options).map_err(|error| BenchError::Config(error.to_string()))?;
+            run_sessions(config, transport, cluster, context)
+        }
+        None => run_sessions(config, transport, cluster, context),
+    }
+}
+
+fn run_sessions<T: ClientTransport>(
     config: &BenchConfig,
     transport: T,
     cluster: Cluster,
@@ -609,6 +748,7 @@ fn run_client_thread<T: ClientTransport>(
     state.totals.window = Some((started, Instant::now()));
     state.totals.getstar = state.driver.transport().getstar_stats();
     state.totals.batching = state.driver.transport().batch_stats();
+    state.totals.interleave = state.driver.transport().interleave_stats();
     Ok(state.totals)
 }
 
@@ -819,6 +959,33 @@ fn load_phase(config: &BenchConfig, cluster: &Cluster, shared: &Shared) -> Resul
 #[cfg(test)]
 mod cpu_time_tests {
     use super::*;
+
+    #[test]
+    fn network_durations_parse_in_their_units_and_bad_ones_are_refused() {
+        let cases =
+            [("20us", 20), ("20µs", 20), ("1.5ms", 1_500), ("1s", 1_000_000), ("500ns", 1), ("0", 0), ("0us", 0)];
+        for (text, micros) in cases {
+            assert_eq!(parse_network_duration_us(text), Ok(micros), "{text}");
+        }
+        for bad in ["", "20", "fast", "-1us", "NaNus", "2s", "infms", "1e9us"] {
+            assert!(parse_network_duration_us(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn the_network_model_is_on_for_the_embedded_cluster_and_off_for_an_external_one_unless_told() {
+        let default = NetworkModel::default();
+        let embedded = default.options(false, 1, 0).expect("on by default for the embedded cluster");
+        assert_eq!((embedded.jitter_us, embedded.pacing), (NETWORK_JITTER_US_DEFAULT, Pacing::SkipIdle));
+        assert!(default.options(true, 1, 0).is_none(), "off against --cluster");
+        let on = NetworkModel { interleave: Interleave::On, ..default };
+        assert!(on.options(true, 1, 0).is_some());
+        let off = NetworkModel { interleave: Interleave::Off, ..default };
+        assert!(off.options(false, 1, 0).is_none());
+        let timed = NetworkModel { delay_us: 20, jitter_us: Some(50), ..default }.options(false, 1, 0).unwrap();
+        assert_eq!((timed.delay_us, timed.jitter_us, timed.pacing), (20, 50, Pacing::WallClock));
+        assert_ne!(default.options(false, 1, 0).unwrap().seed, default.options(false, 1, 1).unwrap().seed);
+    }
 
     #[test]
     fn thread_cpu_time_counts_this_threads_work() {

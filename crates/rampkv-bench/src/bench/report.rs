@@ -10,6 +10,7 @@ use super::{BenchConfig, ThreadTotals};
 use crate::checker::Report;
 use rampkv_core::storage::StoreStats;
 use rampkv_net::message::BatchStats;
+use rampkv_net::transport::interleave::InterleaveStats;
 use rampkv_net::transport::onesided::GetStarStats;
 
 /// Latency percentiles of one transaction type, in microseconds.
@@ -133,6 +134,11 @@ pub struct BenchResult {
     /// RF-RPC batching counters summed over client threads (`rfrpc` transport only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub batching: Option<BatchStats>,
+    /// What the network model did: `off`, or its parameters.
+    pub network: String,
+    /// The network model's counters summed over client threads (when it ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interleave: Option<InterleaveStats>,
 }
 
 impl BenchResult {
@@ -183,6 +189,8 @@ pub(crate) fn build(
         store,
         getstar: totals.getstar,
         batching: totals.batching,
+        network: config.network.describe(config.cluster_file.is_some()),
+        interleave: totals.interleave,
     }
 }
 
@@ -245,6 +253,14 @@ impl fmt::Display for BenchResult {
             "  {} transactions in {:.2} s: {:.0} txn/s ({} failed)",
             self.transactions, self.elapsed_s, self.throughput_txn_per_s, self.failed_transactions
         )?;
+        match &self.interleave {
+            Some(stats) => writeln!(
+                f,
+                "  network model: {}; {} of {} requests overtaken at their server by a later one",
+                self.network, stats.overtaken, stats.delivered
+            )?,
+            None => writeln!(f, "  network model: {}", self.network)?,
+        }
         if let Some(cpu) = self.client_cpu_us_per_txn {
             writeln!(f, "  client threads: {cpu:.1} us of CPU per transaction")?;
         }

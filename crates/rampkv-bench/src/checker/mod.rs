@@ -329,7 +329,7 @@ impl fmt::Display for Report {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         let evidence = &self.evidence;
         let summary = format!(
-            "{} races repaired by round 2, {} reads overlapped a write",
+            "{} races repaired, {} reads overlapped a write",
             evidence.repaired_reads, evidence.overlapping_reads
         );
         match self.verdict {
@@ -392,8 +392,8 @@ fn write_evidence(formatter: &mut fmt::Formatter<'_>, evidence: &Evidence) -> fm
     }
     writeln!(
         formatter,
-        "  races: {} reads' round 1 alone was fractured (would have been fractured without round 2), {} of them \
-         repaired by round 2; {} of {} reads ran round 2",
+        "  races: {} reads' round 1 alone was fractured (would have been fractured without RAMP's round 2 or \
+         S2PL's lock wait), {} of them repaired; {} of {} reads ran round 2",
         evidence.round1_fractured_reads, evidence.repaired_reads, evidence.round2_reads, evidence.reads_with_round1
     )
 }

@@ -12,7 +12,9 @@
 //!   keys, the only writes that can fracture a read;
 //! - **races**: reads whose round-1 answer alone was fractured (the history records round 1):
 //!   reads a protocol without RAMP's round-2 repair would have returned fractured, in this
-//!   very run. Of those, the **repaired** ones had a final answer that was not.
+//!   very run. Of those, the **repaired** ones had a final answer that was not. An S2PL read's
+//!   round 1 is what each key's latest committed version was when its lock request reached the
+//!   server: the answer of a read that takes no lock (and so does not wait for the writer).
 //!
 //! # Verdict
 //! Anomalies decide first: garbage or fractured reads make [`Verdict::Violated`] (or
@@ -27,8 +29,9 @@
 //! embedded cluster with one client thread showed 41,530 reads overlapping one write of two of
 //! their keys in 5 s of NoCC (16 keys, half writes), and not one of them was fractured: every
 //! request went through per-server FIFO connections from one sender, so every server saw every
-//! transaction in the same order. So a history that records no round 1 (S2PL, whose reads take locks and have no
-//! unrepaired answer; files recorded before the field existed) is at best inconclusive.
+//! transaction in the same order. So a history that records no round 1 (files recorded before
+//! the field existed, or S2PL reads from servers that do not report arrival timestamps) is at
+//! best inconclusive.
 
 use serde::{Deserialize, Serialize};
 
@@ -66,7 +69,8 @@ pub struct Evidence {
     /// Races: ok reads whose round-1 answer alone was fractured; a read without the round-2
     /// repair would have been fractured.
     pub round1_fractured_reads: u64,
-    /// Of the races, the reads whose final answer was not fractured: repaired by round 2.
+    /// Of the races, the reads whose final answer was not fractured: repaired by round 2 (or,
+    /// S2PL, by waiting for the lock).
     pub repaired_reads: u64,
 }
 

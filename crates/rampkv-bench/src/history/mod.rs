@@ -165,9 +165,10 @@ pub struct ReadRecord {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub value_ts: BTreeMap<String, u64>,
     /// What round 1 of the read returned, one timestamp per entry of `keys` (same order): the
-    /// answer the read would have given without its round-2 repair. Absent where the read has
-    /// no unrepaired first answer (S2PL reads under locks) and in histories recorded before
-    /// the field existed; then the checker cannot count this read's races.
+    /// answer the read would have given without its round-2 repair (S2PL: each key's latest
+    /// committed version when the lock request arrived, the answer without the lock wait).
+    /// Absent in histories recorded before the field existed; then the checker cannot count
+    /// this read's races.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub round1: Option<Vec<u64>>,
     /// The keys round 2 fetched (empty: no round 2, and then not written).
@@ -326,7 +327,7 @@ impl ReadRecord {
                 round2.push(key.clone());
             }
         }
-        // Every item of a read has round 1, or none has (S2PL).
+        // Every item of a read has round 1, or none has (an S2PL server that does not report it).
         let round1 = outcome.items.iter().map(|item| item.round1_ts).collect();
         Self { client, keys, reads, value_ts, round1, round2, start_ns, end_ns, ok: true }
     }

@@ -131,6 +131,9 @@ pub struct LockingReadTxn {
     /// For each requested key (with repeats), its index in `keys`.
     positions: Vec<usize>,
     results: Vec<Option<VersionItem>>,
+    /// Per key of `keys`: its latest committed timestamp when the lock request arrived, as its
+    /// server reported it (S2PL evidence; `None`: not reported).
+    on_arrival: Vec<Option<Timestamp>>,
     attempts: Attempts,
     aborted: bool,
 }
@@ -141,7 +144,14 @@ impl LockingReadTxn {
         validate_keys(keys.iter().map(Vec::as_slice))?;
         let (distinct, positions) = distinct_keys(keys);
         let attempts = Attempts::new(ts, distinct.iter().map(|key| cluster.server_of(key)));
-        Ok(LockingReadTxn { results: vec![None; distinct.len()], keys: distinct, positions, attempts, aborted: false })
+        Ok(LockingReadTxn {
+            results: vec![None; distinct.len()],
+            on_arrival: vec![None; distinct.len()],
+            keys: distinct,
+            positions,
+            attempts,
+            aborted: false,
+        })
     }
 
     /// Sends the lock round (again, after a [`Step::Backoff`]).
@@ -167,19 +177,25 @@ impl LockingReadTxn {
         match self.attempts.classify(index, &response)? {
             Reply::Aborted => self.aborted = true,
             Reply::Answered => {
-                let Response::Versions { items } = response else {
-                    let server = self.attempts.parts[index].server;
-                    let why = MalformedReply::UnexpectedKind { kind: response.kind(), expected: "VERSIONS" };
-                    return Err(ProtocolError::MalformedReply { server, why });
+                let server = self.attempts.parts[index].server;
+                let (items, on_arrival) = match response {
+                    Response::VersionsLocked { items, on_arrival } => (items, Some(on_arrival)),
+                    // A server that does not report arrival timestamps: the read has no evidence.
+                    Response::Versions { items } => (items, None),
+                    response => {
+                        let why = MalformedReply::UnexpectedKind { kind: response.kind(), expected: "VERSIONS_LOCKED" };
+                        return Err(ProtocolError::MalformedReply { server, why });
+                    }
                 };
                 let indices = &self.attempts.parts[index].key_indices;
                 if items.len() != indices.len() {
-                    let server = self.attempts.parts[index].server;
                     let why = MalformedReply::VersionCount { versions: items.len(), keys: indices.len() };
                     return Err(ProtocolError::MalformedReply { server, why });
                 }
-                for (&key_index, item) in indices.iter().zip(items) {
+                for (position, (&key_index, item)) in indices.iter().zip(items).enumerate() {
                     self.results[key_index] = Some(item);
+                    // The wire decoder checked one arrival timestamp per version.
+                    self.on_arrival[key_index] = on_arrival.as_ref().map(|on_arrival| on_arrival[position]);
                 }
             }
         }
@@ -200,12 +216,15 @@ impl LockingReadTxn {
             .iter()
             .map(|&index| {
                 let result = self.results[index].as_ref().expect("every key answered");
-                // Locks make the first answer the final one: no unrepaired answer to record.
+                // Round 1 of a locking read: what a read taking no lock would have returned
+                // when the lock request arrived (the answer without the lock wait). Every key
+                // has it or none does, as the history wants.
+                let round1_ts = self.on_arrival.iter().all(Option::is_some).then(|| self.on_arrival[index]).flatten();
                 ReadItem {
                     key: self.keys[index].clone(),
                     ts: result.ts,
                     value: result.value.clone(),
-                    round1_ts: None,
+                    round1_ts,
                     fetched_in_round2: false,
                 }
             })

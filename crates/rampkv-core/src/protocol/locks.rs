@@ -46,6 +46,10 @@ pub struct LockRequest {
     pub keys: Vec<Key>,
     /// The writes to stage once granted (exclusive requests).
     pub writes: Vec<(Key, Box<[u8]>)>,
+    /// Shared requests of reads: per key of `keys`, the timestamp of its latest committed
+    /// version when the request arrived (returned with the grant: the S2PL evidence of
+    /// docs/history.md). Empty otherwise.
+    pub on_arrival: Vec<Timestamp>,
     /// Keys not locked yet, sorted.
     remaining: Vec<Key>,
     deadline_ms: u64,
@@ -125,20 +129,34 @@ impl LockTable {
         writes: Vec<(Key, Box<[u8]>)>,
         now_ms: u64,
     ) -> Vec<LockDecision> {
-        let mut remaining = keys.clone();
-        remaining.sort_unstable();
-        remaining.dedup();
-        self.txns.entry(ts).or_default().connection = connection;
-        let request = LockRequest {
-            ts,
-            mode,
-            connection,
-            request_id,
-            keys,
-            writes,
-            remaining,
-            deadline_ms: now_ms.saturating_add(LOCK_WAIT_MS_MAX),
-        };
+        let deadline_ms = now_ms.saturating_add(LOCK_WAIT_MS_MAX);
+        let on_arrival = Vec::new();
+        let remaining = Vec::new(); // filled by `submit`
+        self.submit(LockRequest { ts, mode, connection, request_id, keys, writes, on_arrival, remaining, deadline_ms })
+    }
+
+    /// A read's shared request, with `on_arrival` (one timestamp per key, see
+    /// [`LockRequest::on_arrival`]) kept for its grant. Decisions as [`LockTable::request`].
+    pub fn request_read(
+        &mut self,
+        ts: Timestamp,
+        (connection, request_id): (ConnectionId, u64),
+        keys: Vec<Key>,
+        on_arrival: Vec<Timestamp>,
+        now_ms: u64,
+    ) -> Vec<LockDecision> {
+        assert_eq!(on_arrival.len(), keys.len(), "one arrival timestamp per key");
+        let (mode, writes, remaining) = (LockMode::Shared, Vec::new(), Vec::new());
+        let deadline_ms = now_ms.saturating_add(LOCK_WAIT_MS_MAX);
+        self.submit(LockRequest { ts, mode, connection, request_id, keys, writes, on_arrival, remaining, deadline_ms })
+    }
+
+    fn submit(&mut self, mut request: LockRequest) -> Vec<LockDecision> {
+        let ts = request.ts;
+        request.remaining = request.keys.clone();
+        request.remaining.sort_unstable();
+        request.remaining.dedup();
+        self.txns.entry(ts).or_default().connection = request.connection;
         let mut decisions = Vec::new();
         if let Some(earlier) = self.waiting.remove(&ts) {
             // A new request of a transaction that still waits: the client gave up on the old one.

@@ -78,8 +78,9 @@ pub struct ReadItem {
     pub value: Vec<u8>,
     /// What round 1 of the attempt that finished returned for this key: the answer the read
     /// would have given without its round-2 repair (the read-atomicity checker counts the
-    /// reads whose round 1 alone was fractured). `None` where a read has no unrepaired first
-    /// answer to show (S2PL reads under locks).
+    /// reads whose round 1 alone was fractured). S2PL: the key's latest committed timestamp
+    /// when the lock request reached its server, the answer without the lock wait (`None` if
+    /// the server does not report it).
     pub round1_ts: Option<Timestamp>,
     /// Whether round 2 of that attempt fetched this key.
     pub fetched_in_round2: bool,

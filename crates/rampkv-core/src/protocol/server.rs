@@ -33,7 +33,7 @@ use super::ConnectionId;
 use crate::limits::{CLIENT_IDS_MAX, KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::storage::{Key, Store, StoreError, StoredMetadata, Version};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
-use crate::wire::response::{append_versions_frame, append_versions_located_frame};
+use crate::wire::response::{append_versions_frame, append_versions_located_frame, append_versions_locked_frame};
 use crate::wire::{
     ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, VersionItem, Write, WriteSet,
 };
@@ -56,6 +56,9 @@ pub enum Reply {
     Versions(Vec<Answer>),
     /// GET_LOCATE: the answers, and the keys, whose item slots the edge fills in.
     Located { answers: Vec<Answer>, keys: Vec<Vec<u8>> },
+    /// LOCK_READ granted: the answers, and per key its latest committed timestamp when the
+    /// request arrived (S2PL evidence).
+    Locked { answers: Vec<Answer>, on_arrival: Vec<Timestamp> },
     /// Every other reply (small: acknowledgements, errors, client ids, states).
     Response(Response),
 }
@@ -69,6 +72,9 @@ impl Reply {
             Reply::Located { answers, keys } => {
                 let slots = keys.iter().map(|key| key.as_slice()).map(locate);
                 append_versions_located_frame(out, request_id, answer_entries(answers), slots);
+            }
+            Reply::Locked { answers, on_arrival } => {
+                append_versions_locked_frame(out, request_id, answer_entries(answers), on_arrival.iter().copied())
             }
             Reply::Response(response) => response.encode_frame(request_id, out),
         }
@@ -85,6 +91,9 @@ impl Reply {
                 items,
                 slots: keys.iter().map(|key| key.as_slice()).map(locate).collect(),
             }),
+            Reply::Locked { answers, on_arrival } => {
+                versions(&answers).map(|items| Response::VersionsLocked { items, on_arrival })
+            }
         };
         converted.unwrap_or_else(|error| Response::bad_request(format!("a stored write set does not encode: {error}")))
     }
@@ -235,9 +244,14 @@ impl ServerCore {
                 plain(Response::Status { state: self.store.status(ts, &keys, now_ms) })
             }
             Request::LockRead { ts, keys } => {
-                let keys = keys.into_iter().map(Vec::into_boxed_slice).collect();
-                let decisions =
-                    self.locks.lock().request(ts, LockMode::Shared, connection, request_id, keys, Vec::new(), now_ms);
+                let keys: Vec<Key> = keys.into_iter().map(Vec::into_boxed_slice).collect();
+                let decisions = {
+                    let mut locks = self.locks.lock();
+                    // What a read taking no lock would return now: the evidence that the lock
+                    // wait, if any, mattered (taken under the lock table, as the grant is).
+                    let on_arrival = keys.iter().map(|key| self.store.last_commit(key)).collect();
+                    locks.request_read(ts, (connection, request_id), keys, on_arrival, now_ms)
+                };
                 self.decide(decisions, connection, request_id, effects)
             }
             Request::LockWrite { ts, writes } => {
@@ -251,9 +265,15 @@ impl ServerCore {
                 self.decide(decisions, connection, request_id, effects)
             }
             Request::CommitLocked { ts } => {
-                let (staged, decisions) = self.locks.lock().finish(ts);
+                // The writes are applied while the lock table is held: a lock request served by
+                // another thread must not find the locks free and the writes not yet there (a
+                // read granted in between would miss them, and a read's arrival timestamps
+                // are taken under the table too).
+                let mut locks = self.locks.lock();
+                let (staged, decisions) = locks.finish(ts);
                 let keys = effects.publishing.then(|| staged_keys(&staged));
                 let applied = if staged.is_empty() { Ok(()) } else { self.store.put(ts, staged, now_ms) };
+                drop(locks);
                 if applied.is_ok() {
                     effects.note_committed(keys.into_iter().flatten());
                 }
@@ -330,13 +350,17 @@ impl ServerCore {
             let (request, reply) = match decision {
                 LockDecision::Granted(request) => {
                     let reply = match request.mode {
-                        LockMode::Shared => Reply::Versions(
-                            request
+                        LockMode::Shared => {
+                            let answers = request
                                 .keys
                                 .iter()
                                 .map(|key| self.store.get_latest(key).map_or(Answer::Initial, Answer::Version))
-                                .collect(),
-                        ),
+                                .collect();
+                            match request.on_arrival.len() == request.keys.len() {
+                                true => Reply::Locked { answers, on_arrival: request.on_arrival },
+                                false => Reply::Versions(answers), // a request without arrival timestamps
+                            }
+                        }
                         LockMode::Exclusive => {
                             self.locks.lock().stage(request.ts, request.writes);
                             Reply::Response(Response::Ack)

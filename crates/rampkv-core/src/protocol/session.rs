@@ -146,6 +146,12 @@ fn split_request_id(request_id: u64) -> (usize, u8, u32) {
     ((request_id >> 40) as usize, (request_id >> 32) as u8, request_id as u32)
 }
 
+/// The session a request id of this machine belongs to (a network model keeps each
+/// session's requests to one server in order: a RELEASE must follow its lock request).
+pub fn session_of_request(request_id: u64) -> usize {
+    split_request_id(request_id).0
+}
+
 impl Sessions {
     /// `sessions` logical clients with client ids `first_client_id..` (handed out by a server's
     /// HELLO, so that timestamps are unique across the cluster).

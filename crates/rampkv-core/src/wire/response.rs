@@ -12,6 +12,10 @@
 //! 0x85 VERSIONS_LOCATED  the VERSIONS body, then u32 count (equal to the VERSIONS count),
 //!                u32 slot * count: the item slot of each GET_LOCATE key in the server's item
 //!                region (u32::MAX = the key has no slot; see docs/fabric.md, "GET*")
+//! 0x86 VERSIONS_LOCKED  the VERSIONS body, then u32 count (equal to the VERSIONS count),
+//!                u64 ts * count: per LOCK_READ key, the timestamp of its latest committed
+//!                version when the lock request arrived, before any lock wait (S2PL evidence:
+//!                what a read taking no lock would have returned; docs/history.md)
 //! 0xFF ERROR     u16 code, u32 length, UTF-8 message (length <= ERROR_MESSAGE_BYTES_MAX)
 //!                codes: 1 BadRequest, 2 VersionGone, 3 Internal, 4 Aborted
 //! ```
@@ -27,6 +31,7 @@ pub const KIND_VERSIONS: u8 = 0x82;
 pub const KIND_ACK: u8 = 0x83;
 pub const KIND_STATUS: u8 = 0x84;
 pub const KIND_VERSIONS_LOCATED: u8 = 0x85;
+pub const KIND_VERSIONS_LOCKED: u8 = 0x86;
 pub const KIND_ERROR: u8 = 0xFF;
 
 /// In VERSIONS_LOCATED: the key has no item slot.
@@ -108,6 +113,12 @@ pub enum Response {
         items: Vec<VersionItem>,
         slots: Vec<Option<u32>>,
     },
+    /// The reply to LOCK_READ (S2PL): the versions, and per item the timestamp of the key's
+    /// latest committed version when the lock request arrived.
+    VersionsLocked {
+        items: Vec<VersionItem>,
+        on_arrival: Vec<Timestamp>,
+    },
     Ack,
     Status {
         state: TxnState,
@@ -130,6 +141,7 @@ impl Response {
             Response::Hello { .. } => KIND_HELLO_REPLY,
             Response::Versions { .. } => KIND_VERSIONS,
             Response::VersionsLocated { .. } => KIND_VERSIONS_LOCATED,
+            Response::VersionsLocked { .. } => KIND_VERSIONS_LOCKED,
             Response::Ack => KIND_ACK,
             Response::Status { .. } => KIND_STATUS,
             Response::Error { .. } => KIND_ERROR,
@@ -165,6 +177,14 @@ impl Response {
                 }
                 encode_slots(&mut encoder, slots.iter().copied());
             }
+            Response::VersionsLocked { items, on_arrival } => {
+                assert!(items.len() <= TXN_KEYS_MAX && on_arrival.len() == items.len());
+                encoder.count(items.len());
+                for item in items {
+                    encode_version(&mut encoder, item.ts, &item.value, item.metadata.as_ref());
+                }
+                encode_timestamps(&mut encoder, on_arrival.iter().copied());
+            }
             Response::Ack => {}
             Response::Status { state } => encoder.u8(match state {
                 TxnState::Unknown => 0,
@@ -195,6 +215,15 @@ impl Response {
                     .map(|_| decoder.u32().map(|slot| (slot != SLOT_NONE).then_some(slot)))
                     .collect::<Result<_, WireError>>()?;
                 Response::VersionsLocated { items, slots }
+            }
+            KIND_VERSIONS_LOCKED => {
+                let items = decode_versions(&mut decoder)?;
+                let count = decoder.count("arrival timestamps", TXN_KEYS_MAX, 8)?;
+                if count != items.len() {
+                    return Err(WireError::Invalid("arrival timestamp count differs from the version count"));
+                }
+                let on_arrival = (0..count).map(|_| decoder.u64()).collect::<Result<_, WireError>>()?;
+                Response::VersionsLocked { items, on_arrival }
             }
             KIND_ACK => Response::Ack,
             KIND_STATUS => Response::Status {
@@ -241,6 +270,13 @@ fn encode_slots(encoder: &mut Encoder<'_>, slots: impl ExactSizeIterator<Item = 
     }
 }
 
+fn encode_timestamps(encoder: &mut Encoder<'_>, timestamps: impl ExactSizeIterator<Item = Timestamp>) {
+    encoder.count(timestamps.len());
+    for ts in timestamps {
+        encoder.u64(ts);
+    }
+}
+
 /// Encodes one VERSIONS entry straight from borrowed parts, so a server can reply from its
 /// stored versions without building a `VersionItem` copy first.
 pub fn encode_version<K: AsRef<[u8]>>(
@@ -274,10 +310,7 @@ pub fn append_versions_frame<'v, K: AsRef<[u8]> + 'v>(
 ) {
     append_reply_frame(out, KIND_VERSIONS, request_id, |body| {
         let mut encoder = Encoder::new(body);
-        encoder.count(entries.len());
-        for (ts, value, metadata) in entries {
-            encode_version(&mut encoder, ts, value, metadata);
-        }
+        encode_entries(&mut encoder, entries);
     });
 }
 
@@ -303,10 +336,34 @@ pub fn append_versions_located_frame<'v, K: AsRef<[u8]> + 'v>(
     assert_eq!(entries.len(), slots.len(), "one slot per entry");
     append_reply_frame(out, KIND_VERSIONS_LOCATED, request_id, |body| {
         let mut encoder = Encoder::new(body);
-        encoder.count(entries.len());
-        for (ts, value, metadata) in entries {
-            encode_version(&mut encoder, ts, value, metadata);
-        }
+        encode_entries(&mut encoder, entries);
         encode_slots(&mut encoder, slots);
+    });
+}
+
+/// The VERSIONS body: the count, then each entry.
+fn encode_entries<'v, K: AsRef<[u8]> + 'v>(
+    encoder: &mut Encoder<'_>,
+    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
+) {
+    encoder.count(entries.len());
+    for (ts, value, metadata) in entries {
+        encode_version(encoder, ts, value, metadata);
+    }
+}
+
+/// Appends a VERSIONS_LOCKED frame: the entries as in [`append_versions_frame`], then each
+/// entry's arrival timestamp (same count).
+pub fn append_versions_locked_frame<'v, K: AsRef<[u8]> + 'v>(
+    out: &mut Vec<u8>,
+    request_id: u64,
+    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
+    on_arrival: impl ExactSizeIterator<Item = Timestamp>,
+) {
+    assert_eq!(entries.len(), on_arrival.len(), "one arrival timestamp per entry");
+    append_reply_frame(out, KIND_VERSIONS_LOCKED, request_id, |body| {
+        let mut encoder = Encoder::new(body);
+        encode_entries(&mut encoder, entries);
+        encode_timestamps(&mut encoder, on_arrival);
     });
 }

@@ -81,6 +81,15 @@ fn response() -> impl Strategy<Value = Response> {
             let (items, slots) = entries.into_iter().unzip();
             Response::VersionsLocated { items, slots }
         }),
+        vec(
+            (any::<u64>(), value(), metadata(), any::<u64>())
+                .prop_map(|(ts, value, metadata, on_arrival)| (VersionItem { ts, value, metadata }, on_arrival)),
+            0..6
+        )
+        .prop_map(|entries| {
+            let (items, on_arrival) = entries.into_iter().unzip();
+            Response::VersionsLocked { items, on_arrival }
+        }),
         Just(Response::Ack),
         prop_oneof![
             Just(TxnState::Unknown),
@@ -233,6 +242,26 @@ fn versions_located_needs_one_slot_per_version_and_matches_the_server_encoder() 
     let mut mismatched = frame[FRAME_HEADER_BYTES..frame.len() - 12].to_vec();
     mismatched.extend_from_slice(&[1, 0, 0, 0, 3, 0, 0, 0]);
     assert!(matches!(Response::decode(response::KIND_VERSIONS_LOCATED, &mismatched), Err(WireError::Invalid(_))));
+}
+
+#[test]
+fn versions_locked_needs_one_arrival_timestamp_per_version_and_matches_the_server_encoder() {
+    let items = vec![
+        VersionItem { ts: 9, value: b"v".to_vec(), metadata: Metadata::None },
+        VersionItem { ts: 0, value: Vec::new(), metadata: Metadata::None },
+    ];
+    let response = Response::VersionsLocked { items: items.clone(), on_arrival: vec![5, 0] };
+    let mut frame = Vec::new();
+    response.encode_frame(4, &mut frame);
+    let mut direct = Vec::new();
+    let entries = items.iter().map(|item| (item.ts, &item.value[..], item.metadata.as_ref()));
+    response::append_versions_locked_frame(&mut direct, 4, entries, [5, 0].into_iter());
+    assert_eq!(frame, direct, "the server's borrowed encoder writes the same bytes");
+    // The arrival list is the VERSIONS body's tail: u32 count, u64 per version.
+    assert_eq!(&frame[frame.len() - 20..], &[2, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let mut mismatched = frame[FRAME_HEADER_BYTES..frame.len() - 20].to_vec();
+    mismatched.extend_from_slice(&[1, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0]);
+    assert!(matches!(Response::decode(response::KIND_VERSIONS_LOCKED, &mismatched), Err(WireError::Invalid(_))));
 }
 
 /// The largest request the limits allow (a PREPARE of `TXN_KEYS_MAX` keys of `KEY_BYTES_MAX`

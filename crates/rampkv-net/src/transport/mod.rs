@@ -12,7 +12,12 @@
 //!   over the write-poll transport it wraps;
 //! - [`local`]: direct calls into the server cores of the client's own process, with the typed
 //!   replies (no frame), S2PL included.
+//!
+//! [`interleave::Interleaving`] decorates any of them with a seeded network model (per-request
+//! delays, per-link FIFO), so that servers see the requests of different sessions in different
+//! orders, as separate machines do.
 
+pub mod interleave;
 pub mod local;
 pub mod onesided;
 
@@ -105,6 +110,11 @@ pub trait ClientTransport {
 
     /// Batching counters, for a transport whose medium batches frames into calls (RF-RPC).
     fn batch_stats(&self) -> Option<BatchStats> {
+        None
+    }
+
+    /// The interleaving model's counters, for a transport behind one.
+    fn interleave_stats(&self) -> Option<interleave::InterleaveStats> {
         None
     }
 }
