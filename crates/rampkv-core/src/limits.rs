@@ -101,6 +101,11 @@ pub const WRITEPOLL_CONTROL_LINE_BYTES_MAX: usize = 4096;
 /// GET+/PUT+: how long connecting and the control handshake may take.
 pub const WRITEPOLL_CONTROL_TIMEOUT_MS: u64 = 5_000;
 
+/// Fabric control handshake: bytes of the random challenge a client must write into its own
+/// region before a server maps that region for a connection (proof that the client can write
+/// it: another user cannot write a 0600 region file of rampkv's user).
+pub const CONTROL_CHALLENGE_BYTES: usize = 32;
+
 /// GET+/PUT+: the longest a ring poller sleeps on its doorbell before it re-checks its stop
 /// flag, lock deadlines and (client) whether the control connection is still open.
 pub const WRITEPOLL_SLEEP_MS_MAX: u64 = 50;

@@ -2,41 +2,58 @@
 //! region, the control handshake, and the client medium.
 //!
 //! # Regions
-//! Each side registers one region: a 64-byte header (the doorbell of its poller, at offset 0),
-//! then one slot per connection (a client: one per server; a server group: one per connection,
-//! in one area per medium). A medium ([`FabricKind`]) fixes its slot's layout on either side, so
-//! a slot's offset is all a peer needs to know; it builds the channel from the two slots.
+//! A client registers one region: a 64-byte header (the doorbell of its poller, at offset 0),
+//! then one slot per server. A server's fabric front end registers a *doorbell region* (its
+//! poller's doorbell, which every client maps to ring it) and **one region per connection**
+//! (the connection's slot at offset 0), so that a client maps only its own connection's memory
+//! read-write (and the item slots read-only): it cannot reach another client's rings. A medium
+//! ([`FabricKind`]) fixes its slot's layout on either side, so a slot's offset is all a peer
+//! needs to know; it builds the channel from the two slots and the two doorbells.
 //!
 //! # Control path (like rdma-cm)
 //! The client opens a TCP *control* connection to the server's control address and sends one
-//! JSON line ([`ControlHello`]: the medium, its region and its slot's offset); the server takes a
-//! slot of that medium, builds its end and answers with one line ([`ControlReply`]: its region
-//! and the slot's offset, and GET\*'s item region, or a typed [`Refusal`]). The control
-//! connection stays open: its end tells the server the client is gone (the slot is freed), and
-//! the server shutting it down tells the client it was dropped. Byte formats: `docs/wire.md`.
+//! JSON line ([`ControlHello`]: the medium, its region and its slot's offset). The server answers
+//! with a random challenge ([`ControlReply::Challenge`]); the client writes it at the start of
+//! its slot and says so ([`ControlResponse`]); the server maps the client's region (only if it is
+//! not one of the server's own), reads the challenge back, registers the connection's region,
+//! builds its end and answers ([`ControlReply::Accepted`]: the connection's region and slot, its
+//! doorbell region, GET\*'s item region), or refuses with a typed [`Refusal`] at any step. The
+//! control connection stays open: its end tells the server the client is gone (the slot is
+//! freed), and the server shutting it down tells the client it was dropped. Byte formats:
+//! `docs/wire.md`.
 //!
 //! # Fault model
 //! A region descriptor and an offset from the peer are input from outside: the fabric checks the
 //! descriptor when mapping, the ring, queue and RPC constructors check every address against the
-//! region. A peer that breaks its channel later is the poller's business (the channel fails).
+//! region. A hello naming a region of this process's servers is refused; one naming a region
+//! the client cannot write (another user's, or another user naming ours) fails the challenge.
+//! A peer that breaks its channel later is the poller's business (the channel fails): it can
+//! reach only its own connection's region and the shared doorbell, whose corruption costs other
+//! connections at most a sleep slice of latency (`docs/security.md`).
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::marker::PhantomData;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rampkv_fabric::{Access, Doorbell, Fabric, FabricError, OneSided, RegionDescriptor, ShmFabric};
+use rampkv_fabric::{
+    Access, Doorbell, Doorbells, Fabric, FabricError, OneSided, RegionDescriptor, ShmFabric, StoreOrdering, Words,
+};
 use serde::{Deserialize, Serialize};
 
 use super::{Channel, ChannelError};
 use crate::item_slots::ItemRegionInfo;
 use crate::transport::{ClientMedium, OpenMedium};
-use rampkv_core::limits::{WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX};
+use rampkv_core::limits::{
+    CONTROL_CHALLENGE_BYTES, WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX,
+};
 
 /// Version of the control handshake (and of the slot layouts both sides derive from it).
-pub const CONTROL_VERSION: u32 = 2;
+/// 3: the challenge step, one region per connection and the doorbell region.
+pub const CONTROL_VERSION: u32 = 3;
 
 /// A fabric the store runs over: the shared-memory fabric by default, the in-memory one in
 /// tests. Bundles the bounds the adapters need, and how to open the process's fabric.
@@ -73,8 +90,108 @@ pub(crate) fn unique_region_name(prefix: &str) -> String {
 
 /// Where a region's owner keeps the doorbell of its poller.
 pub const DOORBELL_OFFSET_BYTES: usize = 0;
-/// Bytes of a region before its first slot.
+/// Bytes of a client region before its first slot; also the size of a server's doorbell region.
 pub const HEADER_BYTES: usize = 64;
+
+/// Names of the regions this process's server front ends registered (their doorbell,
+/// connection and item regions). A control hello that names one is refused: otherwise a client
+/// could make a server use its own item region, or another connection's region, as that
+/// client's memory. Bounded by what is registered at once (connection caps, servers).
+static SERVED_REGIONS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+fn served_regions() -> std::sync::MutexGuard<'static, BTreeSet<String>> {
+    SERVED_REGIONS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A server region's entry in this process's list of served regions; removed when dropped.
+#[derive(Debug)]
+pub struct ServedRegion(String);
+
+impl ServedRegion {
+    /// Records `descriptor` as a region of this process's servers.
+    pub fn claim(descriptor: &RegionDescriptor) -> Self {
+        served_regions().insert(descriptor.name.clone());
+        Self(descriptor.name.clone())
+    }
+
+    /// Whether `descriptor` names a region of this process's servers.
+    pub fn is_served(descriptor: &RegionDescriptor) -> bool {
+        served_regions().contains(&descriptor.name)
+    }
+}
+
+impl Drop for ServedRegion {
+    fn drop(&mut self) {
+        served_regions().remove(&self.0);
+    }
+}
+
+/// `N` random bytes from the kernel (challenges, nonces).
+pub(crate) fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    getrandom::getrandom(&mut bytes).map_err(std::io::Error::other)?;
+    Ok(bytes)
+}
+
+/// A control challenge: `CONTROL_CHALLENGE_BYTES` random bytes, as lower-case hex on the wire.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Challenge(pub [u8; CONTROL_CHALLENGE_BYTES]);
+
+impl std::fmt::Debug for Challenge {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&hex_encode(&self.0))
+    }
+}
+
+impl Serialize for Challenge {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&hex_encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Challenge {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        hex_decode(&text).map(Challenge).ok_or_else(|| {
+            serde::de::Error::custom(format!("expected {} lower-case hex digits", 2 * CONTROL_CHALLENGE_BYTES))
+        })
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub(crate) fn hex_encode(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// `N` bytes from exactly `2 * N` lower-case hex digits.
+pub(crate) fn hex_decode<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let digits = text.as_bytes();
+    if digits.len() != 2 * N {
+        return None;
+    }
+    let digit = |character: u8| match character {
+        b'0'..=b'9' => Some(character - b'0'),
+        b'a'..=b'f' => Some(character - b'a' + 10),
+        _ => None,
+    };
+    let mut bytes = [0u8; N];
+    for (index, byte) in bytes.iter_mut().enumerate() {
+        *byte = digit(digits[2 * index])? << 4 | digit(digits[2 * index + 1])?;
+    }
+    Some(bytes)
+}
+
+impl Challenge {
+    /// A fresh random challenge.
+    pub fn random() -> std::io::Result<Self> {
+        random_bytes().map(Challenge)
+    }
+
+    /// Word `index` of the challenge (little-endian), as a client stores it in its slot.
+    pub fn word(&self, index: usize) -> u64 {
+        u64::from_le_bytes(self.0[8 * index..8 * index + 8].try_into().expect("8 bytes"))
+    }
+}
 
 /// One side's own region.
 pub struct Endpoint<F: FabricHandle> {
@@ -97,14 +214,20 @@ impl<F: FabricHandle> Endpoint<F> {
     }
 }
 
-/// The two slots of a connection: ours in our region, the peer's in its region.
+/// The two slots of a connection: ours in our region, the peer's in its region, and where the
+/// two pollers' doorbells are when not at `DOORBELL_OFFSET_BYTES` of those regions (a server's
+/// doorbell is in its doorbell region).
 pub struct Link<'a, F: FabricHandle> {
     pub local: &'a Endpoint<F>,
     pub local_slot: usize,
     pub peer: F::RemoteRegion,
     pub peer_slot: usize,
+    pub doorbells: Doorbells<F::RemoteRegion, Arc<F::LocalRegion>>,
     /// Kept open: its end is the other side's end.
     pub control: TcpStream,
+    /// The server's connection region in this process's list of served regions (None on a
+    /// client): kept by the channel, which holds the region.
+    pub served: Option<ServedRegion>,
 }
 
 /// The fabric media.
@@ -145,14 +268,25 @@ pub struct ControlHello {
     pub slot_offset_bytes: u64,
 }
 
-/// The server's control line.
+/// The client's second line, after it wrote the challenge at the start of its slot.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlResponse {}
+
+/// The server's control lines: a challenge, then the verdict (or a refusal at once).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum ControlReply {
+    /// Write these bytes at the start of your slot, then answer with a [`ControlResponse`].
+    Challenge {
+        challenge: Challenge,
+    },
     Accepted {
-        /// The server group's region, and the connection's slot there.
+        /// The connection's region, and its slot there.
         region: RegionDescriptor,
         slot_offset_bytes: u64,
+        /// The region holding the server poller's doorbell (at `DOORBELL_OFFSET_BYTES`).
+        doorbell: RegionDescriptor,
         /// GET\*: the server's item region (absent when it publishes no item slots).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         items: Option<ItemRegionInfo>,
@@ -177,6 +311,17 @@ pub enum Refusal {
     /// The client's region or slot cannot be used (the fabric's words).
     #[error("the client's region cannot be used: {message}")]
     Region { message: String },
+    /// The hello names a region of this process's servers (an item, doorbell or connection
+    /// region), which a client may never be given as its own memory.
+    #[error("the hello names the server's own region {name}")]
+    OwnRegion { name: String },
+    /// The client's region does not hold the challenge at its slot: the client cannot write
+    /// the region it named (or did not).
+    #[error("the challenge was not written into the client's region")]
+    ChallengeNotWritten,
+    /// The server could not register the connection's region (the fabric's words).
+    #[error("the server cannot register a region for the connection: {message}")]
+    ServerRegion { message: String },
 }
 
 /// Writes `value` as one JSON line.
@@ -236,6 +381,17 @@ impl<F: FabricHandle, K: FabricKind<F>> FabricClient<F, K> {
 }
 
 impl<F: FabricHandle, K> FabricClient<F, K> {
+    /// Stores `challenge` (None: zeroes) at the start of our slot at `slot` (release: the
+    /// server reads it after our next control line).
+    fn write_challenge(&self, slot: usize, challenge: Option<&Challenge>) {
+        let first = slot / 8;
+        let words =
+            (0..CONTROL_CHALLENGE_BYTES / 8).map(|index| challenge.map_or(0, |challenge| challenge.word(index)));
+        for (index, word) in words.enumerate() {
+            self.endpoint.region.store(first + index, word, StoreOrdering::Release);
+        }
+    }
+
     /// The fabric the client maps regions with.
     pub fn fabric(&self) -> &F {
         &self.endpoint.fabric
@@ -271,17 +427,32 @@ impl<F: FabricHandle, K: FabricKind<F>> ClientMedium for FabricClient<F, K> {
         let region = self.endpoint.descriptor.clone();
         let hello = ControlHello { version: CONTROL_VERSION, medium: K::KIND, region, slot_offset_bytes: slot as u64 };
         write_json_line(&mut control, &hello)?;
-        let (region, peer_slot, items) = match read_json_line(&mut control)? {
-            ControlReply::Accepted { region, slot_offset_bytes, items } => (region, slot_offset_bytes, items),
+        let challenge = match read_json_line(&mut control)? {
+            ControlReply::Challenge { challenge } => challenge,
             ControlReply::Refused { refusal } => return Err(ChannelError::Refused(refusal)),
+            ControlReply::Accepted { .. } => return Err(ChannelError::Handshake { expected: "a challenge" }),
+        };
+        self.write_challenge(slot, Some(&challenge));
+        write_json_line(&mut control, &ControlResponse::default())?;
+        let reply = read_json_line(&mut control);
+        // The challenge is no part of any layout: zero it before the slot is used.
+        self.write_challenge(slot, None);
+        let (region, peer_slot, doorbell, items) = match reply? {
+            ControlReply::Accepted { region, slot_offset_bytes, doorbell, items } => {
+                (region, slot_offset_bytes, doorbell, items)
+            }
+            ControlReply::Refused { refusal } => return Err(ChannelError::Refused(refusal)),
+            ControlReply::Challenge { .. } => return Err(ChannelError::Handshake { expected: "a verdict" }),
         };
         control.set_nonblocking(true)?;
         let peer = self.endpoint.fabric.map(&region)?;
+        let doorbells = Doorbells { remote: Some(self.endpoint.fabric.map(&doorbell)?), local: None };
         self.items.resize(server + 1, None);
         self.items[server] = items;
         // Our receiving side is fresh, and the server writes to it only in answer to a request:
         // building it (which zeroes it) after the handshake is in time.
-        K::client(Link { local: &self.endpoint, local_slot: slot, peer, peer_slot: peer_slot as usize, control })
+        let peer_slot = peer_slot as usize;
+        K::client(Link { local: &self.endpoint, local_slot: slot, peer, peer_slot, doorbells, control, served: None })
     }
 
     /// Waits on the doorbell (a bounded spin, then a sleep of at most `WRITEPOLL_SLEEP_MS_MAX`,

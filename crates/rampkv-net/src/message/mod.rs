@@ -53,6 +53,9 @@ pub enum ChannelError {
     Refused(#[from] fabric::Refusal),
     #[error("the server answered for another medium")]
     WrongMedium,
+    /// The peer's control line was valid JSON but not the step the handshake was at.
+    #[error("the control handshake went out of step: expected {expected}")]
+    Handshake { expected: &'static str },
 }
 
 /// One connection's data path over one medium. See the module docs for the contract.
