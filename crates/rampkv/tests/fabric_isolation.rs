@@ -73,6 +73,7 @@ impl RawControl {
             medium: MediumKind::Ring,
             region: region.clone(),
             slot_offset_bytes,
+            nonce: None,
         };
         control.send(serde_json::to_vec(&hello).unwrap());
         let reply = control.receive();

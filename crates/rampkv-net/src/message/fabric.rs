@@ -45,6 +45,7 @@ use rampkv_fabric::{
 use serde::{Deserialize, Serialize};
 
 use super::{Channel, ChannelError};
+use crate::auth::{ProofLabel, SharedSecret};
 use crate::item_slots::ItemRegionInfo;
 use crate::transport::{ClientMedium, OpenMedium};
 use rampkv_core::limits::{
@@ -133,26 +134,27 @@ pub(crate) fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
     Ok(bytes)
 }
 
-/// A control challenge: `CONTROL_CHALLENGE_BYTES` random bytes, as lower-case hex on the wire.
+/// 32 bytes of the control handshake (a challenge, a nonce, a proof), as lower-case hex on the
+/// wire.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct Challenge(pub [u8; CONTROL_CHALLENGE_BYTES]);
+pub struct ControlToken(pub [u8; CONTROL_CHALLENGE_BYTES]);
 
-impl std::fmt::Debug for Challenge {
+impl std::fmt::Debug for ControlToken {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.write_str(&hex_encode(&self.0))
     }
 }
 
-impl Serialize for Challenge {
+impl Serialize for ControlToken {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(&hex_encode(&self.0))
     }
 }
 
-impl<'de> Deserialize<'de> for Challenge {
+impl<'de> Deserialize<'de> for ControlToken {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = String::deserialize(deserializer)?;
-        hex_decode(&text).map(Challenge).ok_or_else(|| {
+        hex_decode(&text).map(ControlToken).ok_or_else(|| {
             serde::de::Error::custom(format!("expected {} lower-case hex digits", 2 * CONTROL_CHALLENGE_BYTES))
         })
     }
@@ -181,10 +183,10 @@ pub(crate) fn hex_decode<const N: usize>(text: &str) -> Option<[u8; N]> {
     Some(bytes)
 }
 
-impl Challenge {
-    /// A fresh random challenge.
+impl ControlToken {
+    /// Fresh random bytes.
     pub fn random() -> std::io::Result<Self> {
-        random_bytes().map(Challenge)
+        random_bytes().map(ControlToken)
     }
 
     /// Word `index` of the challenge (little-endian), as a client stores it in its slot.
@@ -242,7 +244,7 @@ pub enum MediumKind {
 /// One fabric medium: its slots and the two ends of its channels.
 pub trait FabricKind<F: FabricHandle>: 'static {
     const KIND: MediumKind;
-    /// Bytes of a connection's slot in the client's region and in the server group's.
+    /// Bytes of a connection's slot in the client's region and in the server's connection region.
     const CLIENT_SLOT_BYTES: usize;
     const SERVER_SLOT_BYTES: usize;
     type Client: Channel;
@@ -266,12 +268,20 @@ pub struct ControlHello {
     /// The client's region, and its slot for this server there.
     pub region: RegionDescriptor,
     pub slot_offset_bytes: u64,
+    /// The client's random nonce, when it proves the shared secret (absent: it has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<ControlToken>,
 }
 
 /// The client's second line, after it wrote the challenge at the start of its slot.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ControlResponse {}
+pub struct ControlResponse {
+    /// With a shared secret: HMAC-SHA-256(secret, "rampkv-control-1 client" || challenge ||
+    /// nonce) (`crate::auth`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<ControlToken>,
+}
 
 /// The server's control lines: a challenge, then the verdict (or a refusal at once).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -279,7 +289,7 @@ pub struct ControlResponse {}
 pub enum ControlReply {
     /// Write these bytes at the start of your slot, then answer with a [`ControlResponse`].
     Challenge {
-        challenge: Challenge,
+        challenge: ControlToken,
     },
     Accepted {
         /// The connection's region, and its slot there.
@@ -290,6 +300,10 @@ pub enum ControlReply {
         /// GET\*: the server's item region (absent when it publishes no item slots).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         items: Option<ItemRegionInfo>,
+        /// With a shared secret: HMAC-SHA-256(secret, "rampkv-control-1 server" || nonce ||
+        /// challenge).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<ControlToken>,
     },
     Refused {
         refusal: Refusal,
@@ -319,6 +333,15 @@ pub enum Refusal {
     /// the region it named (or did not).
     #[error("the challenge was not written into the client's region")]
     ChallengeNotWritten,
+    /// The server has a shared secret and the hello carries no nonce: the client does not
+    /// authenticate.
+    #[error(
+        "authentication required: the server has a shared secret; connect with --secret-file naming the same file"
+    )]
+    AuthenticationRequired,
+    /// The client's proof is missing or wrong: its secret is not the server's.
+    #[error("wrong proof: the client's secret is not the server's")]
+    Authentication,
     /// The server could not register the connection's region (the fabric's words).
     #[error("the server cannot register a region for the connection: {message}")]
     ServerRegion { message: String },
@@ -359,6 +382,8 @@ pub(crate) fn check_control(control: &mut TcpStream) -> Result<(), ChannelError>
 /// the item region each server announced.
 pub struct FabricClient<F: FabricHandle, K> {
     endpoint: Endpoint<F>,
+    /// The shared secret this client proves (None: it does not authenticate).
+    secret: Option<Arc<SharedSecret>>,
     doorbell: Doorbell<Arc<F::LocalRegion>>,
     items: Vec<Option<ItemRegionInfo>>,
     _kind: PhantomData<K>,
@@ -376,20 +401,38 @@ impl<F: FabricHandle, K: FabricKind<F>> FabricClient<F, K> {
     pub fn with_fabric(fabric: F, servers: usize) -> Result<Self, ChannelError> {
         let endpoint = Endpoint::register(fabric, "client", HEADER_BYTES + servers * K::CLIENT_SLOT_BYTES)?;
         let doorbell = endpoint.doorbell()?;
-        Ok(Self { endpoint, doorbell, items: Vec::new(), _kind: PhantomData })
+        Ok(Self { endpoint, secret: crate::auth::client_secret(), doorbell, items: Vec::new(), _kind: PhantomData })
     }
 }
 
 impl<F: FabricHandle, K> FabricClient<F, K> {
     /// Stores `challenge` (None: zeroes) at the start of our slot at `slot` (release: the
     /// server reads it after our next control line).
-    fn write_challenge(&self, slot: usize, challenge: Option<&Challenge>) {
+    fn write_challenge(&self, slot: usize, challenge: Option<&ControlToken>) {
         let first = slot / 8;
         let words =
             (0..CONTROL_CHALLENGE_BYTES / 8).map(|index| challenge.map_or(0, |challenge| challenge.word(index)));
         for (index, word) in words.enumerate() {
             self.endpoint.region.store(first + index, word, StoreOrdering::Release);
         }
+    }
+
+    /// With a secret: the proof `label`'s side sends for `first` and `second` (as
+    /// `crate::auth` orders them: the client puts the challenge first).
+    fn control_proof(
+        &self,
+        label: ProofLabel,
+        first: &ControlToken,
+        second: Option<&ControlToken>,
+    ) -> Option<ControlToken> {
+        let (secret, second) = (self.secret.as_ref()?, second?);
+        Some(ControlToken(secret.proof(label, &first.0, &second.0)))
+    }
+
+    /// Replaces the secret this client proves (None: none), e.g. to play a client without the
+    /// cluster's secret in a test.
+    pub fn set_secret(&mut self, secret: Option<Arc<SharedSecret>>) {
+        self.secret = secret;
     }
 
     /// The fabric the client maps regions with.
@@ -425,7 +468,9 @@ impl<F: FabricHandle, K: FabricKind<F>> ClientMedium for FabricClient<F, K> {
         control.set_read_timeout(Some(timeout))?;
         control.set_nodelay(true)?;
         let region = self.endpoint.descriptor.clone();
-        let hello = ControlHello { version: CONTROL_VERSION, medium: K::KIND, region, slot_offset_bytes: slot as u64 };
+        let nonce = self.secret.as_ref().map(|_| ControlToken::random()).transpose()?;
+        let slot_offset_bytes = slot as u64;
+        let hello = ControlHello { version: CONTROL_VERSION, medium: K::KIND, region, slot_offset_bytes, nonce };
         write_json_line(&mut control, &hello)?;
         let challenge = match read_json_line(&mut control)? {
             ControlReply::Challenge { challenge } => challenge,
@@ -433,12 +478,21 @@ impl<F: FabricHandle, K: FabricKind<F>> ClientMedium for FabricClient<F, K> {
             ControlReply::Accepted { .. } => return Err(ChannelError::Handshake { expected: "a challenge" }),
         };
         self.write_challenge(slot, Some(&challenge));
-        write_json_line(&mut control, &ControlResponse::default())?;
+        let proof = self.control_proof(ProofLabel::ControlClient, &challenge, nonce.as_ref());
+        write_json_line(&mut control, &ControlResponse { proof })?;
         let reply = read_json_line(&mut control);
         // The challenge is no part of any layout: zero it before the slot is used.
         self.write_challenge(slot, None);
         let (region, peer_slot, doorbell, items) = match reply? {
-            ControlReply::Accepted { region, slot_offset_bytes, doorbell, items } => {
+            ControlReply::Accepted { region, slot_offset_bytes, doorbell, items, proof } => {
+                if let (Some(secret), Some(nonce)) = (&self.secret, &nonce) {
+                    let proven = proof.is_some_and(|proof| {
+                        secret.verify(ProofLabel::ControlServer, &nonce.0, &challenge.0, &proof.0)
+                    });
+                    if !proven {
+                        return Err(ChannelError::ServerUnauthenticated);
+                    }
+                }
                 (region, slot_offset_bytes, doorbell, items)
             }
             ControlReply::Refused { refusal } => return Err(ChannelError::Refused(refusal)),

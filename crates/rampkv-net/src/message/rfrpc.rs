@@ -13,7 +13,7 @@
 //! the push ring in the client's region, which also gives the client's wait a doorbell. The
 //! server rings that doorbell after publishing a reply only if the client sleeps.
 //!
-//! Slots (layout in `docs/fabric.md`): in the server group's region `+0` the push ring's credit
+//! Slots (layout in `docs/fabric.md`): in the connection's region of the server `+0` the push ring's credit
 //! word (rest of 64 reserved), `+64` the reply slot (`RFRPC_REPLY_SLOT_BYTES`), then the request
 //! ring (`RFRPC_RING_BYTES`); in the client's region `+0` the request ring's credit word, `+64`
 //! the push ring.

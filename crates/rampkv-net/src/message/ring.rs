@@ -1,5 +1,5 @@
-//! The write-poll adapter (GET+/PUT+): per connection, a request ring in the server group's
-//! region that the client writes one-sidedly, and a reply ring in the client's region that the
+//! The write-poll adapter (GET+/PUT+): per connection, a request ring in the server's region for
+//! that connection that the client writes one-sidedly, and a reply ring in the client's region that the
 //! server writes (`rampkv_fabric::ring`: HydraDB's message format, credit flow control, the
 //! poller's doorbell). A ring message carries one or more *whole* frames; a single frame above
 //! `WRITEPOLL_MESSAGE_BYTES_MAX` is refused.

@@ -49,9 +49,10 @@ use rampkv_fabric::{Doorbell, ShmFabric, Words};
 use super::poller::{FrontEvent, ServerMedium};
 use super::router::Wake;
 use super::{PollerThread, ServerGroup, Servers};
+use crate::auth::{ProofLabel, SharedSecret};
 use crate::item_slots::{ItemRegionInfo, ItemSlotConfig, ItemSlots, Publisher};
 use crate::message::fabric::{
-    read_json_line, unique_region_name, write_json_line, Challenge, ControlHello, ControlReply, ControlResponse,
+    read_json_line, unique_region_name, write_json_line, ControlHello, ControlReply, ControlResponse, ControlToken,
     Endpoint, FabricHandle, FabricKind, Link, MediumKind, Refusal, ServedRegion, CONTROL_VERSION,
     DOORBELL_OFFSET_BYTES, HEADER_BYTES,
 };
@@ -188,6 +189,8 @@ impl<F: FabricHandle> FabricServer<F> {
 
 impl<F: FabricHandle> ServerMedium for FabricServer<F> {
     type Channel = FabricChannel<F>;
+    /// The control handshake checks the shared secret before a connection opens.
+    const AUTHENTICATES: bool = true;
 
     fn waker(&self) -> Arc<dyn Wake> {
         Arc::new(DoorbellWake::<F>(Arc::clone(&self.region)))
@@ -231,6 +234,8 @@ struct Control<F: FabricHandle> {
     streams: Vec<Option<TcpStream>>,
     /// The doorbell region (every client maps it; connections' regions are their own).
     doorbell: Endpoint<F>,
+    /// The shared secret clients must prove (the group's), if any.
+    secret: Option<Arc<SharedSecret>>,
     items: Vec<Option<ItemRegionInfo>>,
     events: Sender<FrontEvent<FabricChannel<F>>>,
     shared: Arc<Shared>,
@@ -299,8 +304,8 @@ impl<F: FabricHandle> Control<F> {
             }
             Err(error) => return refuse(stream, Refusal::BadHello { message: error.to_string() }),
         };
-        let (peer, peer_slot) = match self.challenge(&mut stream, &hello) {
-            Ok(peer) => peer,
+        let (peer, peer_slot, proof) = match self.challenge(&mut stream, &hello) {
+            Ok(admitted) => admitted,
             Err(refusal) => return refuse(stream, refusal),
         };
         let medium = hello.medium as usize;
@@ -317,7 +322,7 @@ impl<F: FabricHandle> Control<F> {
         };
         self.tell_poller(FrontEvent::Open { slot, server, channel });
         let (doorbell, items) = (self.doorbell.descriptor.clone(), self.items[server].clone());
-        let reply = ControlReply::Accepted { region, slot_offset_bytes: 0, doorbell, items };
+        let reply = ControlReply::Accepted { region, slot_offset_bytes: 0, doorbell, items, proof };
         if write_json_line(&mut stream, &reply).is_err() || stream.set_nonblocking(true).is_err() {
             let _ = stream.shutdown(Shutdown::Both);
             self.tell_poller(FrontEvent::Closed { slot });
@@ -326,22 +331,39 @@ impl<F: FabricHandle> Control<F> {
         Some((slot, stream))
     }
 
-    /// The challenge step: the client's region must not be one of this process's servers', and
-    /// the client must write a fresh random challenge at the start of its slot there (which
-    /// another user cannot do to a region file of ours). Returns the mapped region and the slot.
+    /// The challenge step: with a shared secret the client must send a nonce and then prove the
+    /// secret (before the server maps anything); the client's region must not be one of this
+    /// process's servers'; and the client must write a fresh random challenge at the start of
+    /// its slot there (which another user cannot do to a region file of ours). Returns the
+    /// mapped region, the slot and, with a secret, the server's proof.
     fn challenge(
         &self,
         stream: &mut std::net::TcpStream,
         hello: &ControlHello,
-    ) -> Result<(F::RemoteRegion, usize), Refusal> {
+    ) -> Result<(F::RemoteRegion, usize, Option<ControlToken>), Refusal> {
+        let nonce = match (&self.secret, hello.nonce) {
+            (Some(_), None) => return Err(Refusal::AuthenticationRequired),
+            (_, nonce) => nonce,
+        };
         if ServedRegion::is_served(&hello.region) {
             return Err(Refusal::OwnRegion { name: hello.region.name.clone() });
         }
         let region_refusal = |error: &dyn std::fmt::Display| Refusal::Region { message: error.to_string() };
         let server_refusal = |error: &dyn std::fmt::Display| Refusal::ServerRegion { message: error.to_string() };
-        let challenge = Challenge::random().map_err(|error| server_refusal(&error))?;
+        let challenge = ControlToken::random().map_err(|error| server_refusal(&error))?;
         write_json_line(stream, &ControlReply::Challenge { challenge }).map_err(|error| server_refusal(&error))?;
-        read_json_line::<ControlResponse>(stream).map_err(|error| Refusal::BadHello { message: error.to_string() })?;
+        let response = read_json_line::<ControlResponse>(stream)
+            .map_err(|error| Refusal::BadHello { message: error.to_string() })?;
+        let mut server_proof = None;
+        if let (Some(secret), Some(nonce)) = (&self.secret, nonce) {
+            let proven = response
+                .proof
+                .is_some_and(|proof| secret.verify(ProofLabel::ControlClient, &challenge.0, &nonce.0, &proof.0));
+            if !proven {
+                return Err(Refusal::Authentication);
+            }
+            server_proof = Some(ControlToken(secret.proof(ProofLabel::ControlServer, &nonce.0, &challenge.0)));
+        }
         let fabric = &self.doorbell.fabric;
         let peer = fabric.map(&hello.region).map_err(|error| region_refusal(&error))?;
         let peer_slot = usize::try_from(hello.slot_offset_bytes).map_err(|error| region_refusal(&error))?;
@@ -350,7 +372,7 @@ impl<F: FabricHandle> Control<F> {
         if written != challenge.0 {
             return Err(Refusal::ChallengeNotWritten);
         }
-        Ok((peer, peer_slot))
+        Ok((peer, peer_slot, server_proof))
     }
 
     /// The server's end of a connection of `medium` with the client's slot at `peer_slot` of
@@ -501,6 +523,7 @@ impl<F: FabricHandle> FabricFront<F> {
             listeners,
             streams: (0..config.slots.iter().sum()).map(|_| None).collect(),
             doorbell: endpoint,
+            secret: servers.secret().cloned(),
             items: (0..servers.served().len())
                 .map(|index| item_slots.get(index).map(|slots| slots.info().clone()))
                 .collect(),
