@@ -67,7 +67,12 @@ impl AuthFrame {
 
     /// Appends this frame (header and body) to `out`.
     pub fn encode_frame(&self, request_id: u64, out: &mut Vec<u8>) {
-        append_frame(out, self.kind(), request_id, |body| body.extend_from_slice(self.body()));
+        append_frame(out, self.kind(), request_id, |body| self.encode_body(body));
+    }
+
+    /// Appends the body of this frame (no header) to `out`.
+    pub fn encode_body(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self.body());
     }
 
     /// Decodes the body of a frame of `kind`: exactly `AUTH_BYTES` bytes.
