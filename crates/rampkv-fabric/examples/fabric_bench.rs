@@ -89,6 +89,9 @@ fn print_machine() {
     );
 }
 
+/// A checksum candidate: its name and the function (bytes to 64 bits).
+type NamedChecksum<'a> = (&'a str, &'a dyn Fn(&[u8]) -> u64);
+
 /// The checksum candidates over one slot image of `SLOT_CAPACITY_BYTES`: what `read_slot`'s
 /// verification would cost with a key. Each line is ns per image, the best of five passes.
 fn bench_keyed_checksums(images: u64) {
@@ -97,7 +100,7 @@ fn bench_keyed_checksums(images: u64) {
     let image: Vec<u8> = (0..SLOT_CAPACITY_BYTES).map(|index| (index * 31) as u8).collect();
     let (key, key16) = ([7u8; 32], [7u8; 16]);
     println!("\n4. checksum of one {SLOT_CAPACITY_BYTES}-byte slot image, {images} images per pass (best of 5)");
-    let candidates: [(&str, &dyn Fn(&[u8]) -> u64); 4] = [
+    let candidates: [NamedChecksum<'_>; 4] = [
         ("XXH3-64 (the slot's, unkeyed)", &|bytes| xxhash_rust::xxh3::xxh3_64(bytes)),
         ("SipHash-1-3, keyed", &|bytes| {
             let mut hasher = siphasher::sip::SipHasher13::new_with_key(&key16);

@@ -145,6 +145,18 @@ pub(crate) fn doorbell_region<'a, T>(over: &'a Option<T>, default: &'a T) -> &'a
     over.as_ref().unwrap_or(default)
 }
 
+/// The lengths of the regions holding the peer's doorbell and ours (`remote`, `local`: the
+/// regions of the ring or queue, where the doorbells are unless `doorbells` says otherwise).
+pub(crate) fn doorbell_region_lengths<F: OneSided, L: Words>(
+    fabric: &F,
+    doorbells: &Doorbells<F::RemoteRegion, L>,
+    remote: &F::RemoteRegion,
+    local: &L,
+) -> (usize, usize) {
+    let remote_len_bytes = fabric.remote_len_bytes(doorbell_region(&doorbells.remote, remote));
+    (remote_len_bytes, doorbell_region(&doorbells.local, local).len_words() * WORD_BYTES)
+}
+
 /// Errors of ring set-up and of the receiver.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
@@ -376,11 +388,11 @@ impl<F: OneSided, L: Words> RingSender<F, L> {
         let receiver_len_bytes = fabric.remote_len_bytes(&receiver);
         let local_len_bytes = local.len_words() * WORD_BYTES;
         let ring = Ring::new(addresses.ring, receiver_len_bytes)?;
-        let receiver_doorbell_len_bytes = fabric.remote_len_bytes(doorbell_region(&doorbells.remote, &receiver));
+        let (receiver_doorbell_len_bytes, sender_doorbell_len_bytes) =
+            doorbell_region_lengths(&fabric, &doorbells, &receiver, &local);
         let receiver_doorbell =
             check_words(receiver_doorbell_len_bytes, addresses.receiver_doorbell_offset_bytes, DOORBELL_BYTES)?;
         let credit = check_words(local_len_bytes, addresses.credit_offset_bytes, CREDIT_BYTES)?;
-        let sender_doorbell_len_bytes = doorbell_region(&doorbells.local, &local).len_words() * WORD_BYTES;
         let sender_doorbell =
             check_words(sender_doorbell_len_bytes, addresses.sender_doorbell_offset_bytes, DOORBELL_BYTES)?;
         let credit_index = credit / WORD_BYTES;
@@ -575,10 +587,10 @@ impl<F: OneSided, L: Words> RingReceiver<F, L> {
         let local_len_bytes = local.len_words() * WORD_BYTES;
         let sender_len_bytes = fabric.remote_len_bytes(&sender);
         let ring = Ring::new(addresses.ring, local_len_bytes)?;
-        let receiver_doorbell_len_bytes = doorbell_region(&doorbells.local, &local).len_words() * WORD_BYTES;
+        let (sender_doorbell_len_bytes, receiver_doorbell_len_bytes) =
+            doorbell_region_lengths(&fabric, &doorbells, &sender, &local);
         check_words(receiver_doorbell_len_bytes, addresses.receiver_doorbell_offset_bytes, DOORBELL_BYTES)?;
         let credit = check_words(sender_len_bytes, addresses.credit_offset_bytes, CREDIT_BYTES)?;
-        let sender_doorbell_len_bytes = fabric.remote_len_bytes(doorbell_region(&doorbells.remote, &sender));
         let sender_doorbell =
             check_words(sender_doorbell_len_bytes, addresses.sender_doorbell_offset_bytes, DOORBELL_BYTES)?;
         for index in ring.first_index..ring.first_index + ring.ring_bytes as usize / WORD_BYTES {

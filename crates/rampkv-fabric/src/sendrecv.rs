@@ -62,7 +62,7 @@
 
 use crate::fabric::{FabricError, OneSided};
 use crate::limits::{SENDRECV_BUFFER_BYTES_MAX, SENDRECV_DEPTH_MAX, SENDRECV_TAG_BITS, WORD_BYTES};
-use crate::ring::{doorbell_region, notify, Doorbell, Doorbells, WaitError, DOORBELL_BYTES};
+use crate::ring::{doorbell_region, doorbell_region_lengths, notify, Doorbell, Doorbells, WaitError, DOORBELL_BYTES};
 use crate::words::{FenceOrdering, LoadOrdering, StoreOrdering, Words};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -305,9 +305,9 @@ impl<F: OneSided, L: Words> SendQueue<F, L> {
     ) -> Result<Self, QueueError> {
         let receiver_len_bytes = fabric.remote_len_bytes(&receiver);
         let queue = Queue::new(addresses.queue, receiver_len_bytes)?;
-        let receiver_doorbell_len_bytes = fabric.remote_len_bytes(doorbell_region(&doorbells.remote, &receiver));
+        let (receiver_doorbell_len_bytes, sender_doorbell_len_bytes) =
+            doorbell_region_lengths(&fabric, &doorbells, &receiver, &local);
         let receiver_doorbell = check_doorbell(receiver_doorbell_len_bytes, addresses.receiver_doorbell_offset_bytes)?;
-        let sender_doorbell_len_bytes = doorbell_region(&doorbells.local, &local).len_words() * WORD_BYTES;
         let sender_doorbell = check_doorbell(sender_doorbell_len_bytes, addresses.sender_doorbell_offset_bytes)?;
         Ok(Self {
             fabric,
@@ -485,9 +485,9 @@ impl<F: OneSided, L: Words> ReceiveQueue<F, L> {
         doorbells: Doorbells<F::RemoteRegion, L>,
     ) -> Result<Self, QueueError> {
         let queue = Queue::new(addresses.queue, local.len_words() * WORD_BYTES)?;
-        let receiver_doorbell_len_bytes = doorbell_region(&doorbells.local, &local).len_words() * WORD_BYTES;
+        let (sender_doorbell_len_bytes, receiver_doorbell_len_bytes) =
+            doorbell_region_lengths(&fabric, &doorbells, &sender, &local);
         check_doorbell(receiver_doorbell_len_bytes, addresses.receiver_doorbell_offset_bytes)?;
-        let sender_doorbell_len_bytes = fabric.remote_len_bytes(doorbell_region(&doorbells.remote, &sender));
         let sender_doorbell = check_doorbell(sender_doorbell_len_bytes, addresses.sender_doorbell_offset_bytes)?;
         let first = queue.receive_offset_bytes / WORD_BYTES;
         let queue_words = queue.depth as usize * (RECEIVE_ENTRY_BYTES + COMPLETION_ENTRY_BYTES) / WORD_BYTES;

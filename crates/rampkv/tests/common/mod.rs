@@ -118,6 +118,21 @@ pub fn put_get_round_trip<T: ClientTransport>(driver: &mut Driver<T>, round: u32
     }
 }
 
+/// Waits (at most 10 s) until the server drops `victim`: its next poll says the connection to
+/// server 0 is closed. `what` names the case in a failure.
+#[allow(dead_code)] // used by the fabric transports' tests
+pub fn assert_closed<T: ClientTransport>(victim: &mut T, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "{what}: the server did not close the connection");
+        match victim.poll(Some(Duration::from_millis(100)), |_, _, _| panic!("{what}: no reply expected")) {
+            Err(rampkv::transport::TransportError::Closed { server: 0 }) => return,
+            Err(other) => panic!("{what}: unexpected error {other}"),
+            Ok(_) => {}
+        }
+    }
+}
+
 /// Steps `driver` until one transaction completes (at most 10 s) and returns its result.
 #[allow(dead_code)] // not every test binary that includes this module drives a transport itself
 pub fn wait_for<T: ClientTransport>(driver: &mut Driver<T>) -> TxnResult {
