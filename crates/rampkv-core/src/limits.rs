@@ -101,6 +101,22 @@ pub const WRITEPOLL_CONTROL_LINE_BYTES_MAX: usize = 4096;
 /// GET+/PUT+: how long connecting and the control handshake may take.
 pub const WRITEPOLL_CONTROL_TIMEOUT_MS: u64 = 5_000;
 
+/// Shared secret (`--secret-file`): the fewest bytes a secret file may hold (256 bits, the
+/// HMAC-SHA-256 key size that makes guessing hopeless).
+pub const SECRET_BYTES_MIN: usize = 32;
+
+/// Shared secret: the most bytes a secret file may hold (a key, not a document).
+pub const SECRET_BYTES_MAX: usize = 4096;
+
+/// The binary port's authentication step: how long a client waits for each of the server's
+/// frames.
+pub const AUTH_TIMEOUT_MS: u64 = 5_000;
+
+/// Fabric control handshake: bytes of the random challenge a client must write into its own
+/// region before a server maps that region for a connection (proof that the client can write
+/// it: another user cannot write a 0600 region file of rampkv's user).
+pub const CONTROL_CHALLENGE_BYTES: usize = 32;
+
 /// GET+/PUT+: the longest a ring poller sleeps on its doorbell before it re-checks its stop
 /// flag, lock deadlines and (client) whether the control connection is still open.
 pub const WRITEPOLL_SLEEP_MS_MAX: u64 = 50;

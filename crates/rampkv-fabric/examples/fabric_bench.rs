@@ -6,8 +6,10 @@
 //! Measures (1) a verified one-sided read of a 1 KiB item slot (`read_slot`: seqlock, checksum,
 //! key check), idle and while a writer thread rewrites it; (2) a message-ring round trip (32-byte
 //! ping and echo) between two threads and between two processes; (3) the same round trip over an
-//! emulated send/recv queue pair (posted buffers, completion queue). These are shared-memory
-//! emulation figures, not RDMA: no NIC, no PCIe, no network.
+//! emulated send/recv queue pair (posted buffers, completion queue); (4) what a *keyed* slot
+//! checksum (a MAC, against forged slots) would cost next to the unkeyed XXH3 the slot uses, on
+//! the same slot image. These are shared-memory emulation figures, not RDMA: no NIC, no PCIe,
+//! no network.
 
 use rampkv_fabric::slot::SLOT_FLAG_VALID;
 use rampkv_fabric::{
@@ -56,6 +58,7 @@ fn main() -> Result<()> {
     bench_ring_threads(fabric, 200_000 / scale)?;
     bench_ring_processes(fabric, 200_000 / scale)?;
     bench_sendrecv_threads(fabric, 200_000 / scale)?;
+    bench_keyed_checksums(2_000_000 / scale);
     println!("\nAll figures: shared-memory emulation of one-sided access on one machine, not RDMA.");
     Ok(())
 }
@@ -84,6 +87,50 @@ fn print_machine() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         kernel.trim()
     );
+}
+
+/// A checksum candidate: its name and the function (bytes to 64 bits).
+type NamedChecksum<'a> = (&'a str, &'a dyn Fn(&[u8]) -> u64);
+
+/// The checksum candidates over one slot image of `SLOT_CAPACITY_BYTES`: what `read_slot`'s
+/// verification would cost with a key. Each line is ns per image, the best of five passes.
+fn bench_keyed_checksums(images: u64) {
+    use hmac::{Hmac, Mac};
+    use std::hash::Hasher;
+    let image: Vec<u8> = (0..SLOT_CAPACITY_BYTES).map(|index| (index * 31) as u8).collect();
+    let (key, key16) = ([7u8; 32], [7u8; 16]);
+    println!("\n4. checksum of one {SLOT_CAPACITY_BYTES}-byte slot image, {images} images per pass (best of 5)");
+    let candidates: [NamedChecksum<'_>; 4] = [
+        ("XXH3-64 (the slot's, unkeyed)", &|bytes| xxhash_rust::xxh3::xxh3_64(bytes)),
+        ("SipHash-1-3, keyed", &|bytes| {
+            let mut hasher = siphasher::sip::SipHasher13::new_with_key(&key16);
+            hasher.write(bytes);
+            hasher.finish()
+        }),
+        ("SipHash-2-4, keyed", &|bytes| {
+            let mut hasher = siphasher::sip::SipHasher24::new_with_key(&key16);
+            hasher.write(bytes);
+            hasher.finish()
+        }),
+        ("HMAC-SHA-256, keyed", &|bytes| {
+            let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(&key).expect("any key length");
+            mac.update(bytes);
+            u64::from_le_bytes(mac.finalize().into_bytes()[..8].try_into().expect("8 bytes"))
+        }),
+    ];
+    for (name, checksum) in candidates {
+        let mut best_ns = f64::MAX;
+        for _ in 0..5 {
+            let start = Instant::now();
+            let mut folded = 0u64;
+            for _ in 0..images {
+                folded ^= checksum(std::hint::black_box(&image));
+            }
+            std::hint::black_box(folded);
+            best_ns = best_ns.min(start.elapsed().as_nanos() as f64 / images as f64);
+        }
+        println!("   {name:32} {best_ns:7.1} ns/image");
+    }
 }
 
 fn value_for(generation: u64) -> Vec<u8> {

@@ -40,7 +40,8 @@ pub mod words;
 pub use fabric::{Access, Fabric, FabricError, OneSided, RegionDescriptor};
 pub use memory::{MemoryFabric, MemoryLocalRegion, MemoryRemoteRegion};
 pub use ring::{
-    Doorbell, MessageView, RingAddresses, RingError, RingLayout, RingReceiver, RingSender, SendError, WaitError,
+    Doorbell, Doorbells, MessageView, RingAddresses, RingError, RingLayout, RingReceiver, RingSender, SendError,
+    WaitError,
 };
 pub use sendrecv::{Completion, PostError, QueueAddresses, QueueError, QueueLayout, ReceiveQueue, SendQueue};
 pub use shm::{cleanup_stale, ShmFabric, ShmLocalRegion, ShmRemoteRegion, StaleCleanup};

@@ -120,6 +120,43 @@ pub struct RingAddresses {
     pub sender_doorbell_offset_bytes: u64,
 }
 
+/// Where the two pollers' doorbells of a connection live when not in the regions that hold its
+/// ring and credit word (the default, `Doorbells::default()`). A server that gives every
+/// connection a region of its own keeps its poller's one doorbell in a region of its own, which
+/// every peer maps: the offsets in [`RingAddresses`] and [`crate::QueueAddresses`] then refer to
+/// these regions. (RDMA connections with their own registrations share one completion channel
+/// the same way.)
+#[derive(Debug, Clone)]
+pub struct Doorbells<R, L> {
+    /// The peer's doorbell region (None: the peer's region that holds the ring or credit word).
+    pub remote: Option<R>,
+    /// This side's doorbell region (None: this side's region).
+    pub local: Option<L>,
+}
+
+impl<R, L> Default for Doorbells<R, L> {
+    fn default() -> Self {
+        Self { remote: None, local: None }
+    }
+}
+
+/// The doorbell region: the override if there is one, else the ring's own region.
+pub(crate) fn doorbell_region<'a, T>(over: &'a Option<T>, default: &'a T) -> &'a T {
+    over.as_ref().unwrap_or(default)
+}
+
+/// The lengths of the regions holding the peer's doorbell and ours (`remote`, `local`: the
+/// regions of the ring or queue, where the doorbells are unless `doorbells` says otherwise).
+pub(crate) fn doorbell_region_lengths<F: OneSided, L: Words>(
+    fabric: &F,
+    doorbells: &Doorbells<F::RemoteRegion, L>,
+    remote: &F::RemoteRegion,
+    local: &L,
+) -> (usize, usize) {
+    let remote_len_bytes = fabric.remote_len_bytes(doorbell_region(&doorbells.remote, remote));
+    (remote_len_bytes, doorbell_region(&doorbells.local, local).len_words() * WORD_BYTES)
+}
+
 /// Errors of ring set-up and of the receiver.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
@@ -321,6 +358,7 @@ pub struct RingSender<F: OneSided, L> {
     receiver_doorbell_offset_bytes: usize,
     credit_index: usize,
     sender_doorbell_offset_bytes: usize,
+    doorbells: Doorbells<F::RemoteRegion, L>,
     sent_bytes: u64,
     consumed_bytes: u64,
 }
@@ -332,13 +370,31 @@ impl<F: OneSided, L: Words> RingSender<F, L> {
     /// # Errors
     /// `InvalidLayout` if any address breaks a rule or leaves its region.
     pub fn new(fabric: F, receiver: F::RemoteRegion, local: L, addresses: RingAddresses) -> Result<Self, RingError> {
+        Self::with_doorbells(fabric, receiver, local, addresses, Doorbells::default())
+    }
+
+    /// [`RingSender::new`] with the doorbells in the regions `doorbells` names (the offsets in
+    /// `addresses` then refer to those).
+    ///
+    /// # Errors
+    /// `InvalidLayout` if any address breaks a rule or leaves its region.
+    pub fn with_doorbells(
+        fabric: F,
+        receiver: F::RemoteRegion,
+        local: L,
+        addresses: RingAddresses,
+        doorbells: Doorbells<F::RemoteRegion, L>,
+    ) -> Result<Self, RingError> {
         let receiver_len_bytes = fabric.remote_len_bytes(&receiver);
         let local_len_bytes = local.len_words() * WORD_BYTES;
         let ring = Ring::new(addresses.ring, receiver_len_bytes)?;
+        let (receiver_doorbell_len_bytes, sender_doorbell_len_bytes) =
+            doorbell_region_lengths(&fabric, &doorbells, &receiver, &local);
         let receiver_doorbell =
-            check_words(receiver_len_bytes, addresses.receiver_doorbell_offset_bytes, DOORBELL_BYTES)?;
+            check_words(receiver_doorbell_len_bytes, addresses.receiver_doorbell_offset_bytes, DOORBELL_BYTES)?;
         let credit = check_words(local_len_bytes, addresses.credit_offset_bytes, CREDIT_BYTES)?;
-        let sender_doorbell = check_words(local_len_bytes, addresses.sender_doorbell_offset_bytes, DOORBELL_BYTES)?;
+        let sender_doorbell =
+            check_words(sender_doorbell_len_bytes, addresses.sender_doorbell_offset_bytes, DOORBELL_BYTES)?;
         let credit_index = credit / WORD_BYTES;
         local.store(credit_index, 0, StoreOrdering::Release);
         Ok(Self {
@@ -349,6 +405,7 @@ impl<F: OneSided, L: Words> RingSender<F, L> {
             receiver_doorbell_offset_bytes: receiver_doorbell,
             credit_index,
             sender_doorbell_offset_bytes: sender_doorbell,
+            doorbells,
             sent_bytes: 0,
             consumed_bytes: 0,
         })
@@ -427,7 +484,7 @@ impl<F: OneSided, L: Words> RingSender<F, L> {
         self.fabric.write_word(&self.receiver, trailer_offset, trailer_of(header), StoreOrdering::Release)?;
         self.sent_bytes += frame;
         assert!(self.in_flight_bytes() <= self.ring.ring_bytes, "credit exceeded");
-        notify(&self.fabric, &self.receiver, self.receiver_doorbell_offset_bytes, &self.local)?;
+        self.notify_receiver()?;
         Ok(())
     }
 
@@ -438,7 +495,8 @@ impl<F: OneSided, L: Words> RingSender<F, L> {
     /// # Errors
     /// `Fabric` only (addresses were validated).
     pub fn notify_receiver(&self) -> Result<(), FabricError> {
-        notify(&self.fabric, &self.receiver, self.receiver_doorbell_offset_bytes, &self.local)
+        let doorbell = doorbell_region(&self.doorbells.remote, &self.receiver);
+        notify(&self.fabric, doorbell, self.receiver_doorbell_offset_bytes, &self.local)
     }
 
     /// Sends `body`, waiting on the sender's own doorbell for credit if needed.
@@ -454,7 +512,8 @@ impl<F: OneSided, L: Words> RingSender<F, L> {
             }
             let (wrap, frame) = self.needed_bytes(body.len());
             let required = (self.sent_bytes + wrap + frame).saturating_sub(self.ring.ring_bytes);
-            let doorbell = Doorbell { region: &self.local, bell_index: self.sender_doorbell_offset_bytes / WORD_BYTES };
+            let region = doorbell_region(&self.doorbells.local, &self.local);
+            let doorbell = Doorbell { region, bell_index: self.sender_doorbell_offset_bytes / WORD_BYTES };
             let credit_index = self.credit_index;
             let remaining = deadline.saturating_duration_since(Instant::now());
             doorbell
@@ -491,6 +550,7 @@ pub struct RingReceiver<F: OneSided, L> {
     ring: Ring,
     credit_offset_bytes: usize,
     sender_doorbell_offset_bytes: usize,
+    doorbells: Doorbells<F::RemoteRegion, L>,
     consumed_bytes: u64,
     returned_bytes: u64,
     body: Vec<u8>,
@@ -509,12 +569,30 @@ impl<F: OneSided, L: Words> RingReceiver<F, L> {
     /// # Errors
     /// `InvalidLayout` if any address breaks a rule or leaves its region.
     pub fn new(fabric: F, local: L, sender: F::RemoteRegion, addresses: RingAddresses) -> Result<Self, RingError> {
+        Self::with_doorbells(fabric, local, sender, addresses, Doorbells::default())
+    }
+
+    /// [`RingReceiver::new`] with the doorbells in the regions `doorbells` names (the offsets in
+    /// `addresses` then refer to those).
+    ///
+    /// # Errors
+    /// `InvalidLayout` if any address breaks a rule or leaves its region.
+    pub fn with_doorbells(
+        fabric: F,
+        local: L,
+        sender: F::RemoteRegion,
+        addresses: RingAddresses,
+        doorbells: Doorbells<F::RemoteRegion, L>,
+    ) -> Result<Self, RingError> {
         let local_len_bytes = local.len_words() * WORD_BYTES;
         let sender_len_bytes = fabric.remote_len_bytes(&sender);
         let ring = Ring::new(addresses.ring, local_len_bytes)?;
-        check_words(local_len_bytes, addresses.receiver_doorbell_offset_bytes, DOORBELL_BYTES)?;
+        let (sender_doorbell_len_bytes, receiver_doorbell_len_bytes) =
+            doorbell_region_lengths(&fabric, &doorbells, &sender, &local);
+        check_words(receiver_doorbell_len_bytes, addresses.receiver_doorbell_offset_bytes, DOORBELL_BYTES)?;
         let credit = check_words(sender_len_bytes, addresses.credit_offset_bytes, CREDIT_BYTES)?;
-        let sender_doorbell = check_words(sender_len_bytes, addresses.sender_doorbell_offset_bytes, DOORBELL_BYTES)?;
+        let sender_doorbell =
+            check_words(sender_doorbell_len_bytes, addresses.sender_doorbell_offset_bytes, DOORBELL_BYTES)?;
         for index in ring.first_index..ring.first_index + ring.ring_bytes as usize / WORD_BYTES {
             local.store(index, 0, StoreOrdering::Relaxed);
         }
@@ -526,6 +604,7 @@ impl<F: OneSided, L: Words> RingReceiver<F, L> {
             ring,
             credit_offset_bytes: credit,
             sender_doorbell_offset_bytes: sender_doorbell,
+            doorbells,
             consumed_bytes: 0,
             returned_bytes: 0,
             body: vec![0; ring.body_bytes_max],
@@ -633,7 +712,8 @@ impl<F: OneSided, L: Words> RingReceiver<F, L> {
         }
         self.fabric.write_word(&self.sender, self.credit_offset_bytes, self.consumed_bytes, StoreOrdering::Release)?;
         self.returned_bytes = self.consumed_bytes;
-        notify(&self.fabric, &self.sender, self.sender_doorbell_offset_bytes, &self.local)?;
+        let doorbell = doorbell_region(&self.doorbells.remote, &self.sender);
+        notify(&self.fabric, doorbell, self.sender_doorbell_offset_bytes, &self.local)?;
         Ok(())
     }
 }

@@ -62,7 +62,7 @@
 
 use crate::fabric::{FabricError, OneSided};
 use crate::limits::{SENDRECV_BUFFER_BYTES_MAX, SENDRECV_DEPTH_MAX, SENDRECV_TAG_BITS, WORD_BYTES};
-use crate::ring::{notify, Doorbell, WaitError, DOORBELL_BYTES};
+use crate::ring::{doorbell_region, doorbell_region_lengths, notify, Doorbell, Doorbells, WaitError, DOORBELL_BYTES};
 use crate::words::{FenceOrdering, LoadOrdering, StoreOrdering, Words};
 use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
@@ -276,6 +276,7 @@ pub struct SendQueue<F: OneSided, L> {
     queue: Queue,
     receiver_doorbell_offset_bytes: usize,
     sender_doorbell_offset_bytes: usize,
+    doorbells: Doorbells<F::RemoteRegion, L>,
     /// Messages sent (successfully or with a length error): the next post to consume.
     sent: u64,
 }
@@ -287,10 +288,27 @@ impl<F: OneSided, L: Words> SendQueue<F, L> {
     /// # Errors
     /// `InvalidLayout` if any address breaks a rule or leaves its region.
     pub fn new(fabric: F, receiver: F::RemoteRegion, local: L, addresses: QueueAddresses) -> Result<Self, QueueError> {
+        Self::with_doorbells(fabric, receiver, local, addresses, Doorbells::default())
+    }
+
+    /// [`SendQueue::new`] with the doorbells in the regions `doorbells` names (the doorbell
+    /// offsets in `addresses` then refer to those).
+    ///
+    /// # Errors
+    /// `InvalidLayout` if any address breaks a rule or leaves its region.
+    pub fn with_doorbells(
+        fabric: F,
+        receiver: F::RemoteRegion,
+        local: L,
+        addresses: QueueAddresses,
+        doorbells: Doorbells<F::RemoteRegion, L>,
+    ) -> Result<Self, QueueError> {
         let receiver_len_bytes = fabric.remote_len_bytes(&receiver);
         let queue = Queue::new(addresses.queue, receiver_len_bytes)?;
-        let receiver_doorbell = check_doorbell(receiver_len_bytes, addresses.receiver_doorbell_offset_bytes)?;
-        let sender_doorbell = check_doorbell(local.len_words() * WORD_BYTES, addresses.sender_doorbell_offset_bytes)?;
+        let (receiver_doorbell_len_bytes, sender_doorbell_len_bytes) =
+            doorbell_region_lengths(&fabric, &doorbells, &receiver, &local);
+        let receiver_doorbell = check_doorbell(receiver_doorbell_len_bytes, addresses.receiver_doorbell_offset_bytes)?;
+        let sender_doorbell = check_doorbell(sender_doorbell_len_bytes, addresses.sender_doorbell_offset_bytes)?;
         Ok(Self {
             fabric,
             receiver,
@@ -298,6 +316,7 @@ impl<F: OneSided, L: Words> SendQueue<F, L> {
             queue,
             receiver_doorbell_offset_bytes: receiver_doorbell,
             sender_doorbell_offset_bytes: sender_doorbell,
+            doorbells,
             sent: 0,
         })
     }
@@ -368,7 +387,8 @@ impl<F: OneSided, L: Words> SendQueue<F, L> {
         let header = completion_header(self.sent, buffer, status);
         self.fabric.write_word(&self.receiver, completion, header, StoreOrdering::Release)?;
         self.sent += 1;
-        notify(&self.fabric, &self.receiver, self.receiver_doorbell_offset_bytes, &self.local)?;
+        let doorbell = doorbell_region(&self.doorbells.remote, &self.receiver);
+        notify(&self.fabric, doorbell, self.receiver_doorbell_offset_bytes, &self.local)?;
         if too_large {
             return Err(PostError::TooLarge { message_bytes: message.len(), buffer_bytes: self.queue.buffer_bytes });
         }
@@ -387,7 +407,8 @@ impl<F: OneSided, L: Words> SendQueue<F, L> {
                 Err(PostError::ReceiverNotReady) => {}
                 other => return other,
             }
-            let doorbell = Doorbell::new(&self.local, self.sender_doorbell_offset_bytes)?;
+            let doorbell =
+                Doorbell::new(doorbell_region(&self.doorbells.local, &self.local), self.sender_doorbell_offset_bytes)?;
             let remaining = deadline.saturating_duration_since(Instant::now());
             doorbell
                 .wait_until(|| self.receiver_ready(), remaining)
@@ -431,6 +452,7 @@ pub struct ReceiveQueue<F: OneSided, L> {
     sender: F::RemoteRegion,
     queue: Queue,
     sender_doorbell_offset_bytes: usize,
+    doorbells: Doorbells<F::RemoteRegion, L>,
     posted: u64,
     completed: u64,
     /// Buffer id of post `n` at `n % depth`: what completion `n` must name.
@@ -447,9 +469,26 @@ impl<F: OneSided, L: Words> ReceiveQueue<F, L> {
     /// # Errors
     /// `InvalidLayout` if any address breaks a rule or leaves its region.
     pub fn new(fabric: F, local: L, sender: F::RemoteRegion, addresses: QueueAddresses) -> Result<Self, QueueError> {
+        Self::with_doorbells(fabric, local, sender, addresses, Doorbells::default())
+    }
+
+    /// [`ReceiveQueue::new`] with the doorbells in the regions `doorbells` names (the doorbell
+    /// offsets in `addresses` then refer to those).
+    ///
+    /// # Errors
+    /// `InvalidLayout` if any address breaks a rule or leaves its region.
+    pub fn with_doorbells(
+        fabric: F,
+        local: L,
+        sender: F::RemoteRegion,
+        addresses: QueueAddresses,
+        doorbells: Doorbells<F::RemoteRegion, L>,
+    ) -> Result<Self, QueueError> {
         let queue = Queue::new(addresses.queue, local.len_words() * WORD_BYTES)?;
-        check_doorbell(local.len_words() * WORD_BYTES, addresses.receiver_doorbell_offset_bytes)?;
-        let sender_doorbell = check_doorbell(fabric.remote_len_bytes(&sender), addresses.sender_doorbell_offset_bytes)?;
+        let (sender_doorbell_len_bytes, receiver_doorbell_len_bytes) =
+            doorbell_region_lengths(&fabric, &doorbells, &sender, &local);
+        check_doorbell(receiver_doorbell_len_bytes, addresses.receiver_doorbell_offset_bytes)?;
+        let sender_doorbell = check_doorbell(sender_doorbell_len_bytes, addresses.sender_doorbell_offset_bytes)?;
         let first = queue.receive_offset_bytes / WORD_BYTES;
         let queue_words = queue.depth as usize * (RECEIVE_ENTRY_BYTES + COMPLETION_ENTRY_BYTES) / WORD_BYTES;
         for index in first..first + queue_words {
@@ -463,6 +502,7 @@ impl<F: OneSided, L: Words> ReceiveQueue<F, L> {
             sender,
             queue,
             sender_doorbell_offset_bytes: sender_doorbell,
+            doorbells,
             posted: 0,
             completed: 0,
             posted_buffers: vec![0; depth].into_boxed_slice(),
@@ -559,7 +599,8 @@ impl<F: OneSided, L: Words> ReceiveQueue<F, L> {
     /// `Fabric` only (addresses were validated).
     pub fn repost(&mut self, completion: Completion) -> Result<(), QueueError> {
         self.post(completion.buffer);
-        notify(&self.fabric, &self.sender, self.sender_doorbell_offset_bytes, &self.local)?;
+        let doorbell = doorbell_region(&self.doorbells.remote, &self.sender);
+        notify(&self.fabric, doorbell, self.sender_doorbell_offset_bytes, &self.local)?;
         Ok(())
     }
 

@@ -13,6 +13,7 @@
 //! - [`client`]: the driver (the session machine over a transport) and the blocking client.
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod client;
 pub mod item_slots;
 pub mod message;

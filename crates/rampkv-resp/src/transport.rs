@@ -48,7 +48,7 @@ impl ClientMedium for GatewayMedium {
     type Channel = TcpChannel;
 
     fn connect(&mut self, server: usize, address: &str) -> Result<TcpChannel, ChannelError> {
-        Ok(TcpChannel::connect(address, Arc::clone(&self.registry), server_token(server))?)
+        TcpChannel::connect(address, Arc::clone(&self.registry), server_token(server))
     }
 
     /// Only the HELLO's blocking poll comes here (the loop's steps poll with a zero timeout):

@@ -17,5 +17,5 @@
 
 pub use rampkv_bench::{bench, chaos, checker, figures, history, progress};
 pub use rampkv_core::{cluster, limits, protocol, storage, types, wire};
-pub use rampkv_net::{client, item_slots, message, recovery, server, transport};
+pub use rampkv_net::{auth, client, item_slots, message, recovery, server, transport};
 pub use rampkv_resp as resp;

@@ -17,6 +17,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 
+use rampkv::auth::SharedSecret;
 use rampkv::bench::{self, BenchConfig, StopAfter, Workload};
 use rampkv::chaos;
 use rampkv::checker;
@@ -97,6 +98,13 @@ enum Command {
         /// With --ring-listen: bytes per item slot (versions that do not fit are read over GET+).
         #[arg(long, default_value_t = rampkv::limits::ITEM_SLOT_BYTES_DEFAULT)]
         item_slot_bytes: usize,
+        #[command(flatten)]
+        secret: SecretArgs,
+        /// Protected mode for the binary ports: a server without --secret-file refuses to listen
+        /// (data, ring or rfrpc port) on an address other than loopback. This flag lets it,
+        /// open to anyone who can reach it.
+        #[arg(long)]
+        insecure_no_secret: bool,
     },
     /// Run a local cluster of several servers in this process and write its cluster file.
     Local {
@@ -122,6 +130,8 @@ enum Command {
         /// sendrecv, onesided clients), rfrpc, or none.
         #[arg(long, value_enum, default_value_t = FrontChoice::Ring)]
         front: FrontChoice,
+        #[command(flatten)]
+        secret: SecretArgs,
     },
     /// Serve the Redis protocol (RESP) for a running cluster: rampkv gateway --cluster FILE --listen ADDR
     Gateway {
@@ -133,6 +143,8 @@ enum Command {
         listen: SocketAddr,
         #[command(flatten)]
         resp_auth: RespAuthArgs,
+        #[command(flatten)]
+        secret: SecretArgs,
     },
     /// Write keys atomically: rampkv put k1=v1 k2=v2 --cluster FILE
     Put {
@@ -141,6 +153,8 @@ enum Command {
         pairs: Vec<String>,
         #[arg(long)]
         cluster: PathBuf,
+        #[command(flatten)]
+        secret: SecretArgs,
     },
     /// Read keys atomically: rampkv get k1 k2 --cluster FILE
     Get {
@@ -148,6 +162,8 @@ enum Command {
         keys: Vec<String>,
         #[arg(long)]
         cluster: PathBuf,
+        #[command(flatten)]
+        secret: SecretArgs,
     },
     /// Run the closed-loop benchmark (an embedded local cluster unless --cluster is given).
     Bench(BenchArgs),
@@ -170,6 +186,43 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// The cluster's shared secret (docs/security.md).
+#[derive(Debug, Args)]
+struct SecretArgs {
+    /// The cluster's shared secret: a file of at least 32 bytes (e.g. head -c 32 /dev/urandom)
+    /// that only its owner may access (chmod 600). Servers require every client of their binary
+    /// and control ports to prove it; clients (and servers talking to each other) prove it. Give
+    /// every server and client of a cluster the same file.
+    #[arg(long, value_name = "FILE")]
+    secret_file: Option<PathBuf>,
+}
+
+impl SecretArgs {
+    /// Reads the secret (a clear error if the file is unfit) and makes it the secret this
+    /// process's clients prove. Returns it for the servers to require.
+    fn install(&self) -> Result<Option<Arc<SharedSecret>>> {
+        let Some(path) = &self.secret_file else { return Ok(None) };
+        let secret = Arc::new(SharedSecret::from_file(path).context("--secret-file")?);
+        rampkv::auth::set_client_secret(Some(Arc::clone(&secret)));
+        Ok(Some(secret))
+    }
+}
+
+/// Protected mode for the binary ports (Redis's, for the RESP port): a server without a shared
+/// secret that would listen on an address other than loopback refuses to start, unless
+/// `--insecure-no-secret`. The refusal, if any.
+fn binary_protected_mode_refusal(addresses: &[SocketAddr], secret: bool, insecure_no_secret: bool) -> Option<String> {
+    if secret || insecure_no_secret {
+        return None;
+    }
+    let open = addresses.iter().find(|address| !address.ip().is_loopback())?;
+    Some(format!(
+        "protected mode: without --secret-file this server would let anyone who reaches {open} read and write \
+         every key; give it --secret-file FILE (the same file on every server and client), listen on a loopback \
+         address, or pass --insecure-no-secret"
+    ))
 }
 
 /// Who may use a RESP gateway (docs/resp.md, "Authentication").
@@ -293,6 +346,9 @@ struct BenchArgs {
     /// Use the servers of this cluster file instead of an embedded cluster.
     #[arg(long)]
     cluster: Option<PathBuf>,
+    /// With --cluster: the cluster's shared secret (see `rampkv server --secret-file`).
+    #[arg(long, value_name = "FILE", requires = "cluster")]
+    secret_file: Option<PathBuf>,
     /// TEST ONLY: readers skip the RAMP round-2 repair (the checker must then fail).
     #[arg(long, hide = true)]
     mutant_skip_repair: bool,
@@ -336,6 +392,9 @@ struct ChaosArgs {
     /// Server processes (`rampkv server`, started from this binary).
     #[arg(long, default_value_t = 3)]
     servers: usize,
+    /// The cluster's shared secret: the servers require it, the workload proves it.
+    #[command(flatten)]
+    secret: SecretArgs,
     /// Copies of every partition; the nemesis then kills while every partition has its full
     /// replica set. Refused above 1 until the servers replicate.
     #[arg(long, default_value_t = 1)]
@@ -438,8 +497,23 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Server { listen, gc_grace_ms, cluster, ring_listen, rfrpc_listen, item_slots, item_slot_bytes } => {
-            let mut group = ServerGroup::spawn(&[ServerConfig { listen, gc_grace_ms }])
+        Command::Server {
+            listen,
+            gc_grace_ms,
+            cluster,
+            ring_listen,
+            rfrpc_listen,
+            item_slots,
+            item_slot_bytes,
+            secret,
+            insecure_no_secret,
+        } => {
+            let secret = secret.install()?;
+            let addresses: Vec<SocketAddr> = [Some(listen), ring_listen, rfrpc_listen].into_iter().flatten().collect();
+            if let Some(refusal) = binary_protected_mode_refusal(&addresses, secret.is_some(), insecure_no_secret) {
+                bail!(refusal); // before anything listens
+            }
+            let mut group = ServerGroup::spawn_with_secret(&[ServerConfig { listen, gc_grace_ms }], secret)
                 .with_context(|| format!("cannot listen on {listen}"))?;
             if let Some(path) = cluster {
                 let cluster = Cluster::from_file(&path)?;
@@ -482,14 +556,16 @@ fn run(command: Command) -> Result<ExitCode> {
             drop(front);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Local { servers, base_port, cluster_file, resp_port, resp_bind, resp_auth, front } => {
+        Command::Local { servers, base_port, cluster_file, resp_port, resp_bind, resp_auth, front, secret } => {
             let resp = resp_port
                 .map(|port| resp_auth.apply(GatewayConfig::new(SocketAddr::new(resp_bind, port))))
                 .transpose()?;
-            run_local(servers, base_port, &cluster_file, resp, front.front())
+            let secret = secret.install()?;
+            run_local(servers, base_port, &cluster_file, resp, front.front(), secret)
         }
-        Command::Gateway { cluster, listen, resp_auth } => {
+        Command::Gateway { cluster, listen, resp_auth, secret } => {
             let config = resp_auth.apply(GatewayConfig::new(listen))?;
+            secret.install()?;
             // Refused before anything connects to the cluster.
             if let Some(refusal) = config.protected_mode_refusal() {
                 return Err(refusal.into());
@@ -499,14 +575,16 @@ fn run(command: Command) -> Result<ExitCode> {
             gateway.wait()?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Put { pairs, cluster } => {
+        Command::Put { pairs, cluster, secret } => {
+            secret.install()?;
             let pairs = pairs.iter().map(|pair| parse_pair(pair)).collect::<Result<Vec<_>>>()?;
             let cluster = Cluster::from_file(&cluster)?;
             let ts = Client::connect(&cluster)?.put_all(pairs)?;
             out!("OK ts={ts}");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Get { keys, cluster } => {
+        Command::Get { keys, cluster, secret } => {
+            secret.install()?;
             let cluster = Cluster::from_file(&cluster)?;
             let outcome = Client::connect(&cluster)?.get_all(keys.into_iter().map(String::into_bytes).collect())?;
             let mut stdout = std::io::stdout().lock();
@@ -549,6 +627,7 @@ fn run_local(
     cluster_file: &PathBuf,
     resp: Option<GatewayConfig>,
     front: Option<Front>,
+    secret: Option<Arc<SharedSecret>>,
 ) -> Result<ExitCode> {
     if !(1..=64).contains(&servers) {
         bail!("--servers must be 1..=64, got {servers}");
@@ -562,7 +641,7 @@ fn run_local(
             Ok(ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], port))))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut group = ServerGroup::spawn(&configs).context("cannot start the local cluster")?;
+    let mut group = ServerGroup::spawn_with_secret(&configs, secret).context("cannot start the local cluster")?;
     let mut cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())?;
     group.start_recovery(cluster.clone(), 0, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
     let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -677,6 +756,7 @@ fn parse_duration(text: &str) -> Result<Duration> {
 }
 
 fn run_bench(args: BenchArgs) -> Result<ExitCode> {
+    SecretArgs { secret_file: args.secret_file.clone() }.install()?;
     let stop_after = match (&args.duration, args.txns) {
         (_, Some(count)) => StopAfter::Transactions { count },
         (Some(text), None) => StopAfter::Duration { seconds: parse_duration(text)?.as_secs_f64() },
@@ -786,8 +866,10 @@ fn run_chaos(args: ChaosArgs) -> Result<ExitCode> {
         txn_size: args.txn_size,
         read_ratio: args.read_ratio,
         value_size: args.value_size,
+        secret_file: args.secret.secret_file.clone(),
         ..chaos::ChaosConfig::new(program)
     };
+    args.secret.install()?;
     config.validate()?;
     // Ctrl-C (and SIGTERM, SIGHUP) end the run through its own clean-up: servers killed by pid,
     // namespaces deleted.
@@ -915,6 +997,20 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn protected_mode_for_the_binary_ports_refuses_only_open_servers_without_a_secret() {
+        let address = |text: &str| text.parse::<SocketAddr>().unwrap();
+        let loopback = [address("127.0.0.1:7001"), address("[::1]:7002"), address("127.0.0.9:0")];
+        assert_eq!(binary_protected_mode_refusal(&loopback, false, false), None);
+        for open in ["0.0.0.0:7001", "[::]:7001", "10.0.0.1:7001", "192.0.2.1:0"] {
+            let addresses = [address("127.0.0.1:7001"), address(open)];
+            let refusal = binary_protected_mode_refusal(&addresses, false, false).expect("refused");
+            assert!(refusal.contains(open.trim_end_matches(":0")) && refusal.contains("--secret-file"), "{refusal}");
+            assert_eq!(binary_protected_mode_refusal(&addresses, true, false), None, "a secret lifts it");
+            assert_eq!(binary_protected_mode_refusal(&addresses, false, true), None, "so does the flag");
+        }
+    }
 
     #[test]
     fn durations_parse_in_the_documented_forms_and_bad_ones_are_refused() {

@@ -1,5 +1,6 @@
 //! Fuzzing of the two decoders that take bytes from anyone who can connect: the binary frame
-//! decoder (`FrameHeader::split`, `Request::decode`, `Response::decode`) and the RESP request
+//! decoder (`FrameHeader::split`, `Request::decode`, `Response::decode`, `AuthFrame::decode`: the
+//! authentication step's frames, which anyone reaches before authenticating) and the RESP request
 //! parser with the command table behind it (`RequestParser`, `parse_request`).
 //!
 //! A seeded, mutation-based fuzzer (cargo-fuzz needs a nightly toolchain; this runs in the
@@ -39,8 +40,8 @@ use rampkv::resp::auth::{Permissions, Users};
 use rampkv::resp::codec::{parse_frame, Frame, Protocol, RequestLimits, RequestParser};
 use rampkv::resp::command::{parse_request, Request as RespRequest};
 use rampkv::wire::{
-    request, ErrorCode, FrameHeader, GetItem, Metadata, Request, Response, Selector, TxnState, VersionItem, Write,
-    WriteSet, FRAME_HEADER_BYTES,
+    request, AuthFrame, ErrorCode, FrameHeader, GetItem, Metadata, Request, Response, Selector, TxnState, VersionItem,
+    Write, WriteSet, AUTH_BYTES, FRAME_HEADER_BYTES,
 };
 
 #[global_allocator]
@@ -383,6 +384,18 @@ fn wire_corpus(seed: u64) -> Vec<Vec<u8>> {
         response(&mut rng, variant).encode_frame(rng.gen(), &mut frame);
         frames.push(frame);
     }
+    for variant in 0..8 {
+        let bytes: [u8; AUTH_BYTES] = rng.gen();
+        let frame = [
+            AuthFrame::Begin { nonce: bytes },
+            AuthFrame::Challenge { challenge: bytes },
+            AuthFrame::Proof { proof: bytes },
+            AuthFrame::Accepted { proof: bytes },
+        ][variant % 4];
+        let mut encoded = Vec::new();
+        frame.encode_frame(rng.gen(), &mut encoded);
+        frames.push(encoded);
+    }
     let streams: Vec<Vec<u8>> = (0..40)
         .map(|_| (0..rng.gen_range(2..=3)).flat_map(|_| frames[rng.gen_range(0..frames.len())].clone()).collect())
         .collect();
@@ -404,6 +417,7 @@ fn check_wire(input: &[u8], tally: &mut Tally) {
         tally.add("frames split");
         check_decoder("request", header.kind, body, Request::decode, Request::encode_body, tally);
         check_decoder("response", header.kind, body, Response::decode, Response::encode_body, tally);
+        check_decoder("auth", header.kind, body, AuthFrame::decode, AuthFrame::encode_body, tally);
         rest = &rest[header.frame_bytes()..];
     }
 }

@@ -159,3 +159,103 @@ fn bad_front_flags_are_refused_with_the_reason() {
     assert!(!front.status.success());
     assert!(String::from_utf8_lossy(&front.stderr).contains("possible values: ring, rfrpc, none"));
 }
+
+fn os(text: &str) -> &std::ffi::OsStr {
+    std::ffi::OsStr::new(text)
+}
+
+/// Writes `bytes` as a secret file of mode 0600 in `dir`.
+fn secret_file(dir: &Path, name: &str, bytes: &[u8]) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).expect("secret written");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("mode set");
+    path
+}
+
+fn bench_with(cluster_file: &Path, transport: &str, extra: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rampkv"))
+        .args(["bench", "--transport", transport, "--duration", "1s", "--check", "--clients", "4"])
+        .args(["--read-ratio", "0.8", "--keys", "100", "--seed", "7", "--cluster"])
+        .arg(cluster_file)
+        .args(extra)
+        .output()
+        .expect("rampkv bench runs")
+}
+
+/// Issue 15, item 5: "the binary port, ring and RF-RPC control ports ... accept anyone". Two
+/// server processes with `--secret-file`: `bench --cluster` with the same file works over TCP
+/// and over the rings (writepoll) and `put`/`get` too; without the file, or with another secret,
+/// every client is refused with a clear error at both the binary and the control ports, and
+/// learns nothing (no transaction runs).
+#[test]
+fn servers_with_a_secret_serve_only_clients_that_prove_it() {
+    let keys = tempfile::tempdir().expect("temporary directory");
+    let secret = secret_file(keys.path(), "secret", &[0x5Au8; 48]);
+    let wrong = secret_file(keys.path(), "wrong", &[0xA5u8; 48]);
+    let secret_flag = ["--secret-file", secret.to_str().expect("utf-8 path")];
+    for transport in ["tcp", "writepoll"] {
+        let (_servers, dir) = fresh_cluster("--ring-listen", "ring", &secret_flag);
+        let cluster_file = dir.path().join("cluster.toml");
+
+        let without = bench_with(&cluster_file, transport, &[]);
+        assert_eq!(without.status.code(), Some(2), "{transport}: {without:?}");
+        let message = String::from_utf8_lossy(&without.stderr);
+        assert!(message.contains("authentication required") && message.contains("--secret-file"), "{message}");
+        assert!(!String::from_utf8_lossy(&without.stdout).contains("transactions in"), "learns nothing");
+
+        let flag = std::ffi::OsStr::new("--secret-file");
+        let with_wrong = bench_with(&cluster_file, transport, &[flag, wrong.as_os_str()]);
+        assert_eq!(with_wrong.status.code(), Some(2), "{transport}: {with_wrong:?}");
+        let message = String::from_utf8_lossy(&with_wrong.stderr);
+        assert!(message.contains("wrong proof: the client's secret is not the server's"), "{transport}: {message}");
+
+        assert_clean(&bench_with(&cluster_file, transport, &[flag, secret.as_os_str()]), transport);
+    }
+
+    let (_servers, dir) = fresh_cluster("--ring-listen", "ring", &secret_flag);
+    let cluster_file = dir.path().join("cluster.toml");
+    let rampkv = |args: &[&std::ffi::OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_rampkv")).args(args).arg("--cluster").arg(&cluster_file).output().unwrap()
+    };
+    let put = rampkv(&[os("put"), os("k=v"), os("--secret-file"), secret.as_os_str()]);
+    assert!(put.status.success(), "{put:?}");
+    let get = rampkv(&[os("get"), os("k"), os("--secret-file"), secret.as_os_str()]);
+    assert_eq!(String::from_utf8_lossy(&get.stdout), "k=v\n", "{get:?}");
+    let refused = rampkv(&[os("get"), os("k")]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(refused.stdout.is_empty(), "learns nothing: {refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("authentication required"), "{refused:?}");
+}
+
+/// A secret file that others can read, or that is too short, stops the command with a clear
+/// error before anything listens or connects; and protected mode: a server without a secret
+/// refuses an address other than loopback (checked without binding one).
+#[test]
+fn unfit_secret_files_and_open_servers_without_a_secret_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let readable = secret_file(dir.path(), "readable", &[1u8; 32]);
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let short = secret_file(dir.path(), "short", &[1u8; 31]);
+    let run = |args: &[&std::ffi::OsStr]| Command::new(env!("CARGO_BIN_EXE_rampkv")).args(args).output().unwrap();
+    for (file, expected) in [(&readable, "chmod 600"), (&short, "at least 32")] {
+        for command in [&["server", "--listen", "127.0.0.1:0"][..], &["get", "k", "--cluster", "/nonexistent"][..]] {
+            let mut args: Vec<&std::ffi::OsStr> = command.iter().copied().map(os).collect();
+            args.extend([os("--secret-file"), file.as_os_str()]);
+            let output = run(&args);
+            assert_eq!(output.status.code(), Some(2), "{output:?}");
+            let message = String::from_utf8_lossy(&output.stderr);
+            assert!(message.contains("--secret-file") && message.contains(expected), "{message}");
+        }
+    }
+    for listen in ["0.0.0.0:0", "[::]:0", "192.0.2.1:7001"] {
+        let output = run(&[os("server"), os("--listen"), os(listen)]);
+        assert_eq!(output.status.code(), Some(2), "{listen}: {output:?}");
+        let message = String::from_utf8_lossy(&output.stderr);
+        assert!(message.contains("protected mode") && message.contains("--insecure-no-secret"), "{message}");
+    }
+    // A front end's control port counts as much as the data port.
+    let output = run(&[os("server"), os("--listen"), os("127.0.0.1:0"), os("--ring-listen"), os("0.0.0.0:0")]);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("protected mode"), "{output:?}");
+}

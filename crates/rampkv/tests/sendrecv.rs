@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    assert_a_large_batch_is_answered, assert_clean, assert_no_anomaly, assert_s2pl_grants_cross_front_ends, caught,
+    assert_a_large_batch_is_answered, assert_clean, assert_closed, assert_no_anomaly, assert_s2pl_grants_cross_front_ends,
+    caught,
     contended, contended_transactions, seed,
 };
 use rampkv::bench::TransportKind;
@@ -151,19 +152,6 @@ fn the_skip_repair_mutant_is_caught_over_send_recv() {
     let mut config = contended(Algorithm::RampFast, SENDRECV, seed(), 1.5);
     config.mutant_skip_repair = true;
     caught(config);
-}
-
-/// Waits until the server drops `victim` (it closes the control connection).
-fn assert_closed(victim: &mut SendRecvClientTransport, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        assert!(Instant::now() < deadline, "{what}: the server did not close the connection");
-        match victim.poll(Some(Duration::from_millis(100)), |_, _, _| panic!("{what}: no reply expected")) {
-            Err(TransportError::Closed { server: 0 }) => return,
-            Err(other) => panic!("{what}: unexpected error {other}"),
-            Ok(_) => {}
-        }
-    }
 }
 
 #[test]

@@ -15,10 +15,10 @@ mod common;
 
 use common::{
     assert_a_large_batch_is_answered, assert_clean, assert_no_anomaly, assert_s2pl_grants_cross_front_ends, caught,
-    contended, contended_transactions, seed,
+    contended, contended_transactions, put_get_round_trip, seed,
 };
 use rampkv::bench::TransportKind;
-use rampkv::client::{Driver, TxnResult};
+use rampkv::client::Driver;
 use rampkv::cluster::Cluster;
 use rampkv::cluster::Front;
 use rampkv::protocol::ramp::Algorithm;
@@ -38,21 +38,6 @@ fn cluster() -> (ServerGroup, FrontEnd, Cluster, Vec<String>) {
     let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
     let control = rings.control_addresses().iter().map(SocketAddr::to_string).collect();
     (group, rings, cluster, control)
-}
-
-fn put_get_round_trip(driver: &mut Driver<WritePollClientTransport>, round: u32) {
-    let pairs: Vec<(Vec<u8>, Vec<u8>)> =
-        (0..6).map(|key| (format!("key-{key}").into_bytes(), format!("value-{key}-{round}").into_bytes())).collect();
-    let keys: Vec<Vec<u8>> = pairs.iter().map(|(key, _)| key.clone()).collect();
-    let ts = driver.begin_write(0, pairs.clone()).unwrap();
-    let TxnResult::Write(outcome) = common::wait_for(driver) else { panic!("a write finished as a read") };
-    assert_eq!(outcome.ts, ts);
-    driver.begin_read(0, keys).unwrap();
-    let TxnResult::Read(read) = common::wait_for(driver) else { panic!("a read finished as a write") };
-    for ((_, value), item) in pairs.iter().zip(&read.items) {
-        assert_eq!(&item.value, value);
-        assert_eq!(item.ts, ts);
-    }
 }
 
 #[test]

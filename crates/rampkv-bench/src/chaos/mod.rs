@@ -145,6 +145,11 @@ pub struct ChaosConfig {
     pub txn_size: usize,
     pub read_ratio: f64,
     pub value_size: usize,
+    /// The cluster's shared secret, passed to the servers as `--secret-file` (the workload
+    /// proves this process's client secret, which the binary sets from the same file). Without
+    /// one the servers run with `--insecure-no-secret`: their addresses are the run's own
+    /// network namespaces (or loopback).
+    pub secret_file: Option<PathBuf>,
 }
 
 impl ChaosConfig {
@@ -170,6 +175,7 @@ impl ChaosConfig {
             txn_size: 3,
             read_ratio: 0.5,
             value_size: 32,
+            secret_file: None,
         }
     }
 
@@ -343,6 +349,7 @@ fn run_in(
         log_directory: work.path().to_path_buf(),
         data_directory: config.data_dir.clone(),
         front: config.transport.front(),
+        secret_file: config.secret_file.clone(),
     };
     let mut servers = Servers::new(setup, &network, config.servers);
     let everyone: Vec<usize> = (0..config.servers).collect();

@@ -42,6 +42,8 @@ pub(super) struct ServerSetup {
     pub data_directory: Option<PathBuf>,
     /// The one-sided front end the workload's transport talks to, if any.
     pub front: Option<Front>,
+    /// The cluster's shared secret (`--secret-file`); none: `--insecure-no-secret`.
+    pub secret_file: Option<PathBuf>,
 }
 
 /// One server: its addresses and, while it runs, its process.
@@ -164,6 +166,10 @@ impl Servers {
         if let (Some(front), Some(control)) = (self.setup.front, server.control) {
             command.arg(front.flag()).arg(control.to_string());
         }
+        match &self.setup.secret_file {
+            Some(path) => command.arg("--secret-file").arg(path),
+            None => command.arg("--insecure-no-secret"),
+        };
         if let Some(directory) = &self.setup.data_directory {
             command.arg("--data-dir").arg(directory.join(format!("server-{index}")));
         }
@@ -308,6 +314,7 @@ mod tests {
             log_directory: directory.to_path_buf(),
             data_directory: None,
             front: None,
+            secret_file: None,
         }
     }
 

@@ -4,6 +4,8 @@
 //! - [`frame`]: the fixed 16-byte frame header and the "check complete, then parse" step.
 //! - [`request`]: client-to-server messages, encoder and decoder, with their byte format.
 //! - [`response`]: server-to-client messages, likewise.
+//! - [`auth`]: the binary port's authentication step (connection-level frames, before any
+//!   request, on a server with a shared secret).
 //! - [`metadata`]: what a version carries about its transaction; [`write_set`]: RAMP-Fast's
 //!   write set in one buffer (decoded without an allocation per key).
 //!
@@ -12,12 +14,14 @@
 //! before allocating, so truncated, oversized or garbage input decodes to a [`WireError`],
 //! never a panic and never a huge allocation. `docs/wire.md` has the byte tables.
 
+pub mod auth;
 pub mod frame;
 pub mod metadata;
 pub mod request;
 pub mod response;
 pub mod write_set;
 
+pub use auth::{AuthFrame, AUTH_BYTES};
 pub use frame::{FrameHeader, FRAME_HEADER_BYTES};
 pub use metadata::{Metadata, MetadataRef, BLOOM_BYTES_MAX};
 pub use request::{GetItem, Request, Selector, Write};

@@ -12,7 +12,7 @@ use super::reply::{
 use super::{RpcConfig, RpcError, RpcLayout};
 use crate::fabric::OneSided;
 use crate::limits::{RPC_BATCH_ENTRIES_MAX, RPC_REPLY_SLOT_BYTES_MAX, RPC_SLOW_FETCH_SPINS, WORD_BYTES};
-use crate::ring::{Doorbell, RingReceiver, RingSender, SendError, WaitError};
+use crate::ring::{Doorbell, Doorbells, RingReceiver, RingSender, SendError, WaitError};
 use crate::words::Words;
 use std::time::{Duration, Instant};
 
@@ -122,10 +122,34 @@ where
         layout: RpcLayout,
         config: RpcConfig,
     ) -> Result<Self, RpcError> {
+        Self::with_server_doorbell(fabric, server, None, local, layout, config)
+    }
+
+    /// [`RpcClient::new`] with the server's doorbell in `server_doorbell` (None: in `server`);
+    /// the server doorbell offsets of `layout` then refer to that region.
+    ///
+    /// # Errors
+    /// As [`RpcClient::new`].
+    pub fn with_server_doorbell(
+        fabric: F,
+        server: F::RemoteRegion,
+        server_doorbell: Option<F::RemoteRegion>,
+        local: L,
+        layout: RpcLayout,
+        config: RpcConfig,
+    ) -> Result<Self, RpcError> {
         let (slot_offset_bytes, slot_bytes) =
             check_slot(layout.reply_slot_offset_bytes, layout.reply_slot_bytes, fabric.remote_len_bytes(&server))?;
-        let requests = RingSender::new(fabric.clone(), server.clone(), local.clone(), layout.request)?;
-        let pushes = RingReceiver::new(fabric.clone(), local.clone(), server.clone(), layout.push)?;
+        let doorbells = Doorbells { remote: server_doorbell, local: None };
+        let requests = RingSender::with_doorbells(
+            fabric.clone(),
+            server.clone(),
+            local.clone(),
+            layout.request,
+            doorbells.clone(),
+        )?;
+        let pushes =
+            RingReceiver::with_doorbells(fabric.clone(), local.clone(), server.clone(), layout.push, doorbells)?;
         let doorbell = Doorbell::new(local, layout.push.receiver_doorbell_offset_bytes as usize)?;
         Ok(Self {
             fabric,
@@ -467,10 +491,33 @@ where
         layout: RpcLayout,
         push_timeout: Duration,
     ) -> Result<Self, RpcError> {
+        Self::with_local_doorbell(fabric, local, None, client, layout, push_timeout)
+    }
+
+    /// [`RpcServerEndpoint::new`] with the server's own doorbell in `local_doorbell` (None: in
+    /// `local`); the server doorbell offsets of `layout` then refer to that region.
+    ///
+    /// # Errors
+    /// As [`RpcServerEndpoint::new`].
+    pub fn with_local_doorbell(
+        fabric: F,
+        local: L,
+        local_doorbell: Option<L>,
+        client: F::RemoteRegion,
+        layout: RpcLayout,
+        push_timeout: Duration,
+    ) -> Result<Self, RpcError> {
         let (slot_offset, slot_bytes) =
             check_slot(layout.reply_slot_offset_bytes, layout.reply_slot_bytes, local.len_words() * WORD_BYTES)?;
-        let requests = RingReceiver::new(fabric.clone(), local.clone(), client.clone(), layout.request)?;
-        let pushes = RingSender::new(fabric, client, local.clone(), layout.push)?;
+        let doorbells = Doorbells { remote: None, local: local_doorbell };
+        let requests = RingReceiver::with_doorbells(
+            fabric.clone(),
+            local.clone(),
+            client.clone(),
+            layout.request,
+            doorbells.clone(),
+        )?;
+        let pushes = RingSender::with_doorbells(fabric, client, local.clone(), layout.push, doorbells)?;
         let slot = ReplySlotWriter::new(&local, slot_offset, slot_bytes)?;
         for index in slot_offset / WORD_BYTES..(slot_offset + slot_bytes) / WORD_BYTES {
             local.store(index, 0, crate::words::StoreOrdering::Relaxed);

@@ -194,6 +194,7 @@ fn hello<T: ClientTransport>(transport: &mut T, count: u16) -> Result<u16, Clien
         Some(Response::Hello { client_id_first, client_ids_granted }) => {
             Err(ClientError::HelloGranted { wanted: count, first: client_id_first, granted: client_ids_granted })
         }
+        Some(Response::Error { message, .. }) => Err(ClientError::HelloRefused { message }),
         _ => Err(ClientError::HelloReply),
     }
 }

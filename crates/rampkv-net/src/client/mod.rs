@@ -32,6 +32,9 @@ pub enum ClientError {
     Session(SessionError),
     #[error("the first server answered HELLO with something else")]
     HelloReply,
+    /// The first server answered HELLO with an error (its words: e.g. authentication required).
+    #[error("the first server refused HELLO: {message}")]
+    HelloRefused { message: String },
     #[error("asked for {wanted} client ids, the first server granted {granted} from {first}")]
     HelloGranted { wanted: u16, first: u16, granted: u16 },
     #[error("need 1..=65535 sessions, got {sessions}")]

@@ -2,41 +2,59 @@
 //! region, the control handshake, and the client medium.
 //!
 //! # Regions
-//! Each side registers one region: a 64-byte header (the doorbell of its poller, at offset 0),
-//! then one slot per connection (a client: one per server; a server group: one per connection,
-//! in one area per medium). A medium ([`FabricKind`]) fixes its slot's layout on either side, so
-//! a slot's offset is all a peer needs to know; it builds the channel from the two slots.
+//! A client registers one region: a 64-byte header (the doorbell of its poller, at offset 0),
+//! then one slot per server. A server's fabric front end registers a *doorbell region* (its
+//! poller's doorbell, which every client maps to ring it) and **one region per connection**
+//! (the connection's slot at offset 0), so that a client maps only its own connection's memory
+//! read-write (and the item slots read-only): it cannot reach another client's rings. A medium
+//! ([`FabricKind`]) fixes its slot's layout on either side, so a slot's offset is all a peer
+//! needs to know; it builds the channel from the two slots and the two doorbells.
 //!
 //! # Control path (like rdma-cm)
 //! The client opens a TCP *control* connection to the server's control address and sends one
-//! JSON line ([`ControlHello`]: the medium, its region and its slot's offset); the server takes a
-//! slot of that medium, builds its end and answers with one line ([`ControlReply`]: its region
-//! and the slot's offset, and GET\*'s item region, or a typed [`Refusal`]). The control
-//! connection stays open: its end tells the server the client is gone (the slot is freed), and
-//! the server shutting it down tells the client it was dropped. Byte formats: `docs/wire.md`.
+//! JSON line ([`ControlHello`]: the medium, its region and its slot's offset). The server answers
+//! with a random challenge ([`ControlReply::Challenge`]); the client writes it at the start of
+//! its slot and says so ([`ControlResponse`]); the server maps the client's region (only if it is
+//! not one of the server's own), reads the challenge back, registers the connection's region,
+//! builds its end and answers ([`ControlReply::Accepted`]: the connection's region and slot, its
+//! doorbell region, GET\*'s item region), or refuses with a typed [`Refusal`] at any step. The
+//! control connection stays open: its end tells the server the client is gone (the slot is
+//! freed), and the server shutting it down tells the client it was dropped. Byte formats:
+//! `docs/wire.md`.
 //!
 //! # Fault model
 //! A region descriptor and an offset from the peer are input from outside: the fabric checks the
 //! descriptor when mapping, the ring, queue and RPC constructors check every address against the
-//! region. A peer that breaks its channel later is the poller's business (the channel fails).
+//! region. A hello naming a region of this process's servers is refused; one naming a region
+//! the client cannot write (another user's, or another user naming ours) fails the challenge.
+//! A peer that breaks its channel later is the poller's business (the channel fails): it can
+//! reach only its own connection's region and the shared doorbell, whose corruption costs other
+//! connections at most a sleep slice of latency (`docs/security.md`).
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::marker::PhantomData;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rampkv_fabric::{Access, Doorbell, Fabric, FabricError, OneSided, RegionDescriptor, ShmFabric};
+use rampkv_fabric::{
+    Access, Doorbell, Doorbells, Fabric, FabricError, OneSided, RegionDescriptor, ShmFabric, StoreOrdering, Words,
+};
 use serde::{Deserialize, Serialize};
 
 use super::{Channel, ChannelError};
+use crate::auth::{ProofLabel, SharedSecret};
 use crate::item_slots::ItemRegionInfo;
 use crate::transport::{ClientMedium, OpenMedium};
-use rampkv_core::limits::{WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX};
+use rampkv_core::limits::{
+    CONTROL_CHALLENGE_BYTES, WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX,
+};
 
 /// Version of the control handshake (and of the slot layouts both sides derive from it).
-pub const CONTROL_VERSION: u32 = 2;
+/// 3: the challenge step, one region per connection and the doorbell region.
+pub const CONTROL_VERSION: u32 = 3;
 
 /// A fabric the store runs over: the shared-memory fabric by default, the in-memory one in
 /// tests. Bundles the bounds the adapters need, and how to open the process's fabric.
@@ -73,8 +91,109 @@ pub(crate) fn unique_region_name(prefix: &str) -> String {
 
 /// Where a region's owner keeps the doorbell of its poller.
 pub const DOORBELL_OFFSET_BYTES: usize = 0;
-/// Bytes of a region before its first slot.
+/// Bytes of a client region before its first slot; also the size of a server's doorbell region.
 pub const HEADER_BYTES: usize = 64;
+
+/// Names of the regions this process's server front ends registered (their doorbell,
+/// connection and item regions). A control hello that names one is refused: otherwise a client
+/// could make a server use its own item region, or another connection's region, as that
+/// client's memory. Bounded by what is registered at once (connection caps, servers).
+static SERVED_REGIONS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+fn served_regions() -> std::sync::MutexGuard<'static, BTreeSet<String>> {
+    SERVED_REGIONS.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A server region's entry in this process's list of served regions; removed when dropped.
+#[derive(Debug)]
+pub struct ServedRegion(String);
+
+impl ServedRegion {
+    /// Records `descriptor` as a region of this process's servers.
+    pub fn claim(descriptor: &RegionDescriptor) -> Self {
+        served_regions().insert(descriptor.name.clone());
+        Self(descriptor.name.clone())
+    }
+
+    /// Whether `descriptor` names a region of this process's servers.
+    pub fn is_served(descriptor: &RegionDescriptor) -> bool {
+        served_regions().contains(&descriptor.name)
+    }
+}
+
+impl Drop for ServedRegion {
+    fn drop(&mut self) {
+        served_regions().remove(&self.0);
+    }
+}
+
+/// `N` random bytes from the kernel (challenges, nonces).
+pub(crate) fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    getrandom::getrandom(&mut bytes).map_err(std::io::Error::other)?;
+    Ok(bytes)
+}
+
+/// 32 bytes of the control handshake (a challenge, a nonce, a proof), as lower-case hex on the
+/// wire.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ControlToken(pub [u8; CONTROL_CHALLENGE_BYTES]);
+
+impl std::fmt::Debug for ControlToken {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&hex_encode(&self.0))
+    }
+}
+
+impl Serialize for ControlToken {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&hex_encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for ControlToken {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        hex_decode(&text).map(ControlToken).ok_or_else(|| {
+            serde::de::Error::custom(format!("expected {} lower-case hex digits", 2 * CONTROL_CHALLENGE_BYTES))
+        })
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub(crate) fn hex_encode(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// `N` bytes from exactly `2 * N` lower-case hex digits.
+pub(crate) fn hex_decode<const N: usize>(text: &str) -> Option<[u8; N]> {
+    let digits = text.as_bytes();
+    if digits.len() != 2 * N {
+        return None;
+    }
+    let digit = |character: u8| match character {
+        b'0'..=b'9' => Some(character - b'0'),
+        b'a'..=b'f' => Some(character - b'a' + 10),
+        _ => None,
+    };
+    let mut bytes = [0u8; N];
+    for (index, byte) in bytes.iter_mut().enumerate() {
+        *byte = digit(digits[2 * index])? << 4 | digit(digits[2 * index + 1])?;
+    }
+    Some(bytes)
+}
+
+impl ControlToken {
+    /// Fresh random bytes.
+    pub fn random() -> std::io::Result<Self> {
+        random_bytes().map(ControlToken)
+    }
+
+    /// Word `index` of the challenge (little-endian), as a client stores it in its slot.
+    pub fn word(&self, index: usize) -> u64 {
+        u64::from_le_bytes(self.0[8 * index..8 * index + 8].try_into().expect("8 bytes"))
+    }
+}
 
 /// One side's own region.
 pub struct Endpoint<F: FabricHandle> {
@@ -97,14 +216,20 @@ impl<F: FabricHandle> Endpoint<F> {
     }
 }
 
-/// The two slots of a connection: ours in our region, the peer's in its region.
+/// The two slots of a connection: ours in our region, the peer's in its region, and where the
+/// two pollers' doorbells are when not at `DOORBELL_OFFSET_BYTES` of those regions (a server's
+/// doorbell is in its doorbell region).
 pub struct Link<'a, F: FabricHandle> {
     pub local: &'a Endpoint<F>,
     pub local_slot: usize,
     pub peer: F::RemoteRegion,
     pub peer_slot: usize,
+    pub doorbells: Doorbells<F::RemoteRegion, Arc<F::LocalRegion>>,
     /// Kept open: its end is the other side's end.
     pub control: TcpStream,
+    /// The server's connection region in this process's list of served regions (None on a
+    /// client): kept by the channel, which holds the region.
+    pub served: Option<ServedRegion>,
 }
 
 /// The fabric media.
@@ -119,7 +244,7 @@ pub enum MediumKind {
 /// One fabric medium: its slots and the two ends of its channels.
 pub trait FabricKind<F: FabricHandle>: 'static {
     const KIND: MediumKind;
-    /// Bytes of a connection's slot in the client's region and in the server group's.
+    /// Bytes of a connection's slot in the client's region and in the server's connection region.
     const CLIENT_SLOT_BYTES: usize;
     const SERVER_SLOT_BYTES: usize;
     type Client: Channel;
@@ -143,19 +268,42 @@ pub struct ControlHello {
     /// The client's region, and its slot for this server there.
     pub region: RegionDescriptor,
     pub slot_offset_bytes: u64,
+    /// The client's random nonce, when it proves the shared secret (absent: it has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<ControlToken>,
 }
 
-/// The server's control line.
+/// The client's second line, after it wrote the challenge at the start of its slot.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlResponse {
+    /// With a shared secret: HMAC-SHA-256(secret, "rampkv-control-1 client" || challenge ||
+    /// nonce) (`crate::auth`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<ControlToken>,
+}
+
+/// The server's control lines: a challenge, then the verdict (or a refusal at once).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum ControlReply {
+    /// Write these bytes at the start of your slot, then answer with a [`ControlResponse`].
+    Challenge {
+        challenge: ControlToken,
+    },
     Accepted {
-        /// The server group's region, and the connection's slot there.
+        /// The connection's region, and its slot there.
         region: RegionDescriptor,
         slot_offset_bytes: u64,
+        /// The region holding the server poller's doorbell (at `DOORBELL_OFFSET_BYTES`).
+        doorbell: RegionDescriptor,
         /// GET\*: the server's item region (absent when it publishes no item slots).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         items: Option<ItemRegionInfo>,
+        /// With a shared secret: HMAC-SHA-256(secret, "rampkv-control-1 server" || nonce ||
+        /// challenge).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        proof: Option<ControlToken>,
     },
     Refused {
         refusal: Refusal,
@@ -177,6 +325,26 @@ pub enum Refusal {
     /// The client's region or slot cannot be used (the fabric's words).
     #[error("the client's region cannot be used: {message}")]
     Region { message: String },
+    /// The hello names a region of this process's servers (an item, doorbell or connection
+    /// region), which a client may never be given as its own memory.
+    #[error("the hello names the server's own region {name}")]
+    OwnRegion { name: String },
+    /// The client's region does not hold the challenge at its slot: the client cannot write
+    /// the region it named (or did not).
+    #[error("the challenge was not written into the client's region")]
+    ChallengeNotWritten,
+    /// The server has a shared secret and the hello carries no nonce: the client does not
+    /// authenticate.
+    #[error(
+        "authentication required: the server has a shared secret; connect with --secret-file naming the same file"
+    )]
+    AuthenticationRequired,
+    /// The client's proof is missing or wrong: its secret is not the server's.
+    #[error("wrong proof: the client's secret is not the server's")]
+    Authentication,
+    /// The server could not register the connection's region (the fabric's words).
+    #[error("the server cannot register a region for the connection: {message}")]
+    ServerRegion { message: String },
 }
 
 /// Writes `value` as one JSON line.
@@ -214,6 +382,8 @@ pub(crate) fn check_control(control: &mut TcpStream) -> Result<(), ChannelError>
 /// the item region each server announced.
 pub struct FabricClient<F: FabricHandle, K> {
     endpoint: Endpoint<F>,
+    /// The shared secret this client proves (None: it does not authenticate).
+    secret: Option<Arc<SharedSecret>>,
     doorbell: Doorbell<Arc<F::LocalRegion>>,
     items: Vec<Option<ItemRegionInfo>>,
     _kind: PhantomData<K>,
@@ -231,11 +401,40 @@ impl<F: FabricHandle, K: FabricKind<F>> FabricClient<F, K> {
     pub fn with_fabric(fabric: F, servers: usize) -> Result<Self, ChannelError> {
         let endpoint = Endpoint::register(fabric, "client", HEADER_BYTES + servers * K::CLIENT_SLOT_BYTES)?;
         let doorbell = endpoint.doorbell()?;
-        Ok(Self { endpoint, doorbell, items: Vec::new(), _kind: PhantomData })
+        Ok(Self { endpoint, secret: crate::auth::client_secret(), doorbell, items: Vec::new(), _kind: PhantomData })
     }
 }
 
 impl<F: FabricHandle, K> FabricClient<F, K> {
+    /// Stores `challenge` (None: zeroes) at the start of our slot at `slot` (release: the
+    /// server reads it after our next control line).
+    fn write_challenge(&self, slot: usize, challenge: Option<&ControlToken>) {
+        let first = slot / 8;
+        let words =
+            (0..CONTROL_CHALLENGE_BYTES / 8).map(|index| challenge.map_or(0, |challenge| challenge.word(index)));
+        for (index, word) in words.enumerate() {
+            self.endpoint.region.store(first + index, word, StoreOrdering::Release);
+        }
+    }
+
+    /// With a secret: the proof `label`'s side sends for `first` and `second` (as
+    /// `crate::auth` orders them: the client puts the challenge first).
+    fn control_proof(
+        &self,
+        label: ProofLabel,
+        first: &ControlToken,
+        second: Option<&ControlToken>,
+    ) -> Option<ControlToken> {
+        let (secret, second) = (self.secret.as_ref()?, second?);
+        Some(ControlToken(secret.proof(label, &first.0, &second.0)))
+    }
+
+    /// Replaces the secret this client proves (None: none), e.g. to play a client without the
+    /// cluster's secret in a test.
+    pub fn set_secret(&mut self, secret: Option<Arc<SharedSecret>>) {
+        self.secret = secret;
+    }
+
     /// The fabric the client maps regions with.
     pub fn fabric(&self) -> &F {
         &self.endpoint.fabric
@@ -269,19 +468,45 @@ impl<F: FabricHandle, K: FabricKind<F>> ClientMedium for FabricClient<F, K> {
         control.set_read_timeout(Some(timeout))?;
         control.set_nodelay(true)?;
         let region = self.endpoint.descriptor.clone();
-        let hello = ControlHello { version: CONTROL_VERSION, medium: K::KIND, region, slot_offset_bytes: slot as u64 };
+        let nonce = self.secret.as_ref().map(|_| ControlToken::random()).transpose()?;
+        let slot_offset_bytes = slot as u64;
+        let hello = ControlHello { version: CONTROL_VERSION, medium: K::KIND, region, slot_offset_bytes, nonce };
         write_json_line(&mut control, &hello)?;
-        let (region, peer_slot, items) = match read_json_line(&mut control)? {
-            ControlReply::Accepted { region, slot_offset_bytes, items } => (region, slot_offset_bytes, items),
+        let challenge = match read_json_line(&mut control)? {
+            ControlReply::Challenge { challenge } => challenge,
             ControlReply::Refused { refusal } => return Err(ChannelError::Refused(refusal)),
+            ControlReply::Accepted { .. } => return Err(ChannelError::Handshake { expected: "a challenge" }),
+        };
+        self.write_challenge(slot, Some(&challenge));
+        let proof = self.control_proof(ProofLabel::ControlClient, &challenge, nonce.as_ref());
+        write_json_line(&mut control, &ControlResponse { proof })?;
+        let reply = read_json_line(&mut control);
+        // The challenge is no part of any layout: zero it before the slot is used.
+        self.write_challenge(slot, None);
+        let (region, peer_slot, doorbell, items) = match reply? {
+            ControlReply::Accepted { region, slot_offset_bytes, doorbell, items, proof } => {
+                if let (Some(secret), Some(nonce)) = (&self.secret, &nonce) {
+                    let proven = proof.is_some_and(|proof| {
+                        secret.verify(ProofLabel::ControlServer, &nonce.0, &challenge.0, &proof.0)
+                    });
+                    if !proven {
+                        return Err(ChannelError::ServerUnauthenticated);
+                    }
+                }
+                (region, slot_offset_bytes, doorbell, items)
+            }
+            ControlReply::Refused { refusal } => return Err(ChannelError::Refused(refusal)),
+            ControlReply::Challenge { .. } => return Err(ChannelError::Handshake { expected: "a verdict" }),
         };
         control.set_nonblocking(true)?;
         let peer = self.endpoint.fabric.map(&region)?;
+        let doorbells = Doorbells { remote: Some(self.endpoint.fabric.map(&doorbell)?), local: None };
         self.items.resize(server + 1, None);
         self.items[server] = items;
         // Our receiving side is fresh, and the server writes to it only in answer to a request:
         // building it (which zeroes it) after the handshake is in time.
-        K::client(Link { local: &self.endpoint, local_slot: slot, peer, peer_slot: peer_slot as usize, control })
+        let peer_slot = peer_slot as usize;
+        K::client(Link { local: &self.endpoint, local_slot: slot, peer, peer_slot, doorbells, control, served: None })
     }
 
     /// Waits on the doorbell (a bounded spin, then a sleep of at most `WRITEPOLL_SLEEP_MS_MAX`,

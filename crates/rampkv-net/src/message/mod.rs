@@ -9,7 +9,8 @@
 //! - [`sendrecv`]: two-sided send/recv with posted receive buffers and a completion queue.
 //! - [`rfrpc`]: remote-fetch RPC: requests into the server's ring, replies fetched from its slot.
 //! - [`fabric`]: what the fabric adapters share: the client's region and doorbell, the server
-//!   group's region, and the control handshake (TCP, one JSON line each way, like rdma-cm).
+//!   connection regions and doorbell region, and the control handshake (TCP, JSON lines with a
+//!   challenge, like rdma-cm).
 //!
 //! # The contract of a channel
 //! `send` takes whole frames from the front of what it is offered, as many as the medium accepts
@@ -53,6 +54,15 @@ pub enum ChannelError {
     Refused(#[from] fabric::Refusal),
     #[error("the server answered for another medium")]
     WrongMedium,
+    /// The binary port's authentication step failed (the server's words, or its proof).
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
+    /// A fabric server did not prove it knows the shared secret.
+    #[error("the server could not prove it knows the shared secret: is its --secret-file the same file?")]
+    ServerUnauthenticated,
+    /// The peer's control line was valid JSON but not the step the handshake was at.
+    #[error("the control handshake went out of step: expected {expected}")]
+    Handshake { expected: &'static str },
 }
 
 /// One connection's data path over one medium. See the module docs for the contract.

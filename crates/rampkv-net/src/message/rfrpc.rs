@@ -13,7 +13,7 @@
 //! the push ring in the client's region, which also gives the client's wait a doorbell. The
 //! server rings that doorbell after publishing a reply only if the client sleeps.
 //!
-//! Slots (layout in `docs/fabric.md`): in the server group's region `+0` the push ring's credit
+//! Slots (layout in `docs/fabric.md`): in the connection's region of the server `+0` the push ring's credit
 //! word (rest of 64 reserved), `+64` the reply slot (`RFRPC_REPLY_SLOT_BYTES`), then the request
 //! ring (`RFRPC_RING_BYTES`); in the client's region `+0` the request ring's credit word, `+64`
 //! the push ring.
@@ -28,7 +28,7 @@ use rampkv_fabric::rpc::{
 };
 use rampkv_fabric::{RingAddresses, RingLayout};
 
-use super::fabric::{check_control, FabricHandle, FabricKind, Link, MediumKind, DOORBELL_OFFSET_BYTES};
+use super::fabric::{check_control, FabricHandle, FabricKind, Link, MediumKind, ServedRegion, DOORBELL_OFFSET_BYTES};
 use super::{frame_bytes_at, BatchStats, Channel, ChannelError, Leftover};
 use rampkv_core::limits::{RFRPC_BATCH_LATENCY_LIMIT_US, RFRPC_REPLY_SLOT_BYTES, RFRPC_RING_BYTES};
 
@@ -174,6 +174,8 @@ pub struct RfRpcServerChannel<F: FabricHandle> {
     /// The push ring's credit word when a push last found no room.
     blocked_credit: Option<u64>,
     control: TcpStream,
+    /// The connection's region stays in the list of served regions while we hold it.
+    _served: Option<ServedRegion>,
 }
 
 impl<F: FabricHandle> std::fmt::Debug for RfRpcServerChannel<F> {
@@ -267,13 +269,14 @@ impl<F: FabricHandle> FabricKind<F> for RfRpc {
     type Server = RfRpcServerChannel<F>;
 
     fn client(link: Link<'_, F>) -> Result<RfRpcClientChannel<F>, ChannelError> {
-        let Link { local, local_slot, peer, peer_slot, control } = link;
+        let Link { local, local_slot, peer, peer_slot, doorbells, control, served: _ } = link;
         let config =
             RpcConfig { hybrid: false, initial_mode: ReplyMode::Fetch, stream_replies: true, ..RpcConfig::default() };
         // Our push ring is fresh and the server pushes only after our first request, so building
         // the client (which zeroes the push ring) after the handshake is in time.
         let layout = layout(local_slot, peer_slot);
-        let client = RpcClient::new(local.fabric.clone(), peer, Arc::clone(&local.region), layout, config)?;
+        let (fabric, region) = (local.fabric.clone(), Arc::clone(&local.region));
+        let client = RpcClient::with_server_doorbell(fabric, peer, doorbells.remote, region, layout, config)?;
         let auto = AutoBatchConfig::new(Duration::from_micros(RFRPC_BATCH_LATENCY_LIMIT_US));
         let batch = SizeController::new(auto, RPC_BATCH_ENTRIES_MAX);
         Ok(RfRpcClientChannel {
@@ -287,13 +290,14 @@ impl<F: FabricHandle> FabricKind<F> for RfRpc {
     }
 
     fn server(link: Link<'_, F>) -> Result<RfRpcServerChannel<F>, ChannelError> {
-        let Link { local, local_slot, peer, peer_slot, control } = link;
+        let Link { local, local_slot, peer, peer_slot, doorbells, control, served } = link;
         let layout = layout(peer_slot, local_slot);
+        let (fabric, region) = (local.fabric.clone(), Arc::clone(&local.region));
         let mut endpoint =
-            RpcServerEndpoint::new(local.fabric.clone(), Arc::clone(&local.region), peer, layout, PUSH_TIMEOUT)?;
+            RpcServerEndpoint::with_local_doorbell(fabric, region, doorbells.local, peer, layout, PUSH_TIMEOUT)?;
         // The client sleeps on its doorbell while a call is outstanding (after a bounded spin).
         endpoint.set_notify_fetchers(true);
         let (entries, leftover) = (EntryList::new(), Leftover::default());
-        Ok(RfRpcServerChannel { endpoint, entries, leftover, blocked_credit: None, control })
+        Ok(RfRpcServerChannel { endpoint, entries, leftover, blocked_credit: None, control, _served: served })
     }
 }

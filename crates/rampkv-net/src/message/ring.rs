@@ -1,5 +1,5 @@
-//! The write-poll adapter (GET+/PUT+): per connection, a request ring in the server group's
-//! region that the client writes one-sidedly, and a reply ring in the client's region that the
+//! The write-poll adapter (GET+/PUT+): per connection, a request ring in the server's region for
+//! that connection that the client writes one-sidedly, and a reply ring in the client's region that the
 //! server writes (`rampkv_fabric::ring`: HydraDB's message format, credit flow control, the
 //! poller's doorbell). A ring message carries one or more *whole* frames; a single frame above
 //! `WRITEPOLL_MESSAGE_BYTES_MAX` is refused.
@@ -19,7 +19,7 @@ use rampkv_fabric::{
     LoadOrdering, RingAddresses, RingLayout, RingReceiver, RingSender, SendError, StoreOrdering, Words,
 };
 
-use super::fabric::{check_control, FabricHandle, FabricKind, Link, MediumKind, DOORBELL_OFFSET_BYTES};
+use super::fabric::{check_control, FabricHandle, FabricKind, Link, MediumKind, ServedRegion, DOORBELL_OFFSET_BYTES};
 use super::{send_messages, Channel, ChannelError, Leftover};
 use rampkv_core::limits::{WRITEPOLL_MESSAGE_BYTES_MAX, WRITEPOLL_RING_BYTES};
 
@@ -39,9 +39,13 @@ pub struct RingChannel<F: FabricHandle> {
     blocked_credit: Option<u64>,
     leftover: Leftover,
     control: TcpStream,
-    /// The peer's region and the ring we write there (for the fault-injection hooks).
+    /// The peer's region, its doorbell's region and the ring we write there (for the
+    /// fault-injection hooks).
     peer: F::RemoteRegion,
+    peer_doorbell: F::RemoteRegion,
     peer_ring_offset_bytes: usize,
+    /// A server's connection region stays in the list of served regions while we hold it.
+    _served: Option<ServedRegion>,
 }
 
 impl<F: FabricHandle> std::fmt::Debug for RingChannel<F> {
@@ -70,16 +74,20 @@ fn addresses(slot: usize, peer_slot: usize) -> RingAddresses {
 impl<F: FabricHandle> RingChannel<F> {
     /// Receives on our slot's ring, sends on the peer's (the same on either side).
     fn build(link: Link<'_, F>) -> Result<Self, ChannelError> {
-        let Link { local, local_slot, peer, peer_slot, control } = link;
+        let Link { local, local_slot, peer, peer_slot, doorbells, control, served } = link;
         let fabric = local.fabric.clone();
-        let receiver = RingReceiver::new(
+        let peer_doorbell = doorbells.remote.clone().unwrap_or_else(|| peer.clone());
+        let receive = addresses(local_slot, peer_slot);
+        let receiver = RingReceiver::with_doorbells(
             fabric.clone(),
             Arc::clone(&local.region),
             peer.clone(),
-            addresses(local_slot, peer_slot),
+            receive,
+            doorbells.clone(),
         )?;
         let send = addresses(peer_slot, local_slot);
-        let sender = RingSender::new(fabric.clone(), peer.clone(), Arc::clone(&local.region), send)?;
+        let sender =
+            RingSender::with_doorbells(fabric.clone(), peer.clone(), Arc::clone(&local.region), send, doorbells)?;
         Ok(Self {
             fabric,
             sender,
@@ -90,7 +98,9 @@ impl<F: FabricHandle> RingChannel<F> {
             leftover: Leftover::default(),
             control,
             peer,
+            peer_doorbell,
             peer_ring_offset_bytes: send.ring.offset_bytes as usize,
+            _served: served,
         })
     }
 
@@ -105,7 +115,22 @@ impl<F: FabricHandle> RingChannel<F> {
     #[doc(hidden)]
     pub fn inject_ring_start_word_for_test(&mut self, word: u64) -> Result<(), ChannelError> {
         self.fabric.write_word(&self.peer, self.peer_ring_offset_bytes, word, StoreOrdering::Release)?;
-        Ok(self.fabric.wake(&self.peer, DOORBELL_OFFSET_BYTES)?)
+        Ok(self.fabric.wake(&self.peer_doorbell, DOORBELL_OFFSET_BYTES)?)
+    }
+
+    /// TEST HOOK (fault injection): writes `word` over every word of the peer's memory this
+    /// end can reach: the whole peer region it mapped for the connection, and the doorbell
+    /// (bell and sleeper count), as a buggy or hostile peer could; then wakes the peer.
+    #[doc(hidden)]
+    pub fn overwrite_peer_memory_for_test(&mut self, word: u64) -> Result<(), ChannelError> {
+        let words = self.fabric.remote_len_bytes(&self.peer) / 8;
+        for index in 0..words {
+            self.fabric.write_word(&self.peer, index * 8, word, StoreOrdering::Relaxed)?;
+        }
+        for offset in [DOORBELL_OFFSET_BYTES, DOORBELL_OFFSET_BYTES + 8] {
+            self.fabric.write_word(&self.peer_doorbell, offset, word, StoreOrdering::Release)?;
+        }
+        Ok(self.fabric.wake(&self.peer_doorbell, DOORBELL_OFFSET_BYTES)?)
     }
 
     /// TEST HOOK (fault injection): sends `body` as one message, unchecked.

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use rampkv_fabric::{PostError, QueueAddresses, QueueLayout, ReceiveQueue, SendQueue, StoreOrdering};
 
-use super::fabric::{check_control, FabricHandle, FabricKind, Link, MediumKind, DOORBELL_OFFSET_BYTES};
+use super::fabric::{check_control, FabricHandle, FabricKind, Link, MediumKind, ServedRegion, DOORBELL_OFFSET_BYTES};
 use super::{send_messages, Channel, ChannelError, Leftover};
 use rampkv_core::limits::{SENDRECV_BUFFER_BYTES, SENDRECV_QUEUE_DEPTH};
 
@@ -51,9 +51,13 @@ pub struct QueueChannel<F: FabricHandle> {
     /// The message last received (copied out before its buffer is posted again).
     leftover: Leftover,
     control: TcpStream,
-    /// The peer's region and the queue we send into (for the fault-injection hooks).
+    /// The peer's region, its doorbell's region and the queue we send into (for the
+    /// fault-injection hooks).
     peer: F::RemoteRegion,
+    peer_doorbell: F::RemoteRegion,
     peer_queue: QueueLayout,
+    /// A server's connection region stays in the list of served regions while we hold it.
+    _served: Option<ServedRegion>,
 }
 
 impl<F: FabricHandle> std::fmt::Debug for QueueChannel<F> {
@@ -65,14 +69,27 @@ impl<F: FabricHandle> std::fmt::Debug for QueueChannel<F> {
 impl<F: FabricHandle> QueueChannel<F> {
     /// Receives on our slot's queue (posting its buffers), sends into the peer's.
     fn build(link: Link<'_, F>) -> Result<Self, ChannelError> {
-        let Link { local, local_slot, peer, peer_slot, control } = link;
+        let Link { local, local_slot, peer, peer_slot, doorbells, control, served } = link;
         let fabric = local.fabric.clone();
-        let receiver =
-            ReceiveQueue::new(fabric.clone(), Arc::clone(&local.region), peer.clone(), addresses(local_slot))?;
+        let peer_doorbell = doorbells.remote.clone().unwrap_or_else(|| peer.clone());
+        let (region, receive) = (Arc::clone(&local.region), addresses(local_slot));
+        let receiver = ReceiveQueue::with_doorbells(fabric.clone(), region, peer.clone(), receive, doorbells.clone())?;
         let send = addresses(peer_slot);
-        let sender = SendQueue::new(fabric.clone(), peer.clone(), Arc::clone(&local.region), send)?;
+        let sender =
+            SendQueue::with_doorbells(fabric.clone(), peer.clone(), Arc::clone(&local.region), send, doorbells)?;
         let leftover = Leftover::default();
-        Ok(Self { fabric, sender, receiver, blocked: false, leftover, control, peer, peer_queue: send.queue })
+        Ok(Self {
+            fabric,
+            sender,
+            receiver,
+            blocked: false,
+            leftover,
+            control,
+            peer,
+            peer_doorbell,
+            peer_queue: send.queue,
+            _served: served,
+        })
     }
 
     /// The control connection (the front end shuts it down to drop the client).
@@ -88,7 +105,7 @@ impl<F: FabricHandle> QueueChannel<F> {
         let completion = (self.peer_queue.offset_bytes + self.peer_queue.depth * 8) as usize;
         self.fabric.write_word(&self.peer, completion + 8, length, StoreOrdering::Relaxed)?;
         self.fabric.write_word(&self.peer, completion, header, StoreOrdering::Release)?;
-        Ok(self.fabric.wake(&self.peer, DOORBELL_OFFSET_BYTES)?)
+        Ok(self.fabric.wake(&self.peer_doorbell, DOORBELL_OFFSET_BYTES)?)
     }
 
     /// TEST HOOK (fault injection): sends `message` unchecked (it may exceed the peer's buffers:

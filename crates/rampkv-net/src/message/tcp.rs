@@ -16,6 +16,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
 use super::{Channel, ChannelError};
+use crate::auth::{authenticate_client, SharedSecret};
 use crate::server::poller::{FrontEvent, ServerMedium};
 use crate::server::router::Wake;
 use crate::transport::{ClientMedium, OpenMedium};
@@ -180,15 +181,30 @@ impl TcpChannel {
         })
     }
 
-    /// Connects to `address` (blocking, bounded) and registers the socket under `token`.
-    pub fn connect(address: &str, registry: Arc<Registry>, token: Token) -> std::io::Result<Self> {
+    /// Connects to `address` (blocking, bounded), authenticates with this process's client
+    /// secret if it has one (`crate::auth::client_secret`), and registers the socket under
+    /// `token`.
+    pub fn connect(address: &str, registry: Arc<Registry>, token: Token) -> Result<Self, ChannelError> {
+        Self::connect_with_secret(address, registry, token, crate::auth::client_secret().as_deref())
+    }
+
+    /// [`TcpChannel::connect`] proving `secret` (None: no authentication step).
+    pub fn connect_with_secret(
+        address: &str,
+        registry: Arc<Registry>,
+        token: Token,
+        secret: Option<&SharedSecret>,
+    ) -> Result<Self, ChannelError> {
         let socket_address = address
             .to_socket_addrs()?
             .next()
             .ok_or_else(|| std::io::Error::new(ErrorKind::NotFound, "address resolves to nothing"))?;
-        let stream = std::net::TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT)?;
+        let mut stream = std::net::TcpStream::connect_timeout(&socket_address, CONNECT_TIMEOUT)?;
+        if let Some(secret) = secret {
+            authenticate_client(&mut stream, secret)?;
+        }
         stream.set_nonblocking(true)?;
-        Self::new(TcpStream::from_std(stream), registry, token)
+        Ok(Self::new(TcpStream::from_std(stream), registry, token)?)
     }
 
     /// Deregisters the socket (it closes when dropped).
@@ -291,19 +307,30 @@ pub fn poll_spinning(poll: &mut Poll, events: &mut Events, timeout: Option<Durat
     }
 }
 
-/// A client's TCP medium: one epoll poller for its connections (server i is token i).
+/// A client's TCP medium: one epoll poller for its connections (server i is token i), and the
+/// secret it proves on each (None: no authentication step).
 #[derive(Debug)]
 pub struct TcpClient {
     poll: Poll,
     events: Events,
     registry: Arc<Registry>,
+    secret: Option<Arc<SharedSecret>>,
+}
+
+impl TcpClient {
+    /// A medium that proves `secret` on every connection (None: none), whatever this process's
+    /// client secret is.
+    pub fn with_secret(secret: Option<Arc<SharedSecret>>) -> Result<Self, ChannelError> {
+        let poll = Poll::new()?;
+        let registry = Arc::new(poll.registry().try_clone()?);
+        Ok(Self { poll, events: Events::with_capacity(EVENTS_CAPACITY), registry, secret })
+    }
 }
 
 impl OpenMedium for TcpClient {
+    /// Proves this process's client secret, if it has one.
     fn open(_servers: usize) -> Result<Self, ChannelError> {
-        let poll = Poll::new()?;
-        let registry = Arc::new(poll.registry().try_clone()?);
-        Ok(Self { poll, events: Events::with_capacity(EVENTS_CAPACITY), registry })
+        Self::with_secret(crate::auth::client_secret())
     }
 }
 
@@ -311,7 +338,7 @@ impl ClientMedium for TcpClient {
     type Channel = TcpChannel;
 
     fn connect(&mut self, server: usize, address: &str) -> Result<TcpChannel, ChannelError> {
-        Ok(TcpChannel::connect(address, Arc::clone(&self.registry), Token(server))?)
+        TcpChannel::connect_with_secret(address, Arc::clone(&self.registry), Token(server), self.secret.as_deref())
     }
 
     fn wait(&mut self, channels: &mut [TcpChannel], timeout: Option<Duration>) -> Result<bool, ChannelError> {

@@ -1,13 +1,18 @@
 //! The fabric front end: write-poll rings, send/recv queue pairs and RF-RPC connections to the
 //! servers of a group, over any [`FabricHandle`].
 //!
-//! It registers **one** region: the doorbell of its poller, then one area per medium with a slot
-//! per connection (pages are touched only for slots in use). One region is what lets one poller
-//! sleep for all its connections on one doorbell. It runs two threads:
+//! It registers a **doorbell region** (its poller's doorbell, which every client maps and rings:
+//! one doorbell is what lets one poller sleep for all its connections) and, per connection, a
+//! **connection region** holding that connection's slot (its request ring, queue or RPC reply
+//! slot): a client maps only its own connection's region, so it cannot write another client's
+//! rings, and a closed connection's region is gone (a late write by its old client lands
+//! nowhere another connection reads). Connections are numbered by slot, a slot range per medium
+//! (the caps). It runs two threads:
 //! - the **control thread** owns one control listener per server. It runs a client's handshake
-//!   (`message::fabric`), builds the server's end of the connection in a free slot of its medium,
-//!   hands it to the poller *before* answering (once the client reads the answer it may send),
-//!   and watches the control connection: its end is the client's end;
+//!   (`message::fabric`: the hello, the challenge the client must write into the region it
+//!   names, a region of the connection's own), builds the server's end of the connection in a
+//!   free slot of its medium, hands it to the poller *before* answering (once the client reads
+//!   the answer it may send), and watches the control connection: its end is the client's end;
 //! - the **poller** ([`crate::server::poller`], the same code as the TCP front end's) serves every
 //!   connection. Idle, it spins the doorbell's bounded while and sleeps on the doorbell, rung by
 //!   any client that sends while it sleeps and by the router when another front end hands it a
@@ -18,8 +23,9 @@
 //! that every front end of the group publishes committed versions there (GET\*).
 //!
 //! # Fault model
-//! A client whose hello is malformed or names a region that cannot be used is refused with a
-//! typed reason. A connection whose channel breaks is closed by the poller, which shuts its
+//! A client whose hello is malformed, names a region of this process's servers, names a region
+//! it does not write the challenge into, or names a region that cannot be used is refused with
+//! a typed reason, before the server writes anything into that region. A connection whose channel breaks is closed by the poller, which shuts its
 //! control connection down so the client learns it, and releases its S2PL locks.
 
 use std::io::ErrorKind;
@@ -43,15 +49,19 @@ use rampkv_fabric::{Doorbell, ShmFabric, Words};
 use super::poller::{FrontEvent, ServerMedium};
 use super::router::Wake;
 use super::{PollerThread, ServerGroup, Servers};
+use crate::auth::{ProofLabel, SharedSecret};
 use crate::item_slots::{ItemRegionInfo, ItemSlotConfig, ItemSlots, Publisher};
 use crate::message::fabric::{
-    read_json_line, unique_region_name, write_json_line, ControlHello, ControlReply, Endpoint, FabricHandle,
-    FabricKind, Link, MediumKind, Refusal, CONTROL_VERSION, DOORBELL_OFFSET_BYTES, HEADER_BYTES,
+    read_json_line, unique_region_name, write_json_line, ControlHello, ControlReply, ControlResponse, ControlToken,
+    Endpoint, FabricHandle, FabricKind, Link, MediumKind, Refusal, ServedRegion, CONTROL_VERSION,
+    DOORBELL_OFFSET_BYTES, HEADER_BYTES,
 };
 use crate::message::rfrpc::{RfRpc, RfRpcServerChannel};
 use crate::message::ring::{Ring, RingChannel};
 use crate::message::sendrecv::{QueueChannel, SendRecv};
 use crate::message::{Channel, ChannelError};
+use rampkv_core::limits::CONTROL_CHALLENGE_BYTES;
+use rampkv_fabric::Doorbells;
 
 /// The token of the control poll's waker (listeners are `0..servers`, control streams after).
 const WAKER_TOKEN: Token = Token(usize::MAX);
@@ -78,13 +88,12 @@ impl FrontConfig {
     }
 }
 
-/// Where one medium's slots lie: global slot numbers `first..first + slots`, the first at
-/// `offset_bytes` of the region.
+/// One medium's connections: global slot numbers `first..first + slots`, each with a region of
+/// `slot_bytes`.
 #[derive(Debug, Clone, Copy)]
 struct Area {
     first: usize,
     slots: usize,
-    offset_bytes: usize,
     slot_bytes: usize,
 }
 
@@ -95,11 +104,10 @@ fn areas<F: FabricHandle>(config: &FrontConfig) -> [Area; 3] {
         <SendRecv as FabricKind<F>>::SERVER_SLOT_BYTES,
         <RfRpc as FabricKind<F>>::SERVER_SLOT_BYTES,
     ];
-    let (mut first, mut offset_bytes) = (0, HEADER_BYTES);
+    let mut first = 0;
     std::array::from_fn(|medium| {
-        let area = Area { first, slots: config.slots[medium], offset_bytes, slot_bytes: bytes[medium] };
+        let area = Area { first, slots: config.slots[medium], slot_bytes: bytes[medium] };
         first += area.slots;
-        offset_bytes += area.slots * area.slot_bytes;
         area
     })
 }
@@ -181,6 +189,8 @@ impl<F: FabricHandle> FabricServer<F> {
 
 impl<F: FabricHandle> ServerMedium for FabricServer<F> {
     type Channel = FabricChannel<F>;
+    /// The control handshake checks the shared secret before a connection opens.
+    const AUTHENTICATES: bool = true;
 
     fn waker(&self) -> Arc<dyn Wake> {
         Arc::new(DoorbellWake::<F>(Arc::clone(&self.region)))
@@ -222,7 +232,10 @@ struct Control<F: FabricHandle> {
     listeners: Vec<TcpListener>,
     /// Open control connections by slot.
     streams: Vec<Option<TcpStream>>,
-    endpoint: Endpoint<F>,
+    /// The doorbell region (every client maps it; connections' regions are their own).
+    doorbell: Endpoint<F>,
+    /// The shared secret clients must prove (the group's), if any.
+    secret: Option<Arc<SharedSecret>>,
     items: Vec<Option<ItemRegionInfo>>,
     events: Sender<FrontEvent<FabricChannel<F>>>,
     shared: Arc<Shared>,
@@ -279,9 +292,10 @@ impl<F: FabricHandle> Control<F> {
         }
     }
 
-    /// Reads the client's hello, takes a slot of its medium (or refuses), builds the server's
-    /// end, hands it to the poller and answers. Returns the slot and the control stream (now
-    /// non-blocking) to watch.
+    /// Reads the client's hello, challenges it to write into the region it names (or refuses),
+    /// takes a slot of its medium, builds the server's end in a region of its own, hands it to
+    /// the poller and answers. Returns the slot and the control stream (now non-blocking) to
+    /// watch.
     fn admit(&mut self, mut stream: std::net::TcpStream, server: usize) -> Option<(usize, std::net::TcpStream)> {
         let hello = match read_json_line::<ControlHello>(&mut stream) {
             Ok(hello) if hello.version == CONTROL_VERSION => hello,
@@ -290,22 +304,25 @@ impl<F: FabricHandle> Control<F> {
             }
             Err(error) => return refuse(stream, Refusal::BadHello { message: error.to_string() }),
         };
+        let (peer, peer_slot, proof) = match self.challenge(&mut stream, &hello) {
+            Ok(admitted) => admitted,
+            Err(refusal) => return refuse(stream, refusal),
+        };
         let medium = hello.medium as usize;
         let area = self.areas[medium];
         let Some(slot) = self.shared.free[medium].lock().pop() else {
             return refuse(stream, Refusal::NoFreeSlot { medium: hello.medium, slots: area.slots as u64 });
         };
-        let local_slot = area.offset_bytes + (slot - area.first) * area.slot_bytes;
-        let channel = match self.build(&hello, local_slot, &stream) {
-            Ok(channel) => channel,
+        let (channel, region) = match self.build(hello.medium, area.slot_bytes, peer, peer_slot, &stream) {
+            Ok(built) => built,
             Err(refusal) => {
                 self.shared.free[medium].lock().push(slot);
                 return refuse(stream, refusal);
             }
         };
         self.tell_poller(FrontEvent::Open { slot, server, channel });
-        let (region, items) = (self.endpoint.descriptor.clone(), self.items[server].clone());
-        let reply = ControlReply::Accepted { region, slot_offset_bytes: local_slot as u64, items };
+        let (doorbell, items) = (self.doorbell.descriptor.clone(), self.items[server].clone());
+        let reply = ControlReply::Accepted { region, slot_offset_bytes: 0, doorbell, items, proof };
         if write_json_line(&mut stream, &reply).is_err() || stream.set_nonblocking(true).is_err() {
             let _ = stream.shutdown(Shutdown::Both);
             self.tell_poller(FrontEvent::Closed { slot });
@@ -314,25 +331,75 @@ impl<F: FabricHandle> Control<F> {
         Some((slot, stream))
     }
 
-    /// The server's end of a connection with the client of `hello` (its region and slot are
-    /// input from outside: checked by the fabric and the channel's constructors).
+    /// The challenge step: with a shared secret the client must send a nonce and then prove the
+    /// secret (before the server maps anything); the client's region must not be one of this
+    /// process's servers'; and the client must write a fresh random challenge at the start of
+    /// its slot there (which another user cannot do to a region file of ours). Returns the
+    /// mapped region, the slot and, with a secret, the server's proof.
+    fn challenge(
+        &self,
+        stream: &mut std::net::TcpStream,
+        hello: &ControlHello,
+    ) -> Result<(F::RemoteRegion, usize, Option<ControlToken>), Refusal> {
+        let nonce = match (&self.secret, hello.nonce) {
+            (Some(_), None) => return Err(Refusal::AuthenticationRequired),
+            (_, nonce) => nonce,
+        };
+        if ServedRegion::is_served(&hello.region) {
+            return Err(Refusal::OwnRegion { name: hello.region.name.clone() });
+        }
+        let region_refusal = |error: &dyn std::fmt::Display| Refusal::Region { message: error.to_string() };
+        let server_refusal = |error: &dyn std::fmt::Display| Refusal::ServerRegion { message: error.to_string() };
+        let challenge = ControlToken::random().map_err(|error| server_refusal(&error))?;
+        write_json_line(stream, &ControlReply::Challenge { challenge }).map_err(|error| server_refusal(&error))?;
+        let response = read_json_line::<ControlResponse>(stream)
+            .map_err(|error| Refusal::BadHello { message: error.to_string() })?;
+        let mut server_proof = None;
+        if let (Some(secret), Some(nonce)) = (&self.secret, nonce) {
+            let proven = response
+                .proof
+                .is_some_and(|proof| secret.verify(ProofLabel::ControlClient, &challenge.0, &nonce.0, &proof.0));
+            if !proven {
+                return Err(Refusal::Authentication);
+            }
+            server_proof = Some(ControlToken(secret.proof(ProofLabel::ControlServer, &nonce.0, &challenge.0)));
+        }
+        let fabric = &self.doorbell.fabric;
+        let peer = fabric.map(&hello.region).map_err(|error| region_refusal(&error))?;
+        let peer_slot = usize::try_from(hello.slot_offset_bytes).map_err(|error| region_refusal(&error))?;
+        let mut written = [0u8; CONTROL_CHALLENGE_BYTES];
+        fabric.read(&peer, peer_slot, &mut written).map_err(|error| region_refusal(&error))?;
+        if written != challenge.0 {
+            return Err(Refusal::ChallengeNotWritten);
+        }
+        Ok((peer, peer_slot, server_proof))
+    }
+
+    /// The server's end of a connection of `medium` with the client's slot at `peer_slot` of
+    /// `peer` (input from outside: checked by the channel's constructors), in a fresh region of
+    /// `slot_bytes` (the slot at 0). Returns the channel and the region's descriptor.
     fn build(
         &self,
-        hello: &ControlHello,
-        local_slot: usize,
+        medium: MediumKind,
+        slot_bytes: usize,
+        peer: F::RemoteRegion,
+        peer_slot: usize,
         stream: &std::net::TcpStream,
-    ) -> Result<FabricChannel<F>, Refusal> {
+    ) -> Result<(FabricChannel<F>, rampkv_fabric::RegionDescriptor), Refusal> {
+        let fabric = self.doorbell.fabric.clone();
+        let local = Endpoint::register(fabric, "conn", slot_bytes)
+            .map_err(|error| Refusal::ServerRegion { message: error.to_string() })?;
+        let served = Some(ServedRegion::claim(&local.descriptor));
         let refusal = |error: &dyn std::fmt::Display| Refusal::Region { message: error.to_string() };
-        let peer = self.endpoint.fabric.map(&hello.region).map_err(|error| refusal(&error))?;
         let control = stream.try_clone().map_err(|error| refusal(&error))?;
-        let peer_slot = usize::try_from(hello.slot_offset_bytes).map_err(|error| refusal(&error))?;
-        let link = Link { local: &self.endpoint, local_slot, peer, peer_slot, control };
-        let channel = match hello.medium {
+        let doorbells = Doorbells { remote: None, local: Some(Arc::clone(&self.doorbell.region)) };
+        let link = Link { local: &local, local_slot: 0, peer, peer_slot, doorbells, control, served };
+        let channel = match medium {
             MediumKind::Ring => Ring::server(link).map(FabricChannel::Ring),
             MediumKind::SendRecv => SendRecv::server(link).map(FabricChannel::SendRecv),
             MediumKind::RfRpc => RfRpc::server(link).map(FabricChannel::RfRpc),
         };
-        channel.map_err(|error| refusal(&error))
+        Ok((channel.map_err(|error| refusal(&error))?, local.descriptor.clone()))
     }
 
     /// A control connection is readable: the client sends nothing after its hello, so this is
@@ -387,6 +454,8 @@ pub struct FabricFront<F: FabricHandle> {
     control_waker: Arc<Waker>,
     control: Option<JoinHandle<()>>,
     _poller: PollerThread,
+    /// The doorbell and item regions in this process's list of served regions.
+    _served: Vec<ServedRegion>,
 }
 
 impl<F: FabricHandle> std::fmt::Debug for FabricFront<F> {
@@ -420,17 +489,19 @@ impl<F: FabricHandle> FabricFront<F> {
     ) -> std::io::Result<Self> {
         let fabric = F::open().map_err(std::io::Error::other)?;
         let mut item_slots = Vec::new();
+        let mut served = Vec::new();
         for index in 0..servers.served().len() {
             let Some(slot_config) = config.item_slots else { break };
             let slots = ItemSlots::register(&fabric, &unique_region_name("items"), slot_config)
                 .map_err(std::io::Error::other)?;
+            served.push(ServedRegion::claim(&slots.info().region));
             let slots = Arc::new(slots);
             servers.attach_item_slots(index, Arc::clone(&slots) as Arc<dyn Publisher>)?;
             item_slots.push(slots);
         }
         let areas = areas::<F>(&config);
-        let region_bytes = areas[2].offset_bytes + areas[2].slots * areas[2].slot_bytes;
-        let endpoint = Endpoint::register(fabric, "front", region_bytes).map_err(std::io::Error::other)?;
+        let endpoint = Endpoint::register(fabric, "doorbell", HEADER_BYTES).map_err(std::io::Error::other)?;
+        served.push(ServedRegion::claim(&endpoint.descriptor));
         let free = areas.map(|area| Mutex::new((area.first..area.first + area.slots).rev().collect()));
         let shared = Arc::new(Shared { stop: AtomicBool::new(false), control_pending: AtomicBool::new(false), free });
         let poll = Poll::new()?;
@@ -451,7 +522,8 @@ impl<F: FabricHandle> FabricFront<F> {
             poll,
             listeners,
             streams: (0..config.slots.iter().sum()).map(|_| None).collect(),
-            endpoint,
+            doorbell: endpoint,
+            secret: servers.secret().cloned(),
             items: (0..servers.served().len())
                 .map(|index| item_slots.get(index).map(|slots| slots.info().clone()))
                 .collect(),
@@ -471,6 +543,7 @@ impl<F: FabricHandle> FabricFront<F> {
             control_waker,
             control: Some(control),
             _poller: poller,
+            _served: served,
         })
     }
 

@@ -32,6 +32,7 @@ use rampkv_core::protocol::ConnectionId;
 use rampkv_core::types::Timestamp;
 use rampkv_core::wire::Request;
 
+use crate::auth::SharedSecret;
 use crate::item_slots::Publisher;
 use crate::message::tcp::TcpServer;
 use crate::recovery::{spawn_resolver, Resolver};
@@ -117,12 +118,25 @@ pub struct Servers {
     cores: Vec<Arc<ServerCore>>,
     router: Router,
     clock: Instant,
+    /// The cluster's shared secret: clients of the binary port and of the fabric control
+    /// ports must prove it (None: nobody needs to).
+    secret: Option<Arc<SharedSecret>>,
 }
 
 impl Servers {
+    #[cfg(test)]
     pub(crate) fn new(cores: Vec<Arc<ServerCore>>) -> Self {
+        Self::with_secret(cores, None)
+    }
+
+    pub(crate) fn with_secret(cores: Vec<Arc<ServerCore>>, secret: Option<Arc<SharedSecret>>) -> Self {
         let served = cores.iter().map(|core| Served { core: Arc::clone(core), slots: OnceLock::new() }).collect();
-        Self { served, cores, router: Router::default(), clock: Instant::now() }
+        Self { served, cores, router: Router::default(), clock: Instant::now(), secret }
+    }
+
+    /// The shared secret clients must prove, if any.
+    pub fn secret(&self) -> Option<&Arc<SharedSecret>> {
+        self.secret.as_ref()
     }
 
     /// The servers, in configuration order.
@@ -222,10 +236,19 @@ pub struct ServerGroup {
 impl ServerGroup {
     /// Binds every server's listener, then starts the poller thread.
     pub fn spawn(configs: &[ServerConfig]) -> std::io::Result<ServerGroup> {
+        Self::spawn_with_secret(configs, None)
+    }
+
+    /// [`ServerGroup::spawn`] for servers whose clients must prove `secret` (the binary port's
+    /// authentication step; the fabric front ends of the group check it in their handshake).
+    pub fn spawn_with_secret(
+        configs: &[ServerConfig],
+        secret: Option<Arc<SharedSecret>>,
+    ) -> std::io::Result<ServerGroup> {
         let listen: Vec<SocketAddr> = configs.iter().map(|config| config.listen).collect();
         let (medium, addresses) = TcpServer::bind(&listen)?;
         let cores = configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
-        let servers = Arc::new(Servers::new(cores));
+        let servers = Arc::new(Servers::with_secret(cores, secret));
         let poller = PollerThread::spawn("rampkv-server", medium, Arc::clone(&servers))?;
         Ok(ServerGroup { addresses, servers, resolver: None, poller })
     }

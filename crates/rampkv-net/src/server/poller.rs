@@ -32,10 +32,11 @@ use std::time::Duration;
 use rampkv_core::limits::{CONNECTION_WRITE_BUFFER_BYTES_MAX, WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_SLEEP_MS_MAX};
 use rampkv_core::protocol::server::{Addressed, Effects, LogPosition, Reply};
 use rampkv_core::protocol::ConnectionId;
-use rampkv_core::wire::{FrameHeader, Request, Response};
+use rampkv_core::wire::{AuthFrame, FrameHeader, Request, Response};
 
 use super::router::{Inbox, Wake};
 use super::{Served, Servers};
+use crate::auth::{AuthStep, ServerAuth};
 use crate::message::{walk_frames, Channel, ChannelError, FrameFault, OutBuffer};
 
 /// What a medium reports to its poller.
@@ -72,6 +73,11 @@ pub trait ServerMedium: Send + 'static {
 
     /// The slot of a connection reported `Closed` may be handed out again.
     fn release(&mut self, _slot: usize) {}
+
+    /// Whether the medium authenticated its connections before opening them (the fabric's
+    /// control handshake does); otherwise, with a shared secret, each connection runs the
+    /// binary port's authentication step first.
+    const AUTHENTICATES: bool = false;
 }
 
 /// Replies held until the log is durable up to their position (see `protocol::server`: today
@@ -104,6 +110,8 @@ struct Connection<C> {
     out: OutBuffer,
     /// The peer finished, or sent what cannot be answered: close once replies are sent.
     closing: bool,
+    /// The authentication step, until it accepts (None: authenticated, or no secret).
+    auth: Option<ServerAuth>,
 }
 
 impl<C: Channel> Connection<C> {
@@ -223,7 +231,12 @@ impl<M: ServerMedium> Poller<M> {
                     debug_assert!(self.connections[slot].is_none(), "a slot is handed out once");
                     self.generation = self.generation.wrapping_add(1);
                     let id = ConnectionId { front: self.front, generation: self.generation, slot: slot as u32 };
-                    let connection = Connection { channel, server, id, out: OutBuffer::default(), closing: false };
+                    let auth = match M::AUTHENTICATES {
+                        true => None,
+                        false => self.servers.secret().map(|secret| ServerAuth::new(Arc::clone(secret))),
+                    };
+                    let connection =
+                        Connection { channel, server, id, out: OutBuffer::default(), closing: false, auth };
                     self.connections[slot] = Some(connection);
                     self.visit.push(slot);
                     changed += 1;
@@ -356,13 +369,19 @@ fn serve_connection<C: Channel>(
         && messages < WRITEPOLL_MESSAGES_PER_PASS_MAX
         && connection.channel.readable()
     {
-        let Connection { channel, id, out, .. } = connection;
+        let Connection { channel, id, out, auth, closing, .. } = connection;
         let frame_max = channel.frame_bytes_max();
         let mut fault = None;
         let received = channel.receive(|bytes| {
             let (walked, walk_fault) = walk_frames(bytes, C::STREAM, |header, body| {
-                serve_frame(served, *id, header, body, now_ms, effects, frame_max, out, gate);
-                routed.append(&mut effects.replies);
+                if !authenticate_frame(auth, header, body, out) {
+                    *closing = true; // refused: nothing after this frame is read
+                    return false;
+                }
+                if auth.is_none() && !AuthFrame::is_auth_kind(header.kind) {
+                    serve_frame(served, *id, header, body, now_ms, effects, frame_max, out, gate);
+                    routed.append(&mut effects.replies);
+                }
                 out.len() <= CONNECTION_WRITE_BUFFER_BYTES_MAX
             });
             fault = fault.take().or(walk_fault);
@@ -398,6 +417,33 @@ fn serve_connection<C: Channel>(
         && connection.out.len() <= CONNECTION_WRITE_BUFFER_BYTES_MAX
         && connection.channel.readable();
     Ok(Outcome::Served { messages, more })
+}
+
+/// The authentication step's share of one frame: while `auth` waits, the frame is its business
+/// (a reply, acceptance, or a refusal); once authenticated, an authentication frame gets an
+/// error reply. Returns false if the connection is refused (an ERROR reply is queued).
+fn authenticate_frame(auth: &mut Option<ServerAuth>, header: FrameHeader, body: &[u8], out: &mut OutBuffer) -> bool {
+    let Some(state) = auth else {
+        if AuthFrame::is_auth_kind(header.kind) {
+            let message = "no authentication step on this connection: it is authenticated, or the server has no \
+                           shared secret";
+            Response::bad_request(message).encode_frame(header.request_id, out.frames());
+        }
+        return true;
+    };
+    match state.on_frame(header.kind, body) {
+        AuthStep::Reply(frame) => frame.encode_frame(header.request_id, out.frames()),
+        AuthStep::Accepted(frame) => {
+            frame.encode_frame(header.request_id, out.frames());
+            *auth = None;
+        }
+        AuthStep::Deny(message) => Response::bad_request(message).encode_frame(header.request_id, out.frames()),
+        AuthStep::Refuse(message) => {
+            Response::bad_request(message).encode_frame(header.request_id, out.frames());
+            return false;
+        }
+    }
+    true
 }
 
 /// Serves one request frame: decodes it, hands it to the core (which applies its effects to

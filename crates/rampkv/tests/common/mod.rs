@@ -99,6 +99,39 @@ pub fn caught(mut config: BenchConfig) -> BenchResult {
     panic!("{} (mutant: {}) was never caught", config.algorithm.name(), config.mutant_skip_repair);
 }
 
+/// Writes six keys in one transaction, then reads them back in one, and checks the values and
+/// timestamps (`round` makes the values differ from run to run).
+#[allow(dead_code)] // used by the ring transports' tests
+pub fn put_get_round_trip<T: ClientTransport>(driver: &mut Driver<T>, round: u32) {
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..6).map(|key| (format!("key-{key}").into_bytes(), format!("value-{key}-{round}").into_bytes())).collect();
+    let keys: Vec<Vec<u8>> = pairs.iter().map(|(key, _)| key.clone()).collect();
+    let ts = driver.begin_write(0, pairs.clone()).unwrap();
+    let TxnResult::Write(outcome) = wait_for(driver) else { panic!("a write finished as a read") };
+    assert_eq!(outcome.ts, ts);
+    driver.begin_read(0, keys).unwrap();
+    let TxnResult::Read(read) = wait_for(driver) else { panic!("a read finished as a write") };
+    for ((_, value), item) in pairs.iter().zip(&read.items) {
+        assert_eq!(&item.value, value);
+        assert_eq!(item.ts, ts);
+    }
+}
+
+/// Waits (at most 10 s) until the server drops `victim`: its next poll says the connection to
+/// server 0 is closed. `what` names the case in a failure.
+#[allow(dead_code)] // used by the fabric transports' tests
+pub fn assert_closed<T: ClientTransport>(victim: &mut T, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        assert!(Instant::now() < deadline, "{what}: the server did not close the connection");
+        match victim.poll(Some(Duration::from_millis(100)), |_, _, _| panic!("{what}: no reply expected")) {
+            Err(rampkv::transport::TransportError::Closed { server: 0 }) => return,
+            Err(other) => panic!("{what}: unexpected error {other}"),
+            Ok(_) => {}
+        }
+    }
+}
+
 /// Steps `driver` until one transaction completes (at most 10 s) and returns its result.
 #[allow(dead_code)] // not every test binary that includes this module drives a transport itself
 pub fn wait_for<T: ClientTransport>(driver: &mut Driver<T>) -> TxnResult {
