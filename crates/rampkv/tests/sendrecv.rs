@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 mod common;
 
 use common::{
-    assert_a_large_batch_is_answered, assert_clean, assert_closed, assert_no_anomaly, assert_s2pl_grants_cross_front_ends,
-    caught,
-    contended, contended_transactions, seed,
+    assert_a_large_batch_is_answered, assert_clean, assert_closed, assert_no_anomaly,
+    assert_s2pl_grants_cross_front_ends, caught, contended, contended_transactions, seed,
 };
 use rampkv::bench::TransportKind;
 use rampkv::client::{Driver, TxnResult};
