@@ -20,8 +20,15 @@
 //! is never set and replies go out at once.
 //!
 //! A request is validated completely before it changes anything, so a refused request leaves
-//! the store as it was. The core takes the time as an argument (for garbage collection and
-//! lock deadlines).
+//! the store as it was. The core takes the time as an argument ([`Now`]): the monotonic clock
+//! for garbage collection and lock deadlines, the wall clock for the timestamps clients send.
+//!
+//! # Timestamps from clients
+//! A PREPARE, PUT, LOCK_WRITE, COMMIT or COMMIT_LOCKED whose timestamp no honest client issues
+//! (0, client id 0, or further ahead of the server's wall clock than `TIMESTAMP_FUTURE_SKEW_MS`:
+//! [`check_client_timestamp`]) is refused with a BAD_REQUEST error naming the timestamp, how far
+//! ahead it is and the bound. Stored, such a version would pin its key: every later write is
+//! older, hence invisible, and readers would carry the forged timestamp on (issue 15).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,7 +39,7 @@ use super::locks::{LockDecision, LockMode, LockTable};
 use super::ConnectionId;
 use crate::limits::{CLIENT_IDS_MAX, KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::storage::{Key, Store, StoreError, StoredMetadata, Version};
-use crate::types::{Timestamp, TIMESTAMP_INITIAL};
+use crate::types::{check_client_timestamp, Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::{append_versions_frame, append_versions_located_frame};
 use crate::wire::{
     ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, VersionItem, Write, WriteSet,
@@ -88,6 +95,16 @@ impl Reply {
         };
         converted.unwrap_or_else(|error| Response::bad_request(format!("a stored write set does not encode: {error}")))
     }
+}
+
+/// When a request is served: the server's monotonic clock (garbage collection, lock deadlines,
+/// recovery) and its wall clock (microseconds since `types::CLOCK_EPOCH_UNIX_US`), which a
+/// client's timestamp may not run ahead of by more than `TIMESTAMP_FUTURE_SKEW_MS`. The front
+/// end reads both once per pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Now {
+    pub monotonic_ms: u64,
+    pub wall_clock_us: u64,
 }
 
 /// A reply to a request that arrived earlier, possibly on another connection of another front
@@ -203,10 +220,16 @@ impl ServerCore {
         connection: ConnectionId,
         request: Request,
         request_id: u64,
-        now_ms: u64,
+        now: Now,
         effects: &mut Effects,
     ) -> Option<Reply> {
         let plain = |response: Response| Some(Reply::Response(response));
+        if let Some(ts) = written_timestamp(&request) {
+            if let Err(error) = check_client_timestamp(ts, now.wall_clock_us) {
+                return plain(Response::bad_request(error.to_string()));
+            }
+        }
+        let now_ms = now.monotonic_ms;
         match request {
             Request::Hello { client_ids_wanted } => plain(self.hello(client_ids_wanted)),
             Request::Get { items } => Some(self.get(&items).map_or_else(Reply::Response, Reply::Versions)),
@@ -395,6 +418,19 @@ impl ServerCore {
     }
 }
 
+/// The timestamp a request writes at, or commits (the requests whose timestamps are checked
+/// against the server's clock); none for reads, locks for reading, releases and status asks.
+fn written_timestamp(request: &Request) -> Option<Timestamp> {
+    match request {
+        Request::Prepare { ts, .. }
+        | Request::Put { ts, .. }
+        | Request::LockWrite { ts, .. }
+        | Request::Commit { ts }
+        | Request::CommitLocked { ts } => Some(*ts),
+        _ => None,
+    }
+}
+
 /// The keys of `writes` (copied before the writes move into the store).
 fn staged_keys(writes: &[(Key, Box<[u8]>)]) -> Vec<Key> {
     writes.iter().map(|(key, _)| key.clone()).collect()
@@ -474,13 +510,58 @@ mod tests {
     use super::*;
     use crate::wire::{FrameHeader, GetItem};
 
+    /// Issue 15: "one raw PUT with timestamp u64::MAX pins the key: every later write answers
+    /// OK and is never visible". Each request that writes or commits at a timestamp is refused
+    /// when no honest client issues it, the store is left as it was, and the key stays writable.
+    #[test]
+    fn writes_and_commits_at_forged_timestamps_are_refused_and_change_nothing() {
+        let core = ServerCore::new(10);
+        let mut effects = Effects::default();
+        let now = Now { monotonic_ms: 1, wall_clock_us: 50_000_000 };
+        let write = || vec![Write { key: b"k".to_vec(), value: b"forged".to_vec() }];
+        let honest = (now.wall_clock_us << 16) | 3;
+        let forged = [0, u64::MAX, (now.wall_clock_us << 16), ((now.wall_clock_us + 1_000_001) << 16) | 3];
+        for ts in forged {
+            let requests = [
+                Request::Prepare { ts, metadata: Metadata::None, write_set: Vec::new(), writes: write() },
+                Request::Put { ts, writes: write() },
+                Request::LockWrite { ts, writes: write() },
+                Request::Commit { ts },
+                Request::CommitLocked { ts },
+            ];
+            for request in requests {
+                let kind = request.kind();
+                let reply = core.handle(ConnectionId::default(), request, 1, now, &mut effects);
+                let Some(Reply::Response(Response::Error { code: ErrorCode::BadRequest, message })) = reply else {
+                    panic!("ts {ts} kind {kind}: {reply:?}")
+                };
+                assert!(message.contains(&format!("timestamp {ts}")), "{message}");
+            }
+        }
+        assert_eq!(core.store().stats().versions, 0, "nothing was stored");
+        assert!(core.locks.lock().next_deadline_ms().is_none());
+        let ahead = match core.handle(ConnectionId::default(), Request::Commit { ts: u64::MAX }, 1, now, &mut effects) {
+            Some(Reply::Response(Response::Error { message, .. })) => message,
+            other => panic!("{other:?}"),
+        };
+        assert!(ahead.contains("µs ahead") && ahead.contains("1000 ms"), "names how far ahead and the bound: {ahead}");
+        let put = core.handle(ConnectionId::default(), Request::Put { ts: honest, writes: write() }, 2, now, &mut effects);
+        assert!(matches!(put, Some(Reply::Response(Response::Ack))), "{put:?}");
+        assert_eq!(core.store().last_commit(b"k"), honest, "the key took the honest write");
+        // Reads, lock reads, releases and status asks carry no timestamp that is stored.
+        let read = Request::LockRead { ts: u64::MAX, keys: vec![b"k".to_vec()] };
+        assert!(matches!(core.handle(ConnectionId::default(), read, 3, now, &mut effects), Some(Reply::Versions(_))));
+    }
+
     /// `into_response` (the in-process client's reply, built without a frame) must be exactly
     /// what a client of every other transport decodes from the frame `encode_frame` writes.
     #[test]
     fn a_reply_as_a_response_is_what_its_frame_decodes_to() {
         let core = ServerCore::new(10);
         let mut effects = Effects::default();
-        let mut handle = |request, now_ms| core.handle(ConnectionId::default(), request, 1, now_ms, &mut effects);
+        let mut handle = |request, monotonic_ms| {
+            core.handle(ConnectionId::default(), request, 1, Now { monotonic_ms, wall_clock_us: 0 }, &mut effects)
+        };
         let write = |key: &str, value: &str| Write { key: key.as_bytes().to_vec(), value: value.as_bytes().to_vec() };
         let prepares = [
             (

@@ -186,14 +186,34 @@ fn hello<T: ClientTransport>(transport: &mut T, count: u16) -> Result<u16, Clien
         transport.poll(Some(left), |_, _, response| reply = Some(response))?;
     }
     match reply {
-        Some(Response::Hello { client_id_first, client_ids_granted })
-            if client_ids_granted >= count && client_id_first > 0 =>
-        {
-            Ok(client_id_first)
-        }
         Some(Response::Hello { client_id_first, client_ids_granted }) => {
-            Err(ClientError::HelloGranted { wanted: count, first: client_id_first, granted: client_ids_granted })
+            granted_ids(count, client_id_first, client_ids_granted).then_some(client_id_first).ok_or(
+                ClientError::HelloGranted { wanted: count, first: client_id_first, granted: client_ids_granted },
+            )
         }
         _ => Err(ClientError::HelloReply),
+    }
+}
+
+/// Whether a HELLO reply grants `wanted` usable client ids: none of them 0 (reserved for the
+/// initial value) and the last within 16 bits. A server is not trusted to get this right: a
+/// reply that breaks it (a hostile or broken server) is an error, never a panic or a clock
+/// with id 0.
+fn granted_ids(wanted: u16, first: u16, granted: u16) -> bool {
+    let last = u32::from(first) + u32::from(wanted.max(1)) - 1;
+    first > 0 && granted >= wanted && last <= u32::from(u16::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::granted_ids;
+
+    #[test]
+    fn a_hello_reply_with_client_id_0_or_ids_past_16_bits_is_refused() {
+        assert!(granted_ids(4, 1, 4) && granted_ids(1, u16::MAX, 1) && granted_ids(2, u16::MAX - 1, 2));
+        assert!(!granted_ids(1, 0, 1), "client id 0");
+        assert!(!granted_ids(2, u16::MAX, 2), "the second id would overflow");
+        assert!(!granted_ids(u16::MAX, 2, u16::MAX), "the block would overflow");
+        assert!(!granted_ids(4, 1, 3), "fewer than asked");
     }
 }

@@ -32,7 +32,10 @@ pub enum ClientError {
     Session(SessionError),
     #[error("the first server answered HELLO with something else")]
     HelloReply,
-    #[error("asked for {wanted} client ids, the first server granted {granted} from {first}")]
+    #[error(
+        "asked for {wanted} client ids, the first server granted {granted} from {first} (refused: need {wanted} \
+         ids, none 0, the last at most 65535)"
+    )]
     HelloGranted { wanted: u16, first: u16, granted: u16 },
     #[error("need 1..=65535 sessions, got {sessions}")]
     Sessions { sessions: usize },

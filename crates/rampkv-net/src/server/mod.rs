@@ -27,9 +27,9 @@ use std::time::Instant;
 
 use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::GC_GRACE_MS;
-use rampkv_core::protocol::server::{Effects, LogPosition, Reply, ServerCore};
+use rampkv_core::protocol::server::{Effects, LogPosition, Now, Reply, ServerCore};
 use rampkv_core::protocol::ConnectionId;
-use rampkv_core::types::Timestamp;
+use rampkv_core::types::{wall_clock_us, Timestamp};
 use rampkv_core::wire::Request;
 
 use crate::item_slots::Publisher;
@@ -71,12 +71,12 @@ impl Served {
         connection: ConnectionId,
         request: Request,
         request_id: u64,
-        now_ms: u64,
+        now: Now,
         effects: &mut Effects,
     ) -> Option<Reply> {
         let slots = self.slots.get();
         effects.set_publishing(slots.is_some());
-        let reply = self.core.handle(connection, request, request_id, now_ms, effects);
+        let reply = self.core.handle(connection, request, request_id, now, effects);
         self.publish(effects);
         reply
     }
@@ -148,6 +148,12 @@ impl Servers {
     /// Milliseconds on the group's clock.
     pub fn now_ms(&self) -> u64 {
         self.clock.elapsed().as_millis() as u64
+    }
+
+    /// The time a request is served at: the group's clock and the wall clock (read here, once
+    /// per pass of a front end).
+    pub fn now(&self) -> Now {
+        Now { monotonic_ms: self.now_ms(), wall_clock_us: wall_clock_us() }
     }
 
     /// How far the log is durable (and replicated): replies held behind a barrier up to here

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rampkv_core::limits::{CONNECTION_WRITE_BUFFER_BYTES_MAX, WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_SLEEP_MS_MAX};
-use rampkv_core::protocol::server::{Addressed, Effects, LogPosition, Reply};
+use rampkv_core::protocol::server::{Addressed, Effects, LogPosition, Now, Reply};
 use rampkv_core::protocol::ConnectionId;
 use rampkv_core::wire::{FrameHeader, Request, Response};
 
@@ -184,12 +184,12 @@ impl<M: ServerMedium> Poller<M> {
             if let Err(error) = self.medium.wait(timeout, ready, &mut self.events) {
                 break Err(error);
             }
-            let now_ms = self.servers.now_ms();
+            let now = self.servers.now();
             let mut served = self.take_events();
             for index in 0..self.visit.len() {
-                served += self.serve(self.visit[index], now_ms);
+                served += self.serve(self.visit[index], now);
             }
-            served += self.deliver_deferred(now_ms);
+            served += self.deliver_deferred(now.monotonic_ms);
             progress = served > 0;
         };
         for slot in 0..self.connections.len() {
@@ -252,10 +252,10 @@ impl<M: ServerMedium> Poller<M> {
     }
 
     /// Serves one connection; returns the messages it served (a closed one counts one).
-    fn serve(&mut self, slot: usize, now_ms: u64) -> usize {
+    fn serve(&mut self, slot: usize, now: Now) -> usize {
         let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { return 0 };
         let served = &self.servers.served()[connection.server];
-        let outcome = serve_connection(connection, served, now_ms, &mut self.effects, &mut self.routed, &mut self.gate);
+        let outcome = serve_connection(connection, served, now, &mut self.effects, &mut self.routed, &mut self.gate);
         let messages = match outcome {
             Ok(Outcome::Served { messages, more }) => {
                 if more {
@@ -344,7 +344,7 @@ fn own_connection<C>(connections: &mut [Option<Connection<C>>], id: ConnectionId
 fn serve_connection<C: Channel>(
     connection: &mut Connection<C>,
     served: &Served,
-    now_ms: u64,
+    now: Now,
     effects: &mut Effects,
     routed: &mut Vec<Addressed>,
     gate: &mut ReplyGate,
@@ -361,7 +361,7 @@ fn serve_connection<C: Channel>(
         let mut fault = None;
         let received = channel.receive(|bytes| {
             let (walked, walk_fault) = walk_frames(bytes, C::STREAM, |header, body| {
-                serve_frame(served, *id, header, body, now_ms, effects, frame_max, out, gate);
+                serve_frame(served, *id, header, body, now, effects, frame_max, out, gate);
                 routed.append(&mut effects.replies);
                 out.len() <= CONNECTION_WRITE_BUFFER_BYTES_MAX
             });
@@ -408,14 +408,14 @@ fn serve_frame(
     id: ConnectionId,
     header: FrameHeader,
     body: &[u8],
-    now_ms: u64,
+    now: Now,
     effects: &mut Effects,
     frame_max: usize,
     out: &mut OutBuffer,
     gate: &mut ReplyGate,
 ) {
     let reply = match Request::decode(header.kind, body) {
-        Ok(request) => served.serve(id, request, header.request_id, now_ms, effects),
+        Ok(request) => served.serve(id, request, header.request_id, now, effects),
         Err(error) => Some(Reply::Response(Response::bad_request(format!("malformed request: {error}")))),
     };
     let Some(reply) = reply else { return }; // it waits for a lock
