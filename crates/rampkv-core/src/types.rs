@@ -303,13 +303,27 @@ mod tests {
     fn a_server_refuses_timestamps_no_honest_client_issues() {
         let now_us = 7_000_000;
         assert_eq!(check_client_timestamp(0, now_us), Err(TimestampError::Initial));
-        assert_eq!(check_client_timestamp(now_us << CLIENT_ID_BITS, now_us), Err(TimestampError::ClientIdZero { ts: now_us << CLIENT_ID_BITS }));
+        assert_eq!(
+            check_client_timestamp(now_us << CLIENT_ID_BITS, now_us),
+            Err(TimestampError::ClientIdZero { ts: now_us << CLIENT_ID_BITS })
+        );
         let ahead_us = CLOCK_US_MAX - now_us;
-        assert_eq!(check_client_timestamp(u64::MAX, now_us), Err(TimestampError::TooFarAhead { ts: u64::MAX, ahead_us }));
+        assert_eq!(
+            check_client_timestamp(u64::MAX, now_us),
+            Err(TimestampError::TooFarAhead { ts: u64::MAX, ahead_us })
+        );
         let message = check_client_timestamp(u64::MAX, now_us).unwrap_err().to_string();
-        assert!(message.contains(&u64::MAX.to_string()) && message.contains(&ahead_us.to_string()) && message.contains("1000 ms"), "{message}");
+        assert!(
+            message.contains(&u64::MAX.to_string())
+                && message.contains(&ahead_us.to_string())
+                && message.contains("1000 ms"),
+            "{message}"
+        );
         let beyond = ((now_us + SKEW_US + 1) << CLIENT_ID_BITS) | 4;
-        assert_eq!(check_client_timestamp(beyond, now_us), Err(TimestampError::TooFarAhead { ts: beyond, ahead_us: SKEW_US + 1 }));
+        assert_eq!(
+            check_client_timestamp(beyond, now_us),
+            Err(TimestampError::TooFarAhead { ts: beyond, ahead_us: SKEW_US + 1 })
+        );
         assert_eq!(check_client_timestamp(((now_us + SKEW_US) << CLIENT_ID_BITS) | 4, now_us), Ok(()));
         let mut clock = TimestampClock::new(u16::MAX);
         assert_eq!(check_client_timestamp(clock.next(now_us).unwrap(), now_us), Ok(()));

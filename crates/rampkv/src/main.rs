@@ -32,7 +32,7 @@ use rampkv::recovery::RECOVERY_TIMEOUT_MS;
 use rampkv::resp::auth::Users;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::front::FrontEnd;
-use rampkv::server::{ServerConfig, ServerGroup};
+use rampkv::server::{ConnectionLimits, ServerConfig, ServerGroup};
 
 /// Writes a line to stderr. A closed stderr (a reader that went away) is not an error worth a
 /// panic, which `eprintln!` would raise: the line is dropped.
@@ -97,6 +97,11 @@ enum Command {
         /// With --ring-listen: bytes per item slot (versions that do not fit are read over GET+).
         #[arg(long, default_value_t = rampkv::limits::ITEM_SLOT_BYTES_DEFAULT)]
         item_slot_bytes: usize,
+        /// Close a TCP connection that sent no request for SECONDS (0: never), as Redis's
+        /// `timeout`. Clients reconnect only when a transaction fails, so set it only where
+        /// idle connections must not hold the server's connection slots.
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        timeout: u64,
     },
     /// Run a local cluster of several servers in this process and write its cluster file.
     Local {
@@ -415,6 +420,7 @@ struct FiguresArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    rampkv::logging::init();
     match run(cli.command) {
         Ok(code) => code,
         Err(error) => {
@@ -426,8 +432,19 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<ExitCode> {
     match command {
-        Command::Server { listen, gc_grace_ms, cluster, ring_listen, rfrpc_listen, item_slots, item_slot_bytes } => {
-            let mut group = ServerGroup::spawn(&[ServerConfig { listen, gc_grace_ms }])
+        Command::Server {
+            listen,
+            gc_grace_ms,
+            cluster,
+            ring_listen,
+            rfrpc_listen,
+            item_slots,
+            item_slot_bytes,
+            timeout,
+        } => {
+            let idle_timeout_ms = timeout.checked_mul(1_000).context("--timeout is out of range")?;
+            let limits = ConnectionLimits { idle_timeout_ms, ..ConnectionLimits::default() };
+            let mut group = ServerGroup::spawn_limited(&[ServerConfig { listen, gc_grace_ms }], limits)
                 .with_context(|| format!("cannot listen on {listen}"))?;
             if let Some(path) = cluster {
                 let cluster = Cluster::from_file(&path)?;

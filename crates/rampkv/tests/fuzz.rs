@@ -305,6 +305,10 @@ fn metadata(rng: &mut SmallRng) -> Metadata {
     }
 }
 
+fn cluster_view(rng: &mut SmallRng) -> Option<rampkv::wire::ClusterView> {
+    rng.gen_bool(0.5).then(|| rampkv::wire::ClusterView { partitions: rng.gen(), server_index: rng.gen() })
+}
+
 fn writes(rng: &mut SmallRng) -> Vec<Write> {
     (0..rng.gen_range(0..5)).map(|_| Write { key: bytes(rng, 12), value: bytes(rng, 40) }).collect()
 }
@@ -327,7 +331,7 @@ fn request(rng: &mut SmallRng, variant: usize) -> Request {
     let ts = rng.gen();
     let keys = |rng: &mut SmallRng| (0..rng.gen_range(0..5)).map(|_| bytes(rng, 12)).collect();
     match variant % 11 {
-        0 => Request::Hello { client_ids_wanted: rng.gen() },
+        0 => Request::Hello { client_ids_wanted: rng.gen(), cluster: cluster_view(rng) },
         1 => Request::Get { items: get_items(rng) },
         2 => Request::GetLocate { items: get_items(rng) },
         3 => Request::Prepare { ts, metadata: metadata(rng), write_set: keys(rng), writes: writes(rng) },
@@ -347,7 +351,7 @@ fn version(rng: &mut SmallRng) -> VersionItem {
 
 fn response(rng: &mut SmallRng, variant: usize) -> Response {
     match variant % 6 {
-        0 => Response::Hello { client_id_first: rng.gen(), client_ids_granted: rng.gen() },
+        0 => Response::Hello { client_id_first: rng.gen(), client_ids_granted: rng.gen(), cluster: cluster_view(rng) },
         1 => Response::Versions { items: (0..rng.gen_range(0..4)).map(|_| version(rng)).collect() },
         2 => {
             let items: Vec<VersionItem> = (0..rng.gen_range(0..4)).map(|_| version(rng)).collect();

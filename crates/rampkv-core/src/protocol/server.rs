@@ -31,18 +31,19 @@
 //! older, hence invisible, and readers would carry the forged timestamp on (issue 15).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
 use super::locks::{LockDecision, LockMode, LockTable};
 use super::ConnectionId;
+use crate::cluster::Cluster;
 use crate::limits::{CLIENT_IDS_MAX, KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::storage::{Key, Store, StoreError, StoredMetadata, Version};
 use crate::types::{check_client_timestamp, Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::{append_versions_frame, append_versions_located_frame};
 use crate::wire::{
-    ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, VersionItem, Write, WriteSet,
+    ClusterView, ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, VersionItem, Write, WriteSet,
 };
 
 /// What a GET item is answered with: a stored version itself (shared, not copied), so that the
@@ -180,6 +181,50 @@ pub struct ServerCore {
     next_client_id: AtomicU32,
     /// GET and GET_LOCATE requests served (statistics: how many reads GET\* saved).
     gets_served: AtomicU64,
+    /// The cluster file this server was started with and its index in it, once known: keys
+    /// outside its partitions are refused, and so is a HELLO from a client whose file differs.
+    ownership: OnceLock<Ownership>,
+}
+
+/// A server's place in its cluster file.
+#[derive(Debug)]
+struct Ownership {
+    cluster: Cluster,
+    index: usize,
+}
+
+impl Ownership {
+    /// The refusal of `key` if this server does not own it.
+    fn check(&self, key: &[u8]) -> Result<(), OwnershipError> {
+        let partition = self.cluster.partition_of(key);
+        let owner = self.cluster.owner_of_partition(partition).unwrap_or(usize::MAX);
+        if owner == self.index {
+            return Ok(());
+        }
+        let owner_address = self.cluster.servers().get(owner).cloned().unwrap_or_default();
+        let key = String::from_utf8_lossy(&key[..key.len().min(64)]).into_owned();
+        Err(OwnershipError::NotOwned { key, partition, owner, owner_address, index: self.index })
+    }
+
+    fn view(&self) -> ClusterView {
+        ClusterView { partitions: self.cluster.partition_count(), server_index: self.index as u32 }
+    }
+}
+
+/// Why a server refuses a request for a key, or a client's HELLO, under its cluster file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OwnershipError {
+    #[error(
+        "key {key:?} is in partition {partition}, which server {owner} ({owner_address}) owns, not this server \
+         ({index}): the client's cluster file differs from the servers'"
+    )]
+    NotOwned { key: String, partition: u32, owner: usize, owner_address: String, index: usize },
+    #[error(
+        "cluster files differ: the client's has {client_partitions} partitions and calls this server {client_index}; \
+         this server's has {partitions} partitions and it is server {index}"
+    )]
+    ClusterMismatch { client_partitions: u32, client_index: u32, partitions: u32, index: usize },
 }
 
 impl ServerCore {
@@ -190,7 +235,15 @@ impl ServerCore {
             locks: Mutex::new(LockTable::default()),
             next_client_id: AtomicU32::new(1),
             gets_served: AtomicU64::new(0),
+            ownership: OnceLock::new(),
         }
+    }
+
+    /// Makes this server server `index` of `cluster`: from now on it refuses requests for keys
+    /// outside its partitions and HELLOs from clients whose cluster file differs. Once only: a
+    /// second call (or `index` beyond the cluster) returns false and changes nothing.
+    pub fn join_cluster(&self, cluster: Cluster, index: usize) -> bool {
+        index < cluster.servers().len() && self.ownership.set(Ownership { cluster, index }).is_ok()
     }
 
     /// GET and GET_LOCATE requests this server has served.
@@ -229,9 +282,12 @@ impl ServerCore {
                 return plain(Response::bad_request(error.to_string()));
             }
         }
+        if let Err(error) = self.check_ownership(&request) {
+            return plain(Response::bad_request(error.to_string()));
+        }
         let now_ms = now.monotonic_ms;
         match request {
-            Request::Hello { client_ids_wanted } => plain(self.hello(client_ids_wanted)),
+            Request::Hello { client_ids_wanted, .. } => plain(self.hello(client_ids_wanted)),
             Request::Get { items } => Some(self.get(&items).map_or_else(Reply::Response, Reply::Versions)),
             Request::GetLocate { items } => Some(match self.get(&items) {
                 Ok(answers) => Reply::Located { answers, keys: items.into_iter().map(|item| item.key).collect() },
@@ -288,6 +344,36 @@ impl ServerCore {
                 self.route_decisions(decisions, effects);
                 plain(Response::Ack)
             }
+        }
+    }
+
+    /// Refuses a request for a key this server does not own, or a HELLO from a client whose
+    /// cluster file differs (a server with no cluster file checks nothing).
+    fn check_ownership(&self, request: &Request) -> Result<(), OwnershipError> {
+        let Some(ownership) = self.ownership.get() else { return Ok(()) };
+        match request {
+            Request::Hello { cluster: Some(view), .. } => {
+                let own = ownership.view();
+                if *view == own {
+                    return Ok(());
+                }
+                Err(OwnershipError::ClusterMismatch {
+                    client_partitions: view.partitions,
+                    client_index: view.server_index,
+                    partitions: own.partitions,
+                    index: ownership.index,
+                })
+            }
+            Request::Get { items } | Request::GetLocate { items } => {
+                items.iter().try_for_each(|item| ownership.check(&item.key))
+            }
+            Request::Prepare { writes, .. } | Request::Put { writes, .. } | Request::LockWrite { writes, .. } => {
+                writes.iter().try_for_each(|write| ownership.check(&write.key))
+            }
+            Request::LockRead { keys, .. } => keys.iter().try_for_each(|key| ownership.check(key)),
+            // COMMIT, COMMIT_LOCKED and RELEASE name no key; STATUS asks about the keys a
+            // prepared transaction wrote here (recovery), answered from what is stored.
+            _ => Ok(()),
         }
     }
 
@@ -388,7 +474,8 @@ impl ServerCore {
             first = 1;
         }
         debug_assert!(first >= 1 && first + wanted - 1 <= span, "a block of ids never holds 0 or wraps");
-        Response::Hello { client_id_first: first as u16, client_ids_granted: wanted as u16 }
+        let cluster = self.ownership.get().map(Ownership::view);
+        Response::Hello { client_id_first: first as u16, client_ids_granted: wanted as u16, cluster }
     }
 
     /// What a GET of `items` finds, or the error reply that ends it.
@@ -545,7 +632,8 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert!(ahead.contains("µs ahead") && ahead.contains("1000 ms"), "names how far ahead and the bound: {ahead}");
-        let put = core.handle(ConnectionId::default(), Request::Put { ts: honest, writes: write() }, 2, now, &mut effects);
+        let put =
+            core.handle(ConnectionId::default(), Request::Put { ts: honest, writes: write() }, 2, now, &mut effects);
         assert!(matches!(put, Some(Reply::Response(Response::Ack))), "{put:?}");
         assert_eq!(core.store().last_commit(b"k"), honest, "the key took the honest write");
         // Reads, lock reads, releases and status asks carry no timestamp that is stored.

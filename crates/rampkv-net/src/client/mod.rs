@@ -32,6 +32,15 @@ pub enum ClientError {
     Session(SessionError),
     #[error("the first server answered HELLO with something else")]
     HelloReply,
+    /// A server refused the HELLO (its cluster file differs from the client's, say); the
+    /// message is the server's.
+    #[error("server {server} ({address}) refused the connection: {message}")]
+    HelloRefused { server: usize, address: String, message: String },
+    #[error(
+        "cluster files differ: this client's has {partitions} partitions and calls {address} server {server}; \
+         that server's has {server_partitions} partitions and it is server {server_index}"
+    )]
+    ClusterMismatch { server: usize, address: String, partitions: u32, server_partitions: u32, server_index: u32 },
     #[error(
         "asked for {wanted} client ids, the first server granted {granted} from {first} (refused: need {wanted} \
          ids, none 0, the last at most 65535)"

@@ -35,7 +35,8 @@ use rampkv_core::wire::Request;
 use crate::item_slots::Publisher;
 use crate::message::tcp::TcpServer;
 use crate::recovery::{spawn_resolver, Resolver};
-use poller::{Poller, ServerMedium};
+pub use poller::{ConnectionCounts, ConnectionLimits, Eviction};
+use poller::{ConnectionStats, Poller, ServerMedium};
 use router::{Router, Wake};
 
 /// Settings of one server.
@@ -117,12 +118,19 @@ pub struct Servers {
     cores: Vec<Arc<ServerCore>>,
     router: Router,
     clock: Instant,
+    connection_stats: ConnectionStats,
 }
 
 impl Servers {
     pub(crate) fn new(cores: Vec<Arc<ServerCore>>) -> Self {
         let served = cores.iter().map(|core| Served { core: Arc::clone(core), slots: OnceLock::new() }).collect();
-        Self { served, cores, router: Router::default(), clock: Instant::now() }
+        let connection_stats = ConnectionStats::default();
+        Self { served, cores, router: Router::default(), clock: Instant::now(), connection_stats }
+    }
+
+    /// What the group's front ends' connections hold, and the connections they closed.
+    pub fn connection_stats(&self) -> &ConnectionStats {
+        &self.connection_stats
     }
 
     /// The servers, in configuration order.
@@ -184,11 +192,22 @@ impl std::fmt::Debug for PollerThread {
 }
 
 impl PollerThread {
-    /// Starts a poller over `medium` for `servers`, on a thread named `name`.
+    /// Starts a poller over `medium` for `servers`, on a thread named `name`, with the default
+    /// [`ConnectionLimits`].
     pub fn spawn<M: ServerMedium>(name: &str, medium: M, servers: Arc<Servers>) -> std::io::Result<Self> {
+        Self::spawn_limited(name, medium, servers, ConnectionLimits::default())
+    }
+
+    /// As [`PollerThread::spawn`], holding the connections to `limits`.
+    pub fn spawn_limited<M: ServerMedium>(
+        name: &str,
+        medium: M,
+        servers: Arc<Servers>,
+        limits: ConnectionLimits,
+    ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let wake = medium.waker();
-        let poller = Poller::new(medium, servers, Arc::clone(&stop));
+        let poller = Poller::new(medium, servers, Arc::clone(&stop), limits);
         let thread = std::thread::Builder::new().name(name.into()).spawn(move || poller.run())?;
         Ok(Self { stop, wake, thread: Some(thread) })
     }
@@ -226,22 +245,36 @@ pub struct ServerGroup {
 }
 
 impl ServerGroup {
-    /// Binds every server's listener, then starts the poller thread.
+    /// Binds every server's listener, then starts the poller thread (with the default
+    /// [`ConnectionLimits`]).
     pub fn spawn(configs: &[ServerConfig]) -> std::io::Result<ServerGroup> {
+        Self::spawn_limited(configs, ConnectionLimits::default())
+    }
+
+    /// As [`ServerGroup::spawn`], holding the TCP connections to `limits`.
+    pub fn spawn_limited(configs: &[ServerConfig], limits: ConnectionLimits) -> std::io::Result<ServerGroup> {
         let listen: Vec<SocketAddr> = configs.iter().map(|config| config.listen).collect();
-        let (medium, addresses) = TcpServer::bind(&listen)?;
+        let (medium, addresses) =
+            TcpServer::bind_capped(&listen, limits.connections_max, limits.connections_per_address_max)?;
         let cores = configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
         let servers = Arc::new(Servers::new(cores));
-        let poller = PollerThread::spawn("rampkv-server", medium, Arc::clone(&servers))?;
+        let poller = PollerThread::spawn_limited("rampkv-server", medium, Arc::clone(&servers), limits)?;
         Ok(ServerGroup { addresses, servers, resolver: None, poller })
     }
 
     /// Starts cooperative termination for these servers, which are servers
     /// `first_index..first_index + count` of `cluster`: transactions prepared longer than
-    /// `timeout_ms` ago and not committed are resolved with the other participants.
+    /// `timeout_ms` ago and not committed are resolved with the other participants. From now on
+    /// each server also refuses requests for keys outside its partitions and HELLOs from
+    /// clients whose cluster file differs (`ServerCore::join_cluster`).
     pub fn start_recovery(&mut self, cluster: Cluster, first_index: usize, timeout_ms: u64) -> std::io::Result<()> {
         if first_index + self.servers.served.len() > cluster.servers().len() {
             return Err(std::io::Error::other("these servers are not all in the cluster"));
+        }
+        for (offset, core) in self.servers.cores().iter().enumerate() {
+            if !core.join_cluster(cluster.clone(), first_index + offset) {
+                return Err(std::io::Error::other("a server was given its cluster twice"));
+            }
         }
         self.resolver = Some(spawn_resolver(Arc::clone(&self.servers), first_index, cluster, timeout_ms)?);
         Ok(())
