@@ -25,6 +25,22 @@ pub const READ_RESTARTS_MAX: u32 = 8;
 /// finds it. Must exceed the longest a read transaction may take (see `TXN_TIMEOUT_MS`).
 pub const GC_GRACE_MS: u64 = 10_000;
 
+/// A server sweeps its store in the background at most this often (from its front end's timer
+/// path): superseded versions of keys not written again are collected once their grace period
+/// is over, instead of waiting for the key's next write.
+pub const GC_SWEEP_INTERVAL_MS: u64 = 100;
+
+/// Keys one sweep visits at most (each with its shard write-locked): bounds the work per tick
+/// and how long a sweep holds up the writes of a shard. A full pass over a million keys takes
+/// about 100 s.
+pub const GC_SWEEP_KEYS_PER_TICK: usize = 1_024;
+
+/// A server without a cluster file (no cooperative termination: it cannot ask the other
+/// participants) ends a prepared transaction whose COMMIT has not come this long after its
+/// PREPARE: its versions are dropped and a late COMMIT gets an error. Twelve times
+/// `TXN_TIMEOUT_MS`: its writer gave up long before.
+pub const PREPARED_ABANDON_MS: u64 = 12 * TXN_TIMEOUT_MS;
+
 /// How far ahead of a server's wall clock a transaction timestamp may claim to be (and of a
 /// client's, for a timestamp its clock observes). Beyond it the timestamp is forged or comes
 /// from a clock gone wrong: a server refuses the PREPARE or COMMIT carrying it, a client's clock

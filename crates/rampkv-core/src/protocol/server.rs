@@ -38,8 +38,11 @@ use parking_lot::Mutex;
 use super::locks::{LockDecision, LockMode, LockTable};
 use super::ConnectionId;
 use crate::cluster::Cluster;
-use crate::limits::{CLIENT_IDS_MAX, KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
-use crate::storage::{Key, Store, StoreError, StoredMetadata, Version};
+use crate::limits::{
+    CLIENT_IDS_MAX, GC_SWEEP_INTERVAL_MS, GC_SWEEP_KEYS_PER_TICK, KEY_BYTES_MAX, PREPARED_ABANDON_MS, TXN_KEYS_MAX,
+    VALUE_BYTES_MAX,
+};
+use crate::storage::{Key, Store, StoreError, StoredMetadata, SweepCursor, Version};
 use crate::types::{check_client_timestamp, Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::{append_versions_frame, append_versions_located_frame};
 use crate::wire::{
@@ -184,6 +187,17 @@ pub struct ServerCore {
     /// The cluster file this server was started with and its index in it, once known: keys
     /// outside its partitions are refused, and so is a HELLO from a client whose file differs.
     ownership: OnceLock<Ownership>,
+    /// The background sweep: where it stands and when it runs next (whichever front end's
+    /// timer gets the lock runs it).
+    sweep: Mutex<Sweep>,
+    /// A server without a cluster file ends prepared transactions this old (ms).
+    prepared_abandon_ms: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Sweep {
+    cursor: SweepCursor,
+    next_ms: u64,
 }
 
 /// A server's place in its cluster file.
@@ -236,7 +250,39 @@ impl ServerCore {
             next_client_id: AtomicU32::new(1),
             gets_served: AtomicU64::new(0),
             ownership: OnceLock::new(),
+            sweep: Mutex::new(Sweep::default()),
+            prepared_abandon_ms: AtomicU64::new(PREPARED_ABANDON_MS),
         }
+    }
+
+    /// How long a server without a cluster file waits for a prepared transaction's COMMIT
+    /// before it ends it (default `PREPARED_ABANDON_MS`; tests shorten it).
+    pub fn set_prepared_abandon_ms(&self, abandon_ms: u64) {
+        self.prepared_abandon_ms.store(abandon_ms, Ordering::Relaxed);
+    }
+
+    /// The core's timer: at most every `GC_SWEEP_INTERVAL_MS`, sweeps up to
+    /// `GC_SWEEP_KEYS_PER_TICK` keys (collecting superseded versions of keys not written again),
+    /// and, on a server without a cluster file (no recovery will resolve them), ends the
+    /// prepared transactions older than the abandon timeout: their versions are dropped and a
+    /// late COMMIT gets an error. With a cluster file, cooperative termination resolves them.
+    /// Returns the keys swept (0: not its time, or another front end is sweeping).
+    pub fn tick(&self, now_ms: u64) -> usize {
+        let Some(mut sweep) = self.sweep.try_lock() else { return 0 };
+        if now_ms < sweep.next_ms {
+            return 0;
+        }
+        sweep.next_ms = now_ms + GC_SWEEP_INTERVAL_MS;
+        let swept = self.store.sweep(&mut sweep.cursor, GC_SWEEP_KEYS_PER_TICK, now_ms);
+        if self.ownership.get().is_none() {
+            let abandon_ms = self.prepared_abandon_ms.load(Ordering::Relaxed);
+            if let Some(prepared_before_ms) = now_ms.checked_sub(abandon_ms) {
+                for (ts, _) in self.store.stale_pending(prepared_before_ms) {
+                    self.store.abort(ts, now_ms);
+                }
+            }
+        }
+        swept
     }
 
     /// Makes this server server `index` of `cluster`: from now on it refuses requests for keys
@@ -297,7 +343,16 @@ impl ServerCore {
                 plain(ack_or_error(self.prepare(ts, metadata, write_set, writes, now_ms, effects)))
             }
             Request::Commit { ts } => {
-                self.commit(ts, effects);
+                // Nothing committed: an unknown or already committed ts (a retried COMMIT: an
+                // ACK), or one that was ended unresolved (its versions are gone: an error).
+                if self.commit(ts, effects) == 0 && self.store.was_aborted(ts) {
+                    let message = format!(
+                        "transaction {ts} was ended without a COMMIT (recovery aborted it, or no COMMIT came \
+                         for {} ms); its prepared versions were dropped",
+                        self.prepared_abandon_ms.load(Ordering::Relaxed)
+                    );
+                    return plain(Response::bad_request(message));
+                }
                 plain(Response::Ack)
             }
             Request::Put { ts, writes } => {

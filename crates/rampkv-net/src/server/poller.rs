@@ -386,6 +386,9 @@ impl<M: ServerMedium> Poller<M> {
             if now.monotonic_ms >= self.next_timeout_scan_ms {
                 self.next_timeout_scan_ms = now.monotonic_ms + CONNECTION_TIMEOUT_SCAN_INTERVAL_MS;
                 self.scan_timeouts(now.monotonic_ms);
+                for core in self.servers.cores() {
+                    core.tick(now.monotonic_ms); // the background GC sweep (bounded)
+                }
             }
             served += self.enforce_budgets();
             progress = served > 0;
