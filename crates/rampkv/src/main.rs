@@ -193,6 +193,9 @@ struct RespAuthArgs {
     /// user) refuses to listen on an address other than loopback. `no` turns the check off.
     #[arg(long, value_enum, default_value_t = YesNo::Yes)]
     protected_mode: YesNo,
+    /// Close a RESP connection idle for SECONDS (0: never), as Redis's `timeout`.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    timeout: u64,
 }
 
 /// Redis's spelling of a boolean setting.
@@ -220,6 +223,7 @@ impl RespAuthArgs {
         Ok(GatewayConfig {
             users: Arc::new(self.users()?),
             protected_mode: self.protected_mode == YesNo::Yes,
+            idle_timeout: (self.timeout > 0).then(|| Duration::from_secs(self.timeout)),
             ..config
         })
     }

@@ -104,7 +104,8 @@ impl Reply {
 /// When a request is served: the server's monotonic clock (garbage collection, lock deadlines,
 /// recovery) and its wall clock (microseconds since `types::CLOCK_EPOCH_UNIX_US`), which a
 /// client's timestamp may not run ahead of by more than `TIMESTAMP_FUTURE_SKEW_MS`. The front
-/// end reads both once per pass.
+/// end reads both once per pass; a caller serving one request at a time may leave the wall
+/// clock 0 for a request without a [`Request::written_timestamp`] (nothing reads it then).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Now {
     pub monotonic_ms: u64,
@@ -323,7 +324,7 @@ impl ServerCore {
         effects: &mut Effects,
     ) -> Option<Reply> {
         let plain = |response: Response| Some(Reply::Response(response));
-        if let Some(ts) = written_timestamp(&request) {
+        if let Some(ts) = request.written_timestamp() {
             if let Err(error) = check_client_timestamp(ts, now.wall_clock_us) {
                 return plain(Response::bad_request(error.to_string()));
             }
@@ -564,19 +565,6 @@ impl ServerCore {
             }
         }
         Ok(answers)
-    }
-}
-
-/// The timestamp a request writes at, or commits (the requests whose timestamps are checked
-/// against the server's clock); none for reads, locks for reading, releases and status asks.
-fn written_timestamp(request: &Request) -> Option<Timestamp> {
-    match request {
-        Request::Prepare { ts, .. }
-        | Request::Put { ts, .. }
-        | Request::LockWrite { ts, .. }
-        | Request::Commit { ts }
-        | Request::CommitLocked { ts } => Some(*ts),
-        _ => None,
     }
 }
 

@@ -144,6 +144,20 @@ impl Request {
         }
     }
 
+    /// The timestamp this request writes at or commits: the timestamps a server checks against
+    /// its clock (PREPARE, PUT, LOCK_WRITE, COMMIT, COMMIT_LOCKED). None for reads, locks for
+    /// reading, releases and status asks, which store nothing at their timestamp.
+    pub fn written_timestamp(&self) -> Option<Timestamp> {
+        match self {
+            Request::Prepare { ts, .. }
+            | Request::Put { ts, .. }
+            | Request::LockWrite { ts, .. }
+            | Request::Commit { ts }
+            | Request::CommitLocked { ts } => Some(*ts),
+            _ => None,
+        }
+    }
+
     /// Appends this request as one frame to `out`.
     pub fn encode_frame(&self, request_id: u64, out: &mut Vec<u8>) {
         append_frame(out, self.kind(), request_id, |body| self.encode_body(body));
