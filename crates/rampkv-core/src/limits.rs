@@ -25,6 +25,22 @@ pub const READ_RESTARTS_MAX: u32 = 8;
 /// finds it. Must exceed the longest a read transaction may take (see `TXN_TIMEOUT_MS`).
 pub const GC_GRACE_MS: u64 = 10_000;
 
+/// A server sweeps its store in the background at most this often (from its front end's timer
+/// path): superseded versions of keys not written again are collected once their grace period
+/// is over, instead of waiting for the key's next write.
+pub const GC_SWEEP_INTERVAL_MS: u64 = 100;
+
+/// Keys one sweep visits at most (each with its shard write-locked): bounds the work per tick
+/// and how long a sweep holds up the writes of a shard. A full pass over a million keys takes
+/// about 100 s.
+pub const GC_SWEEP_KEYS_PER_TICK: usize = 1_024;
+
+/// A server without a cluster file (no cooperative termination: it cannot ask the other
+/// participants) ends a prepared transaction whose COMMIT has not come this long after its
+/// PREPARE: its versions are dropped and a late COMMIT gets an error. Twelve times
+/// `TXN_TIMEOUT_MS`: its writer gave up long before.
+pub const PREPARED_ABANDON_MS: u64 = 12 * TXN_TIMEOUT_MS;
+
 /// How far ahead of a server's wall clock a transaction timestamp may claim to be (and of a
 /// client's, for a timestamp its clock observes). Beyond it the timestamp is forged or comes
 /// from a clock gone wrong: a server refuses the PREPARE or COMMIT carrying it, a client's clock
@@ -46,6 +62,49 @@ pub const CONNECTION_WRITE_BUFFER_BYTES_MAX: usize = 8 * 1024 * 1024;
 
 /// Most connections one server accepts at once; more are refused (closed at once).
 pub const SERVER_CONNECTIONS_MAX: usize = 4096;
+
+/// Most connections one server group's TCP front end accepts at once from one source address
+/// (a quarter of `SERVER_CONNECTIONS_MAX`): one host cannot take every connection. More from it
+/// are refused (closed at once, logged).
+pub const SERVER_CONNECTIONS_PER_ADDRESS_MAX: usize = SERVER_CONNECTIONS_MAX / 4;
+
+/// A stream connection reads into its input buffer in chunks of at least this many bytes; the
+/// buffer grows with the bytes that arrived (at most doubling what is buffered per read), never
+/// with the length a frame header declares.
+pub const STREAM_READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// An input or output buffer that empties while it holds more than this gives its memory back
+/// (one large frame does not pin its size for the connection's lifetime).
+pub const STREAM_BUFFER_KEEP_BYTES: usize = 1 << 20;
+
+/// Most bytes one connection may hold at a server: input received and not yet served, plus
+/// replies not yet sent. An honest client stays under it by construction (one largest frame in,
+/// `CONNECTION_WRITE_BUFFER_BYTES_MAX` plus one largest reply out, about 45 MiB); what gets past
+/// it (a pile of S2PL lock waits granted at once, each answered with large values) closes the
+/// connection, with the reason logged.
+pub const CONNECTION_BUFFERED_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Most bytes all connections of one front end (a server group's TCP poller) may hold together.
+/// Beyond it the connection holding the most is closed, with the reason logged, until the total
+/// is back under it.
+pub const SERVER_BUFFERED_BYTES_MAX: usize = 512 * 1024 * 1024;
+
+/// A server closes a connection whose unsent replies made no progress for this long (a client
+/// that sends and never reads).
+pub const CONNECTION_SLOW_READER_TIMEOUT_MS: u64 = 30_000;
+
+/// A server closes a stream connection that began a frame and has not completed it after this
+/// long (a client that declares a large frame and trickles its bytes, holding its buffer).
+pub const CONNECTION_FRAME_TIMEOUT_MS: u64 = 30_000;
+
+/// A server closes a connection that sent no request for this long, holds no unsent reply and
+/// no partial frame (0: never, the default, as Redis's `timeout 0`: clients keep idle
+/// connections to every server, and reconnect only on failure). Set per server group.
+pub const CONNECTION_IDLE_TIMEOUT_MS_DEFAULT: u64 = 0;
+
+/// How often a server front end looks for connections past a timeout (each look reads every
+/// connection; a timeout fires at most this much late).
+pub const CONNECTION_TIMEOUT_SCAN_INTERVAL_MS: u64 = 100;
 
 /// Most logical clients (sessions) one client process may run: client ids are 16 bits.
 pub const CLIENT_IDS_MAX: u64 = (1 << 16) - 1;

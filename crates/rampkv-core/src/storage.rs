@@ -16,6 +16,9 @@
 //!   it may ask for. Versions are marked lazily, when the key is next written, which only
 //!   makes them live longer. A version whose COMMIT has not arrived yet is never collected
 //!   (its writer may be slow; cooperative termination will resolve a dead one).
+//! - A background sweep ([`Store::sweep`], a bounded number of keys per call) does for keys not
+//!   written again what their next write would: marks superseded versions and collects those
+//!   past the grace period.
 //! - Each key keeps its committed latest version beside its version map, so `get_latest` is
 //!   one hash lookup and a reference-count increment, not a walk of the (often long) map.
 //!   Garbage collection costs each write in proportion to the versions it marks or collects,
@@ -338,6 +341,41 @@ impl Store {
         }
     }
 
+    /// Whether transaction `ts` was aborted here (by recovery, or ended unresolved) and is
+    /// still remembered (at least `ABORTED_RETENTION_MS`).
+    pub fn was_aborted(&self, ts: Timestamp) -> bool {
+        self.aborted.lock().contains_key(&ts)
+    }
+
+    /// Garbage-collects up to `keys_max` keys from where `cursor` stands (shard by shard, round
+    /// and round): what a write of each would collect ([`Store::prepare`]). Returns the keys
+    /// visited. Keys inserted while a shard is walked may be visited twice or skipped until
+    /// the next round: harmless, a sweep only collects what may go.
+    pub fn sweep(&self, cursor: &mut SweepCursor, keys_max: usize, now_ms: u64) -> usize {
+        let mut visited = 0;
+        for _ in 0..SHARD_COUNT {
+            if visited >= keys_max {
+                break;
+            }
+            let mut shard = self.shards[cursor.shard % SHARD_COUNT].write();
+            let mut taken = 0;
+            for state in shard.values_mut().skip(cursor.offset).take(keys_max - visited) {
+                self.collect_superseded(state, now_ms);
+                taken += 1;
+            }
+            let keys = shard.len();
+            drop(shard);
+            visited += taken;
+            cursor.offset += taken;
+            if cursor.offset < keys {
+                break; // the budget ran out inside this shard
+            }
+            cursor.shard = (cursor.shard + 1) % SHARD_COUNT;
+            cursor.offset = 0;
+        }
+        visited
+    }
+
     /// Prepared transactions waiting for COMMIT since before `prepared_before_ms`.
     pub fn stale_pending(&self, prepared_before_ms: u64) -> Vec<(Timestamp, PendingTxn)> {
         self.pending
@@ -460,6 +498,13 @@ impl Store {
     fn forget_version_bytes(&self, bytes: usize) {
         self.value_bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
+}
+
+/// Where a background sweep stands ([`Store::sweep`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SweepCursor {
+    shard: usize,
+    offset: usize,
 }
 
 /// One key's stored state as a snapshot copies it ([`Store::shard_versions`]) and a restart
@@ -719,6 +764,41 @@ mod tests {
         // The committed latest is never collected.
         assert_eq!(store.get_latest(b"a").unwrap().ts, 3);
         assert_eq!(store.stats().versions_collected, 1);
+    }
+
+    /// Issue 15: "a key's old versions are freed only when it is written again". The sweep
+    /// collects them once the grace period is over, whether or not the key is written again,
+    /// and visits no more keys per call than it is allowed.
+    #[test]
+    fn a_sweep_collects_superseded_versions_of_keys_not_written_again() {
+        let store = Store::new(100);
+        for ts in [1, 2, 3] {
+            store.put(ts, vec![(key("k"), vec![0u8; 8].into())], 0).unwrap();
+        }
+        assert_eq!(store.stats().versions, 3, "superseded, within the grace period");
+        let mut cursor = SweepCursor::default();
+        store.sweep(&mut cursor, usize::MAX, 50);
+        assert_eq!(store.stats().versions, 3, "still within the grace period");
+        store.sweep(&mut cursor, usize::MAX, 150);
+        assert_eq!((store.stats().versions, store.stats().versions_collected), (1, 2));
+        assert_eq!(store.get_latest(b"k").unwrap().ts, 3, "the latest stays");
+
+        let many = Store::new(0);
+        for index in 0..3_000u64 {
+            let name = format!("key{index}");
+            for ts in [index * 2 + 1, index * 2 + 2] {
+                many.put(ts, vec![(key(&name), vec![1u8; 4].into())], 0).unwrap();
+            }
+        }
+        let mut cursor = SweepCursor::default();
+        let mut visits = Vec::new();
+        while many.stats().versions > 3_000 {
+            let visited = many.sweep(&mut cursor, 1_024, 1);
+            assert!(visited <= 1_024);
+            visits.push(visited);
+            assert!(visits.len() <= 4, "a pass of 3,000 keys takes 3 sweeps of 1,024: {visits:?}");
+        }
+        assert_eq!(many.stats().versions_collected, 3_000);
     }
 
     #[test]

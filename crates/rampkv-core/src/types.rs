@@ -72,6 +72,39 @@ pub fn timestamp_too_far_ahead(ts: Timestamp, wall_clock_us: u64) -> bool {
     timestamp_clock_us(ts) > wall_clock_us.saturating_add(TIMESTAMP_FUTURE_SKEW_MS.saturating_mul(1_000))
 }
 
+/// Why a server refuses a transaction timestamp a client sent (a PREPARE, PUT, LOCK_WRITE,
+/// COMMIT or COMMIT_LOCKED): no honest client issues it ([`check_client_timestamp`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TimestampError {
+    #[error("timestamp 0 is the initial value of every key; no transaction writes at it")]
+    Initial,
+    #[error("timestamp {ts} carries client id 0, which is never handed out")]
+    ClientIdZero { ts: Timestamp },
+    #[error(
+        "timestamp {ts} is {ahead_us} µs ahead of this server's wall clock, beyond the bound of \
+         {TIMESTAMP_FUTURE_SKEW_MS} ms (TIMESTAMP_FUTURE_SKEW_MS): forged, or the client's clock is wrong"
+    )]
+    TooFarAhead { ts: Timestamp, ahead_us: u64 },
+}
+
+/// Checks a timestamp a client asks a server to write at, against the server's wall clock
+/// (`wall_clock_us`, microseconds since [`CLOCK_EPOCH_UNIX_US`]): not 0, not client id 0, and not
+/// [`timestamp_too_far_ahead`]. A stored forged timestamp would pin its key (every later write
+/// is older, hence invisible) and spread to the clients that read it. Total: no input panics.
+pub fn check_client_timestamp(ts: Timestamp, wall_clock_us: u64) -> Result<(), TimestampError> {
+    if ts == TIMESTAMP_INITIAL {
+        return Err(TimestampError::Initial);
+    }
+    if timestamp_client_id(ts) == 0 {
+        return Err(TimestampError::ClientIdZero { ts });
+    }
+    if timestamp_too_far_ahead(ts, wall_clock_us) {
+        return Err(TimestampError::TooFarAhead { ts, ahead_us: timestamp_clock_us(ts) - wall_clock_us });
+    }
+    Ok(())
+}
+
 /// Microseconds since [`CLOCK_EPOCH_UNIX_US`], from the wall clock (0 if the clock is before it).
 pub fn wall_clock_us() -> u64 {
     let since_unix = SystemTime::now()
@@ -262,6 +295,44 @@ mod tests {
         assert_eq!(clock.next(0), Err(exhausted), "an error leaves the clock as it was");
         assert!(clock.observe(last, CLOCK_US_MAX));
         assert_eq!(clock.next(1), Err(exhausted));
+    }
+
+    /// Issue 15: a raw PUT at `u64::MAX` pinned its key. The server's check refuses it, and
+    /// 0, client id 0 and anything beyond the skew bound; it admits what honest clocks issue.
+    #[test]
+    fn a_server_refuses_timestamps_no_honest_client_issues() {
+        let now_us = 7_000_000;
+        assert_eq!(check_client_timestamp(0, now_us), Err(TimestampError::Initial));
+        assert_eq!(
+            check_client_timestamp(now_us << CLIENT_ID_BITS, now_us),
+            Err(TimestampError::ClientIdZero { ts: now_us << CLIENT_ID_BITS })
+        );
+        let ahead_us = CLOCK_US_MAX - now_us;
+        assert_eq!(
+            check_client_timestamp(u64::MAX, now_us),
+            Err(TimestampError::TooFarAhead { ts: u64::MAX, ahead_us })
+        );
+        let message = check_client_timestamp(u64::MAX, now_us).unwrap_err().to_string();
+        assert!(
+            message.contains(&u64::MAX.to_string())
+                && message.contains(&ahead_us.to_string())
+                && message.contains("1000 ms"),
+            "{message}"
+        );
+        let beyond = ((now_us + SKEW_US + 1) << CLIENT_ID_BITS) | 4;
+        assert_eq!(
+            check_client_timestamp(beyond, now_us),
+            Err(TimestampError::TooFarAhead { ts: beyond, ahead_us: SKEW_US + 1 })
+        );
+        assert_eq!(check_client_timestamp(((now_us + SKEW_US) << CLIENT_ID_BITS) | 4, now_us), Ok(()));
+        let mut clock = TimestampClock::new(u16::MAX);
+        assert_eq!(check_client_timestamp(clock.next(now_us).unwrap(), now_us), Ok(()));
+        assert_eq!(check_client_timestamp(1, 0), Ok(()), "client 1 at the epoch");
+        for wall_clock_us in [0, 1, CLOCK_US_MAX, u64::MAX] {
+            for ts in [0, 1, 1 << CLIENT_ID_BITS, u64::MAX - 1, u64::MAX] {
+                let _ = check_client_timestamp(ts, wall_clock_us);
+            }
+        }
     }
 
     #[test]

@@ -422,7 +422,7 @@ mod tests {
 
     #[test]
     fn the_server_core_publishes_on_commit_requests_and_on_a_recovery_commit() {
-        use rampkv_core::protocol::server::ServerCore;
+        use rampkv_core::protocol::server::{Now, ServerCore};
         use rampkv_core::protocol::ConnectionId;
         use rampkv_core::wire::{Request, Write};
         let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 256 });
@@ -431,7 +431,7 @@ mod tests {
         servers.attach_item_slots(0, Arc::clone(&slots) as Arc<dyn Publisher>).unwrap();
         let served = &servers.served()[0];
         let mut effects = Effects::default();
-        let mut handle = |request, id| served.serve(ConnectionId::default(), request, id, 0, &mut effects);
+        let mut handle = |request, id| served.serve(ConnectionId::default(), request, id, Now::default(), &mut effects);
         let prepare = |ts: Timestamp, value: &[u8]| Request::Prepare {
             ts,
             metadata: rampkv_core::wire::Metadata::WriteSet(rampkv_core::wire::WriteSet::from_keys(&[b"a"]).unwrap()),

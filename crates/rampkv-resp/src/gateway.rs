@@ -47,6 +47,9 @@
 //!   [`GATEWAY_OUTPUT_BACKLOG_BYTES_MAX`] of them wait (its later commands wait in its socket).
 //! - A client that closes its sending side still gets the replies to the complete commands it
 //!   sent; an incomplete trailing command is dropped.
+//! - With an idle timeout ([`GatewayConfig::idle_timeout`], `--timeout SECONDS` as Redis's
+//!   `timeout`), a connection that sent no command for that long, has no command in flight and
+//!   no reply waiting is closed (its session goes back to the pool).
 //! - A transaction that fails (timeout, server error) gets `-ERR rampkv: ...`. A timed-out
 //!   write may or may not have taken effect, as with any store.
 //! - If the driver's connections to the servers fail, every command in flight gets an error,
@@ -69,8 +72,8 @@ use super::codec::{self, Frame, Protocol, RequestLimits, RequestParser};
 use super::command::{parse_request, Request};
 use super::transport::{SharedPollTransport, SERVER_TOKEN_BASE};
 use super::{
-    value, GATEWAY_OUTPUT_BACKLOG_BYTES_MAX, GATEWAY_SESSIONS_DEFAULT, GATEWAY_SESSIONS_MAX, GATEWAY_WRITE_EARLY_BYTES,
-    REDIS_COMPATIBLE_VERSION,
+    value, GATEWAY_IDLE_SCAN_INTERVAL, GATEWAY_OUTPUT_BACKLOG_BYTES_MAX, GATEWAY_SESSIONS_DEFAULT,
+    GATEWAY_SESSIONS_MAX, GATEWAY_WRITE_EARLY_BYTES, REDIS_COMPATIBLE_VERSION,
 };
 use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::TXN_KEYS_MAX;
@@ -148,6 +151,8 @@ pub struct GatewayConfig {
     /// Redis's `protected-mode` (on by default): a gateway without a password for `default`
     /// refuses to listen on anything but a loopback address.
     pub protected_mode: bool,
+    /// Redis's `timeout`: close a connection idle this long (`None`, the default: never).
+    pub idle_timeout: Option<Duration>,
 }
 
 /// The server groups of this process ([`rampkv_net::server::ServerGroup::servers`]); server i
@@ -167,6 +172,7 @@ impl GatewayConfig {
             in_process: None,
             users: Arc::new(Users::open()),
             protected_mode: true,
+            idle_timeout: None,
         }
     }
 
@@ -219,7 +225,7 @@ impl Gateway {
             Arc::clone(&stop),
             (cluster.clone(), config.in_process.clone()),
             (driver, Arc::clone(&waker)),
-            (address.port(), Arc::clone(&config.users)),
+            (address.port(), Arc::clone(&config.users), config.idle_timeout),
         );
         let thread = std::thread::Builder::new().name("rampkv-gateway".into()).spawn(move || event_loop.run())?;
         Ok(Gateway { address, stop, waker, thread: Some(thread) })
@@ -335,6 +341,8 @@ struct Connection {
     queued: bool,
     /// In the loop's list of replies to write at the end of the turn.
     flush_queued: bool,
+    /// When it last sent a command (or connected): the idle timeout counts from here.
+    last_command: Instant,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -384,6 +392,8 @@ struct EventLoop {
     next_client_id: u64,
     stats: Stats,
     users: Arc<Users>,
+    idle_timeout: Option<Duration>,
+    next_idle_scan: Instant,
 }
 
 impl EventLoop {
@@ -393,7 +403,7 @@ impl EventLoop {
         stop: Arc<AtomicBool>,
         (cluster, in_process): (Cluster, Option<InProcessServers>),
         (driver, waker): (GatewayDriver, Arc<Waker>),
-        (port, users): (u16, Arc<Users>),
+        (port, users, idle_timeout): (u16, Arc<Users>, Option<Duration>),
     ) -> Self {
         let session_count = driver.session_count();
         let txn_options = *driver.txn_options();
@@ -428,6 +438,8 @@ impl EventLoop {
                 commands_processed: 0,
             },
             users,
+            idle_timeout,
+            next_idle_scan: Instant::now(),
         }
     }
 
@@ -439,6 +451,8 @@ impl EventLoop {
                 Some(Duration::ZERO) // work left from the last turn
             } else if in_flight {
                 Some(IN_FLIGHT_POLL_TIMEOUT)
+            } else if self.idle_timeout.is_some() && self.free_slots.len() < self.connections.len() {
+                Some(GATEWAY_IDLE_SCAN_INTERVAL) // connections to time out
             } else {
                 None
             };
@@ -480,8 +494,30 @@ impl EventLoop {
                 }
             }
             self.flush_replies();
+            self.close_idle();
         }
         Ok(())
+    }
+
+    /// Closes the connections idle past the idle timeout (at most every
+    /// `GATEWAY_IDLE_SCAN_INTERVAL`): no command for that long, none in flight, no reply waiting.
+    fn close_idle(&mut self) {
+        let Some(idle_timeout) = self.idle_timeout else { return };
+        let now = Instant::now();
+        if now < self.next_idle_scan {
+            return;
+        }
+        self.next_idle_scan = now + GATEWAY_IDLE_SCAN_INTERVAL;
+        for slot in 0..self.connections.len() {
+            let idle = self.connections[slot].as_ref().is_some_and(|connection| {
+                connection.pending.is_none()
+                    && connection.outgoing.is_empty()
+                    && now.saturating_duration_since(connection.last_command) >= idle_timeout
+            });
+            if idle {
+                self.close(slot);
+            }
+        }
     }
 
     fn enqueue(&mut self, slot: usize) {
@@ -554,6 +590,7 @@ impl EventLoop {
             wants_writable: false,
             queued: false,
             flush_queued: false,
+            last_command: Instant::now(),
         });
         self.next_client_id += 1;
         self.enqueue(slot);
@@ -616,6 +653,7 @@ impl EventLoop {
                     let request =
                         if args.is_empty() { None } else { Some(parse_request(&args, connection.permissions)) };
                     connection.incoming.consume(consumed);
+                    connection.last_command = Instant::now();
                     if let Some(request) = request {
                         self.stats.commands_processed += 1;
                         self.execute(slot, request);

@@ -83,6 +83,10 @@ pub const GATEWAY_SESSIONS_MAX: usize = 16 * 1024;
 /// of `TXN_KEYS_MAX` values of `VALUE_BYTES_MAX` is 16 MiB.
 pub const GATEWAY_OUTPUT_BACKLOG_BYTES_MAX: usize = 1024 * 1024;
 
+/// With an idle timeout (`--timeout`, as Redis's `timeout`), how often the gateway looks for
+/// connections idle past it (each look reads every connection; one closes at most this late).
+pub const GATEWAY_IDLE_SCAN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Replies are written once per turn of the gateway's loop, when it has nothing left to run
 /// (one send for a pipeline's replies, as Redis does before it waits), or as soon as this many
 /// bytes of them wait.

@@ -15,6 +15,8 @@
 //! Every module keeps its path under `rampkv::` (`rampkv::client::Client`, ...).
 #![forbid(unsafe_code)]
 
+pub mod logging;
+
 pub use rampkv_bench::{bench, chaos, checker, figures, history, progress};
 pub use rampkv_core::{cluster, limits, protocol, storage, types, wire};
 pub use rampkv_net::{auth, client, item_slots, message, recovery, server, transport};

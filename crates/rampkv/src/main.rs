@@ -33,7 +33,7 @@ use rampkv::recovery::RECOVERY_TIMEOUT_MS;
 use rampkv::resp::auth::Users;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::front::FrontEnd;
-use rampkv::server::{ServerConfig, ServerGroup};
+use rampkv::server::{ConnectionLimits, ServerConfig, ServerGroup};
 
 /// Writes a line to stderr. A closed stderr (a reader that went away) is not an error worth a
 /// panic, which `eprintln!` would raise: the line is dropped.
@@ -105,6 +105,11 @@ enum Command {
         /// open to anyone who can reach it.
         #[arg(long)]
         insecure_no_secret: bool,
+        /// Close a TCP connection that sent no request for SECONDS (0: never), as Redis's
+        /// `timeout`. Clients reconnect only when a transaction fails, so set it only where
+        /// idle connections must not hold the server's connection slots.
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        timeout: u64,
     },
     /// Run a local cluster of several servers in this process and write its cluster file.
     Local {
@@ -241,6 +246,9 @@ struct RespAuthArgs {
     /// user) refuses to listen on an address other than loopback. `no` turns the check off.
     #[arg(long, value_enum, default_value_t = YesNo::Yes)]
     protected_mode: YesNo,
+    /// Close a RESP connection idle for SECONDS (0: never), as Redis's `timeout`.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    timeout: u64,
 }
 
 /// Redis's spelling of a boolean setting.
@@ -268,6 +276,7 @@ impl RespAuthArgs {
         Ok(GatewayConfig {
             users: Arc::new(self.users()?),
             protected_mode: self.protected_mode == YesNo::Yes,
+            idle_timeout: (self.timeout > 0).then(|| Duration::from_secs(self.timeout)),
             ..config
         })
     }
@@ -486,6 +495,7 @@ struct FiguresArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    rampkv::logging::init();
     match run(cli.command) {
         Ok(code) => code,
         Err(error) => {
@@ -507,13 +517,16 @@ fn run(command: Command) -> Result<ExitCode> {
             item_slot_bytes,
             secret,
             insecure_no_secret,
+            timeout,
         } => {
             let secret = secret.install()?;
             let addresses: Vec<SocketAddr> = [Some(listen), ring_listen, rfrpc_listen].into_iter().flatten().collect();
             if let Some(refusal) = binary_protected_mode_refusal(&addresses, secret.is_some(), insecure_no_secret) {
                 bail!(refusal); // before anything listens
             }
-            let mut group = ServerGroup::spawn_with_secret(&[ServerConfig { listen, gc_grace_ms }], secret)
+            let idle_timeout_ms = timeout.checked_mul(1_000).context("--timeout is out of range")?;
+            let limits = ConnectionLimits { idle_timeout_ms, ..ConnectionLimits::default() };
+            let mut group = ServerGroup::spawn_with(&[ServerConfig { listen, gc_grace_ms }], secret, limits)
                 .with_context(|| format!("cannot listen on {listen}"))?;
             if let Some(path) = cluster {
                 let cluster = Cluster::from_file(&path)?;

@@ -306,6 +306,10 @@ fn metadata(rng: &mut SmallRng) -> Metadata {
     }
 }
 
+fn cluster_view(rng: &mut SmallRng) -> Option<rampkv::wire::ClusterView> {
+    rng.gen_bool(0.5).then(|| rampkv::wire::ClusterView { partitions: rng.gen(), server_index: rng.gen() })
+}
+
 fn writes(rng: &mut SmallRng) -> Vec<Write> {
     (0..rng.gen_range(0..5)).map(|_| Write { key: bytes(rng, 12), value: bytes(rng, 40) }).collect()
 }
@@ -328,7 +332,7 @@ fn request(rng: &mut SmallRng, variant: usize) -> Request {
     let ts = rng.gen();
     let keys = |rng: &mut SmallRng| (0..rng.gen_range(0..5)).map(|_| bytes(rng, 12)).collect();
     match variant % 11 {
-        0 => Request::Hello { client_ids_wanted: rng.gen() },
+        0 => Request::Hello { client_ids_wanted: rng.gen(), cluster: cluster_view(rng) },
         1 => Request::Get { items: get_items(rng) },
         2 => Request::GetLocate { items: get_items(rng) },
         3 => Request::Prepare { ts, metadata: metadata(rng), write_set: keys(rng), writes: writes(rng) },
@@ -348,7 +352,7 @@ fn version(rng: &mut SmallRng) -> VersionItem {
 
 fn response(rng: &mut SmallRng, variant: usize) -> Response {
     match variant % 7 {
-        0 => Response::Hello { client_id_first: rng.gen(), client_ids_granted: rng.gen() },
+        0 => Response::Hello { client_id_first: rng.gen(), client_ids_granted: rng.gen(), cluster: cluster_view(rng) },
         6 => {
             let items: Vec<VersionItem> = (0..rng.gen_range(0..4)).map(|_| version(rng)).collect();
             let on_arrival = items.iter().map(|_| rng.gen()).collect();

@@ -8,7 +8,7 @@
 
 use rampkv::cluster::Cluster;
 use rampkv::protocol::ramp::{ReadTxn, TxnOptions, WriteTxn};
-use rampkv::protocol::server::{Effects, ServerCore};
+use rampkv::protocol::server::{Effects, Now, ServerCore};
 use rampkv::protocol::{ConnectionId, Outgoing, ReadOutcome, Step};
 use rampkv::wire::{FrameHeader, Request, Response};
 
@@ -20,11 +20,17 @@ struct Servers {
 }
 
 impl Servers {
+    /// The servers' time; the writers' timestamps are `(n << 16) | 1`, a few microseconds after
+    /// the epoch, so the wall clock stays at it.
+    fn now(&self) -> Now {
+        Now { monotonic_ms: self.now_ms, wall_clock_us: 0 }
+    }
+
     fn call(&self, outgoing: &Outgoing) -> Response {
         let (mut frame, mut effects) = (Vec::new(), Effects::default());
         let connection = ConnectionId::default();
         let reply =
-            self.cores[outgoing.server].handle(connection, outgoing.request.clone(), 0, self.now_ms, &mut effects);
+            self.cores[outgoing.server].handle(connection, outgoing.request.clone(), 0, self.now(), &mut effects);
         reply.expect("RAMP requests never wait").encode_frame(0, &mut frame, |_| None);
         let (header, body) = FrameHeader::split(&frame).unwrap().unwrap();
         Response::decode(header.kind, body).unwrap()

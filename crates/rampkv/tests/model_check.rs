@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use rampkv::cluster::Cluster;
 use rampkv::protocol::bloom::{may_contain, BloomParameters};
 use rampkv::protocol::ramp::{Algorithm, TxnOptions};
-use rampkv::protocol::server::{Effects, ServerCore};
+use rampkv::protocol::server::{Effects, Now, ServerCore};
 use rampkv::protocol::session::{Completion, Post, Sessions, TxnResult};
 use rampkv::protocol::{ConnectionId, ReadOutcome};
 use rampkv::wire::{FrameHeader, Request, Response};
@@ -107,8 +107,13 @@ impl World {
         let message = self.in_flight.remove(position);
         let (mut frame, mut effects) = (Vec::new(), Effects::default());
         let connection = ConnectionId { slot: id.0 as u32, ..ConnectionId::default() };
-        let reply =
-            self.servers[message.server].handle(connection, message.request, message.request_id, 0, &mut effects);
+        let reply = self.servers[message.server].handle(
+            connection,
+            message.request,
+            message.request_id,
+            Now::default(),
+            &mut effects,
+        );
         reply.expect("RAMP requests never wait").encode_frame(message.request_id, &mut frame, |_| None);
         let (header, body) = FrameHeader::split(&frame).unwrap().unwrap();
         let response = Response::decode(header.kind, body).unwrap();

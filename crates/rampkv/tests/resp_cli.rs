@@ -964,3 +964,29 @@ fn a_timestamp_from_the_future_does_not_spread_through_pooled_sessions() {
         exchange(&mut other, &multibulk(&["GET", key]), b"$6\r\nsecond\r\n");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Idle connections (issue 15, phase B item 2: the gateway's `--timeout`)
+
+/// Redis's `timeout`: a connection idle that long is closed and its session goes back to the
+/// pool (here 2 sessions, a 300 ms timeout), so idle clients cannot hold every session; a
+/// client that keeps sending commands stays connected.
+#[test]
+fn the_idle_timeout_closes_idle_connections_and_frees_their_sessions() {
+    let stack = Stack::start_configured(1, 2, false, |config| GatewayConfig {
+        idle_timeout: Some(Duration::from_millis(300)),
+        ..config
+    });
+    let mut idle = stack.connect();
+    exchange(&mut idle, b"PING\r\n", b"+PONG\r\n");
+    let mut active = stack.connect();
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(1_000) {
+        exchange(&mut active, b"PING\r\n", b"+PONG\r\n");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(idle.read(&mut [0u8; 16]).unwrap_or(0), 0, "the idle connection was closed");
+    let mut third = stack.connect(); // the idle one's session is free again
+    exchange(&mut third, b"PING\r\n", b"+PONG\r\n");
+    exchange(&mut active, &multibulk(&["SET", "k", "v"]), b"+OK\r\n");
+}

@@ -33,7 +33,7 @@ use rampkv::checker;
 use rampkv::cluster::Cluster;
 use rampkv::history::{self, ReadRecord, Record, WriteRecord};
 use rampkv::protocol::ramp::{Algorithm, TxnOptions};
-use rampkv::protocol::server::{Addressed, Effects, Reply, ServerCore};
+use rampkv::protocol::server::{Addressed, Effects, Now, Reply, ServerCore};
 use rampkv::protocol::session::{Completion, Post, Sessions, TxnError, TxnResult};
 use rampkv::protocol::ConnectionId;
 use rampkv::recovery::{participants, verdict, Verdict};
@@ -196,7 +196,7 @@ impl World {
                     connection(client),
                     request,
                     request_id,
-                    self.now_ms,
+                    Now { monotonic_ms: self.now_ms, wall_clock_us: self.now_us() },
                     &mut self.effects,
                 );
                 if let Some(reply) = reply {

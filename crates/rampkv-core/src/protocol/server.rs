@@ -20,22 +20,33 @@
 //! is never set and replies go out at once.
 //!
 //! A request is validated completely before it changes anything, so a refused request leaves
-//! the store as it was. The core takes the time as an argument (for garbage collection and
-//! lock deadlines).
+//! the store as it was. The core takes the time as an argument ([`Now`]): the monotonic clock
+//! for garbage collection and lock deadlines, the wall clock for the timestamps clients send.
+//!
+//! # Timestamps from clients
+//! A PREPARE, PUT, LOCK_WRITE, COMMIT or COMMIT_LOCKED whose timestamp no honest client issues
+//! (0, client id 0, or further ahead of the server's wall clock than `TIMESTAMP_FUTURE_SKEW_MS`:
+//! [`check_client_timestamp`]) is refused with a BAD_REQUEST error naming the timestamp, how far
+//! ahead it is and the bound. Stored, such a version would pin its key: every later write is
+//! older, hence invisible, and readers would carry the forged timestamp on (issue 15).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
 use super::locks::{LockDecision, LockMode, LockTable};
 use super::ConnectionId;
-use crate::limits::{CLIENT_IDS_MAX, KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
-use crate::storage::{Key, Store, StoreError, StoredMetadata, Version};
-use crate::types::{Timestamp, TIMESTAMP_INITIAL};
+use crate::cluster::Cluster;
+use crate::limits::{
+    CLIENT_IDS_MAX, GC_SWEEP_INTERVAL_MS, GC_SWEEP_KEYS_PER_TICK, KEY_BYTES_MAX, PREPARED_ABANDON_MS, TXN_KEYS_MAX,
+    VALUE_BYTES_MAX,
+};
+use crate::storage::{Key, Store, StoreError, StoredMetadata, SweepCursor, Version};
+use crate::types::{check_client_timestamp, Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::{append_versions_frame, append_versions_located_frame, append_versions_locked_frame};
 use crate::wire::{
-    ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, VersionItem, Write, WriteSet,
+    ClusterView, ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, VersionItem, Write, WriteSet,
 };
 
 /// What a GET item is answered with: a stored version itself (shared, not copied), so that the
@@ -97,6 +108,17 @@ impl Reply {
         };
         converted.unwrap_or_else(|error| Response::bad_request(format!("a stored write set does not encode: {error}")))
     }
+}
+
+/// When a request is served: the server's monotonic clock (garbage collection, lock deadlines,
+/// recovery) and its wall clock (microseconds since `types::CLOCK_EPOCH_UNIX_US`), which a
+/// client's timestamp may not run ahead of by more than `TIMESTAMP_FUTURE_SKEW_MS`. The front
+/// end reads both once per pass; a caller serving one request at a time may leave the wall
+/// clock 0 for a request without a [`Request::written_timestamp`] (nothing reads it then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Now {
+    pub monotonic_ms: u64,
+    pub wall_clock_us: u64,
 }
 
 /// A reply to a request that arrived earlier, possibly on another connection of another front
@@ -172,6 +194,61 @@ pub struct ServerCore {
     next_client_id: AtomicU32,
     /// GET and GET_LOCATE requests served (statistics: how many reads GET\* saved).
     gets_served: AtomicU64,
+    /// The cluster file this server was started with and its index in it, once known: keys
+    /// outside its partitions are refused, and so is a HELLO from a client whose file differs.
+    ownership: OnceLock<Ownership>,
+    /// The background sweep: where it stands and when it runs next (whichever front end's
+    /// timer gets the lock runs it).
+    sweep: Mutex<Sweep>,
+    /// A server without a cluster file ends prepared transactions this old (ms).
+    prepared_abandon_ms: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Sweep {
+    cursor: SweepCursor,
+    next_ms: u64,
+}
+
+/// A server's place in its cluster file.
+#[derive(Debug)]
+struct Ownership {
+    cluster: Cluster,
+    index: usize,
+}
+
+impl Ownership {
+    /// The refusal of `key` if this server does not own it.
+    fn check(&self, key: &[u8]) -> Result<(), OwnershipError> {
+        let partition = self.cluster.partition_of(key);
+        let owner = self.cluster.owner_of_partition(partition).unwrap_or(usize::MAX);
+        if owner == self.index {
+            return Ok(());
+        }
+        let owner_address = self.cluster.servers().get(owner).cloned().unwrap_or_default();
+        let key = String::from_utf8_lossy(&key[..key.len().min(64)]).into_owned();
+        Err(OwnershipError::NotOwned { key, partition, owner, owner_address, index: self.index })
+    }
+
+    fn view(&self) -> ClusterView {
+        ClusterView { partitions: self.cluster.partition_count(), server_index: self.index as u32 }
+    }
+}
+
+/// Why a server refuses a request for a key, or a client's HELLO, under its cluster file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum OwnershipError {
+    #[error(
+        "key {key:?} is in partition {partition}, which server {owner} ({owner_address}) owns, not this server \
+         ({index}): the client's cluster file differs from the servers'"
+    )]
+    NotOwned { key: String, partition: u32, owner: usize, owner_address: String, index: usize },
+    #[error(
+        "cluster files differ: the client's has {client_partitions} partitions and calls this server {client_index}; \
+         this server's has {partitions} partitions and it is server {index}"
+    )]
+    ClusterMismatch { client_partitions: u32, client_index: u32, partitions: u32, index: usize },
 }
 
 impl ServerCore {
@@ -182,7 +259,47 @@ impl ServerCore {
             locks: Mutex::new(LockTable::default()),
             next_client_id: AtomicU32::new(1),
             gets_served: AtomicU64::new(0),
+            ownership: OnceLock::new(),
+            sweep: Mutex::new(Sweep::default()),
+            prepared_abandon_ms: AtomicU64::new(PREPARED_ABANDON_MS),
         }
+    }
+
+    /// How long a server without a cluster file waits for a prepared transaction's COMMIT
+    /// before it ends it (default `PREPARED_ABANDON_MS`; tests shorten it).
+    pub fn set_prepared_abandon_ms(&self, abandon_ms: u64) {
+        self.prepared_abandon_ms.store(abandon_ms, Ordering::Relaxed);
+    }
+
+    /// The core's timer: at most every `GC_SWEEP_INTERVAL_MS`, sweeps up to
+    /// `GC_SWEEP_KEYS_PER_TICK` keys (collecting superseded versions of keys not written again),
+    /// and, on a server without a cluster file (no recovery will resolve them), ends the
+    /// prepared transactions older than the abandon timeout: their versions are dropped and a
+    /// late COMMIT gets an error. With a cluster file, cooperative termination resolves them.
+    /// Returns the keys swept (0: not its time, or another front end is sweeping).
+    pub fn tick(&self, now_ms: u64) -> usize {
+        let Some(mut sweep) = self.sweep.try_lock() else { return 0 };
+        if now_ms < sweep.next_ms {
+            return 0;
+        }
+        sweep.next_ms = now_ms + GC_SWEEP_INTERVAL_MS;
+        let swept = self.store.sweep(&mut sweep.cursor, GC_SWEEP_KEYS_PER_TICK, now_ms);
+        if self.ownership.get().is_none() {
+            let abandon_ms = self.prepared_abandon_ms.load(Ordering::Relaxed);
+            if let Some(prepared_before_ms) = now_ms.checked_sub(abandon_ms) {
+                for (ts, _) in self.store.stale_pending(prepared_before_ms) {
+                    self.store.abort(ts, now_ms);
+                }
+            }
+        }
+        swept
+    }
+
+    /// Makes this server server `index` of `cluster`: from now on it refuses requests for keys
+    /// outside its partitions and HELLOs from clients whose cluster file differs. Once only: a
+    /// second call (or `index` beyond the cluster) returns false and changes nothing.
+    pub fn join_cluster(&self, cluster: Cluster, index: usize) -> bool {
+        index < cluster.servers().len() && self.ownership.set(Ownership { cluster, index }).is_ok()
     }
 
     /// GET and GET_LOCATE requests this server has served.
@@ -212,12 +329,21 @@ impl ServerCore {
         connection: ConnectionId,
         request: Request,
         request_id: u64,
-        now_ms: u64,
+        now: Now,
         effects: &mut Effects,
     ) -> Option<Reply> {
         let plain = |response: Response| Some(Reply::Response(response));
+        if let Some(ts) = request.written_timestamp() {
+            if let Err(error) = check_client_timestamp(ts, now.wall_clock_us) {
+                return plain(Response::bad_request(error.to_string()));
+            }
+        }
+        if let Err(error) = self.check_ownership(&request) {
+            return plain(Response::bad_request(error.to_string()));
+        }
+        let now_ms = now.monotonic_ms;
         match request {
-            Request::Hello { client_ids_wanted } => plain(self.hello(client_ids_wanted)),
+            Request::Hello { client_ids_wanted, .. } => plain(self.hello(client_ids_wanted)),
             Request::Get { items } => Some(self.get(&items).map_or_else(Reply::Response, Reply::Versions)),
             Request::GetLocate { items } => Some(match self.get(&items) {
                 Ok(answers) => Reply::Located { answers, keys: items.into_iter().map(|item| item.key).collect() },
@@ -227,7 +353,16 @@ impl ServerCore {
                 plain(ack_or_error(self.prepare(ts, metadata, write_set, writes, now_ms, effects)))
             }
             Request::Commit { ts } => {
-                self.commit(ts, effects);
+                // Nothing committed: an unknown or already committed ts (a retried COMMIT: an
+                // ACK), or one that was ended unresolved (its versions are gone: an error).
+                if self.commit(ts, effects) == 0 && self.store.was_aborted(ts) {
+                    let message = format!(
+                        "transaction {ts} was ended without a COMMIT (recovery aborted it, or no COMMIT came \
+                         for {} ms); its prepared versions were dropped",
+                        self.prepared_abandon_ms.load(Ordering::Relaxed)
+                    );
+                    return plain(Response::bad_request(message));
+                }
                 plain(Response::Ack)
             }
             Request::Put { ts, writes } => {
@@ -265,10 +400,11 @@ impl ServerCore {
                 self.decide(decisions, connection, request_id, effects)
             }
             Request::CommitLocked { ts } => {
-                // The writes are applied while the lock table is held: a lock request served by
-                // another thread must not find the locks free and the writes not yet there (a
-                // read granted in between would miss them, and a read's arrival timestamps
-                // are taken under the table too).
+                // The staged writes are applied before the locks go (the lock table stays locked
+                // until they are): another front end's thread (an in-process client serves on its
+                // own) granted a lock in between would read the old values, and a reader that read
+                // another key of the transaction on another server already saw the new ones: a
+                // fractured read (seen once in `tests/inprocess.rs` under load).
                 let mut locks = self.locks.lock();
                 let (staged, decisions) = locks.finish(ts);
                 let keys = effects.publishing.then(|| staged_keys(&staged));
@@ -285,6 +421,36 @@ impl ServerCore {
                 self.route_decisions(decisions, effects);
                 plain(Response::Ack)
             }
+        }
+    }
+
+    /// Refuses a request for a key this server does not own, or a HELLO from a client whose
+    /// cluster file differs (a server with no cluster file checks nothing).
+    fn check_ownership(&self, request: &Request) -> Result<(), OwnershipError> {
+        let Some(ownership) = self.ownership.get() else { return Ok(()) };
+        match request {
+            Request::Hello { cluster: Some(view), .. } => {
+                let own = ownership.view();
+                if *view == own {
+                    return Ok(());
+                }
+                Err(OwnershipError::ClusterMismatch {
+                    client_partitions: view.partitions,
+                    client_index: view.server_index,
+                    partitions: own.partitions,
+                    index: ownership.index,
+                })
+            }
+            Request::Get { items } | Request::GetLocate { items } => {
+                items.iter().try_for_each(|item| ownership.check(&item.key))
+            }
+            Request::Prepare { writes, .. } | Request::Put { writes, .. } | Request::LockWrite { writes, .. } => {
+                writes.iter().try_for_each(|write| ownership.check(&write.key))
+            }
+            Request::LockRead { keys, .. } => keys.iter().try_for_each(|key| ownership.check(key)),
+            // COMMIT, COMMIT_LOCKED and RELEASE name no key; STATUS asks about the keys a
+            // prepared transaction wrote here (recovery), answered from what is stored.
+            _ => Ok(()),
         }
     }
 
@@ -389,7 +555,8 @@ impl ServerCore {
             first = 1;
         }
         debug_assert!(first >= 1 && first + wanted - 1 <= span, "a block of ids never holds 0 or wraps");
-        Response::Hello { client_id_first: first as u16, client_ids_granted: wanted as u16 }
+        let cluster = self.ownership.get().map(Ownership::view);
+        Response::Hello { client_id_first: first as u16, client_ids_granted: wanted as u16, cluster }
     }
 
     /// What a GET of `items` finds, or the error reply that ends it.
@@ -498,13 +665,59 @@ mod tests {
     use super::*;
     use crate::wire::{FrameHeader, GetItem};
 
+    /// Issue 15: "one raw PUT with timestamp u64::MAX pins the key: every later write answers
+    /// OK and is never visible". Each request that writes or commits at a timestamp is refused
+    /// when no honest client issues it, the store is left as it was, and the key stays writable.
+    #[test]
+    fn writes_and_commits_at_forged_timestamps_are_refused_and_change_nothing() {
+        let core = ServerCore::new(10);
+        let mut effects = Effects::default();
+        let now = Now { monotonic_ms: 1, wall_clock_us: 50_000_000 };
+        let write = || vec![Write { key: b"k".to_vec(), value: b"forged".to_vec() }];
+        let honest = (now.wall_clock_us << 16) | 3;
+        let forged = [0, u64::MAX, (now.wall_clock_us << 16), ((now.wall_clock_us + 1_000_001) << 16) | 3];
+        for ts in forged {
+            let requests = [
+                Request::Prepare { ts, metadata: Metadata::None, write_set: Vec::new(), writes: write() },
+                Request::Put { ts, writes: write() },
+                Request::LockWrite { ts, writes: write() },
+                Request::Commit { ts },
+                Request::CommitLocked { ts },
+            ];
+            for request in requests {
+                let kind = request.kind();
+                let reply = core.handle(ConnectionId::default(), request, 1, now, &mut effects);
+                let Some(Reply::Response(Response::Error { code: ErrorCode::BadRequest, message })) = reply else {
+                    panic!("ts {ts} kind {kind}: {reply:?}")
+                };
+                assert!(message.contains(&format!("timestamp {ts}")), "{message}");
+            }
+        }
+        assert_eq!(core.store().stats().versions, 0, "nothing was stored");
+        assert!(core.locks.lock().next_deadline_ms().is_none());
+        let ahead = match core.handle(ConnectionId::default(), Request::Commit { ts: u64::MAX }, 1, now, &mut effects) {
+            Some(Reply::Response(Response::Error { message, .. })) => message,
+            other => panic!("{other:?}"),
+        };
+        assert!(ahead.contains("µs ahead") && ahead.contains("1000 ms"), "names how far ahead and the bound: {ahead}");
+        let put =
+            core.handle(ConnectionId::default(), Request::Put { ts: honest, writes: write() }, 2, now, &mut effects);
+        assert!(matches!(put, Some(Reply::Response(Response::Ack))), "{put:?}");
+        assert_eq!(core.store().last_commit(b"k"), honest, "the key took the honest write");
+        // Reads, lock reads, releases and status asks carry no timestamp that is stored.
+        let read = Request::LockRead { ts: u64::MAX, keys: vec![b"k".to_vec()] };
+        assert!(matches!(core.handle(ConnectionId::default(), read, 3, now, &mut effects), Some(Reply::Versions(_))));
+    }
+
     /// `into_response` (the in-process client's reply, built without a frame) must be exactly
     /// what a client of every other transport decodes from the frame `encode_frame` writes.
     #[test]
     fn a_reply_as_a_response_is_what_its_frame_decodes_to() {
         let core = ServerCore::new(10);
         let mut effects = Effects::default();
-        let mut handle = |request, now_ms| core.handle(ConnectionId::default(), request, 1, now_ms, &mut effects);
+        let mut handle = |request, monotonic_ms| {
+            core.handle(ConnectionId::default(), request, 1, Now { monotonic_ms, wall_clock_us: 0 }, &mut effects)
+        };
         let write = |key: &str, value: &str| Write { key: key.as_bytes().to_vec(), value: value.as_bytes().to_vec() };
         let prepares = [
             (

@@ -28,6 +28,38 @@ pub use request::{GetItem, Request, Selector, Write};
 pub use response::{ErrorCode, Response, TxnState, VersionItem};
 pub use write_set::{WriteSet, WriteSetKeys};
 
+/// What a HELLO says of the cluster file its sender runs with: the partition count, and the
+/// index of the server the HELLO is addressed to (in a request) or answered by (in a reply). A
+/// client and a server started with different cluster files refuse each other instead of
+/// routing keys to a server that does not own them. Absent (`None`): the sender has no cluster
+/// file (a server without `--cluster`) or predates the field; nothing is checked then.
+///
+/// # Format
+/// Appended to the HELLO body: u32 `partitions`, u32 `server_index` (8 bytes), or nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClusterView {
+    pub partitions: u32,
+    pub server_index: u32,
+}
+
+impl ClusterView {
+    /// Appends the view, if any (nothing for `None`: the body an older peer sends).
+    pub fn encode(view: Option<ClusterView>, encoder: &mut Encoder<'_>) {
+        if let Some(view) = view {
+            encoder.u32(view.partitions);
+            encoder.u32(view.server_index);
+        }
+    }
+
+    /// Decodes the view at the end of a HELLO body: none if no byte is left.
+    pub fn decode(decoder: &mut Decoder<'_>) -> Result<Option<ClusterView>, WireError> {
+        if decoder.remaining().is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(ClusterView { partitions: decoder.u32()?, server_index: decoder.u32()? }))
+    }
+}
+
 use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 
 /// Why bytes from the network were refused.

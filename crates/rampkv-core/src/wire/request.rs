@@ -13,7 +13,9 @@
 //!   0x03 HIGHEST_OF u32 n, u64 * n the highest stored version whose ts is one of these
 //!                                  (n <= TXN_KEYS_MAX); ts 0 in the reply: none is stored
 //!
-//! 0x01 HELLO    u16 client_ids_wanted            ask for a block of unique client ids
+//! 0x01 HELLO    u16 client_ids_wanted [u32 partitions, u32 server_index]
+//!                                                 ask for a block of unique client ids (and
+//!                                                 check the cluster files agree)
 //! 0x02 GET      u32 count, (key, selector) * count
 //! 0x03 PREPARE  u64 ts, metadata, keys write_set, store versions, not yet visible; the
 //!               u32 count, (key, value) * count  write set is for recovery (cooperative
@@ -40,7 +42,7 @@
 
 use super::frame::append_frame;
 use super::metadata::Metadata;
-use super::{Decoder, Encoder, WireError};
+use super::{ClusterView, Decoder, Encoder, WireError};
 use crate::limits::TXN_KEYS_MAX;
 use crate::types::Timestamp;
 
@@ -94,8 +96,10 @@ pub struct Write {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Request {
-    /// Asks for `client_ids_wanted` consecutive unique client ids.
-    Hello { client_ids_wanted: u16 },
+    /// Asks for `client_ids_wanted` consecutive unique client ids; `cluster`: the client's
+    /// cluster file's partition count and the index it gives this server (checked by a server
+    /// that has a cluster file).
+    Hello { client_ids_wanted: u16, cluster: Option<ClusterView> },
     /// Reads keys stored on this server.
     Get { items: Vec<GetItem> },
     /// As `Get`, and the reply (`Response::VersionsLocated`) also gives each key's item slot
@@ -140,6 +144,20 @@ impl Request {
         }
     }
 
+    /// The timestamp this request writes at or commits: the timestamps a server checks against
+    /// its clock (PREPARE, PUT, LOCK_WRITE, COMMIT, COMMIT_LOCKED). None for reads, locks for
+    /// reading, releases and status asks, which store nothing at their timestamp.
+    pub fn written_timestamp(&self) -> Option<Timestamp> {
+        match self {
+            Request::Prepare { ts, .. }
+            | Request::Put { ts, .. }
+            | Request::LockWrite { ts, .. }
+            | Request::Commit { ts }
+            | Request::CommitLocked { ts } => Some(*ts),
+            _ => None,
+        }
+    }
+
     /// Appends this request as one frame to `out`.
     pub fn encode_frame(&self, request_id: u64, out: &mut Vec<u8>) {
         append_frame(out, self.kind(), request_id, |body| self.encode_body(body));
@@ -149,7 +167,10 @@ impl Request {
     pub fn encode_body(&self, out: &mut Vec<u8>) {
         let mut encoder = Encoder::new(out);
         match self {
-            Request::Hello { client_ids_wanted } => encoder.u16(*client_ids_wanted),
+            Request::Hello { client_ids_wanted, cluster } => {
+                encoder.u16(*client_ids_wanted);
+                ClusterView::encode(*cluster, &mut encoder);
+            }
             Request::Get { items } | Request::GetLocate { items } => {
                 assert!(items.len() <= TXN_KEYS_MAX);
                 encoder.count(items.len());
@@ -180,7 +201,9 @@ impl Request {
     pub fn decode(kind: u8, body: &[u8]) -> Result<Request, WireError> {
         let mut decoder = Decoder::new(body);
         let request = match kind {
-            KIND_HELLO => Request::Hello { client_ids_wanted: decoder.u16()? },
+            KIND_HELLO => {
+                Request::Hello { client_ids_wanted: decoder.u16()?, cluster: ClusterView::decode(&mut decoder)? }
+            }
             KIND_GET | KIND_GET_LOCATE => {
                 let count = decoder.count("get items", TXN_KEYS_MAX, 3)?;
                 let items = (0..count)

@@ -2,7 +2,7 @@
 //!
 //! # Format (frame bodies, all integers little-endian; `key`, `value`, `keys` as in request.rs)
 //! ```text
-//! 0x81 HELLO     u16 client_id_first, u16 client_ids_granted
+//! 0x81 HELLO     u16 client_id_first, u16 client_ids_granted [u32 partitions, u32 server_index]
 //! 0x82 VERSIONS  u32 count, (u64 ts, value, metadata) * count
 //!                one entry per GET item, in request order; ts 0 = the initial (empty) value,
 //!                or for HIGHEST_OF: none of the candidates is stored
@@ -22,7 +22,7 @@
 
 use super::frame::{append_frame, try_append_frame};
 use super::metadata::{Metadata, MetadataRef};
-use super::{Decoder, Encoder, WireError};
+use super::{ClusterView, Decoder, Encoder, WireError};
 use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::Timestamp;
 
@@ -100,9 +100,12 @@ pub enum TxnState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Response {
+    /// `cluster`: the server's cluster file's partition count and its index in it (none: it
+    /// has no cluster file).
     Hello {
         client_id_first: u16,
         client_ids_granted: u16,
+        cluster: Option<ClusterView>,
     },
     Versions {
         items: Vec<VersionItem>,
@@ -158,9 +161,10 @@ impl Response {
     pub fn encode_body(&self, out: &mut Vec<u8>) {
         let mut encoder = Encoder::new(out);
         match self {
-            Response::Hello { client_id_first, client_ids_granted } => {
+            Response::Hello { client_id_first, client_ids_granted, cluster } => {
                 encoder.u16(*client_id_first);
                 encoder.u16(*client_ids_granted);
+                ClusterView::encode(*cluster, &mut encoder);
             }
             Response::Versions { items } => {
                 assert!(items.len() <= TXN_KEYS_MAX);
@@ -203,7 +207,11 @@ impl Response {
     pub fn decode(kind: u8, body: &[u8]) -> Result<Response, WireError> {
         let mut decoder = Decoder::new(body);
         let response = match kind {
-            KIND_HELLO_REPLY => Response::Hello { client_id_first: decoder.u16()?, client_ids_granted: decoder.u16()? },
+            KIND_HELLO_REPLY => Response::Hello {
+                client_id_first: decoder.u16()?,
+                client_ids_granted: decoder.u16()?,
+                cluster: ClusterView::decode(&mut decoder)?,
+            },
             KIND_VERSIONS => Response::Versions { items: decode_versions(&mut decoder)? },
             KIND_VERSIONS_LOCATED => {
                 let items = decode_versions(&mut decoder)?;

@@ -36,9 +36,16 @@ fn writes() -> impl Strategy<Value = Vec<Write>> {
     vec((key(), value()).prop_map(|(key, value)| Write { key, value }), 0..6)
 }
 
+fn cluster_view() -> impl Strategy<Value = Option<ClusterView>> {
+    proptest::option::of(
+        (any::<u32>(), any::<u32>()).prop_map(|(partitions, server_index)| ClusterView { partitions, server_index }),
+    )
+}
+
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
-        any::<u16>().prop_map(|client_ids_wanted| Request::Hello { client_ids_wanted }),
+        (any::<u16>(), cluster_view())
+            .prop_map(|(client_ids_wanted, cluster)| Request::Hello { client_ids_wanted, cluster }),
         vec((key(), selector()).prop_map(|(key, selector)| GetItem { key, selector }), 0..8)
             .prop_map(|items| Request::Get { items }),
         vec((key(), selector()).prop_map(|(key, selector)| GetItem { key, selector }), 0..8)
@@ -64,8 +71,8 @@ fn response() -> impl Strategy<Value = Response> {
         (100u16..).prop_map(ErrorCode::Unknown)
     ];
     prop_oneof![
-        (any::<u16>(), any::<u16>()).prop_map(|(client_id_first, client_ids_granted)| {
-            Response::Hello { client_id_first, client_ids_granted }
+        (any::<u16>(), any::<u16>(), cluster_view()).prop_map(|(client_id_first, client_ids_granted, cluster)| {
+            Response::Hello { client_id_first, client_ids_granted, cluster }
         }),
         vec(
             (any::<u64>(), value(), metadata()).prop_map(|(ts, value, metadata)| VersionItem { ts, value, metadata }),
@@ -135,11 +142,17 @@ proptest! {
                 // The stream reader waits for the rest ...
                 prop_assert_eq!(FrameHeader::check(&frame[..cut]), Ok(None));
             }
-            // ... and a body cut short never decodes.
+            // ... and a body cut short never decodes, but at one place: a HELLO cut right before
+            // its (optional) cluster view is the older HELLO without one, which decodes as such.
             let (header, body) = split_frame(&frame);
             for cut in 0..body.len() {
-                prop_assert!(Request::decode(header.kind, &body[..cut]).is_err());
-                prop_assert!(Response::decode(header.kind, &body[..cut]).is_err());
+                let without_view = match (Request::decode(header.kind, &body[..cut]), Response::decode(header.kind, &body[..cut])) {
+                    (Ok(Request::Hello { cluster: None, .. }), _) => cut == 2 && header.kind == 0x01,
+                    (_, Ok(Response::Hello { cluster: None, .. })) => cut == 4 && header.kind == 0x81,
+                    (Err(_), Err(_)) => true,
+                    _ => false,
+                };
+                prop_assert!(without_view, "a body cut at {} of {} decoded", cut, body.len());
             }
         }
     }
@@ -313,4 +326,24 @@ fn a_reply_too_large_for_a_frame_becomes_an_error_reply() {
         panic!("expected BadRequest");
     };
     assert!(message.contains("too large") && message.contains(&FRAME_BODY_BYTES_MAX.to_string()), "{message}");
+}
+
+/// The HELLO bytes docs/wire.md shows, with and without the cluster view; the old forms (no
+/// view) still decode, as `None`.
+#[test]
+fn hello_frames_are_the_documented_bytes() {
+    let view = Some(ClusterView { partitions: 8, server_index: 1 });
+    let mut frame = Vec::new();
+    Request::Hello { client_ids_wanted: 4, cluster: view }.encode_frame(1, &mut frame);
+    assert_eq!(frame[..16], [0x0a, 0, 0, 0, 1, 0x01, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(frame[16..], [4, 0, 8, 0, 0, 0, 1, 0, 0, 0]);
+    let mut reply = Vec::new();
+    Response::Hello { client_id_first: 5, client_ids_granted: 4, cluster: view }.encode_frame(1, &mut reply);
+    assert_eq!(reply[..16], [0x0c, 0, 0, 0, 1, 0x81, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(reply[16..], [5, 0, 4, 0, 8, 0, 0, 0, 1, 0, 0, 0]);
+    assert_eq!(Request::decode(0x01, &[4, 0]).unwrap(), Request::Hello { client_ids_wanted: 4, cluster: None });
+    let old_reply = Response::decode(0x81, &[5, 0, 4, 0]).unwrap();
+    assert_eq!(old_reply, Response::Hello { client_id_first: 5, client_ids_granted: 4, cluster: None });
+    assert!(matches!(Request::decode(0x01, &[4, 0, 8, 0, 0]), Err(WireError::Truncated { .. })));
+    assert!(matches!(Request::decode(0x01, &[4, 0, 8, 0, 0, 0, 1, 0, 0, 0, 9]), Err(WireError::TrailingBytes(1))));
 }

@@ -14,7 +14,7 @@ use rampkv_core::cluster::Cluster;
 use rampkv_core::protocol::ramp::TxnOptions;
 use rampkv_core::protocol::session::{self, Post, Sessions, TxnError};
 use rampkv_core::types::{wall_clock_us, Timestamp};
-use rampkv_core::wire::{Request, Response};
+use rampkv_core::wire::{ClusterView, Request, Response};
 
 pub use rampkv_core::protocol::session::{TxnResult, SESSIONS_MAX as DRIVER_SESSIONS_MAX};
 
@@ -51,7 +51,7 @@ impl<T: ClientTransport> Driver<T> {
             return Err(ClientError::ServerCount { transport, cluster });
         }
         let wanted = u16::try_from(sessions).map_err(|_| ClientError::Sessions { sessions })?;
-        let first_id = hello(&mut transport, wanted)?;
+        let first_id = hello(&mut transport, &cluster, wanted)?;
         let sessions = Sessions::new(cluster, first_id, sessions)?;
         Ok(Driver {
             transport,
@@ -172,29 +172,76 @@ impl<T: ClientTransport> Driver<T> {
     }
 }
 
-/// Asks server 0 for `count` client ids; returns the first.
-fn hello<T: ClientTransport>(transport: &mut T, count: u16) -> Result<u16, ClientError> {
-    transport.post(0, 0, &Request::Hello { client_ids_wanted: count })?;
+/// Says HELLO to every server, with what the client's cluster file says of it (so that a
+/// server with another cluster file refuses, and the client refuses a server whose file
+/// differs); asks server 0 for `count` client ids. Returns the first.
+fn hello<T: ClientTransport>(transport: &mut T, cluster: &Cluster, count: u16) -> Result<u16, ClientError> {
+    let servers = cluster.servers().len();
+    for server in 0..servers {
+        let view = ClusterView { partitions: cluster.partition_count(), server_index: server as u32 };
+        let wanted = if server == 0 { count } else { 0 }; // only server 0's ids are used
+        transport.post(server, server as u64, &Request::Hello { client_ids_wanted: wanted, cluster: Some(view) })?;
+    }
     transport.flush()?;
     let deadline = Instant::now() + HELLO_TIMEOUT;
-    let mut reply = None;
-    while reply.is_none() {
+    let mut replies: Vec<Option<Response>> = vec![None; servers];
+    while replies.iter().any(Option::is_none) {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(ClientError::Timeout);
         }
-        transport.poll(Some(left), |_, _, response| reply = Some(response))?;
+        transport.poll(Some(left), |server, _, response| {
+            if let Some(slot) = replies.get_mut(server) {
+                *slot = Some(response);
+            }
+        })?;
     }
-    match reply {
-        Some(Response::Hello { client_id_first, client_ids_granted })
-            if client_ids_granted >= count && client_id_first > 0 =>
-        {
-            Ok(client_id_first)
+    let mut first_id = None;
+    for (server, reply) in replies.into_iter().enumerate() {
+        let address = cluster.servers()[server].clone();
+        let (first, granted, view) = match reply {
+            Some(Response::Hello { client_id_first, client_ids_granted, cluster }) => {
+                (client_id_first, client_ids_granted, cluster)
+            }
+            Some(Response::Error { message, .. }) => {
+                return Err(ClientError::HelloRefused { server, address, message })
+            }
+            _ => return Err(ClientError::HelloReply),
+        };
+        let partitions = cluster.partition_count();
+        if let Some(view) = view.filter(|view| view.partitions != partitions || view.server_index != server as u32) {
+            let (server_partitions, server_index) = (view.partitions, view.server_index);
+            return Err(ClientError::ClusterMismatch { server, address, partitions, server_partitions, server_index });
         }
-        Some(Response::Hello { client_id_first, client_ids_granted }) => {
-            Err(ClientError::HelloGranted { wanted: count, first: client_id_first, granted: client_ids_granted })
+        if server == 0 {
+            if !granted_ids(count, first, granted) {
+                return Err(ClientError::HelloGranted { wanted: count, first, granted });
+            }
+            first_id = Some(first);
         }
-        Some(Response::Error { message, .. }) => Err(ClientError::HelloRefused { message }),
-        _ => Err(ClientError::HelloReply),
+    }
+    first_id.ok_or(ClientError::HelloReply)
+}
+
+/// Whether a HELLO reply grants `wanted` usable client ids: none of them 0 (reserved for the
+/// initial value) and the last within 16 bits. A server is not trusted to get this right: a
+/// reply that breaks it (a hostile or broken server) is an error, never a panic or a clock
+/// with id 0.
+fn granted_ids(wanted: u16, first: u16, granted: u16) -> bool {
+    let last = u32::from(first) + u32::from(wanted.max(1)) - 1;
+    first > 0 && granted >= wanted && last <= u32::from(u16::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::granted_ids;
+
+    #[test]
+    fn a_hello_reply_with_client_id_0_or_ids_past_16_bits_is_refused() {
+        assert!(granted_ids(4, 1, 4) && granted_ids(1, u16::MAX, 1) && granted_ids(2, u16::MAX - 1, 2));
+        assert!(!granted_ids(1, 0, 1), "client id 0");
+        assert!(!granted_ids(2, u16::MAX, 2), "the second id would overflow");
+        assert!(!granted_ids(u16::MAX, 2, u16::MAX), "the block would overflow");
+        assert!(!granted_ids(4, 1, 3), "fewer than asked");
     }
 }

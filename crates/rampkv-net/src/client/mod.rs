@@ -32,10 +32,19 @@ pub enum ClientError {
     Session(SessionError),
     #[error("the first server answered HELLO with something else")]
     HelloReply,
-    /// The first server answered HELLO with an error (its words: e.g. authentication required).
-    #[error("the first server refused HELLO: {message}")]
-    HelloRefused { message: String },
-    #[error("asked for {wanted} client ids, the first server granted {granted} from {first}")]
+    /// A server refused the HELLO (its cluster file differs from the client's, say); the
+    /// message is the server's.
+    #[error("server {server} ({address}) refused the connection: {message}")]
+    HelloRefused { server: usize, address: String, message: String },
+    #[error(
+        "cluster files differ: this client's has {partitions} partitions and calls {address} server {server}; \
+         that server's has {server_partitions} partitions and it is server {server_index}"
+    )]
+    ClusterMismatch { server: usize, address: String, partitions: u32, server_partitions: u32, server_index: u32 },
+    #[error(
+        "asked for {wanted} client ids, the first server granted {granted} from {first} (refused: need {wanted} \
+         ids, none 0, the last at most 65535)"
+    )]
     HelloGranted { wanted: u16, first: u16, granted: u16 },
     #[error("need 1..=65535 sessions, got {sessions}")]
     Sessions { sessions: usize },

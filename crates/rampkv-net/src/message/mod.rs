@@ -26,6 +26,7 @@ pub mod ring;
 pub mod sendrecv;
 pub mod tcp;
 
+use rampkv_core::limits::STREAM_BUFFER_KEEP_BYTES;
 use rampkv_core::wire::{FrameHeader, WireError, FRAME_HEADER_BYTES};
 use rampkv_fabric::rpc::RpcError;
 use rampkv_fabric::{FabricError, PostError, QueueError, RingError, SendError};
@@ -102,6 +103,22 @@ pub trait Channel {
     fn check_peer(&mut self) -> Result<(), ChannelError> {
         Ok(())
     }
+
+    /// Bytes of memory this channel holds for what it received (a stream's input buffer; a
+    /// message medium's messages live in fixed regions): counted in the server's budgets.
+    fn buffered_bytes(&self) -> usize {
+        0
+    }
+
+    /// Whether received bytes wait for the rest of their frame (a stream only).
+    fn partial_frame(&self) -> bool {
+        false
+    }
+
+    /// The peer's network address, where the medium has one (for what a server logs).
+    fn peer_address(&self) -> Option<std::net::SocketAddr> {
+        None
+    }
 }
 
 /// How a channel that batches frames into calls did (summed over channels and threads).
@@ -150,11 +167,14 @@ impl std::fmt::Display for BatchStats {
 }
 
 /// Frames queued for one channel: `bytes[sent..]` are not sent yet. Compacts as it drains, so
-/// a connection that never fully drains does not grow without bound.
+/// a connection that never fully drains does not grow without bound, and gives its memory back
+/// when it empties holding more than `STREAM_BUFFER_KEEP_BYTES`.
 #[derive(Debug, Default)]
 pub struct OutBuffer {
     bytes: Vec<u8>,
     sent: usize,
+    /// Bytes sent over the buffer's life (a server's slow-reader timeout watches it move).
+    sent_total: u64,
 }
 
 impl OutBuffer {
@@ -181,11 +201,20 @@ impl OutBuffer {
     /// Forgets `count` sent bytes.
     pub fn advance(&mut self, count: usize) {
         self.sent += count;
+        self.sent_total += count as u64;
         assert!(self.sent <= self.bytes.len(), "a channel took more than it was offered");
         if self.sent == self.bytes.len() {
             self.bytes.clear();
             self.sent = 0;
+            if self.bytes.capacity() > STREAM_BUFFER_KEEP_BYTES {
+                self.bytes = Vec::new(); // one large reply does not pin its size
+            }
         }
+    }
+
+    /// Bytes sent over the buffer's life.
+    pub fn sent_total(&self) -> u64 {
+        self.sent_total
     }
     /// Sends what `channel` takes now.
     pub fn flush(&mut self, channel: &mut impl Channel) -> Result<(), ChannelError> {

@@ -6,9 +6,18 @@
 //! which saves one `recvfrom` returning EAGAIN per readable event. It asks for WRITABLE events
 //! only while a write is incomplete. Many logical clients multiplexed on one thread share each
 //! system call: a `send` writes every frame queued since the last one.
+//!
+//! # Memory under hostile input
+//! A stream buffer grows with the bytes that arrived: a read asks for room of at least
+//! `STREAM_READ_CHUNK_BYTES` and at most what is buffered already, so a 17-byte prefix declaring
+//! a 20 MiB frame costs one chunk, and a frame that really arrives grows its buffer by doubling.
+//! A buffer that empties while holding more than `STREAM_BUFFER_KEEP_BYTES` gives its memory
+//! back. The server front end ([`TcpServer`]) refuses connections past its cap and past its
+//! per-source-address cap; the poller holds every connection to its byte budgets and timeouts.
 
+use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,13 +29,14 @@ use crate::auth::{authenticate_client, SharedSecret};
 use crate::server::poller::{FrontEvent, ServerMedium};
 use crate::server::router::Wake;
 use crate::transport::{ClientMedium, OpenMedium};
-use rampkv_core::limits::{FRAME_BODY_BYTES_MAX, POLL_SPIN_US, SERVER_CONNECTIONS_MAX};
+use rampkv_core::limits::{
+    FRAME_BODY_BYTES_MAX, POLL_SPIN_US, SERVER_CONNECTIONS_MAX, SERVER_CONNECTIONS_PER_ADDRESS_MAX,
+    STREAM_BUFFER_KEEP_BYTES, STREAM_READ_CHUNK_BYTES,
+};
 use rampkv_core::wire::{FrameHeader, FRAME_HEADER_BYTES};
 
 /// How long connecting to one server may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bytes read from a socket per `read` call at least.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Readiness events taken per poll.
 const EVENTS_CAPACITY: usize = 1024;
 /// The token of a poller's waker.
@@ -71,7 +81,15 @@ impl StreamBuffer {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
+            if self.bytes.len() > STREAM_BUFFER_KEEP_BYTES {
+                self.bytes = Vec::new(); // one large frame does not pin its size
+            }
         }
+    }
+
+    /// Bytes of memory the buffer holds (initialised: what a read may have written).
+    pub fn held_bytes(&self) -> usize {
+        self.bytes.len()
     }
 
     /// Moves pending bytes to the front when most of the buffer is consumed.
@@ -91,13 +109,18 @@ impl StreamBuffer {
         self.end = self.bytes.len();
     }
 
-    /// Reads what `source` has into the buffer, with room for at least `room_bytes`.
-    /// `WouldBlock` comes back as that error. A read that did not fill the room means the
-    /// socket's receive queue is empty now (`Drained`).
+    /// Reads what `source` has into the buffer, with room for `room_bytes` (what the frame at
+    /// the front still lacks), but at least `STREAM_READ_CHUNK_BYTES` and at most as much as is
+    /// buffered already: the buffer grows with the bytes that arrive, never with a length the
+    /// peer declared. `WouldBlock` comes back as that error. A read that did not fill the room
+    /// means the socket's receive queue is empty now (`Drained`).
     pub fn read_from(&mut self, source: &mut impl Read, room_bytes: usize) -> std::io::Result<ReadStatus> {
         self.compact();
-        let wanted = self.end + room_bytes.max(READ_CHUNK_BYTES);
+        let room_bytes = room_bytes.min(self.len()).max(STREAM_READ_CHUNK_BYTES);
+        let wanted = self.end + room_bytes;
         if self.bytes.len() < wanted {
+            // Exact: the doubling is the caller's (room at most what is buffered).
+            self.bytes.reserve_exact(wanted - self.bytes.len());
             self.bytes.resize(wanted, 0);
         }
         let room = self.bytes.len() - self.end;
@@ -151,6 +174,8 @@ fn write_some(sink: &mut impl Write, bytes: &[u8]) -> std::io::Result<usize> {
 #[derive(Debug)]
 pub struct TcpChannel {
     stream: TcpStream,
+    /// The peer's address, for what the server logs (none if the socket could not tell).
+    peer: Option<SocketAddr>,
     incoming: StreamBuffer,
     registry: Arc<Registry>,
     token: Token,
@@ -170,6 +195,7 @@ impl TcpChannel {
         let _ = stream.set_nodelay(true);
         registry.register(&mut stream, token, Interest::READABLE)?;
         Ok(Self {
+            peer: stream.peer_addr().ok(),
             stream,
             incoming: StreamBuffer::default(),
             registry,
@@ -272,6 +298,25 @@ impl Channel for TcpChannel {
         self.readable || matches!(FrameHeader::check(self.incoming.pending()), Ok(Some(_)) | Err(_))
     }
 
+    /// The input buffer's memory while it holds bytes of a frame not yet served; an empty buffer
+    /// counts nothing (its one read chunk is the fixed cost of an open connection, kept to save
+    /// an allocation per read).
+    fn buffered_bytes(&self) -> usize {
+        if self.incoming.is_empty() {
+            0
+        } else {
+            self.incoming.held_bytes()
+        }
+    }
+
+    fn partial_frame(&self) -> bool {
+        !self.incoming.is_empty()
+    }
+
+    fn peer_address(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
     fn writable(&self) -> bool {
         self.writable
     }
@@ -363,11 +408,55 @@ pub struct TcpServer {
     listeners: Vec<TcpListener>,
     /// Connection slots not in use.
     free: Vec<usize>,
+    /// Open connections per source address, and the address of each slot's connection.
+    admitted: Admitted,
+}
+
+/// Open connections per source address (the per-address cap) and the address of each slot.
+#[derive(Debug)]
+struct Admitted {
+    per_address: HashMap<IpAddr, usize>,
+    slots: Vec<Option<IpAddr>>,
+    per_address_max: usize,
+}
+
+impl Admitted {
+    /// Counts a connection from `address` in `slot`, or refuses it (false) past the cap.
+    fn admit(&mut self, slot: usize, address: IpAddr) -> bool {
+        let count = self.per_address.entry(address).or_insert(0);
+        if *count >= self.per_address_max {
+            return false;
+        }
+        *count += 1;
+        self.slots[slot] = Some(address);
+        true
+    }
+
+    fn release(&mut self, slot: usize) {
+        let Some(address) = self.slots.get_mut(slot).and_then(Option::take) else { return };
+        if let Some(count) = self.per_address.get_mut(&address) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_address.remove(&address);
+            }
+        }
+    }
 }
 
 impl TcpServer {
-    /// Binds one listener per address; returns the medium and the bound addresses.
+    /// Binds one listener per address; returns the medium and the bound addresses. At most
+    /// `SERVER_CONNECTIONS_MAX` connections, `SERVER_CONNECTIONS_PER_ADDRESS_MAX` per source.
     pub fn bind(addresses: &[SocketAddr]) -> std::io::Result<(Self, Vec<SocketAddr>)> {
+        Self::bind_capped(addresses, SERVER_CONNECTIONS_MAX, SERVER_CONNECTIONS_PER_ADDRESS_MAX)
+    }
+
+    /// As [`TcpServer::bind`], with at most `connections_max` connections at once, at most
+    /// `per_address_max` of them from one source address.
+    pub fn bind_capped(
+        addresses: &[SocketAddr],
+        connections_max: usize,
+        per_address_max: usize,
+    ) -> std::io::Result<(Self, Vec<SocketAddr>)> {
         let poll = Poll::new()?;
         let registry = Arc::new(poll.registry().try_clone()?);
         let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
@@ -379,32 +468,46 @@ impl TcpServer {
             bound.push(listener.local_addr()?);
             listeners.push(listener);
         }
-        let free = (0..SERVER_CONNECTIONS_MAX).rev().collect();
-        Ok((Self { poll, events: Events::with_capacity(EVENTS_CAPACITY), registry, waker, listeners, free }, bound))
+        let free = (0..connections_max).rev().collect();
+        let admitted = Admitted { per_address: HashMap::new(), slots: vec![None; connections_max], per_address_max };
+        let events = Events::with_capacity(EVENTS_CAPACITY);
+        Ok((Self { poll, events, registry, waker, listeners, free, admitted }, bound))
     }
 }
 
 /// Accepts every pending connection of `listener` (the listener of server `server`); a failed
-/// accept only affects that connection; past `SERVER_CONNECTIONS_MAX` open connections new ones
-/// are refused (closed at once).
+/// accept only affects that connection; past the connection cap, or the cap per source address,
+/// new ones are refused (closed at once, logged).
 fn accept(
     listener: &TcpListener,
     server: usize,
     token_base: usize,
-    free: &mut Vec<usize>,
+    (free, admitted): (&mut Vec<usize>, &mut Admitted),
     registry: &Arc<Registry>,
     events: &mut Vec<FrontEvent<TcpChannel>>,
 ) {
     loop {
-        let stream = match listener.accept() {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
             Err(error) if error.kind() == ErrorKind::Interrupted => continue,
             Err(_) => return, // WouldBlock, or a failed connection
         };
-        let Some(slot) = free.pop() else { continue };
+        let Some(slot) = free.pop() else {
+            log::warn!("refusing a connection from {peer}: all {} connections are open", admitted.slots.len());
+            continue;
+        };
+        if !admitted.admit(slot, peer.ip()) {
+            free.push(slot);
+            let cap = admitted.per_address_max;
+            log::warn!("refusing a connection from {peer}: {cap} connections from {} are open", peer.ip());
+            continue;
+        }
         match TcpChannel::new(stream, Arc::clone(registry), Token(token_base + slot)) {
             Ok(channel) => events.push(FrontEvent::Open { slot, server, channel }),
-            Err(_) => free.push(slot),
+            Err(_) => {
+                admitted.release(slot);
+                free.push(slot);
+            }
         }
     }
 }
@@ -423,12 +526,14 @@ impl ServerMedium for TcpServer {
         events: &mut Vec<FrontEvent<TcpChannel>>,
     ) -> std::io::Result<()> {
         poll_spinning(&mut self.poll, &mut self.events, Some(timeout))?;
-        let Self { events: readiness, listeners, free, registry, .. } = self;
+        let Self { events: readiness, listeners, free, admitted, registry, .. } = self;
         let base = listeners.len();
         for event in readiness.iter() {
             match event.token() {
                 WAKER_TOKEN => {}
-                Token(index) if index < base => accept(&listeners[index], index, base, free, registry, events),
+                Token(index) if index < base => {
+                    accept(&listeners[index], index, base, (free, admitted), registry, events)
+                }
                 Token(index) => events.push(FrontEvent::Ready {
                     slot: index - base,
                     readable: event.is_readable(),
@@ -442,6 +547,7 @@ impl ServerMedium for TcpServer {
 
     fn close(&mut self, slot: usize, mut channel: TcpChannel) {
         channel.deregister();
+        self.admitted.release(slot);
         self.free.push(slot);
     }
 }

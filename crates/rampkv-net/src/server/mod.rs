@@ -27,16 +27,17 @@ use std::time::Instant;
 
 use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::GC_GRACE_MS;
-use rampkv_core::protocol::server::{Effects, LogPosition, Reply, ServerCore};
+use rampkv_core::protocol::server::{Effects, LogPosition, Now, Reply, ServerCore};
 use rampkv_core::protocol::ConnectionId;
-use rampkv_core::types::Timestamp;
+use rampkv_core::types::{wall_clock_us, Timestamp};
 use rampkv_core::wire::Request;
 
 use crate::auth::SharedSecret;
 use crate::item_slots::Publisher;
 use crate::message::tcp::TcpServer;
 use crate::recovery::{spawn_resolver, Resolver};
-use poller::{Poller, ServerMedium};
+pub use poller::{ConnectionCounts, ConnectionLimits, Eviction};
+use poller::{ConnectionStats, Poller, ServerMedium};
 use router::{Router, Wake};
 
 /// Settings of one server.
@@ -72,12 +73,12 @@ impl Served {
         connection: ConnectionId,
         request: Request,
         request_id: u64,
-        now_ms: u64,
+        now: Now,
         effects: &mut Effects,
     ) -> Option<Reply> {
         let slots = self.slots.get();
         effects.set_publishing(slots.is_some());
-        let reply = self.core.handle(connection, request, request_id, now_ms, effects);
+        let reply = self.core.handle(connection, request, request_id, now, effects);
         self.publish(effects);
         reply
     }
@@ -121,6 +122,7 @@ pub struct Servers {
     /// The cluster's shared secret: clients of the binary port and of the fabric control
     /// ports must prove it (None: nobody needs to).
     secret: Option<Arc<SharedSecret>>,
+    connection_stats: ConnectionStats,
 }
 
 impl Servers {
@@ -131,12 +133,18 @@ impl Servers {
 
     pub(crate) fn with_secret(cores: Vec<Arc<ServerCore>>, secret: Option<Arc<SharedSecret>>) -> Self {
         let served = cores.iter().map(|core| Served { core: Arc::clone(core), slots: OnceLock::new() }).collect();
-        Self { served, cores, router: Router::default(), clock: Instant::now(), secret }
+        let connection_stats = ConnectionStats::default();
+        Self { served, cores, router: Router::default(), clock: Instant::now(), secret, connection_stats }
     }
 
     /// The shared secret clients must prove, if any.
     pub fn secret(&self) -> Option<&Arc<SharedSecret>> {
         self.secret.as_ref()
+    }
+
+    /// What the group's front ends' connections hold, and the connections they closed.
+    pub fn connection_stats(&self) -> &ConnectionStats {
+        &self.connection_stats
     }
 
     /// The servers, in configuration order.
@@ -162,6 +170,20 @@ impl Servers {
     /// Milliseconds on the group's clock.
     pub fn now_ms(&self) -> u64 {
         self.clock.elapsed().as_millis() as u64
+    }
+
+    /// The time a request is served at: the group's clock and the wall clock (read here, once
+    /// per pass of a front end).
+    pub fn now(&self) -> Now {
+        Now { monotonic_ms: self.now_ms(), wall_clock_us: wall_clock_us() }
+    }
+
+    /// The time `request` is served at by a caller that serves one request at a time (the
+    /// in-process transport): the wall clock is read only when the request carries a timestamp
+    /// the core checks against it (0 otherwise: nothing reads it), saving a clock read per GET.
+    pub fn now_for(&self, request: &Request) -> Now {
+        let wall_clock_us = if request.written_timestamp().is_some() { wall_clock_us() } else { 0 };
+        Now { monotonic_ms: self.now_ms(), wall_clock_us }
     }
 
     /// How far the log is durable (and replicated): replies held behind a barrier up to here
@@ -192,11 +214,22 @@ impl std::fmt::Debug for PollerThread {
 }
 
 impl PollerThread {
-    /// Starts a poller over `medium` for `servers`, on a thread named `name`.
+    /// Starts a poller over `medium` for `servers`, on a thread named `name`, with the default
+    /// [`ConnectionLimits`].
     pub fn spawn<M: ServerMedium>(name: &str, medium: M, servers: Arc<Servers>) -> std::io::Result<Self> {
+        Self::spawn_limited(name, medium, servers, ConnectionLimits::default())
+    }
+
+    /// As [`PollerThread::spawn`], holding the connections to `limits`.
+    pub fn spawn_limited<M: ServerMedium>(
+        name: &str,
+        medium: M,
+        servers: Arc<Servers>,
+        limits: ConnectionLimits,
+    ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let wake = medium.waker();
-        let poller = Poller::new(medium, servers, Arc::clone(&stop));
+        let poller = Poller::new(medium, servers, Arc::clone(&stop), limits);
         let thread = std::thread::Builder::new().name(name.into()).spawn(move || poller.run())?;
         Ok(Self { stop, wake, thread: Some(thread) })
     }
@@ -234,9 +267,10 @@ pub struct ServerGroup {
 }
 
 impl ServerGroup {
-    /// Binds every server's listener, then starts the poller thread.
+    /// Binds every server's listener, then starts the poller thread (with the default
+    /// [`ConnectionLimits`]).
     pub fn spawn(configs: &[ServerConfig]) -> std::io::Result<ServerGroup> {
-        Self::spawn_with_secret(configs, None)
+        Self::spawn_with(configs, None, ConnectionLimits::default())
     }
 
     /// [`ServerGroup::spawn`] for servers whose clients must prove `secret` (the binary port's
@@ -245,20 +279,42 @@ impl ServerGroup {
         configs: &[ServerConfig],
         secret: Option<Arc<SharedSecret>>,
     ) -> std::io::Result<ServerGroup> {
+        Self::spawn_with(configs, secret, ConnectionLimits::default())
+    }
+
+    /// As [`ServerGroup::spawn`], holding the TCP connections to `limits`.
+    pub fn spawn_limited(configs: &[ServerConfig], limits: ConnectionLimits) -> std::io::Result<ServerGroup> {
+        Self::spawn_with(configs, None, limits)
+    }
+
+    /// As [`ServerGroup::spawn`], with a shared secret (or none) and connection limits.
+    pub fn spawn_with(
+        configs: &[ServerConfig],
+        secret: Option<Arc<SharedSecret>>,
+        limits: ConnectionLimits,
+    ) -> std::io::Result<ServerGroup> {
         let listen: Vec<SocketAddr> = configs.iter().map(|config| config.listen).collect();
-        let (medium, addresses) = TcpServer::bind(&listen)?;
+        let (medium, addresses) =
+            TcpServer::bind_capped(&listen, limits.connections_max, limits.connections_per_address_max)?;
         let cores = configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
         let servers = Arc::new(Servers::with_secret(cores, secret));
-        let poller = PollerThread::spawn("rampkv-server", medium, Arc::clone(&servers))?;
+        let poller = PollerThread::spawn_limited("rampkv-server", medium, Arc::clone(&servers), limits)?;
         Ok(ServerGroup { addresses, servers, resolver: None, poller })
     }
 
     /// Starts cooperative termination for these servers, which are servers
     /// `first_index..first_index + count` of `cluster`: transactions prepared longer than
-    /// `timeout_ms` ago and not committed are resolved with the other participants.
+    /// `timeout_ms` ago and not committed are resolved with the other participants. From now on
+    /// each server also refuses requests for keys outside its partitions and HELLOs from
+    /// clients whose cluster file differs (`ServerCore::join_cluster`).
     pub fn start_recovery(&mut self, cluster: Cluster, first_index: usize, timeout_ms: u64) -> std::io::Result<()> {
         if first_index + self.servers.served.len() > cluster.servers().len() {
             return Err(std::io::Error::other("these servers are not all in the cluster"));
+        }
+        for (offset, core) in self.servers.cores().iter().enumerate() {
+            if !core.join_cluster(cluster.clone(), first_index + offset) {
+                return Err(std::io::Error::other("a server was given its cluster twice"));
+            }
         }
         self.resolver = Some(spawn_resolver(Arc::clone(&self.servers), first_index, cluster, timeout_ms)?);
         Ok(())

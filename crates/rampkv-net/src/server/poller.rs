@@ -21,16 +21,33 @@
 //! - A client that does not read its replies stops being read once
 //!   `CONNECTION_WRITE_BUFFER_BYTES_MAX` of replies wait for it (back-pressure).
 //!
+//! # Budgets and timeouts ([`ConnectionLimits`])
+//! Every connection's memory is counted: what its channel holds of its input
+//! ([`Channel::buffered_bytes`]) and its unsent replies. A connection over its budget
+//! (`CONNECTION_BUFFERED_BYTES_MAX`) is closed; when all connections together pass the front
+//! end's budget (`SERVER_BUFFERED_BYTES_MAX`), the one holding the most is closed until the
+//! total is back under it. Every `CONNECTION_TIMEOUT_SCAN_INTERVAL_MS` the poller closes the
+//! connections whose unsent replies made no progress for the slow-reader timeout, those with a
+//! partial frame and no frame completed for the frame timeout, and (if set) those that sent no
+//! request for the idle timeout. Each close is logged (`log::warn!`) with its reason and the
+//! peer's address, and counted ([`ConnectionCounts`]).
+//!
 //! None of these changes the store; other connections are served throughout. A closed
 //! connection's S2PL locks are released.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rampkv_core::limits::{CONNECTION_WRITE_BUFFER_BYTES_MAX, WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_SLEEP_MS_MAX};
-use rampkv_core::protocol::server::{Addressed, Effects, LogPosition, Reply};
+use rampkv_core::limits::{
+    CONNECTION_BUFFERED_BYTES_MAX, CONNECTION_FRAME_TIMEOUT_MS, CONNECTION_IDLE_TIMEOUT_MS_DEFAULT,
+    CONNECTION_SLOW_READER_TIMEOUT_MS, CONNECTION_TIMEOUT_SCAN_INTERVAL_MS, CONNECTION_WRITE_BUFFER_BYTES_MAX,
+    SERVER_BUFFERED_BYTES_MAX, SERVER_CONNECTIONS_MAX, SERVER_CONNECTIONS_PER_ADDRESS_MAX,
+    WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_SLEEP_MS_MAX,
+};
+use rampkv_core::protocol::server::{Addressed, Effects, LogPosition, Now, Reply};
 use rampkv_core::protocol::ConnectionId;
 use rampkv_core::wire::{AuthFrame, FrameHeader, Request, Response};
 
@@ -38,6 +55,117 @@ use super::router::{Inbox, Wake};
 use super::{Served, Servers};
 use crate::auth::{AuthStep, ServerAuth};
 use crate::message::{walk_frames, Channel, ChannelError, FrameFault, OutBuffer};
+
+/// The bounds a front end holds its connections to (module docs). The defaults are the
+/// constants of `limits.rs`; tests shorten the timeouts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Most connections open at once (the TCP front end refuses more).
+    pub connections_max: usize,
+    /// Most connections open at once from one source address (TCP).
+    pub connections_per_address_max: usize,
+    /// Most bytes one connection may hold (input and unsent replies).
+    pub connection_buffered_bytes_max: usize,
+    /// Most bytes all connections of the front end may hold together.
+    pub server_buffered_bytes_max: usize,
+    /// Close a connection that sent no request for this long (0: never).
+    pub idle_timeout_ms: u64,
+    /// Close a connection whose unsent replies made no progress for this long.
+    pub slow_reader_timeout_ms: u64,
+    /// Close a connection with a partial frame and no frame completed for this long.
+    pub frame_timeout_ms: u64,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            connections_max: SERVER_CONNECTIONS_MAX,
+            connections_per_address_max: SERVER_CONNECTIONS_PER_ADDRESS_MAX,
+            connection_buffered_bytes_max: CONNECTION_BUFFERED_BYTES_MAX,
+            server_buffered_bytes_max: SERVER_BUFFERED_BYTES_MAX,
+            idle_timeout_ms: CONNECTION_IDLE_TIMEOUT_MS_DEFAULT,
+            slow_reader_timeout_ms: CONNECTION_SLOW_READER_TIMEOUT_MS,
+            frame_timeout_ms: CONNECTION_FRAME_TIMEOUT_MS,
+        }
+    }
+}
+
+/// Why a front end closed a connection on its own (logged with the peer's address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Eviction {
+    #[error("it holds {held_bytes} bytes (input and unsent replies), over the budget of {max_bytes} per connection")]
+    ConnectionBudget { held_bytes: usize, max_bytes: usize },
+    #[error(
+        "all connections hold {total_bytes} bytes, over the front end's budget of {max_bytes}, and this one \
+         holds the most ({held_bytes})"
+    )]
+    ServerBudget { held_bytes: usize, total_bytes: usize, max_bytes: usize },
+    #[error(
+        "{unsent_bytes} bytes of replies made no progress for {quiet_ms} ms (slow-reader timeout {timeout_ms} ms)"
+    )]
+    SlowReader { unsent_bytes: usize, quiet_ms: u64, timeout_ms: u64 },
+    #[error(
+        "{held_bytes} bytes of a partial frame, no frame completed for {quiet_ms} ms (frame timeout {timeout_ms} ms)"
+    )]
+    FrameTimeout { held_bytes: usize, quiet_ms: u64, timeout_ms: u64 },
+    #[error("no request for {quiet_ms} ms (idle timeout {timeout_ms} ms)")]
+    Idle { quiet_ms: u64, timeout_ms: u64 },
+}
+
+/// Bytes the connections of a server group's front ends hold, and the connections they closed
+/// on their own, by reason (shared by the group's front ends).
+#[derive(Debug, Default)]
+pub struct ConnectionStats {
+    held_bytes: AtomicU64,
+    closed: [AtomicU64; 5],
+}
+
+/// A reading of [`ConnectionStats`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ConnectionCounts {
+    /// Bytes all connections hold now (input buffers and unsent replies).
+    pub held_bytes: u64,
+    pub closed_over_connection_budget: u64,
+    pub closed_over_server_budget: u64,
+    pub closed_slow_reader: u64,
+    pub closed_frame_timeout: u64,
+    pub closed_idle: u64,
+}
+
+impl ConnectionStats {
+    /// What the counters say now.
+    pub fn read(&self) -> ConnectionCounts {
+        let closed = |index: usize| self.closed[index].load(Ordering::Relaxed);
+        ConnectionCounts {
+            held_bytes: self.held_bytes.load(Ordering::Relaxed),
+            closed_over_connection_budget: closed(0),
+            closed_over_server_budget: closed(1),
+            closed_slow_reader: closed(2),
+            closed_frame_timeout: closed(3),
+            closed_idle: closed(4),
+        }
+    }
+
+    fn count(&self, eviction: &Eviction) {
+        let index = match eviction {
+            Eviction::ConnectionBudget { .. } => 0,
+            Eviction::ServerBudget { .. } => 1,
+            Eviction::SlowReader { .. } => 2,
+            Eviction::FrameTimeout { .. } => 3,
+            Eviction::Idle { .. } => 4,
+        };
+        self.closed[index].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn held_changed(&self, before: usize, after: usize) {
+        if after > before {
+            self.held_bytes.fetch_add((after - before) as u64, Ordering::Relaxed);
+        } else if before > after {
+            self.held_bytes.fetch_sub((before - after) as u64, Ordering::Relaxed);
+        }
+    }
+}
 
 /// What a medium reports to its poller.
 #[derive(Debug)]
@@ -112,6 +240,62 @@ struct Connection<C> {
     closing: bool,
     /// The authentication step, until it accepts (None: authenticated, or no secret).
     auth: Option<ServerAuth>,
+    peer: Option<SocketAddr>,
+    /// Bytes it held when last counted (input and unsent replies).
+    held_bytes: usize,
+    /// Frames received over its life.
+    frames_received: u64,
+    /// The timeout scan's view: frames received and bytes sent at the last scan, and since when
+    /// (monotonic ms) each has not moved.
+    seen_frames: u64,
+    request_seen_ms: u64,
+    seen_sent: u64,
+    output_moved_ms: u64,
+}
+
+impl<C: Channel> Connection<C> {
+    fn new(channel: C, server: usize, id: ConnectionId, now_ms: u64, auth: Option<ServerAuth>) -> Self {
+        Self {
+            peer: channel.peer_address(),
+            channel,
+            server,
+            id,
+            out: OutBuffer::default(),
+            closing: false,
+            auth,
+            held_bytes: 0,
+            frames_received: 0,
+            seen_frames: 0,
+            request_seen_ms: now_ms,
+            seen_sent: 0,
+            output_moved_ms: now_ms,
+        }
+    }
+
+    /// Why the timeout scan at `now_ms` closes this connection, if it does.
+    fn timed_out(&mut self, now_ms: u64, limits: &ConnectionLimits) -> Option<Eviction> {
+        if self.frames_received != self.seen_frames {
+            self.seen_frames = self.frames_received;
+            self.request_seen_ms = now_ms;
+        }
+        if self.out.is_empty() || self.out.sent_total() != self.seen_sent {
+            self.seen_sent = self.out.sent_total();
+            self.output_moved_ms = now_ms;
+        }
+        let quiet_ms = now_ms.saturating_sub(self.request_seen_ms);
+        let stalled_ms = now_ms.saturating_sub(self.output_moved_ms);
+        if stalled_ms >= limits.slow_reader_timeout_ms {
+            let timeout_ms = limits.slow_reader_timeout_ms;
+            return Some(Eviction::SlowReader { unsent_bytes: self.out.len(), quiet_ms: stalled_ms, timeout_ms });
+        }
+        if self.channel.partial_frame() && quiet_ms >= limits.frame_timeout_ms {
+            let (held_bytes, timeout_ms) = (self.channel.buffered_bytes(), limits.frame_timeout_ms);
+            return Some(Eviction::FrameTimeout { held_bytes, quiet_ms, timeout_ms });
+        }
+        let idle = limits.idle_timeout_ms > 0 && self.out.is_empty() && !self.channel.partial_frame();
+        (idle && quiet_ms >= limits.idle_timeout_ms)
+            .then_some(Eviction::Idle { quiet_ms, timeout_ms: limits.idle_timeout_ms })
+    }
 }
 
 impl<C: Channel> Connection<C> {
@@ -151,12 +335,18 @@ pub struct Poller<M: ServerMedium> {
     again: Vec<usize>,
     visit: Vec<usize>,
     stop: Arc<AtomicBool>,
+    limits: ConnectionLimits,
+    /// Bytes all connections hold, as last counted.
+    held_total: usize,
+    /// Connections to close at the end of the pass, and why.
+    evictions: Vec<(ConnectionId, Eviction)>,
+    next_timeout_scan_ms: u64,
 }
 
 impl<M: ServerMedium> Poller<M> {
     /// A poller over `medium` for `servers`, registered with their router; stops once `stop`
     /// is set (and its waker woken).
-    pub fn new(medium: M, servers: Arc<Servers>, stop: Arc<AtomicBool>) -> Self {
+    pub fn new(medium: M, servers: Arc<Servers>, stop: Arc<AtomicBool>, limits: ConnectionLimits) -> Self {
         let (front, inbox) = servers.router().register(medium.waker());
         Self {
             medium,
@@ -172,6 +362,10 @@ impl<M: ServerMedium> Poller<M> {
             again: Vec::new(),
             visit: Vec::new(),
             stop,
+            limits,
+            held_total: 0,
+            evictions: Vec::new(),
+            next_timeout_scan_ms: 0,
         }
     }
 
@@ -192,12 +386,20 @@ impl<M: ServerMedium> Poller<M> {
             if let Err(error) = self.medium.wait(timeout, ready, &mut self.events) {
                 break Err(error);
             }
-            let now_ms = self.servers.now_ms();
-            let mut served = self.take_events();
+            let now = self.servers.now();
+            let mut served = self.take_events(now.monotonic_ms);
             for index in 0..self.visit.len() {
-                served += self.serve(self.visit[index], now_ms);
+                served += self.serve(self.visit[index], now);
             }
-            served += self.deliver_deferred(now_ms);
+            served += self.deliver_deferred(now.monotonic_ms);
+            if now.monotonic_ms >= self.next_timeout_scan_ms {
+                self.next_timeout_scan_ms = now.monotonic_ms + CONNECTION_TIMEOUT_SCAN_INTERVAL_MS;
+                self.scan_timeouts(now.monotonic_ms);
+                for core in self.servers.cores() {
+                    core.tick(now.monotonic_ms); // the background GC sweep (bounded)
+                }
+            }
+            served += self.enforce_budgets();
             progress = served > 0;
         };
         for slot in 0..self.connections.len() {
@@ -217,7 +419,7 @@ impl<M: ServerMedium> Poller<M> {
 
     /// Applies the medium's events; fills the slots to visit. Returns connections opened or
     /// closed (progress).
-    fn take_events(&mut self) -> usize {
+    fn take_events(&mut self, now_ms: u64) -> usize {
         self.visit.clear();
         self.visit.append(&mut self.again);
         let mut events = std::mem::take(&mut self.events);
@@ -235,9 +437,7 @@ impl<M: ServerMedium> Poller<M> {
                         true => None,
                         false => self.servers.secret().map(|secret| ServerAuth::new(Arc::clone(secret))),
                     };
-                    let connection =
-                        Connection { channel, server, id, out: OutBuffer::default(), closing: false, auth };
-                    self.connections[slot] = Some(connection);
+                    self.connections[slot] = Some(Connection::new(channel, server, id, now_ms, auth));
                     self.visit.push(slot);
                     changed += 1;
                 }
@@ -265,10 +465,10 @@ impl<M: ServerMedium> Poller<M> {
     }
 
     /// Serves one connection; returns the messages it served (a closed one counts one).
-    fn serve(&mut self, slot: usize, now_ms: u64) -> usize {
+    fn serve(&mut self, slot: usize, now: Now) -> usize {
         let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { return 0 };
         let served = &self.servers.served()[connection.server];
-        let outcome = serve_connection(connection, served, now_ms, &mut self.effects, &mut self.routed, &mut self.gate);
+        let outcome = serve_connection(connection, served, now, &mut self.effects, &mut self.routed, &mut self.gate);
         let messages = match outcome {
             Ok(Outcome::Served { messages, more }) => {
                 if more {
@@ -281,14 +481,81 @@ impl<M: ServerMedium> Poller<M> {
                 1
             }
         };
+        self.account(slot);
         self.route();
         messages
+    }
+
+    /// Counts what the connection in `slot` holds now; one over its budget is closed at the end
+    /// of the pass.
+    fn account(&mut self, slot: usize) {
+        let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { return };
+        let held_bytes = connection.channel.buffered_bytes() + connection.out.len();
+        if held_bytes == connection.held_bytes {
+            return;
+        }
+        self.servers.connection_stats().held_changed(connection.held_bytes, held_bytes);
+        self.held_total = self.held_total - connection.held_bytes + held_bytes;
+        connection.held_bytes = held_bytes;
+        let max_bytes = self.limits.connection_buffered_bytes_max;
+        if held_bytes > max_bytes {
+            self.evictions.push((connection.id, Eviction::ConnectionBudget { held_bytes, max_bytes }));
+        }
+    }
+
+    /// Closes the connections past a timeout (see the module docs).
+    fn scan_timeouts(&mut self, now_ms: u64) {
+        for connection in self.connections.iter_mut().flatten() {
+            if let Some(eviction) = connection.timed_out(now_ms, &self.limits) {
+                self.evictions.push((connection.id, eviction));
+            }
+        }
+    }
+
+    /// Closes the connections found over a budget or past a timeout, then, while all together
+    /// hold more than the front end's budget, the one that holds the most. Returns how many.
+    fn enforce_budgets(&mut self) -> usize {
+        let mut closed = 0;
+        let mut evictions = std::mem::take(&mut self.evictions);
+        for (id, eviction) in evictions.drain(..) {
+            closed += self.evict(id, eviction);
+        }
+        self.evictions = evictions;
+        let max_bytes = self.limits.server_buffered_bytes_max;
+        while self.held_total > max_bytes {
+            // Among equals, the one that sent the fewest frames (a prefix that never completes).
+            let largest = self
+                .connections
+                .iter()
+                .flatten()
+                .max_by_key(|connection| (connection.held_bytes, std::cmp::Reverse(connection.frames_received)));
+            let Some(connection) = largest else { break };
+            let (id, held_bytes, total_bytes) = (connection.id, connection.held_bytes, self.held_total);
+            closed += self.evict(id, Eviction::ServerBudget { held_bytes, total_bytes, max_bytes });
+        }
+        closed
+    }
+
+    /// Closes connection `id` (if still open) for `eviction`, logged with its peer's address.
+    fn evict(&mut self, id: ConnectionId, eviction: Eviction) -> usize {
+        let slot = id.slot as usize;
+        let Some(connection) = self.connections.get(slot).and_then(Option::as_ref) else { return 0 };
+        if connection.id != id {
+            return 0;
+        }
+        let peer = connection.peer.map_or_else(|| "a fabric peer".to_string(), |peer| peer.to_string());
+        log::warn!("closing the connection from {peer} to server {}: {eviction}", connection.server);
+        self.servers.connection_stats().count(&eviction);
+        self.close(slot, true);
+        1
     }
 
     /// Drops the connection in `slot` (if open): its locks are released (the replies this
     /// unblocks are routed) and, if the poller closes it, the peer is told.
     fn close(&mut self, slot: usize, tell_peer: bool) {
         let Some(connection) = self.connections.get_mut(slot).and_then(Option::take) else { return };
+        self.held_total -= connection.held_bytes;
+        self.servers.connection_stats().held_changed(connection.held_bytes, 0);
         let core = &self.servers.served()[connection.server].core;
         core.connection_closed(connection.id, &mut self.effects);
         self.routed.append(&mut self.effects.replies);
@@ -339,6 +606,7 @@ impl<M: ServerMedium> Poller<M> {
                 connection.closing = true;
                 self.again.push(id.slot as usize); // the next pass finds the broken channel and closes it
             }
+            self.account(id.slot as usize);
             delivered += 1;
         }
         self.routed = routed;
@@ -357,7 +625,7 @@ fn own_connection<C>(connections: &mut [Option<Connection<C>>], id: ConnectionId
 fn serve_connection<C: Channel>(
     connection: &mut Connection<C>,
     served: &Served,
-    now_ms: u64,
+    now: Now,
     effects: &mut Effects,
     routed: &mut Vec<Addressed>,
     gate: &mut ReplyGate,
@@ -369,7 +637,7 @@ fn serve_connection<C: Channel>(
         && messages < WRITEPOLL_MESSAGES_PER_PASS_MAX
         && connection.channel.readable()
     {
-        let Connection { channel, id, out, auth, closing, .. } = connection;
+        let Connection { channel, id, out, auth, closing, frames_received, .. } = connection;
         let frame_max = channel.frame_bytes_max();
         let mut fault = None;
         let received = channel.receive(|bytes| {
@@ -379,7 +647,8 @@ fn serve_connection<C: Channel>(
                     return false;
                 }
                 if auth.is_none() && !AuthFrame::is_auth_kind(header.kind) {
-                    serve_frame(served, *id, header, body, now_ms, effects, frame_max, out, gate);
+                    *frames_received += 1;
+                    serve_frame(served, *id, header, body, now, effects, frame_max, out, gate);
                     routed.append(&mut effects.replies);
                 }
                 out.len() <= CONNECTION_WRITE_BUFFER_BYTES_MAX
@@ -454,14 +723,14 @@ fn serve_frame(
     id: ConnectionId,
     header: FrameHeader,
     body: &[u8],
-    now_ms: u64,
+    now: Now,
     effects: &mut Effects,
     frame_max: usize,
     out: &mut OutBuffer,
     gate: &mut ReplyGate,
 ) {
     let reply = match Request::decode(header.kind, body) {
-        Ok(request) => served.serve(id, request, header.request_id, now_ms, effects),
+        Ok(request) => served.serve(id, request, header.request_id, now, effects),
         Err(error) => Some(Reply::Response(Response::bad_request(format!("malformed request: {error}")))),
     };
     let Some(reply) = reply else { return }; // it waits for a lock

@@ -112,7 +112,8 @@ impl ClientTransport for LocalTransport {
         let route = self.routes.get(server).ok_or(TransportError::NoSuchServer { server, servers })?;
         let group = &self.groups[route.group].0;
         let served = &group.served()[route.index];
-        let reply = served.serve(route.connection, request, request_id, group.now_ms(), &mut self.effects);
+        let now = group.now_for(&request);
+        let reply = served.serve(route.connection, request, request_id, now, &mut self.effects);
         if let Some(reply) = reply {
             let response = match reply {
                 Reply::Response(response) => response,
