@@ -171,6 +171,12 @@ pub const SECRET_BYTES_MAX: usize = 4096;
 /// frames.
 pub const AUTH_TIMEOUT_MS: u64 = 5_000;
 
+/// The binary port's authentication step: the most body bytes a client reads for one of the
+/// server's replies (an AUTH_CHALLENGE or AUTH_ACCEPTED of 32 bytes, or an ERROR: 6 bytes and a
+/// message of at most `wire::response::ERROR_MESSAGE_BYTES_MAX` = 1,024); anything longer is
+/// refused unread.
+pub const AUTH_REPLY_BODY_BYTES_MAX: usize = 2048;
+
 /// Fabric control handshake: bytes of the random challenge a client must write into its own
 /// region before a server maps that region for a connection (proof that the client can write
 /// it: another user cannot write a 0600 region file of rampkv's user).

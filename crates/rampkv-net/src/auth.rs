@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
 use hmac::{Hmac, Mac};
-use rampkv_core::limits::{AUTH_TIMEOUT_MS, SECRET_BYTES_MAX, SECRET_BYTES_MIN};
+use rampkv_core::limits::{AUTH_REPLY_BODY_BYTES_MAX, AUTH_TIMEOUT_MS, SECRET_BYTES_MAX, SECRET_BYTES_MIN};
 use rampkv_core::wire::response::ERROR_MESSAGE_BYTES_MAX;
 use rampkv_core::wire::{AuthFrame, FrameHeader, Response, WireError, AUTH_BYTES, FRAME_HEADER_BYTES};
 use sha2::Sha256;
@@ -181,9 +181,9 @@ pub enum AuthError {
     Unexpected { kind: u8 },
 }
 
-/// The most body bytes a server's reply in the authentication step may have (an
-/// `AUTH_CHALLENGE`, an `AUTH_ACCEPTED`, or an ERROR with its message).
-const AUTH_REPLY_BODY_BYTES_MAX: usize = 2 * ERROR_MESSAGE_BYTES_MAX;
+// Every reply the step allows fits the bound: an ERROR with the longest message, a proof.
+const _: () =
+    assert!(AUTH_REPLY_BODY_BYTES_MAX >= 6 + ERROR_MESSAGE_BYTES_MAX && AUTH_REPLY_BODY_BYTES_MAX >= AUTH_BYTES);
 
 /// Runs the client's side of the binary port's authentication step on a connected, blocking
 /// `stream` (each read bounded by `AUTH_TIMEOUT_MS`): nonce, challenge, proofs both ways.
