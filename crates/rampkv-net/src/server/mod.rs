@@ -14,12 +14,16 @@
 //! - [`poller`]: the front end, generic over a [`poller::ServerMedium`] (TCP: epoll; fabric:
 //!   the doorbell).
 //! - [`front`]: the fabric front end (its region, its control thread and handshake).
+//! - [`durable`]: a server's log and snapshots (a data directory): recovery before serving,
+//!   records appended after each call, replies held until durable.
 
+pub mod durable;
 pub mod front;
 pub mod poller;
 pub mod router;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -35,7 +39,9 @@ use rampkv_core::wire::Request;
 use crate::item_slots::Publisher;
 use crate::message::tcp::TcpServer;
 use crate::recovery::{spawn_resolver, Resolver};
+use durable::{DurabilityConfig, Journal};
 use poller::{Poller, ServerMedium};
+use rampkv_durable::{DurableError, RecoveryReport};
 use router::{Router, Wake};
 
 /// Settings of one server.
@@ -60,6 +66,8 @@ impl ServerConfig {
 pub struct Served {
     pub core: Arc<ServerCore>,
     slots: OnceLock<Arc<dyn Publisher>>,
+    /// Its log, when it has a data directory.
+    journal: Option<Journal>,
 }
 
 impl Served {
@@ -76,19 +84,50 @@ impl Served {
     ) -> Option<Reply> {
         let slots = self.slots.get();
         effects.set_publishing(slots.is_some());
+        effects.set_logging(self.journal.is_some());
+        effects.release_after = None;
         let reply = self.core.handle(connection, request, request_id, now_ms, effects);
         self.publish(effects);
+        self.log(effects);
         reply
     }
 
-    /// Commits transaction `ts` as a COMMIT request does, republishing what it advanced
-    /// (recovery). Returns the keys committed.
+    /// Commits transaction `ts` as a COMMIT request does, republishing what it advanced and
+    /// logging it (recovery). Returns the keys committed.
     pub fn commit(&self, ts: Timestamp) -> usize {
         let mut effects = Effects::default();
         effects.set_publishing(self.slots.get().is_some());
+        effects.set_logging(self.journal.is_some());
         let committed = self.core.commit(ts, &mut effects);
         self.publish(&mut effects);
+        self.log(&mut effects);
         committed
+    }
+
+    /// Aborts transaction `ts` as cooperative termination decided, logging it.
+    pub fn abort(&self, ts: Timestamp, now_ms: u64) {
+        let mut effects = Effects::default();
+        effects.set_logging(self.journal.is_some());
+        self.core.abort(ts, now_ms, &mut effects);
+        self.log(&mut effects);
+    }
+
+    /// Appends what the call changed to the log (if the server has one); its replies then wait
+    /// for `effects.release_after`.
+    fn log(&self, effects: &mut Effects) {
+        if let Some(journal) = &self.journal {
+            journal.append(effects);
+        }
+    }
+
+    /// Its log, when it has a data directory.
+    pub fn journal(&self) -> Option<&Journal> {
+        self.journal.as_ref()
+    }
+
+    /// How far its log is durable: replies held up to here may go (everything, without a log).
+    pub fn durable_position(&self) -> LogPosition {
+        self.journal.as_ref().map_or(LogPosition(u64::MAX), Journal::durable_position)
     }
 
     fn publish(&self, effects: &mut Effects) {
@@ -120,9 +159,37 @@ pub struct Servers {
 }
 
 impl Servers {
+    #[cfg(test)]
     pub(crate) fn new(cores: Vec<Arc<ServerCore>>) -> Self {
-        let served = cores.iter().map(|core| Served { core: Arc::clone(core), slots: OnceLock::new() }).collect();
+        let journals = cores.iter().map(|_| None).collect();
+        Self::build(cores, journals)
+    }
+
+    fn build(cores: Vec<Arc<ServerCore>>, journals: Vec<Option<Journal>>) -> Self {
+        let served = cores
+            .iter()
+            .zip(journals)
+            .map(|(core, journal)| Served { core: Arc::clone(core), slots: OnceLock::new(), journal })
+            .collect();
         Self { served, cores, router: Router::default(), clock: Instant::now() }
+    }
+
+    /// Servers with their logs (`None`: a server without a data directory). The logs wake
+    /// every front end of the group when their watermark moves.
+    fn with_journals(cores: Vec<Arc<ServerCore>>, journals: Vec<Option<Journal>>) -> Arc<Self> {
+        let servers = Arc::new(Self::build(cores, journals));
+        for served in &servers.served {
+            if let Some(journal) = &served.journal {
+                // Weak: the servers own the logs, and a log's callback must not keep them alive.
+                let servers = Arc::downgrade(&servers);
+                journal.set_wake(move || {
+                    if let Some(servers) = servers.upgrade() {
+                        servers.router.wake_all();
+                    }
+                });
+            }
+        }
+        servers
     }
 
     /// The servers, in configuration order.
@@ -150,10 +217,16 @@ impl Servers {
         self.clock.elapsed().as_millis() as u64
     }
 
-    /// How far the log is durable (and replicated): replies held behind a barrier up to here
-    /// are released. Nothing is logged yet, so everything is.
-    pub fn durable_position(&self) -> LogPosition {
-        LogPosition(u64::MAX)
+    /// How far server `index`'s log is durable (and replicated): its replies held behind a
+    /// barrier up to here are released (all of them, for a server without a log).
+    pub fn durable_position(&self, index: usize) -> LogPosition {
+        self.served.get(index).map_or(LogPosition(u64::MAX), Served::durable_position)
+    }
+
+    /// The first server whose log stopped (its index and why): the group must stop and
+    /// recover from its files.
+    pub fn persistence_failure(&self) -> Option<(usize, Arc<DurableError>)> {
+        self.served.iter().enumerate().find_map(|(index, served)| Some((index, served.journal()?.failure()?)))
     }
 
     /// Attaches item slots to server `index` (a fabric front end with GET\* does). Fails if it
@@ -222,10 +295,50 @@ pub struct ServerGroup {
 impl ServerGroup {
     /// Binds every server's listener, then starts the poller thread.
     pub fn spawn(configs: &[ServerConfig]) -> std::io::Result<ServerGroup> {
+        let cores: Vec<Arc<ServerCore>> =
+            configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
+        let journals = cores.iter().map(|_| None).collect();
+        Self::start(configs, cores, journals)
+    }
+
+    /// [`ServerGroup::spawn`] with persistence: server `i` keeps its store in `data_dirs[i]`.
+    /// Each store is recovered from its directory before any listener is bound (a server that
+    /// accepts connections has recovered). Returns each server's recovery report.
+    ///
+    /// # Errors
+    /// A directory that cannot be opened or recovered (in use by another server, unreadable,
+    /// a damaged log): nothing was started, and the directories opened are released.
+    pub fn spawn_durable(
+        configs: &[ServerConfig],
+        data_dirs: &[PathBuf],
+        durability: &DurabilityConfig,
+    ) -> Result<(ServerGroup, Vec<RecoveryReport>), durable::StartError> {
+        if data_dirs.len() != configs.len() {
+            return Err(durable::StartError::DirectoryCount { servers: configs.len(), directories: data_dirs.len() });
+        }
+        let mut cores = Vec::with_capacity(configs.len());
+        let mut journals = Vec::with_capacity(configs.len());
+        let mut reports = Vec::with_capacity(configs.len());
+        for (config, dir) in configs.iter().zip(data_dirs) {
+            let core = Arc::new(ServerCore::new(config.gc_grace_ms));
+            let (journal, report) = Journal::open(dir, durability, Arc::clone(&core))
+                .map_err(|source| durable::StartError::Recovery { dir: dir.clone(), source })?;
+            cores.push(core);
+            journals.push(Some(journal));
+            reports.push(report);
+        }
+        let group = Self::start(configs, cores, journals).map_err(durable::StartError::Listen)?;
+        Ok((group, reports))
+    }
+
+    fn start(
+        configs: &[ServerConfig],
+        cores: Vec<Arc<ServerCore>>,
+        journals: Vec<Option<Journal>>,
+    ) -> std::io::Result<ServerGroup> {
         let listen: Vec<SocketAddr> = configs.iter().map(|config| config.listen).collect();
         let (medium, addresses) = TcpServer::bind(&listen)?;
-        let cores = configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
-        let servers = Arc::new(Servers::new(cores));
+        let servers = Servers::with_journals(cores, journals);
         let poller = PollerThread::spawn("rampkv-server", medium, Arc::clone(&servers))?;
         Ok(ServerGroup { addresses, servers, resolver: None, poller })
     }

@@ -84,6 +84,13 @@ impl Router {
         }
     }
 
+    /// Wakes every front end (a server's log made replies they hold durable).
+    pub fn wake_all(&self) {
+        for (_, inbox) in self.inboxes.read().iter() {
+            inbox.wake.wake();
+        }
+    }
+
     fn inbox_of(&self, connection: ConnectionId) -> Option<Arc<Inbox>> {
         let inboxes = self.inboxes.read();
         inboxes.iter().find(|(front, _)| *front == connection.front).map(|(_, inbox)| Arc::clone(inbox))
