@@ -75,8 +75,57 @@ pub enum StartError {
         #[source]
         source: DurableError,
     },
+    #[error("data directory {}: the recovery thread panicked", dir.display())]
+    RecoveryPanicked { dir: PathBuf },
+    #[error(
+        "data directory {}: it was written by a cluster of another size (it holds {found} for {servers} \
+         servers); keys are placed by the number of servers, so it would put them on the wrong servers",
+        dir.display()
+    )]
+    ClusterSizeChanged { dir: PathBuf, servers: usize, found: String },
+    #[error("data directory {}: {source}", dir.display())]
+    Layout {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot listen: {0}")]
     Listen(#[source] std::io::Error),
+}
+
+/// The data directory of server `index` of a cluster kept under `data_dir`: `server-<index>`
+/// (`rampkv local`, `rampkv bench` and `rampkv chaos` lay them out alike).
+pub fn server_data_dir(data_dir: &Path, index: usize) -> PathBuf {
+    data_dir.join(format!("server-{index}"))
+}
+
+/// The data directories of a cluster of `servers` servers kept under `data_dir`, checked
+/// against what it holds: a directory written by a cluster of another size is refused (a key's
+/// server follows from the number of servers, so its data would be on the wrong one).
+///
+/// # Errors
+/// `ClusterSizeChanged`; `Layout` when `data_dir` exists but cannot be listed.
+pub fn cluster_data_dirs(data_dir: &Path, servers: usize) -> Result<Vec<PathBuf>, StartError> {
+    let dirs: Vec<PathBuf> = (0..servers).map(|index| server_data_dir(data_dir, index)).collect();
+    let entries = match std::fs::read_dir(data_dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(dirs),
+        Err(source) => return Err(StartError::Layout { dir: data_dir.to_path_buf(), source }),
+    };
+    let mut found: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.strip_prefix("server-").is_some_and(|index| index.parse::<usize>().is_ok()))
+        .collect();
+    found.sort();
+    let expected: Vec<String> = (0..servers).map(|index| format!("server-{index}")).collect();
+    let mut sorted_expected = expected.clone();
+    sorted_expected.sort();
+    if !found.is_empty() && found != sorted_expected {
+        let found = found.join(", ");
+        return Err(StartError::ClusterSizeChanged { dir: data_dir.to_path_buf(), servers, found });
+    }
+    Ok(dirs)
 }
 
 /// What a journal has done since its server started.

@@ -316,14 +316,23 @@ impl ServerGroup {
         if data_dirs.len() != configs.len() {
             return Err(durable::StartError::DirectoryCount { servers: configs.len(), directories: data_dirs.len() });
         }
-        let mut cores = Vec::with_capacity(configs.len());
+        let cores: Vec<Arc<ServerCore>> =
+            configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
+        // The stores recover in parallel, as separate server processes would.
+        let opened: Vec<_> = std::thread::scope(|scope| {
+            let opening: Vec<_> = cores
+                .iter()
+                .zip(data_dirs)
+                .map(|(core, dir)| scope.spawn(move || Journal::open(dir, durability, Arc::clone(core))))
+                .collect();
+            opening.into_iter().map(|thread| thread.join()).collect()
+        });
         let mut journals = Vec::with_capacity(configs.len());
         let mut reports = Vec::with_capacity(configs.len());
-        for (config, dir) in configs.iter().zip(data_dirs) {
-            let core = Arc::new(ServerCore::new(config.gc_grace_ms));
-            let (journal, report) = Journal::open(dir, durability, Arc::clone(&core))
-                .map_err(|source| durable::StartError::Recovery { dir: dir.clone(), source })?;
-            cores.push(core);
+        for (outcome, dir) in opened.into_iter().zip(data_dirs) {
+            let recovery = |source| durable::StartError::Recovery { dir: dir.clone(), source };
+            let (journal, report) =
+                outcome.map_err(|_| durable::StartError::RecoveryPanicked { dir: dir.clone() })?.map_err(recovery)?;
             journals.push(Some(journal));
             reports.push(report);
         }
