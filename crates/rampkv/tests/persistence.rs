@@ -193,7 +193,7 @@ fn a_log_cut_at_a_random_offset_after_kill_9_is_cut_there_and_reported() {
     let cut_at = random.gen_range(FILE_HEADER_BYTES + 1..length);
     std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(cut_at as u64).unwrap();
     // The record the cut falls in is dropped whole (none, when the cut is on a boundary).
-    let last_start = records.iter().copied().filter(|&start| start < cut_at).last().expect("after the header");
+    let last_start = records.iter().copied().rfind(|&start| start < cut_at).expect("after the header");
     let torn = (!records.contains(&cut_at)).then_some(last_start);
     let local = Local::start(dir.path(), &[]).unwrap_or_else(|lines| panic!("{}", lines.join("\n")));
     let recovery = local.recovery_of(dir.path(), 0);

@@ -539,6 +539,59 @@ mod tests {
     use super::*;
     use crate::wire::{FrameHeader, GetItem};
 
+    /// With logging on, every change to the store is described after it was made, and nothing
+    /// else: refused requests and reads log nothing; a STATUS that marks an unknown
+    /// transaction aborted logs the abort. Without logging nothing is copied.
+    #[test]
+    fn each_change_to_the_store_is_logged_once_made_and_refusals_are_not() {
+        let core = ServerCore::new(10);
+        let mut effects = Effects::default();
+        effects.set_logging(true);
+        let write = |key: &str| Write { key: key.as_bytes().to_vec(), value: b"v".to_vec() };
+        let key = |name: &str| Key::from(name.as_bytes());
+        let mut logged = |request: Request| {
+            effects.clear();
+            core.handle(ConnectionId::default(), request, 1, 0, &mut effects);
+            std::mem::take(&mut effects.logged)
+        };
+        let write_set = Metadata::WriteSet(WriteSet::from_keys(&[b"a", b"b"]).unwrap());
+        let prepared =
+            logged(Request::Prepare { ts: 5, metadata: write_set, write_set: Vec::new(), writes: vec![write("a")] });
+        let keys: Arc<[Key]> = Arc::from([key("a"), key("b")]);
+        let expected = LogRecord::Prepare {
+            ts: 5,
+            metadata: StoredMetadata::WriteSet(Arc::clone(&keys)),
+            write_set: keys,
+            writes: vec![(key("a"), Box::from(&b"v"[..]))],
+        };
+        assert_eq!(prepared, vec![expected]);
+        assert_eq!(logged(Request::Commit { ts: 5 }), vec![LogRecord::Commit { ts: 5 }]);
+        let put = logged(Request::Put { ts: 7, writes: vec![write("c")] });
+        assert_eq!(put, vec![LogRecord::Put { ts: 7, writes: vec![(key("c"), Box::from(&b"v"[..]))] }]);
+        // Unknown here: marked aborted, and the mark is logged; asked again, nothing new.
+        assert_eq!(logged(Request::Status { ts: 9, keys: vec![b"d".to_vec()] }), vec![LogRecord::Abort { ts: 9 }]);
+        assert_eq!(logged(Request::Status { ts: 9, keys: vec![b"d".to_vec()] }), vec![]);
+        assert_eq!(logged(Request::Status { ts: 5, keys: vec![b"a".to_vec()] }), vec![]);
+        // Refused (aborted, invalid): no change, nothing logged; reads log nothing.
+        let late =
+            Request::Prepare { ts: 9, metadata: Metadata::None, write_set: Vec::new(), writes: vec![write("d")] };
+        assert_eq!(logged(late), vec![]);
+        assert_eq!(logged(Request::Put { ts: 0, writes: vec![write("e")] }), vec![]);
+        let get = Request::Get { items: vec![GetItem { key: b"a".to_vec(), selector: Selector::Latest }] };
+        assert_eq!(logged(get), vec![]);
+        // S2PL: the staged writes are logged as a PUT at COMMIT_LOCKED, not when staged.
+        assert_eq!(logged(Request::LockWrite { ts: 11, writes: vec![write("f")] }), vec![]);
+        let committed = logged(Request::CommitLocked { ts: 11 });
+        assert_eq!(committed, vec![LogRecord::Put { ts: 11, writes: vec![(key("f"), Box::from(&b"v"[..]))] }]);
+        let mut aborted = Effects::default();
+        aborted.set_logging(true);
+        core.abort(13, 0, &mut aborted);
+        assert_eq!(aborted.logged, vec![LogRecord::Abort { ts: 13 }]);
+        let mut silent = Effects::default();
+        core.handle(ConnectionId::default(), Request::Put { ts: 15, writes: vec![write("g")] }, 1, 0, &mut silent);
+        assert!(silent.logged.is_empty(), "not logging: nothing described");
+    }
+
     /// `into_response` (the in-process client's reply, built without a frame) must be exactly
     /// what a client of every other transport decodes from the frame `encode_frame` writes.
     #[test]

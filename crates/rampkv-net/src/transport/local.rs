@@ -62,7 +62,7 @@ pub struct LocalTransport {
     replies: VecDeque<(usize, u64, Response)>,
     effects: Effects,
     routed: Vec<Addressed>,
-    held: VecDeque<Held>,
+    held: Vec<Held>,
     signal: Arc<Signal>,
 }
 
@@ -95,7 +95,7 @@ impl LocalTransport {
             replies: VecDeque::new(),
             effects: Effects::default(),
             routed: Vec::new(),
-            held: VecDeque::new(),
+            held: Vec::new(),
             signal,
         }
     }
@@ -120,7 +120,7 @@ impl LocalTransport {
                 index += 1;
                 continue;
             }
-            let held = self.held.remove(index).expect("in range");
+            let held = self.held.remove(index);
             self.replies.extend(held.reply);
             self.routed.extend(held.deferred);
             self.route(held.group);
@@ -167,7 +167,7 @@ impl ClientTransport for LocalTransport {
         if let Some(position) = self.effects.release_after {
             let deferred = std::mem::take(&mut self.effects.replies);
             let reply = response.map(|response| (server, request_id, response));
-            self.held.push_back(Held { group: route.group, index: route.index, position, reply, deferred });
+            self.held.push(Held { group: route.group, index: route.index, position, reply, deferred });
             return Ok(());
         }
         self.replies.extend(response.map(|response| (server, request_id, response)));
