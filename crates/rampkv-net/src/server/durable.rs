@@ -12,7 +12,7 @@
 //!   `Effects::release_after` to the last one's LSN. Every reply of the call is held by the
 //!   front end until the log's durable watermark passes it (group commit: one fsync releases
 //!   every reply that waited for it). Nothing here blocks on an fsync: the log's writer thread
-//!   calls the wake-up (every front end of the group) when the watermark moves.
+//!   wakes the front ends of the group that hold replies when the watermark moves.
 //! - Back-pressure: when `LOG_WAITING_BYTES_MAX` bytes already wait for the writer, an append
 //!   waits for room, at most `LOG_FULL_WAIT_MS_MAX`.
 //! - Failure: a log that stopped (a failed write or fsync), or an append that could not be made,

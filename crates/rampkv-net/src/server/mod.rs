@@ -175,7 +175,7 @@ impl Servers {
     }
 
     /// Servers with their logs (`None`: a server without a data directory). The logs wake
-    /// every front end of the group when their watermark moves.
+    /// front ends of the group that hold replies when their watermark moves.
     fn with_journals(cores: Vec<Arc<ServerCore>>, journals: Vec<Option<Journal>>) -> Arc<Self> {
         let servers = Arc::new(Self::build(cores, journals));
         for served in &servers.served {
@@ -184,7 +184,7 @@ impl Servers {
                 let servers = Arc::downgrade(&servers);
                 journal.set_wake(move || {
                     if let Some(servers) = servers.upgrade() {
-                        servers.router.wake_all();
+                        servers.router.wake_holding();
                     }
                 });
             }

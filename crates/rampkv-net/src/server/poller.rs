@@ -117,6 +117,11 @@ impl ReplyGate {
         self.queue(server).push_back((position, Held::Routed(reply)));
     }
 
+    /// Whether any reply is held.
+    fn is_holding(&self) -> bool {
+        self.held.iter().any(|queue| !queue.is_empty())
+    }
+
     /// Whether a held reply may go (`durable`: a server's durable position).
     fn releasable(&self, durable: impl Fn(usize) -> LogPosition) -> bool {
         self.held.iter().enumerate().any(|(server, queue)| queue.front().is_some_and(|(at, _)| *at <= durable(server)))
@@ -231,7 +236,12 @@ impl<M: ServerMedium> Poller<M> {
                 served += self.serve(self.visit[index], now_ms);
             }
             served += self.deliver_deferred(now_ms);
-            progress = served > 0;
+            // Held replies: ask the logs for a wake-up, then look once more (one that moved
+            // before the request would not wake this poller).
+            let holding = self.gate.is_holding();
+            self.inbox.set_holding(holding);
+            let servers = &self.servers;
+            progress = served > 0 || (holding && self.gate.releasable(|server| servers.durable_position(server)));
         };
         for slot in 0..self.connections.len() {
             self.close(slot, true);

@@ -11,7 +11,7 @@
 //!
 //! A server with a log (a data directory) holds the replies of a call that changed its store
 //! until the log is durable up to the call's records, as the poller does: they wait in this
-//! transport, and the log's wake-up (every front end of the group) wakes `poll`.
+//! transport, and the log's wake-up (for front ends that hold replies) wakes `poll`.
 //!
 //! It serves deployments that put a client next to its partitions, such as the RESP gateway of
 //! `rampkv local`, and the benchmark's `inprocess` row (the protocol's own CPU cost).
@@ -190,6 +190,10 @@ impl ClientTransport for LocalTransport {
             self.route(group);
         }
         self.release_held();
+        for (group, (_, inbox)) in self.groups.iter().enumerate() {
+            inbox.set_holding(self.held.iter().any(|held| held.group == group));
+        }
+        self.release_held(); // what became durable before the logs knew to wake this client
         if self.replies.is_empty() {
             // Only a deferred S2PL reply, or one held until its log is durable, can still
             // come: wait for the inbox's signal (a log's wake-up raises it too).
