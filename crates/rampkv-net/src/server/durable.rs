@@ -69,12 +69,10 @@ impl Default for DurabilityConfig {
 pub enum StartError {
     #[error("{servers} servers need as many data directories, got {directories}")]
     DirectoryCount { servers: usize, directories: usize },
-    #[error("data directory {}: {source}", dir.display())]
-    Recovery {
-        dir: PathBuf,
-        #[source]
-        source: DurableError,
-    },
+    // The cause is shown here, not chained as a source: its own message already names its
+    // cause (`anyhow`'s `{:#}` would print it twice).
+    #[error("data directory {}: {cause}", dir.display())]
+    Recovery { dir: PathBuf, cause: DurableError },
     #[error("data directory {}: the recovery thread panicked", dir.display())]
     RecoveryPanicked { dir: PathBuf },
     #[error(
@@ -83,14 +81,10 @@ pub enum StartError {
         dir.display()
     )]
     ClusterSizeChanged { dir: PathBuf, servers: usize, found: String },
-    #[error("data directory {}: {source}", dir.display())]
-    Layout {
-        dir: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("data directory {}: {cause}", dir.display())]
+    Layout { dir: PathBuf, cause: std::io::Error },
     #[error("cannot listen: {0}")]
-    Listen(#[source] std::io::Error),
+    Listen(std::io::Error),
 }
 
 /// The data directory of server `index` of a cluster kept under `data_dir`: `server-<index>`
@@ -110,7 +104,7 @@ pub fn cluster_data_dirs(data_dir: &Path, servers: usize) -> Result<Vec<PathBuf>
     let entries = match std::fs::read_dir(data_dir) {
         Ok(entries) => entries,
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(dirs),
-        Err(source) => return Err(StartError::Layout { dir: data_dir.to_path_buf(), source }),
+        Err(cause) => return Err(StartError::Layout { dir: data_dir.to_path_buf(), cause }),
     };
     let mut found: Vec<String> = entries
         .filter_map(Result::ok)

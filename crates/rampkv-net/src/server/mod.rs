@@ -330,7 +330,7 @@ impl ServerGroup {
         let mut journals = Vec::with_capacity(configs.len());
         let mut reports = Vec::with_capacity(configs.len());
         for (outcome, dir) in opened.into_iter().zip(data_dirs) {
-            let recovery = |source| durable::StartError::Recovery { dir: dir.clone(), source };
+            let recovery = |cause| durable::StartError::Recovery { dir: dir.clone(), cause };
             let (journal, report) =
                 outcome.map_err(|_| durable::StartError::RecoveryPanicked { dir: dir.clone() })?.map_err(recovery)?;
             journals.push(Some(journal));
