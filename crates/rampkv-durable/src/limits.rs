@@ -52,3 +52,19 @@ pub const LOCK_HOLDER_BYTES_MAX: u64 = 64;
 
 const _: () = assert!(LOG_WAITING_BYTES_MAX >= crate::record::RECORD_HEADER_BYTES + RECORD_PAYLOAD_BYTES_MAX);
 const _: () = assert!(RECORD_PAYLOAD_BYTES_MAX < u32::MAX as usize);
+
+/// A server writes a snapshot in the background once this many bytes of log were written since
+/// the last one started (`--snapshot-every-bytes`; Redis rewrites its append-only file from
+/// 64 MB). One segment's worth: the log a start replays stays about one segment past the
+/// newest snapshot.
+pub const SNAPSHOT_EVERY_BYTES_DEFAULT: u64 = SEGMENT_BYTES_TARGET;
+
+/// Smallest `--snapshot-every-bytes`: a snapshot copies the whole store, so one after every
+/// few records would do nothing but copy.
+pub const SNAPSHOT_EVERY_BYTES_MIN: u64 = 1024 * 1024;
+
+/// How long a server's append waits for room when `LOG_WAITING_BYTES_MAX` bytes already wait
+/// for the writer (the poller stops taking requests meanwhile). A disk that cannot take 64 MiB
+/// in this long is treated as failed: the server stops rather than acknowledge what it cannot
+/// make durable.
+pub const LOG_FULL_WAIT_MS_MAX: u64 = 30_000;

@@ -376,6 +376,12 @@ impl Log {
         *self.shared.wake.lock() = Some(Arc::new(wake));
     }
 
+    /// The failure that stopped the log, if one did (nothing more becomes durable: the server
+    /// must stop and recover from the files).
+    pub fn failure(&self) -> Option<DurableError> {
+        self.shared.queue.lock().failure.as_ref().map(Failure::error)
+    }
+
     /// The fsync policy.
     pub fn policy(&self) -> FsyncPolicy {
         self.shared.policy

@@ -40,6 +40,7 @@
 use std::sync::Arc;
 
 use rampkv_core::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
+use rampkv_core::protocol::server::LogRecord;
 use rampkv_core::storage::{Key, StoredMetadata};
 use rampkv_core::types::{Timestamp, TIMESTAMP_INITIAL};
 use rampkv_core::wire::{Decoder, Encoder, Metadata, WireError, WriteSet, BLOOM_BYTES_MAX};
@@ -131,6 +132,21 @@ impl Record {
     /// The transaction the record is about.
     pub fn ts(&self) -> Timestamp {
         self.as_ref().ts()
+    }
+}
+
+/// What the server core asks to log ([`LogRecord`], built after it changed the store) is a
+/// record as it is.
+impl<'a> From<&'a LogRecord> for RecordRef<'a> {
+    fn from(record: &'a LogRecord) -> Self {
+        match record {
+            LogRecord::Prepare { ts, metadata, write_set, writes } => {
+                RecordRef::Prepare { ts: *ts, metadata, write_set, writes }
+            }
+            LogRecord::Commit { ts } => RecordRef::Commit { ts: *ts },
+            LogRecord::Abort { ts } => RecordRef::Abort { ts: *ts },
+            LogRecord::Put { ts, writes } => RecordRef::Put { ts: *ts, writes },
+        }
     }
 }
 

@@ -149,6 +149,84 @@ pub struct RecoveryReport {
     pub replay_ms: u64,
 }
 
+impl std::fmt::Display for CutReason {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CutReason::TornTail(cause) => write!(formatter, "torn write at the tail, never fsynced: {cause}"),
+            CutReason::Corrupt(cause) => write!(formatter, "damage in the middle, cut as asked: {cause}"),
+            CutReason::TornSegmentHeader(cause) => {
+                write!(formatter, "segment header never completely written: {cause}")
+            }
+            CutReason::CorruptSegmentHeader(cause) => {
+                write!(formatter, "damaged segment header, cut as asked: {cause}")
+            }
+            CutReason::AfterCut => formatter.write_str("a later segment, after the cut"),
+        }
+    }
+}
+
+impl std::fmt::Display for Cut {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            formatter,
+            "{} cut at byte offset {}: {} bytes and {} whole records dropped, from LSN {} ({})",
+            self.file.display(),
+            self.offset,
+            self.bytes_dropped,
+            self.records_dropped,
+            self.first_lsn_dropped,
+            self.reason
+        )
+    }
+}
+
+/// What a start found, as a server prints it: one line, then one line per cut, skipped
+/// snapshot, damage skipped and leftover removed.
+impl std::fmt::Display for RecoveryReport {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.snapshot {
+            Some(loaded) => write!(
+                formatter,
+                "snapshot {} (LSN {}, {} keys, {} versions) loaded in {} ms; ",
+                loaded.path.display(),
+                loaded.lsn,
+                loaded.counts.keys,
+                loaded.counts.versions,
+                loaded.duration_ms
+            )?,
+            None => formatter.write_str("no snapshot; ")?,
+        }
+        write!(
+            formatter,
+            "{} log records replayed in {} ms ({} covered by the snapshot, {} of aborted transactions refused); \
+             {} transactions in doubt; the log resumes after LSN {}",
+            self.records_replayed,
+            self.replay_ms,
+            self.records_covered,
+            self.records_refused,
+            self.in_doubt.len(),
+            self.last_lsn
+        )?;
+        for cut in &self.cuts {
+            write!(formatter, "\n  {cut}")?;
+        }
+        for skipped in &self.skipped_snapshots {
+            write!(formatter, "\n  snapshot {} skipped: {}", skipped.path.display(), skipped.error)?;
+        }
+        for (file, offset, lsn) in &self.covered_damage {
+            write!(
+                formatter,
+                "\n  {} damaged at byte offset {offset} (LSN {lsn}), covered by the snapshot: skipped",
+                file.display()
+            )?;
+        }
+        for path in &self.removed_temporaries {
+            write!(formatter, "\n  {} (an interrupted snapshot) removed", path.display())?;
+        }
+        Ok(())
+    }
+}
+
 /// Opens (creating if needed) the data directory `dir`: takes its lock, recovers its contents
 /// into `store` (which must be empty), and starts the log after the last record found.
 ///

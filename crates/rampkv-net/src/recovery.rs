@@ -155,7 +155,7 @@ impl ResolverThread {
         match verdict(&states) {
             Verdict::Undecided => return Verdict::Undecided,
             Verdict::Aborted => {
-                served.core.store().abort(ts, self.now_ms());
+                served.abort(ts, self.now_ms()); // logged, if the server has a log
                 return Verdict::Aborted;
             }
             Verdict::Committed => {}

@@ -10,7 +10,8 @@
 //! - `rampkv-resp`: the Redis-protocol gateway;
 //! - `rampkv-bench`: the benchmark, histories, the read-atomicity checker, the figures, the
 //!   fault test (`chaos`);
-//! - `rampkv-ycsb`: YCSB workload generators.
+//! - `rampkv-ycsb`: YCSB workload generators;
+//! - `rampkv-durable`: the persistence engine (log, group commit, snapshots, recovery).
 //!
 //! Every module keeps its path under `rampkv::` (`rampkv::client::Client`, ...).
 #![forbid(unsafe_code)]
@@ -19,5 +20,6 @@ pub mod logging;
 
 pub use rampkv_bench::{bench, chaos, checker, figures, history, progress};
 pub use rampkv_core::{cluster, limits, protocol, storage, types, wire};
+pub use rampkv_durable as durable;
 pub use rampkv_net::{auth, client, item_slots, message, recovery, server, transport};
 pub use rampkv_resp as resp;

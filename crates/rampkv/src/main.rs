@@ -23,6 +23,7 @@ use rampkv::chaos;
 use rampkv::checker;
 use rampkv::client::Client;
 use rampkv::cluster::{Cluster, Front};
+use rampkv::durable::FsyncPolicy;
 use rampkv::figures;
 use rampkv::item_slots::ItemSlotConfig;
 use rampkv::limits::GC_GRACE_MS;
@@ -32,6 +33,7 @@ use rampkv::protocol::ramp::Algorithm;
 use rampkv::recovery::RECOVERY_TIMEOUT_MS;
 use rampkv::resp::auth::Users;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
+use rampkv::server::durable::{cluster_data_dirs, DurabilityConfig};
 use rampkv::server::front::FrontEnd;
 use rampkv::server::{ConnectionLimits, ServerConfig, ServerGroup};
 
@@ -110,6 +112,8 @@ enum Command {
         /// idle connections must not hold the server's connection slots.
         #[arg(long, value_name = "SECONDS", default_value_t = 0)]
         timeout: u64,
+        #[command(flatten)]
+        persistence: PersistenceArgs,
     },
     /// Run a local cluster of several servers in this process and write its cluster file.
     Local {
@@ -137,6 +141,8 @@ enum Command {
         front: FrontChoice,
         #[command(flatten)]
         secret: SecretArgs,
+        #[command(flatten)]
+        persistence: PersistenceArgs,
     },
     /// Serve the Redis protocol (RESP) for a running cluster: rampkv gateway --cluster FILE --listen ADDR
     Gateway {
@@ -229,6 +235,93 @@ fn binary_protected_mode_refusal(addresses: &[SocketAddr], secret: bool, insecur
          address, or pass --insecure-no-secret"
     ))
 }
+
+/// Persistence of the servers' stores (docs/persistence.md).
+#[derive(Debug, Args)]
+struct PersistenceArgs {
+    /// Keep the store in DIR across restarts: an append-only log of every change (written
+    /// before the change is acknowledged) and snapshots; a restart on the same DIR recovers.
+    /// One server per directory (it is locked). `rampkv local` and `rampkv bench`: one
+    /// subdirectory server-<i> per server. Without it nothing survives a restart.
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// When the log is fsynced, as Redis's appendfsync. always: before each acknowledgement
+    /// (group commit: concurrent ones share an fsync); no acknowledged write is ever lost.
+    /// everysec (the default, as in Redis): once a second in the background; a process crash
+    /// loses nothing acknowledged, a power cut about the last second. no: when the operating
+    /// system writes back.
+    #[arg(long, value_name = "POLICY", default_value = "everysec", value_parser = parse_policy, requires = "data_dir")]
+    appendfsync: FsyncPolicy,
+    /// Write a snapshot of the store in the background after this many bytes of log (the log
+    /// it covers is then dropped; a restart loads it and replays only the log after it).
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = rampkv::durable::limits::SNAPSHOT_EVERY_BYTES_DEFAULT,
+        value_parser = clap::value_parser!(u64).range(rampkv::durable::limits::SNAPSHOT_EVERY_BYTES_MIN..),
+        requires = "data_dir"
+    )]
+    snapshot_every_bytes: u64,
+    /// A log damaged in the middle (a checksum mismatch a later record vouches for) refuses to
+    /// start, naming the file and offset; with this flag it is cut there instead (everything
+    /// after the damage is dropped) and the cut is reported. A torn tail (a crash during a
+    /// write) is always cut and reported.
+    #[arg(long, requires = "data_dir")]
+    truncate_corrupt_log: bool,
+}
+
+impl PersistenceArgs {
+    /// The data directory and how to keep it, if one was given.
+    fn durability(&self) -> Option<(PathBuf, DurabilityConfig)> {
+        let config = DurabilityConfig {
+            policy: self.appendfsync,
+            truncate_corrupt: self.truncate_corrupt_log,
+            snapshot_every_bytes: self.snapshot_every_bytes,
+        };
+        self.data_dir.clone().map(|dir| (dir, config))
+    }
+}
+
+fn parse_policy(name: &str) -> Result<FsyncPolicy, rampkv::types::UnknownName> {
+    name.parse().map_err(|_| rampkv::types::UnknownName {
+        what: "fsync policy",
+        name: name.to_owned(),
+        choices: vec!["always", "everysec", "no"],
+    })
+}
+
+/// Starts the servers of `configs`, with persistence when `persistence` names a data
+/// directory (one per server: `dirs`), and prints what each recovery found.
+fn spawn_servers(
+    configs: &[ServerConfig],
+    dirs: Option<(Vec<PathBuf>, DurabilityConfig)>,
+    secret: Option<Arc<SharedSecret>>,
+    limits: ConnectionLimits,
+    command: &str,
+) -> Result<ServerGroup> {
+    let Some((dirs, durability)) = dirs else {
+        return ServerGroup::spawn_with(configs, secret, limits).context("cannot start the servers");
+    };
+    let (group, reports) = ServerGroup::spawn_durable_with(configs, &dirs, &durability, secret, limits)?;
+    for ((dir, report), address) in dirs.iter().zip(&reports).zip(group.addresses()) {
+        say!("{command}: {address} recovered {} (appendfsync {}): {report}", dir.display(), durability.policy);
+    }
+    // A log that stops (a failed write or fsync) takes the process with it: nothing more can be
+    // made durable, and the replies waiting for it are never sent.
+    let servers = Arc::clone(group.servers());
+    let command = command.to_owned();
+    std::thread::Builder::new().name("rampkv-log-watch".into()).spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(PERSISTENCE_WATCH_MS));
+        if let Some((index, error)) = servers.persistence_failure() {
+            say!("{command}: the log of server {index} failed: {error}; stopping (restart to recover from the files)");
+            std::process::exit(1);
+        }
+    })?;
+    Ok(group)
+}
+
+/// How often a server process checks that its logs still work.
+const PERSISTENCE_WATCH_MS: u64 = 100;
 
 /// Who may use a RESP gateway (docs/resp.md, "Authentication").
 #[derive(Debug, Args)]
@@ -394,6 +487,12 @@ struct BenchArgs {
     /// a table side by side, with throughput ratios to TCP. With --json: one result per line.
     #[arg(long)]
     compare: bool,
+    /// Persistence of the embedded servers (not with --cluster): --data-dir DIR (server-<i>
+    /// per server; an existing one is recovered first, and the start time printed),
+    /// --appendfsync, --snapshot-every-bytes, --truncate-corrupt-log. The result then shows
+    /// the logs' records and fsyncs per second and records per group.
+    #[command(flatten)]
+    persistence: PersistenceArgs,
 }
 
 #[derive(Debug, Args)]
@@ -518,6 +617,7 @@ fn run(command: Command) -> Result<ExitCode> {
             secret,
             insecure_no_secret,
             timeout,
+            persistence,
         } => {
             let secret = secret.install()?;
             let addresses: Vec<SocketAddr> = [Some(listen), ring_listen, rfrpc_listen].into_iter().flatten().collect();
@@ -526,8 +626,18 @@ fn run(command: Command) -> Result<ExitCode> {
             }
             let idle_timeout_ms = timeout.checked_mul(1_000).context("--timeout is out of range")?;
             let limits = ConnectionLimits { idle_timeout_ms, ..ConnectionLimits::default() };
-            let mut group = ServerGroup::spawn_with(&[ServerConfig { listen, gc_grace_ms }], secret, limits)
-                .with_context(|| format!("cannot listen on {listen}"))?;
+            let durability = persistence.durability().map(|(dir, config)| (vec![dir], config));
+            let has_cluster = cluster.is_some();
+            let mut group =
+                spawn_servers(&[ServerConfig { listen, gc_grace_ms }], durability, secret, limits, "rampkv server")
+                    .with_context(|| format!("cannot start the server on {listen}"))?;
+            let in_doubt = group.cores()[0].store().stats().pending_transactions;
+            if in_doubt > 0 && !has_cluster {
+                say!(
+                    "rampkv server: {in_doubt} transactions recovered in doubt (prepared, never committed or aborted) \
+                     stay undecided: give --cluster FILE so that cooperative termination can ask the other servers"
+                );
+            }
             if let Some(path) = cluster {
                 let cluster = Cluster::from_file(&path)?;
                 let index = cluster.servers().iter().position(|address| {
@@ -569,12 +679,22 @@ fn run(command: Command) -> Result<ExitCode> {
             drop(front);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Local { servers, base_port, cluster_file, resp_port, resp_bind, resp_auth, front, secret } => {
+        Command::Local {
+            servers,
+            base_port,
+            cluster_file,
+            resp_port,
+            resp_bind,
+            resp_auth,
+            front,
+            secret,
+            persistence,
+        } => {
             let resp = resp_port
                 .map(|port| resp_auth.apply(GatewayConfig::new(SocketAddr::new(resp_bind, port))))
                 .transpose()?;
             let secret = secret.install()?;
-            run_local(servers, base_port, &cluster_file, resp, front.front(), secret)
+            run_local(servers, base_port, &cluster_file, resp, front.front(), secret, &persistence)
         }
         Command::Gateway { cluster, listen, resp_auth, secret } => {
             let config = resp_auth.apply(GatewayConfig::new(listen))?;
@@ -641,6 +761,7 @@ fn run_local(
     resp: Option<GatewayConfig>,
     front: Option<Front>,
     secret: Option<Arc<SharedSecret>>,
+    persistence: &PersistenceArgs,
 ) -> Result<ExitCode> {
     if !(1..=64).contains(&servers) {
         bail!("--servers must be 1..=64, got {servers}");
@@ -654,7 +775,12 @@ fn run_local(
             Ok(ServerConfig::new(SocketAddr::from(([127, 0, 0, 1], port))))
         })
         .collect::<Result<Vec<_>>>()?;
-    let mut group = ServerGroup::spawn_with_secret(&configs, secret).context("cannot start the local cluster")?;
+    let durability = persistence
+        .durability()
+        .map(|(dir, config)| Ok::<_, anyhow::Error>((cluster_data_dirs(&dir, servers)?, config)))
+        .transpose()?;
+    let mut group = spawn_servers(&configs, durability, secret, ConnectionLimits::default(), "rampkv local")
+        .context("cannot start the local cluster")?;
     let mut cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())?;
     group.start_recovery(cluster.clone(), 0, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
     let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
@@ -807,6 +933,10 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
             delay_us: args.net_delay,
             jitter_us: args.jitter,
         },
+        persistence: args
+            .persistence
+            .durability()
+            .map(|(data_dir, durability)| bench::BenchPersistence { data_dir, durability }),
     };
     config.validate()?;
     if args.item_slot_bytes.is_none() {

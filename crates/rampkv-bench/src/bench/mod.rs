@@ -12,7 +12,7 @@ mod workload;
 
 use workload::TxnSource;
 
-pub use report::{BenchResult, LatencySummary, MachineInfo, RoundTwoSummary};
+pub use report::{BenchResult, LatencySummary, MachineInfo, PersistenceSummary, RoundTwoSummary};
 pub use workload::Workload;
 
 use std::net::SocketAddr;
@@ -32,12 +32,14 @@ use rampkv_core::limits::{GC_GRACE_MS, INTERLEAVE_DELAY_US_MAX, TXN_KEYS_MAX, VA
 use rampkv_core::protocol::bloom::BloomParameters;
 use rampkv_core::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
 use rampkv_core::types::UnknownName;
+use rampkv_durable::RecoveryReport;
 use rampkv_net::client::{ClientError, Completion, Driver, TxnResult};
 use rampkv_net::item_slots::ItemSlotConfig;
 use rampkv_net::message::BatchStats;
 use rampkv_net::recovery::RECOVERY_TIMEOUT_MS;
+use rampkv_net::server::durable::{cluster_data_dirs, DurabilityConfig, StartError};
 use rampkv_net::server::front::FrontEnd;
-use rampkv_net::server::{ServerConfig, ServerGroup, Servers};
+use rampkv_net::server::{Served, ServerConfig, ServerGroup, Servers};
 use rampkv_net::transport::interleave::{InterleaveOptions, InterleaveStats, Interleaving, Pacing};
 use rampkv_net::transport::local::LocalTransport;
 use rampkv_net::transport::onesided::{GetStarStats, OneSidedOptions};
@@ -183,6 +185,22 @@ pub struct BenchConfig {
     /// The interleaving network model in front of every client thread's transport.
     #[serde(default)]
     pub network: NetworkModel,
+    /// The embedded servers keep their stores in data directories (`--data-dir`): server `i`
+    /// in `server-<i>` under it, recovered at start if they hold something.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<BenchPersistence>,
+}
+
+/// `bench --data-dir DIR --appendfsync POLICY`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchPersistence {
+    pub data_dir: PathBuf,
+    #[serde(serialize_with = "policy_name")]
+    pub durability: DurabilityConfig,
+}
+
+fn policy_name<S: serde::Serializer>(durability: &DurabilityConfig, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(durability.policy.name())
 }
 
 /// Whether the interleaving network model runs.
@@ -319,6 +337,7 @@ impl Default for BenchConfig {
             item_slots: ItemSlotConfig::default(),
             getstar_newer_prepared_fallback: false,
             network: NetworkModel::default(),
+            persistence: None,
         }
     }
 }
@@ -335,6 +354,8 @@ pub enum BenchError {
     ItemSlots(#[from] rampkv_net::item_slots::ItemSlotsError),
     #[error("cannot start the embedded cluster: {0}")]
     Cluster(std::io::Error),
+    #[error("cannot start the embedded cluster: {0}")]
+    Persistence(StartError),
     #[error(transparent)]
     ClusterFile(#[from] rampkv_core::cluster::ClusterError),
     #[error(transparent)]
@@ -350,6 +371,9 @@ impl BenchConfig {
     pub fn validate(&self) -> Result<(), BenchError> {
         let fail = |why: String| Err(BenchError::Config(why));
         self.bloom.validate()?;
+        if self.persistence.is_some() && self.cluster_file.is_some() {
+            return fail("--data-dir is for the embedded cluster's servers: not with --cluster".into());
+        }
         if self.transport == TransportKind::InProcess && self.cluster_file.is_some() {
             return fail("--transport inprocess calls the embedded cluster's servers: not with --cluster".into());
         }
@@ -398,10 +422,12 @@ impl BenchConfig {
 /// Runs a benchmark to completion.
 pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     config.validate()?;
-    let (cluster, embedded, fronts) = match &config.cluster_file {
-        Some(path) => (Cluster::from_file(path)?, Vec::new(), Vec::new()),
+    let started = Instant::now();
+    let (cluster, embedded, fronts, reports) = match &config.cluster_file {
+        Some(path) => (Cluster::from_file(path)?, Vec::new(), Vec::new(), Vec::new()),
         None => start_embedded_cluster(config)?,
     };
+    let start_ms = started.elapsed().as_millis() as u64;
     // An external cluster has as many servers as its file lists (--servers is for the embedded
     // one); the result records what ran.
     let external;
@@ -430,6 +456,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
         stream.feed().send(std::mem::take(&mut load_records));
     }
     let run_started = Instant::now();
+    let log_before = log_stats(&embedded);
     let threads: Vec<_> = (0..config.client_threads)
         .map(|thread| {
             let sessions = sessions_of_thread(config.clients, config.client_threads, thread);
@@ -503,26 +530,95 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     }
     // The measured window starts once the client threads have connected (connection set-up,
     // such as zeroing message rings, is not transaction time) and ends when the last finishes.
+    let log_window = log_stats(&embedded).difference(&log_before, run_started.elapsed());
     let elapsed = totals.window.map_or_else(|| run_started.elapsed(), |(start, end)| end - start);
     let check = keep_records.then(|| checker::check(&totals.records));
     let store_stats = embedded.iter().flat_map(|group| group.cores().iter().map(|core| core.store().stats())).collect();
     drop(fronts);
     drop(embedded);
-    Ok(report::build(config, &totals, elapsed, check, store_stats))
+    let mut result = report::build(config, &totals, elapsed, check, store_stats);
+    result.persistence = config.persistence.as_ref().map(|persistence| PersistenceSummary {
+        policy: persistence.durability.policy.name(),
+        start_ms,
+        records_replayed: reports.iter().map(|report| report.records_replayed).sum(),
+        snapshot_keys_loaded: reports.iter().filter_map(|report| report.snapshot.as_ref()).map(|s| s.counts.keys).sum(),
+        cuts: reports.iter().map(|report| report.cuts.len() as u64).sum(),
+        records_per_s: log_window.records_per_s,
+        fsyncs_per_s: log_window.fsyncs_per_s,
+        mean_group_records: log_window.mean_group_records,
+        snapshots_written: log_window.snapshots_written,
+    });
+    Ok(result)
+}
+
+/// The log counters of every embedded server, summed.
+#[derive(Debug, Clone, Copy, Default)]
+struct LogTotals {
+    records: u64,
+    groups: u64,
+    fsyncs: u64,
+    snapshots: u64,
+}
+
+/// What the logs did over a window.
+struct LogWindow {
+    records_per_s: f64,
+    fsyncs_per_s: f64,
+    mean_group_records: f64,
+    snapshots_written: u64,
+}
+
+impl LogTotals {
+    fn difference(&self, before: &LogTotals, window: Duration) -> LogWindow {
+        let seconds = window.as_secs_f64().max(f64::MIN_POSITIVE);
+        let (records, groups) = (self.records - before.records, self.groups - before.groups);
+        LogWindow {
+            records_per_s: records as f64 / seconds,
+            fsyncs_per_s: (self.fsyncs - before.fsyncs) as f64 / seconds,
+            mean_group_records: if groups == 0 { 0.0 } else { records as f64 / groups as f64 },
+            snapshots_written: self.snapshots - before.snapshots,
+        }
+    }
+}
+
+fn log_stats(groups: &[ServerGroup]) -> LogTotals {
+    let journals = groups.iter().flat_map(|group| group.servers().served().iter().filter_map(Served::journal));
+    journals.map(|journal| journal.stats()).fold(LogTotals::default(), |sum, stats| LogTotals {
+        records: sum.records + stats.log.records,
+        groups: sum.groups + stats.log.groups,
+        fsyncs: sum.fsyncs + stats.log.fsyncs,
+        snapshots: sum.snapshots + stats.snapshots_written,
+    })
 }
 
 /// The embedded cluster: TCP server groups, and a write-poll front end for each group that
 /// serves the same cores (so both transports reach the same stores).
-type Embedded = (Cluster, Vec<ServerGroup>, Vec<FrontEnd>);
+type Embedded = (Cluster, Vec<ServerGroup>, Vec<FrontEnd>, Vec<RecoveryReport>);
 
 fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> {
     let localhost: SocketAddr = "127.0.0.1:0".parse().expect("valid address");
     let mut groups = Vec::with_capacity(config.server_threads);
     let mut addresses = Vec::with_capacity(config.servers);
+    let mut reports = Vec::new();
+    let data_dirs = match &config.persistence {
+        Some(persistence) => {
+            cluster_data_dirs(&persistence.data_dir, config.servers).map_err(BenchError::Persistence)?
+        }
+        None => Vec::new(),
+    };
     for thread in 0..config.server_threads {
-        let count = sessions_of_thread(config.servers, config.server_threads, thread).len();
-        let configs = vec![ServerConfig { listen: localhost, gc_grace_ms: config.gc_grace_ms }; count];
-        let group = ServerGroup::spawn(&configs).map_err(BenchError::Cluster)?;
+        let servers = sessions_of_thread(config.servers, config.server_threads, thread);
+        let configs = vec![ServerConfig { listen: localhost, gc_grace_ms: config.gc_grace_ms }; servers.len()];
+        let group = match &config.persistence {
+            None => ServerGroup::spawn(&configs).map_err(BenchError::Cluster)?,
+            Some(persistence) => {
+                let (group, recovered) =
+                    ServerGroup::spawn_durable(&configs, &data_dirs[servers], &persistence.durability)
+                        .map_err(BenchError::Persistence)?;
+                reports.extend(recovered);
+                group
+            }
+        };
         addresses.extend(group.addresses().iter().map(SocketAddr::to_string));
         groups.push(group);
     }
@@ -540,7 +636,7 @@ fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> 
         .map(|group| FrontEnd::spawn(group, front, localhost, item_slots))
         .collect::<Result<_, _>>()
         .map_err(BenchError::Cluster)?;
-    Ok((cluster, groups, fronts))
+    Ok((cluster, groups, fronts, reports))
 }
 
 /// The contiguous share `thread` gets of `total` items split over `threads`.

@@ -139,6 +139,47 @@ pub struct BenchResult {
     /// The network model's counters summed over client threads (when it ran).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub interleave: Option<InterleaveStats>,
+    /// What the embedded servers' logs did (`--data-dir` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persistence: Option<PersistenceSummary>,
+}
+
+/// The embedded servers' persistence over a run (`--data-dir`), summed over servers.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct PersistenceSummary {
+    pub policy: &'static str,
+    /// Time to start the embedded cluster: recovering every store (in parallel), binding.
+    pub start_ms: u64,
+    /// Log records replayed at start, and keys loaded from snapshots.
+    pub records_replayed: u64,
+    pub snapshot_keys_loaded: u64,
+    /// Parts of logs cut at start (torn tails).
+    pub cuts: u64,
+    /// During the measured window: records appended, fsyncs, per second.
+    pub records_per_s: f64,
+    pub fsyncs_per_s: f64,
+    /// Records per group written (with `always`, per fsync): the benefit of group commit.
+    pub mean_group_records: f64,
+    pub snapshots_written: u64,
+}
+
+impl std::fmt::Display for PersistenceSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "appendfsync {}: {:.0} records/s, {:.0} fsyncs/s, {:.1} records per group, {} snapshots; start {} ms \
+             ({} records replayed, {} keys from snapshots, {} cuts)",
+            self.policy,
+            self.records_per_s,
+            self.fsyncs_per_s,
+            self.mean_group_records,
+            self.snapshots_written,
+            self.start_ms,
+            self.records_replayed,
+            self.snapshot_keys_loaded,
+            self.cuts
+        )
+    }
 }
 
 impl BenchResult {
@@ -191,6 +232,7 @@ pub(crate) fn build(
         batching: totals.batching,
         network: config.network.describe(config.cluster_file.is_some()),
         interleave: totals.interleave,
+        persistence: None,
     }
 }
 
@@ -303,6 +345,9 @@ impl fmt::Display for BenchResult {
         }
         if let Some(line) = self.batching_line() {
             writeln!(f, "  {line}")?;
+        }
+        if let Some(persistence) = &self.persistence {
+            writeln!(f, "  persistence: {persistence}")?;
         }
         if let Some(failure) = &self.first_failure {
             writeln!(f, "  first failure: {failure}")?;

@@ -78,8 +78,8 @@ pub enum ChaosError {
     )]
     ReplicationMissing { replicas: u32 },
     #[error(
-        "--data-dir: `{} server` has no --data-dir option yet (the persistence engine is not wired into the \
-         servers), so a run would test servers that keep nothing",
+        "--data-dir: `{} server` has no --data-dir option (a build without persistence), so a run would test \
+         servers that keep nothing",
         program.display()
     )]
     PersistenceMissing { program: PathBuf },
@@ -642,7 +642,7 @@ fn prepare_data_dir(program: &Path, data_dir: &Path, servers: usize) -> Result<(
         return Err(ChaosError::DataDirNotEmpty { path: data_dir.to_path_buf() });
     }
     for index in 0..servers {
-        std::fs::create_dir_all(data_dir.join(format!("server-{index}")))
+        std::fs::create_dir_all(rampkv_net::server::durable::server_data_dir(data_dir, index))
             .map_err(io_error("create a data directory"))?;
     }
     Ok(())
@@ -689,6 +689,6 @@ mod tests {
         let directory = tempfile::tempdir().unwrap();
         let error = prepare_data_dir(Path::new("true"), directory.path(), 2).unwrap_err();
         assert!(matches!(error, ChaosError::PersistenceMissing { .. }), "{error}");
-        assert!(error.to_string().contains("no --data-dir option yet"), "{error}");
+        assert!(error.to_string().contains("has no --data-dir option"), "{error}");
     }
 }

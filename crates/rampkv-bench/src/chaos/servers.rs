@@ -4,7 +4,8 @@
 //! # Contract
 //! - Each server is one `rampkv server` process, started with the cluster file the harness
 //!   wrote (`--cluster`), its one-sided front end when the workload's transport needs one, and
-//!   its own data directory under `--data-dir` when given. Its standard output and error go to
+//!   its own data directory under `--data-dir` when given (`server-<i>`, with
+//!   `--appendfsync always`). Its standard output and error go to
 //!   `server-<i>.log` in the run's working directory, appended across restarts.
 //! - A server is *ready* when every address it serves accepts a TCP connection (probed from
 //!   the client side of the network) while its process is alive. A process that exits, or is
@@ -21,6 +22,7 @@ use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use rampkv_core::cluster::Front;
+use rampkv_net::server::durable::server_data_dir;
 
 use super::network::Network;
 use super::ChaosError;
@@ -171,7 +173,9 @@ impl Servers {
             None => command.arg("--insecure-no-secret"),
         };
         if let Some(directory) = &self.setup.data_directory {
-            command.arg("--data-dir").arg(directory.join(format!("server-{index}")));
+            // `always`: an acknowledged write is on disk, so a kill -9 of every server at once
+            // must lose none (what the run then checks).
+            command.arg("--data-dir").arg(server_data_dir(directory, index)).args(["--appendfsync", "always"]);
         }
         let log = open_log(&server.log)?;
         let log_error = log.try_clone().map_err(|error| ChaosError::Io {

@@ -11,13 +11,17 @@
 //! in-process client takes it as a [`Response`] ([`Reply::into_response`], one copy), and the
 //! edge applies the effects.
 //!
-//! # Where persistence and replication go
-//! A later log (records appended before a PREPARE or COMMIT is acknowledged, shipped to backups)
-//! fits here without another redesign: the core will append its records to the effects and set
-//! [`Effects::release_after`] to the log position they reach, and every reply of the call (its
-//! own and the deferred ones) is held by the front end until that position is durable (the
-//! front end's reply path already honours the barrier). Today nothing is logged, so the barrier
-//! is never set and replies go out at once.
+//! # Persistence (and later replication)
+//! When the edge asks for it ([`Effects::set_logging`]: the server has a data directory), every
+//! change the call made to the store is also described in [`Effects::logged`], *after* it was
+//! applied: a PREPARE as [`LogRecord::Prepare`], a COMMIT (or cooperative termination's commit)
+//! as `Commit`, NoCC's PUT and S2PL's COMMIT_LOCKED as `Put`, and an abort (cooperative
+//! termination's, or a STATUS that found the transaction unknown and marked it aborted) as
+//! `Abort`. A request the store refused changed nothing and logs nothing. The edge appends
+//! those records to the server's log and sets [`Effects::release_after`] to the position they
+//! reach; every reply of the call (its own and the deferred ones) is held by the front end
+//! until that position is durable. Without logging nothing is copied for it and replies go out
+//! at once.
 //!
 //! A request is validated completely before it changes anything, so a refused request leaves
 //! the store as it was. The core takes the time as an argument ([`Now`]): the monotonic clock
@@ -46,7 +50,8 @@ use crate::storage::{Key, Store, StoreError, StoredMetadata, SweepCursor, Versio
 use crate::types::{check_client_timestamp, Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::{append_versions_frame, append_versions_located_frame, append_versions_locked_frame};
 use crate::wire::{
-    ClusterView, ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, VersionItem, Write, WriteSet,
+    ClusterView, ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, TxnState, VersionItem, Write,
+    WriteSet,
 };
 
 /// What a GET item is answered with: a stored version itself (shared, not copied), so that the
@@ -131,9 +136,25 @@ pub struct Addressed {
 }
 
 /// A position in the log of records that must be durable (and replicated) before a reply that
-/// depends on them is released. Nothing is logged yet; see the module docs.
+/// depends on them is released (a log sequence number of the server's log); see the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct LogPosition(pub u64);
+
+/// A change the core made to the store, described for the server's log (owned: the writes the
+/// store took are copied for it, only when logging). The log's record codec encodes exactly
+/// these four.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogRecord {
+    /// Versions stored prepared (a RAMP PREPARE), with the transaction's whole write set.
+    Prepare { ts: Timestamp, metadata: StoredMetadata, write_set: Arc<[Key]>, writes: Vec<(Key, Box<[u8]>)> },
+    /// Transaction `ts` made visible (a no-op for one not prepared here: logged all the same,
+    /// so that its reply waits for every record before it).
+    Commit { ts: Timestamp },
+    /// Transaction `ts` aborted here: its prepared versions dropped, a late PREPARE refused.
+    Abort { ts: Timestamp },
+    /// Versions stored and made visible at once (NoCC PUT, S2PL COMMIT_LOCKED).
+    Put { ts: Timestamp, writes: Vec<(Key, Box<[u8]>)> },
+}
 
 /// What serving a request caused besides its own reply. Reused across calls: the caller
 /// clears it (allocation-free once warm).
@@ -147,7 +168,10 @@ pub struct Effects {
     pub prepared: Vec<(Timestamp, Key)>,
     /// Every reply of this call waits until the log is durable up to here (`None`: at once).
     pub release_after: Option<LogPosition>,
+    /// The changes this call made to the store, in the order made (only when logging).
+    pub logged: Vec<LogRecord>,
     publishing: bool,
+    logging: bool,
 }
 
 impl Effects {
@@ -168,12 +192,30 @@ impl Effects {
         self.publishing = publishing;
     }
 
-    /// Empties every list, keeping their capacity and the publishing setting.
+    /// Whether `logged` is filled.
+    pub fn logging(&self) -> bool {
+        self.logging
+    }
+
+    /// Sets whether `logged` is filled (the edge does before each call, when the server has a
+    /// log).
+    pub fn set_logging(&mut self, logging: bool) {
+        self.logging = logging;
+    }
+
+    /// Empties every list, keeping their capacity and the publishing and logging settings.
     pub fn clear(&mut self) {
         self.replies.clear();
         self.committed.clear();
         self.prepared.clear();
+        self.logged.clear();
         self.release_after = None;
+    }
+
+    fn log(&mut self, record: impl FnOnce() -> LogRecord) {
+        if self.logging {
+            self.logged.push(record());
+        }
     }
 
     fn note_committed(&mut self, keys: impl IntoIterator<Item = Key>) {
@@ -318,7 +360,15 @@ impl ServerCore {
         let keys = self.store.commit_keys(ts);
         let count = keys.len();
         effects.note_committed(keys);
+        effects.log(|| LogRecord::Commit { ts });
         count
+    }
+
+    /// Aborts transaction `ts` in the store (cooperative termination decided so): its prepared
+    /// versions are dropped and a late PREPARE of it is refused.
+    pub fn abort(&self, ts: Timestamp, now_ms: u64, effects: &mut Effects) {
+        self.store.abort(ts, now_ms);
+        effects.log(|| LogRecord::Abort { ts });
     }
 
     /// Serves one request that came over `connection`. Returns its reply, or `None` when it
@@ -365,18 +415,16 @@ impl ServerCore {
                 }
                 plain(Response::Ack)
             }
-            Request::Put { ts, writes } => {
-                let writes = stored_writes(writes);
-                let keys = effects.publishing.then(|| staged_keys(&writes));
-                let put = self.store.put(ts, writes, now_ms);
-                if put.is_ok() {
-                    effects.note_committed(keys.into_iter().flatten());
-                }
-                plain(ack_or_error(put))
-            }
+            Request::Put { ts, writes } => plain(ack_or_error(self.put(ts, stored_writes(writes), now_ms, effects))),
             Request::Status { ts, keys } => {
                 let keys: Vec<Key> = keys.into_iter().map(Vec::into_boxed_slice).collect();
-                plain(Response::Status { state: self.store.status(ts, &keys, now_ms) })
+                let state = self.store.status(ts, &keys, now_ms);
+                if state == TxnState::Unknown {
+                    // Never prepared here: the store now refuses it for good, which must
+                    // survive a restart (the writer may still be sending its PREPARE).
+                    effects.log(|| LogRecord::Abort { ts });
+                }
+                plain(Response::Status { state })
             }
             Request::LockRead { ts, keys } => {
                 let keys: Vec<Key> = keys.into_iter().map(Vec::into_boxed_slice).collect();
@@ -407,12 +455,8 @@ impl ServerCore {
                 // fractured read (seen once in `tests/inprocess.rs` under load).
                 let mut locks = self.locks.lock();
                 let (staged, decisions) = locks.finish(ts);
-                let keys = effects.publishing.then(|| staged_keys(&staged));
-                let applied = if staged.is_empty() { Ok(()) } else { self.store.put(ts, staged, now_ms) };
+                let applied = if staged.is_empty() { Ok(()) } else { self.put(ts, staged, now_ms, effects) };
                 drop(locks);
-                if applied.is_ok() {
-                    effects.note_committed(keys.into_iter().flatten());
-                }
                 self.route_decisions(decisions, effects);
                 plain(ack_or_error(applied))
             }
@@ -472,6 +516,24 @@ impl ServerCore {
         self.route_decisions(decisions, effects);
     }
 
+    /// Stores `writes` and makes them visible at once (NoCC PUT, S2PL COMMIT_LOCKED).
+    fn put(
+        &self,
+        ts: Timestamp,
+        writes: Vec<(Key, Box<[u8]>)>,
+        now_ms: u64,
+        effects: &mut Effects,
+    ) -> Result<(), StoreError> {
+        let keys = effects.publishing.then(|| staged_keys(&writes));
+        let logged = effects.logging.then(|| writes.clone());
+        self.store.put(ts, writes, now_ms)?;
+        effects.note_committed(keys.into_iter().flatten());
+        if let Some(writes) = logged {
+            effects.logged.push(LogRecord::Put { ts, writes });
+        }
+        Ok(())
+    }
+
     fn prepare(
         &self,
         ts: Timestamp,
@@ -488,8 +550,12 @@ impl ServerCore {
         };
         let writes = stored_writes(writes);
         let keys = effects.publishing.then(|| staged_keys(&writes));
+        let logged = effects.logging.then(|| (metadata.clone(), Arc::clone(&write_set), writes.clone()));
         self.store.prepare(ts, metadata, write_set, writes, now_ms)?;
         effects.prepared.extend(keys.into_iter().flatten().map(|key| (ts, key)));
+        if let Some((metadata, write_set, writes)) = logged {
+            effects.logged.push(LogRecord::Prepare { ts, metadata, write_set, writes });
+        }
         Ok(())
     }
 
@@ -706,7 +772,66 @@ mod tests {
         assert_eq!(core.store().last_commit(b"k"), honest, "the key took the honest write");
         // Reads, lock reads, releases and status asks carry no timestamp that is stored.
         let read = Request::LockRead { ts: u64::MAX, keys: vec![b"k".to_vec()] };
-        assert!(matches!(core.handle(ConnectionId::default(), read, 3, now, &mut effects), Some(Reply::Versions(_))));
+        assert!(matches!(core.handle(ConnectionId::default(), read, 3, now, &mut effects), Some(Reply::Locked { .. })));
+    }
+
+    /// With logging on, every change to the store is described after it was made, and nothing
+    /// else: refused requests and reads log nothing; a STATUS that marks an unknown
+    /// transaction aborted logs the abort. Without logging nothing is copied.
+    #[test]
+    fn each_change_to_the_store_is_logged_once_made_and_refusals_are_not() {
+        let core = ServerCore::new(10);
+        let mut effects = Effects::default();
+        effects.set_logging(true);
+        let write = |key: &str| Write { key: key.as_bytes().to_vec(), value: b"v".to_vec() };
+        let key = |name: &str| Key::from(name.as_bytes());
+        let mut logged = |request: Request| {
+            effects.clear();
+            core.handle(ConnectionId::default(), request, 1, Now::default(), &mut effects);
+            std::mem::take(&mut effects.logged)
+        };
+        let write_set = Metadata::WriteSet(WriteSet::from_keys(&[b"a", b"b"]).unwrap());
+        let prepared =
+            logged(Request::Prepare { ts: 5, metadata: write_set, write_set: Vec::new(), writes: vec![write("a")] });
+        let keys: Arc<[Key]> = Arc::from([key("a"), key("b")]);
+        let expected = LogRecord::Prepare {
+            ts: 5,
+            metadata: StoredMetadata::WriteSet(Arc::clone(&keys)),
+            write_set: keys,
+            writes: vec![(key("a"), Box::from(&b"v"[..]))],
+        };
+        assert_eq!(prepared, vec![expected]);
+        assert_eq!(logged(Request::Commit { ts: 5 }), vec![LogRecord::Commit { ts: 5 }]);
+        let put = logged(Request::Put { ts: 7, writes: vec![write("c")] });
+        assert_eq!(put, vec![LogRecord::Put { ts: 7, writes: vec![(key("c"), Box::from(&b"v"[..]))] }]);
+        // Unknown here: marked aborted, and the mark is logged; asked again, nothing new.
+        assert_eq!(logged(Request::Status { ts: 9, keys: vec![b"d".to_vec()] }), vec![LogRecord::Abort { ts: 9 }]);
+        assert_eq!(logged(Request::Status { ts: 9, keys: vec![b"d".to_vec()] }), vec![]);
+        assert_eq!(logged(Request::Status { ts: 5, keys: vec![b"a".to_vec()] }), vec![]);
+        // Refused (aborted, invalid): no change, nothing logged; reads log nothing.
+        let late =
+            Request::Prepare { ts: 9, metadata: Metadata::None, write_set: Vec::new(), writes: vec![write("d")] };
+        assert_eq!(logged(late), vec![]);
+        assert_eq!(logged(Request::Put { ts: 0, writes: vec![write("e")] }), vec![]);
+        let get = Request::Get { items: vec![GetItem { key: b"a".to_vec(), selector: Selector::Latest }] };
+        assert_eq!(logged(get), vec![]);
+        // S2PL: the staged writes are logged as a PUT at COMMIT_LOCKED, not when staged.
+        assert_eq!(logged(Request::LockWrite { ts: 11, writes: vec![write("f")] }), vec![]);
+        let committed = logged(Request::CommitLocked { ts: 11 });
+        assert_eq!(committed, vec![LogRecord::Put { ts: 11, writes: vec![(key("f"), Box::from(&b"v"[..]))] }]);
+        let mut aborted = Effects::default();
+        aborted.set_logging(true);
+        core.abort(13, 0, &mut aborted);
+        assert_eq!(aborted.logged, vec![LogRecord::Abort { ts: 13 }]);
+        let mut silent = Effects::default();
+        core.handle(
+            ConnectionId::default(),
+            Request::Put { ts: 15, writes: vec![write("g")] },
+            1,
+            Now::default(),
+            &mut silent,
+        );
+        assert!(silent.logged.is_empty(), "not logging: nothing described");
     }
 
     /// `into_response` (the in-process client's reply, built without a frame) must be exactly

@@ -14,12 +14,16 @@
 //! - [`poller`]: the front end, generic over a [`poller::ServerMedium`] (TCP: epoll; fabric:
 //!   the doorbell).
 //! - [`front`]: the fabric front end (its region, its control thread and handshake).
+//! - [`durable`]: a server's log and snapshots (a data directory): recovery before serving,
+//!   records appended after each call, replies held until durable.
 
+pub mod durable;
 pub mod front;
 pub mod poller;
 pub mod router;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
@@ -36,8 +40,10 @@ use crate::auth::SharedSecret;
 use crate::item_slots::Publisher;
 use crate::message::tcp::TcpServer;
 use crate::recovery::{spawn_resolver, Resolver};
+use durable::{DurabilityConfig, Journal};
 pub use poller::{ConnectionCounts, ConnectionLimits, Eviction};
 use poller::{ConnectionStats, Poller, ServerMedium};
+use rampkv_durable::{DurableError, RecoveryReport};
 use router::{Router, Wake};
 
 /// Settings of one server.
@@ -62,6 +68,8 @@ impl ServerConfig {
 pub struct Served {
     pub core: Arc<ServerCore>,
     slots: OnceLock<Arc<dyn Publisher>>,
+    /// Its log, when it has a data directory.
+    journal: Option<Journal>,
 }
 
 impl Served {
@@ -78,19 +86,50 @@ impl Served {
     ) -> Option<Reply> {
         let slots = self.slots.get();
         effects.set_publishing(slots.is_some());
+        effects.set_logging(self.journal.is_some());
+        effects.release_after = None;
         let reply = self.core.handle(connection, request, request_id, now, effects);
         self.publish(effects);
+        self.log(effects);
         reply
     }
 
-    /// Commits transaction `ts` as a COMMIT request does, republishing what it advanced
-    /// (recovery). Returns the keys committed.
+    /// Commits transaction `ts` as a COMMIT request does, republishing what it advanced and
+    /// logging it (recovery). Returns the keys committed.
     pub fn commit(&self, ts: Timestamp) -> usize {
         let mut effects = Effects::default();
         effects.set_publishing(self.slots.get().is_some());
+        effects.set_logging(self.journal.is_some());
         let committed = self.core.commit(ts, &mut effects);
         self.publish(&mut effects);
+        self.log(&mut effects);
         committed
+    }
+
+    /// Aborts transaction `ts` as cooperative termination decided, logging it.
+    pub fn abort(&self, ts: Timestamp, now_ms: u64) {
+        let mut effects = Effects::default();
+        effects.set_logging(self.journal.is_some());
+        self.core.abort(ts, now_ms, &mut effects);
+        self.log(&mut effects);
+    }
+
+    /// Appends what the call changed to the log (if the server has one); its replies then wait
+    /// for `effects.release_after`.
+    fn log(&self, effects: &mut Effects) {
+        if let Some(journal) = &self.journal {
+            journal.append(effects);
+        }
+    }
+
+    /// Its log, when it has a data directory.
+    pub fn journal(&self) -> Option<&Journal> {
+        self.journal.as_ref()
+    }
+
+    /// How far its log is durable: replies held up to here may go (everything, without a log).
+    pub fn durable_position(&self) -> LogPosition {
+        self.journal.as_ref().map_or(LogPosition(u64::MAX), Journal::durable_position)
     }
 
     fn publish(&self, effects: &mut Effects) {
@@ -128,11 +167,16 @@ pub struct Servers {
 impl Servers {
     #[cfg(test)]
     pub(crate) fn new(cores: Vec<Arc<ServerCore>>) -> Self {
-        Self::with_secret(cores, None)
+        let journals = cores.iter().map(|_| None).collect();
+        Self::build(cores, journals, None)
     }
 
-    pub(crate) fn with_secret(cores: Vec<Arc<ServerCore>>, secret: Option<Arc<SharedSecret>>) -> Self {
-        let served = cores.iter().map(|core| Served { core: Arc::clone(core), slots: OnceLock::new() }).collect();
+    fn build(cores: Vec<Arc<ServerCore>>, journals: Vec<Option<Journal>>, secret: Option<Arc<SharedSecret>>) -> Self {
+        let served = cores
+            .iter()
+            .zip(journals)
+            .map(|(core, journal)| Served { core: Arc::clone(core), slots: OnceLock::new(), journal })
+            .collect();
         let connection_stats = ConnectionStats::default();
         Self { served, cores, router: Router::default(), clock: Instant::now(), secret, connection_stats }
     }
@@ -145,6 +189,28 @@ impl Servers {
     /// What the group's front ends' connections hold, and the connections they closed.
     pub fn connection_stats(&self) -> &ConnectionStats {
         &self.connection_stats
+    }
+
+    /// Servers with their logs (`None`: a server without a data directory). The logs wake
+    /// front ends of the group that hold replies when their watermark moves.
+    fn with_journals(
+        cores: Vec<Arc<ServerCore>>,
+        journals: Vec<Option<Journal>>,
+        secret: Option<Arc<SharedSecret>>,
+    ) -> Arc<Self> {
+        let servers = Arc::new(Self::build(cores, journals, secret));
+        for served in &servers.served {
+            if let Some(journal) = &served.journal {
+                // Weak: the servers own the logs, and a log's callback must not keep them alive.
+                let servers = Arc::downgrade(&servers);
+                journal.set_wake(move || {
+                    if let Some(servers) = servers.upgrade() {
+                        servers.router.wake_holding();
+                    }
+                });
+            }
+        }
+        servers
     }
 
     /// The servers, in configuration order.
@@ -186,10 +252,16 @@ impl Servers {
         Now { monotonic_ms: self.now_ms(), wall_clock_us }
     }
 
-    /// How far the log is durable (and replicated): replies held behind a barrier up to here
-    /// are released. Nothing is logged yet, so everything is.
-    pub fn durable_position(&self) -> LogPosition {
-        LogPosition(u64::MAX)
+    /// How far server `index`'s log is durable (and replicated): its replies held behind a
+    /// barrier up to here are released (all of them, for a server without a log).
+    pub fn durable_position(&self, index: usize) -> LogPosition {
+        self.served.get(index).map_or(LogPosition(u64::MAX), Served::durable_position)
+    }
+
+    /// The first server whose log stopped (its index and why): the group must stop and
+    /// recover from its files.
+    pub fn persistence_failure(&self) -> Option<(usize, Arc<DurableError>)> {
+        self.served.iter().enumerate().find_map(|(index, served)| Some((index, served.journal()?.failure()?)))
     }
 
     /// Attaches item slots to server `index` (a fabric front end with GET\* does). Fails if it
@@ -293,11 +365,75 @@ impl ServerGroup {
         secret: Option<Arc<SharedSecret>>,
         limits: ConnectionLimits,
     ) -> std::io::Result<ServerGroup> {
+        let cores: Vec<Arc<ServerCore>> =
+            configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
+        let journals = cores.iter().map(|_| None).collect();
+        Self::start(configs, cores, journals, secret, limits)
+    }
+    /// [`ServerGroup::spawn`] with persistence: server `i` keeps its store in `data_dirs[i]`.
+    /// Each store is recovered from its directory before any listener is bound (a server that
+    /// accepts connections has recovered). Returns each server's recovery report.
+    ///
+    /// # Errors
+    /// A directory that cannot be opened or recovered (in use by another server, unreadable,
+    /// a damaged log): nothing was started, and the directories opened are released.
+    pub fn spawn_durable(
+        configs: &[ServerConfig],
+        data_dirs: &[PathBuf],
+        durability: &DurabilityConfig,
+    ) -> Result<(ServerGroup, Vec<RecoveryReport>), durable::StartError> {
+        Self::spawn_durable_with(configs, data_dirs, durability, None, ConnectionLimits::default())
+    }
+
+    /// [`ServerGroup::spawn_durable`] with a shared secret (or none) and connection limits.
+    ///
+    /// # Errors
+    /// As [`ServerGroup::spawn_durable`].
+    pub fn spawn_durable_with(
+        configs: &[ServerConfig],
+        data_dirs: &[PathBuf],
+        durability: &DurabilityConfig,
+        secret: Option<Arc<SharedSecret>>,
+        limits: ConnectionLimits,
+    ) -> Result<(ServerGroup, Vec<RecoveryReport>), durable::StartError> {
+        if data_dirs.len() != configs.len() {
+            return Err(durable::StartError::DirectoryCount { servers: configs.len(), directories: data_dirs.len() });
+        }
+        let cores: Vec<Arc<ServerCore>> =
+            configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
+        // The stores recover in parallel, as separate server processes would.
+        let opened: Vec<_> = std::thread::scope(|scope| {
+            let opening: Vec<_> = cores
+                .iter()
+                .zip(data_dirs)
+                .map(|(core, dir)| scope.spawn(move || Journal::open(dir, durability, Arc::clone(core))))
+                .collect();
+            opening.into_iter().map(|thread| thread.join()).collect()
+        });
+        let mut journals = Vec::with_capacity(configs.len());
+        let mut reports = Vec::with_capacity(configs.len());
+        for (outcome, dir) in opened.into_iter().zip(data_dirs) {
+            let recovery = |cause| durable::StartError::Recovery { dir: dir.clone(), cause };
+            let (journal, report) =
+                outcome.map_err(|_| durable::StartError::RecoveryPanicked { dir: dir.clone() })?.map_err(recovery)?;
+            journals.push(Some(journal));
+            reports.push(report);
+        }
+        let group = Self::start(configs, cores, journals, secret, limits).map_err(durable::StartError::Listen)?;
+        Ok((group, reports))
+    }
+
+    fn start(
+        configs: &[ServerConfig],
+        cores: Vec<Arc<ServerCore>>,
+        journals: Vec<Option<Journal>>,
+        secret: Option<Arc<SharedSecret>>,
+        limits: ConnectionLimits,
+    ) -> std::io::Result<ServerGroup> {
         let listen: Vec<SocketAddr> = configs.iter().map(|config| config.listen).collect();
         let (medium, addresses) =
             TcpServer::bind_capped(&listen, limits.connections_max, limits.connections_per_address_max)?;
-        let cores = configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
-        let servers = Arc::new(Servers::with_secret(cores, secret));
+        let servers = Servers::with_journals(cores, journals, secret);
         let poller = PollerThread::spawn_limited("rampkv-server", medium, Arc::clone(&servers), limits)?;
         Ok(ServerGroup { addresses, servers, resolver: None, poller })
     }

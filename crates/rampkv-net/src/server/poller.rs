@@ -208,25 +208,69 @@ pub trait ServerMedium: Send + 'static {
     const AUTHENTICATES: bool = false;
 }
 
-/// Replies held until the log is durable up to their position (see `protocol::server`: today
-/// nothing is logged and nothing is held).
+/// A reply held behind the log.
+#[derive(Debug)]
+enum Held {
+    /// The encoded reply frames of one of this front end's connections.
+    Frames(ConnectionId, Vec<u8>),
+    /// A deferred reply the same call produced (an S2PL grant: it may read what the call wrote),
+    /// routed once durable.
+    Routed(Addressed),
+}
+
+/// Replies held until their server's log is durable up to their position (see
+/// `protocol::server` and `server::durable`), one queue per server of the group. A poller
+/// appends to a server's log in order, so each queue's positions never go down.
 #[derive(Debug, Default)]
 struct ReplyGate {
-    held: VecDeque<(LogPosition, ConnectionId, Vec<u8>)>,
+    held: Vec<VecDeque<(LogPosition, Held)>>,
 }
 
 impl ReplyGate {
-    /// A buffer for the reply frames of `connection` that wait for `position`.
-    fn hold(&mut self, position: LogPosition, connection: ConnectionId) -> &mut Vec<u8> {
-        self.held.push_back((position, connection, Vec::new()));
-        &mut self.held.back_mut().expect("just pushed").2
+    fn queue(&mut self, server: usize) -> &mut VecDeque<(LogPosition, Held)> {
+        if self.held.len() <= server {
+            self.held.resize_with(server + 1, VecDeque::new);
+        }
+        let queue = &mut self.held[server];
+        debug_assert!(queue.iter().zip(queue.iter().skip(1)).all(|(a, b)| a.0 <= b.0), "positions only grow");
+        queue
     }
 
-    /// Hands every reply whose position is durable to `release`, in order.
-    fn release(&mut self, durable: LogPosition, mut release: impl FnMut(ConnectionId, &[u8])) {
-        while self.held.front().is_some_and(|(position, _, _)| *position <= durable) {
-            let (_, connection, frames) = self.held.pop_front().expect("checked");
-            release(connection, &frames);
+    /// A buffer for the reply frames of `connection` of `server` that wait for `position`.
+    fn hold(&mut self, server: usize, position: LogPosition, connection: ConnectionId) -> &mut Vec<u8> {
+        let queue = self.queue(server);
+        queue.push_back((position, Held::Frames(connection, Vec::new())));
+        match &mut queue.back_mut().expect("just pushed").1 {
+            Held::Frames(_, frames) => frames,
+            Held::Routed(_) => unreachable!("just pushed frames"),
+        }
+    }
+
+    /// Holds a deferred reply of a call on `server` until `position` is durable.
+    fn hold_routed(&mut self, server: usize, position: LogPosition, reply: Addressed) {
+        self.queue(server).push_back((position, Held::Routed(reply)));
+    }
+
+    /// Whether any reply is held.
+    fn is_holding(&self) -> bool {
+        self.held.iter().any(|queue| !queue.is_empty())
+    }
+
+    /// Whether a held reply may go (`durable`: a server's durable position).
+    fn releasable(&self, durable: impl Fn(usize) -> LogPosition) -> bool {
+        self.held.iter().enumerate().any(|(server, queue)| queue.front().is_some_and(|(at, _)| *at <= durable(server)))
+    }
+
+    /// Hands every reply whose position is durable to `release`, in order per server.
+    fn release(&mut self, durable: impl Fn(usize) -> LogPosition, mut release: impl FnMut(Held)) {
+        for (server, queue) in self.held.iter_mut().enumerate() {
+            if queue.is_empty() {
+                continue;
+            }
+            let durable = durable(server);
+            while queue.front().is_some_and(|(position, _)| *position <= durable) {
+                release(queue.pop_front().expect("checked").1);
+            }
         }
     }
 }
@@ -378,10 +422,12 @@ impl<M: ServerMedium> Poller<M> {
             }
             let timeout = if progress { Duration::ZERO } else { self.sleep_timeout() };
             let (connections, inbox, stop) = (&self.connections, &self.inbox, &self.stop);
+            let (gate, servers) = (&self.gate, &self.servers);
             let ready = || {
                 stop.load(Ordering::Relaxed)
                     || inbox.pending()
                     || connections.iter().flatten().any(Connection::wants_service)
+                    || gate.releasable(|server| servers.durable_position(server))
             };
             if let Err(error) = self.medium.wait(timeout, ready, &mut self.events) {
                 break Err(error);
@@ -400,7 +446,12 @@ impl<M: ServerMedium> Poller<M> {
                 }
             }
             served += self.enforce_budgets();
-            progress = served > 0;
+            // Held replies: ask the logs for a wake-up, then look once more (one that moved
+            // before the request would not wake this poller).
+            let holding = self.gate.is_holding();
+            self.inbox.set_holding(holding);
+            let servers = &self.servers;
+            progress = served > 0 || (holding && self.gate.releasable(|server| servers.durable_position(server)));
         };
         for slot in 0..self.connections.len() {
             self.close(slot, true);
@@ -574,18 +625,24 @@ impl<M: ServerMedium> Poller<M> {
             }
         }
         self.inbox.take(&mut self.routed);
-        let mut delivered = self.route();
-        let (connections, durable) = (&mut self.connections, self.servers.durable_position());
-        self.gate.release(durable, |id, frames| {
-            if let Some(connection) = own_connection(connections, id) {
-                connection.out.frames().extend_from_slice(frames);
-                if connection.out.flush(&mut connection.channel).is_err() {
-                    connection.closing = true;
+        let mut delivered = 0;
+        let (connections, servers, routed) = (&mut self.connections, &self.servers, &mut self.routed);
+        self.gate.release(
+            |server| servers.durable_position(server),
+            |held| match held {
+                Held::Frames(id, frames) => {
+                    if let Some(connection) = own_connection(connections, id) {
+                        connection.out.frames().extend_from_slice(&frames);
+                        if connection.out.flush(&mut connection.channel).is_err() {
+                            connection.closing = true;
+                        }
+                        delivered += 1;
+                    }
                 }
-                delivered += 1;
-            }
-        });
-        delivered
+                Held::Routed(reply) => routed.push(reply),
+            },
+        );
+        delivered + self.route()
     }
 
     /// Delivers the routed replies: this front end's into their connections, others' to the
@@ -637,7 +694,7 @@ fn serve_connection<C: Channel>(
         && messages < WRITEPOLL_MESSAGES_PER_PASS_MAX
         && connection.channel.readable()
     {
-        let Connection { channel, id, out, auth, closing, frames_received, .. } = connection;
+        let Connection { channel, id, out, auth, closing, frames_received, server, .. } = connection;
         let frame_max = channel.frame_bytes_max();
         let mut fault = None;
         let received = channel.receive(|bytes| {
@@ -648,7 +705,8 @@ fn serve_connection<C: Channel>(
                 }
                 if auth.is_none() && !AuthFrame::is_auth_kind(header.kind) {
                     *frames_received += 1;
-                    serve_frame(served, *id, header, body, now, effects, frame_max, out, gate);
+                    let at = Address { server: *server, connection: *id };
+                    serve_frame(served, at, header, body, now, effects, frame_max, out, gate);
                     routed.append(&mut effects.replies);
                 }
                 out.len() <= CONNECTION_WRITE_BUFFER_BYTES_MAX
@@ -715,12 +773,19 @@ fn authenticate_frame(auth: &mut Option<ServerAuth>, header: FrameHeader, body: 
     true
 }
 
+/// Where a request came from: its server (index in the group) and connection.
+#[derive(Debug, Clone, Copy)]
+struct Address {
+    server: usize,
+    connection: ConnectionId,
+}
+
 /// Serves one request frame: decodes it, hands it to the core (which applies its effects to
-/// the item slots), and encodes its reply into `out`, or holds it behind the log barrier the
-/// effects name.
+/// the item slots and the log), and encodes its reply into `out`, or holds it, and the deferred
+/// replies of the call, behind the log barrier the effects name.
 fn serve_frame(
     served: &Served,
-    id: ConnectionId,
+    at: Address,
     header: FrameHeader,
     body: &[u8],
     now: Now,
@@ -730,12 +795,17 @@ fn serve_frame(
     gate: &mut ReplyGate,
 ) {
     let reply = match Request::decode(header.kind, body) {
-        Ok(request) => served.serve(id, request, header.request_id, now, effects),
+        Ok(request) => served.serve(at.connection, request, header.request_id, now, effects),
         Err(error) => Some(Reply::Response(Response::bad_request(format!("malformed request: {error}")))),
     };
+    if let Some(position) = effects.release_after {
+        for deferred in effects.replies.drain(..) {
+            gate.hold_routed(at.server, position, deferred);
+        }
+    }
     let Some(reply) = reply else { return }; // it waits for a lock
     let frames = match effects.release_after {
-        Some(position) => gate.hold(position, id),
+        Some(position) => gate.hold(at.server, position, at.connection),
         None => out.frames(),
     };
     encode_reply(served, &reply, header.request_id, frames, frame_max);
@@ -759,18 +829,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_reply_gate_releases_replies_in_order_once_their_position_is_durable() {
+    fn the_reply_gate_releases_replies_in_order_once_their_servers_position_is_durable() {
         let mut gate = ReplyGate::default();
         let connection = |slot| ConnectionId { slot, ..ConnectionId::default() };
-        gate.hold(LogPosition(5), connection(1)).extend_from_slice(b"first");
-        gate.hold(LogPosition(9), connection(2)).extend_from_slice(b"second");
+        gate.hold(0, LogPosition(5), connection(1)).extend_from_slice(b"first");
+        gate.hold(0, LogPosition(9), connection(2)).extend_from_slice(b"second");
+        let grant = Addressed { connection: connection(3), request_id: 7, reply: Reply::Response(Response::Ack) };
+        gate.hold_routed(1, LogPosition(2), grant);
         let mut released = Vec::new();
-        gate.release(LogPosition(4), |id, frames| released.push((id.slot, frames.to_vec())));
-        assert!(released.is_empty(), "nothing is durable up to 5 yet");
-        gate.release(LogPosition(7), |id, frames| released.push((id.slot, frames.to_vec())));
-        assert_eq!(released, vec![(1, b"first".to_vec())]);
-        gate.release(LogPosition(u64::MAX), |id, frames| released.push((id.slot, frames.to_vec())));
-        assert_eq!(released.len(), 2);
-        assert!(gate.held.is_empty());
+        let mut take = |held: Held| match held {
+            Held::Frames(id, frames) => released.push((id.slot, frames)),
+            Held::Routed(reply) => released.push((reply.connection.slot, b"routed".to_vec())),
+        };
+        // Each server's log has its own positions: server 1 is durable up to 1 only.
+        let durable = |first: u64, second: u64| move |server| LogPosition(if server == 0 { first } else { second });
+        assert!(!gate.releasable(durable(4, 1)));
+        gate.release(durable(4, 1), &mut take);
+        assert!(gate.releasable(durable(7, 1)));
+        gate.release(durable(7, 1), &mut take);
+        gate.release(durable(7, 2), &mut take);
+        gate.release(durable(u64::MAX, 2), &mut take);
+        assert_eq!(released, vec![(1, b"first".to_vec()), (3, b"routed".to_vec()), (2, b"second".to_vec())]);
+        assert!(gate.held.iter().all(VecDeque::is_empty));
     }
 }

@@ -25,6 +25,8 @@ pub trait Wake: Send + Sync {
 pub struct Inbox {
     replies: Mutex<Vec<Addressed>>,
     pending: AtomicBool,
+    /// The front end holds replies until a server's log is durable: a log's wake-up is for it.
+    holding: AtomicBool,
     wake: Arc<dyn Wake>,
 }
 
@@ -47,6 +49,14 @@ impl Inbox {
         }
     }
 
+    /// Says whether the front end holds replies behind a log. It must look at the logs' durable
+    /// positions once more *after* setting it (a log that moved before it was set did not wake
+    /// it): the fences here and in [`Router::wake_holding`] make one of the two see the other.
+    pub fn set_holding(&self, holding: bool) {
+        self.holding.store(holding, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
     fn put(&self, reply: Addressed) {
         self.replies.lock().push(reply);
         self.pending.store(true, Ordering::Release);
@@ -66,7 +76,12 @@ impl Router {
     /// Registers a front end woken by `wake`; returns its front id and inbox.
     pub fn register(&self, wake: Arc<dyn Wake>) -> (u32, Arc<Inbox>) {
         let front = self.next_front.fetch_add(1, Ordering::Relaxed);
-        let inbox = Arc::new(Inbox { replies: Mutex::new(Vec::new()), pending: AtomicBool::new(false), wake });
+        let inbox = Arc::new(Inbox {
+            replies: Mutex::new(Vec::new()),
+            pending: AtomicBool::new(false),
+            holding: AtomicBool::new(false),
+            wake,
+        });
         self.inboxes.write().push((front, Arc::clone(&inbox)));
         (front, inbox)
     }
@@ -81,6 +96,18 @@ impl Router {
         let inbox = self.inbox_of(reply.connection);
         if let Some(inbox) = inbox {
             inbox.put(reply);
+        }
+    }
+
+    /// Wakes the front ends that hold replies behind a log (its durable position moved; called
+    /// after the move is stored). The others have nothing to gain from it: not waking them
+    /// saves a wake-up per group commit per front end.
+    pub fn wake_holding(&self) {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        for (_, inbox) in self.inboxes.read().iter() {
+            if inbox.holding.load(Ordering::SeqCst) {
+                inbox.wake.wake();
+            }
         }
     }
 

@@ -9,6 +9,10 @@
 //! own release, comes to the inbox as a typed reply and wakes the client's `poll`. Dropping the
 //! transport closes its connections (its transactions release their locks).
 //!
+//! A server with a log (a data directory) holds the replies of a call that changed its store
+//! until the log is durable up to the call's records, as the poller does: they wait in this
+//! transport, and the log's wake-up (for front ends that hold replies) wakes `poll`.
+//!
 //! It serves deployments that put a client next to its partitions, such as the RESP gateway of
 //! `rampkv local`, and the benchmark's `inprocess` row (the protocol's own CPU cost).
 
@@ -16,7 +20,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rampkv_core::protocol::server::{Addressed, Effects, Reply};
+use rampkv_core::protocol::server::{Addressed, Effects, LogPosition, Reply};
 use rampkv_core::protocol::ConnectionId;
 use rampkv_core::wire::{Request, Response};
 
@@ -36,6 +40,18 @@ struct Route {
     connection: ConnectionId,
 }
 
+/// The replies of one call held until its server's log is durable up to `position`.
+#[derive(Debug)]
+struct Held {
+    group: usize,
+    index: usize,
+    position: LogPosition,
+    /// Its own reply (server, request id, response), if it has one yet.
+    reply: Option<(usize, u64, Response)>,
+    /// Deferred replies the call produced, routed once durable.
+    deferred: Vec<Addressed>,
+}
+
 /// Direct calls into the server cores of this process.
 #[derive(Debug)]
 pub struct LocalTransport {
@@ -46,6 +62,7 @@ pub struct LocalTransport {
     replies: VecDeque<(usize, u64, Response)>,
     effects: Effects,
     routed: Vec<Addressed>,
+    held: Vec<Held>,
     signal: Arc<Signal>,
 }
 
@@ -72,12 +89,42 @@ impl LocalTransport {
                 (Arc::clone(servers), inbox)
             })
             .collect();
-        Self { groups, routes, replies: VecDeque::new(), effects: Effects::default(), routed: Vec::new(), signal }
+        Self {
+            groups,
+            routes,
+            replies: VecDeque::new(),
+            effects: Effects::default(),
+            routed: Vec::new(),
+            held: Vec::new(),
+            signal,
+        }
     }
 
     /// True if replies wait to be polled.
     pub fn has_replies(&self) -> bool {
-        !self.replies.is_empty() || self.groups.iter().any(|(_, inbox)| inbox.pending())
+        !self.replies.is_empty()
+            || self.groups.iter().any(|(_, inbox)| inbox.pending())
+            || self.held.iter().any(|held| self.is_durable(held))
+    }
+
+    fn is_durable(&self, held: &Held) -> bool {
+        held.position <= self.groups[held.group].0.durable_position(held.index)
+    }
+
+    /// Moves the held replies whose log position is durable to the replies to deliver (and
+    /// routes their deferred replies).
+    fn release_held(&mut self) {
+        let mut index = 0;
+        while index < self.held.len() {
+            if !self.is_durable(&self.held[index]) {
+                index += 1;
+                continue;
+            }
+            let held = self.held.remove(index);
+            self.replies.extend(held.reply);
+            self.routed.extend(held.deferred);
+            self.route(held.group);
+        }
     }
 
     /// Queues the replies group `group` produced or routed for this client; hands the others to
@@ -114,13 +161,17 @@ impl ClientTransport for LocalTransport {
         let served = &group.served()[route.index];
         let now = group.now_for(&request);
         let reply = served.serve(route.connection, request, request_id, now, &mut self.effects);
-        if let Some(reply) = reply {
-            let response = match reply {
-                Reply::Response(response) => response,
-                reply => reply.into_response(|key| served.locate(key)),
-            };
-            self.replies.push_back((server, request_id, response));
+        let response = reply.map(|reply| match reply {
+            Reply::Response(response) => response,
+            reply => reply.into_response(|key| served.locate(key)),
+        });
+        if let Some(position) = self.effects.release_after {
+            let deferred = std::mem::take(&mut self.effects.replies);
+            let reply = response.map(|response| (server, request_id, response));
+            self.held.push(Held { group: route.group, index: route.index, position, reply, deferred });
+            return Ok(());
         }
+        self.replies.extend(response.map(|response| (server, request_id, response)));
         let group = route.group;
         self.routed.append(&mut self.effects.replies);
         self.route(group);
@@ -139,8 +190,14 @@ impl ClientTransport for LocalTransport {
             self.groups[group].1.take(&mut self.routed);
             self.route(group);
         }
+        self.release_held();
+        for (group, (_, inbox)) in self.groups.iter().enumerate() {
+            inbox.set_holding(self.held.iter().any(|held| held.group == group));
+        }
+        self.release_held(); // what became durable before the logs knew to wake this client
         if self.replies.is_empty() {
-            // Only a deferred S2PL reply can still come: wait for the inbox's signal.
+            // Only a deferred S2PL reply, or one held until its log is durable, can still
+            // come: wait for the inbox's signal (a log's wake-up raises it too).
             if let Some(timeout) = timeout.filter(|timeout| !timeout.is_zero()) {
                 self.signal.wait(timeout.min(POLL_SLEEP_MAX));
             }

@@ -1,0 +1,320 @@
+//! Persistence at the edge: a server's log ([`rampkv_durable::Log`]) behind its core.
+//!
+//! # Contract
+//! - A server with a data directory recovers its store from it *before* it serves anything
+//!   ([`Journal::open`]: lock, newest valid snapshot, replay, torn tail cut; a damaged middle
+//!   is an error unless `truncate_corrupt`). Transactions left in doubt (prepared, neither
+//!   committed nor aborted) stay prepared, dated at the start of the group's clock, so the
+//!   group's resolver decides them with cooperative termination about `RECOVERY_TIMEOUT_MS`
+//!   after the start, exactly as after a client crash; they are invisible to readers meanwhile.
+//! - Apply, then append: the core applies a request to the store and describes what it
+//!   changed in `Effects::logged`; [`Journal::append`] appends those records and sets
+//!   `Effects::release_after` to the last one's LSN. Every reply of the call is held by the
+//!   front end until the log's durable watermark passes it (group commit: one fsync releases
+//!   every reply that waited for it). Nothing here blocks on an fsync: the log's writer thread
+//!   wakes the front ends of the group that hold replies when the watermark moves.
+//! - Back-pressure: when `LOG_WAITING_BYTES_MAX` bytes already wait for the writer, an append
+//!   waits for room, at most `LOG_FULL_WAIT_MS_MAX`.
+//! - Failure: a log that stopped (a failed write or fsync), or an append that could not be made,
+//!   leaves the store changed in memory but not durable. The replies that depend on it are held
+//!   for good (never acknowledged), [`Journal::failure`] reports it, and the server must stop
+//!   and recover from its files (`rampkv server` exits).
+//! - Snapshots: once `snapshot_every_bytes` of log were written since the last one started, a
+//!   snapshot of the live store is written in the background (the log it covers is then
+//!   dropped); a failed snapshot is kept for the statistics and tried again after as many
+//!   bytes, the log goes on.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rampkv_core::protocol::server::{Effects, LogPosition, ServerCore};
+use rampkv_durable::limits::{LOG_FULL_WAIT_MS_MAX, SNAPSHOT_EVERY_BYTES_DEFAULT};
+use rampkv_durable::{
+    DurableError, FsyncPolicy, Log, LogStats, OpenOptions, RecordRef, RecoveryReport, SnapshotJob, SnapshotReport,
+};
+
+/// The configuration epoch records carry (0 until replication exists).
+const EPOCH: u64 = 0;
+
+/// How a server keeps its store across restarts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DurabilityConfig {
+    /// When written records are fsynced (`--appendfsync`).
+    pub policy: FsyncPolicy,
+    /// Cut the log at damage in the middle (and report it) instead of refusing to start
+    /// (`--truncate-corrupt-log`).
+    pub truncate_corrupt: bool,
+    /// A snapshot is written once this many bytes of log were written since the last one
+    /// (`--snapshot-every-bytes`).
+    pub snapshot_every_bytes: u64,
+}
+
+impl Default for DurabilityConfig {
+    /// `everysec`, as Redis's `appendfsync` default.
+    fn default() -> Self {
+        Self {
+            policy: FsyncPolicy::Everysec,
+            truncate_corrupt: false,
+            snapshot_every_bytes: SNAPSHOT_EVERY_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// Why a group of servers with data directories did not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    #[error("{servers} servers need as many data directories, got {directories}")]
+    DirectoryCount { servers: usize, directories: usize },
+    // The cause is shown here, not chained as a source: its own message already names its
+    // cause (`anyhow`'s `{:#}` would print it twice).
+    #[error("data directory {}: {cause}", dir.display())]
+    Recovery { dir: PathBuf, cause: DurableError },
+    #[error("data directory {}: the recovery thread panicked", dir.display())]
+    RecoveryPanicked { dir: PathBuf },
+    #[error(
+        "data directory {}: it was written by a cluster of another size (it holds {found} for {servers} \
+         servers); keys are placed by the number of servers, so it would put them on the wrong servers",
+        dir.display()
+    )]
+    ClusterSizeChanged { dir: PathBuf, servers: usize, found: String },
+    #[error("data directory {}: {cause}", dir.display())]
+    Layout { dir: PathBuf, cause: std::io::Error },
+    #[error("cannot listen: {0}")]
+    Listen(std::io::Error),
+}
+
+/// The data directory of server `index` of a cluster kept under `data_dir`: `server-<index>`
+/// (`rampkv local`, `rampkv bench` and `rampkv chaos` lay them out alike).
+pub fn server_data_dir(data_dir: &Path, index: usize) -> PathBuf {
+    data_dir.join(format!("server-{index}"))
+}
+
+/// The data directories of a cluster of `servers` servers kept under `data_dir`, checked
+/// against what it holds: a directory written by a cluster of another size is refused (a key's
+/// server follows from the number of servers, so its data would be on the wrong one).
+///
+/// # Errors
+/// `ClusterSizeChanged`; `Layout` when `data_dir` exists but cannot be listed.
+pub fn cluster_data_dirs(data_dir: &Path, servers: usize) -> Result<Vec<PathBuf>, StartError> {
+    let dirs: Vec<PathBuf> = (0..servers).map(|index| server_data_dir(data_dir, index)).collect();
+    let entries = match std::fs::read_dir(data_dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(dirs),
+        Err(cause) => return Err(StartError::Layout { dir: data_dir.to_path_buf(), cause }),
+    };
+    let mut found: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.strip_prefix("server-").is_some_and(|index| index.parse::<usize>().is_ok()))
+        .collect();
+    found.sort();
+    let expected: Vec<String> = (0..servers).map(|index| format!("server-{index}")).collect();
+    let mut sorted_expected = expected.clone();
+    sorted_expected.sort();
+    if !found.is_empty() && found != sorted_expected {
+        let found = found.join(", ");
+        return Err(StartError::ClusterSizeChanged { dir: data_dir.to_path_buf(), servers, found });
+    }
+    Ok(dirs)
+}
+
+/// What a journal has done since its server started.
+#[derive(Debug, Clone, Default)]
+pub struct JournalStats {
+    pub log: LogStats,
+    /// Snapshots written (finished) since the start.
+    pub snapshots_written: u64,
+    /// The last snapshot written.
+    pub last_snapshot: Option<SnapshotReport>,
+    /// Why the last snapshot failed, if it did.
+    pub last_snapshot_error: Option<Arc<DurableError>>,
+}
+
+/// The background snapshot of a journal.
+#[derive(Debug, Default)]
+struct Snapshots {
+    running: Option<SnapshotJob>,
+    written: u64,
+    last: Option<SnapshotReport>,
+    last_error: Option<Arc<DurableError>>,
+}
+
+impl Snapshots {
+    /// Collects the running snapshot if it finished (or, `wait`, waits for it).
+    fn collect(&mut self, wait: bool) {
+        if self.running.as_ref().is_some_and(|job| wait || job.is_finished()) {
+            match self.running.take().map(SnapshotJob::join) {
+                Some(Ok(report)) => {
+                    self.written += 1;
+                    self.last = Some(report);
+                    self.last_error = None;
+                }
+                Some(Err(error)) => self.last_error = Some(Arc::new(error)),
+                None => {}
+            }
+        }
+    }
+}
+
+/// One server's log, with its snapshots. See the module docs.
+#[derive(Debug)]
+pub struct Journal {
+    log: Log,
+    core: Arc<ServerCore>,
+    snapshot_every_bytes: u64,
+    /// Log bytes written (since the start) when the last snapshot was started.
+    snapshot_mark: AtomicU64,
+    snapshots: Mutex<Snapshots>,
+    /// The first failure: nothing appended after it is acknowledged.
+    failure: OnceLock<Arc<DurableError>>,
+}
+
+impl Journal {
+    /// Opens `dir` for the server `core` (whose store must be empty): recovers the store from it
+    /// and starts the log after the last record found.
+    ///
+    /// # Errors
+    /// The directory is locked by another server, cannot be read or written, or holds a
+    /// damaged log or no valid way to rebuild the store (see `rampkv_durable::open`).
+    pub fn open(
+        dir: &Path,
+        config: &DurabilityConfig,
+        core: Arc<ServerCore>,
+    ) -> Result<(Journal, RecoveryReport), DurableError> {
+        // Recovered versions and pending transactions are dated at the start of the group's
+        // clock (its `now_ms` starts at 0 once the group is made, after this).
+        let options =
+            OpenOptions { policy: config.policy, truncate_corrupt: config.truncate_corrupt, ..OpenOptions::default() };
+        let (log, report) = rampkv_durable::open(dir, &options, core.store())?;
+        let journal = Journal {
+            log,
+            core,
+            snapshot_every_bytes: config.snapshot_every_bytes,
+            snapshot_mark: AtomicU64::new(0),
+            snapshots: Mutex::new(Snapshots::default()),
+            failure: OnceLock::new(),
+        };
+        Ok((journal, report))
+    }
+
+    /// Appends the records of one call (`effects.logged`, emptied) and sets
+    /// `effects.release_after` to the position its replies wait for. After a failure that
+    /// position is never reached.
+    pub fn append(&self, effects: &mut Effects) {
+        if effects.logged.is_empty() {
+            return;
+        }
+        let wait = Duration::from_millis(LOG_FULL_WAIT_MS_MAX);
+        let mut last = None;
+        for record in effects.logged.drain(..) {
+            if self.failure.get().is_some() {
+                break;
+            }
+            match self.log.append_timeout(EPOCH, RecordRef::from(&record), wait) {
+                Ok(lsn) => last = Some(lsn),
+                Err(error) => self.fail(error),
+            }
+        }
+        let position = match (self.failure.get(), last) {
+            (None, Some(lsn)) => LogPosition(lsn),
+            _ => LogPosition(u64::MAX), // never durable: held for good
+        };
+        effects.release_after = Some(effects.release_after.map_or(position, |earlier| earlier.max(position)));
+        self.maybe_snapshot();
+    }
+
+    /// The durable watermark: replies held up to here may go.
+    pub fn durable_position(&self) -> LogPosition {
+        LogPosition(self.log.durable_lsn())
+    }
+
+    /// Why the journal stopped, if it did: the server must stop and recover from its files.
+    pub fn failure(&self) -> Option<Arc<DurableError>> {
+        if let Some(failure) = self.failure.get() {
+            return Some(Arc::clone(failure));
+        }
+        self.log.failure().map(|error| Arc::clone(self.failure.get_or_init(|| Arc::new(error))))
+    }
+
+    /// Counters since the start.
+    pub fn stats(&self) -> JournalStats {
+        let mut snapshots = self.snapshots.lock();
+        snapshots.collect(false);
+        JournalStats {
+            log: self.log.stats(),
+            snapshots_written: snapshots.written,
+            last_snapshot: snapshots.last.clone(),
+            last_snapshot_error: snapshots.last_error.clone(),
+        }
+    }
+
+    /// The fsync policy.
+    pub fn policy(&self) -> FsyncPolicy {
+        self.log.policy()
+    }
+
+    /// The data directory.
+    pub fn dir(&self) -> &Path {
+        self.log.dir()
+    }
+
+    /// Registers what the log's writer calls when the watermark moves (or the log fails).
+    pub(crate) fn set_wake(&self, wake: impl Fn() + Send + Sync + 'static) {
+        self.log.set_wake(move |_| wake());
+    }
+
+    fn fail(&self, error: DurableError) {
+        debug_assert!(
+            !matches!(error, DurableError::InvalidRecord(_)),
+            "the store took what the codec refuses: {error}"
+        );
+        // The log's own failure, when it has one, says why better than the append's echo.
+        let error = self.log.failure().unwrap_or(error);
+        let _ = self.failure.set(Arc::new(error));
+    }
+
+    /// Starts a background snapshot once enough log was written since the last one.
+    fn maybe_snapshot(&self) {
+        let written = self.log.stats().bytes;
+        if written < self.snapshot_mark.load(Ordering::Relaxed).saturating_add(self.snapshot_every_bytes) {
+            return;
+        }
+        // Another front end checking at the same moment starts it.
+        let Some(mut snapshots) = self.snapshots.try_lock() else { return };
+        snapshots.collect(false);
+        if snapshots.running.is_some() {
+            return;
+        }
+        self.snapshot_mark.store(written, Ordering::Relaxed);
+        match self.log.snapshot_in_background(Arc::clone(&self.core), ServerCore::store) {
+            Ok(job) => snapshots.running = Some(job),
+            Err(error) => snapshots.last_error = Some(Arc::new(error)),
+        }
+    }
+
+    /// Writes a snapshot now, in the calling thread (after any background one finished).
+    ///
+    /// # Errors
+    /// As `Log::write_snapshot`.
+    pub fn snapshot_now(&self) -> Result<SnapshotReport, DurableError> {
+        let mut snapshots = self.snapshots.lock();
+        snapshots.collect(true);
+        let report = self.log.write_snapshot(self.core.store())?;
+        snapshots.written += 1;
+        snapshots.last = Some(report.clone());
+        Ok(report)
+    }
+}
+
+impl Drop for Journal {
+    /// A running snapshot holds the directory's lock until it ends: wait for it, so that a
+    /// server started on the same directory right after this one stops finds it free. The log
+    /// then writes and fsyncs what it holds as it is dropped.
+    fn drop(&mut self) {
+        self.snapshots.get_mut().collect(true);
+    }
+}
