@@ -143,6 +143,23 @@ fn a_forged_future_timestamp_is_refused_in_every_write_path_and_does_not_spread(
     }
 }
 
+/// A stand-in server on loopback that answers the first request of one connection with `reply`,
+/// then holds the connection until the client has read it and given up.
+fn stand_in_server(reply: Response) -> (SocketAddr, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        stream.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
+        let (header, _) = read_frame(&mut stream);
+        let mut frame = Vec::new();
+        reply.encode_frame(header.request_id, &mut frame);
+        stream.write_all(&frame).unwrap();
+        let _ = stream.read(&mut [0u8; 1]);
+    });
+    (address, server)
+}
+
 /// A server that answers HELLO with client id 0, or with a block of ids that runs past 16 bits,
 /// would have given the driver's sessions a clock that cannot issue honest timestamps (id 0
 /// means "never written"; an overflowed id repeats another client's). The driver refuses such
@@ -150,19 +167,8 @@ fn a_forged_future_timestamp_is_refused_in_every_write_path_and_does_not_spread(
 #[test]
 fn a_hostile_hello_reply_is_an_error_not_a_session() {
     for (first, granted, sessions) in [(0u16, 1u16, 1usize), (u16::MAX, 4, 4), (1, 1, 4)] {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let address = listener.local_addr().unwrap();
-        let server = std::thread::spawn(move || {
-            let (mut stream, _) = listener.accept().unwrap();
-            stream.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
-            let (header, _) = read_frame(&mut stream);
-            let mut reply = Vec::new();
-            Response::Hello { client_id_first: first, client_ids_granted: granted, cluster: None }
-                .encode_frame(header.request_id, &mut reply);
-            stream.write_all(&reply).unwrap();
-            // Hold the connection until the client has read the reply and given up.
-            let _ = stream.read(&mut [0u8; 1]);
-        });
+        let (address, server) =
+            stand_in_server(Response::Hello { client_id_first: first, client_ids_granted: granted, cluster: None });
         let cluster = Cluster::with_servers(vec![address.to_string()]).unwrap();
         let transport = rampkv::transport::TcpClientTransport::connect(cluster.servers()).unwrap();
         let refused = rampkv::client::Driver::connect(transport, cluster, sessions).unwrap_err();
@@ -230,6 +236,25 @@ fn resident_bytes() -> u64 {
     pages * 4096
 }
 
+/// The header of the largest frame a client may declare (a PREPARE of 20 MiB), as the attacker
+/// of issue 15 sent it with no body behind it.
+fn largest_frame_header() -> [u8; FRAME_HEADER_BYTES] {
+    let mut header = [0u8; FRAME_HEADER_BYTES];
+    FrameHeader { body_length: FRAME_BODY_BYTES_MAX as u32, kind: 0x03, request_id: 1 }.encode(&mut header);
+    header
+}
+
+/// `count` connections to `address` that each sent `bytes` and then nothing.
+fn connections_that_sent(address: SocketAddr, bytes: &[u8], count: usize) -> Vec<TcpStream> {
+    (0..count)
+        .map(|_| {
+            let mut stream = raw(address);
+            stream.write_all(bytes).unwrap();
+            stream
+        })
+        .collect()
+}
+
 fn assert_served(fixture: &Fixture, key: &[u8]) {
     let mut client = Client::connect(&fixture.cluster).unwrap();
     let ts = client.put_all(vec![(key.to_vec(), b"served".to_vec())]).unwrap();
@@ -247,17 +272,9 @@ fn fifty_prefixes_declaring_twenty_mebibytes_hold_one_read_chunk_each() {
     let fixture = fixture_limited(ConnectionLimits { frame_timeout_ms, ..ConnectionLimits::default() });
     assert_served(&fixture, b"before");
     let rss_before = resident_bytes();
-    let mut header = [0u8; FRAME_HEADER_BYTES];
-    FrameHeader { body_length: FRAME_BODY_BYTES_MAX as u32, kind: 0x03, request_id: 1 }.encode(&mut header);
-    let mut prefix = header.to_vec();
+    let mut prefix = largest_frame_header().to_vec();
     prefix.push(0); // the 17th byte: the first of the declared body
-    let attackers: Vec<TcpStream> = (0..50)
-        .map(|_| {
-            let mut stream = raw(fixture.address);
-            stream.write_all(&prefix).unwrap();
-            stream
-        })
-        .collect();
+    let attackers = connections_that_sent(fixture.address, &prefix, 50);
     let held = wait_for(&fixture, "the server read the 50 prefixes", |counts| {
         counts.held_bytes >= 50 * STREAM_READ_CHUNK_BYTES as u64
     });
@@ -386,8 +403,7 @@ fn connections_over_the_byte_budgets_are_closed_and_the_rest_served() {
         ..ConnectionLimits::default()
     };
     let fixture = fixture_limited(limits);
-    let mut header = [0u8; FRAME_HEADER_BYTES];
-    FrameHeader { body_length: FRAME_BODY_BYTES_MAX as u32, kind: 0x03, request_id: 1 }.encode(&mut header);
+    let header = largest_frame_header();
     // Over the per-connection budget: 100 KiB of a declared frame (two reads: 64 KiB, then more).
     let mut hog = raw(fixture.address);
     hog.write_all(&header).unwrap();
@@ -396,13 +412,7 @@ fn connections_over_the_byte_budgets_are_closed_and_the_rest_served() {
     let peer = hog.local_addr().unwrap().to_string();
     assert!(logged(&format!("connection from {peer} ")).iter().any(|line| line.contains("per connection")));
     // Over the front end's budget: 24 x 64 KiB = 1.5 MiB held against 1 MiB.
-    let prefixes: Vec<TcpStream> = (0..24)
-        .map(|_| {
-            let mut stream = raw(fixture.address);
-            stream.write_all(&header).unwrap();
-            stream
-        })
-        .collect();
+    let prefixes = connections_that_sent(fixture.address, &header, 24);
     let counts = wait_for(&fixture, "the largest closed", |counts| counts.closed_over_server_budget >= 8);
     println!("{counts:?}");
     assert!(counts.held_bytes <= 1 << 20, "back under the budget: {counts:?}");
@@ -479,19 +489,9 @@ fn client_and_server_with_different_cluster_files_refuse_each_other() {
 
     // The client checks too: a server that says it has another file (here a stand-in that
     // answers HELLO as server 3 of 4 partitions) is refused by the client.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    let server = std::thread::spawn(move || {
-        let (mut stream, _) = listener.accept().unwrap();
-        stream.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
-        let (header, _) = read_frame(&mut stream);
-        let view = rampkv::wire::ClusterView { partitions: 4, server_index: 3 };
-        let mut reply = Vec::new();
-        Response::Hello { client_id_first: 1, client_ids_granted: 1, cluster: Some(view) }
-            .encode_frame(header.request_id, &mut reply);
-        stream.write_all(&reply).unwrap();
-        let _ = stream.read(&mut [0u8; 1]);
-    });
+    let view = rampkv::wire::ClusterView { partitions: 4, server_index: 3 };
+    let (address, server) =
+        stand_in_server(Response::Hello { client_id_first: 1, client_ids_granted: 1, cluster: Some(view) });
     let refused = Client::connect(&Cluster::with_servers(vec![address.to_string()]).unwrap()).unwrap_err();
     println!("{refused}");
     assert!(
