@@ -52,6 +52,15 @@ pub const TIMESTAMP_FUTURE_SKEW_MS: u64 = 1_000;
 /// A transaction that has not finished after this long fails with a timeout error.
 pub const TXN_TIMEOUT_MS: u64 = 5_000;
 
+/// A client whose connection to a server failed tries to connect again after this long, then
+/// after twice as long each time it fails, up to `CLIENT_RECONNECT_BACKOFF_MS_MAX`
+/// (transactions that need the server fail at once meanwhile, the others go on).
+pub const CLIENT_RECONNECT_BACKOFF_MS_MIN: u64 = 50;
+
+/// The longest a client waits between two attempts to reconnect to a server (a restarted
+/// server is used again at most this long after it listens).
+pub const CLIENT_RECONNECT_BACKOFF_MS_MAX: u64 = 1_000;
+
 /// How often at most a driver looks for transactions past their deadline (each look reads
 /// every session; a timeout is noticed this much late at most, beside `TXN_TIMEOUT_MS`).
 pub const DRIVER_EXPIRY_SCAN_INTERVAL_MS: u64 = 1;

@@ -924,7 +924,7 @@ impl EventLoop {
             }
             let now = Instant::now();
             let check_deadlines = now >= self.next_deadline_check;
-            if !check_deadlines && !driver.transport().work_pending() {
+            if !check_deadlines && !driver.transport().work_pending() && !driver.has_ready() {
                 return;
             }
             if check_deadlines {
@@ -982,7 +982,7 @@ impl EventLoop {
         let out = &mut connection.outgoing;
         match (pending, completion.result) {
             (pending, Err(error)) => {
-                out.append(|out| write_errors(out, &format!("ERR rampkv: {error}"), pending.replies()))
+                out.append(|out| write_errors(out, &transaction_error(&error), pending.replies()))
             }
             (Pending::Reads(commands), Ok(TxnResult::Read(outcome))) => {
                 out.append(|out| write_read_replies(out, protocol, &commands, &outcome));
@@ -1050,6 +1050,16 @@ impl Pending {
             Pending::Writes { commands } => *commands,
             Pending::DeleteRead | Pending::DeleteWrite { .. } => 1,
         }
+    }
+}
+
+/// The Redis error for a failed transaction. Partitions that no reachable server holds get
+/// Redis Cluster's `CLUSTERDOWN` code (clients treat it as "the cluster cannot serve this now,
+/// retry later"), with the partitions named; other commands keep working.
+fn transaction_error(error: &ClientError) -> String {
+    match error {
+        ClientError::Unavailable { .. } => format!("CLUSTERDOWN rampkv: {error}"),
+        error => format!("ERR rampkv: {error}"),
     }
 }
 

@@ -359,6 +359,11 @@ impl Sessions {
         partitions
     }
 
+    /// Whether the caller can reach every server (as it last said).
+    pub fn all_available(&self) -> bool {
+        self.availability.down_count == 0
+    }
+
     /// Whether the caller can reach `server` (as it last said; all can at first).
     pub fn server_available(&self, server: usize) -> bool {
         !self.availability.down.get(server).copied().unwrap_or(false)
