@@ -981,9 +981,7 @@ impl EventLoop {
         let protocol = connection.protocol;
         let out = &mut connection.outgoing;
         match (pending, completion.result) {
-            (pending, Err(error)) => {
-                out.append(|out| write_errors(out, &transaction_error(&error), pending.replies()))
-            }
+            (pending, Err(error)) => out.append(|out| write_errors(out, &transaction_error(&error), pending.replies())),
             (Pending::Reads(commands), Ok(TxnResult::Read(outcome))) => {
                 out.append(|out| write_read_replies(out, protocol, &commands, &outcome));
             }

@@ -511,7 +511,9 @@ fn client_and_server_with_different_cluster_files_refuse_each_other() {
 #[test]
 fn two_thousand_prepared_versions_never_committed_are_freed() {
     let fixture = fixture();
-    fixture.group.cores()[0].set_prepared_abandon_ms(500);
+    // Not ended while they are sent (117 MiB take longer than a short timeout on a loaded
+    // machine, and the count below would then be short); the short timeout is set after.
+    fixture.group.cores()[0].set_prepared_abandon_ms(600_000);
     let base = wall_clock_us();
     let ts = |index: u64| ((base + index) << CLIENT_ID_BITS) | 7;
     let mut frames = Vec::new();
@@ -533,6 +535,7 @@ fn two_thousand_prepared_versions_never_committed_are_freed() {
     let held = store.stats();
     println!("prepared: {held:?}");
     assert_eq!((held.pending_transactions, held.value_bytes), (2_000, 2_000 * 60 * 1024));
+    fixture.group.cores()[0].set_prepared_abandon_ms(500);
     let deadline = Instant::now() + Duration::from_secs(20);
     while store.stats().pending_transactions > 0 || store.stats().value_bytes > 0 {
         assert!(Instant::now() < deadline, "not freed: {:?}", store.stats());

@@ -81,7 +81,10 @@ fn three_servers(front_flag: &str, front_key: &str, dir: &Path) -> (Vec<ServerPr
         (0..3).map(|_| ServerProcess::start("127.0.0.1:0", front_flag, "127.0.0.1:0")).collect();
     let mut text = String::new();
     for server in &servers {
-        text.push_str(&format!("[[servers]]\naddress = \"{}\"\n{front_key} = \"{}\"\n", server.address, server.control));
+        text.push_str(&format!(
+            "[[servers]]\naddress = \"{}\"\n{front_key} = \"{}\"\n",
+            server.address, server.control
+        ));
     }
     let path = dir.join("cluster.toml");
     std::fs::write(&path, text).expect("cluster file written");
@@ -176,8 +179,10 @@ fn scenario(front_flag: &str, front_key: &str, front: Front) {
     let (mut servers, cluster) = three_servers(front_flag, front_key, dir.path());
     let dead = cluster.partition_of(&key_per_server(&cluster, "any")[1]);
     // Each transport has keys of its own (one per partition).
-    let mut probes: Vec<_> =
-        probes(&cluster, front).into_iter().map(|(name, probe)| (name, probe, key_per_server(&cluster, name))).collect();
+    let mut probes: Vec<_> = probes(&cluster, front)
+        .into_iter()
+        .map(|(name, probe)| (name, probe, key_per_server(&cluster, name)))
+        .collect();
 
     // Before: every transaction works. Each transport writes its own values and reads them
     // (onesided reads again so that its address cache holds the slots: GET* then reads them).
@@ -185,7 +190,7 @@ fn scenario(front_flag: &str, front_key: &str, front: Front) {
         let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..3).map(|k| (keys[k].clone(), value(name, "before", k))).collect();
         probe.write(&pairs).unwrap_or_else(|error| panic!("{name}: {error}"));
         for _ in 0..2 {
-            let read = probe.read(&keys).unwrap_or_else(|error| panic!("{name}: {error}"));
+            let read = probe.read(keys).unwrap_or_else(|error| panic!("{name}: {error}"));
             assert_eq!(read, (0..3).map(|k| value(name, "before", k)).collect::<Vec<_>>(), "{name}");
         }
     }
@@ -214,10 +219,16 @@ fn scenario(front_flag: &str, front_key: &str, front: Front) {
         // From now on, every transaction that touches it fails with the partition named, and
         // the error says so in words.
         let spanning = probe.read(&[keys[0].clone(), keys[1].clone()]).unwrap_err();
-        assert!(matches!(&spanning, ClientError::Unavailable { partitions } if *partitions == vec![dead]), "{name}: {spanning}");
+        assert!(
+            matches!(&spanning, ClientError::Unavailable { partitions } if *partitions == vec![dead]),
+            "{name}: {spanning}"
+        );
         assert!(spanning.to_string().contains(&format!("partitions [{dead}] are unavailable")), "{name}: {spanning}");
         let write = probe.write(&[(keys[1].clone(), b"x".to_vec()), (keys[2].clone(), b"x".to_vec())]).unwrap_err();
-        assert!(matches!(&write, ClientError::Unavailable { partitions } if *partitions == vec![dead]), "{name}: {write}");
+        assert!(
+            matches!(&write, ClientError::Unavailable { partitions } if *partitions == vec![dead]),
+            "{name}: {write}"
+        );
         // The other partitions keep working: reads see what was written, writes commit.
         let live = [keys[0].clone(), keys[2].clone()];
         let read = probe.read(&live).unwrap_or_else(|error| panic!("{name}: live partitions failed: {error}"));
@@ -244,7 +255,7 @@ fn scenario(front_flag: &str, front_key: &str, front: Front) {
             assert!(Instant::now() < deadline, "{name}: the client did not reconnect to the restarted server");
             std::thread::sleep(Duration::from_millis(50));
         }
-        let read = probe.read(&keys).unwrap_or_else(|error| panic!("{name}: after the restart: {error}"));
+        let read = probe.read(keys).unwrap_or_else(|error| panic!("{name}: after the restart: {error}"));
         assert_eq!(read, vec![value(name, "during", 0), value(name, "after", 1), value(name, "during", 2)], "{name}");
     }
 }

@@ -378,8 +378,8 @@ impl Sessions {
             debug_assert!(false, "no server {server}");
             return;
         };
-        if *down == !available {
-            return;
+        if *down != available {
+            return; // already so (down is the opposite of available)
         }
         *down = !available;
         if available {

@@ -227,8 +227,9 @@ impl<T: ClientTransport> Driver<T> {
             // Events of other servers wait for the next round; this one going down again ends it.
             let before = self.events.len();
             self.transport.take_server_events(&mut self.events);
-            let down_again =
-                self.events[before..].iter().any(|event| matches!(event, ServerEvent::Down { server: down, .. } if *down == server));
+            let down_again = self.events[before..]
+                .iter()
+                .any(|event| matches!(event, ServerEvent::Down { server: down, .. } if *down == server));
             if down_again {
                 return false;
             }
@@ -338,8 +339,12 @@ fn hello<T: ClientTransport>(transport: &mut T, cluster: &Cluster, count: u16) -
 fn check_hello_reply(cluster: &Cluster, server: usize, reply: Response) -> Result<(u16, u16), ClientError> {
     let address = || cluster.servers()[server].clone();
     let (first, granted, view) = match reply {
-        Response::Hello { client_id_first, client_ids_granted, cluster } => (client_id_first, client_ids_granted, cluster),
-        Response::Error { message, .. } => return Err(ClientError::HelloRefused { server, address: address(), message }),
+        Response::Hello { client_id_first, client_ids_granted, cluster } => {
+            (client_id_first, client_ids_granted, cluster)
+        }
+        Response::Error { message, .. } => {
+            return Err(ClientError::HelloRefused { server, address: address(), message })
+        }
         _ => return Err(ClientError::HelloReply),
     };
     let partitions = cluster.partition_count();

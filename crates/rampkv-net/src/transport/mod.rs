@@ -169,7 +169,8 @@ pub trait ClientMedium: Sized {
     /// Blocks up to `timeout` (None: indefinitely, or a medium's slice) until a channel may be
     /// readable or writable (`None`: a server whose connection is down). Returns true if it
     /// timed out.
-    fn wait(&mut self, channels: &mut [Option<Self::Channel>], timeout: Option<Duration>) -> Result<bool, ChannelError>;
+    fn wait(&mut self, channels: &mut [Option<Self::Channel>], timeout: Option<Duration>)
+        -> Result<bool, ChannelError>;
 }
 
 /// A medium a client sets up on its own (TCP with its own poller, a fabric with its own region).
