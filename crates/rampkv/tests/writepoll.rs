@@ -24,8 +24,8 @@ use rampkv::cluster::Front;
 use rampkv::protocol::ramp::Algorithm;
 use rampkv::server::front::FrontEnd;
 use rampkv::server::{ServerConfig, ServerGroup};
+use rampkv::transport::ClientTransport;
 use rampkv::transport::WritePollClientTransport;
-use rampkv::transport::{ClientTransport, TransportError};
 use rampkv::wire::{Request, Write};
 
 const RINGS: TransportKind = TransportKind::WritePoll;
