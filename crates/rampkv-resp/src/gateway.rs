@@ -55,9 +55,11 @@
 //!   no reply waiting is closed (its session goes back to the pool).
 //! - A transaction that fails (timeout, server error) gets `-ERR rampkv: ...`. A timed-out
 //!   write may or may not have taken effect, as with any store.
-//! - If the driver's connections to the servers fail, every command in flight gets an error,
-//!   and later commands try to reconnect at most once per [`RECONNECT_INTERVAL`]; until that
-//!   works they get `-ERR rampkv cluster unavailable: ...`.
+//! - If one server's connection fails, the commands that need its partitions get
+//!   `-CLUSTERDOWN rampkv: partitions [...] are unavailable ...` and the others go on; the driver
+//!   reconnects to it on its own. If the driver fails as a whole, every command in flight gets
+//!   an error, and later commands try to reconnect at most once per [`RECONNECT_INTERVAL`];
+//!   until that works they get `-ERR rampkv cluster unavailable: ...`.
 
 use std::io::{ErrorKind, Write as _};
 use std::net::SocketAddr;
