@@ -258,11 +258,11 @@ impl ReadTxn {
         };
         let ReadBuffers { mut plan, mut results, round1, fetched_in_round2, parts } = buffers;
         debug_assert!(plan.is_empty() && results.is_empty() && round1.is_empty() && fetched_in_round2.is_empty());
-        plan.extend(
-            distinct
-                .iter()
-                .map(|key| KeyPlan { server: cluster.server_of(key), part: NOT_ASKED, repair: Selector::Latest }),
-        );
+        plan.extend(distinct.iter().map(|key| KeyPlan {
+            server: cluster.server_of(key),
+            part: NOT_ASKED,
+            repair: Selector::Latest,
+        }));
         results.resize_with(distinct.len(), || None);
         Ok(ReadTxn {
             keys: distinct,
