@@ -5,20 +5,28 @@
 //! - [`Log::append`] encodes the record into the group being gathered and returns its LSN at
 //!   once; it never writes or fsyncs itself. LSNs are consecutive, and their order is the
 //!   order of the bytes in the file.
-//! - The writer thread takes everything gathered so far as one group, writes it with one
-//!   system call, and (policy `always`) fsyncs once for the whole group. Meanwhile appenders
-//!   gather the next group, so the cost of an fsync is shared by every record that arrived
-//!   while the previous one ran (group commit). With `everysec`, a second thread fsyncs what
-//!   was written once a second, in the background, so that writes and acknowledgements never
-//!   wait for that fsync (as Redis's background fsync of `appendfsync everysec`).
+//! - Appenders call [`Log::flush`] once they have appended what they will for a while (a
+//!   poller: at the end of its pass over its connections): that takes everything gathered so
+//!   far as one group. With `always` a writer thread writes the group with one system call and
+//!   fsyncs once for it, while appenders gather the next group, so the cost of an fsync is
+//!   shared by every record that arrived while the previous one ran (group commit); the caller
+//!   never waits for it. With `everysec` and `no` the caller writes the group itself, with one
+//!   `write` (into the operating system's page cache: no disk wait), and the watermark moves
+//!   before `flush` returns: no thread hand-off between an append and its acknowledgement.
+//!   With `everysec`, a background thread fsyncs what was written once a second, so that
+//!   writes and acknowledgements never wait for that fsync (as Redis's background fsync of
+//!   `appendfsync everysec`). A record appended and never flushed is written at the next
+//!   flush of any appender, at the syncer's next turn (`everysec`, `no`), or at close.
 //! - The durable watermark ([`Log::durable_lsn`]) is the LSN up to which records are as
 //!   durable as the policy promises: fsynced (`always`), or handed to the operating system
 //!   (`everysec`, fsynced within about `EVERYSEC_SYNC_INTERVAL_MS`; `no`, whenever the
 //!   operating system writes back). It only grows. When it advances, waiters of
-//!   [`Log::wait_durable`] wake and the callback registered with [`Log::set_wake`] runs.
+//!   [`Log::wait_durable`] wake, and, when a log thread moved it (not a caller of `flush`,
+//!   which knows), the callback registered with [`Log::set_wake`] runs.
 //! - Bounded: at most `LOG_WAITING_BYTES_MAX` bytes wait for the writer; beyond that
 //!   [`Log::append`] refuses with `LogFull` (a poller stops taking requests until the
-//!   watermark moves) and [`Log::append_timeout`] waits, up to its deadline.
+//!   watermark moves) and [`Log::append_timeout`] flushes (`everysec`, `no`) or waits
+//!   (`always`), up to its deadline.
 //!
 //! # Fault model
 //! A process crash (kill -9) loses what was not yet written; a power cut also what was not
@@ -27,10 +35,11 @@
 //! good (`LogFailed`): after a failed fsync the kernel may have dropped the dirty pages, so
 //! retrying could report as durable what is not. The server must stop and recover from the
 //! files.
-//! A new segment's header and directory entry are fsynced before it receives a record. A
-//! closed segment is fsynced already with `always`; with `everysec` and `no` the syncer thread
-//! fsyncs it as soon as it is closed, in the background (the writer never waits for a whole
-//! segment's fsync). Recovery tells torn writes from corruption by the fsynced LSN each record
+//! A new segment's header and directory entry are fsynced before it receives a record (with
+//! `everysec` and `no` by the caller of `flush` that fills the segment: two small fsyncs every
+//! `SEGMENT_BYTES_TARGET` bytes). A closed segment is fsynced already with `always`; with
+//! `everysec` and `no` the syncer thread fsyncs it as soon as it is closed, in the background
+//! (no writer waits for a whole segment's fsync). Recovery tells torn writes from corruption by the fsynced LSN each record
 //! stamps, not by segment order.
 
 use std::fs::File;
@@ -175,6 +184,9 @@ pub(crate) struct Shared {
     syncer: Condvar,
     /// What the syncer fsyncs: closed segments, and the writer's current one.
     sync_target: Mutex<SyncTarget>,
+    /// The segment being written, held by whoever writes a group (the writer thread with
+    /// `always`, a caller of `flush` otherwise). Taken before `queue` when both are.
+    writer: Mutex<WriterState>,
     durable_lsn: AtomicU64,
     /// The highest LSN known fsynced (stamped into every record; recovery reads it).
     synced_lsn: AtomicU64,
@@ -252,6 +264,7 @@ impl Log {
             progress: Condvar::new(),
             syncer: Condvar::new(),
             sync_target: Mutex::new(sync_target),
+            writer: Mutex::new(WriterState { segment, spare: Vec::new() }),
             durable_lsn: AtomicU64::new(recovered),
             synced_lsn: AtomicU64::new(recovered),
             last_lsn: AtomicU64::new(recovered),
@@ -264,9 +277,9 @@ impl Log {
             _lock: lock,
         });
         let mut log = Log { shared: Arc::clone(&shared), threads: Vec::new() };
-        let writer = Writer { shared: Arc::clone(&shared), segment, spare: Vec::new() };
-        log.spawn("rampkv-log-writer", move || writer.run())?;
-        if policy != FsyncPolicy::Always {
+        if policy == FsyncPolicy::Always {
+            log.spawn("rampkv-log-writer", move || run_writer(&shared))?;
+        } else {
             log.spawn("rampkv-log-syncer", move || run_syncer(&shared))?;
         }
         Ok(log)
@@ -281,8 +294,8 @@ impl Log {
         Ok(())
     }
 
-    /// Queues `record` (stamped with `epoch`) for the writer and returns its LSN. Never blocks
-    /// on I/O.
+    /// Queues `record` (stamped with `epoch`) for the next group and returns its LSN. Never
+    /// blocks on I/O. The record is written once some appender calls [`Log::flush`].
     ///
     /// # Errors
     /// `LogFull` when `LOG_WAITING_BYTES_MAX` bytes already wait (nothing was queued: retry
@@ -293,18 +306,50 @@ impl Log {
         self.append_locked(&mut queue, epoch, record)
     }
 
-    /// [`Log::append`], waiting up to `timeout` for space when the log is full.
+    /// [`Log::append`], making room when the log is full: with `everysec` and `no` by writing
+    /// what waits (in this thread), with `always` by waiting up to `timeout` for the writer.
     pub fn append_timeout(&self, epoch: u64, record: RecordRef<'_>, timeout: Duration) -> Result<Lsn, DurableError> {
         let deadline = Instant::now() + timeout;
         let mut queue = self.shared.queue.lock();
         loop {
             match self.append_locked(&mut queue, epoch, record) {
                 Err(DurableError::LogFull { .. }) if Instant::now() < deadline => {
-                    self.shared.progress.wait_until(&mut queue, deadline);
+                    if self.shared.policy == FsyncPolicy::Always {
+                        self.shared.work.notify_one();
+                        self.shared.progress.wait_until(&mut queue, deadline);
+                    } else {
+                        drop(queue);
+                        self.flush()?;
+                        queue = self.shared.queue.lock();
+                    }
                 }
                 result => return result,
             }
         }
+    }
+
+    /// Ends a batch of appends: everything appended so far goes out as one group. With
+    /// `always` the writer thread is told (it writes and fsyncs the group; the watermark moves
+    /// later and the callback of [`Log::set_wake`] runs then); with `everysec` and `no` the group
+    /// is written here, with one `write`, and the watermark has moved when this returns (the
+    /// callback does not run: the caller knows). Returns the durable watermark.
+    ///
+    /// # Errors
+    /// `LogFailed` after a write or fsync failed (here or earlier).
+    pub fn flush(&self) -> Result<Lsn, DurableError> {
+        let shared = &self.shared;
+        if shared.policy == FsyncPolicy::Always {
+            let queue = shared.queue.lock();
+            if let Some(failure) = &queue.failure {
+                return Err(failure.error());
+            }
+            if !queue.buffer.is_empty() {
+                shared.work.notify_one();
+            }
+            return Ok(self.durable_lsn());
+        }
+        write_gathered(shared, false)?;
+        Ok(self.durable_lsn())
     }
 
     fn append_locked(&self, queue: &mut Queue, epoch: u64, record: RecordRef<'_>) -> Result<Lsn, DurableError> {
@@ -329,7 +374,6 @@ impl Log {
         queue.next_lsn = lsn + 1;
         queue.epoch = epoch;
         self.shared.last_lsn.store(lsn, Ordering::Release);
-        self.shared.work.notify_one();
         Ok(lsn)
     }
 
@@ -343,13 +387,16 @@ impl Log {
         self.shared.last_lsn.load(Ordering::Acquire)
     }
 
-    /// Waits until `lsn` is durable.
+    /// Waits until `lsn` is durable (flushing first if it is not yet).
     ///
     /// # Errors
     /// `DurableTimeout` after `timeout`; `NotAppended` for an LSN not appended yet (it would
     /// never become durable by waiting); `LogFailed` if the writer stopped.
     pub fn wait_durable(&self, lsn: Lsn, timeout: Duration) -> Result<(), DurableError> {
         let deadline = Instant::now() + timeout;
+        if self.durable_lsn() < lsn && lsn <= self.last_lsn() {
+            self.flush()?;
+        }
         let mut queue = self.shared.queue.lock();
         if lsn >= queue.next_lsn {
             return Err(DurableError::NotAppended { lsn, last_lsn: queue.next_lsn - 1 });
@@ -369,9 +416,9 @@ impl Log {
         }
     }
 
-    /// Registers the callback the writer runs when the watermark advances (replacing any
-    /// earlier one). It also runs once when the log fails, so that a poller holding replies
-    /// notices.
+    /// Registers the callback a log thread runs when it advances the watermark (replacing any
+    /// earlier one): the writer with `always`, the syncer when it wrote records nobody flushed.
+    /// It also runs once when the log fails, so that a poller holding replies notices.
     pub fn set_wake(&self, wake: impl Fn(Lsn) + Send + Sync + 'static) {
         *self.shared.wake.lock() = Some(Arc::new(wake));
     }
@@ -432,6 +479,15 @@ impl Log {
                 message: "a log thread panicked".into(),
             });
         }
+        // Closing: whatever the policy, everything appended is written and fsynced (the log
+        // threads have ended: nothing else writes).
+        let shared = &self.shared;
+        if shared.queue.lock().failure.is_none() && write_gathered(shared, false).is_ok() {
+            let writer = shared.writer.lock();
+            if let Err(failure) = sync_all_written(shared, &writer) {
+                shared.fail(failure);
+            }
+        }
         match &self.shared.queue.lock().failure {
             Some(failure) => Err(failure.error()),
             None => Ok(()),
@@ -488,157 +544,175 @@ struct Group {
     epoch: u64,
 }
 
-/// The writer thread's state.
-struct Writer {
-    shared: Arc<Shared>,
+/// What whoever writes a group holds: the segment being written, and the buffer swapped with
+/// the queue's (one group is written while the next gathers).
+struct WriterState {
     segment: Segment,
-    /// The buffer swapped with the queue's: one group is written while the next gathers.
     spare: Vec<u8>,
 }
 
-impl Writer {
-    fn run(mut self) {
-        while let Some(group) = self.next_group() {
-            if let Err(failure) = self.write_group(&group) {
-                self.shared.fail(failure);
-                return;
-            }
-        }
-        // Closing: whatever the policy, everything written is fsynced.
-        if let Err(failure) = self.sync_all_written() {
-            self.shared.fail(failure);
-        }
-    }
-
-    /// fsyncs every closed segment the syncer has not, then the current one.
-    fn sync_all_written(&mut self) -> Result<(), Failure> {
-        let retired = std::mem::take(&mut self.shared.sync_target.lock().retired);
-        sync_retired(&self.shared, retired)?;
-        let written = self.shared.durable_lsn.load(Ordering::Acquire);
-        if self.shared.synced_lsn.load(Ordering::Acquire) < written {
-            self.sync_to(written)?;
-        }
-        Ok(())
-    }
-
-    /// Waits for records and takes them all (into `spare`); `None` when closing with nothing
-    /// left, or after a failure.
-    fn next_group(&mut self) -> Option<Group> {
-        let mut queue = self.shared.queue.lock();
-        while queue.buffer.is_empty() {
-            if queue.closing || queue.failure.is_some() {
-                return None;
-            }
-            self.shared.work.wait(&mut queue);
-        }
-        std::mem::swap(&mut queue.buffer, &mut self.spare);
-        let group = Group {
-            first_lsn: queue.first_lsn,
-            last_lsn: queue.next_lsn - 1,
-            records: queue.records,
-            epoch: queue.epoch,
-        };
-        queue.records = 0;
-        drop(queue);
-        self.shared.progress.notify_all();
-        Some(group)
-    }
-
-    /// Writes `spare` (the group), fsyncs with `always`, and advances the watermark.
-    fn write_group(&mut self, group: &Group) -> Result<(), Failure> {
-        if self.segment.bytes >= self.shared.segment_bytes_target {
-            self.rotate(group)?;
-        }
-        let path = &self.segment.path;
-        (&*self.segment.file).write_all(&self.spare).map_err(|error| failure("write", path, &error))?;
-        self.segment.bytes += self.spare.len() as u64;
-        self.shared.records.fetch_add(group.records, Ordering::Relaxed);
-        self.shared.bytes.fetch_add(self.spare.len() as u64, Ordering::Relaxed);
-        self.shared.groups.fetch_add(1, Ordering::Relaxed);
-        self.spare.clear();
-        self.spare.shrink_to(LOG_BUFFER_RETAINED_BYTES);
-        if self.shared.policy == FsyncPolicy::Always {
-            // The watermark of `always` waits for the fsync.
-            self.sync_to(group.last_lsn)?;
-        } else {
-            // The syncer fsyncs what is written (`everysec`) without holding up the writes.
-            self.shared.sync_target.lock().written_lsn = group.last_lsn;
-        }
-        self.shared.publish(group.last_lsn);
-        Ok(())
-    }
-
-    /// fsyncs the segment: everything written so far (up to `written_lsn`) is on disk.
-    fn sync_to(&mut self, written_lsn: Lsn) -> Result<(), Failure> {
-        self.segment.file.sync_data().map_err(|error| failure("fsync", &self.segment.path, &error))?;
-        self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
-        self.shared.synced_lsn.fetch_max(written_lsn, Ordering::AcqRel);
-        Ok(())
-    }
-
-    /// Closes the current segment and starts the next at the group's first LSN. With `always`
-    /// the closed segment is fsynced already; otherwise the syncer fsyncs it in the background
-    /// (the writer never waits for a whole segment's fsync).
-    fn rotate(&mut self, group: &Group) -> Result<(), Failure> {
-        let next = Segment::create(&self.shared.dir, group.first_lsn, group.epoch).map_err(|error| match error {
-            DurableError::Io { action, path, source } => failure(action, &path, &source),
-            other => {
-                Failure { action: "create a segment in", path: self.shared.dir.clone(), message: other.to_string() }
-            }
-        })?;
-        let closed = std::mem::replace(&mut self.segment, next);
+/// The writer thread (`always`): waits for a flush (or, as a safety net, the timed turn),
+/// takes what was gathered as one group, writes and fsyncs it, and advances the watermark.
+/// Returns when closing with nothing gathered, or after a failure.
+fn run_writer(shared: &Shared) {
+    let interval = Duration::from_millis(EVERYSEC_SYNC_INTERVAL_MS);
+    loop {
         {
-            let mut target = self.shared.sync_target.lock();
-            if self.shared.policy != FsyncPolicy::Always {
-                target.retired.push((closed.file, closed.path, group.first_lsn - 1));
+            let mut queue = shared.queue.lock();
+            while queue.buffer.is_empty() {
+                if queue.closing || queue.failure.is_some() {
+                    return;
+                }
+                shared.work.wait_for(&mut queue, interval);
             }
-            target.file = Arc::clone(&self.segment.file);
-            target.path = self.segment.path.clone();
         }
-        // Notified under the queue lock, which the syncer holds while it looks for work: it
-        // either sees the closed segment or is already waiting when the notification comes.
-        let _queue = self.shared.queue.lock();
-        self.shared.syncer.notify_all();
-        Ok(())
+        if write_gathered(shared, true).is_err() {
+            return; // the failure is stored and reported to every later call
+        }
     }
 }
 
+/// Takes what was gathered as one group (into `spare`), under the queue's lock; `None` when
+/// nothing was.
+fn take_group(shared: &Shared, spare: &mut Vec<u8>) -> Result<Option<Group>, DurableError> {
+    let mut queue = shared.queue.lock();
+    if let Some(failure) = &queue.failure {
+        return Err(failure.error());
+    }
+    if queue.buffer.is_empty() {
+        return Ok(None);
+    }
+    std::mem::swap(&mut queue.buffer, spare);
+    let group =
+        Group { first_lsn: queue.first_lsn, last_lsn: queue.next_lsn - 1, records: queue.records, epoch: queue.epoch };
+    queue.records = 0;
+    drop(queue);
+    // Appenders waiting for room (`always`) may go on.
+    shared.progress.notify_all();
+    Ok(Some(group))
+}
+
+/// Writes what was gathered as one group (fsynced with `always`) and advances the watermark;
+/// with `wake` runs the wake-up callback too. Returns whether anything was written.
+fn write_gathered(shared: &Shared, wake: bool) -> Result<bool, DurableError> {
+    let mut writer = shared.writer.lock();
+    let Some(group) = take_group(shared, &mut writer.spare)? else { return Ok(false) };
+    if let Err(failure) = write_group(shared, &mut writer, &group) {
+        return Err(shared.fail(failure));
+    }
+    drop(writer);
+    shared.publish(group.last_lsn);
+    if wake {
+        shared.run_wake();
+    }
+    Ok(true)
+}
+
+/// Writes `spare` (the group), fsyncs with `always`; the caller advances the watermark.
+fn write_group(shared: &Shared, writer: &mut WriterState, group: &Group) -> Result<(), Failure> {
+    if writer.segment.bytes >= shared.segment_bytes_target {
+        rotate(shared, writer, group)?;
+    }
+    let segment = &mut writer.segment;
+    (&*segment.file).write_all(&writer.spare).map_err(|error| failure("write", &segment.path, &error))?;
+    segment.bytes += writer.spare.len() as u64;
+    shared.records.fetch_add(group.records, Ordering::Relaxed);
+    shared.bytes.fetch_add(writer.spare.len() as u64, Ordering::Relaxed);
+    shared.groups.fetch_add(1, Ordering::Relaxed);
+    writer.spare.clear();
+    writer.spare.shrink_to(LOG_BUFFER_RETAINED_BYTES);
+    if shared.policy == FsyncPolicy::Always {
+        // The watermark of `always` waits for the fsync.
+        sync_to(shared, writer, group.last_lsn)?;
+    } else {
+        // The syncer fsyncs what is written (`everysec`) without holding up the writes.
+        shared.sync_target.lock().written_lsn = group.last_lsn;
+    }
+    Ok(())
+}
+
+/// fsyncs the segment: everything written so far (up to `written_lsn`) is on disk.
+fn sync_to(shared: &Shared, writer: &WriterState, written_lsn: Lsn) -> Result<(), Failure> {
+    writer.segment.file.sync_data().map_err(|error| failure("fsync", &writer.segment.path, &error))?;
+    shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+    shared.synced_lsn.fetch_max(written_lsn, Ordering::AcqRel);
+    Ok(())
+}
+
+/// Closing: fsyncs every closed segment the syncer has not, then the current one.
+fn sync_all_written(shared: &Shared, writer: &WriterState) -> Result<(), Failure> {
+    let retired = std::mem::take(&mut shared.sync_target.lock().retired);
+    sync_retired(shared, retired)?;
+    let written = shared.durable_lsn.load(Ordering::Acquire);
+    if shared.synced_lsn.load(Ordering::Acquire) < written {
+        sync_to(shared, writer, written)?;
+    }
+    Ok(())
+}
+
+/// Closes the current segment and starts the next at the group's first LSN. With `always`
+/// the closed segment is fsynced already; otherwise the syncer fsyncs it in the background
+/// (no writer waits for a whole segment's fsync).
+fn rotate(shared: &Shared, writer: &mut WriterState, group: &Group) -> Result<(), Failure> {
+    let next = Segment::create(&shared.dir, group.first_lsn, group.epoch).map_err(|error| match error {
+        DurableError::Io { action, path, source } => failure(action, &path, &source),
+        other => Failure { action: "create a segment in", path: shared.dir.clone(), message: other.to_string() },
+    })?;
+    let closed = std::mem::replace(&mut writer.segment, next);
+    {
+        let mut target = shared.sync_target.lock();
+        if shared.policy != FsyncPolicy::Always {
+            target.retired.push((closed.file, closed.path, group.first_lsn - 1));
+        }
+        target.file = Arc::clone(&writer.segment.file);
+        target.path = writer.segment.path.clone();
+    }
+    // Notified under the queue lock, which the syncer holds while it looks for work: it
+    // either sees the closed segment or is already waiting when the notification comes.
+    let _queue = shared.queue.lock();
+    shared.syncer.notify_all();
+    Ok(())
+}
+
 /// The syncer (`everysec` and `no`): fsyncs closed segments as soon as they are closed, and
-/// with `everysec` what the writer has written every `EVERYSEC_SYNC_INTERVAL_MS`, in its own
-/// thread so that writes and acknowledgements go on during the fsync (as Redis does its
-/// everysec fsync in a background thread). Records written before an fsync starts are on disk
-/// when it returns, so the LSN read before it is what becomes synced.
+/// with `everysec` what was written every `EVERYSEC_SYNC_INTERVAL_MS`, in its own thread so
+/// that writes and acknowledgements go on during the fsync (as Redis does its everysec fsync
+/// in a background thread). Records written before an fsync starts are on disk when it
+/// returns, so the LSN read before it is what becomes synced. At each timed turn it also
+/// writes records appended and not flushed (a safety net: every appender flushes).
 fn run_syncer(shared: &Shared) {
     let interval = Duration::from_millis(EVERYSEC_SYNC_INTERVAL_MS);
-    let timed = shared.policy == FsyncPolicy::Everysec;
-    let mut next_sync = Instant::now() + interval;
+    let mut next_turn = Instant::now() + interval;
     loop {
-        let target = {
+        let turn = {
             let mut queue = shared.queue.lock();
             loop {
                 if queue.closing || queue.failure.is_some() {
-                    return; // the writer fsyncs what is left when closing
+                    return; // closing fsyncs what is left
                 }
-                let mut target = shared.sync_target.lock();
-                if !target.retired.is_empty() || (timed && Instant::now() >= next_sync) {
-                    // Taken under the lock: the writer, closing, takes what is left.
-                    let retired = std::mem::take(&mut target.retired);
-                    break SyncTarget { retired, ..target.clone() };
+                let turn = Instant::now() >= next_turn;
+                if turn || !shared.sync_target.lock().retired.is_empty() {
+                    break turn;
                 }
-                drop(target);
-                if timed {
-                    shared.syncer.wait_until(&mut queue, next_sync);
-                } else {
-                    shared.syncer.wait(&mut queue);
-                }
+                shared.syncer.wait_until(&mut queue, next_turn);
             }
         };
-        let result = sync_retired(shared, target.retired).and_then(|()| {
-            if !timed || Instant::now() < next_sync {
-                return Ok(());
+        if turn {
+            next_turn = Instant::now() + interval;
+            if write_gathered(shared, true).is_err() {
+                return; // stored, reported to every later call
             }
-            next_sync = Instant::now() + interval;
-            if target.written_lsn <= shared.synced_lsn.load(Ordering::Acquire) {
+        }
+        // The closed segments and the current one are read together: an fsync of the current
+        // one covers what was written to it, and the closed ones before it are fsynced first.
+        let target = {
+            let mut target = shared.sync_target.lock();
+            let retired = std::mem::take(&mut target.retired);
+            SyncTarget { retired, ..target.clone() }
+        };
+        let timed = turn && shared.policy == FsyncPolicy::Everysec;
+        let result = sync_retired(shared, target.retired).and_then(|()| {
+            if !timed || target.written_lsn <= shared.synced_lsn.load(Ordering::Acquire) {
                 return Ok(());
             }
             target.file.sync_data().map_err(|error| failure("fsync", &target.path, &error))?;
@@ -647,7 +721,8 @@ fn run_syncer(shared: &Shared) {
             Ok(())
         });
         if let Err(failure) = result {
-            return shared.fail(failure);
+            shared.fail(failure);
+            return;
         }
     }
 }
@@ -663,7 +738,7 @@ fn sync_retired(shared: &Shared, retired: Vec<(Arc<File>, PathBuf, Lsn)>) -> Res
 }
 
 impl Shared {
-    /// Advances the watermark to `lsn`, wakes waiters and runs the callback.
+    /// Advances the watermark to `lsn` and wakes waiters (not the callback).
     fn publish(&self, lsn: Lsn) {
         {
             // Stored under the queue lock: a waiter checks the watermark under it, so it either
@@ -672,7 +747,6 @@ impl Shared {
             self.durable_lsn.fetch_max(lsn, Ordering::AcqRel);
         }
         self.progress.notify_all();
-        self.run_wake();
     }
 
     fn run_wake(&self) {
@@ -682,13 +756,14 @@ impl Shared {
         }
     }
 
-    /// Stops the log for good: every later call gets the failure.
-    fn fail(&self, failure: Failure) {
-        self.queue.lock().failure.get_or_insert(failure);
+    /// Stops the log for good: every later call gets the failure (the first one, returned).
+    fn fail(&self, failure: Failure) -> DurableError {
+        let error = self.queue.lock().failure.get_or_insert(failure).error();
         self.work.notify_all();
         self.syncer.notify_all();
         self.progress.notify_all();
         self.run_wake();
+        error
     }
 }
 

@@ -11,8 +11,22 @@
 //!   changed in `Effects::logged`; [`Journal::append`] appends those records and sets
 //!   `Effects::release_after` to the last one's LSN. Every reply of the call is held by the
 //!   front end until the log's durable watermark passes it (group commit: one fsync releases
-//!   every reply that waited for it). Nothing here blocks on an fsync: the log's writer thread
-//!   wakes the front ends of the group that hold replies when the watermark moves.
+//!   every reply that waited for it). The one exception is below (COMMIT).
+//! - A front end appends for a whole pass over its connections, then calls
+//!   [`Journal::flush`] once (`Servers::flush_logs`): with `everysec` and `no` that writes the
+//!   pass's records with one `write` in the front end's own thread and the watermark has moved
+//!   when it returns, so the replies go out in the same pass (no thread hand-off); with
+//!   `always` it tells the log's writer thread, which fsyncs and then wakes the front ends of
+//!   the group that hold replies. Nothing here blocks on an fsync.
+//! - A COMMIT's reply does not wait for its COMMIT record once the group resolves transactions
+//!   in doubt ([`Journal::set_commits_wait`], set by `ServerGroup::start_recovery`). That loses
+//!   no acknowledged write: a client sends COMMIT only after every PREPARE of the transaction
+//!   was acknowledged, hence durable on every participant; after a crash that lost the COMMIT
+//!   record the transaction is prepared (in doubt) wherever it was not committed, and
+//!   cooperative termination finds it prepared or committed on every participant and commits
+//!   it, about `RECOVERY_TIMEOUT_MS` after the restart (readers do not see it on those servers
+//!   meanwhile). Without a resolver (a `rampkv server` without `--cluster`) nothing would ever
+//!   decide it, so there a COMMIT's reply waits for its record as every other reply does.
 //! - Back-pressure: when `LOG_WAITING_BYTES_MAX` bytes already wait for the writer, an append
 //!   waits for room, at most `LOG_FULL_WAIT_MS_MAX`.
 //! - Failure: a log that stopped (a failed write or fsync), or an append that could not be made,
@@ -25,12 +39,12 @@
 //!   bytes, the log goes on.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rampkv_core::protocol::server::{Effects, LogPosition, ServerCore};
+use rampkv_core::protocol::server::{Effects, LogPosition, LogRecord, ServerCore};
 use rampkv_durable::limits::{LOG_FULL_WAIT_MS_MAX, SNAPSHOT_EVERY_BYTES_DEFAULT};
 use rampkv_durable::{
     DurableError, FsyncPolicy, Log, LogStats, OpenOptions, RecordRef, RecoveryReport, SnapshotJob, SnapshotReport,
@@ -171,6 +185,8 @@ pub struct Journal {
     snapshots: Mutex<Snapshots>,
     /// The first failure: nothing appended after it is acknowledged.
     failure: OnceLock<Arc<DurableError>>,
+    /// Whether a COMMIT's reply waits for its COMMIT record (module docs).
+    commits_wait: AtomicBool,
 }
 
 impl Journal {
@@ -197,34 +213,62 @@ impl Journal {
             snapshot_mark: AtomicU64::new(0),
             snapshots: Mutex::new(Snapshots::default()),
             failure: OnceLock::new(),
+            commits_wait: AtomicBool::new(true),
         };
         Ok((journal, report))
     }
 
     /// Appends the records of one call (`effects.logged`, emptied) and sets
-    /// `effects.release_after` to the position its replies wait for. After a failure that
-    /// position is never reached.
+    /// `effects.release_after` to the position its replies wait for (left as it is for a call
+    /// that logged only a COMMIT, once commits do not wait: module docs). After a failure that
+    /// position is never reached. The records are written at the next [`Journal::flush`].
     pub fn append(&self, effects: &mut Effects) {
         if effects.logged.is_empty() {
             return;
         }
         let wait = Duration::from_millis(LOG_FULL_WAIT_MS_MAX);
+        let commits_wait = self.commits_wait.load(Ordering::Relaxed);
         let mut last = None;
         for record in effects.logged.drain(..) {
             if self.failure.get().is_some() {
                 break;
             }
+            let holds = commits_wait || !matches!(record, LogRecord::Commit { .. });
             match self.log.append_timeout(EPOCH, RecordRef::from(&record), wait) {
-                Ok(lsn) => last = Some(lsn),
+                Ok(lsn) if holds => last = Some(lsn),
+                Ok(_) => {}
                 Err(error) => self.fail(error),
             }
         }
         let position = match (self.failure.get(), last) {
             (None, Some(lsn)) => LogPosition(lsn),
-            _ => LogPosition(u64::MAX), // never durable: held for good
+            (None, None) => return self.maybe_snapshot(), // only COMMITs: nothing to wait for
+            (Some(_), _) => LogPosition(u64::MAX),        // never durable: held for good
         };
         effects.release_after = Some(effects.release_after.map_or(position, |earlier| earlier.max(position)));
         self.maybe_snapshot();
+    }
+
+    /// Ends a batch of appends (module docs). Returns whether the durable position moved here
+    /// (`everysec`, `no`: the other front ends holding replies are to be woken).
+    pub fn flush(&self) -> bool {
+        if self.log.last_lsn() == self.log.durable_lsn() {
+            return false;
+        }
+        let before = self.log.durable_lsn();
+        match self.log.flush() {
+            Ok(durable) => durable > before,
+            Err(error) => {
+                self.fail(error);
+                false
+            }
+        }
+    }
+
+    /// Whether a COMMIT's reply waits for its COMMIT record (true until the group resolves
+    /// transactions in doubt: module docs).
+    pub fn set_commits_wait(&self, wait: bool) {
+        self.commits_wait.store(wait, Ordering::Relaxed);
     }
 
     /// The durable watermark: replies held up to here may go.
