@@ -6,27 +6,28 @@
 //!   once; it never writes or fsyncs itself. LSNs are consecutive, and their order is the
 //!   order of the bytes in the file.
 //! - Appenders call [`Log::flush`] once they have appended what they will for a while (a
-//!   poller: at the end of its pass over its connections): that takes everything gathered so
-//!   far as one group. With `always` a writer thread writes the group with one system call and
-//!   fsyncs once for it, while appenders gather the next group, so the cost of an fsync is
-//!   shared by every record that arrived while the previous one ran (group commit); the caller
-//!   never waits for it. With `everysec` and `no` the caller writes the group itself, with one
-//!   `write` (into the operating system's page cache: no disk wait), and the watermark moves
-//!   before `flush` returns: no thread hand-off between an append and its acknowledgement.
-//!   With `everysec`, a background thread fsyncs what was written once a second, so that
-//!   writes and acknowledgements never wait for that fsync (as Redis's background fsync of
-//!   `appendfsync everysec`). A record appended and never flushed is written at the next
-//!   flush of any appender, at the syncer's next turn (`everysec`, `no`), or at close.
+//!   poller: at the end of its pass over its connections): the caller writes everything
+//!   gathered so far as one group, with one `write` (into the operating system's page cache:
+//!   no disk wait). The written watermark ([`Log::written_lsn`]: what survives a crash of the
+//!   process) has moved when it returns: no thread hand-off.
+//! - One background thread, the syncer, fsyncs. With `always` it fsyncs whenever something was
+//!   written that is not yet fsynced, one fsync for everything written meanwhile, while
+//!   appenders write the next groups (group commit: the cost of an fsync is shared by every
+//!   record written while the previous one ran); the caller of `flush` never waits for it.
+//!   With `everysec` it fsyncs what was written once a second, so that writes and
+//!   acknowledgements never wait for that fsync (as Redis's background fsync of `appendfsync
+//!   everysec`). A record appended and never flushed is written at the next flush of any
+//!   appender, at the syncer's next timed turn (a safety net), or at close.
 //! - The durable watermark ([`Log::durable_lsn`]) is the LSN up to which records are as
 //!   durable as the policy promises: fsynced (`always`), or handed to the operating system
 //!   (`everysec`, fsynced within about `EVERYSEC_SYNC_INTERVAL_MS`; `no`, whenever the
-//!   operating system writes back). It only grows. When it advances, waiters of
-//!   [`Log::wait_durable`] wake, and, when a log thread moved it (not a caller of `flush`,
-//!   which knows), the callback registered with [`Log::set_wake`] runs.
+//!   operating system writes back; with these two it moves with the written watermark). It
+//!   only grows. When it advances, waiters of [`Log::wait_durable`] wake, and, when the syncer
+//!   moved it (not a caller of `flush`, which knows), the callback registered with
+//!   [`Log::set_wake`] runs.
 //! - Bounded: at most `LOG_WAITING_BYTES_MAX` bytes wait for the writer; beyond that
 //!   [`Log::append`] refuses with `LogFull` (a poller stops taking requests until the
-//!   watermark moves) and [`Log::append_timeout`] flushes (`everysec`, `no`) or waits
-//!   (`always`), up to its deadline.
+//!   watermark moves) and [`Log::append_timeout`] flushes to make room.
 //!
 //! # Fault model
 //! A process crash (kill -9) loses what was not yet written; a power cut also what was not
@@ -35,11 +36,10 @@
 //! good (`LogFailed`): after a failed fsync the kernel may have dropped the dirty pages, so
 //! retrying could report as durable what is not. The server must stop and recover from the
 //! files.
-//! A new segment's header and directory entry are fsynced before it receives a record (with
-//! `everysec` and `no` by the caller of `flush` that fills the segment: two small fsyncs every
-//! `SEGMENT_BYTES_TARGET` bytes). A closed segment is fsynced already with `always`; with
-//! `everysec` and `no` the syncer thread fsyncs it as soon as it is closed, in the background
-//! (no writer waits for a whole segment's fsync). Recovery tells torn writes from corruption by the fsynced LSN each record
+//! A new segment's header and directory entry are fsynced before it receives a record (by the
+//! caller of `flush` that fills the segment: two small fsyncs every `SEGMENT_BYTES_TARGET`
+//! bytes). The syncer fsyncs a closed segment as soon as it is closed, in the background (no
+//! writer waits for a whole segment's fsync), before it fsyncs the next one. Recovery tells torn writes from corruption by the fsynced LSN each record
 //! stamps, not by segment order.
 
 use std::fs::File;
@@ -116,9 +116,9 @@ pub struct LogStats {
     pub bytes: u64,
     /// Groups written (one write system call each).
     pub groups: u64,
-    /// fsyncs of segment files: one per group with `always`; with `everysec` at most one per
-    /// second, with `everysec` and `no` one per closed segment (both in the syncer thread); one
-    /// at close.
+    /// fsyncs of segment files (in the syncer thread): with `always` one per group of records
+    /// written while the previous fsync ran; with `everysec` at most one per second; one per
+    /// closed segment; one at close.
     pub fsyncs: u64,
     /// The last LSN appended.
     pub last_lsn: Lsn,
@@ -127,7 +127,16 @@ pub struct LogStats {
 }
 
 impl LogStats {
-    /// Records per group written (with `always`, per fsync): the benefit of group commit.
+    /// Records per fsync: the benefit of group commit (with `always`).
+    pub fn records_per_fsync(&self) -> f64 {
+        if self.fsyncs == 0 {
+            0.0
+        } else {
+            self.records as f64 / self.fsyncs as f64
+        }
+    }
+
+    /// Records per group written (one `write` each).
     pub fn mean_group_records(&self) -> f64 {
         if self.groups == 0 {
             0.0
@@ -137,7 +146,7 @@ impl LogStats {
     }
 }
 
-/// A callback run by the writer thread when the durable watermark advances, with the new
+/// A callback run by the syncer thread when it advances the durable watermark, with the new
 /// watermark. It must be quick and must not block (wake a poller, nothing more).
 pub type WakeFn = dyn Fn(Lsn) + Send + Sync;
 
@@ -155,7 +164,7 @@ impl Failure {
     }
 }
 
-/// Records gathered for the writer.
+/// Records gathered for the next group.
 #[derive(Debug)]
 struct Queue {
     buffer: Vec<u8>,
@@ -176,17 +185,17 @@ pub(crate) struct Shared {
     segment_bytes_target: u64,
     waiting_bytes_max: usize,
     queue: Mutex<Queue>,
-    /// The writer waits here for records (or for closing).
-    work: Condvar,
-    /// Appenders waiting for space and waiters of the watermark wait here.
+    /// Waiters of the watermark wait here.
     progress: Condvar,
-    /// The syncer (`everysec`, `no`) waits here for its next turn (or for closing).
+    /// The syncer waits here for work (`always`), its next turn, or closing.
     syncer: Condvar,
-    /// What the syncer fsyncs: closed segments, and the writer's current one.
+    /// What the syncer fsyncs: closed segments, and the current one.
     sync_target: Mutex<SyncTarget>,
-    /// The segment being written, held by whoever writes a group (the writer thread with
-    /// `always`, a caller of `flush` otherwise). Taken before `queue` when both are.
+    /// The segment being written, held by whoever writes a group (a caller of `flush`, the
+    /// syncer's safety net, close). Taken before `queue` when both are.
     writer: Mutex<WriterState>,
+    /// Every record up to here was written to the file (it survives a crash of the process).
+    written_lsn: AtomicU64,
     durable_lsn: AtomicU64,
     /// The highest LSN known fsynced (stamped into every record; recovery reads it).
     synced_lsn: AtomicU64,
@@ -230,7 +239,7 @@ pub(crate) struct Start {
 #[derive(Debug)]
 pub struct Log {
     shared: Arc<Shared>,
-    /// The writer, and with `everysec` or `no` the syncer.
+    /// The syncer.
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -260,11 +269,11 @@ impl Log {
                 closing: false,
                 failure: None,
             }),
-            work: Condvar::new(),
             progress: Condvar::new(),
             syncer: Condvar::new(),
             sync_target: Mutex::new(sync_target),
             writer: Mutex::new(WriterState { segment, spare: Vec::new() }),
+            written_lsn: AtomicU64::new(recovered),
             durable_lsn: AtomicU64::new(recovered),
             synced_lsn: AtomicU64::new(recovered),
             last_lsn: AtomicU64::new(recovered),
@@ -277,11 +286,7 @@ impl Log {
             _lock: lock,
         });
         let mut log = Log { shared: Arc::clone(&shared), threads: Vec::new() };
-        if policy == FsyncPolicy::Always {
-            log.spawn("rampkv-log-writer", move || run_writer(&shared))?;
-        } else {
-            log.spawn("rampkv-log-syncer", move || run_syncer(&shared))?;
-        }
+        log.spawn("rampkv-log-syncer", move || run_syncer(&shared))?;
         Ok(log)
     }
 
@@ -306,49 +311,33 @@ impl Log {
         self.append_locked(&mut queue, epoch, record)
     }
 
-    /// [`Log::append`], making room when the log is full: with `everysec` and `no` by writing
-    /// what waits (in this thread), with `always` by waiting up to `timeout` for the writer.
+    /// [`Log::append`], making room when the log is full by writing what waits (in this
+    /// thread, as [`Log::flush`]); `timeout` bounds the tries.
     pub fn append_timeout(&self, epoch: u64, record: RecordRef<'_>, timeout: Duration) -> Result<Lsn, DurableError> {
         let deadline = Instant::now() + timeout;
         let mut queue = self.shared.queue.lock();
         loop {
             match self.append_locked(&mut queue, epoch, record) {
                 Err(DurableError::LogFull { .. }) if Instant::now() < deadline => {
-                    if self.shared.policy == FsyncPolicy::Always {
-                        self.shared.work.notify_one();
-                        self.shared.progress.wait_until(&mut queue, deadline);
-                    } else {
-                        drop(queue);
-                        self.flush()?;
-                        queue = self.shared.queue.lock();
-                    }
+                    drop(queue);
+                    self.flush()?;
+                    queue = self.shared.queue.lock();
                 }
                 result => return result,
             }
         }
     }
 
-    /// Ends a batch of appends: everything appended so far goes out as one group. With
-    /// `always` the writer thread is told (it writes and fsyncs the group; the watermark moves
-    /// later and the callback of [`Log::set_wake`] runs then); with `everysec` and `no` the group
-    /// is written here, with one `write`, and the watermark has moved when this returns (the
-    /// callback does not run: the caller knows). Returns the durable watermark.
+    /// Ends a batch of appends: everything appended so far is written here as one group, with
+    /// one `write`; the written watermark has moved when this returns. With `everysec` and `no`
+    /// so has the durable one (the callback of [`Log::set_wake`] does not run: the caller
+    /// knows); with `always` the syncer is told, fsyncs, then moves it and runs the callback.
+    /// Returns the durable watermark.
     ///
     /// # Errors
     /// `LogFailed` after a write or fsync failed (here or earlier).
     pub fn flush(&self) -> Result<Lsn, DurableError> {
-        let shared = &self.shared;
-        if shared.policy == FsyncPolicy::Always {
-            let queue = shared.queue.lock();
-            if let Some(failure) = &queue.failure {
-                return Err(failure.error());
-            }
-            if !queue.buffer.is_empty() {
-                shared.work.notify_one();
-            }
-            return Ok(self.durable_lsn());
-        }
-        write_gathered(shared, false)?;
+        write_gathered(&self.shared, false)?;
         Ok(self.durable_lsn())
     }
 
@@ -380,6 +369,12 @@ impl Log {
     /// The durable watermark: every record up to it is as durable as the policy promises.
     pub fn durable_lsn(&self) -> Lsn {
         self.shared.durable_lsn.load(Ordering::Acquire)
+    }
+
+    /// The written watermark: every record up to it was handed to the operating system (it
+    /// survives a crash of the process, not necessarily a power cut). At least the durable one.
+    pub fn written_lsn(&self) -> Lsn {
+        self.shared.written_lsn.load(Ordering::Acquire)
     }
 
     /// The last LSN appended (0 when the log has none).
@@ -416,8 +411,8 @@ impl Log {
         }
     }
 
-    /// Registers the callback a log thread runs when it advances the watermark (replacing any
-    /// earlier one): the writer with `always`, the syncer when it wrote records nobody flushed.
+    /// Registers the callback the syncer runs when it advances the watermark (replacing any
+    /// earlier one): after each fsync with `always`, and when it wrote records nobody flushed.
     /// It also runs once when the log fails, so that a poller holding replies notices.
     pub fn set_wake(&self, wake: impl Fn(Lsn) + Send + Sync + 'static) {
         *self.shared.wake.lock() = Some(Arc::new(wake));
@@ -469,7 +464,6 @@ impl Log {
             return Ok(());
         }
         self.shared.queue.lock().closing = true;
-        self.shared.work.notify_all();
         self.shared.syncer.notify_all();
         let panicked = self.threads.drain(..).map(JoinHandle::join).filter(Result::is_err).count();
         if panicked > 0 {
@@ -484,8 +478,9 @@ impl Log {
         let shared = &self.shared;
         if shared.queue.lock().failure.is_none() && write_gathered(shared, false).is_ok() {
             let writer = shared.writer.lock();
-            if let Err(failure) = sync_all_written(shared, &writer) {
-                shared.fail(failure);
+            match sync_all_written(shared, &writer) {
+                Ok(()) => shared.publish(shared.written_lsn.load(Ordering::Acquire)),
+                Err(failure) => drop(shared.fail(failure)),
             }
         }
         match &self.shared.queue.lock().failure {
@@ -551,27 +546,6 @@ struct WriterState {
     spare: Vec<u8>,
 }
 
-/// The writer thread (`always`): waits for a flush (or, as a safety net, the timed turn),
-/// takes what was gathered as one group, writes and fsyncs it, and advances the watermark.
-/// Returns when closing with nothing gathered, or after a failure.
-fn run_writer(shared: &Shared) {
-    let interval = Duration::from_millis(EVERYSEC_SYNC_INTERVAL_MS);
-    loop {
-        {
-            let mut queue = shared.queue.lock();
-            while queue.buffer.is_empty() {
-                if queue.closing || queue.failure.is_some() {
-                    return;
-                }
-                shared.work.wait_for(&mut queue, interval);
-            }
-        }
-        if write_gathered(shared, true).is_err() {
-            return; // the failure is stored and reported to every later call
-        }
-    }
-}
-
 /// Takes what was gathered as one group (into `spare`), under the queue's lock; `None` when
 /// nothing was.
 fn take_group(shared: &Shared, spare: &mut Vec<u8>) -> Result<Option<Group>, DurableError> {
@@ -586,14 +560,12 @@ fn take_group(shared: &Shared, spare: &mut Vec<u8>) -> Result<Option<Group>, Dur
     let group =
         Group { first_lsn: queue.first_lsn, last_lsn: queue.next_lsn - 1, records: queue.records, epoch: queue.epoch };
     queue.records = 0;
-    drop(queue);
-    // Appenders waiting for room (`always`) may go on.
-    shared.progress.notify_all();
     Ok(Some(group))
 }
 
-/// Writes what was gathered as one group (fsynced with `always`) and advances the watermark;
-/// with `wake` runs the wake-up callback too. Returns whether anything was written.
+/// Writes what was gathered as one group and advances the written watermark; with `everysec`
+/// and `no` the durable one too (and with `wake` runs the wake-up callback), with `always`
+/// tells the syncer. Returns whether anything was written.
 fn write_gathered(shared: &Shared, wake: bool) -> Result<bool, DurableError> {
     let mut writer = shared.writer.lock();
     let Some(group) = take_group(shared, &mut writer.spare)? else { return Ok(false) };
@@ -601,14 +573,21 @@ fn write_gathered(shared: &Shared, wake: bool) -> Result<bool, DurableError> {
         return Err(shared.fail(failure));
     }
     drop(writer);
-    shared.publish(group.last_lsn);
-    if wake {
-        shared.run_wake();
+    if shared.policy == FsyncPolicy::Always {
+        // Notified under the queue lock, under which the syncer looks for work: it either sees
+        // the new written watermark or is already waiting when the notification comes.
+        let _queue = shared.queue.lock();
+        shared.syncer.notify_one();
+    } else {
+        shared.publish(group.last_lsn);
+        if wake {
+            shared.run_wake();
+        }
     }
     Ok(true)
 }
 
-/// Writes `spare` (the group), fsyncs with `always`; the caller advances the watermark.
+/// Writes `spare` (the group) and advances the written watermark; the caller, the durable one.
 fn write_group(shared: &Shared, writer: &mut WriterState, group: &Group) -> Result<(), Failure> {
     if writer.segment.bytes >= shared.segment_bytes_target {
         rotate(shared, writer, group)?;
@@ -621,13 +600,9 @@ fn write_group(shared: &Shared, writer: &mut WriterState, group: &Group) -> Resu
     shared.groups.fetch_add(1, Ordering::Relaxed);
     writer.spare.clear();
     writer.spare.shrink_to(LOG_BUFFER_RETAINED_BYTES);
-    if shared.policy == FsyncPolicy::Always {
-        // The watermark of `always` waits for the fsync.
-        sync_to(shared, writer, group.last_lsn)?;
-    } else {
-        // The syncer fsyncs what is written (`everysec`) without holding up the writes.
-        shared.sync_target.lock().written_lsn = group.last_lsn;
-    }
+    // The syncer fsyncs what is written without holding up the writes.
+    shared.sync_target.lock().written_lsn = group.last_lsn;
+    shared.written_lsn.store(group.last_lsn, Ordering::Release);
     Ok(())
 }
 
@@ -643,16 +618,16 @@ fn sync_to(shared: &Shared, writer: &WriterState, written_lsn: Lsn) -> Result<()
 fn sync_all_written(shared: &Shared, writer: &WriterState) -> Result<(), Failure> {
     let retired = std::mem::take(&mut shared.sync_target.lock().retired);
     sync_retired(shared, retired)?;
-    let written = shared.durable_lsn.load(Ordering::Acquire);
+    let written = shared.written_lsn.load(Ordering::Acquire);
     if shared.synced_lsn.load(Ordering::Acquire) < written {
         sync_to(shared, writer, written)?;
     }
     Ok(())
 }
 
-/// Closes the current segment and starts the next at the group's first LSN. With `always`
-/// the closed segment is fsynced already; otherwise the syncer fsyncs it in the background
-/// (no writer waits for a whole segment's fsync).
+/// Closes the current segment and starts the next at the group's first LSN; the syncer fsyncs
+/// the closed one in the background (no writer waits for a whole segment's fsync), before it
+/// fsyncs the next.
 fn rotate(shared: &Shared, writer: &mut WriterState, group: &Group) -> Result<(), Failure> {
     let next = Segment::create(&shared.dir, group.first_lsn, group.epoch).map_err(|error| match error {
         DurableError::Io { action, path, source } => failure(action, &path, &source),
@@ -661,9 +636,7 @@ fn rotate(shared: &Shared, writer: &mut WriterState, group: &Group) -> Result<()
     let closed = std::mem::replace(&mut writer.segment, next);
     {
         let mut target = shared.sync_target.lock();
-        if shared.policy != FsyncPolicy::Always {
-            target.retired.push((closed.file, closed.path, group.first_lsn - 1));
-        }
+        target.retired.push((closed.file, closed.path, group.first_lsn - 1));
         target.file = Arc::clone(&writer.segment.file);
         target.path = writer.segment.path.clone();
     }
@@ -674,14 +647,17 @@ fn rotate(shared: &Shared, writer: &mut WriterState, group: &Group) -> Result<()
     Ok(())
 }
 
-/// The syncer (`everysec` and `no`): fsyncs closed segments as soon as they are closed, and
-/// with `everysec` what was written every `EVERYSEC_SYNC_INTERVAL_MS`, in its own thread so
-/// that writes and acknowledgements go on during the fsync (as Redis does its everysec fsync
-/// in a background thread). Records written before an fsync starts are on disk when it
-/// returns, so the LSN read before it is what becomes synced. At each timed turn it also
-/// writes records appended and not flushed (a safety net: every appender flushes).
+/// The syncer: fsyncs closed segments as soon as they are closed; with `always` whatever was
+/// written and not yet fsynced (one fsync for everything written meanwhile: group commit),
+/// then advances the durable watermark and runs the wake-up callback; with `everysec` what was
+/// written every `EVERYSEC_SYNC_INTERVAL_MS`, in its own thread so that writes and
+/// acknowledgements go on during the fsync (as Redis does its everysec fsync in a background
+/// thread). Records written before an fsync starts are on disk when it returns, so the LSN read
+/// before it is what becomes synced. At each timed turn it also writes records appended and
+/// not flushed (a safety net: every appender flushes).
 fn run_syncer(shared: &Shared) {
     let interval = Duration::from_millis(EVERYSEC_SYNC_INTERVAL_MS);
+    let always = shared.policy == FsyncPolicy::Always;
     let mut next_turn = Instant::now() + interval;
     loop {
         let turn = {
@@ -691,7 +667,9 @@ fn run_syncer(shared: &Shared) {
                     return; // closing fsyncs what is left
                 }
                 let turn = Instant::now() >= next_turn;
-                if turn || !shared.sync_target.lock().retired.is_empty() {
+                let unsynced =
+                    always && shared.written_lsn.load(Ordering::Acquire) > shared.synced_lsn.load(Ordering::Acquire);
+                if turn || unsynced || !shared.sync_target.lock().retired.is_empty() {
                     break turn;
                 }
                 shared.syncer.wait_until(&mut queue, next_turn);
@@ -710,9 +688,9 @@ fn run_syncer(shared: &Shared) {
             let retired = std::mem::take(&mut target.retired);
             SyncTarget { retired, ..target.clone() }
         };
-        let timed = turn && shared.policy == FsyncPolicy::Everysec;
+        let sync_current = always || (turn && shared.policy == FsyncPolicy::Everysec);
         let result = sync_retired(shared, target.retired).and_then(|()| {
-            if !timed || target.written_lsn <= shared.synced_lsn.load(Ordering::Acquire) {
+            if !sync_current || target.written_lsn <= shared.synced_lsn.load(Ordering::Acquire) {
                 return Ok(());
             }
             target.file.sync_data().map_err(|error| failure("fsync", &target.path, &error))?;
@@ -723,6 +701,11 @@ fn run_syncer(shared: &Shared) {
         if let Err(failure) = result {
             shared.fail(failure);
             return;
+        }
+        if always && target.written_lsn > shared.durable_lsn.load(Ordering::Acquire) {
+            // The watermark of `always` waits for the fsync.
+            shared.publish(target.written_lsn);
+            shared.run_wake();
         }
     }
 }
@@ -759,7 +742,6 @@ impl Shared {
     /// Stops the log for good: every later call gets the failure (the first one, returned).
     fn fail(&self, failure: Failure) -> DurableError {
         let error = self.queue.lock().failure.get_or_insert(failure).error();
-        self.work.notify_all();
         self.syncer.notify_all();
         self.progress.notify_all();
         self.run_wake();

@@ -250,6 +250,62 @@ fn a_checksum_damaged_in_the_middle_refuses_to_start_until_truncate_corrupt_log(
     assert!(found.iter().filter(|(_, value)| value.is_some()).count() > acknowledged.len() / 2, "{found:?}");
 }
 
+/// The record kind byte of a log record (docs/persistence.md, "Record header").
+const RECORD_KIND_OFFSET: usize = 8;
+/// The kind of a COMMIT record.
+const KIND_COMMIT: u8 = 2;
+
+/// `always` with a resolver: a COMMIT's reply waits for its COMMIT record to be written, not
+/// fsynced (every PREPARE was fsynced before it was acknowledged). An acknowledged transaction
+/// whose COMMIT records are all lost (what a power cut right after the acknowledgement may
+/// leave: here its servers are killed with SIGKILL and the records cut off their logs) is in
+/// doubt on both servers at restart, and cooperative termination commits it: nothing
+/// acknowledged is lost. The decision is logged: after a second kill -9 and restart nothing is
+/// in doubt and the write is still there.
+#[test]
+fn an_acknowledged_transaction_whose_commit_records_were_lost_is_committed_at_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = Local::start(dir.path(), &[]).unwrap_or_else(|lines| panic!("{}", lines.join("\n")));
+    let keys = keys_on_both(local.cluster(), "lost-commit");
+    let mut client = Client::connect(local.cluster()).expect("connect");
+    let rounds = 20;
+    for round in 0..rounds {
+        let writes = keys.iter().map(|key| (key.clone(), format!("round {round}").into_bytes())).collect();
+        client.put_all(writes).expect("acknowledged");
+    }
+    drop(client);
+    local.kill();
+    for index in 0..2 {
+        // A COMMIT is acknowledged once its record is written: kill -9 does not lose it.
+        let (segment, records) = newest_segment(dir.path(), index);
+        let bytes = std::fs::read(&segment).unwrap();
+        let last = *records.last().expect("records");
+        assert_eq!(bytes[last + RECORD_KIND_OFFSET], KIND_COMMIT, "the last record of server {index}");
+        // A power cut may lose it (it need not be fsynced yet): cut it off.
+        std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(last as u64).unwrap();
+    }
+    let local = Local::start(dir.path(), &[]).unwrap_or_else(|lines| panic!("{}", lines.join("\n")));
+    println!("{}", local.output());
+    for index in 0..2 {
+        assert!(local.recovery_of(dir.path(), index).contains(" 1 transactions in doubt"), "{}", local.output());
+    }
+    let last = format!("round {}", rounds - 1);
+    for key in &keys {
+        assert_eq!(read_until(local.cluster(), key, Some(&last)).as_deref(), Some(&last[..]), "{key:?}");
+    }
+    // Committed by recovery, and the COMMIT it logged is durable: wait for it, then crash again.
+    std::thread::sleep(Duration::from_millis(300));
+    local.kill();
+    let local = Local::start(dir.path(), &[]).unwrap_or_else(|lines| panic!("{}", lines.join("\n")));
+    for index in 0..2 {
+        assert!(local.recovery_of(dir.path(), index).contains(" 0 transactions in doubt"), "{}", local.output());
+    }
+    let mut client = Client::connect(local.cluster()).expect("connect");
+    for item in client.get_all(keys.to_vec()).expect("read").items {
+        assert_eq!(String::from_utf8_lossy(&item.value), last);
+    }
+}
+
 /// Sends `request` to `server` and waits for its reply.
 fn ask(transport: &mut TcpClientTransport, server: usize, id: u64, request: &Request) -> Response {
     transport.post(server, id, request).unwrap();

@@ -13,22 +13,26 @@
 //!   front end until the log's durable watermark passes it (group commit: one fsync releases
 //!   every reply that waited for it). The one exception is below (COMMIT).
 //! - A front end appends for a whole pass over its connections, then calls
-//!   [`Journal::flush`] once (`Servers::flush_logs`): with `everysec` and `no` that writes the
-//!   pass's records with one `write` in the front end's own thread and the watermark has moved
-//!   when it returns, so the replies go out in the same pass (no thread hand-off); with
-//!   `always` it tells the log's writer thread, which fsyncs and then wakes the front ends of
+//!   [`Journal::flush`] once (`Servers::flush_logs`): that writes the pass's records with one
+//!   `write` per log in the front end's own thread (no thread hand-off). With `everysec` and
+//!   `no` they are then durable as the policy promises and their replies go out in the same
+//!   pass; with `always` the log's syncer thread fsyncs them and then wakes the front ends of
 //!   the group that hold replies. Nothing here blocks on an fsync.
-//! - A COMMIT's reply does not wait for its COMMIT record once the group resolves transactions
-//!   in doubt ([`Journal::set_commits_wait`], set by `ServerGroup::start_recovery`). That loses
-//!   no acknowledged write: a client sends COMMIT only after every PREPARE of the transaction
-//!   was acknowledged, hence durable on every participant; after a crash that lost the COMMIT
-//!   record the transaction is prepared (in doubt) wherever it was not committed, and
-//!   cooperative termination finds it prepared or committed on every participant and commits
-//!   it, about `RECOVERY_TIMEOUT_MS` after the restart (readers do not see it on those servers
-//!   meanwhile). Without a resolver (a `rampkv server` without `--cluster`) nothing would ever
-//!   decide it, so there a COMMIT's reply waits for its record as every other reply does.
-//! - Back-pressure: when `LOG_WAITING_BYTES_MAX` bytes already wait for the writer, an append
-//!   waits for room, at most `LOG_FULL_WAIT_MS_MAX`.
+//! - A COMMIT's reply waits for its COMMIT record to be *written* (in the operating system: a
+//!   crash of the process does not lose it), not fsynced ([`Barrier::Written`]), once the
+//!   group resolves transactions in doubt ([`Journal::set_commits_wait`], set by
+//!   `ServerGroup::start_recovery`). This matters for `always` only (with the other policies a
+//!   written record is as durable as they promise), and saves a transaction's second fsync
+//!   round. It loses no acknowledged write, even at a power cut: a client sends COMMIT only
+//!   after every PREPARE of the transaction was acknowledged, hence fsynced on every
+//!   participant; a power cut that loses the COMMIT record leaves the transaction prepared (in
+//!   doubt) wherever it was not committed, and cooperative termination finds it prepared or
+//!   committed on every participant and commits it, about `RECOVERY_TIMEOUT_MS` after the
+//!   restart (readers do not see it on those servers meanwhile). Without a resolver (a `rampkv
+//!   server` without `--cluster`) nothing would decide it, so there a COMMIT's reply waits
+//!   for the fsync as every other reply does.
+//! - Back-pressure: when `LOG_WAITING_BYTES_MAX` bytes already wait to be written, an append
+//!   writes them first (as a flush), for at most `LOG_FULL_WAIT_MS_MAX`.
 //! - Failure: a log that stopped (a failed write or fsync), or an append that could not be made,
 //!   leaves the store changed in memory but not durable. The replies that depend on it are held
 //!   for good (never acknowledged), [`Journal::failure`] reports it, and the server must stop
@@ -44,7 +48,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rampkv_core::protocol::server::{Effects, LogPosition, LogRecord, ServerCore};
+use rampkv_core::protocol::server::{Barrier, Effects, LogPosition, LogRecord, ServerCore};
 use rampkv_durable::limits::{LOG_FULL_WAIT_MS_MAX, SNAPSHOT_EVERY_BYTES_DEFAULT};
 use rampkv_durable::{
     DurableError, FsyncPolicy, Log, LogStats, OpenOptions, RecordRef, RecoveryReport, SnapshotJob, SnapshotReport,
@@ -185,7 +189,8 @@ pub struct Journal {
     snapshots: Mutex<Snapshots>,
     /// The first failure: nothing appended after it is acknowledged.
     failure: OnceLock<Arc<DurableError>>,
-    /// Whether a COMMIT's reply waits for its COMMIT record (module docs).
+    /// Whether a COMMIT's reply waits for its COMMIT record to be durable, not only written
+    /// (module docs).
     commits_wait: AtomicBool,
 }
 
@@ -219,45 +224,55 @@ impl Journal {
     }
 
     /// Appends the records of one call (`effects.logged`, emptied) and sets
-    /// `effects.release_after` to the position its replies wait for (left as it is for a call
-    /// that logged only a COMMIT, once commits do not wait: module docs). After a failure that
-    /// position is never reached. The records are written at the next [`Journal::flush`].
+    /// `effects.release_after` to the position its replies wait for, and
+    /// `effects.release_barrier` to how far: written, for a call that logged only COMMITs once
+    /// commits do not wait for their fsync (module docs), durable otherwise. After a failure
+    /// that position is never reached. The records are written at the next [`Journal::flush`].
     pub fn append(&self, effects: &mut Effects) {
         if effects.logged.is_empty() {
             return;
         }
         let wait = Duration::from_millis(LOG_FULL_WAIT_MS_MAX);
         let commits_wait = self.commits_wait.load(Ordering::Relaxed);
-        let mut last = None;
+        let (mut durable, mut written) = (None, None);
         for record in effects.logged.drain(..) {
             if self.failure.get().is_some() {
                 break;
             }
-            let holds = commits_wait || !matches!(record, LogRecord::Commit { .. });
+            let written_suffices = !commits_wait && matches!(record, LogRecord::Commit { .. });
             match self.log.append_timeout(EPOCH, RecordRef::from(&record), wait) {
-                Ok(lsn) if holds => last = Some(lsn),
-                Ok(_) => {}
+                Ok(lsn) if written_suffices => written = Some(lsn),
+                Ok(lsn) => durable = Some(lsn),
                 Err(error) => self.fail(error),
             }
         }
-        let position = match (self.failure.get(), last) {
-            (None, Some(lsn)) => LogPosition(lsn),
-            (None, None) => return self.maybe_snapshot(), // only COMMITs: nothing to wait for
-            (Some(_), _) => LogPosition(u64::MAX),        // never durable: held for good
+        let (position, barrier) = match (self.failure.get(), durable, written) {
+            (Some(_), _, _) => (LogPosition(u64::MAX), Barrier::Durable), // never durable: held for good
+            // Durable up to the later of the two covers both.
+            (None, Some(durable), written) => (LogPosition(durable.max(written.unwrap_or(0))), Barrier::Durable),
+            (None, None, Some(written)) => (LogPosition(written), Barrier::Written),
+            (None, None, None) => return,
+        };
+        // Held already (an earlier append of the same call): the stricter barrier of the two.
+        let barrier = match effects.release_after {
+            Some(_) => barrier.min(effects.release_barrier),
+            None => barrier,
         };
         effects.release_after = Some(effects.release_after.map_or(position, |earlier| earlier.max(position)));
+        effects.release_barrier = barrier;
         self.maybe_snapshot();
     }
 
-    /// Ends a batch of appends (module docs). Returns whether the durable position moved here
-    /// (`everysec`, `no`: the other front ends holding replies are to be woken).
+    /// Ends a batch of appends (module docs). Returns whether the written position moved here
+    /// (with it the durable one, with `everysec` and `no`): the other front ends holding
+    /// replies are to be woken.
     pub fn flush(&self) -> bool {
-        if self.log.last_lsn() == self.log.durable_lsn() {
+        let before = self.log.written_lsn();
+        if self.log.last_lsn() == before {
             return false;
         }
-        let before = self.log.durable_lsn();
         match self.log.flush() {
-            Ok(durable) => durable > before,
+            Ok(_) => self.log.written_lsn() > before,
             Err(error) => {
                 self.fail(error);
                 false
@@ -265,8 +280,8 @@ impl Journal {
         }
     }
 
-    /// Whether a COMMIT's reply waits for its COMMIT record (true until the group resolves
-    /// transactions in doubt: module docs).
+    /// Whether a COMMIT's reply waits for its COMMIT record to be durable (true until the
+    /// group resolves transactions in doubt), or only written (module docs).
     pub fn set_commits_wait(&self, wait: bool) {
         self.commits_wait.store(wait, Ordering::Relaxed);
     }
@@ -274,6 +289,11 @@ impl Journal {
     /// The durable watermark: replies held up to here may go.
     pub fn durable_position(&self) -> LogPosition {
         LogPosition(self.log.durable_lsn())
+    }
+
+    /// The written watermark: replies held behind [`Barrier::Written`] up to here may go.
+    pub fn written_position(&self) -> LogPosition {
+        LogPosition(self.log.written_lsn())
     }
 
     /// Why the journal stopped, if it did: the server must stop and recover from its files.
@@ -306,7 +326,7 @@ impl Journal {
         self.log.dir()
     }
 
-    /// Registers what the log's writer calls when the watermark moves (or the log fails).
+    /// Registers what the log's syncer calls when it moves the watermark (or the log fails).
     pub(crate) fn set_wake(&self, wake: impl Fn() + Send + Sync + 'static) {
         self.log.set_wake(move |_| wake());
     }
