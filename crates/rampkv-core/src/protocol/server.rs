@@ -20,9 +20,8 @@
 //! `Abort`. A request the store refused changed nothing and logs nothing. The edge appends
 //! those records to the server's log and sets [`Effects::release_after`] to the position they
 //! reach; every reply of the call (its own and the deferred ones) is held by the front end
-//! until that position is durable, or, when the edge sets [`Effects::release_barrier`] to
-//! [`Barrier::Written`], written to the log file. Without logging nothing is copied for it and
-//! replies go out at once.
+//! until that position is durable. Without logging nothing is copied for it and replies go out
+//! at once.
 //!
 //! A request is validated completely before it changes anything, so a refused request leaves
 //! the store as it was. The core takes the time as an argument ([`Now`]): the monotonic clock
@@ -141,17 +140,6 @@ pub struct Addressed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct LogPosition(pub u64);
 
-/// How far the records a held reply waits for must have gone (see [`Effects::release_after`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub enum Barrier {
-    /// As durable as the log's fsync policy promises (fsynced, with `always`).
-    #[default]
-    Durable,
-    /// Written to the log file: in the operating system, so that a crash of the process does
-    /// not lose them (a power cut may).
-    Written,
-}
-
 /// A change the core made to the store, described for the server's log (owned: the writes the
 /// store took are copied for it, only when logging). The log's record codec encodes exactly
 /// these four.
@@ -180,8 +168,6 @@ pub struct Effects {
     pub prepared: Vec<(Timestamp, Key)>,
     /// Every reply of this call waits until the log is durable up to here (`None`: at once).
     pub release_after: Option<LogPosition>,
-    /// How far: durable (the default), or only written (set by the edge).
-    pub release_barrier: Barrier,
     /// The changes this call made to the store, in the order made (only when logging).
     pub logged: Vec<LogRecord>,
     publishing: bool,
@@ -224,7 +210,6 @@ impl Effects {
         self.prepared.clear();
         self.logged.clear();
         self.release_after = None;
-        self.release_barrier = Barrier::Durable;
     }
 
     fn log(&mut self, record: impl FnOnce() -> LogRecord) {

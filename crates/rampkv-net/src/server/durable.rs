@@ -11,26 +11,22 @@
 //!   changed in `Effects::logged`; [`Journal::append`] appends those records and sets
 //!   `Effects::release_after` to the last one's LSN. Every reply of the call is held by the
 //!   front end until the log's durable watermark passes it (group commit: one fsync releases
-//!   every reply that waited for it). The one exception is below (COMMIT).
+//!   every reply that waited for it), a RAMP COMMIT's included (below).
 //! - A front end appends for a whole pass over its connections, then calls
 //!   [`Journal::flush`] once (`Servers::flush_logs`): that writes the pass's records with one
 //!   `write` per log in the front end's own thread (no thread hand-off). With `everysec` and
 //!   `no` they are then durable as the policy promises and their replies go out in the same
 //!   pass; with `always` the log's syncer thread fsyncs them and then wakes the front ends of
 //!   the group that hold replies. Nothing here blocks on an fsync.
-//! - A COMMIT's reply waits for its COMMIT record to be *written* (in the operating system: a
-//!   crash of the process does not lose it), not fsynced ([`Barrier::Written`]), once the
-//!   group resolves transactions in doubt ([`Journal::set_commits_wait`], set by
-//!   `ServerGroup::start_recovery`). This matters for `always` only (with the other policies a
-//!   written record is as durable as they promise), and saves a transaction's second fsync
-//!   round. It loses no acknowledged write, even at a power cut: a client sends COMMIT only
-//!   after every PREPARE of the transaction was acknowledged, hence fsynced on every
-//!   participant; a power cut that loses the COMMIT record leaves the transaction prepared (in
-//!   doubt) wherever it was not committed, and cooperative termination finds it prepared or
-//!   committed on every participant and commits it, about `RECOVERY_TIMEOUT_MS` after the
-//!   restart (readers do not see it on those servers meanwhile). Without a resolver (a `rampkv
-//!   server` without `--cluster`) nothing would decide it, so there a COMMIT's reply waits
-//!   for the fsync as every other reply does.
+//! - A COMMIT's reply waits for its COMMIT record to be durable, as every other reply, even
+//!   though every PREPARE of the transaction was durable before the client sent it. Releasing
+//!   it once the record is only written would save `always` a transaction's second fsync round
+//!   but could lose an acknowledged write at a power cut: a server whose unfsynced COMMIT
+//!   record was lost restarts with the transaction in doubt and asks the other participants;
+//!   one that committed it may since have garbage collected its versions (superseded, past
+//!   `GC_GRACE_MS`: a restart after a power cut easily takes longer), answers that it does not
+//!   know the transaction, and cooperative termination aborts it (docs/persistence.md, "What
+//!   each policy promises").
 //! - Back-pressure: when `LOG_WAITING_BYTES_MAX` bytes already wait to be written, an append
 //!   writes them first (as a flush), for at most `LOG_FULL_WAIT_MS_MAX`.
 //! - Failure: a log that stopped (a failed write or fsync), or an append that could not be made,
@@ -43,12 +39,12 @@
 //!   bytes, the log goes on.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rampkv_core::protocol::server::{Barrier, Effects, LogPosition, LogRecord, ServerCore};
+use rampkv_core::protocol::server::{Effects, LogPosition, ServerCore};
 use rampkv_durable::limits::{LOG_FULL_WAIT_MS_MAX, SNAPSHOT_EVERY_BYTES_DEFAULT};
 use rampkv_durable::{
     DurableError, FsyncPolicy, Log, LogStats, OpenOptions, RecordRef, RecoveryReport, SnapshotJob, SnapshotReport,
@@ -189,9 +185,6 @@ pub struct Journal {
     snapshots: Mutex<Snapshots>,
     /// The first failure: nothing appended after it is acknowledged.
     failure: OnceLock<Arc<DurableError>>,
-    /// Whether a COMMIT's reply waits for its COMMIT record to be durable, not only written
-    /// (module docs).
-    commits_wait: AtomicBool,
 }
 
 impl Journal {
@@ -218,61 +211,48 @@ impl Journal {
             snapshot_mark: AtomicU64::new(0),
             snapshots: Mutex::new(Snapshots::default()),
             failure: OnceLock::new(),
-            commits_wait: AtomicBool::new(true),
         };
         Ok((journal, report))
     }
 
     /// Appends the records of one call (`effects.logged`, emptied) and sets
-    /// `effects.release_after` to the position its replies wait for, and
-    /// `effects.release_barrier` to how far: written, for a call that logged only COMMITs once
-    /// commits do not wait for their fsync (module docs), durable otherwise. After a failure
-    /// that position is never reached. The records are written at the next [`Journal::flush`].
+    /// `effects.release_after` to the position its replies wait for: the last record's LSN.
+    /// After a failure that position is never reached. The records are written at the next
+    /// [`Journal::flush`].
     pub fn append(&self, effects: &mut Effects) {
         if effects.logged.is_empty() {
             return;
         }
         let wait = Duration::from_millis(LOG_FULL_WAIT_MS_MAX);
-        let commits_wait = self.commits_wait.load(Ordering::Relaxed);
-        let (mut durable, mut written) = (None, None);
+        let mut last = None;
         for record in effects.logged.drain(..) {
             if self.failure.get().is_some() {
                 break;
             }
-            let written_suffices = !commits_wait && matches!(record, LogRecord::Commit { .. });
             match self.log.append_timeout(EPOCH, RecordRef::from(&record), wait) {
-                Ok(lsn) if written_suffices => written = Some(lsn),
-                Ok(lsn) => durable = Some(lsn),
+                Ok(lsn) => last = Some(lsn),
                 Err(error) => self.fail(error),
             }
         }
-        let (position, barrier) = match (self.failure.get(), durable, written) {
-            (Some(_), _, _) => (LogPosition(u64::MAX), Barrier::Durable), // never durable: held for good
-            // Durable up to the later of the two covers both.
-            (None, Some(durable), written) => (LogPosition(durable.max(written.unwrap_or(0))), Barrier::Durable),
-            (None, None, Some(written)) => (LogPosition(written), Barrier::Written),
-            (None, None, None) => return,
-        };
-        // Held already (an earlier append of the same call): the stricter barrier of the two.
-        let barrier = match effects.release_after {
-            Some(_) => barrier.min(effects.release_barrier),
-            None => barrier,
+        let position = match (self.failure.get(), last) {
+            (None, Some(lsn)) => LogPosition(lsn),
+            _ => LogPosition(u64::MAX), // never durable: held for good
         };
         effects.release_after = Some(effects.release_after.map_or(position, |earlier| earlier.max(position)));
-        effects.release_barrier = barrier;
         self.maybe_snapshot();
     }
 
-    /// Ends a batch of appends (module docs). Returns whether the written position moved here
-    /// (with it the durable one, with `everysec` and `no`): the other front ends holding
-    /// replies are to be woken.
+    /// Ends a batch of appends (module docs). Returns whether the durable position moved here
+    /// (`everysec`, `no`): the other front ends holding replies are to be woken. With `always`
+    /// the syncer moves it and wakes them.
     pub fn flush(&self) -> bool {
         let before = self.log.written_lsn();
         if self.log.last_lsn() == before {
             return false;
         }
+        let durable_before = self.log.durable_lsn();
         match self.log.flush() {
-            Ok(_) => self.log.written_lsn() > before,
+            Ok(_) => self.log.durable_lsn() > durable_before,
             Err(error) => {
                 self.fail(error);
                 false
@@ -280,20 +260,9 @@ impl Journal {
         }
     }
 
-    /// Whether a COMMIT's reply waits for its COMMIT record to be durable (true until the
-    /// group resolves transactions in doubt), or only written (module docs).
-    pub fn set_commits_wait(&self, wait: bool) {
-        self.commits_wait.store(wait, Ordering::Relaxed);
-    }
-
     /// The durable watermark: replies held up to here may go.
     pub fn durable_position(&self) -> LogPosition {
         LogPosition(self.log.durable_lsn())
-    }
-
-    /// The written watermark: replies held behind [`Barrier::Written`] up to here may go.
-    pub fn written_position(&self) -> LogPosition {
-        LogPosition(self.log.written_lsn())
     }
 
     /// Why the journal stopped, if it did: the server must stop and recover from its files.
@@ -380,5 +349,33 @@ impl Drop for Journal {
     /// then writes and fsyncs what it holds as it is dropped.
     fn drop(&mut self) {
         self.snapshots.get_mut().collect(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rampkv_core::limits::GC_GRACE_MS;
+    use rampkv_core::protocol::server::LogRecord;
+
+    /// With `always`, a call that logged only a COMMIT holds its reply until the COMMIT record
+    /// is fsynced, as every other call: releasing it once the record is only written could
+    /// lose an acknowledged write at a power cut (module docs). The position it waits for is
+    /// the COMMIT's own LSN, past the written watermark until the fsync.
+    #[test]
+    fn a_commit_reply_waits_until_its_record_is_fsynced_with_always() {
+        let dir = tempfile::tempdir().expect("a scratch directory");
+        let config = DurabilityConfig { policy: FsyncPolicy::Always, ..DurabilityConfig::default() };
+        let core = Arc::new(ServerCore::new(GC_GRACE_MS));
+        let (journal, _) = Journal::open(dir.path(), &config, core).expect("open");
+        let mut effects = Effects::default();
+        effects.logged.push(LogRecord::Commit { ts: 7 });
+        journal.append(&mut effects);
+        assert_eq!(effects.release_after, Some(LogPosition(1)), "the COMMIT's reply is held behind its record");
+        assert!(journal.durable_position() < LogPosition(1), "nothing is durable before it is written");
+        journal.flush();
+        journal.log.wait_durable(1, Duration::from_secs(30)).expect("fsynced");
+        assert_eq!(journal.stats().log.fsyncs, 1, "durable with `always` means fsynced");
+        assert!(journal.durable_position() >= LogPosition(1));
     }
 }

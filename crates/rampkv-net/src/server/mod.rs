@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::GC_GRACE_MS;
-use rampkv_core::protocol::server::{Barrier, Effects, LogPosition, Now, Reply, ServerCore};
+use rampkv_core::protocol::server::{Effects, LogPosition, Now, Reply, ServerCore};
 use rampkv_core::protocol::ConnectionId;
 use rampkv_core::types::{wall_clock_us, Timestamp};
 use rampkv_core::wire::Request;
@@ -89,7 +89,6 @@ impl Served {
         effects.set_publishing(slots.is_some());
         effects.set_logging(self.journal.is_some());
         effects.release_after = None;
-        effects.release_barrier = Barrier::Durable;
         let reply = self.core.handle(connection, request, request_id, now, effects);
         self.publish(effects);
         self.log(effects);
@@ -139,15 +138,6 @@ impl Served {
     /// How far its log is durable: replies held up to here may go (everything, without a log).
     pub fn durable_position(&self) -> LogPosition {
         self.journal.as_ref().map_or(LogPosition(u64::MAX), Journal::durable_position)
-    }
-
-    /// How far replies held behind `barrier` may go.
-    pub fn release_position(&self, barrier: Barrier) -> LogPosition {
-        match (&self.journal, barrier) {
-            (None, _) => LogPosition(u64::MAX),
-            (Some(journal), Barrier::Durable) => journal.durable_position(),
-            (Some(journal), Barrier::Written) => journal.written_position(),
-        }
     }
 
     fn publish(&self, effects: &mut Effects) {
@@ -287,11 +277,6 @@ impl Servers {
     /// barrier up to here are released (all of them, for a server without a log).
     pub fn durable_position(&self, index: usize) -> LogPosition {
         self.served.get(index).map_or(LogPosition(u64::MAX), Served::durable_position)
-    }
-
-    /// How far server `index`'s replies held behind `barrier` may go.
-    pub fn release_position(&self, index: usize, barrier: Barrier) -> LogPosition {
-        self.served.get(index).map_or(LogPosition(u64::MAX), |served| served.release_position(barrier))
     }
 
     /// The first server whose log stopped (its index and why): the group must stop and
@@ -489,11 +474,6 @@ impl ServerGroup {
             }
         }
         self.resolver = Some(spawn_resolver(Arc::clone(&self.servers), first_index, cluster, timeout_ms)?);
-        // Transactions in doubt after a crash are decided from now on: a COMMIT's reply need
-        // not wait for its record (`server::durable`).
-        for journal in self.servers.served.iter().filter_map(Served::journal) {
-            journal.set_commits_wait(false);
-        }
         Ok(())
     }
 

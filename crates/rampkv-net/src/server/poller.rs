@@ -9,8 +9,9 @@
 //! few sends as the medium takes, or held behind its server's log), has the logs write what the
 //! pass appended (`Servers::flush_logs`: one write per log and pass), then delivers deferred
 //! replies: those held behind a log that is now durable, those its own serving produced, those
-//! other front ends routed to its inbox, and the aborts of lock waits past their deadline. When a pass served nothing, it waits (bounded: `WRITEPOLL_SLEEP_MS_MAX`, or the
-//! next lock deadline).
+//! other front ends routed to its inbox, and the aborts of lock waits past their deadline. When
+//! a pass served nothing, it waits (bounded: `WRITEPOLL_SLEEP_MS_MAX`, or the next lock
+//! deadline).
 //!
 //! # Fault model for bad input
 //! - A stream frame whose header is invalid gets an error reply and the connection closes
@@ -48,7 +49,7 @@ use rampkv_core::limits::{
     SERVER_BUFFERED_BYTES_MAX, SERVER_CONNECTIONS_MAX, SERVER_CONNECTIONS_PER_ADDRESS_MAX,
     WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_SLEEP_MS_MAX,
 };
-use rampkv_core::protocol::server::{Addressed, Barrier, Effects, LogPosition, Now, Reply};
+use rampkv_core::protocol::server::{Addressed, Effects, LogPosition, Now, Reply};
 use rampkv_core::protocol::ConnectionId;
 use rampkv_core::wire::{AuthFrame, FrameHeader, Request, Response};
 
@@ -219,43 +220,37 @@ enum Held {
     Routed(Addressed),
 }
 
-/// Replies held until their server's log is durable (or written, by their [`Barrier`]) up to
-/// their position (see `protocol::server` and `server::durable`), one queue per server of the
-/// group and barrier. A poller appends to a server's log in order, so each queue's positions
-/// never go down.
+/// Replies held until their server's log is durable up to their position (see
+/// `protocol::server` and `server::durable`), one queue per server of the group. A poller
+/// appends to a server's log in order, so each queue's positions never go down.
 #[derive(Debug, Default)]
 struct ReplyGate {
-    /// Indexed by `server * 2 + barrier`.
     held: Vec<VecDeque<(LogPosition, Held)>>,
 }
 
-/// The barriers, in the order of their queues.
-const BARRIERS: [Barrier; 2] = [Barrier::Durable, Barrier::Written];
-
 impl ReplyGate {
-    fn queue(&mut self, server: usize, barrier: Barrier) -> &mut VecDeque<(LogPosition, Held)> {
-        let index = server * BARRIERS.len() + barrier as usize;
-        if self.held.len() <= index {
-            self.held.resize_with(index + 1, VecDeque::new);
+    fn queue(&mut self, server: usize) -> &mut VecDeque<(LogPosition, Held)> {
+        if self.held.len() <= server {
+            self.held.resize_with(server + 1, VecDeque::new);
         }
-        let queue = &mut self.held[index];
+        let queue = &mut self.held[server];
         debug_assert!(queue.iter().zip(queue.iter().skip(1)).all(|(a, b)| a.0 <= b.0), "positions only grow");
         queue
     }
 
     /// A buffer for the reply frames of `connection` of `server` that wait for `position`.
-    fn hold(&mut self, server: usize, at: (LogPosition, Barrier), connection: ConnectionId) -> &mut Vec<u8> {
-        let queue = self.queue(server, at.1);
-        queue.push_back((at.0, Held::Frames(connection, Vec::new())));
+    fn hold(&mut self, server: usize, position: LogPosition, connection: ConnectionId) -> &mut Vec<u8> {
+        let queue = self.queue(server);
+        queue.push_back((position, Held::Frames(connection, Vec::new())));
         match &mut queue.back_mut().expect("just pushed").1 {
             Held::Frames(_, frames) => frames,
             Held::Routed(_) => unreachable!("just pushed frames"),
         }
     }
 
-    /// Holds a deferred reply of a call on `server` until `position` is durable (or written).
-    fn hold_routed(&mut self, server: usize, at: (LogPosition, Barrier), reply: Addressed) {
-        self.queue(server, at.1).push_back((at.0, Held::Routed(reply)));
+    /// Holds a deferred reply of a call on `server` until `position` is durable.
+    fn hold_routed(&mut self, server: usize, position: LogPosition, reply: Addressed) {
+        self.queue(server).push_back((position, Held::Routed(reply)));
     }
 
     /// Whether any reply is held.
@@ -263,28 +258,19 @@ impl ReplyGate {
         self.held.iter().any(|queue| !queue.is_empty())
     }
 
-    /// The queues with their server and barrier.
-    fn queues(&self) -> impl Iterator<Item = (usize, Barrier, &VecDeque<(LogPosition, Held)>)> {
-        self.held
-            .iter()
-            .enumerate()
-            .map(|(index, queue)| (index / BARRIERS.len(), BARRIERS[index % BARRIERS.len()], queue))
+    /// Whether a held reply may go (`durable`: a server's durable position).
+    fn releasable(&self, durable: impl Fn(usize) -> LogPosition) -> bool {
+        self.held.iter().enumerate().any(|(server, queue)| queue.front().is_some_and(|(at, _)| *at <= durable(server)))
     }
 
-    /// Whether a held reply may go (`reached`: how far a server's log went for a barrier).
-    fn releasable(&self, reached: impl Fn(usize, Barrier) -> LogPosition) -> bool {
-        self.queues()
-            .any(|(server, barrier, queue)| queue.front().is_some_and(|(at, _)| *at <= reached(server, barrier)))
-    }
-
-    /// Hands every reply whose position was reached to `release`, in order per queue.
-    fn release(&mut self, reached: impl Fn(usize, Barrier) -> LogPosition, mut release: impl FnMut(Held)) {
-        for (index, queue) in self.held.iter_mut().enumerate() {
+    /// Hands every reply whose position is durable to `release`, in order per server.
+    fn release(&mut self, durable: impl Fn(usize) -> LogPosition, mut release: impl FnMut(Held)) {
+        for (server, queue) in self.held.iter_mut().enumerate() {
             if queue.is_empty() {
                 continue;
             }
-            let reached = reached(index / BARRIERS.len(), BARRIERS[index % BARRIERS.len()]);
-            while queue.front().is_some_and(|(position, _)| *position <= reached) {
+            let durable = durable(server);
+            while queue.front().is_some_and(|(position, _)| *position <= durable) {
                 release(queue.pop_front().expect("checked").1);
             }
         }
@@ -446,7 +432,7 @@ impl<M: ServerMedium> Poller<M> {
                 stop.load(Ordering::Relaxed)
                     || inbox.pending()
                     || connections.iter().flatten().any(Connection::wants_service)
-                    || gate.releasable(|server, barrier| servers.release_position(server, barrier))
+                    || gate.releasable(|server| servers.durable_position(server))
             };
             if let Err(error) = self.medium.wait(timeout, ready, &mut self.events) {
                 break Err(error);
@@ -456,8 +442,8 @@ impl<M: ServerMedium> Poller<M> {
             for index in 0..self.visit.len() {
                 served += self.serve(self.visit[index], now);
             }
-            // One write (or one wake-up of an `always` writer) per log for the whole pass; with
-            // `everysec` and `no` the replies it held go out below, in this pass.
+            // One write per log for the whole pass; with `everysec` and `no` the replies it held
+            // go out below, in this pass (with `always`, once the log's syncer fsynced them).
             self.servers.flush_logs(Some(self.front));
             served += self.deliver_deferred(now.monotonic_ms);
             if now.monotonic_ms >= self.next_timeout_scan_ms {
@@ -473,8 +459,7 @@ impl<M: ServerMedium> Poller<M> {
             let holding = self.gate.is_holding();
             self.inbox.set_holding(holding);
             let servers = &self.servers;
-            progress = served > 0
-                || (holding && self.gate.releasable(|server, barrier| servers.release_position(server, barrier)));
+            progress = served > 0 || (holding && self.gate.releasable(|server| servers.durable_position(server)));
         };
         for slot in 0..self.connections.len() {
             self.close(slot, true);
@@ -652,7 +637,7 @@ impl<M: ServerMedium> Poller<M> {
         let (connections, servers, routed) = (&mut self.connections, &self.servers, &mut self.routed);
         let released = &mut self.released;
         self.gate.release(
-            |server, barrier| servers.release_position(server, barrier),
+            |server| servers.durable_position(server),
             |held| match held {
                 Held::Frames(id, frames) => {
                     if let Some(connection) = own_connection(connections, id) {
@@ -836,12 +821,12 @@ fn serve_frame(
     };
     if let Some(position) = effects.release_after {
         for deferred in effects.replies.drain(..) {
-            gate.hold_routed(at.server, (position, effects.release_barrier), deferred);
+            gate.hold_routed(at.server, position, deferred);
         }
     }
     let Some(reply) = reply else { return }; // it waits for a lock
     let frames = match effects.release_after {
-        Some(position) => gate.hold(at.server, (position, effects.release_barrier), at.connection),
+        Some(position) => gate.hold(at.server, position, at.connection),
         None => out.frames(),
     };
     encode_reply(served, &reply, header.request_id, frames, frame_max);
@@ -865,37 +850,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_reply_gate_releases_replies_in_order_once_their_servers_position_is_durable_or_written() {
+    fn the_reply_gate_releases_replies_in_order_once_their_servers_position_is_durable() {
         let mut gate = ReplyGate::default();
         let connection = |slot| ConnectionId { slot, ..ConnectionId::default() };
-        let durable = |position| (LogPosition(position), Barrier::Durable);
-        gate.hold(0, durable(5), connection(1)).extend_from_slice(b"first");
-        gate.hold(0, durable(9), connection(2)).extend_from_slice(b"second");
+        gate.hold(0, LogPosition(5), connection(1)).extend_from_slice(b"first");
+        gate.hold(0, LogPosition(9), connection(2)).extend_from_slice(b"second");
         let grant = Addressed { connection: connection(3), request_id: 7, reply: Reply::Response(Response::Ack) };
-        gate.hold_routed(1, durable(2), grant);
-        // Behind the written position only: it passes the durable one of the same server.
-        gate.hold(0, (LogPosition(12), Barrier::Written), connection(4)).extend_from_slice(b"commit");
+        gate.hold_routed(1, LogPosition(2), grant);
         let mut released = Vec::new();
         let mut take = |held: Held| match held {
             Held::Frames(id, frames) => released.push((id.slot, frames)),
             Held::Routed(reply) => released.push((reply.connection.slot, b"routed".to_vec())),
         };
-        // Each server's log has its own positions: server 1 is durable up to 1 only; server 0's
-        // log is written up to `written`, further than it is durable.
-        let reached = |first: u64, second: u64, written: u64| {
-            move |server, barrier| match barrier {
-                Barrier::Written => LogPosition(written),
-                Barrier::Durable => LogPosition(if server == 0 { first } else { second }),
-            }
-        };
-        assert!(!gate.releasable(reached(4, 1, 11)));
-        gate.release(reached(4, 1, 11), &mut take);
-        assert!(gate.releasable(reached(7, 1, 11)));
-        gate.release(reached(7, 1, 12), &mut take);
-        gate.release(reached(7, 2, 12), &mut take);
-        gate.release(reached(u64::MAX, 2, 12), &mut take);
-        let expected = [(1, &b"first"[..]), (4, b"commit"), (3, b"routed"), (2, b"second")];
-        assert_eq!(released, expected.map(|(slot, frames)| (slot, frames.to_vec())).to_vec());
+        // Each server's log has its own positions: server 1 is durable up to 1 only.
+        let durable = |first: u64, second: u64| move |server| LogPosition(if server == 0 { first } else { second });
+        assert!(!gate.releasable(durable(4, 1)));
+        gate.release(durable(4, 1), &mut take);
+        assert!(gate.releasable(durable(7, 1)));
+        gate.release(durable(7, 1), &mut take);
+        gate.release(durable(7, 2), &mut take);
+        gate.release(durable(u64::MAX, 2), &mut take);
+        assert_eq!(released, vec![(1, b"first".to_vec()), (3, b"routed".to_vec()), (2, b"second".to_vec())]);
         assert!(gate.held.iter().all(VecDeque::is_empty));
     }
 }

@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rampkv_core::protocol::server::{Addressed, Barrier, Effects, LogPosition, Reply};
+use rampkv_core::protocol::server::{Addressed, Effects, LogPosition, Reply};
 use rampkv_core::protocol::ConnectionId;
 use rampkv_core::wire::{Request, Response};
 
@@ -40,14 +40,12 @@ struct Route {
     connection: ConnectionId,
 }
 
-/// The replies of one call held until its server's log is durable (or written, by `barrier`)
-/// up to `position`.
+/// The replies of one call held until its server's log is durable up to `position`.
 #[derive(Debug)]
 struct Held {
     group: usize,
     index: usize,
     position: LogPosition,
-    barrier: Barrier,
     /// Its own reply (server, request id, response), if it has one yet.
     reply: Option<(usize, u64, Response)>,
     /// Deferred replies the call produced, routed once durable.
@@ -119,7 +117,7 @@ impl LocalTransport {
     }
 
     fn is_durable(&self, held: &Held) -> bool {
-        held.position <= self.groups[held.group].0.release_position(held.index, held.barrier)
+        held.position <= self.groups[held.group].0.durable_position(held.index)
     }
 
     /// Moves the held replies whose log position is durable to the replies to deliver (and
@@ -179,8 +177,7 @@ impl ClientTransport for LocalTransport {
         if let Some(position) = self.effects.release_after {
             let deferred = std::mem::take(&mut self.effects.replies);
             let reply = response.map(|response| (server, request_id, response));
-            let barrier = self.effects.release_barrier;
-            self.held.push(Held { group: route.group, index: route.index, position, barrier, reply, deferred });
+            self.held.push(Held { group: route.group, index: route.index, position, reply, deferred });
             return Ok(());
         }
         self.replies.extend(response.map(|response| (server, request_id, response)));
