@@ -262,7 +262,7 @@ const KIND_COMMIT: u8 = 2;
 /// kill -9 and restart nothing is in doubt and the write is still there. (With `always` a
 /// COMMIT's reply waits for its record to be fsynced, so a power cut cannot do this to an
 /// acknowledged transaction: cooperative termination could abort it if a participant had
-/// collected its versions meanwhile; docs/persistence.md, "What each policy promises".)
+/// collected its versions meanwhile; docs/persistence.md, "Why a COMMIT waits for its fsync".)
 #[test]
 fn a_transaction_whose_commit_records_are_cut_off_every_log_is_committed_at_restart() {
     let dir = tempfile::tempdir().unwrap();

@@ -25,8 +25,8 @@
 //!   record was lost restarts with the transaction in doubt and asks the other participants;
 //!   one that committed it may since have garbage collected its versions (superseded, past
 //!   `GC_GRACE_MS`: a restart after a power cut easily takes longer), answers that it does not
-//!   know the transaction, and cooperative termination aborts it (docs/persistence.md, "What
-//!   each policy promises").
+//!   know the transaction, and cooperative termination aborts it (docs/persistence.md, "Why a
+//!   COMMIT waits for its fsync").
 //! - Back-pressure: when `LOG_WAITING_BYTES_MAX` bytes already wait to be written, an append
 //!   writes them first (as a flush), for at most `LOG_FULL_WAIT_MS_MAX`.
 //! - Failure: a log that stopped (a failed write or fsync), or an append that could not be made,
