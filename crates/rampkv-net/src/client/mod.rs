@@ -26,6 +26,11 @@ pub enum ClientError {
     Clock(#[from] rampkv_core::types::ClockError),
     #[error("the transaction did not finish in time")]
     Timeout,
+    /// The transaction needs partitions that no reachable server holds (their server is down or
+    /// unreachable); transactions on the other partitions go on, and the client reconnects on
+    /// its own. A write that failed this way in flight may be visible where its commit arrived.
+    #[error("partitions {partitions:?} are unavailable: no reachable server holds them")]
+    Unavailable { partitions: Vec<u32> },
     /// A transaction could not start (no such session, the session is busy), or the sessions
     /// could not be set up.
     #[error(transparent)]
