@@ -116,6 +116,33 @@ pub const CLUSTER_SERVERS_MAX: usize = 1024;
 /// survived.
 pub const CLUSTER_REPLICAS_MAX: u32 = 8;
 
+/// Replication: most bytes of records a primary holds for one backup that the backup has not
+/// acknowledged yet. A write that finds the link this far behind waits for room, at most
+/// `REPLICATION_FULL_WAIT_MS_MAX`; a backup that stays behind that long is treated as failed.
+pub const REPLICATION_UNACKED_BYTES_MAX: usize = 64 << 20;
+
+/// Replication: the longest a write waits for room on a backup's link (see above).
+pub const REPLICATION_FULL_WAIT_MS_MAX: u64 = 5_000;
+
+/// Replication: how long a primary keeps trying to reach a backup's replication port at start
+/// (a backup process may start a moment after its primary), between attempts
+/// `REPLICATION_CONNECT_BACKOFF_MS`.
+pub const REPLICATION_CONNECT_WAIT_MS_MAX: u64 = 10_000;
+
+/// Replication: the pause between two attempts to reach a backup.
+pub const REPLICATION_CONNECT_BACKOFF_MS: u64 = 50;
+
+/// Replication: the bound on each read and write of the hello exchange, and on each blocking
+/// read of a backup's connection (it then looks at its stop flag and sweeps its stores).
+pub const REPLICATION_IO_TIMEOUT_MS: u64 = 100;
+
+/// Replication: most primaries' connections one backup service serves at once.
+pub const REPLICATION_CONNECTIONS_MAX: usize = 64;
+
+/// Replication: bytes a backup reads from its socket at once (records are applied as whole
+/// frames arrive).
+pub const REPLICATION_READ_BYTES: usize = 64 << 10;
+
 /// Most partitions in a cluster file.
 pub const CLUSTER_PARTITIONS_MAX: u32 = 65_536;
 

@@ -215,6 +215,45 @@ pub fn authenticate_client(stream: &mut std::net::TcpStream, secret: &SharedSecr
     Ok(())
 }
 
+/// Runs the server's side of the binary port's authentication step on a blocking `stream`
+/// (the whole step bounded by `AUTH_TIMEOUT_MS` per read), for a port served by threads (the
+/// replication port). A refusal is returned with the words the poller would send; the caller
+/// closes the connection.
+///
+/// # Errors
+/// `Refused` (the step's words), `Malformed`, `Unexpected` (an oversized frame), `Io`.
+pub fn authenticate_server_blocking(
+    stream: &mut std::net::TcpStream,
+    secret: &Arc<SharedSecret>,
+) -> Result<(), AuthError> {
+    let previous = stream.read_timeout()?;
+    stream.set_read_timeout(Some(std::time::Duration::from_millis(AUTH_TIMEOUT_MS)))?;
+    let mut auth = ServerAuth::new(Arc::clone(secret));
+    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + AUTH_BYTES);
+    loop {
+        let mut header = [0u8; FRAME_HEADER_BYTES];
+        stream.read_exact(&mut header)?;
+        let header = FrameHeader::decode(&header)?;
+        if header.body_length as usize > AUTH_REPLY_BODY_BYTES_MAX {
+            return Err(AuthError::Unexpected { kind: header.kind });
+        }
+        let mut body = vec![0u8; header.body_length as usize];
+        stream.read_exact(&mut body)?;
+        out.clear();
+        match auth.on_frame(header.kind, &body) {
+            AuthStep::Reply(frame) => frame.encode_frame(0, &mut out),
+            AuthStep::Accepted(frame) => {
+                frame.encode_frame(0, &mut out);
+                stream.write_all(&out)?;
+                stream.set_read_timeout(previous)?;
+                return Ok(());
+            }
+            AuthStep::Deny(message) | AuthStep::Refuse(message) => return Err(AuthError::Refused { message }),
+        }
+        stream.write_all(&out)?;
+    }
+}
+
 /// Reads one frame of the server's and decodes it as an authentication frame (an ERROR is a
 /// refusal with its message).
 fn read_auth_reply(stream: &mut std::net::TcpStream) -> Result<AuthFrame, AuthError> {

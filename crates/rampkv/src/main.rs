@@ -35,7 +35,7 @@ use rampkv::resp::auth::Users;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::durable::{cluster_data_dirs, DurabilityConfig};
 use rampkv::server::front::FrontEnd;
-use rampkv::server::{ConnectionLimits, ServerConfig, ServerGroup};
+use rampkv::server::{ConnectionLimits, Durability, ReplicationOptions, ServerConfig, ServerGroup, ServerOptions};
 
 /// Writes a line to stderr. A closed stderr (a reader that went away) is not an error worth a
 /// panic, which `eprintln!` would raise: the line is dropped.
@@ -120,6 +120,11 @@ enum Command {
         /// Number of servers.
         #[arg(long, default_value_t = 4)]
         servers: usize,
+        /// Copies of every partition (f + 1): server i's records are replicated synchronously,
+        /// over TCP, to the N - 1 servers after it, and a write is acknowledged only once every
+        /// backup applied it (docs/replication.md says what is promised). At most --servers.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        replicas: u32,
         /// First port; server i listens on base-port + i (0: any free ports).
         #[arg(long, default_value_t = 0)]
         base_port: u16,
@@ -290,21 +295,15 @@ fn parse_policy(name: &str) -> Result<FsyncPolicy, rampkv::types::UnknownName> {
     })
 }
 
-/// Starts the servers of `configs`, with persistence when `persistence` names a data
-/// directory (one per server: `dirs`), and prints what each recovery found.
-fn spawn_servers(
-    configs: &[ServerConfig],
-    dirs: Option<(Vec<PathBuf>, DurabilityConfig)>,
-    secret: Option<Arc<SharedSecret>>,
-    limits: ConnectionLimits,
-    command: &str,
-) -> Result<ServerGroup> {
-    let Some((dirs, durability)) = dirs else {
-        return ServerGroup::spawn_with(configs, secret, limits).context("cannot start the servers");
+/// Starts the servers of `configs` with `options`, and prints what each recovery found (with
+/// persistence: one data directory per server).
+fn spawn_servers(configs: &[ServerConfig], options: &ServerOptions, command: &str) -> Result<ServerGroup> {
+    let (group, reports) = ServerGroup::start(configs, options).context("cannot start the servers")?;
+    let Some(durability) = &options.durability else {
+        return Ok(group);
     };
-    let (group, reports) = ServerGroup::spawn_durable_with(configs, &dirs, &durability, secret, limits)?;
-    for ((dir, report), address) in dirs.iter().zip(&reports).zip(group.addresses()) {
-        say!("{command}: {address} recovered {} (appendfsync {}): {report}", dir.display(), durability.policy);
+    for ((dir, report), address) in durability.dirs.iter().zip(&reports).zip(group.addresses()) {
+        say!("{command}: {address} recovered {} (appendfsync {}): {report}", dir.display(), durability.config.policy);
     }
     // A log that stops (a failed write or fsync) takes the process with it: nothing more can be
     // made durable, and the replies waiting for it are never sent.
@@ -401,6 +400,11 @@ struct BenchArgs {
     /// Servers of the embedded cluster.
     #[arg(long, default_value_t = 4)]
     servers: usize,
+    /// Copies of every partition in the embedded cluster (1: no replication, the paper's
+    /// configuration). With N > 1 every write is acknowledged once the N - 1 backups of its
+    /// partition applied it (synchronous replication over TCP; see docs/replication.md).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    replicas: u32,
     /// Poller threads the embedded servers share.
     #[arg(long, default_value_t = 1)]
     server_threads: usize,
@@ -626,11 +630,11 @@ fn run(command: Command) -> Result<ExitCode> {
             }
             let idle_timeout_ms = timeout.checked_mul(1_000).context("--timeout is out of range")?;
             let limits = ConnectionLimits { idle_timeout_ms, ..ConnectionLimits::default() };
-            let durability = persistence.durability().map(|(dir, config)| (vec![dir], config));
+            let durability = persistence.durability().map(|(dir, config)| Durability { dirs: vec![dir], config });
             let has_cluster = cluster.is_some();
-            let mut group =
-                spawn_servers(&[ServerConfig { listen, gc_grace_ms }], durability, secret, limits, "rampkv server")
-                    .with_context(|| format!("cannot start the server on {listen}"))?;
+            let options = ServerOptions { secret, limits, durability, replication: None };
+            let mut group = spawn_servers(&[ServerConfig { listen, gc_grace_ms }], &options, "rampkv server")
+                .with_context(|| format!("cannot start the server on {listen}"))?;
             let in_doubt = group.cores()[0].store().stats().pending_transactions;
             if in_doubt > 0 && !has_cluster {
                 say!(
@@ -681,6 +685,7 @@ fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Local {
             servers,
+            replicas,
             base_port,
             cluster_file,
             resp_port,
@@ -694,7 +699,8 @@ fn run(command: Command) -> Result<ExitCode> {
                 .map(|port| resp_auth.apply(GatewayConfig::new(SocketAddr::new(resp_bind, port))))
                 .transpose()?;
             let secret = secret.install()?;
-            run_local(servers, base_port, &cluster_file, resp, front.front(), secret, &persistence)
+            let layout = LocalLayout { servers, replicas, base_port };
+            run_local(layout, &cluster_file, resp, front.front(), secret, &persistence)
         }
         Command::Gateway { cluster, listen, resp_auth, secret } => {
             let config = resp_auth.apply(GatewayConfig::new(listen))?;
@@ -755,17 +761,18 @@ fn check_exit_code(verdicts: impl IntoIterator<Item = checker::Verdict>) -> Exit
 /// `rampkv local`: servers in this process, and a RESP gateway calling their cores if `resp` says
 /// where (and with which users).
 fn run_local(
-    servers: usize,
-    base_port: u16,
+    layout: LocalLayout,
     cluster_file: &PathBuf,
     resp: Option<GatewayConfig>,
     front: Option<Front>,
     secret: Option<Arc<SharedSecret>>,
     persistence: &PersistenceArgs,
 ) -> Result<ExitCode> {
+    let LocalLayout { servers, replicas, base_port } = layout;
     if !(1..=64).contains(&servers) {
         bail!("--servers must be 1..=64, got {servers}");
     }
+    check_replicas(replicas, servers)?;
     if let Some(refusal) = resp.as_ref().and_then(GatewayConfig::protected_mode_refusal) {
         return Err(refusal.into()); // before any server starts
     }
@@ -777,11 +784,13 @@ fn run_local(
         .collect::<Result<Vec<_>>>()?;
     let durability = persistence
         .durability()
-        .map(|(dir, config)| Ok::<_, anyhow::Error>((cluster_data_dirs(&dir, servers)?, config)))
+        .map(|(dir, config)| Ok::<_, anyhow::Error>(Durability { dirs: cluster_data_dirs(&dir, servers)?, config }))
         .transpose()?;
-    let mut group = spawn_servers(&configs, durability, secret, ConnectionLimits::default(), "rampkv local")
-        .context("cannot start the local cluster")?;
-    let mut cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())?;
+    let replication = (replicas != 1).then(|| ReplicationOptions::new(replicas));
+    let options = ServerOptions { secret, durability, replication, ..ServerOptions::default() };
+    let mut group = spawn_servers(&configs, &options, "rampkv local").context("cannot start the local cluster")?;
+    let mut cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())?
+        .with_replicas(replicas)?;
     group.start_recovery(cluster.clone(), 0, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
     let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
     let item_slots = Some(ItemSlotConfig::default());
@@ -795,8 +804,12 @@ fn run_local(
     }
     std::fs::write(cluster_file, cluster.to_toml())
         .with_context(|| format!("cannot write {}", cluster_file.display()))?;
+    let copies = match replicas {
+        1 => String::new(),
+        _ => format!(", {replicas} copies of every partition (synchronous replication)"),
+    };
     say!(
-        "rampkv local cluster: {servers} servers on {}; cluster file {}",
+        "rampkv local cluster: {servers} servers on {}{copies}; cluster file {}",
         group.addresses().iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", "),
         cluster_file.display()
     );
@@ -817,6 +830,25 @@ fn run_local(
     group.wait().context("local cluster failed")?;
     drop(front);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `rampkv local`'s servers: how many, how many copies of each partition, which ports.
+#[derive(Debug, Clone, Copy)]
+struct LocalLayout {
+    servers: usize,
+    replicas: u32,
+    base_port: u16,
+}
+
+/// `--replicas N` against `--servers`: refused before anything starts.
+fn check_replicas(replicas: u32, servers: usize) -> Result<()> {
+    if replicas == 0 || replicas > rampkv::limits::CLUSTER_REPLICAS_MAX {
+        bail!("--replicas must be 1..={}, got {replicas}", rampkv::limits::CLUSTER_REPLICAS_MAX);
+    }
+    if replicas as usize > servers {
+        bail!("--replicas {replicas} needs at least {replicas} servers (each copy on a server of its own), got --servers {servers}");
+    }
+    Ok(())
 }
 
 /// `rampkv local --front`.
@@ -906,6 +938,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         algorithm: args.protocol,
         bloom: BloomParameters { bits: args.bloom_bits, hashes: args.bloom_hashes },
         servers: args.servers,
+        replicas: args.replicas,
         server_threads: args.server_threads,
         gc_grace_ms: args.gc_grace_ms,
         clients: args.clients,

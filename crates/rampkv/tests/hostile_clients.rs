@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rampkv::client::{Client, ClientError};
 use rampkv::cluster::Cluster;
 use rampkv::limits::{FRAME_BODY_BYTES_MAX, STREAM_READ_CHUNK_BYTES};
-use rampkv::server::{ConnectionCounts, ConnectionLimits, ServerConfig, ServerGroup};
+use rampkv::server::{ConnectionCounts, ConnectionLimits, ServerConfig, ServerGroup, ServerOptions};
 use rampkv::types::{wall_clock_us, CLIENT_ID_BITS};
 use rampkv::wire::{ErrorCode, FrameHeader, Metadata, Request, Response, Write as WireWrite, FRAME_HEADER_BYTES};
 
@@ -31,7 +31,8 @@ fn fixture() -> Fixture {
 
 fn fixture_limited(limits: ConnectionLimits) -> Fixture {
     install_logger();
-    let group = ServerGroup::spawn_limited(&[ServerConfig::new("127.0.0.1:0".parse().unwrap())], limits).unwrap();
+    let options = ServerOptions { limits, ..ServerOptions::default() };
+    let (group, _) = ServerGroup::start(&[ServerConfig::new("127.0.0.1:0".parse().unwrap())], &options).unwrap();
     let address = group.addresses()[0];
     let cluster = Cluster::with_servers(vec![address.to_string()]).unwrap();
     Fixture { group, cluster, address }
