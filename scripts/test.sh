@@ -36,6 +36,10 @@ for protocol in ramp-small ramp-hybrid s2pl; do
   cargo run --release -p rampkv -- bench --protocol "$protocol" --duration 3s --check --seed 1 "${contended[@]}"
 done
 cargo run --release -p rampkv -- bench --workload a --keys 20 --txn-size 8 --txns 10000 --check --ycsb --seed 1
+# Replicated partitions (issue 16): every write acknowledged after its backup applied it, over
+# TCP and under GET*; the result line "replication:" says what was shipped and acknowledged.
+cargo run --release -p rampkv -- bench --servers 3 --replicas 2 --duration 3s --check --seed 1 "${contended[@]}"
+cargo run --release -p rampkv -- bench --servers 3 --replicas 3 --transport onesided --duration 2s --check --seed 1 "${contended[@]}"
 # YCSB over GET*: versions fit the item slots fitted to the workload (reads come from slots).
 cargo run --release -p rampkv -- bench --workload a --transport onesided --txn-size 8 --keys 40 --txns 4000 --check --seed 1
 # The checker has teeth: NoCC under the same contention must be caught (exit status 1).

@@ -35,7 +35,9 @@ use rampkv::resp::auth::Users;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::durable::{cluster_data_dirs, DurabilityConfig};
 use rampkv::server::front::FrontEnd;
-use rampkv::server::{ConnectionLimits, Durability, ReplicationOptions, ServerConfig, ServerGroup, ServerOptions};
+use rampkv::server::{
+    ConnectionLimits, Durability, ReplicationOptions, ReplicationPeers, ServerConfig, ServerGroup, ServerOptions,
+};
 
 /// Writes a line to stderr. A closed stderr (a reader that went away) is not an error worth a
 /// panic, which `eprintln!` would raise: the line is dropped.
@@ -632,7 +634,29 @@ fn run(command: Command) -> Result<ExitCode> {
             let limits = ConnectionLimits { idle_timeout_ms, ..ConnectionLimits::default() };
             let durability = persistence.durability().map(|(dir, config)| Durability { dirs: vec![dir], config });
             let has_cluster = cluster.is_some();
-            let options = ServerOptions { secret, limits, durability, replication: None };
+            // The cluster file first: it says where this server is and whether it replicates.
+            let membership = match &cluster {
+                Some(path) => {
+                    let file = Cluster::from_file(path)?;
+                    let index = file.servers().iter().position(|address| {
+                        address.parse::<SocketAddr>().is_ok_and(|address| address == listen)
+                            || *address == listen.to_string()
+                    });
+                    let Some(index) = index else {
+                        bail!("{listen} is not one of the servers in {}", path.display());
+                    };
+                    Some((file, index))
+                }
+                None => None,
+            };
+            let replication = match &membership {
+                Some((file, index)) if file.replicas() > 1 => Some(ReplicationOptions {
+                    peers: Some(ReplicationPeers { first_index: *index, addresses: file.replicate_addresses()? }),
+                    ..ReplicationOptions::new(file.replicas())
+                }),
+                _ => None,
+            };
+            let options = ServerOptions { secret, limits, durability, replication };
             let mut group = spawn_servers(&[ServerConfig { listen, gc_grace_ms }], &options, "rampkv server")
                 .with_context(|| format!("cannot start the server on {listen}"))?;
             let in_doubt = group.cores()[0].store().stats().pending_transactions;
@@ -642,15 +666,7 @@ fn run(command: Command) -> Result<ExitCode> {
                      stay undecided: give --cluster FILE so that cooperative termination can ask the other servers"
                 );
             }
-            if let Some(path) = cluster {
-                let cluster = Cluster::from_file(&path)?;
-                let index = cluster.servers().iter().position(|address| {
-                    address.parse::<SocketAddr>().is_ok_and(|address| address == listen)
-                        || *address == listen.to_string()
-                });
-                let Some(index) = index else {
-                    bail!("{listen} is not one of the servers in {}", path.display());
-                };
+            if let Some((cluster, index)) = membership {
                 group.start_recovery(cluster, index, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
             }
             let front = match (ring_listen, rfrpc_listen) {

@@ -12,6 +12,8 @@ use rampkv::client::Client;
 use rampkv::cluster::Cluster;
 use rampkv::server::durable::{DurabilityConfig, StartError};
 use rampkv::server::{Durability, ReplicationOptions, ServerConfig, ServerGroup, ServerOptions};
+use rampkv::transport::{ClientTransport, TcpClientTransport};
+use rampkv::wire::{Request, Write};
 use rand::{Rng, SeedableRng};
 
 fn seed() -> u64 {
@@ -143,4 +145,89 @@ fn with_a_shared_secret_the_primaries_prove_it_at_the_replication_ports() {
     stranger.write_all(&[0u8; 32]).unwrap();
     let mut byte = [0u8; 1];
     assert!(matches!(stranger.read(&mut byte), Ok(0) | Err(_)), "closed without an answer");
+}
+
+/// Server processes this test started; each is killed (SIGKILL) and reaped when dropped, even
+/// when the test fails.
+struct Processes(Vec<Option<std::process::Child>>);
+
+impl Processes {
+    fn kill(&mut self, index: usize) {
+        if let Some(mut child) = self.0[index].take() {
+            let _ = child.kill(); // SIGKILL
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for index in 0..self.0.len() {
+            self.kill(index);
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Between `rampkv server` processes (the cluster file's `replicas = 2` and `replicate`
+/// addresses): writes are acknowledged while the backup lives; once the backup process is
+/// killed with SIGKILL, a write to its primary is not acknowledged (it would exist on one
+/// server only).
+#[test]
+fn a_primary_process_acknowledges_no_write_its_killed_backup_does_not_hold() {
+    let directory = tempfile::tempdir().unwrap();
+    let data: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let replicate: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let cluster = Cluster::with_servers(data.clone())
+        .unwrap()
+        .with_replicas(2)
+        .unwrap()
+        .with_replicate_addresses(replicate)
+        .unwrap();
+    let file = directory.path().join("cluster.toml");
+    std::fs::write(&file, cluster.to_toml()).unwrap();
+    let mut processes = Processes(
+        data.iter()
+            .map(|address| {
+                let log =
+                    std::fs::File::create(directory.path().join(format!("{}.log", address.replace(':', "_")))).unwrap();
+                let child = std::process::Command::new(env!("CARGO_BIN_EXE_rampkv"))
+                    .args(["server", "--listen", address, "--cluster", file.to_str().unwrap()])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .unwrap();
+                Some(child)
+            })
+            .collect(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while data.iter().any(|address| std::net::TcpStream::connect(address).is_err()) {
+        assert!(std::time::Instant::now() < deadline, "the servers did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let key_of = |server: usize, tag: &str| {
+        (0..).map(|i| format!("{tag}{i}").into_bytes()).find(|key| cluster.server_of(key) == server).unwrap()
+    };
+    let (first, second) = (key_of(0, "a"), key_of(0, "b"));
+    // One connection to server 0 only: the kill of server 1 does not touch it.
+    let mut transport = TcpClientTransport::connect(&data[..1]).unwrap();
+    let mut put = |id: u64, key: &[u8]| {
+        let ts = (rampkv::types::wall_clock_us() << 16) | 7;
+        let request = Request::Put { ts, writes: vec![Write { key: key.to_vec(), value: b"v".to_vec() }] };
+        transport.post(0, id, &request).unwrap();
+        transport.flush().unwrap();
+        let mut replies = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1_500);
+        while replies == 0 && std::time::Instant::now() < deadline {
+            replies += transport.poll(Some(std::time::Duration::from_millis(50)), |_, _, _| {}).unwrap();
+        }
+        replies
+    };
+    assert_eq!(put(1, &first), 1, "acknowledged while the backup lives");
+    processes.kill(1); // server 0's only backup
+    assert_eq!(put(2, &second), 0, "a write was acknowledged without its backup");
 }

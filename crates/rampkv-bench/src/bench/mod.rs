@@ -12,7 +12,7 @@ mod workload;
 
 use workload::TxnSource;
 
-pub use report::{BenchResult, LatencySummary, MachineInfo, PersistenceSummary, RoundTwoSummary};
+pub use report::{BenchResult, LatencySummary, MachineInfo, PersistenceSummary, ReplicationSummary, RoundTwoSummary};
 pub use workload::Workload;
 
 use std::net::SocketAddr;
@@ -561,9 +561,22 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     let elapsed = totals.window.map_or_else(|| run_started.elapsed(), |(start, end)| end - start);
     let check = keep_records.then(|| checker::check(&totals.records));
     let store_stats = embedded.iter().flat_map(|group| group.cores().iter().map(|core| core.store().stats())).collect();
+    let replication =
+        embedded.iter().filter_map(|group| group.servers().replication_stats()).reduce(|mut total, more| {
+            total.add(&more);
+            total
+        });
     drop(fronts);
     drop(embedded);
     let mut result = report::build(config, &totals, elapsed, check, store_stats);
+    result.replication = replication.map(|stats| report::ReplicationSummary {
+        replicas: config.replicas,
+        records: stats.records,
+        acks: stats.acks,
+        ack_latency_us_mean: stats.ack_latency_us_mean(),
+        ack_latency_us_max: stats.ack_latency_us_max,
+        links_failed: stats.links_failed,
+    });
     result.persistence = config.persistence.as_ref().map(|persistence| PersistenceSummary {
         policy: persistence.durability.policy.name(),
         start_ms,

@@ -70,13 +70,20 @@ pub enum ChaosError {
     RangeOrder { setting: &'static str, min_ms: u64, max_ms: u64 },
     #[error("--transport {transport} is not available to chaos runs (its clients call servers in their own process)")]
     TransportUnsupported { transport: &'static str },
-    /// `--replicas` above 1 before the servers replicate: the run would test one copy of every
-    /// partition and could pass while claiming to test replication.
+    /// `--replicas` above 1 with a nemesis that kills: the servers replicate but do not fail
+    /// over yet, so a kill stops the victim's partitions (and the writes of the partitions it
+    /// backs up) for good; the run would fail for a missing feature, not find a bug.
     #[error(
-        "--replicas {replicas}: the servers do not replicate yet (docs/replication.md: the configuration service \
-         exists, the data path does not use it), so a run would test unreplicated servers; use --replicas 1"
+        "--replicas {replicas} with --nemesis {nemesis}: the servers replicate but do not fail over yet \
+         (docs/replication.md), so a kill stops the partitions of the victim for good; use --nemesis none \
+         (replicated servers without faults) or --replicas 1"
     )]
-    ReplicationMissing { replicas: u32 },
+    FailoverMissing { replicas: u32, nemesis: &'static str },
+    /// `--replicas` above 1 together with `--data-dir`: not built in the servers.
+    #[error(
+        "--replicas {replicas} with --data-dir: replication with persistence is not built yet (docs/replication.md)"
+    )]
+    ReplicationWithDataDir { replicas: u32 },
     #[error(
         "--data-dir: `{} server` has no --data-dir option (a build without persistence), so a run would test \
          servers that keep nothing",
@@ -211,10 +218,12 @@ impl ChaosConfig {
         if self.transport == TransportKind::InProcess {
             return Err(ChaosError::TransportUnsupported { transport: self.transport.name() });
         }
-        if self.replicas > 1 {
-            // The one place to change when the servers replicate: write `replicas` and the
-            // `config` addresses into the cluster file instead (see `cluster_file`).
-            return Err(ChaosError::ReplicationMissing { replicas: self.replicas });
+        if self.replicas > 1 && self.nemesis != NemesisKind::None {
+            // The one place to change when the servers fail over.
+            return Err(ChaosError::FailoverMissing { replicas: self.replicas, nemesis: self.nemesis.name() });
+        }
+        if self.replicas > 1 && self.data_dir.is_some() {
+            return Err(ChaosError::ReplicationWithDataDir { replicas: self.replicas });
         }
         Ok(())
     }
@@ -613,6 +622,10 @@ fn write_cluster_file(
 ) -> Result<(Cluster, PathBuf), ChaosError> {
     let addresses = (0..config.servers).map(|index| network.server_address(index).to_string()).collect();
     let mut cluster = Cluster::with_servers(addresses)?;
+    if config.replicas > 1 {
+        let replicate = (0..config.servers).map(|index| network.replicate_address(index).to_string()).collect();
+        cluster = cluster.with_replicas(config.replicas)?.with_replicate_addresses(replicate)?;
+    }
     if let Some(front) = config.transport.front() {
         let controls = (0..config.servers).map(|index| network.control_address(index).to_string()).collect();
         cluster = cluster.with_fronts(front, controls)?;
@@ -673,7 +686,15 @@ mod tests {
         };
         refused(|config| config.servers = 0, "--servers must be 1..=64");
         refused(|config| config.replicas = 4, "--replicas must be 1..=3");
-        refused(|config| config.replicas = 2, "do not replicate yet");
+        refused(|config| config.replicas = 2, "do not fail over yet");
+        refused(
+            |config| {
+                config.replicas = 2;
+                config.nemesis = NemesisKind::None;
+                config.data_dir = Some(PathBuf::from("unused"));
+            },
+            "replication with persistence is not built",
+        );
         refused(|config| config.txn_size = 17, "--txn-size must be 1..=16");
         refused(|config| config.clients = 2, "--clients must be 3..=256");
         refused(|config| config.value_size = 4, "--value-size");

@@ -96,6 +96,10 @@ pub enum StartError {
     ReplicationWithDataDir,
     #[error("cannot start replication: {0}")]
     Replication(std::io::Error),
+    #[error("these {group} servers from server {first} on are not all in the cluster of {servers} servers")]
+    NotInCluster { first: usize, group: usize, servers: usize },
+    #[error("replicate address {address:?} is not IP:PORT (a replication port binds an IP address)")]
+    ReplicateAddress { address: String },
 }
 
 /// The data directory of server `index` of a cluster kept under `data_dir`: `server-<index>`

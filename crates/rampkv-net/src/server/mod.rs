@@ -406,23 +406,36 @@ pub struct Durability {
     pub config: DurabilityConfig,
 }
 
-/// Replication within a group: every partition on `replicas` servers. Server `i` is the
-/// primary of its own partitions and ships their records to its backups, the `replicas - 1`
-/// servers after it (`rampkv_config::configuration::backups_of`), over TCP to their
-/// replication ports (bound on the servers' listen addresses, port chosen by the system).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Replication: every partition on `replicas` servers. Server `i` is the primary of its own
+/// partitions and ships their records to its backups, the `replicas - 1` servers after it
+/// (`rampkv_config::configuration::backups_of`), over TCP to their replication ports.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicationOptions {
     /// Copies of every partition (f + 1); 1 means no replication.
     pub replicas: u32,
     /// The configuration epoch the records carry (`rampkv_config::configuration::FIRST_EPOCH`
     /// for a cluster's first configuration).
     pub epoch: u64,
+    /// Where the other servers are. `None`: the group is the whole cluster (an embedded one)
+    /// and binds its replication ports on its listen addresses, ports of the system's choice.
+    pub peers: Option<ReplicationPeers>,
+}
+
+/// The replication ports of a whole cluster, for a group that is part of it (`rampkv server`:
+/// one server per process).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicationPeers {
+    /// The group's servers are servers `first_index..` of the cluster.
+    pub first_index: usize,
+    /// Every server's replication port, in server order (the cluster file's `replicate`); the
+    /// group binds its own servers' there.
+    pub addresses: Vec<String>,
 }
 
 impl ReplicationOptions {
-    /// `replicas` copies in the cluster's first configuration.
+    /// `replicas` copies in the cluster's first configuration, within the group.
     pub fn new(replicas: u32) -> Self {
-        Self { replicas, epoch: rampkv_config::configuration::FIRST_EPOCH }
+        Self { replicas, epoch: rampkv_config::configuration::FIRST_EPOCH, peers: None }
     }
 }
 
@@ -479,7 +492,7 @@ impl ServerGroup {
     ) -> Result<(ServerGroup, Vec<RecoveryReport>), StartError> {
         let cores: Vec<Arc<ServerCore>> =
             configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
-        let replication = options.replication.filter(|replication| replication.replicas != 1);
+        let replication = options.replication.as_ref().filter(|replication| replication.replicas != 1);
         if let Some(replication) = replication {
             check_replication(replication, configs.len(), options.durability.is_some())?;
         }
@@ -568,10 +581,16 @@ impl Drop for ServerGroup {
 }
 
 /// Replication's own checks of a group's start (the cluster file's are the same, earlier).
-fn check_replication(replication: ReplicationOptions, servers: usize, durable: bool) -> Result<(), StartError> {
+fn check_replication(replication: &ReplicationOptions, group: usize, durable: bool) -> Result<(), StartError> {
     let replicas = replication.replicas;
     if replicas == 0 || replicas > rampkv_core::limits::CLUSTER_REPLICAS_MAX {
         return Err(StartError::ReplicaCount { replicas });
+    }
+    let servers = replication.peers.as_ref().map_or(group, |peers| peers.addresses.len());
+    if let Some(peers) = &replication.peers {
+        if peers.first_index + group > servers {
+            return Err(StartError::NotInCluster { first: peers.first_index, group, servers });
+        }
     }
     if replicas as usize > servers {
         return Err(StartError::TooFewServersForReplicas { replicas, servers });
@@ -613,26 +632,38 @@ fn open_journals(
     Ok((journals, reports))
 }
 
-/// Binds every server's replication port (its listen address, a port of the system's
-/// choosing), then starts every primary's links to its backups.
+/// Binds every server's replication port (the peers' address for it, or its listen address
+/// with a port of the system's choosing), then starts every primary's links to its backups
+/// (which, in other processes, may come up a moment later: the links retry).
 fn start_replication(
     configs: &[ServerConfig],
-    replication: ReplicationOptions,
+    replication: &ReplicationOptions,
     options: &ServerOptions,
 ) -> Result<(Vec<BackupService>, Vec<Option<Replicator>>), StartError> {
+    let first_index = replication.peers.as_ref().map_or(0, |peers| peers.first_index);
     let mut backups = Vec::with_capacity(configs.len());
-    for config in configs {
-        let listener =
-            std::net::TcpListener::bind(SocketAddr::new(config.listen.ip(), 0)).map_err(StartError::Replication)?;
+    for (offset, config) in configs.iter().enumerate() {
+        let bind = match &replication.peers {
+            None => SocketAddr::new(config.listen.ip(), 0),
+            Some(peers) => {
+                let address = &peers.addresses[first_index + offset];
+                address.parse().map_err(|_| StartError::ReplicateAddress { address: address.clone() })?
+            }
+        };
+        let listener = std::net::TcpListener::bind(bind).map_err(StartError::Replication)?;
         let service = BackupService::start(listener, config.gc_grace_ms, options.secret.clone())
             .map_err(StartError::Replication)?;
         backups.push(service);
     }
+    let addresses: Vec<String> = match &replication.peers {
+        None => backups.iter().map(|backup| backup.address().to_string()).collect(),
+        Some(peers) => peers.addresses.clone(),
+    };
     let mut replicators = Vec::with_capacity(configs.len());
-    for primary in 0..configs.len() {
-        let targets = rampkv_config::configuration::backups_of(primary as u16, configs.len(), replication.replicas)
+    for primary in first_index..first_index + configs.len() {
+        let targets = rampkv_config::configuration::backups_of(primary as u16, addresses.len(), replication.replicas)
             .into_iter()
-            .map(|backup| (usize::from(backup), backups[usize::from(backup)].address().to_string()))
+            .map(|backup| (usize::from(backup), addresses[usize::from(backup)].clone()))
             .collect();
         let replicator = Replicator::start(primary as u16, replication.epoch, targets, options.secret.clone())
             .map_err(StartError::Replication)?;

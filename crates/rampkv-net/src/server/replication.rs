@@ -841,7 +841,9 @@ impl Incoming {
 
     /// Reads until at least `needed` bytes are pending (each read bounded by the socket's
     /// timeout, after which the stop flag is looked at), taking whatever else has arrived.
-    fn fill(&mut self, shared: &BackupShared, stream: &mut TcpStream, needed: usize) -> std::io::Result<()> {
+    /// Returns false when the primary closed the stream with nothing pending (a clean end:
+    /// it stopped); a close inside a frame is an error.
+    fn fill(&mut self, shared: &BackupShared, stream: &mut TcpStream, needed: usize) -> std::io::Result<bool> {
         if self.start > 0 && self.bytes.len() - self.start < needed {
             self.bytes.drain(..self.start);
             self.start = 0;
@@ -856,6 +858,9 @@ impl Incoming {
             match stream.read(&mut self.bytes[end..]) {
                 Ok(0) => {
                     self.bytes.truncate(end);
+                    if self.start == self.bytes.len() {
+                        return Ok(false);
+                    }
                     return Err(ErrorKind::UnexpectedEof.into());
                 }
                 Ok(read) => self.bytes.truncate(end + read),
@@ -868,7 +873,7 @@ impl Incoming {
                 }
             }
         }
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -881,7 +886,9 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
         crate::auth::authenticate_server_blocking(&mut stream, secret).map_err(BackupRefusal::Auth)?;
     }
     let mut incoming = Incoming { bytes: Vec::with_capacity(REPLICATION_READ_BYTES), start: 0 };
-    incoming.fill(shared, &mut stream, HELLO_BYTES)?;
+    if !incoming.fill(shared, &mut stream, HELLO_BYTES)? {
+        return Ok(()); // connected and left (the acceptor's own wake-up does)
+    }
     let mut hello = [0u8; HELLO_BYTES];
     hello.copy_from_slice(&incoming.pending()[..HELLO_BYTES]);
     incoming.consume(HELLO_BYTES);
@@ -923,13 +930,17 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
     loop {
         sweep(shared, &copy);
         // One record: its header says how long it is.
-        incoming.fill(shared, &mut stream, RECORD_HEADER_BYTES)?;
+        if !incoming.fill(shared, &mut stream, RECORD_HEADER_BYTES)? {
+            return Ok(()); // the primary stopped between records
+        }
         let payload = u32_at(incoming.pending(), 0) as usize;
         if payload > RECORD_PAYLOAD_BYTES_MAX {
             let cause = RecordError::PayloadTooLarge { length: payload, max: RECORD_PAYLOAD_BYTES_MAX };
             return Err(BackupRefusal::BadFrame { primary, cause });
         }
-        incoming.fill(shared, &mut stream, RECORD_HEADER_BYTES + payload)?;
+        if !incoming.fill(shared, &mut stream, RECORD_HEADER_BYTES + payload)? {
+            return Err(BackupRefusal::Io(ErrorKind::UnexpectedEof.into()));
+        }
         let frame = check_frame(incoming.pending()).map_err(|cause| BackupRefusal::BadFrame { primary, cause })?;
         let (lsn, length) = (frame.header.lsn, frame.len());
         let expected = copy.applied() + 1;
