@@ -231,14 +231,7 @@ pub fn authenticate_server_blocking(
     let mut auth = ServerAuth::new(Arc::clone(secret));
     let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + AUTH_BYTES);
     loop {
-        let mut header = [0u8; FRAME_HEADER_BYTES];
-        stream.read_exact(&mut header)?;
-        let header = FrameHeader::decode(&header)?;
-        if header.body_length as usize > AUTH_REPLY_BODY_BYTES_MAX {
-            return Err(AuthError::Unexpected { kind: header.kind });
-        }
-        let mut body = vec![0u8; header.body_length as usize];
-        stream.read_exact(&mut body)?;
+        let (header, body) = read_auth_frame(stream)?;
         out.clear();
         match auth.on_frame(header.kind, &body) {
             AuthStep::Reply(frame) => frame.encode_frame(0, &mut out),
@@ -254,9 +247,9 @@ pub fn authenticate_server_blocking(
     }
 }
 
-/// Reads one frame of the server's and decodes it as an authentication frame (an ERROR is a
-/// refusal with its message).
-fn read_auth_reply(stream: &mut std::net::TcpStream) -> Result<AuthFrame, AuthError> {
+/// Reads one frame of the authentication step (either side's), its body bounded by
+/// `AUTH_REPLY_BODY_BYTES_MAX` before anything is allocated.
+fn read_auth_frame(stream: &mut std::net::TcpStream) -> Result<(FrameHeader, Vec<u8>), AuthError> {
     let mut header = [0u8; FRAME_HEADER_BYTES];
     stream.read_exact(&mut header)?;
     let header = FrameHeader::decode(&header)?;
@@ -265,6 +258,13 @@ fn read_auth_reply(stream: &mut std::net::TcpStream) -> Result<AuthFrame, AuthEr
     }
     let mut body = vec![0u8; header.body_length as usize];
     stream.read_exact(&mut body)?;
+    Ok((header, body))
+}
+
+/// Reads one frame of the server's and decodes it as an authentication frame (an ERROR is a
+/// refusal with its message).
+fn read_auth_reply(stream: &mut std::net::TcpStream) -> Result<AuthFrame, AuthError> {
+    let (header, body) = read_auth_frame(stream)?;
     if AuthFrame::is_auth_kind(header.kind) {
         return Ok(AuthFrame::decode(header.kind, &body)?);
     }

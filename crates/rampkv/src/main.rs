@@ -667,6 +667,16 @@ fn run(command: Command) -> Result<ExitCode> {
                 );
             }
             if let Some((cluster, index)) = membership {
+                if let Some(port) = group.backups().first() {
+                    let replicas = cluster.replicas();
+                    let backups =
+                        rampkv::config::configuration::backups_of(index as u16, cluster.servers().len(), replicas);
+                    say!(
+                        "rampkv server: {replicas} copies of every partition; replication port {}; writes acknowledged \
+                         once servers {backups:?} applied them",
+                        port.address()
+                    );
+                }
                 group.start_recovery(cluster, index, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
             }
             let front = match (ring_listen, rfrpc_listen) {
