@@ -136,6 +136,24 @@ pub const REPLICATION_CONNECT_BACKOFF_MS: u64 = 50;
 /// read of a backup's connection (it then looks at its stop flag and sweeps its stores).
 pub const REPLICATION_IO_TIMEOUT_MS: u64 = 100;
 
+/// Failover: the longest a server's failover thread waits for a new configuration before it
+/// looks at its stop flag again (it wakes at once when one is committed).
+pub const FAILOVER_POLL_MS: u64 = 100;
+
+/// Failover: how long a replicated `rampkv server` waits at start for its first lease (the
+/// configuration service must elect a leader, which takes a majority of the servers up).
+pub const FAILOVER_FIRST_LEASE_WAIT_MS_MAX: u64 = 30_000;
+
+/// Failover: how long a client waits for one configuration node's answer.
+pub const FAILOVER_CONFIG_ASK_TIMEOUT_MS: u64 = 500;
+
+/// Failover: how long the blocking client keeps trying a transaction again after failures a
+/// failover explains (a failed or deposed server), learning the configuration each time.
+pub const FAILOVER_CLIENT_RETRY_MS_MAX: u64 = 10_000;
+
+/// Failover: the pause before the blocking client asks for the configuration again.
+pub const FAILOVER_RETRY_BACKOFF_MS: u64 = 50;
+
 /// Replication: most primaries' connections one backup service serves at once.
 pub const REPLICATION_CONNECTIONS_MAX: usize = 64;
 

@@ -291,6 +291,11 @@ impl Store {
         keys
     }
 
+    /// The keys transaction `ts` has prepared here and not committed yet (empty: none).
+    pub fn pending_keys(&self, ts: Timestamp) -> Vec<Key> {
+        self.pending_shard(ts).lock().get(&ts).map_or_else(Vec::new, |pending| pending.keys.clone())
+    }
+
     /// Stores `writes` of transaction `ts` and makes them visible at once, key by key, with no
     /// metadata: NoCC, which promises no atomicity across keys.
     pub fn put(&self, ts: Timestamp, writes: Vec<(Key, Box<[u8]>)>, now_ms: u64) -> Result<(), StoreError> {

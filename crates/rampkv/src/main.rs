@@ -23,9 +23,11 @@ use rampkv::chaos;
 use rampkv::checker;
 use rampkv::client::Client;
 use rampkv::cluster::{Cluster, Front};
+use rampkv::config::core::StartMode;
 use rampkv::durable::FsyncPolicy;
 use rampkv::figures;
 use rampkv::item_slots::ItemSlotConfig;
+use rampkv::limits::FAILOVER_FIRST_LEASE_WAIT_MS_MAX;
 use rampkv::limits::GC_GRACE_MS;
 use rampkv::progress::{Goal, ProgressBar};
 use rampkv::protocol::bloom::BloomParameters;
@@ -36,7 +38,8 @@ use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::durable::{cluster_data_dirs, DurabilityConfig};
 use rampkv::server::front::FrontEnd;
 use rampkv::server::{
-    ConnectionLimits, Durability, ReplicationOptions, ReplicationPeers, ServerConfig, ServerGroup, ServerOptions,
+    ConnectionLimits, Durability, FailoverOptions, ReplicationOptions, ReplicationPeers, ServerConfig, ServerGroup,
+    ServerOptions,
 };
 
 /// Writes a line to stderr. A closed stderr (a reader that went away) is not an error worth a
@@ -649,14 +652,45 @@ fn run(command: Command) -> Result<ExitCode> {
                 }
                 None => None,
             };
+            // Failover needs the configuration service: a replicated cluster file whose servers
+            // have `config` addresses. Its node starts first (bootstrapping the cluster, or
+            // rejoining it after a restart).
+            let failover = match &membership {
+                Some((file, index)) if file.replicas() > 1 && file.config_addresses().is_ok() => {
+                    let (gate, mode) = rampkv::server::failover::start_config_node(file, *index)
+                        .context("cannot start the configuration service")?;
+                    Some((FailoverOptions { gate, cluster: file.clone(), index: *index }, mode))
+                }
+                _ => None,
+            };
+            let rejoined = matches!(failover, Some((_, StartMode::Rejoin)));
             let replication = match &membership {
-                Some((file, index)) if file.replicas() > 1 => Some(ReplicationOptions {
+                // A restarted process holds nothing and is primary of nothing (rejoin is not
+                // built): it neither ships records nor takes any.
+                Some((file, index)) if file.replicas() > 1 && !rejoined => Some(ReplicationOptions {
                     peers: Some(ReplicationPeers { first_index: *index, addresses: file.replicate_addresses()? }),
                     ..ReplicationOptions::new(file.replicas())
                 }),
                 _ => None,
             };
-            let options = ServerOptions { secret, limits, durability, replication };
+            if let Some((options, StartMode::Bootstrap)) = &failover {
+                let wait = Duration::from_millis(FAILOVER_FIRST_LEASE_WAIT_MS_MAX);
+                if !options.gate.wait_for_lease(options.index, wait) {
+                    bail!(
+                        "no lease from the configuration service within {} s: are a majority of the cluster's \
+                         servers up?",
+                        wait.as_secs()
+                    );
+                }
+            }
+            if rejoined {
+                say!(
+                    "rampkv server: rejoined a running cluster as a new incarnation; it serves no partition (its \
+                     data was lost with the old process, and catching up is not built)"
+                );
+            }
+            let failover = failover.map(|(options, _)| options);
+            let options = ServerOptions { secret, limits, durability, replication, failover };
             let mut group = spawn_servers(&[ServerConfig { listen, gc_grace_ms }], &options, "rampkv server")
                 .with_context(|| format!("cannot start the server on {listen}"))?;
             let in_doubt = group.cores()[0].store().stats().pending_transactions;

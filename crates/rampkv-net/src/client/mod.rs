@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use crate::transport::{TcpClientTransport, TransportError};
 use rampkv_core::cluster::Cluster;
+use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_RETRY_BACKOFF_MS};
 use rampkv_core::protocol::ramp::TxnOptions;
 use rampkv_core::protocol::session::SessionError;
 use rampkv_core::protocol::{ProtocolError, ReadOutcome};
 use rampkv_core::types::Timestamp;
+use rampkv_core::wire::ErrorCode;
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +52,48 @@ pub enum ClientError {
     Sessions { sessions: usize },
     #[error("the transport reaches {transport} servers, the cluster has {cluster}")]
     ServerCount { transport: usize, cluster: usize },
+    /// Replication: no copy of these partitions is left (every server of their replica set
+    /// failed); the rest of the cluster still serves.
+    #[error("partitions {partitions:?} are unavailable: every copy of them failed")]
+    Unavailable { partitions: Vec<u32> },
+    /// Replication: the configuration service could not be asked (or the cluster file gives
+    /// it no addresses).
+    #[error("configuration service: {0}")]
+    Configuration(#[from] rampkv_config::error::ConfigError),
+}
+
+impl ClientError {
+    /// Whether the transaction may succeed if tried again once the client has learned the
+    /// current configuration (a server failed, or was deposed, under it).
+    pub fn is_failover(&self) -> bool {
+        match self {
+            ClientError::Transport(_) | ClientError::Timeout => true,
+            ClientError::Protocol(ProtocolError::ServerError { code, .. }) => *code == ErrorCode::NotPrimary,
+            _ => false,
+        }
+    }
+}
+
+/// The data address serving each server's cluster-file partitions now: the cluster file's
+/// addresses without replication; with it (a cluster file with `replicas` above 1 and `config`
+/// addresses), the current primaries the configuration service names.
+///
+/// # Errors
+/// [`ClientError::Unavailable`] naming the partitions with no copy left;
+/// [`ClientError::Configuration`] when no configuration node answered.
+pub fn current_addresses(cluster: &Cluster) -> Result<Vec<String>, ClientError> {
+    let Ok(config_addresses) = cluster.config_addresses() else {
+        return Ok(cluster.servers().to_vec());
+    };
+    if cluster.replicas() == 1 {
+        return Ok(cluster.servers().to_vec());
+    }
+    let initial = rampkv_config::configuration::Configuration::initial(cluster)?;
+    let timeout = Duration::from_millis(FAILOVER_CONFIG_ASK_TIMEOUT_MS);
+    let configuration =
+        rampkv_config::client::fetch_configuration(&config_addresses, initial.cluster_id(), initial.epoch(), timeout)?;
+    crate::server::failover::routes(&configuration, cluster)
+        .map_err(|partitions| ClientError::Unavailable { partitions })
 }
 
 impl From<SessionError> for ClientError {
@@ -73,21 +117,69 @@ impl From<SessionError> for ClientError {
 /// assert_eq!(read.items[0].value, b"v1");
 /// # Ok(()) }
 /// ```
+///
+/// With replication (a cluster file with `replicas` and `config` addresses), it connects to the
+/// current primaries, and a transaction that fails because a server failed or was deposed is
+/// tried again, transparently, once the client has learned the new configuration (for at most
+/// `FAILOVER_CLIENT_RETRY_MS_MAX`): the caller sees latency, not an error, unless no copy of a
+/// partition is left ([`ClientError::Unavailable`]). A write tried again is a new transaction
+/// with a new timestamp; the failed attempt, if it prepared anywhere, is resolved by
+/// cooperative termination (its values are the same).
 #[derive(Debug)]
 pub struct Client {
     driver: Driver<TcpClientTransport>,
+    cluster: Cluster,
+    options: Option<TxnOptions>,
 }
 
 impl Client {
-    /// Connects to every server of `cluster`.
+    /// Connects to every server of `cluster` (with replication: to the current primaries).
     pub fn connect(cluster: &Cluster) -> Result<Client, ClientError> {
-        let transport = TcpClientTransport::connect(cluster.servers())?;
-        Ok(Client { driver: Driver::connect(transport, cluster.clone(), 1)? })
+        let transport = TcpClientTransport::connect(&current_addresses(cluster)?)?;
+        Ok(Client { driver: Driver::connect(transport, cluster.clone(), 1)?, cluster: cluster.clone(), options: None })
+    }
+
+    /// Runs `attempt` and, with replication, tries again after a failover-related failure
+    /// (reconnecting to the current primaries first), within `FAILOVER_CLIENT_RETRY_MS_MAX`.
+    fn with_failover<R>(
+        &mut self,
+        mut attempt: impl FnMut(&mut Self) -> Result<R, ClientError>,
+    ) -> Result<R, ClientError> {
+        let deadline = std::time::Instant::now() + Duration::from_millis(FAILOVER_CLIENT_RETRY_MS_MAX);
+        let replicated = self.cluster.replicas() > 1 && self.cluster.config_addresses().is_ok();
+        let mut result = attempt(self);
+        while replicated && std::time::Instant::now() < deadline {
+            match &result {
+                Err(error) if error.is_failover() => {}
+                _ => return result,
+            }
+            std::thread::sleep(Duration::from_millis(FAILOVER_RETRY_BACKOFF_MS));
+            match self.reconnect() {
+                Ok(()) => result = attempt(self),
+                Err(error @ ClientError::Unavailable { .. }) => return Err(error),
+                Err(error) => result = Err(error),
+            }
+        }
+        result
+    }
+
+    fn reconnect(&mut self) -> Result<(), ClientError> {
+        let transport = TcpClientTransport::connect(&current_addresses(&self.cluster)?)?;
+        let mut driver = Driver::connect(transport, self.cluster.clone(), 1)?;
+        if let Some(options) = &self.options {
+            driver.set_txn_options(*options);
+        }
+        self.driver = driver;
+        Ok(())
     }
 
     /// Reads `keys` read-atomically. Each item has the key, the version's timestamp (0 for a
     /// key never written, whose value is empty) and the value, in the order of `keys`.
     pub fn get_all(&mut self, keys: Vec<Vec<u8>>) -> Result<ReadOutcome, ClientError> {
+        self.with_failover(|client| client.get_once(keys.clone()))
+    }
+
+    fn get_once(&mut self, keys: Vec<Vec<u8>>) -> Result<ReadOutcome, ClientError> {
         self.driver.begin_read(0, keys)?;
         match self.wait()? {
             TxnResult::Read(outcome) => Ok(outcome),
@@ -98,10 +190,11 @@ impl Client {
     /// Writes every pair atomically (readers see all of them or none). Returns the
     /// transaction's timestamp. Invalid input fails before any server is contacted.
     pub fn put_all(&mut self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Timestamp, ClientError> {
-        self.put_all_with(|_| pairs)
+        self.with_failover(|client| client.put_all_with(|_| pairs.clone()))
     }
 
-    /// Like [`Client::put_all`], with the pairs built once the timestamp is known.
+    /// Like [`Client::put_all`], with the pairs built once the timestamp is known (one
+    /// attempt: no retry after a failover).
     pub fn put_all_with(
         &mut self,
         build: impl FnOnce(Timestamp) -> Vec<(Vec<u8>, Vec<u8>)>,
@@ -115,6 +208,7 @@ impl Client {
 
     /// Sets the algorithm (and its options) of later transactions (default RAMP-Fast).
     pub fn set_txn_options(&mut self, options: TxnOptions) {
+        self.options = Some(options);
         self.driver.set_txn_options(options);
     }
 

@@ -94,6 +94,8 @@ pub enum StartError {
          what its log recovered (catching a backup up is not built); use one or the other"
     )]
     ReplicationWithDataDir,
+    #[error("failover serves one server per group (a `rampkv server` process), got {servers}, or it joined a cluster already")]
+    FailoverGroup { servers: usize },
     #[error("cannot start replication: {0}")]
     Replication(std::io::Error),
     #[error("these {group} servers from server {first} on are not all in the cluster of {servers} servers")]

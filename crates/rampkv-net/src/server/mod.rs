@@ -25,6 +25,7 @@
 //! [`ServerGroup::spawn`] is its shorthand with the defaults.
 
 pub mod durable;
+pub mod failover;
 pub mod front;
 pub mod poller;
 pub mod replication;
@@ -178,6 +179,33 @@ impl Served {
     pub fn item_slots(&self) -> Option<&Arc<dyn Publisher>> {
         self.slots.get()
     }
+
+    /// Loads a backup copy this server takes over (failover) into its store: every version,
+    /// every transaction still prepared (left to the resolver: cooperative termination) and
+    /// every remembered abort; republishes the keys' item slots. Not shipped to this server's
+    /// own backups (they do not hold the adopted partitions' past). Returns the keys loaded.
+    pub fn adopt(&self, copy: &rampkv_core::storage::Store, now_ms: u64) -> usize {
+        let store = self.core.store();
+        let mut keys = Vec::new();
+        for shard in 0..copy.shard_count() {
+            for entry in copy.shard_versions(shard) {
+                keys.push(entry.key.clone());
+                store.restore_key(entry, now_ms);
+            }
+        }
+        for ts in copy.aborted_transactions() {
+            store.restore_aborted(ts, now_ms);
+        }
+        for (ts, pending) in copy.stale_pending(u64::MAX) {
+            store.restore_pending(ts, pending.keys, pending.write_set, now_ms);
+        }
+        let count = keys.len();
+        let mut effects = Effects::default();
+        effects.set_publishing(self.slots.get().is_some());
+        effects.committed = keys;
+        self.publish(&mut effects);
+        count
+    }
 }
 
 /// What every front end of a server group shares. See the module docs.
@@ -191,6 +219,9 @@ pub struct Servers {
     /// ports must prove it (None: nobody needs to).
     secret: Option<Arc<SharedSecret>>,
     connection_stats: ConnectionStats,
+    /// With failover: the data address serving each server's cluster-file partitions now
+    /// (`None`: the cluster file's addresses).
+    routes: parking_lot::RwLock<Option<Vec<String>>>,
 }
 
 impl Servers {
@@ -219,7 +250,17 @@ impl Servers {
             })
             .collect();
         let connection_stats = ConnectionStats::default();
-        Self { served, cores, router: Router::default(), clock: Instant::now(), secret, connection_stats }
+        let routes = parking_lot::RwLock::new(None);
+        Self { served, cores, router: Router::default(), clock: Instant::now(), secret, connection_stats, routes }
+    }
+
+    /// The data address serving each server's partitions now (failover), if known.
+    pub fn routes(&self) -> Option<Vec<String>> {
+        self.routes.read().clone()
+    }
+
+    pub(crate) fn set_routes(&self, routes: Vec<String>) {
+        *self.routes.write() = Some(routes);
     }
 
     /// The shared secret clients must prove, if any.
@@ -397,6 +438,18 @@ pub struct ServerOptions {
     pub durability: Option<Durability>,
     /// Replication among the servers of the group.
     pub replication: Option<ReplicationOptions>,
+    /// Failover: the group's one server serves what its configuration node's leases allow.
+    pub failover: Option<FailoverOptions>,
+}
+
+/// A replicated server process under the configuration service ([`failover`]).
+#[derive(Debug, Clone)]
+pub struct FailoverOptions {
+    /// Its gate (over its configuration node).
+    pub gate: Arc<failover::LeaseGate>,
+    /// Its cluster and its index in it (the group holds exactly this one server).
+    pub cluster: Cluster,
+    pub index: usize,
 }
 
 /// The data directories of a group's servers, one per server, and how they are kept.
@@ -449,6 +502,8 @@ pub struct ServerGroup {
     poller: PollerThread,
     /// The replication ports of the servers (empty without replication).
     backups: Vec<BackupService>,
+    /// Stopped first: it adopts copies into these servers.
+    failover: Option<failover::Failover>,
 }
 
 impl ServerGroup {
@@ -509,10 +564,27 @@ impl ServerGroup {
         let (medium, addresses) =
             TcpServer::bind_capped(&listen, limits.connections_max, limits.connections_per_address_max)
                 .map_err(StartError::Listen)?;
+        let failover = match &options.failover {
+            Some(failover) => Some(start_failover(failover, &cores, &backups)?),
+            None => None,
+        };
         let servers = Servers::with_journals(cores, journals, replicators, options.secret.clone());
+        let failover = match failover {
+            Some((options, backup)) => Some(
+                failover::Failover::spawn(
+                    Arc::clone(&options.gate),
+                    Arc::clone(&servers),
+                    backup,
+                    options.cluster.clone(),
+                    options.index,
+                )
+                .map_err(StartError::Listen)?,
+            ),
+            None => None,
+        };
         let poller = PollerThread::spawn_limited("rampkv-server", medium, Arc::clone(&servers), limits)
             .map_err(StartError::Listen)?;
-        Ok((ServerGroup { addresses, servers, resolver: None, poller, backups }, reports))
+        Ok((ServerGroup { addresses, servers, resolver: None, poller, backups, failover }, reports))
     }
 
     /// Starts cooperative termination for these servers, which are servers
@@ -525,7 +597,8 @@ impl ServerGroup {
             return Err(std::io::Error::other("these servers are not all in the cluster"));
         }
         for (offset, core) in self.servers.cores().iter().enumerate() {
-            if !core.join_cluster(cluster.clone(), first_index + offset) {
+            let joined = core.cluster_index() == Some(first_index + offset); // failover joins at start
+            if !joined && !core.join_cluster(cluster.clone(), first_index + offset) {
                 return Err(std::io::Error::other("a server was given its cluster twice"));
             }
         }
@@ -555,6 +628,7 @@ impl ServerGroup {
 
     /// Stops the poller and waits for it; returns its result.
     pub fn shutdown(mut self) -> std::io::Result<()> {
+        self.failover = None;
         self.resolver = None;
         self.poller.stop()
     }
@@ -574,10 +648,29 @@ impl Drop for ServerGroup {
     /// The links stop before the backups' ports close under them (which would read as a
     /// backup's failure).
     fn drop(&mut self) {
+        self.failover = None;
         for replicator in self.servers.served.iter().filter_map(Served::replicator) {
             replicator.stop();
         }
     }
+}
+
+/// Joins the group's one server to its cluster under its lease gate, before anything
+/// listens (a restarted process must not serve a single request from its empty store).
+fn start_failover<'a>(
+    options: &'a FailoverOptions,
+    cores: &[Arc<ServerCore>],
+    backups: &[BackupService],
+) -> Result<(&'a FailoverOptions, Option<replication::BackupTakeover>), StartError> {
+    let [core] = cores else {
+        return Err(StartError::FailoverGroup { servers: cores.len() });
+    };
+    if !core.join_cluster(options.cluster.clone(), options.index) {
+        return Err(StartError::FailoverGroup { servers: cores.len() });
+    }
+    let gate: Arc<dyn rampkv_core::protocol::server::PartitionGate> = options.gate.clone();
+    core.set_gate(gate);
+    Ok((options, backups.first().map(BackupService::takeover)))
 }
 
 /// Replication's own checks of a group's start (the cluster file's are the same, earlier).

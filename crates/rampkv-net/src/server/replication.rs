@@ -107,6 +107,8 @@ pub enum ReplicationError {
     Encode(RecordError),
     #[error("replication stopped")]
     Stopped,
+    #[error("backup {backup} was removed from the replica sets (failover)")]
+    Removed { backup: usize },
 }
 
 /// Why a backup refused (and closed) a primary's connection.
@@ -129,6 +131,8 @@ pub enum BackupRefusal {
     WrongEpoch { primary: u16, lsn: u64, found: u64, epoch: u64 },
     #[error("record {found} of primary {primary} out of order: expected {expected}")]
     OutOfOrder { primary: u16, found: u64, expected: u64 },
+    #[error("primary {primary} was failed over: this server serves its copy now (its records are fenced)")]
+    Fenced { primary: u16 },
     #[error("record {lsn} of primary {primary}: the store refused it: {cause}")]
     StoreRefused { primary: u16, lsn: u64, cause: StoreError },
     #[error("authentication: {0}")]
@@ -202,6 +206,9 @@ struct Link {
     acked: AtomicU64,
     failure: OnceLock<ReplicationError>,
     stream: Mutex<Option<TcpStream>>,
+    /// The configuration removed this backup from every replica set of the primary (it
+    /// failed): its acknowledgements are no longer waited for.
+    removed: AtomicBool,
 }
 
 impl Link {
@@ -288,6 +295,7 @@ impl Replicator {
                     acked: AtomicU64::new(0),
                     failure: OnceLock::new(),
                     stream: Mutex::new(None),
+                    removed: AtomicBool::new(false),
                 })
             })
             .collect();
@@ -355,6 +363,9 @@ impl Replicator {
 
     /// Queues `batch` for `link`, waiting for room (bounded: a backup that stays behind fails).
     fn push(&self, link: &Link, batch: Batch) {
+        if link.removed.load(Ordering::Acquire) {
+            return;
+        }
         let deadline = Instant::now() + Duration::from_millis(REPLICATION_FULL_WAIT_MS_MAX);
         let mut queue = link.queue.lock();
         while queue.bytes + batch.bytes.len() > REPLICATION_UNACKED_BYTES_MAX && !queue.batches.is_empty() {
@@ -383,10 +394,38 @@ impl Replicator {
         link.changed.notify_all();
     }
 
-    /// The highest sequence number every backup acknowledged: replies held up to here may go.
+    /// The highest sequence number every backup still in a replica set acknowledged: replies
+    /// held up to here may go.
     pub fn acknowledged(&self) -> LogPosition {
-        let lowest = self.shared.links.iter().map(|link| link.acked.load(Ordering::Acquire)).min();
+        let lowest = self
+            .shared
+            .links
+            .iter()
+            .filter(|link| !link.removed.load(Ordering::Acquire))
+            .map(|link| link.acked.load(Ordering::Acquire))
+            .min();
         LogPosition(lowest.unwrap_or(u64::MAX))
+    }
+
+    /// Keeps waiting only for the backups in `keep` (server indices): the others were removed
+    /// from every replica set of this primary by a committed configuration (they failed), so
+    /// a write they do not hold is still on every copy the configuration counts. Never undone
+    /// (a removed backup comes back only by rejoining, which is not built). Wakes the front
+    /// ends: replies held only for a removed backup may go.
+    pub fn retain_backups(&self, keep: &[usize]) {
+        for link in &self.shared.links {
+            if !keep.contains(&link.backup) && !link.removed.swap(true, Ordering::AcqRel) {
+                log::warn!(
+                    "replication: backup {} ({}) left the replica sets of primary {}; its acknowledgements are no \
+                     longer waited for",
+                    link.backup,
+                    link.address,
+                    self.shared.primary
+                );
+                link.fail(ReplicationError::Removed { backup: link.backup }, &self.shared);
+            }
+        }
+        self.shared.wake();
     }
 
     /// The first link failure, if any: the primary's writes since are held.
@@ -656,6 +695,8 @@ pub struct BackupStore {
     epoch: AtomicU64,
     /// Held by the connection that streams into it (one at a time).
     streaming: Mutex<()>,
+    /// This server took the copy over (failover): no record of the primary is applied again.
+    fenced: AtomicBool,
     sweep: Mutex<(SweepCursor, u64)>,
 }
 
@@ -763,6 +804,37 @@ impl BackupService {
     pub fn stats(&self) -> BackupStats {
         *self.shared.stats.lock()
     }
+
+    /// A handle the failover thread takes copies over with.
+    pub(crate) fn takeover(&self) -> BackupTakeover {
+        BackupTakeover { shared: Arc::clone(&self.shared) }
+    }
+
+    /// Takes over the copy of `primary`'s store (failover: this server is its partitions'
+    /// primary in configuration `epoch`). Fences the primary first: hellos of an older epoch
+    /// are refused from now on, and its stream, if one is open, stops before its next record;
+    /// returns once no stream writes into the copy (at most one read timeout). `None`: the
+    /// primary never streamed here (it acknowledged no write).
+    pub fn take_over(&self, primary: u16, epoch: u64) -> Option<Arc<BackupStore>> {
+        self.takeover().take_over(primary, epoch)
+    }
+}
+
+/// [`BackupService::take_over`] for a thread that does not own the service.
+pub(crate) struct BackupTakeover {
+    shared: Arc<BackupShared>,
+}
+
+impl BackupTakeover {
+    /// As [`BackupService::take_over`].
+    pub(crate) fn take_over(&self, primary: u16, epoch: u64) -> Option<Arc<BackupStore>> {
+        let copy = self.shared.stores.lock().get(&primary).cloned()?;
+        copy.epoch.fetch_max(epoch, Ordering::AcqRel);
+        copy.fenced.store(true, Ordering::Release);
+        // The stream thread sees the flag before its next record or at its next read timeout.
+        drop(copy.streaming.lock());
+        Some(copy)
+    }
 }
 
 impl Drop for BackupService {
@@ -843,7 +915,13 @@ impl Incoming {
     /// timeout, after which the stop flag is looked at), taking whatever else has arrived.
     /// Returns false when the primary closed the stream with nothing pending (a clean end:
     /// it stopped); a close inside a frame is an error.
-    fn fill(&mut self, shared: &BackupShared, stream: &mut TcpStream, needed: usize) -> std::io::Result<bool> {
+    fn fill(
+        &mut self,
+        shared: &BackupShared,
+        fenced: Option<&AtomicBool>,
+        stream: &mut TcpStream,
+        needed: usize,
+    ) -> std::io::Result<bool> {
         if self.start > 0 && self.bytes.len() - self.start < needed {
             self.bytes.drain(..self.start);
             self.start = 0;
@@ -851,6 +929,9 @@ impl Incoming {
         while self.bytes.len() - self.start < needed {
             if shared.stop.load(Ordering::Acquire) {
                 return Err(std::io::Error::new(ErrorKind::Interrupted, "backup service stopped"));
+            }
+            if fenced.is_some_and(|fenced| fenced.load(Ordering::Acquire)) {
+                return Err(std::io::Error::new(ErrorKind::Interrupted, "the primary was failed over"));
             }
             let end = self.bytes.len();
             let room = (needed - (end - self.start)).max(REPLICATION_READ_BYTES);
@@ -886,7 +967,7 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
         crate::auth::authenticate_server_blocking(&mut stream, secret).map_err(BackupRefusal::Auth)?;
     }
     let mut incoming = Incoming { bytes: Vec::with_capacity(REPLICATION_READ_BYTES), start: 0 };
-    if !incoming.fill(shared, &mut stream, HELLO_BYTES)? {
+    if !incoming.fill(shared, None, &mut stream, HELLO_BYTES)? {
         return Ok(()); // connected and left (the acceptor's own wake-up does)
     }
     let mut hello = [0u8; HELLO_BYTES];
@@ -905,6 +986,7 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
                 applied: AtomicU64::new(0),
                 epoch: AtomicU64::new(0),
                 streaming: Mutex::new(()),
+                fenced: AtomicBool::new(false),
                 sweep: Mutex::new((SweepCursor::default(), 0)),
             })
         });
@@ -915,7 +997,7 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
         return Err(BackupRefusal::Busy { primary });
     };
     let known = copy.epoch();
-    if epoch < known {
+    if epoch < known || copy.fenced.load(Ordering::Acquire) {
         stream.write_all(&encode_answer(1, known))?;
         return Err(BackupRefusal::StaleEpoch { primary, epoch, known });
     }
@@ -930,7 +1012,7 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
     loop {
         sweep(shared, &copy);
         // One record: its header says how long it is.
-        if !incoming.fill(shared, &mut stream, RECORD_HEADER_BYTES)? {
+        if !incoming.fill(shared, Some(&copy.fenced), &mut stream, RECORD_HEADER_BYTES)? {
             return Ok(()); // the primary stopped between records
         }
         let payload = u32_at(incoming.pending(), 0) as usize;
@@ -938,7 +1020,7 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
             let cause = RecordError::PayloadTooLarge { length: payload, max: RECORD_PAYLOAD_BYTES_MAX };
             return Err(BackupRefusal::BadFrame { primary, cause });
         }
-        if !incoming.fill(shared, &mut stream, RECORD_HEADER_BYTES + payload)? {
+        if !incoming.fill(shared, Some(&copy.fenced), &mut stream, RECORD_HEADER_BYTES + payload)? {
             return Err(BackupRefusal::Io(ErrorKind::UnexpectedEof.into()));
         }
         let frame = check_frame(incoming.pending()).map_err(|cause| BackupRefusal::BadFrame { primary, cause })?;
@@ -952,6 +1034,11 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
                 return Err(BackupRefusal::WrongEpoch { primary, lsn, found: frame.header.epoch, epoch });
             }
             let record = frame.record().map_err(|cause| BackupRefusal::BadRecord { primary, lsn, cause })?;
+            // Checked with the stream held: the takeover waits for it, so every record applied
+            // here is in the copy it takes over, and none after.
+            if copy.fenced.load(Ordering::Acquire) {
+                return Err(BackupRefusal::Fenced { primary });
+            }
             let now_ms = shared.clock.elapsed().as_millis() as u64;
             match apply_record(&copy.store, record, now_ms) {
                 Ok(()) => shared.stats.lock().records_applied += 1,
