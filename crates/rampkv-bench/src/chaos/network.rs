@@ -49,6 +49,7 @@ const NAMESPACE_SERVER_PORT: u16 = 7001;
 const NAMESPACE_CONTROL_PORT: u16 = 7002;
 /// Its replication port (where its primaries' records arrive) in namespace mode.
 const NAMESPACE_REPLICATE_PORT: u16 = 7003;
+const NAMESPACE_CONFIG_PORT: u16 = 7004;
 
 /// Lowest port loopback mode picks; it picks below the kernel's ephemeral range.
 const LOOPBACK_PORT_MIN: u16 = 20_000;
@@ -187,6 +188,14 @@ impl Network {
         match self.mode {
             NetworkMode::Namespaces => SocketAddr::new(server_ip(index), NAMESPACE_REPLICATE_PORT),
             NetworkMode::Loopback => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.loopback_ports[index][2]),
+        }
+    }
+
+    /// The configuration-service port of server `index` (the cluster file's `config`).
+    pub fn config_address(&self, index: usize) -> SocketAddr {
+        match self.mode {
+            NetworkMode::Namespaces => SocketAddr::new(server_ip(index), NAMESPACE_CONFIG_PORT),
+            NetworkMode::Loopback => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.loopback_ports[index][3]),
         }
     }
 
@@ -402,10 +411,10 @@ fn process_alive(pid: u32) -> bool {
 }
 
 /// Loopback ports per server: listen, control, replicate.
-const PORTS_PER_SERVER: usize = 3;
+const PORTS_PER_SERVER: usize = 4;
 
 /// For each of `servers` servers, `PORTS_PER_SERVER` loopback ports free now (listen, control,
-/// replicate): random ones between [`LOOPBACK_PORT_MIN`] and the kernel's ephemeral range, else
+/// replicate, config): random ones between [`LOOPBACK_PORT_MIN`] and the kernel's ephemeral range, else
 /// any free ones.
 fn free_loopback_ports(servers: usize) -> Result<Vec<[u16; PORTS_PER_SERVER]>, ChaosError> {
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -438,7 +447,7 @@ fn free_loopback_ports(servers: usize) -> Result<Vec<[u16; PORTS_PER_SERVER]>, C
         .map(|listener| listener.local_addr().map(|address| address.port()))
         .collect::<Result<Vec<u16>, _>>()
         .map_err(|error| ChaosError::Io { what: "find a free loopback port", path: None, error })?;
-    Ok(ports.chunks(PORTS_PER_SERVER).map(|ports| [ports[0], ports[1], ports[2]]).collect())
+    Ok(ports.chunks(PORTS_PER_SERVER).map(|ports| [ports[0], ports[1], ports[2], ports[3]]).collect())
 }
 
 #[cfg(test)]
@@ -451,14 +460,19 @@ mod tests {
         assert_eq!(network.mode(), NetworkMode::Loopback);
         let mut ports: Vec<u16> = (0..5)
             .flat_map(|index| {
-                [network.server_address(index), network.control_address(index), network.replicate_address(index)]
-                    .map(|address| address.port())
+                [
+                    network.server_address(index),
+                    network.control_address(index),
+                    network.replicate_address(index),
+                    network.config_address(index),
+                ]
+                .map(|address| address.port())
             })
             .collect();
         assert!(ports.iter().all(|port| *port >= LOOPBACK_PORT_MIN), "{ports:?}");
         ports.sort_unstable();
         ports.dedup();
-        assert_eq!(ports.len(), 15);
+        assert_eq!(ports.len(), 20);
     }
 
     #[test]

@@ -115,7 +115,11 @@ pub(super) fn run_thread(
     let controls = shared.controls;
     // The one place that names transports: each connects a fresh transport to every server.
     match shared.transport {
-        TransportKind::Tcp => worker.run(|| TcpClientTransport::connect(cluster.servers()).map_err(ClientError::from)),
+        // With replication, to the current primaries (the configuration service says which).
+        TransportKind::Tcp => worker.run(|| {
+            let addresses = rampkv_net::client::current_addresses(cluster)?;
+            TcpClientTransport::connect(&addresses).map_err(ClientError::from)
+        }),
         TransportKind::WritePoll => {
             worker.run(|| WritePollClientTransport::connect(controls).map_err(ClientError::from))
         }
@@ -225,9 +229,16 @@ impl<'a> Worker<'a> {
             if result.is_ok() {
                 result = active.step(poll, &mut completions);
             }
+            let mut stale = false;
             for completion in completions.drain(..) {
                 let client = u64::from(active.client_id(completion.session));
-                self.complete(client, completion);
+                stale |= self.complete(client, completion);
+            }
+            if stale && result.is_ok() {
+                // A server refused as no longer primary: learn the configuration again.
+                self.fail_in_flight();
+                driver = None;
+                continue;
             }
             if let Err(error) = result {
                 // The connections are broken: everything in flight failed with them.
@@ -298,10 +309,11 @@ impl<'a> Worker<'a> {
         Planned { write, keys, tries: 0 }
     }
 
-    /// Records a finished transaction; a failed one is tried again later.
-    fn complete(&mut self, client: u64, completion: Completion) {
+    /// Records a finished transaction; a failed one is tried again later. Returns whether it
+    /// failed because a server is no longer the primary (the routes are stale).
+    fn complete(&mut self, client: u64, completion: Completion) -> bool {
         let Some(in_flight) = self.sessions[completion.session].in_flight.take() else {
-            return; // a driver reports only transactions it was given
+            return false; // a driver reports only transactions it was given
         };
         let end_ns = self.shared.clock.now_ns();
         let keys = history_keys(&in_flight.planned.keys);
@@ -325,8 +337,10 @@ impl<'a> Worker<'a> {
             Err(error) => {
                 self.totals.note_error(error.to_string());
                 self.fail(completion.session, in_flight, end_ns);
+                return error.is_not_primary();
             }
         }
+        false
     }
 
     /// Records every transaction in flight as failed (their driver is gone, or the run is).

@@ -520,6 +520,16 @@ impl ServerCore {
                 if *view == own || (view.partitions == own.partitions && self.serves_server(ownership, view)) {
                     return Ok(());
                 }
+                if gate.is_some() && view.partitions == own.partitions {
+                    // The same cluster: this server does not serve that server's partitions
+                    // (not yet taken over, or it was deposed), which a retry after learning
+                    // the configuration fixes.
+                    let named = view.server_index as usize;
+                    let partition = (0..own.partitions)
+                        .find(|partition| ownership.cluster.owner_of_partition(*partition) == Some(named))
+                        .unwrap_or(0);
+                    return Err(OwnershipError::NotPrimary { partition, index: ownership.index });
+                }
                 Err(OwnershipError::ClusterMismatch {
                     client_partitions: view.partitions,
                     client_index: view.server_index,

@@ -7,6 +7,7 @@ pub use driver::{Completion, Driver, TxnResult, DRIVER_SESSIONS_MAX};
 use std::time::Duration;
 
 use crate::transport::{TcpClientTransport, TransportError};
+use rampkv_config::configuration::Configuration;
 use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_RETRY_BACKOFF_MS};
 use rampkv_core::protocol::ramp::TxnOptions;
@@ -66,11 +67,45 @@ impl ClientError {
     /// Whether the transaction may succeed if tried again once the client has learned the
     /// current configuration (a server failed, or was deposed, under it).
     pub fn is_failover(&self) -> bool {
-        match self {
-            ClientError::Transport(_) | ClientError::Timeout => true,
-            ClientError::Protocol(ProtocolError::ServerError { code, .. }) => *code == ErrorCode::NotPrimary,
-            _ => false,
+        matches!(self, ClientError::Transport(_) | ClientError::Timeout) || self.is_not_primary()
+    }
+
+    /// Whether a server refused because it is not (or no longer) the primary of a partition
+    /// the transaction names: the client's routes are stale.
+    pub fn is_not_primary(&self) -> bool {
+        matches!(self, ClientError::Protocol(ProtocolError::ServerError { code: ErrorCode::NotPrimary, .. }))
+    }
+}
+
+/// The newest configuration any of the cluster's configuration nodes holds (every node is
+/// asked: a lagging or just restarted one may answer an old epoch). `None`: the cluster file
+/// has no configuration service (no replication, or no `config` addresses).
+///
+/// # Errors
+/// [`ClientError::Configuration`] when no node answered (with the last error).
+pub fn newest_configuration(cluster: &Cluster) -> Result<Option<Configuration>, ClientError> {
+    let Ok(config_addresses) = cluster.config_addresses() else { return Ok(None) };
+    if cluster.replicas() == 1 {
+        return Ok(None);
+    }
+    let cluster_id = Configuration::initial(cluster)?.cluster_id();
+    let timeout = Duration::from_millis(FAILOVER_CONFIG_ASK_TIMEOUT_MS);
+    let mut newest: Option<Configuration> = None;
+    let mut last = None;
+    for address in &config_addresses {
+        match rampkv_config::client::ask(address, cluster_id, timeout) {
+            Ok(answer) => {
+                if newest.as_ref().is_none_or(|newest| newest.epoch() < answer.configuration.epoch()) {
+                    newest = Some(answer.configuration);
+                }
+            }
+            Err(error) => last = Some(error),
         }
+    }
+    match (newest, last) {
+        (Some(newest), _) => Ok(Some(newest)),
+        (None, Some(error)) => Err(ClientError::Configuration(error)),
+        (None, None) => Ok(None),
     }
 }
 
@@ -82,18 +117,23 @@ impl ClientError {
 /// [`ClientError::Unavailable`] naming the partitions with no copy left;
 /// [`ClientError::Configuration`] when no configuration node answered.
 pub fn current_addresses(cluster: &Cluster) -> Result<Vec<String>, ClientError> {
-    let Ok(config_addresses) = cluster.config_addresses() else {
-        return Ok(cluster.servers().to_vec());
-    };
-    if cluster.replicas() == 1 {
-        return Ok(cluster.servers().to_vec());
+    match newest_configuration(cluster)? {
+        None => Ok(cluster.servers().to_vec()),
+        Some(configuration) => crate::server::failover::routes(&configuration, cluster)
+            .map_err(|partitions| ClientError::Unavailable { partitions }),
     }
-    let initial = rampkv_config::configuration::Configuration::initial(cluster)?;
-    let timeout = Duration::from_millis(FAILOVER_CONFIG_ASK_TIMEOUT_MS);
-    let configuration =
-        rampkv_config::client::fetch_configuration(&config_addresses, initial.cluster_id(), initial.epoch(), timeout)?;
-    crate::server::failover::routes(&configuration, cluster)
-        .map_err(|partitions| ClientError::Unavailable { partitions })
+}
+
+/// Whether every partition has its primary and all its in-sync backups (a fault harness kills
+/// a server only then: f failures at a time). True without replication.
+///
+/// # Errors
+/// As [`newest_configuration`].
+pub fn full_replica_sets(cluster: &Cluster) -> Result<bool, ClientError> {
+    Ok(newest_configuration(cluster)?.is_none_or(|configuration| {
+        let copies = configuration.replicas() as usize;
+        configuration.replica_sets().iter().all(|set| set.primary.is_some() && set.backups.len() + 1 >= copies)
+    }))
 }
 
 impl From<SessionError> for ClientError {
@@ -153,12 +193,18 @@ impl Client {
                 Err(error) if error.is_failover() => {}
                 _ => return result,
             }
-            std::thread::sleep(Duration::from_millis(FAILOVER_RETRY_BACKOFF_MS));
-            match self.reconnect() {
-                Ok(()) => result = attempt(self),
-                Err(error @ ClientError::Unavailable { .. }) => return Err(error),
-                Err(error) => result = Err(error),
+            // Reconnect until it works (a server may still be taking over: it refuses HELLO
+            // meanwhile), then try again.
+            loop {
+                std::thread::sleep(Duration::from_millis(FAILOVER_RETRY_BACKOFF_MS));
+                match self.reconnect() {
+                    Ok(()) => break,
+                    Err(error @ ClientError::Unavailable { .. }) => return Err(error),
+                    Err(error) if std::time::Instant::now() >= deadline => return Err(error),
+                    Err(_) => {}
+                }
             }
+            result = attempt(self);
         }
         result
     }
