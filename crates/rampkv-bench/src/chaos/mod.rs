@@ -486,7 +486,8 @@ fn run_workload_and_nemesis(
         // full replica set again (the configuration service says so).
         let may_kill = move || rampkv_net::client::full_replica_sets(cluster).unwrap_or(false);
         let nemesis = scope.spawn(move || {
-            let environment = nemesis::Environment { network, clock, stop, interrupted: &is_interrupted, log, may_kill: &may_kill };
+            let environment =
+                nemesis::Environment { network, clock, stop, interrupted: &is_interrupted, log, may_kill: &may_kill };
             nemesis::run(config.nemesis, schedule, servers, &environment)
         });
         let workers: Vec<_> = (0..config.client_threads)

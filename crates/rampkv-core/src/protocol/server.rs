@@ -684,13 +684,30 @@ impl ServerCore {
     fn hello(&self, wanted: u16, asked: Option<ClusterView>) -> Response {
         let wanted = u32::from(wanted.max(1));
         let first = self.next_client_id.fetch_add(wanted, Ordering::Relaxed);
-        // Ids wrap within 1..=CLIENT_IDS_MAX; a block never straddles the wrap.
-        let span = CLIENT_IDS_MAX as u32;
+        // Ids wrap within 1..=CLIENT_IDS_MAX; a block never straddles the wrap. With failover,
+        // another server hands out ids for this one's clients once it took over, so each
+        // server keeps to a band of its own (timestamps end in the client id: two servers
+        // counting from 1 would give two live clients one id).
+        let (base, span) = match (self.gate.get(), self.ownership.get()) {
+            (Some(_), Some(ownership)) => {
+                let band = CLIENT_IDS_MAX as u32 / ownership.cluster.servers().len().max(1) as u32;
+                if wanted <= band {
+                    (ownership.index as u32 * band, band)
+                } else {
+                    (0, CLIENT_IDS_MAX as u32)
+                }
+            }
+            _ => (0, CLIENT_IDS_MAX as u32),
+        };
         let mut first = (first - 1) % span + 1;
         if first + wanted - 1 > span {
             first = 1;
         }
-        debug_assert!(first >= 1 && first + wanted - 1 <= span, "a block of ids never holds 0 or wraps");
+        let first = base + first;
+        debug_assert!(
+            first >= 1 && first + wanted - 1 <= CLIENT_IDS_MAX as u32,
+            "a block of ids never holds 0 or wraps"
+        );
         let cluster = self.ownership.get().map(|ownership| match asked {
             Some(view) if self.gate.get().is_some() => view,
             _ => ownership.view(),
@@ -846,6 +863,66 @@ mod tests {
         // Reads, lock reads, releases and status asks carry no timestamp that is stored.
         let read = Request::LockRead { ts: u64::MAX, keys: vec![b"k".to_vec()] };
         assert!(matches!(core.handle(ConnectionId::default(), read, 3, now, &mut effects), Some(Reply::Locked { .. })));
+    }
+
+    /// A gate that serves a fixed set of partitions (what a lease-holding primary serves).
+    #[derive(Debug)]
+    struct Serves(std::sync::Mutex<Vec<u32>>);
+
+    impl PartitionGate for Serves {
+        fn serves(&self, partition: u32) -> bool {
+            self.0.lock().unwrap().contains(&partition)
+        }
+    }
+
+    /// Failover: with a gate, a server serves exactly the partitions the gate allows (its own
+    /// cluster-file partitions too only while allowed), refuses the others with `NotPrimary`
+    /// (reads, writes, and a COMMIT of what it prepared there), takes a HELLO naming a server
+    /// whose partitions it took over, and hands out client ids from a band of its own.
+    #[test]
+    fn with_a_gate_a_server_serves_only_the_partitions_it_holds_a_lease_for() {
+        let cluster = Cluster::with_servers(vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]).unwrap();
+        let key_of = |server: usize| {
+            (0..).map(|i| format!("k{i}").into_bytes()).find(|key| cluster.server_of(key) == server).unwrap()
+        };
+        let (own, other) = (key_of(1), key_of(0));
+        let core = ServerCore::new(10);
+        let gate = Arc::new(Serves(std::sync::Mutex::new(vec![cluster.partition_of(&own)])));
+        assert!(core.join_cluster(cluster.clone(), 1) && core.set_gate(gate.clone()));
+        let mut effects = Effects::default();
+        let now = Now { monotonic_ms: 1, wall_clock_us: 50_000_000 };
+        let ts = (now.wall_clock_us << 16) | 3;
+        let mut handle = |request: Request| core.handle(ConnectionId::default(), request, 1, now, &mut effects);
+        let get = |key: &[u8]| Request::Get { items: vec![GetItem { key: key.to_vec(), selector: Selector::Latest }] };
+        let prepare = |key: &[u8]| Request::Prepare {
+            ts,
+            metadata: Metadata::None,
+            write_set: Vec::new(),
+            writes: vec![Write { key: key.to_vec(), value: b"v".to_vec() }],
+        };
+        let not_primary = |reply: Option<Reply>| {
+            matches!(reply, Some(Reply::Response(Response::Error { code: ErrorCode::NotPrimary, .. })))
+        };
+        assert!(not_primary(handle(get(&other))), "another server's partition");
+        assert!(not_primary(handle(prepare(&other))));
+        assert!(matches!(handle(prepare(&own)), Some(Reply::Response(Response::Ack))));
+        let hello = |index: u32| Request::Hello {
+            client_ids_wanted: 1,
+            cluster: Some(ClusterView { partitions: 2, server_index: index }),
+        };
+        assert!(not_primary(handle(hello(0))), "server 0's partitions are not taken over");
+        let Some(Reply::Response(Response::Hello { client_id_first, .. })) = handle(hello(1)) else { panic!() };
+        assert!(client_id_first > CLIENT_IDS_MAX as u16 / 2, "server 1's band: {client_id_first}");
+        // The lease lapses (deposed): nothing more, not even the COMMIT of what it prepared.
+        gate.0.lock().unwrap().clear();
+        assert!(not_primary(handle(get(&own))));
+        assert!(not_primary(handle(Request::Commit { ts })));
+        assert_eq!(core.store().last_commit(&own), 0, "the deposed server committed nothing");
+        // It took server 0's partitions over: HELLO as server 0 is accepted, as server 0.
+        *gate.0.lock().unwrap() = (0..2).collect();
+        let Some(Reply::Response(Response::Hello { cluster: Some(view), .. })) = handle(hello(0)) else { panic!() };
+        assert_eq!(view.server_index, 0);
+        assert!(matches!(handle(get(&other)), Some(Reply::Versions(_))));
     }
 
     /// With logging on, every change to the store is described after it was made, and nothing
