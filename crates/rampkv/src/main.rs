@@ -512,8 +512,9 @@ struct ChaosArgs {
     /// The cluster's shared secret: the servers require it, the workload proves it.
     #[command(flatten)]
     secret: SecretArgs,
-    /// Copies of every partition; the nemesis then kills while every partition has its full
-    /// replica set. Refused above 1 until the servers replicate.
+    /// Copies of every partition: the servers replicate and fail over (configuration service);
+    /// the nemesis then kills only while every partition has its full replica set (without
+    /// rejoin, once per run). Above 1: kill-one or none, over --transport tcp.
     #[arg(long, default_value_t = 1)]
     replicas: u32,
     /// How long the workload runs (e.g. 60s, 2m).

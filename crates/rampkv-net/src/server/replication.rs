@@ -26,11 +26,13 @@
 //!
 //! # Fault model (what is built today)
 //! A link that fails (the backup died, refused, or stayed `REPLICATION_FULL_WAIT_MS_MAX` behind)
-//! is failed for good: the primary's later writes are never acknowledged (held), because
-//! acknowledging them without the backup would break "every acknowledged write is on f + 1
-//! servers". Removing a dead backup from the replica set, promoting a backup when a primary
-//! dies, fencing at the data path and rejoin are the configuration service's part (issue 16,
-//! phases 3-5: not wired yet; docs/replication.md).
+//! is failed for good: the primary's later writes are held until a committed configuration
+//! removes that backup from the primary's replica sets ([`Replicator::retain_backups`], called
+//! by failover), because acknowledging them without the backup before that would break "every
+//! acknowledged write is on f + 1 servers". A backup that takes a copy over
+//! ([`BackupService::take_over`], failover) fences the copy's primary first: its stream stops
+//! before its next record and its hellos are refused from then on. Rejoin (a new or restarted
+//! backup catching up from a snapshot) is not built (docs/replication.md).
 //!
 //! # Wire (replication port, all integers little-endian)
 //! ```text
