@@ -68,5 +68,7 @@ cargo run --release -p rampkv -- chaos --servers 3 --replicas 2 --duration 8s --
 cargo run --release -p rampkv -- figures --quick --check --out target/figures-smoke
 cargo bench -p rampkv-ycsb --bench generate -- --test
 cargo run --release -p rampkv-fabric --example rpc_bench -- --quick
+# The protocol's own CPU per GET* transaction against its raw slot reads (docs/performance.md).
+cargo run --release -p rampkv-bench --example protocol_cpu -- --quick
 # The persistence engine's micro-benchmark (append throughput per fsync policy, restart time).
 cargo run --release -p rampkv-durable --example durable_bench -- --quick --dir target

@@ -888,7 +888,7 @@ fn run_sessions<T: ClientTransport>(
 
 /// CPU time (user + system) of the calling thread so far, from `/proc/thread-self/stat`
 /// (Linux; clock ticks of 1/100 s: fine over a run of seconds). None where that is missing.
-fn thread_cpu_time() -> Option<Duration> {
+pub fn thread_cpu_time() -> Option<Duration> {
     let stat = std::fs::read_to_string("/proc/thread-self/stat").ok()?;
     // Fields after the command name (which may hold spaces) start at its closing parenthesis:
     // state is field 3, utime 14 and stime 15 (1-based), so 11 and 12 after the name.
