@@ -36,6 +36,7 @@ use rampkv::recovery::RECOVERY_TIMEOUT_MS;
 use rampkv::resp::auth::Users;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::durable::{cluster_data_dirs, DurabilityConfig};
+use rampkv::server::failover::FirstLease;
 use rampkv::server::front::FrontEnd;
 use rampkv::server::{
     ConnectionLimits, Durability, FailoverOptions, ReplicationOptions, ReplicationPeers, ServerConfig, ServerGroup,
@@ -664,30 +665,39 @@ fn run(command: Command) -> Result<ExitCode> {
                 }
                 _ => None,
             };
-            let rejoined = matches!(failover, Some((_, StartMode::Rejoin)));
+            // A bootstrapping server waits for its first lease (its listeners open only then).
+            // One that restarted, or that the cluster failed over before it got a lease (it
+            // started too late), holds nothing and serves nothing (rejoin is not built).
+            let first_lease = match &failover {
+                Some((options, StartMode::Bootstrap)) => {
+                    let wait = Duration::from_millis(FAILOVER_FIRST_LEASE_WAIT_MS_MAX);
+                    Some(options.gate.wait_for_lease(options.index, wait))
+                }
+                _ => None,
+            };
+            if first_lease == Some(FirstLease::TimedOut) {
+                bail!(
+                    "no lease from the configuration service within {} s: are a majority of the cluster's servers up?",
+                    FAILOVER_FIRST_LEASE_WAIT_MS_MAX / 1_000
+                );
+            }
+            let rejoined =
+                matches!(failover, Some((_, StartMode::Rejoin))) || first_lease == Some(FirstLease::FailedOver);
             let replication = match &membership {
-                // A restarted process holds nothing and is primary of nothing (rejoin is not
-                // built): it neither ships records nor takes any.
+                // A server that holds nothing neither ships records nor takes any.
                 Some((file, index)) if file.replicas() > 1 && !rejoined => Some(ReplicationOptions {
                     peers: Some(ReplicationPeers { first_index: *index, addresses: file.replicate_addresses()? }),
                     ..ReplicationOptions::new(file.replicas())
                 }),
                 _ => None,
             };
-            if let Some((options, StartMode::Bootstrap)) = &failover {
-                let wait = Duration::from_millis(FAILOVER_FIRST_LEASE_WAIT_MS_MAX);
-                if !options.gate.wait_for_lease(options.index, wait) {
-                    bail!(
-                        "no lease from the configuration service within {} s: are a majority of the cluster's \
-                         servers up?",
-                        wait.as_secs()
-                    );
-                }
-            }
             if rejoined {
                 say!(
-                    "rampkv server: rejoined a running cluster as a new incarnation; it serves no partition (its \
-                     data was lost with the old process, and catching up is not built)"
+                    "rampkv server: {}; it serves no partition (it holds no data, and catching up is not built)",
+                    match first_lease {
+                        Some(FirstLease::FailedOver) => "the cluster failed this server over before it started",
+                        _ => "rejoined a running cluster as a new incarnation",
+                    }
                 );
             }
             let failover = failover.map(|(options, _)| options);

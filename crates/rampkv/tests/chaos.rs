@@ -160,15 +160,19 @@ fn namespaces_can_be_made() -> bool {
     made
 }
 
-/// Failover, which the servers lack, is refused up front, saying so, rather than tested
-/// vacuously (replicated servers killed would stop their partitions for good); so is a data
-/// directory that already holds something (the history could not be checked against a cluster
-/// that starts with data the run did not write).
+/// What replication does not promise is refused up front, saying so, rather than tested
+/// vacuously: killing every replica at once (f failures at a time, not all), and a killing
+/// nemesis with clients that do not follow a failover (one-sided); so is a data directory that
+/// already holds something (the history could not be checked against a cluster that starts
+/// with data the run did not write).
 #[test]
-fn failover_the_servers_lack_and_a_used_data_directory_are_refused_clearly() {
-    let (output, _, _) = chaos(&["--replicas", "2", "--duration", "1s"]);
+fn failures_replication_does_not_survive_and_a_used_data_directory_are_refused_clearly() {
+    let (output, _, _) = chaos(&["--replicas", "2", "--nemesis", "kill-all", "--duration", "1s"]);
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("do not fail over yet"), "{}", describe(&output));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("not every server at once"), "{}", describe(&output));
+    let (output, _, _) = chaos(&["--replicas", "2", "--transport", "onesided", "--duration", "1s"]);
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("needs --transport tcp"), "{}", describe(&output));
     let directory = tempfile::tempdir().unwrap();
     std::fs::write(directory.path().join("leftover"), b"x").unwrap();
     let (output, _, _) =

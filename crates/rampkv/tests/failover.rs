@@ -9,9 +9,12 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[allow(dead_code)] // this binary uses only the request-by-request helper
+mod common;
+
 use rampkv::client::Client;
 use rampkv::cluster::Cluster;
-use rampkv::transport::{ClientTransport, TcpClientTransport};
+use rampkv::transport::TcpClientTransport;
 use rampkv::wire::{ErrorCode, GetItem, Request, Response, Selector, Write};
 
 /// Server processes this test started; each is killed (SIGKILL) and reaped when dropped, even
@@ -151,21 +154,8 @@ fn assert_refuses_its_old_partitions(address: &str, key: &[u8]) {
     let ts = (rampkv::types::wall_clock_us() << 16) | 9;
     let put = Request::Put { ts, writes: vec![Write { key: key.to_vec(), value: b"stale".to_vec() }] };
     for (id, request) in [(1u64, get), (2, put)] {
-        transport.post(0, id, &request).unwrap();
-        transport.flush().unwrap();
-        let mut reply = None;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while reply.is_none() && Instant::now() < deadline {
-            transport
-                .poll(Some(Duration::from_millis(50)), |_, reply_id, response| {
-                    if reply_id == id {
-                        reply = Some(response);
-                    }
-                })
-                .unwrap();
-        }
-        match reply {
-            Some(Response::Error { code: ErrorCode::NotPrimary, .. }) => {}
+        match common::ask(&mut transport, 0, id, &request) {
+            Response::Error { code: ErrorCode::NotPrimary, .. } => {}
             other => panic!("request {id} to the deposed server {address} was answered {other:?}"),
         }
     }

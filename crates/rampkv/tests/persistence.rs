@@ -12,10 +12,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[allow(dead_code)] // this binary uses only the request-by-request helper
+mod common;
+
+use common::ask;
 use rampkv::client::Client;
 use rampkv::cluster::Cluster;
 use rampkv::durable::record::check_frame;
-use rampkv::transport::{ClientTransport, TcpClientTransport};
+use rampkv::transport::TcpClientTransport;
 use rampkv::types::{wall_clock_us, TimestampClock};
 use rampkv::wire::{Metadata, Request, Response, Write, WriteSet};
 use rand::{Rng, SeedableRng};
@@ -248,24 +252,6 @@ fn a_checksum_damaged_in_the_middle_refuses_to_start_until_truncate_corrupt_log(
     let found = read_back(local.cluster(), &acknowledged);
     assert!(found.iter().all(|(i, value)| value.as_ref().is_none_or(|value| *value == format!("value{i}"))));
     assert!(found.iter().filter(|(_, value)| value.is_some()).count() > acknowledged.len() / 2, "{found:?}");
-}
-
-/// Sends `request` to `server` and waits for its reply.
-fn ask(transport: &mut TcpClientTransport, server: usize, id: u64, request: &Request) -> Response {
-    transport.post(server, id, request).unwrap();
-    transport.flush().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut reply = None;
-    while reply.is_none() && Instant::now() < deadline {
-        transport
-            .poll(Some(Duration::from_millis(50)), |_, reply_id, response| {
-                if reply_id == id {
-                    reply = Some(response);
-                }
-            })
-            .unwrap();
-    }
-    reply.expect("a reply within 10 s")
 }
 
 fn prepare(ts: u64, write_set: &[Vec<u8>], key: &[u8]) -> Request {

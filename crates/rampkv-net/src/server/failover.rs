@@ -80,20 +80,37 @@ impl LeaseGate {
     }
 }
 
+/// How a bootstrapping server's wait for its first lease ended ([`LeaseGate::wait_for_lease`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstLease {
+    /// It holds a lease for every partition its cluster file gives it.
+    Held,
+    /// The cluster failed it over before it got one (it started too late): it serves nothing,
+    /// as a restarted server.
+    FailedOver,
+    /// Neither within the timeout (no majority of the servers is up).
+    TimedOut,
+}
+
 impl LeaseGate {
     /// Waits until this server holds a lease for every partition its cluster file gives it
-    /// (the configuration service elected a leader and granted it); false after `timeout`.
-    pub fn wait_for_lease(&self, me: usize, timeout: Duration) -> bool {
+    /// (the configuration service elected a leader and granted it), or the configuration names
+    /// another primary for one of them, or `timeout` passes.
+    pub fn wait_for_lease(&self, me: usize, timeout: Duration) -> FirstLease {
         let deadline = std::time::Instant::now() + timeout;
         let own: Vec<u32> =
             (0..self.owners.len() as u32).filter(|p| usize::from(self.owners[*p as usize]) == me).collect();
         while std::time::Instant::now() < deadline {
             if own.iter().all(|partition| self.serves(*partition)) {
-                return true;
+                return FirstLease::Held;
+            }
+            let configuration = self.node.configuration();
+            if own.iter().any(|partition| configuration.primary_of(*partition) != Some(me as ServerId)) {
+                return FirstLease::FailedOver;
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        false
+        FirstLease::TimedOut
     }
 }
 

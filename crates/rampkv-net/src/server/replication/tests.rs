@@ -189,3 +189,24 @@ fn a_replicator_releases_a_call_only_once_every_backup_acknowledged_it() {
     std::thread::sleep(Duration::from_millis(50));
     assert!(replicator.acknowledged() < LogPosition(3), "held: one backup cannot hold it");
 }
+
+/// Failover: taking a primary's copy over fences the primary. What it streamed and was
+/// acknowledged is in the copy; its stream is closed and nothing it sends after the takeover is
+/// applied; a later hello of its old epoch is refused, naming the new one.
+#[test]
+fn taking_a_copy_over_fences_its_primary() {
+    let service = service();
+    let mut stream = connect(&service);
+    assert_eq!(hello(&mut stream, 4, 1, 1), (0, 0));
+    stream.write_all(&put(1, 1, "a")).unwrap();
+    assert_eq!(ack(&mut stream), 1);
+    let copy = service.take_over(4, 2).expect("the primary streamed");
+    assert!(copy.store().get_latest(b"a").is_some(), "the acknowledged record is in the copy");
+    let _ = stream.write_all(&put(2, 1, "b")); // may fail: the backup closed the stream
+    assert!(closed(&mut stream), "the old primary's stream is closed");
+    assert!(copy.store().get_latest(b"b").is_none() && copy.applied() == 1, "nothing applied after it");
+    let mut again = connect(&service);
+    assert_eq!(hello(&mut again, 4, 1, 2), (1, 2), "a hello of the old epoch is refused");
+    assert!(closed(&mut again));
+    assert!(service.take_over(9, 2).is_none(), "a primary that never streamed has no copy");
+}
