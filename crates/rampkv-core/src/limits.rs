@@ -52,6 +52,15 @@ pub const TIMESTAMP_FUTURE_SKEW_MS: u64 = 1_000;
 /// A transaction that has not finished after this long fails with a timeout error.
 pub const TXN_TIMEOUT_MS: u64 = 5_000;
 
+/// A client whose connection to a server failed tries to connect again after this long, then
+/// after twice as long each time it fails, up to `CLIENT_RECONNECT_BACKOFF_MS_MAX`
+/// (transactions that need the server fail at once meanwhile, the others go on).
+pub const CLIENT_RECONNECT_BACKOFF_MS_MIN: u64 = 50;
+
+/// The longest a client waits between two attempts to reconnect to a server (a restarted
+/// server is used again at most this long after it listens).
+pub const CLIENT_RECONNECT_BACKOFF_MS_MAX: u64 = 1_000;
+
 /// How often at most a driver looks for transactions past their deadline (each look reads
 /// every session; a timeout is noticed this much late at most, beside `TXN_TIMEOUT_MS`).
 pub const DRIVER_EXPIRY_SCAN_INTERVAL_MS: u64 = 1;
@@ -96,6 +105,12 @@ pub const CONNECTION_SLOW_READER_TIMEOUT_MS: u64 = 30_000;
 /// A server closes a stream connection that began a frame and has not completed it after this
 /// long (a client that declares a large frame and trickles its bytes, holding its buffer).
 pub const CONNECTION_FRAME_TIMEOUT_MS: u64 = 30_000;
+
+/// A server closes a connection that has not finished its handshake this long after it opened:
+/// with a shared secret, not authenticated; without one, not a single complete frame received
+/// (every client says HELLO first). Connections that never say anything would otherwise hold
+/// connection slots until the idle timeout, which is off by default, and lock clients out.
+pub const CONNECTION_HANDSHAKE_TIMEOUT_MS: u64 = 10_000;
 
 /// A server closes a connection that sent no request for this long, holds no unsent reply and
 /// no partial frame (0: never, the default, as Redis's `timeout 0`: clients keep idle
@@ -204,6 +219,15 @@ pub const WRITEPOLL_CONTROL_LINE_BYTES_MAX: usize = 4096;
 
 /// GET+/PUT+: how long connecting and the control handshake may take.
 pub const WRITEPOLL_CONTROL_TIMEOUT_MS: u64 = 5_000;
+
+/// A fabric front end closes a control connection whose handshake (hello, then the answer to
+/// the challenge) has not finished this long after it opened. Handshakes run side by side
+/// without blocking, so one that never finishes holds no other back.
+pub const CONTROL_HANDSHAKE_TIMEOUT_MS: u64 = WRITEPOLL_CONTROL_TIMEOUT_MS;
+
+/// Most control handshakes a fabric front end runs at once; a new connection beyond it closes
+/// the oldest (an honest client finishes within a round trip, so only stalled ones are old).
+pub const CONTROL_HANDSHAKES_MAX: usize = 256;
 
 /// Shared secret (`--secret-file`): the fewest bytes a secret file may hold (256 bits, the
 /// HMAC-SHA-256 key size that makes guessing hopeless).

@@ -25,7 +25,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::server::Servers;
-use crate::transport::{ClientTransport, TcpClientTransport};
+use crate::transport::{ClientTransport, ServerEvent, TcpClientTransport};
 use rampkv_core::cluster::Cluster;
 use rampkv_core::storage::PendingTxn;
 use rampkv_core::types::Timestamp;
@@ -178,8 +178,9 @@ impl ResolverThread {
         Verdict::Committed
     }
 
-    /// Sends one request to `server` and waits for its reply (None on any failure, after which
-    /// the connections are rebuilt on the next use).
+    /// Sends one request to `server` and waits for its reply: None at once if `server` is down,
+    /// None as soon as it goes down, None after [`RECOVERY_REPLY_TIMEOUT`] (after which the
+    /// connections are rebuilt on the next use).
     fn ask(&mut self, server: usize, request: Request) -> Option<Response> {
         // With failover, a server's partitions may be served elsewhere now: reach them there.
         let routes = self.servers.routes().unwrap_or_else(|| self.cluster.servers().to_vec());
@@ -188,6 +189,12 @@ impl ResolverThread {
             self.connected_to = routes;
         }
         let transport = self.transport.as_mut()?;
+        // A peer that is down answers nothing: no need to wait for it (the transport tries it
+        // again after its backoff).
+        transport.reconnect_due();
+        if transport.is_down(server) {
+            return None;
+        }
         self.next_id += 1;
         let id = self.next_id;
         let deadline = Instant::now() + RECOVERY_REPLY_TIMEOUT;
@@ -203,8 +210,15 @@ impl ResolverThread {
             if polled.is_err() {
                 break;
             }
+            let mut events = Vec::new();
+            transport.take_server_events(&mut events);
+            if events.iter().any(|event| matches!(event, ServerEvent::Down { server: down, .. } if *down == server)) {
+                break;
+            }
         }
-        if reply.is_none() {
+        // A peer that went down is taken back by the transport itself; one that answered nothing
+        // in time while its connection stayed up is suspect: connect afresh on the next use.
+        if reply.is_none() && !transport.is_down(server) {
             self.transport = None;
         }
         reply

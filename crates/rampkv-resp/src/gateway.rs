@@ -45,6 +45,9 @@
 //!   before it are written. Other connections are not affected.
 //! - A client that does not read its replies stops being served once
 //!   [`GATEWAY_OUTPUT_BACKLOG_BYTES_MAX`] of them wait (its later commands wait in its socket).
+//! - All connections together hold at most [`GatewayConfig::buffered_bytes_max`] (default
+//!   [`GATEWAY_BUFFERED_BYTES_MAX`]) of buffered requests and unsent replies: beyond it the
+//!   connection that holds the most is closed and logged, until the total is under it.
 //! - A client that closes its sending side still gets the replies to the complete commands it
 //!   sent; an incomplete trailing command is dropped.
 //! - With an idle timeout ([`GatewayConfig::idle_timeout`], `--timeout SECONDS` as Redis's
@@ -52,9 +55,11 @@
 //!   no reply waiting is closed (its session goes back to the pool).
 //! - A transaction that fails (timeout, server error) gets `-ERR rampkv: ...`. A timed-out
 //!   write may or may not have taken effect, as with any store.
-//! - If the driver's connections to the servers fail, every command in flight gets an error,
-//!   and later commands try to reconnect at most once per [`RECONNECT_INTERVAL`]; until that
-//!   works they get `-ERR rampkv cluster unavailable: ...`.
+//! - If one server's connection fails, the commands that need its partitions get
+//!   `-CLUSTERDOWN rampkv: partitions [...] are unavailable ...` and the others go on; the driver
+//!   reconnects to it on its own. If the driver fails as a whole, every command in flight gets
+//!   an error, and later commands try to reconnect at most once per [`RECONNECT_INTERVAL`];
+//!   until that works they get `-ERR rampkv cluster unavailable: ...`.
 
 use std::io::{ErrorKind, Write as _};
 use std::net::SocketAddr;
@@ -72,8 +77,8 @@ use super::codec::{self, Frame, Protocol, RequestLimits, RequestParser};
 use super::command::{parse_request, Request};
 use super::transport::{SharedPollTransport, SERVER_TOKEN_BASE};
 use super::{
-    value, GATEWAY_IDLE_SCAN_INTERVAL, GATEWAY_OUTPUT_BACKLOG_BYTES_MAX, GATEWAY_SESSIONS_DEFAULT,
-    GATEWAY_SESSIONS_MAX, GATEWAY_WRITE_EARLY_BYTES, REDIS_COMPATIBLE_VERSION,
+    value, GATEWAY_BUFFERED_BYTES_MAX, GATEWAY_IDLE_SCAN_INTERVAL, GATEWAY_OUTPUT_BACKLOG_BYTES_MAX,
+    GATEWAY_SESSIONS_DEFAULT, GATEWAY_SESSIONS_MAX, GATEWAY_WRITE_EARLY_BYTES, REDIS_COMPATIBLE_VERSION,
 };
 use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::TXN_KEYS_MAX;
@@ -153,6 +158,8 @@ pub struct GatewayConfig {
     pub protected_mode: bool,
     /// Redis's `timeout`: close a connection idle this long (`None`, the default: never).
     pub idle_timeout: Option<Duration>,
+    /// Most bytes all connections may hold together (default `GATEWAY_BUFFERED_BYTES_MAX`).
+    pub buffered_bytes_max: usize,
 }
 
 /// The server groups of this process ([`rampkv_net::server::ServerGroup::servers`]); server i
@@ -173,6 +180,7 @@ impl GatewayConfig {
             users: Arc::new(Users::open()),
             protected_mode: true,
             idle_timeout: None,
+            buffered_bytes_max: GATEWAY_BUFFERED_BYTES_MAX,
         }
     }
 
@@ -226,6 +234,7 @@ impl Gateway {
             (cluster.clone(), config.in_process.clone()),
             (driver, Arc::clone(&waker)),
             (address.port(), Arc::clone(&config.users), config.idle_timeout),
+            config.buffered_bytes_max,
         );
         let thread = std::thread::Builder::new().name("rampkv-gateway".into()).spawn(move || event_loop.run())?;
         Ok(Gateway { address, stop, waker, thread: Some(thread) })
@@ -343,6 +352,8 @@ struct Connection {
     flush_queued: bool,
     /// When it last sent a command (or connected): the idle timeout counts from here.
     last_command: Instant,
+    /// Bytes its buffers held when last counted (in the gateway's total).
+    held_bytes: usize,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -394,6 +405,9 @@ struct EventLoop {
     users: Arc<Users>,
     idle_timeout: Option<Duration>,
     next_idle_scan: Instant,
+    /// Bytes all connections hold, as last counted, and the most they may.
+    held_total: usize,
+    buffered_bytes_max: usize,
 }
 
 impl EventLoop {
@@ -404,6 +418,7 @@ impl EventLoop {
         (cluster, in_process): (Cluster, Option<InProcessServers>),
         (driver, waker): (GatewayDriver, Arc<Waker>),
         (port, users, idle_timeout): (u16, Arc<Users>, Option<Duration>),
+        buffered_bytes_max: usize,
     ) -> Self {
         let session_count = driver.session_count();
         let txn_options = *driver.txn_options();
@@ -440,6 +455,8 @@ impl EventLoop {
             users,
             idle_timeout,
             next_idle_scan: Instant::now(),
+            held_total: 0,
+            buffered_bytes_max,
         }
     }
 
@@ -495,8 +512,37 @@ impl EventLoop {
             }
             self.flush_replies();
             self.close_idle();
+            self.enforce_budget();
         }
         Ok(())
+    }
+
+    /// Counts what connection `slot` holds now into the gateway's total.
+    fn account(&mut self, slot: usize) {
+        let Some(connection) = self.connections[slot].as_mut() else { return };
+        let held = connection.incoming.held_bytes() + connection.outgoing.held_bytes();
+        self.held_total = self.held_total - connection.held_bytes + held;
+        connection.held_bytes = held;
+    }
+
+    /// While all connections hold more than the gateway's budget, closes the one holding the
+    /// most (logged).
+    fn enforce_budget(&mut self) {
+        while self.held_total > self.buffered_bytes_max {
+            let largest = (0..self.connections.len())
+                .filter_map(|slot| self.connections[slot].as_ref().map(|connection| (connection.held_bytes, slot)))
+                .max();
+            let Some((held, slot)) = largest else { return };
+            let peer = self.connections[slot].as_ref().and_then(|connection| connection.stream.peer_addr().ok());
+            let peer = peer.map_or_else(|| "?".to_string(), |peer| peer.to_string());
+            log::warn!(
+                "closing the RESP connection from {peer}: all connections hold {} bytes, over the gateway's budget \
+                 of {}, and this one holds the most ({held})",
+                self.held_total,
+                self.buffered_bytes_max
+            );
+            self.close(slot);
+        }
     }
 
     /// Closes the connections idle past the idle timeout (at most every
@@ -591,6 +637,7 @@ impl EventLoop {
             queued: false,
             flush_queued: false,
             last_command: Instant::now(),
+            held_bytes: 0,
         });
         self.next_client_id += 1;
         self.enqueue(slot);
@@ -599,7 +646,9 @@ impl EventLoop {
     /// Reads and runs commands for a connection until it must wait; closes it if done. Its
     /// replies are written at the end of the turn ([`EventLoop::flush_replies`]).
     fn service(&mut self, slot: usize) {
-        if !self.serve(slot) {
+        let served = self.serve(slot);
+        self.account(slot);
+        if !served {
             return self.close(slot);
         }
         let connection = self.connections[slot].as_mut().expect("served");
@@ -622,6 +671,7 @@ impl EventLoop {
             {
                 self.close(slot);
             } else {
+                self.account(slot);
                 self.update_interest(slot);
             }
         }
@@ -694,6 +744,7 @@ impl EventLoop {
             return;
         };
         let _ = self.poll.registry().deregister(&mut connection.stream);
+        self.held_total -= connection.held_bytes;
         self.free_slots.push(slot);
         let session = &mut self.sessions[connection.session];
         debug_assert_eq!(session.owner, Some(slot));
@@ -924,7 +975,7 @@ impl EventLoop {
             }
             let now = Instant::now();
             let check_deadlines = now >= self.next_deadline_check;
-            if !check_deadlines && !driver.transport().work_pending() {
+            if !check_deadlines && !driver.transport().work_pending() && !driver.has_ready() {
                 return;
             }
             if check_deadlines {
@@ -981,9 +1032,7 @@ impl EventLoop {
         let protocol = connection.protocol;
         let out = &mut connection.outgoing;
         match (pending, completion.result) {
-            (pending, Err(error)) => {
-                out.append(|out| write_errors(out, &format!("ERR rampkv: {error}"), pending.replies()))
-            }
+            (pending, Err(error)) => out.append(|out| write_errors(out, &transaction_error(&error), pending.replies())),
             (Pending::Reads(commands), Ok(TxnResult::Read(outcome))) => {
                 out.append(|out| write_read_replies(out, protocol, &commands, &outcome));
             }
@@ -1050,6 +1099,16 @@ impl Pending {
             Pending::Writes { commands } => *commands,
             Pending::DeleteRead | Pending::DeleteWrite { .. } => 1,
         }
+    }
+}
+
+/// The Redis error for a failed transaction. Partitions that no reachable server holds get
+/// Redis Cluster's `CLUSTERDOWN` code (clients treat it as "the cluster cannot serve this now,
+/// retry later"), with the partitions named; other commands keep working.
+fn transaction_error(error: &ClientError) -> String {
+    match error {
+        ClientError::Unavailable { .. } => format!("CLUSTERDOWN rampkv: {error}"),
+        error => format!("ERR rampkv: {error}"),
     }
 }
 

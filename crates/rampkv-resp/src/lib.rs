@@ -83,6 +83,12 @@ pub const GATEWAY_SESSIONS_MAX: usize = 16 * 1024;
 /// of `TXN_KEYS_MAX` values of `VALUE_BYTES_MAX` is 16 MiB.
 pub const GATEWAY_OUTPUT_BACKLOG_BYTES_MAX: usize = 1024 * 1024;
 
+/// Most bytes all RESP connections of a gateway may hold together (their buffered requests and
+/// unsent replies; each alone may hold up to one largest request plus its backlog, about 33
+/// MiB). Beyond it the connection holding the most is closed, and logged, until the total is
+/// back under it: 1,024 connections each holding a 32 MiB request would otherwise hold 32 GiB.
+pub const GATEWAY_BUFFERED_BYTES_MAX: usize = 512 * 1024 * 1024;
+
 /// With an idle timeout (`--timeout`, as Redis's `timeout`), how often the gateway looks for
 /// connections idle past it (each look reads every connection; one closes at most this late).
 pub const GATEWAY_IDLE_SCAN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);

@@ -25,7 +25,7 @@ use rampkv_core::wire::{Request, Response};
 use rampkv_net::message::tcp::TcpChannel;
 use rampkv_net::message::{Channel, ChannelError};
 use rampkv_net::transport::local::LocalTransport;
-use rampkv_net::transport::{ClientMedium, ClientTransport, Transport, TransportError};
+use rampkv_net::transport::{ClientMedium, ClientTransport, ServerEvent, Transport, TransportError};
 
 /// Longest sleep between the attempts of a blocking poll (the HELLO at connect time).
 const BLOCKING_POLL_SLEEP: Duration = Duration::from_millis(1);
@@ -53,9 +53,9 @@ impl ClientMedium for GatewayMedium {
 
     /// Only the HELLO's blocking poll comes here (the loop's steps poll with a zero timeout):
     /// sleeps a little, then lets every socket be read.
-    fn wait(&mut self, channels: &mut [TcpChannel], timeout: Option<Duration>) -> Result<bool, ChannelError> {
+    fn wait(&mut self, channels: &mut [Option<TcpChannel>], timeout: Option<Duration>) -> Result<bool, ChannelError> {
         std::thread::sleep(timeout.map_or(BLOCKING_POLL_SLEEP, |timeout| timeout.min(BLOCKING_POLL_SLEEP)));
-        for channel in channels {
+        for channel in channels.iter_mut().flatten() {
             channel.set_ready(true, false, false);
         }
         Ok(false)
@@ -140,6 +140,24 @@ impl ClientTransport for SharedPollTransport {
                 transport.poll(timeout, deliver)
             }
             SharedPollTransport::InProcess(local) => local.poll(timeout, deliver),
+        }
+    }
+
+    fn take_server_events(&mut self, events: &mut Vec<ServerEvent>) {
+        if let SharedPollTransport::Sockets { transport, .. } = self {
+            transport.take_server_events(events);
+        }
+    }
+
+    fn reconnect_due(&mut self) {
+        if let SharedPollTransport::Sockets { transport, .. } = self {
+            transport.reconnect_due();
+        }
+    }
+
+    fn disconnect(&mut self, server: usize) {
+        if let SharedPollTransport::Sockets { transport, .. } = self {
+            transport.disconnect(server);
         }
     }
 }

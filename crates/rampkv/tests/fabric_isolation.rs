@@ -160,3 +160,56 @@ fn a_client_that_overwrites_all_the_memory_it_can_reach_breaks_only_its_own_conn
         }
     }
 }
+
+/// Control connections that never finish their handshake: before, the control thread ran
+/// handshakes one at a time, blocking, each read waiting up to the control timeout (5 s), so 20
+/// silent connections held an honest client back for 100 s (its own handshake timed out), and
+/// a hello trickled a byte at a time held it back indefinitely. Now handshakes run side by side:
+/// the honest client connects at once, the silent and trickling ones are closed after
+/// `CONTROL_HANDSHAKE_TIMEOUT_MS`, and beyond `CONTROL_HANDSHAKES_MAX` under way a new
+/// connection closes the oldest.
+#[test]
+fn control_connections_that_never_finish_their_handshake_hold_no_other_client_back() {
+    let (_group, _rings, cluster, control) = cluster();
+    let silent: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(&control[0]).unwrap()).collect();
+    let trickler = TcpStream::connect(&control[0]).unwrap();
+    // The first bytes of a hello, one at a time; never the newline.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let trickling = {
+        let mut stream = trickler.try_clone().unwrap();
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            for byte in b"{\"version\":1,\"medium\":\"ring\",\"region\":{".iter().cycle().take(400) {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) || stream.write_all(&[*byte]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    // The honest client connects and is served while all of them are under way.
+    let transport = WritePollClientTransport::connect(&control).expect("the honest client's handshake finishes");
+    let mut driver = Driver::connect(transport, cluster, 1).unwrap();
+    put_get_round_trip(&mut driver, 1);
+    // The others are closed once their handshake time is up (bounded wait: 20 s).
+    for (index, mut stream) in silent.into_iter().chain([trickler.try_clone().unwrap()]).enumerate() {
+        stream.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let read = std::io::Read::read(&mut stream, &mut [0u8; 64]);
+        // Closed: the end of the stream, or a reset (a close with bytes unread); a timeout is not.
+        let closed = matches!(&read, Ok(0))
+            || matches!(&read, Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset);
+        assert!(closed, "connection {index} was not closed within 20 s: {read:?}");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = trickler.shutdown(std::net::Shutdown::Both);
+    trickling.join().unwrap();
+    // Beyond the bound of handshakes under way, a new one closes the oldest.
+    let mut oldest = TcpStream::connect(&control[0]).unwrap();
+    let rest: Vec<TcpStream> =
+        (0..rampkv::limits::CONTROL_HANDSHAKES_MAX).map(|_| TcpStream::connect(&control[0]).unwrap()).collect();
+    oldest.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    assert!(matches!(std::io::Read::read(&mut oldest, &mut [0u8; 64]), Ok(0)), "the oldest handshake was closed");
+    let transport = WritePollClientTransport::connect(&control).expect("an honest client still gets in");
+    drop(rest);
+    drop(transport);
+}

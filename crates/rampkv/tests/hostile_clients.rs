@@ -7,13 +7,16 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rampkv::client::{Client, ClientError};
+use rampkv::auth::SharedSecret;
+use rampkv::client::{Client, ClientError, Driver};
 use rampkv::cluster::Cluster;
 use rampkv::limits::{FRAME_BODY_BYTES_MAX, STREAM_READ_CHUNK_BYTES};
+use rampkv::message::tcp::TcpClient;
 use rampkv::server::{ConnectionCounts, ConnectionLimits, ServerConfig, ServerGroup, ServerOptions};
+use rampkv::transport::Transport;
 use rampkv::types::{wall_clock_us, CLIENT_ID_BITS};
 use rampkv::wire::{ErrorCode, FrameHeader, Metadata, Request, Response, Write as WireWrite, FRAME_HEADER_BYTES};
 
@@ -512,7 +515,9 @@ fn client_and_server_with_different_cluster_files_refuse_each_other() {
 #[test]
 fn two_thousand_prepared_versions_never_committed_are_freed() {
     let fixture = fixture();
-    fixture.group.cores()[0].set_prepared_abandon_ms(500);
+    // Not ended while they are sent (117 MiB take longer than a short timeout on a loaded
+    // machine, and the count below would then be short); the short timeout is set after.
+    fixture.group.cores()[0].set_prepared_abandon_ms(600_000);
     let base = wall_clock_us();
     let ts = |index: u64| ((base + index) << CLIENT_ID_BITS) | 7;
     let mut frames = Vec::new();
@@ -534,6 +539,7 @@ fn two_thousand_prepared_versions_never_committed_are_freed() {
     let held = store.stats();
     println!("prepared: {held:?}");
     assert_eq!((held.pending_transactions, held.value_bytes), (2_000, 2_000 * 60 * 1024));
+    fixture.group.cores()[0].set_prepared_abandon_ms(500);
     let deadline = Instant::now() + Duration::from_secs(20);
     while store.stats().pending_transactions > 0 || store.stats().value_bytes > 0 {
         assert!(Instant::now() < deadline, "not freed: {:?}", store.stats());
@@ -570,4 +576,91 @@ fn a_key_not_written_again_has_its_old_versions_collected_after_the_grace_period
     assert_eq!(store.stats().versions_collected, 2);
     let read = client.get_all(vec![b"once".to_vec()]).unwrap();
     assert_eq!((read.items[0].ts, &read.items[0].value[..]), (last, &b"three"[..]));
+}
+
+/// "Held idle connections must not lock clients out", before any handshake: 32 connections
+/// that never send a frame fill a server capped at 32, and a new client is locked out. With the
+/// handshake timeout (here 500 ms; the idle timeout is off, as by default) they are closed,
+/// logged, and the new client gets in.
+#[test]
+fn connections_that_never_say_hello_are_closed_by_the_handshake_timeout() {
+    let limits = ConnectionLimits {
+        connections_max: 32,
+        connections_per_address_max: 32,
+        handshake_timeout_ms: 500,
+        ..ConnectionLimits::default()
+    };
+    let fixture = fixture_limited(limits);
+    let silent: Vec<TcpStream> = (0..32).map(|_| raw(fixture.address)).collect();
+    assert!(Client::connect(&fixture.cluster).is_err(), "a 33rd connection was admitted");
+    let counts = wait_for(&fixture, "the handshake timeout closed the 32", |counts| counts.closed_handshake == 32);
+    println!("{counts:?}");
+    assert_eq!(counts.closed_idle, 0, "the idle timeout is off: this is the handshake timeout");
+    assert!(!logged("handshake not finished").is_empty());
+    assert_served(&fixture, b"after the silent ones");
+    for mut stream in silent {
+        assert_eq!(stream.read(&mut [0u8; 1]).unwrap_or(0), 0, "closed");
+    }
+    // A client that said HELLO and then went quiet keeps its connection (no idle timeout).
+    let mut quiet = raw(fixture.address);
+    assert!(matches!(
+        call(&mut quiet, &Request::Hello { client_ids_wanted: 1, cluster: None }),
+        Response::Hello { .. }
+    ));
+    std::thread::sleep(Duration::from_millis(1_500)); // three handshake timeouts
+    let honest = (wall_clock_us() << CLIENT_ID_BITS) | 9;
+    let put = Request::Put { ts: honest, writes: forged_write(b"still open") };
+    assert!(matches!(call(&mut quiet, &put), Response::Ack), "a connection past its handshake is not closed by it");
+}
+
+/// With a shared secret, a connection that keeps sending requests but never authenticates (each
+/// gets `authentication required`) is not idle, yet holds a slot: the handshake timeout closes
+/// it; an authenticated client is served meanwhile and after.
+#[test]
+fn connections_that_never_authenticate_are_closed_by_the_handshake_timeout() {
+    install_logger();
+    let secret = Arc::new(SharedSecret::from_bytes(vec![7u8; 32]).unwrap());
+    let limits = ConnectionLimits { handshake_timeout_ms: 500, ..ConnectionLimits::default() };
+    let configs = [ServerConfig::new("127.0.0.1:0".parse().unwrap())];
+    let options = ServerOptions { secret: Some(Arc::clone(&secret)), limits, ..ServerOptions::default() };
+    let (group, _) = ServerGroup::start(&configs, &options).unwrap();
+    let address = group.addresses()[0];
+    let cluster = Cluster::with_servers(vec![address.to_string()]).unwrap();
+    let mut unauthenticated = raw(address);
+    let started = Instant::now();
+    let closed = loop {
+        // A request every 100 ms: never idle, never authenticated.
+        let mut frame = Vec::new();
+        Request::Hello { client_ids_wanted: 1, cluster: None }.encode_frame(1, &mut frame);
+        if unauthenticated.write_all(&frame).is_err() {
+            break true;
+        }
+        let mut header = [0u8; FRAME_HEADER_BYTES];
+        if unauthenticated.read_exact(&mut header).is_err() {
+            break true; // closed
+        }
+        // The refusal names the missing authentication.
+        let header = FrameHeader::decode(&header).unwrap();
+        let mut body = vec![0u8; header.body_length as usize];
+        if unauthenticated.read_exact(&mut body).is_err() {
+            break true;
+        }
+        let refusal = Response::decode(header.kind, &body).unwrap();
+        assert!(matches!(&refusal, Response::Error { message, .. } if message.contains("authentication required")));
+        assert!(started.elapsed() < Duration::from_secs(20), "the unauthenticated connection was never closed");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(closed);
+    let counts = group.servers().connection_stats().read();
+    assert_eq!((counts.closed_handshake, counts.closed_idle), (1, 0), "{counts:?}");
+    let transport = Transport::with_medium(TcpClient::with_secret(Some(secret)).unwrap(), cluster.servers()).unwrap();
+    let mut driver = Driver::connect(transport, cluster, 1).unwrap();
+    driver.begin_write(0, vec![(b"k".to_vec(), b"v".to_vec())]).unwrap();
+    let mut completions = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while completions.is_empty() {
+        assert!(Instant::now() < deadline, "no completion");
+        driver.step(Some(Duration::from_millis(20)), &mut completions).unwrap();
+    }
+    assert!(completions[0].result.is_ok(), "{:?}", completions[0].result);
 }

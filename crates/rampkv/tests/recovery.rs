@@ -26,7 +26,12 @@ fn cluster() -> (ServerGroup, Cluster, Vec<Vec<u8>>) {
 
 /// A writer that sends exactly the given requests, waits for their replies, then vanishes.
 fn dying_writer(cluster: &Cluster, requests: &[(usize, Request)]) {
-    let mut transport = TcpClientTransport::connect(cluster.servers()).unwrap();
+    dying_writer_to(cluster.servers(), requests);
+}
+
+/// [`dying_writer`] connected to `addresses` only (servers `0..addresses.len()`).
+fn dying_writer_to(addresses: &[String], requests: &[(usize, Request)]) {
+    let mut transport = TcpClientTransport::connect(addresses).unwrap();
     for (id, (server, request)) in requests.iter().enumerate() {
         transport.post(*server, id as u64, request).unwrap();
     }
@@ -121,4 +126,44 @@ fn a_writer_that_died_before_preparing_everywhere_is_aborted_and_its_late_prepar
     }
     assert!(matches!(reply, Some(rampkv::wire::Response::Error { .. })), "{reply:?}");
     assert_eq!(read_until(&cluster, &keys, ts, |_| true), vec![0, 0]);
+}
+
+/// A participant that goes down after the resolver connected to it leaves the resolver
+/// working: it asks the live participants (without waiting out a reply timeout for the dead
+/// one) and keeps its connections, so every later transaction that a live participant
+/// committed is committed too. (A resolver that dropped its connections on a dead peer could
+/// not connect again while that peer was down, and left every later transaction prepared.)
+#[test]
+fn a_participant_that_went_down_does_not_stop_the_resolver() {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let mut live = ServerGroup::spawn(&vec![ServerConfig::new(localhost); 2]).unwrap();
+    let doomed = ServerGroup::spawn(&[ServerConfig::new(localhost)]).unwrap();
+    let addresses: Vec<String> = live.addresses().iter().chain(doomed.addresses()).map(SocketAddr::to_string).collect();
+    let cluster = Cluster::with_servers(addresses.clone()).unwrap();
+    live.start_recovery(cluster.clone(), 0, TIMEOUT_MS).unwrap();
+    let key_of = |server: usize| {
+        (0..).map(|i| format!("k{i}").into_bytes()).find(|key| cluster.server_of(key) == server).unwrap()
+    };
+    let keys = vec![key_of(0), key_of(1), key_of(2)];
+    let committed_at_1 = |ts: u64, prepared_at: &[usize]| {
+        let mut requests: Vec<(usize, Request)> =
+            prepared_at.iter().map(|&server| (server, prepare(ts, &keys, &keys[server]))).collect();
+        requests.push((1, Request::Commit { ts }));
+        requests
+    };
+
+    // With every participant up, server 0's resolver connects to all three and commits.
+    let warm_up = (4 << 40) | 7;
+    dying_writer(&cluster, &committed_at_1(warm_up, &[0, 1, 2]));
+    wait_resolved(&live);
+    assert_eq!(live.cores()[0].store().last_commit(&keys[0]), warm_up);
+
+    doomed.shutdown().unwrap();
+    for (round, ts) in [(5 << 40) | 7, (6 << 40) | 7].into_iter().enumerate() {
+        let started = Instant::now();
+        dying_writer_to(&addresses[..2], &committed_at_1(ts, &[0, 1]));
+        wait_resolved(&live);
+        assert_eq!(live.cores()[0].store().last_commit(&keys[0]), ts, "round {round}: committed at server 0");
+        println!("round {round}: resolved in {:?} with a participant down", started.elapsed());
+    }
 }

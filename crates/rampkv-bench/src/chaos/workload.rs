@@ -10,12 +10,19 @@
 //! key space, where they race writes.
 //!
 //! # Surviving faults
-//! A killed server breaks the connections of every driver (today's transports fail the whole
-//! driver when one server goes away). The thread then records every transaction it had in
-//! flight as failed (`ok: false`; a failed write may still have taken effect, which the checker
-//! accepts), drops the driver, and connects again every [`CHAOS_RECONNECT_BACKOFF_MS`] until
-//! the cluster takes it back. A failed transaction is tried again (as a new transaction, with
-//! a new timestamp) up to [`CHAOS_TRIES_PER_TRANSACTION_MAX`] times in all.
+//! A killed server fails the transactions that need its partitions (`ClientError::Unavailable`,
+//! recorded `ok: false`; a failed write may still have taken effect, which the checker accepts)
+//! and the others go on; the driver reconnects to the server on its own once it is back. A
+//! session whose transaction failed for an unavailable partition waits
+//! [`CHAOS_RECONNECT_BACKOFF_MS`] before its next try (a refused transaction fails at once: without
+//! the wait the thread would spin through its tries). If the driver fails as a whole, the thread
+//! records every transaction in flight as failed, drops the driver, and connects again every
+//! [`CHAOS_RECONNECT_BACKOFF_MS`] until the cluster takes it back. A failed transaction is tried
+//! again (as a new transaction, with a new timestamp) up to [`CHAOS_TRIES_PER_TRANSACTION_MAX`]
+//! times in all. With replication (`--replicas` above 1) a failed server is replaced rather than
+//! waited for: a transaction failed for an unavailable partition, or refused by a server that is
+//! no longer its primary (`NotPrimary`), makes the thread drop its driver and connect again to
+//! the primaries the configuration service names now.
 //!
 //! # Bounds
 //! A thread stops starting transactions at the run's deadline, lets those in flight finish for
@@ -163,6 +170,8 @@ struct InFlight {
 struct Session {
     in_flight: Option<InFlight>,
     retry: Option<Planned>,
+    /// No transaction starts before this (after one failed for an unavailable partition).
+    not_before: Option<Instant>,
 }
 
 struct Worker<'a> {
@@ -235,9 +244,11 @@ impl<'a> Worker<'a> {
                 stale |= self.complete(client, completion);
             }
             if stale && result.is_ok() {
-                // A server refused as no longer primary: learn the configuration again.
+                // Replication: a server failed or was deposed; learn the configuration again
+                // (after a pause: the failover may not be committed yet).
                 self.fail_in_flight();
                 driver = None;
+                std::thread::sleep(Duration::from_millis(CHAOS_RECONNECT_BACKOFF_MS));
                 continue;
             }
             if let Err(error) = result {
@@ -256,8 +267,10 @@ impl<'a> Worker<'a> {
 
     /// Starts a transaction on every idle session: its retry if it has one, else a new one.
     fn start_idle<T: ClientTransport>(&mut self, driver: &mut Driver<T>) -> Result<(), ClientError> {
+        let now = Instant::now();
         for session in 0..self.sessions.len() {
-            if self.sessions[session].in_flight.is_some() {
+            let waiting = self.sessions[session].not_before.is_some_and(|not_before| now < not_before);
+            if self.sessions[session].in_flight.is_some() || waiting {
                 continue;
             }
             let mut planned = match self.sessions[session].retry.take() {
@@ -335,9 +348,16 @@ impl<'a> Worker<'a> {
                 self.records.push(Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok }));
             }
             Err(error) => {
+                if let ClientError::Unavailable { .. } = error {
+                    let wait = Duration::from_millis(CHAOS_RECONNECT_BACKOFF_MS);
+                    self.sessions[completion.session].not_before = Some(Instant::now() + wait);
+                }
                 self.totals.note_error(error.to_string());
                 self.fail(completion.session, in_flight, end_ns);
-                return error.is_not_primary();
+                // With replication a server that failed or was deposed is replaced, not waited
+                // for: learn the configuration again (without, wait for it to come back).
+                let replicated = self.shared.cluster.replicas() > 1;
+                return error.is_not_primary() || (replicated && matches!(error, ClientError::Unavailable { .. }));
             }
         }
         false

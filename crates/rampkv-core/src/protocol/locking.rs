@@ -154,6 +154,11 @@ impl LockingReadTxn {
         })
     }
 
+    /// The distinct keys read.
+    pub fn keys(&self) -> &[Vec<u8>] {
+        &self.keys
+    }
+
     /// Sends the lock round (again, after a [`Step::Backoff`]).
     pub fn start(&mut self, out: &mut Vec<Outgoing>) {
         self.aborted = false;
@@ -255,6 +260,11 @@ impl LockingWriteTxn {
     /// The transaction's timestamp.
     pub fn ts(&self) -> Timestamp {
         self.attempts.ts
+    }
+
+    /// The distinct keys written.
+    pub fn keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.writes.iter().map(|write| write.key.as_slice())
     }
 
     /// Sends the 2PC prepare: exclusive locks, staged writes (again, after a [`Step::Backoff`]).

@@ -229,6 +229,11 @@ impl ReadTxn {
         })
     }
 
+    /// The distinct keys read.
+    pub fn keys(&self) -> &[Vec<u8>] {
+        &self.keys
+    }
+
     /// Round 1, one request per server.
     pub fn start(&mut self, out: &mut Vec<Outgoing>) {
         self.round = 1;

@@ -9,6 +9,15 @@
 //! The client driver (`rampkv_net::client::Driver`) is this machine plus a transport and a
 //! clock; the seeded simulation and the model check drive the very same machine.
 //!
+//! # Unavailable servers
+//! The caller says which servers it cannot reach ([`Sessions::set_server_available`]). A
+//! transaction that needs a partition whose server is unavailable fails with
+//! [`TxnError::Unavailable`] naming those partitions: one in flight at once (its late replies
+//! are dropped), a new one before it sends anything (reported by the next
+//! [`Sessions::tick`]). Transactions on the other partitions go on. A write that fails this
+//! way after its commit was sent may be visible on the servers that got the commit (as after a
+//! timeout): the error says the outcome is unknown, not that nothing was written.
+//!
 //! # Request ids
 //! `session (24 bits) << 40 | generation (8 bits) << 32 | tag (32 bits)`. The generation
 //! changes with every transaction of a session, so a late reply to an abandoned transaction
@@ -51,6 +60,11 @@ pub enum TxnError {
     Protocol(#[from] ProtocolError),
     #[error("the transaction did not finish in time")]
     Timeout,
+    /// The transaction needs partitions no reachable server holds (their server is down or
+    /// unreachable). Nothing was sent for a transaction refused before it started; one that
+    /// failed in flight may have been applied where it reached (a write past its commit).
+    #[error("partitions {partitions:?} are unavailable: no reachable server holds them")]
+    Unavailable { partitions: Vec<u32> },
 }
 
 /// One finished transaction of a session.
@@ -102,6 +116,16 @@ impl ActiveTxn {
     }
 
     /// Starts the next attempt of an aborted (S2PL) transaction.
+    /// Calls `each` with every key the transaction touches.
+    fn for_each_key(&self, mut each: impl FnMut(&[u8])) {
+        match self {
+            ActiveTxn::Read(txn) => txn.keys().iter().for_each(|key| each(key)),
+            ActiveTxn::Write(txn) => txn.write_set().iter().for_each(|key| each(key)),
+            ActiveTxn::LockingRead(txn) => txn.keys().iter().for_each(|key| each(key)),
+            ActiveTxn::LockingWrite(txn) => txn.keys().for_each(each),
+        }
+    }
+
     fn restart(&mut self, out: &mut Vec<Outgoing>) {
         match self {
             ActiveTxn::LockingRead(txn) => txn.start(out),
@@ -121,6 +145,15 @@ struct Session {
     restart_at_us: Option<u64>,
 }
 
+/// Which servers the caller can reach.
+#[derive(Debug)]
+struct Availability {
+    /// Per server: whether it is unavailable.
+    down: Vec<bool>,
+    /// How many are (the checks are skipped while none is).
+    down_count: usize,
+}
+
 /// The transactions of many sessions; see the module docs.
 #[derive(Debug)]
 pub struct Sessions {
@@ -136,6 +169,10 @@ pub struct Sessions {
     next_expiry_scan_us: u64,
     options: TxnOptions,
     txn_timeout_us: u64,
+    availability: Availability,
+    /// Transactions refused before they started (they need an unavailable partition), with
+    /// those partitions: failed by the next `tick`.
+    refused: Vec<(usize, Vec<u32>)>,
 }
 
 fn request_id(session: usize, generation: u8, tag: u32) -> u64 {
@@ -171,7 +208,6 @@ impl Sessions {
             })
             .collect();
         Ok(Sessions {
-            cluster,
             sessions,
             outgoing: Vec::new(),
             active: 0,
@@ -179,6 +215,9 @@ impl Sessions {
             next_expiry_scan_us: 0,
             options: TxnOptions::default(),
             txn_timeout_us: TXN_TIMEOUT_MS * 1_000,
+            availability: Availability { down: vec![false; cluster.servers().len()], down_count: 0 },
+            refused: Vec::new(),
+            cluster,
         })
     }
 
@@ -239,13 +278,9 @@ impl Sessions {
         let txn = if self.options.algorithm == Algorithm::S2pl {
             // Locking reads need a timestamp: their age under wait-die.
             let ts = self.sessions[session].clock.next(wall_us())?;
-            let mut txn = LockingReadTxn::new(&self.cluster, ts, keys)?;
-            txn.start(&mut self.outgoing);
-            ActiveTxn::LockingRead(txn)
+            ActiveTxn::LockingRead(LockingReadTxn::new(&self.cluster, ts, keys)?)
         } else {
-            let mut txn = ReadTxn::new(&self.cluster, keys, self.options)?;
-            txn.start(&mut self.outgoing);
-            ActiveTxn::Read(txn)
+            ActiveTxn::Read(ReadTxn::new(&self.cluster, keys, self.options)?)
         };
         self.activate(session, txn, now_us, posts);
         Ok(())
@@ -264,13 +299,9 @@ impl Sessions {
         self.check_idle(session)?;
         let ts = self.sessions[session].clock.next(wall_us)?;
         let txn = if self.options.algorithm == Algorithm::S2pl {
-            let mut txn = LockingWriteTxn::new(&self.cluster, ts, build(ts))?;
-            txn.start(&mut self.outgoing);
-            ActiveTxn::LockingWrite(txn)
+            ActiveTxn::LockingWrite(LockingWriteTxn::new(&self.cluster, ts, build(ts))?)
         } else {
-            let mut txn = WriteTxn::new(&self.cluster, ts, build(ts), self.options)?;
-            txn.start(&mut self.outgoing);
-            ActiveTxn::Write(txn)
+            ActiveTxn::Write(WriteTxn::new(&self.cluster, ts, build(ts), self.options)?)
         };
         self.activate(session, txn, now_us, posts);
         Ok(ts)
@@ -284,13 +315,100 @@ impl Sessions {
         }
     }
 
-    fn activate(&mut self, session: usize, txn: ActiveTxn, now_us: u64, posts: &mut Vec<Post>) {
+    /// Starts `txn` on `session`, unless it needs an unavailable partition: then it sends
+    /// nothing and the next `tick` fails it.
+    fn activate(&mut self, session: usize, mut txn: ActiveTxn, now_us: u64, posts: &mut Vec<Post>) {
+        let unavailable = self.unavailable_partitions(&txn, None);
+        if unavailable.is_empty() {
+            match &mut txn {
+                ActiveTxn::Read(txn) => txn.start(&mut self.outgoing),
+                ActiveTxn::Write(txn) => txn.start(&mut self.outgoing),
+                ActiveTxn::LockingRead(txn) => txn.start(&mut self.outgoing),
+                ActiveTxn::LockingWrite(txn) => txn.start(&mut self.outgoing),
+            }
+        } else {
+            self.refused.push((session, unavailable));
+        }
         let state = &mut self.sessions[session];
         state.generation = state.generation.wrapping_add(1);
         state.deadline_us = now_us.saturating_add(self.txn_timeout_us);
         state.txn = Some(txn);
         self.active += 1;
         self.number_outgoing(session, posts);
+    }
+
+    /// The partitions `txn` needs whose server is unavailable (`only`: that server's alone),
+    /// sorted and distinct. Reads no key while every server is available.
+    fn unavailable_partitions(&self, txn: &ActiveTxn, only: Option<usize>) -> Vec<u32> {
+        let mut partitions = Vec::new();
+        if self.availability.down_count == 0 {
+            return partitions;
+        }
+        txn.for_each_key(|key| {
+            let partition = self.cluster.partition_of(key);
+            let owner = self.cluster.owner_of_partition(partition);
+            let unavailable = owner.is_some_and(|owner| {
+                only.map_or(self.availability.down.get(owner).copied().unwrap_or(false), |only| owner == only)
+            });
+            if unavailable {
+                partitions.push(partition);
+            }
+        });
+        partitions.sort_unstable();
+        partitions.dedup();
+        partitions
+    }
+
+    /// Whether the caller can reach every server (as it last said).
+    pub fn all_available(&self) -> bool {
+        self.availability.down_count == 0
+    }
+
+    /// Whether the caller can reach `server` (as it last said; all can at first).
+    pub fn server_available(&self, server: usize) -> bool {
+        !self.availability.down.get(server).copied().unwrap_or(false)
+    }
+
+    /// Says whether the caller can reach `server`. When it cannot, every transaction in flight
+    /// that needs one of its partitions fails now with [`TxnError::Unavailable`] (to
+    /// `completions`; late replies are dropped), and later ones that need them fail before
+    /// they send anything, until the server is available again.
+    pub fn set_server_available(&mut self, server: usize, available: bool, completions: &mut Vec<Completion>) {
+        let Some(down) = self.availability.down.get_mut(server) else {
+            debug_assert!(false, "no server {server}");
+            return;
+        };
+        if *down != available {
+            return; // already so (down is the opposite of available)
+        }
+        *down = !available;
+        if available {
+            self.availability.down_count -= 1;
+            return;
+        }
+        self.availability.down_count += 1;
+        for session in 0..self.sessions.len() {
+            let Some(txn) = self.sessions[session].txn.as_ref() else { continue };
+            if self.refused.iter().any(|(refused, _)| *refused == session) {
+                continue; // failed by the next tick already
+            }
+            let partitions = self.unavailable_partitions(txn, Some(server));
+            if partitions.is_empty() {
+                continue;
+            }
+            let state = &mut self.sessions[session];
+            state.generation = state.generation.wrapping_add(1); // late replies are dropped
+            if state.restart_at_us.take().is_some() {
+                self.backing_off -= 1;
+            }
+            self.finish(session, Err(TxnError::Unavailable { partitions }), completions);
+        }
+    }
+
+    /// Whether transactions refused at their start wait for the next `tick` to report them
+    /// (the caller should tick without waiting).
+    pub fn has_refused(&self) -> bool {
+        !self.refused.is_empty()
     }
 
     /// Turns what the session's transaction emitted into posts under its current generation.
@@ -356,6 +474,9 @@ impl Sessions {
     /// Advances time to `now_us`: aborted transactions whose backoff is over start their next
     /// attempt (to `posts`), and transactions past their deadline fail with a timeout.
     pub fn tick(&mut self, now_us: u64, posts: &mut Vec<Post>, completions: &mut Vec<Completion>) {
+        for (session, partitions) in std::mem::take(&mut self.refused) {
+            self.finish(session, Err(TxnError::Unavailable { partitions }), completions);
+        }
         self.restart_backed_off(now_us, posts);
         self.expire(now_us, completions);
     }
@@ -379,6 +500,7 @@ impl Sessions {
         }
         self.active = 0;
         self.backing_off = 0;
+        self.refused.clear();
     }
 
     fn restart_backed_off(&mut self, now_us: u64, posts: &mut Vec<Post>) {
@@ -431,5 +553,63 @@ fn map_step<O>(step: Step<O>, wrap: impl FnOnce(O) -> TxnResult) -> Step<TxnResu
         Step::Pending => Step::Pending,
         Step::Backoff(delay) => Step::Backoff(delay),
         Step::Done(outcome) => Step::Done(wrap(outcome)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A key of each server of `cluster` (the first names that land there).
+    fn key_on(cluster: &Cluster, server: usize) -> Vec<u8> {
+        (0u32..10_000)
+            .map(|n| format!("key-{n}").into_bytes())
+            .find(|key| cluster.server_of(key) == server)
+            .expect("some key lands on every server")
+    }
+
+    #[test]
+    fn an_unavailable_server_fails_only_the_transactions_that_need_its_partitions() {
+        let addresses = (0..3).map(|n| format!("127.0.0.1:{}", 7000 + n)).collect();
+        let cluster = Cluster::with_servers(addresses).unwrap();
+        let keys: Vec<Vec<u8>> = (0..3).map(|server| key_on(&cluster, server)).collect();
+        let dead_partition = cluster.partition_of(&keys[1]);
+        let mut sessions = Sessions::new(cluster, 1, 4).unwrap();
+        let (mut posts, mut completions) = (Vec::new(), Vec::new());
+        // In flight: a read of servers 0 and 1, a write to 2, a read of 0.
+        sessions.begin_read(0, vec![keys[0].clone(), keys[1].clone()], 0, || 1, &mut posts).unwrap();
+        sessions.begin_write_with(1, |_| vec![(keys[2].clone(), b"v".to_vec())], 0, 1_000, &mut posts).unwrap();
+        sessions.begin_read(2, vec![keys[0].clone()], 0, || 1, &mut posts).unwrap();
+        let before = posts.len();
+        sessions.set_server_available(1, false, &mut completions);
+        assert_eq!(completions.len(), 1, "{completions:?}");
+        assert_eq!(completions[0].session, 0);
+        assert_eq!(completions[0].result, Err(TxnError::Unavailable { partitions: vec![dead_partition] }));
+        assert_eq!(sessions.active(), 2, "the others go on");
+        // A late reply to the failed read is dropped.
+        let late = posts.iter().find(|post| post.server == 0 && session_of_request(post.request_id) == 0).unwrap();
+        sessions.on_reply(late.request_id, Response::Versions { items: vec![] }, 1, || 1, &mut posts, &mut completions);
+        assert_eq!(completions.len(), 1);
+        // A new transaction on the dead partition sends nothing and fails at the next tick; one
+        // on a live partition starts.
+        completions.clear();
+        posts.truncate(before);
+        sessions.begin_read(0, vec![keys[1].clone(), keys[0].clone()], 2, || 1, &mut posts).unwrap();
+        assert_eq!(posts.len(), before, "nothing is sent for a refused transaction");
+        assert!(sessions.has_refused() && sessions.is_busy(0));
+        sessions.begin_read(3, vec![keys[2].clone()], 2, || 1, &mut posts).unwrap();
+        assert!(posts.len() > before);
+        sessions.tick(3, &mut posts, &mut completions);
+        assert_eq!(completions.len(), 1);
+        assert_eq!(completions[0].result, Err(TxnError::Unavailable { partitions: vec![dead_partition] }));
+        assert!(!sessions.has_refused() && !sessions.is_busy(0));
+        let message = completions[0].result.as_ref().unwrap_err().to_string();
+        assert!(message.contains(&format!("[{dead_partition}]")), "{message}");
+        // Available again: the next transaction on it is sent.
+        sessions.set_server_available(1, true, &mut completions);
+        let sent = posts.len();
+        sessions.begin_read(0, vec![keys[1].clone()], 4, || 1, &mut posts).unwrap();
+        assert!(posts[sent..].iter().any(|post| post.server == 1));
+        assert!(!sessions.has_refused());
     }
 }

@@ -5,11 +5,21 @@
 //! emits, feeds it the replies the transport delivers and the time, and reports finished
 //! transactions. Many sessions share a thread and its connections, which is how a 2-core
 //! machine runs dozens of clients without a thread each.
+//!
+//! # A server that fails
+//! When the transport reports a server down ([`ServerEvent::Down`]), the transactions that need
+//! its partitions fail with [`ClientError::Unavailable`] naming them, at once if in flight and
+//! before they send anything if new; the others go on. When the transport has connected again
+//! ([`ServerEvent::Up`]), the driver says HELLO to the server (without asking for client ids)
+//! and uses it once the reply shows the same cluster file; a server that refuses, or answers
+//! with another cluster file, is disconnected and tried again after the backoff. A transaction
+//! that needs a down server first lets the transport try to reconnect if its backoff is over,
+//! so a blocking client that waits for nothing else sees a restarted server come back.
 
 use std::time::{Duration, Instant};
 
 use super::ClientError;
-use crate::transport::ClientTransport;
+use crate::transport::{ClientTransport, ServerEvent};
 use rampkv_core::cluster::Cluster;
 use rampkv_core::protocol::ramp::TxnOptions;
 use rampkv_core::protocol::session::{self, Post, Sessions, TxnError};
@@ -18,8 +28,13 @@ use rampkv_core::wire::{ClusterView, Request, Response};
 
 pub use rampkv_core::protocol::session::{TxnResult, SESSIONS_MAX as DRIVER_SESSIONS_MAX};
 
-/// How long a driver waits for the HELLO reply that hands out client ids.
+/// How long a driver waits for the HELLO reply that hands out client ids (or, from a
+/// reconnected server, checks its cluster file).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The request id of the HELLO to a reconnected server: its session part (the top 24 bits) is
+/// past every session, so no transaction's reply can be taken for it, nor it for one.
+const REHELLO_REQUEST_ID: u64 = u64::MAX;
 
 /// One finished transaction of a session, as reported by [`Driver::step`].
 #[derive(Debug)]
@@ -40,6 +55,8 @@ pub struct Driver<T: ClientTransport> {
     /// Replies of one poll and completions of one step (allocated once).
     replies: Vec<(u64, Response)>,
     finished: Vec<session::Completion>,
+    /// Server events taken from the transport, being handled.
+    events: Vec<ServerEvent>,
 }
 
 impl<T: ClientTransport> Driver<T> {
@@ -60,6 +77,7 @@ impl<T: ClientTransport> Driver<T> {
             posts: Vec::new(),
             replies: Vec::new(),
             finished: Vec::new(),
+            events: Vec::new(),
         })
     }
 
@@ -102,8 +120,20 @@ impl<T: ClientTransport> Driver<T> {
         self.sessions.active()
     }
 
+    /// Whether finished transactions wait to be reported (failed for an unavailable server):
+    /// the next [`Driver::step`] reports them without waiting.
+    pub fn has_ready(&self) -> bool {
+        self.sessions.has_refused() || !self.finished.is_empty()
+    }
+
+    /// Whether every server is in use (none is down or being reconnected).
+    pub fn all_servers_available(&self) -> bool {
+        self.sessions.all_available()
+    }
+
     /// Starts a read-only transaction of `keys` on an idle session.
     pub fn begin_read(&mut self, session: usize, keys: Vec<Vec<u8>>) -> Result<(), ClientError> {
+        self.revive();
         let now_us = self.now_us();
         self.sessions.begin_read(session, keys, now_us, wall_clock_us, &mut self.posts)?;
         self.post()
@@ -120,10 +150,92 @@ impl<T: ClientTransport> Driver<T> {
         session: usize,
         build: impl FnOnce(Timestamp) -> Vec<(Vec<u8>, Vec<u8>)>,
     ) -> Result<Timestamp, ClientError> {
+        self.revive();
         let now_us = self.now_us();
         let ts = self.sessions.begin_write_with(session, build, now_us, wall_clock_us(), &mut self.posts)?;
         self.post()?;
         Ok(ts)
+    }
+
+    /// While a server is unavailable: lets the transport reconnect to those whose backoff is
+    /// over, and takes the servers that came back into use (before a transaction is refused
+    /// for needing one).
+    fn revive(&mut self) {
+        if self.sessions.all_available() {
+            return;
+        }
+        self.transport.reconnect_due();
+        let mut replies = std::mem::take(&mut self.replies);
+        self.on_server_events(&mut replies);
+        self.replies = replies; // fed to the sessions by the next step
+    }
+
+    /// Handles what the transport reports of its servers: a server down fails the
+    /// transactions that need it (to `finished`); a server back is checked with a HELLO
+    /// (replies of other requests meanwhile go to `replies`) and then used again.
+    fn on_server_events(&mut self, replies: &mut Vec<(u64, Response)>) {
+        // Each round handles what the previous one's HELLOs let happen; a server comes back at
+        // most once per backoff, so this ends; the bound keeps it so.
+        for _ in 0..2 * self.transport.server_count() + 1 {
+            self.transport.take_server_events(&mut self.events);
+            if self.events.is_empty() {
+                return;
+            }
+            for event in std::mem::take(&mut self.events) {
+                match event {
+                    ServerEvent::Down { server, .. } => {
+                        self.sessions.set_server_available(server, false, &mut self.finished);
+                    }
+                    ServerEvent::Up { server } => {
+                        if self.hello_again(server, replies) {
+                            self.sessions.set_server_available(server, true, &mut self.finished);
+                        } else {
+                            self.transport.disconnect(server);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Says HELLO to a reconnected server (no client ids wanted) and waits for its reply;
+    /// true if it is the server the cluster file names (same partition count and index).
+    fn hello_again(&mut self, server: usize, replies: &mut Vec<(u64, Response)>) -> bool {
+        let cluster = self.sessions.cluster();
+        let view = ClusterView { partitions: cluster.partition_count(), server_index: server as u32 };
+        let hello = Request::Hello { client_ids_wanted: 0, cluster: Some(view) };
+        if self.transport.post(server, REHELLO_REQUEST_ID, &hello).is_err() || self.transport.flush().is_err() {
+            return false;
+        }
+        let deadline = Instant::now() + HELLO_TIMEOUT;
+        let mut reply = None;
+        while reply.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let polled = self.transport.poll(Some(left), |from, id, response| {
+                if from == server && id == REHELLO_REQUEST_ID {
+                    reply = Some(response);
+                } else {
+                    replies.push((id, response));
+                }
+            });
+            if polled.is_err() {
+                return false;
+            }
+            // Events of other servers wait for the next round; this one going down again ends it.
+            let before = self.events.len();
+            self.transport.take_server_events(&mut self.events);
+            let down_again = self.events[before..]
+                .iter()
+                .any(|event| matches!(event, ServerEvent::Down { server: down, .. } if *down == server));
+            if down_again {
+                return false;
+            }
+        }
+        let cluster = self.sessions.cluster();
+        reply.is_some_and(|reply| check_hello_reply(cluster, server, reply).is_ok())
     }
 
     fn post(&mut self) -> Result<(), ClientError> {
@@ -139,6 +251,8 @@ impl<T: ClientTransport> Driver<T> {
     /// finish with [`ClientError::Timeout`].
     pub fn step(&mut self, timeout: Option<Duration>, completions: &mut Vec<Completion>) -> Result<(), ClientError> {
         self.transport.flush()?;
+        // Transactions already failed (a server down, a refused start) are reported now.
+        let timeout = if self.has_ready() { Some(Duration::ZERO) } else { timeout };
         let timeout = match self.sessions.next_restart_us() {
             Some(restart_us) => {
                 let until = Duration::from_micros(restart_us.saturating_sub(self.now_us()));
@@ -148,6 +262,7 @@ impl<T: ClientTransport> Driver<T> {
         };
         let mut replies = std::mem::take(&mut self.replies);
         let polled = self.transport.poll(timeout, |_server, id, response| replies.push((id, response)));
+        self.on_server_events(&mut replies);
         let now_us = self.now_us();
         for (id, response) in replies.drain(..) {
             self.sessions.on_reply(id, response, now_us, wall_clock_us, &mut self.posts, &mut self.finished);
@@ -158,6 +273,7 @@ impl<T: ClientTransport> Driver<T> {
             session: done.session,
             result: done.result.map_err(|error| match error {
                 TxnError::Protocol(error) => ClientError::Protocol(error),
+                TxnError::Unavailable { partitions } => ClientError::Unavailable { partitions },
                 // Timeout, and any later variant: the transaction did not finish.
                 _ => ClientError::Timeout,
             }),
@@ -195,24 +311,19 @@ fn hello<T: ClientTransport>(transport: &mut T, cluster: &Cluster, count: u16) -
                 *slot = Some(response);
             }
         })?;
+        // A server lost before it answered: the client cannot start (it would not know that
+        // server's cluster file).
+        let mut events = Vec::new();
+        transport.take_server_events(&mut events);
+        for event in events {
+            if let ServerEvent::Down { error, .. } = event {
+                return Err(ClientError::Transport(error));
+            }
+        }
     }
     let mut first_id = None;
     for (server, reply) in replies.into_iter().enumerate() {
-        let address = cluster.servers()[server].clone();
-        let (first, granted, view) = match reply {
-            Some(Response::Hello { client_id_first, client_ids_granted, cluster }) => {
-                (client_id_first, client_ids_granted, cluster)
-            }
-            Some(Response::Error { message, .. }) => {
-                return Err(ClientError::HelloRefused { server, address, message })
-            }
-            _ => return Err(ClientError::HelloReply),
-        };
-        let partitions = cluster.partition_count();
-        if let Some(view) = view.filter(|view| view.partitions != partitions || view.server_index != server as u32) {
-            let (server_partitions, server_index) = (view.partitions, view.server_index);
-            return Err(ClientError::ClusterMismatch { server, address, partitions, server_partitions, server_index });
-        }
+        let (first, granted) = check_hello_reply(cluster, server, reply.ok_or(ClientError::HelloReply)?)?;
         if server == 0 {
             if !granted_ids(count, first, granted) {
                 return Err(ClientError::HelloGranted { wanted: count, first, granted });
@@ -221,6 +332,28 @@ fn hello<T: ClientTransport>(transport: &mut T, cluster: &Cluster, count: u16) -
         }
     }
     first_id.ok_or(ClientError::HelloReply)
+}
+
+/// Checks server `server`'s HELLO reply against the client's cluster file; returns the client
+/// ids it granted (first, count).
+fn check_hello_reply(cluster: &Cluster, server: usize, reply: Response) -> Result<(u16, u16), ClientError> {
+    let address = || cluster.servers()[server].clone();
+    let (first, granted, view) = match reply {
+        Response::Hello { client_id_first, client_ids_granted, cluster } => {
+            (client_id_first, client_ids_granted, cluster)
+        }
+        Response::Error { message, .. } => {
+            return Err(ClientError::HelloRefused { server, address: address(), message })
+        }
+        _ => return Err(ClientError::HelloReply),
+    };
+    let partitions = cluster.partition_count();
+    if let Some(view) = view.filter(|view| view.partitions != partitions || view.server_index != server as u32) {
+        let (server_partitions, server_index) = (view.partitions, view.server_index);
+        let address = address();
+        return Err(ClientError::ClusterMismatch { server, address, partitions, server_partitions, server_index });
+    }
+    Ok((first, granted))
 }
 
 /// Whether a HELLO reply grants `wanted` usable client ids: none of them 0 (reserved for the

@@ -29,6 +29,11 @@ pub enum ClientError {
     Clock(#[from] rampkv_core::types::ClockError),
     #[error("the transaction did not finish in time")]
     Timeout,
+    /// The transaction needs partitions that no reachable server holds (their server is down or
+    /// unreachable); transactions on the other partitions go on, and the client reconnects on
+    /// its own. A write that failed this way in flight may be visible where its commit arrived.
+    #[error("partitions {partitions:?} are unavailable: no reachable server holds them")]
+    Unavailable { partitions: Vec<u32> },
     /// A transaction could not start (no such session, the session is busy), or the sessions
     /// could not be set up.
     #[error(transparent)]
@@ -53,10 +58,6 @@ pub enum ClientError {
     Sessions { sessions: usize },
     #[error("the transport reaches {transport} servers, the cluster has {cluster}")]
     ServerCount { transport: usize, cluster: usize },
-    /// Replication: no copy of these partitions is left (every server of their replica set
-    /// failed); the rest of the cluster still serves.
-    #[error("partitions {partitions:?} are unavailable: every copy of them failed")]
-    Unavailable { partitions: Vec<u32> },
     /// Replication: the configuration service could not be asked (or the cluster file gives
     /// it no addresses).
     #[error("configuration service: {0}")]
@@ -67,7 +68,8 @@ impl ClientError {
     /// Whether the transaction may succeed if tried again once the client has learned the
     /// current configuration (a server failed, or was deposed, under it).
     pub fn is_failover(&self) -> bool {
-        matches!(self, ClientError::Transport(_) | ClientError::Timeout) || self.is_not_primary()
+        matches!(self, ClientError::Transport(_) | ClientError::Timeout | ClientError::Unavailable { .. })
+            || self.is_not_primary()
     }
 
     /// Whether a server refused because it is not (or no longer) the primary of a partition

@@ -512,9 +512,9 @@ impl<F: FabricHandle, K: FabricKind<F>> ClientMedium for FabricClient<F, K> {
     /// Waits on the doorbell (a bounded spin, then a sleep of at most `WRITEPOLL_SLEEP_MS_MAX`,
     /// so that the control connections are checked that often) for a channel to become
     /// readable or writable. True if it timed out.
-    fn wait(&mut self, channels: &mut [K::Client], timeout: Option<Duration>) -> Result<bool, ChannelError> {
+    fn wait(&mut self, channels: &mut [Option<K::Client>], timeout: Option<Duration>) -> Result<bool, ChannelError> {
         let slice = Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX);
-        let ready = || channels.iter().any(|channel| channel.readable() || channel.writable());
+        let ready = || channels.iter().flatten().any(|channel| channel.readable() || channel.writable());
         Ok(self.doorbell.wait_until(ready, timeout.map_or(slice, |timeout| timeout.min(slice))).is_err())
     }
 }

@@ -386,10 +386,10 @@ impl ClientMedium for TcpClient {
         TcpChannel::connect_with_secret(address, Arc::clone(&self.registry), Token(server), self.secret.as_deref())
     }
 
-    fn wait(&mut self, channels: &mut [TcpChannel], timeout: Option<Duration>) -> Result<bool, ChannelError> {
+    fn wait(&mut self, channels: &mut [Option<TcpChannel>], timeout: Option<Duration>) -> Result<bool, ChannelError> {
         poll_spinning(&mut self.poll, &mut self.events, timeout)?;
         for event in self.events.iter() {
-            if let Some(channel) = channels.get_mut(event.token().0) {
+            if let Some(Some(channel)) = channels.get_mut(event.token().0) {
                 channel.set_ready(event.is_readable(), event.is_writable(), event.is_read_closed() || event.is_error());
             }
         }

@@ -22,6 +22,16 @@
 //! With item slots configured it also registers an item region per server and attaches it, so
 //! that every front end of the group publishes committed versions there (GET\*).
 //!
+//! # Handshakes that never finish
+//! The control thread serves every handshake at once without blocking: each accepted control
+//! connection has its hello and its answer to the challenge read as they arrive, each within
+//! `CONTROL_HANDSHAKE_TIMEOUT_MS` of the connection opening (closed after that); at most
+//! `CONTROL_HANDSHAKES_MAX` are under way, and beyond that the oldest is closed for the new
+//! one (an honest client finishes its handshake in a round trip). So connections that never
+//! finish, or trickle their lines, cannot keep other clients out: before, the handshake ran
+//! blocking, one at a time, each read waiting up to the control timeout, so one silent
+//! connection held every other client back for seconds and a trickled hello indefinitely.
+//!
 //! # Fault model
 //! A client whose hello is malformed, names a region of this process's servers, names a region
 //! it does not write the challenge into, or names a region that cannot be used is refused with
@@ -29,20 +39,23 @@
 //! control connection down so the client learns it, and releases its S2PL locks.
 
 use std::io::ErrorKind;
+use std::io::Read;
 use std::net::{Shutdown, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
+use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use parking_lot::Mutex;
 use rampkv_core::cluster::Front;
 use rampkv_core::limits::{
-    RFRPC_GROUP_CONNECTIONS_MAX, SENDRECV_GROUP_CONNECTIONS_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS,
-    WRITEPOLL_GROUP_CONNECTIONS_MAX,
+    CONTROL_HANDSHAKES_MAX, CONTROL_HANDSHAKE_TIMEOUT_MS, RFRPC_GROUP_CONNECTIONS_MAX, SENDRECV_GROUP_CONNECTIONS_MAX,
+    WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_GROUP_CONNECTIONS_MAX,
 };
 use rampkv_fabric::{Doorbell, ShmFabric, Words};
 
@@ -52,9 +65,9 @@ use super::{PollerThread, ServerGroup, Servers};
 use crate::auth::{ProofLabel, SharedSecret};
 use crate::item_slots::{ItemRegionInfo, ItemSlotConfig, ItemSlots, Publisher};
 use crate::message::fabric::{
-    read_json_line, unique_region_name, write_json_line, ControlHello, ControlReply, ControlResponse, ControlToken,
-    Endpoint, FabricHandle, FabricKind, Link, MediumKind, Refusal, ServedRegion, CONTROL_VERSION,
-    DOORBELL_OFFSET_BYTES, HEADER_BYTES,
+    unique_region_name, write_json_line, ControlHello, ControlReply, ControlResponse, ControlToken, Endpoint,
+    FabricHandle, FabricKind, Link, MediumKind, Refusal, ServedRegion, CONTROL_VERSION, DOORBELL_OFFSET_BYTES,
+    HEADER_BYTES,
 };
 use crate::message::rfrpc::{RfRpc, RfRpcServerChannel};
 use crate::message::ring::{Ring, RingChannel};
@@ -63,8 +76,10 @@ use crate::message::{Channel, ChannelError};
 use rampkv_core::limits::CONTROL_CHALLENGE_BYTES;
 use rampkv_fabric::Doorbells;
 
-/// The token of the control poll's waker (listeners are `0..servers`, control streams after).
+/// The token of the control poll's waker (listeners are `0..servers`, control streams after,
+/// handshakes under way from `HANDSHAKE_TOKEN_BASE`).
 const WAKER_TOKEN: Token = Token(usize::MAX);
+const HANDSHAKE_TOKEN_BASE: usize = 1 << 40;
 const EVENTS_CAPACITY: usize = 256;
 
 /// How many connections of each medium (ring, send/recv, RF-RPC) a fabric front end serves,
@@ -241,6 +256,37 @@ struct Control<F: FabricHandle> {
     shared: Arc<Shared>,
     areas: [Area; 3],
     wake_poller: DoorbellWake<F>,
+    /// Handshakes under way, by index (their token is `HANDSHAKE_TOKEN_BASE + index`).
+    handshakes: Vec<Option<Handshake>>,
+}
+
+/// A control connection whose handshake is under way: it holds no slot yet.
+struct Handshake {
+    /// Non-blocking; registered with the control poll.
+    stream: std::net::TcpStream,
+    server: usize,
+    /// The bytes of the line being received.
+    line: Vec<u8>,
+    step: HandshakeStep,
+    /// When it opened (the oldest is closed first when too many are under way) and when it
+    /// must be done.
+    opened: Instant,
+    deadline: Instant,
+}
+
+enum HandshakeStep {
+    /// Waiting for the client's hello.
+    Hello,
+    /// The challenge is sent; waiting for the client's answer.
+    Answer { hello: ControlHello, challenge: ControlToken },
+}
+
+/// What reading a handshake's stream found.
+enum LineRead {
+    Line(Vec<u8>),
+    Pending,
+    /// The end of the stream, an error, or a line over the bound: close it.
+    Failed,
 }
 
 impl<F: FabricHandle> Control<F> {
@@ -249,7 +295,10 @@ impl<F: FabricHandle> Control<F> {
     fn run(mut self) {
         let mut events = Events::with_capacity(EVENTS_CAPACITY);
         while !self.shared.stop.load(Ordering::Acquire) {
-            match self.poll.poll(&mut events, None) {
+            self.expire_handshakes();
+            let next_deadline = self.handshakes.iter().flatten().map(|handshake| handshake.deadline).min();
+            let timeout = next_deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
                 Err(error) if error.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => return,
@@ -258,6 +307,7 @@ impl<F: FabricHandle> Control<F> {
                 match event.token() {
                     WAKER_TOKEN => {}
                     Token(index) if index < self.listeners.len() => self.accept(index),
+                    Token(index) if index >= HANDSHAKE_TOKEN_BASE => self.advance(index - HANDSHAKE_TOKEN_BASE),
                     Token(index) => self.check_stream(index - self.listeners.len()),
                 }
             }
@@ -278,33 +328,140 @@ impl<F: FabricHandle> Control<F> {
                 Err(error) if error.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => return, // WouldBlock, or a failed connection: only that one
             };
-            // The handshake is short and bounded by the control timeout; it runs blocking.
-            let Ok(stream) = into_blocking(stream) else { continue };
-            let Some((slot, stream)) = self.admit(stream, server) else { continue };
-            let mut stream = TcpStream::from_std(stream);
-            let token = Token(self.listeners.len() + slot);
-            if self.poll.registry().register(&mut stream, token, Interest::READABLE).is_ok() {
-                self.streams[slot] = Some(stream);
-            } else {
-                let _ = stream.shutdown(Shutdown::Both);
-                self.tell_poller(FrontEvent::Closed { slot });
+            let stream: std::net::TcpStream = stream.into(); // stays non-blocking
+            let _ = stream.set_nodelay(true);
+            self.begin_handshake(stream, server);
+        }
+    }
+
+    /// Registers a new control connection's handshake, closing the oldest one under way if
+    /// `CONTROL_HANDSHAKES_MAX` are.
+    fn begin_handshake(&mut self, stream: std::net::TcpStream, server: usize) {
+        let index = match self.handshakes.iter().position(Option::is_none) {
+            Some(index) => index,
+            None if self.handshakes.len() < CONTROL_HANDSHAKES_MAX => {
+                self.handshakes.push(None);
+                self.handshakes.len() - 1
+            }
+            None => {
+                let oldest = self
+                    .handshakes
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(index, handshake)| handshake.as_ref().map(|handshake| (handshake.opened, index)));
+                let (_, index) = oldest.min().expect("CONTROL_HANDSHAKES_MAX handshakes are under way");
+                if let Some(handshake) = self.take_handshake(index) {
+                    let _ = handshake.stream.shutdown(Shutdown::Both);
+                }
+                index
+            }
+        };
+        let token = Token(HANDSHAKE_TOKEN_BASE + index);
+        let registered = self.poll.registry().register(&mut SourceFd(&stream.as_raw_fd()), token, Interest::READABLE);
+        if registered.is_err() {
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+        let opened = Instant::now();
+        let deadline = opened + Duration::from_millis(CONTROL_HANDSHAKE_TIMEOUT_MS);
+        let step = HandshakeStep::Hello;
+        self.handshakes[index] = Some(Handshake { stream, server, line: Vec::new(), step, opened, deadline });
+        // Bytes may have arrived before it was registered (edge-triggered: no event for them).
+        self.advance(index);
+    }
+
+    /// Takes handshake `index` out of the table and the poll.
+    fn take_handshake(&mut self, index: usize) -> Option<Handshake> {
+        let handshake = self.handshakes.get_mut(index)?.take()?;
+        let _ = self.poll.registry().deregister(&mut SourceFd(&handshake.stream.as_raw_fd()));
+        Some(handshake)
+    }
+
+    /// Closes the handshakes past their deadline.
+    fn expire_handshakes(&mut self) {
+        let now = Instant::now();
+        for index in 0..self.handshakes.len() {
+            if self.handshakes[index].as_ref().is_some_and(|handshake| handshake.deadline <= now) {
+                if let Some(handshake) = self.take_handshake(index) {
+                    let peer = handshake.stream.peer_addr().map_or_else(|_| "?".to_string(), |peer| peer.to_string());
+                    log::warn!(
+                        "closing the control connection from {peer} to server {}: handshake not finished within \
+                         {CONTROL_HANDSHAKE_TIMEOUT_MS} ms",
+                        handshake.server
+                    );
+                    let _ = handshake.stream.shutdown(Shutdown::Both);
+                }
             }
         }
     }
 
-    /// Reads the client's hello, challenges it to write into the region it names (or refuses),
-    /// takes a slot of its medium, builds the server's end in a region of its own, hands it to
-    /// the poller and answers. Returns the slot and the control stream (now non-blocking) to
-    /// watch.
-    fn admit(&mut self, mut stream: std::net::TcpStream, server: usize) -> Option<(usize, std::net::TcpStream)> {
-        let hello = match read_json_line::<ControlHello>(&mut stream) {
-            Ok(hello) if hello.version == CONTROL_VERSION => hello,
-            Ok(hello) => {
-                return refuse(stream, Refusal::Version { version: hello.version, supported: CONTROL_VERSION })
+    /// Reads what arrived on handshake `index` and takes each step whose line is complete.
+    fn advance(&mut self, index: usize) {
+        // A client sends one line per step and waits for the answer: two steps at most.
+        for _ in 0..2 {
+            let Some(handshake) = self.handshakes.get_mut(index).and_then(Option::as_mut) else { return };
+            let line = match read_line_now(&mut handshake.stream, &mut handshake.line) {
+                LineRead::Line(line) => line,
+                LineRead::Pending => return,
+                LineRead::Failed => {
+                    if let Some(handshake) = self.take_handshake(index) {
+                        let _ = handshake.stream.shutdown(Shutdown::Both);
+                    }
+                    return;
+                }
+            };
+            let Some(mut handshake) = self.take_handshake(index) else { return };
+            let step = std::mem::replace(&mut handshake.step, HandshakeStep::Hello);
+            let next = match step {
+                HandshakeStep::Hello => self.on_hello(&mut handshake.stream, &line),
+                HandshakeStep::Answer { hello, challenge } => {
+                    self.on_answer(handshake.stream, handshake.server, &hello, &challenge, &line);
+                    return;
+                }
+            };
+            match next {
+                Ok(step) => {
+                    // Back into the table (and the poll) for the answer.
+                    handshake.step = step;
+                    let token = Token(HANDSHAKE_TOKEN_BASE + index);
+                    let fd = handshake.stream.as_raw_fd();
+                    if self.poll.registry().register(&mut SourceFd(&fd), token, Interest::READABLE).is_err() {
+                        let _ = handshake.stream.shutdown(Shutdown::Both);
+                        return;
+                    }
+                    self.handshakes[index] = Some(handshake);
+                }
+                Err(refusal) => {
+                    refuse(handshake.stream, refusal);
+                    return;
+                }
             }
-            Err(error) => return refuse(stream, Refusal::BadHello { message: error.to_string() }),
+        }
+    }
+
+    /// The client's hello: checks it and sends the challenge (see [`Control::challenge`]).
+    fn on_hello(&self, stream: &mut std::net::TcpStream, line: &[u8]) -> Result<HandshakeStep, Refusal> {
+        let hello = match serde_json::from_slice::<ControlHello>(line) {
+            Ok(hello) if hello.version == CONTROL_VERSION => hello,
+            Ok(hello) => return Err(Refusal::Version { version: hello.version, supported: CONTROL_VERSION }),
+            Err(error) => return Err(Refusal::BadHello { message: error.to_string() }),
         };
-        let (peer, peer_slot, proof) = match self.challenge(&mut stream, &hello) {
+        let challenge = self.challenge(stream, &hello)?;
+        Ok(HandshakeStep::Answer { hello, challenge })
+    }
+
+    /// The client's answer to the challenge: checks it (see [`Control::check_answer`]), takes a
+    /// slot of its medium, builds the server's end in a region of its own, hands it to the
+    /// poller and answers; the control stream is then watched for the client's end.
+    fn on_answer(
+        &mut self,
+        mut stream: std::net::TcpStream,
+        server: usize,
+        hello: &ControlHello,
+        challenge: &ControlToken,
+        line: &[u8],
+    ) {
+        let (peer, peer_slot, proof) = match self.check_answer(hello, challenge, line) {
             Ok(admitted) => admitted,
             Err(refusal) => return refuse(stream, refusal),
         };
@@ -323,39 +480,56 @@ impl<F: FabricHandle> Control<F> {
         self.tell_poller(FrontEvent::Open { slot, server, channel });
         let (doorbell, items) = (self.doorbell.descriptor.clone(), self.items[server].clone());
         let reply = ControlReply::Accepted { region, slot_offset_bytes: 0, doorbell, items, proof };
-        if write_json_line(&mut stream, &reply).is_err() || stream.set_nonblocking(true).is_err() {
+        // A line of a few hundred bytes into a connection that has sent one line before: the
+        // socket's send buffer takes it whole.
+        if write_json_line(&mut stream, &reply).is_err() {
             let _ = stream.shutdown(Shutdown::Both);
             self.tell_poller(FrontEvent::Closed { slot });
-            return None;
+            return;
         }
-        Some((slot, stream))
+        let mut stream = TcpStream::from_std(stream);
+        let token = Token(self.listeners.len() + slot);
+        if self.poll.registry().register(&mut stream, token, Interest::READABLE).is_ok() {
+            self.streams[slot] = Some(stream);
+        } else {
+            let _ = stream.shutdown(Shutdown::Both);
+            self.tell_poller(FrontEvent::Closed { slot });
+        }
     }
 
     /// The challenge step: with a shared secret the client must send a nonce and then prove the
     /// secret (before the server maps anything); the client's region must not be one of this
     /// process's servers'; and the client must write a fresh random challenge at the start of
-    /// its slot there (which another user cannot do to a region file of ours). Returns the
-    /// mapped region, the slot and, with a secret, the server's proof.
-    fn challenge(
-        &self,
-        stream: &mut std::net::TcpStream,
-        hello: &ControlHello,
-    ) -> Result<(F::RemoteRegion, usize, Option<ControlToken>), Refusal> {
-        let nonce = match (&self.secret, hello.nonce) {
-            (Some(_), None) => return Err(Refusal::AuthenticationRequired),
-            (_, nonce) => nonce,
-        };
+    /// its slot there (which another user cannot do to a region file of ours). Sends the
+    /// challenge; [`Control::check_answer`] checks the answer.
+    fn challenge(&self, stream: &mut std::net::TcpStream, hello: &ControlHello) -> Result<ControlToken, Refusal> {
+        if self.secret.is_some() && hello.nonce.is_none() {
+            return Err(Refusal::AuthenticationRequired);
+        }
         if ServedRegion::is_served(&hello.region) {
             return Err(Refusal::OwnRegion { name: hello.region.name.clone() });
         }
-        let region_refusal = |error: &dyn std::fmt::Display| Refusal::Region { message: error.to_string() };
         let server_refusal = |error: &dyn std::fmt::Display| Refusal::ServerRegion { message: error.to_string() };
         let challenge = ControlToken::random().map_err(|error| server_refusal(&error))?;
+        // The first line the server sends: the socket's send buffer takes it whole.
         write_json_line(stream, &ControlReply::Challenge { challenge }).map_err(|error| server_refusal(&error))?;
-        let response = read_json_line::<ControlResponse>(stream)
+        Ok(challenge)
+    }
+
+    /// Checks the client's answer to `challenge`: with a secret its proof, then the challenge
+    /// written in the region it named. Returns the mapped region, the slot and, with a secret,
+    /// the server's proof.
+    fn check_answer(
+        &self,
+        hello: &ControlHello,
+        challenge: &ControlToken,
+        line: &[u8],
+    ) -> Result<(F::RemoteRegion, usize, Option<ControlToken>), Refusal> {
+        let region_refusal = |error: &dyn std::fmt::Display| Refusal::Region { message: error.to_string() };
+        let response = serde_json::from_slice::<ControlResponse>(line)
             .map_err(|error| Refusal::BadHello { message: error.to_string() })?;
         let mut server_proof = None;
-        if let (Some(secret), Some(nonce)) = (&self.secret, nonce) {
+        if let (Some(secret), Some(nonce)) = (&self.secret, hello.nonce) {
             let proven = response
                 .proof
                 .is_some_and(|proof| secret.verify(ProofLabel::ControlClient, &challenge.0, &nonce.0, &proof.0));
@@ -424,21 +598,37 @@ impl<F: FabricHandle> Control<F> {
 }
 
 /// Answers a client with `refusal` and closes its control connection.
-fn refuse(mut stream: std::net::TcpStream, refusal: Refusal) -> Option<(usize, std::net::TcpStream)> {
+fn refuse(mut stream: std::net::TcpStream, refusal: Refusal) {
     let _ = write_json_line(&mut stream, &ControlReply::Refused { refusal });
     let _ = stream.shutdown(Shutdown::Both);
-    None
 }
 
-/// A freshly accepted control stream, made blocking with the handshake's timeouts.
-fn into_blocking(stream: TcpStream) -> std::io::Result<std::net::TcpStream> {
-    let stream: std::net::TcpStream = stream.into();
-    stream.set_nonblocking(false)?;
-    let timeout = Some(Duration::from_millis(WRITEPOLL_CONTROL_TIMEOUT_MS));
-    stream.set_read_timeout(timeout)?;
-    stream.set_write_timeout(timeout)?;
-    let _ = stream.set_nodelay(true);
-    Ok(stream)
+/// Reads what a non-blocking handshake stream has, into `line`, until one whole line (of at
+/// most `WRITEPOLL_CONTROL_LINE_BYTES_MAX` bytes, its newline included) is there. Reads one
+/// byte at a time past what a line may hold, never: a client sends one line and waits, so
+/// nothing after the newline is expected (anything there is an error of the client's and is
+/// refused as a bad line by the next step).
+fn read_line_now(stream: &mut std::net::TcpStream, line: &mut Vec<u8>) -> LineRead {
+    let mut chunk = [0u8; 512];
+    loop {
+        let room = (WRITEPOLL_CONTROL_LINE_BYTES_MAX - line.len()).min(chunk.len());
+        if room == 0 {
+            return LineRead::Failed;
+        }
+        match stream.read(&mut chunk[..room]) {
+            Ok(0) => return LineRead::Failed,
+            Ok(count) => {
+                line.extend_from_slice(&chunk[..count]);
+                if let Some(end) = line.iter().position(|&byte| byte == b'\n') {
+                    let rest = line.split_off(end + 1);
+                    return LineRead::Line(std::mem::replace(line, rest));
+                }
+            }
+            Err(error) if error.kind() == ErrorKind::WouldBlock => return LineRead::Pending,
+            Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+            Err(_) => return LineRead::Failed,
+        }
+    }
 }
 
 /// The fabric front end over the shared-memory fabric.
@@ -531,6 +721,7 @@ impl<F: FabricHandle> FabricFront<F> {
             shared: Arc::clone(&shared),
             areas,
             wake_poller: DoorbellWake::<F>(region),
+            handshakes: Vec::new(),
         };
         let poller = PollerThread::spawn(&format!("rampkv-{}-poller", front.key()), medium, Arc::clone(servers))?;
         let control =

@@ -42,10 +42,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rampkv_core::limits::{
-    CONNECTION_BUFFERED_BYTES_MAX, CONNECTION_FRAME_TIMEOUT_MS, CONNECTION_IDLE_TIMEOUT_MS_DEFAULT,
-    CONNECTION_SLOW_READER_TIMEOUT_MS, CONNECTION_TIMEOUT_SCAN_INTERVAL_MS, CONNECTION_WRITE_BUFFER_BYTES_MAX,
-    SERVER_BUFFERED_BYTES_MAX, SERVER_CONNECTIONS_MAX, SERVER_CONNECTIONS_PER_ADDRESS_MAX,
-    WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_SLEEP_MS_MAX,
+    CONNECTION_BUFFERED_BYTES_MAX, CONNECTION_FRAME_TIMEOUT_MS, CONNECTION_HANDSHAKE_TIMEOUT_MS,
+    CONNECTION_IDLE_TIMEOUT_MS_DEFAULT, CONNECTION_SLOW_READER_TIMEOUT_MS, CONNECTION_TIMEOUT_SCAN_INTERVAL_MS,
+    CONNECTION_WRITE_BUFFER_BYTES_MAX, SERVER_BUFFERED_BYTES_MAX, SERVER_CONNECTIONS_MAX,
+    SERVER_CONNECTIONS_PER_ADDRESS_MAX, WRITEPOLL_MESSAGES_PER_PASS_MAX, WRITEPOLL_SLEEP_MS_MAX,
 };
 use rampkv_core::protocol::server::{Addressed, Effects, LogPosition, Now, Reply};
 use rampkv_core::protocol::ConnectionId;
@@ -74,6 +74,9 @@ pub struct ConnectionLimits {
     pub slow_reader_timeout_ms: u64,
     /// Close a connection with a partial frame and no frame completed for this long.
     pub frame_timeout_ms: u64,
+    /// Close a connection that has not authenticated (with a secret) or sent a complete frame
+    /// (without one) this long after it opened.
+    pub handshake_timeout_ms: u64,
 }
 
 impl Default for ConnectionLimits {
@@ -86,6 +89,7 @@ impl Default for ConnectionLimits {
             idle_timeout_ms: CONNECTION_IDLE_TIMEOUT_MS_DEFAULT,
             slow_reader_timeout_ms: CONNECTION_SLOW_READER_TIMEOUT_MS,
             frame_timeout_ms: CONNECTION_FRAME_TIMEOUT_MS,
+            handshake_timeout_ms: CONNECTION_HANDSHAKE_TIMEOUT_MS,
         }
     }
 }
@@ -111,6 +115,11 @@ pub enum Eviction {
     FrameTimeout { held_bytes: usize, quiet_ms: u64, timeout_ms: u64 },
     #[error("no request for {quiet_ms} ms (idle timeout {timeout_ms} ms)")]
     Idle { quiet_ms: u64, timeout_ms: u64 },
+    #[error(
+        "handshake not finished (not authenticated, or no complete frame) {open_ms} ms after it opened \
+         (handshake timeout {timeout_ms} ms)"
+    )]
+    Handshake { open_ms: u64, timeout_ms: u64 },
 }
 
 /// Bytes the connections of a server group's front ends hold, and the connections they closed
@@ -118,7 +127,7 @@ pub enum Eviction {
 #[derive(Debug, Default)]
 pub struct ConnectionStats {
     held_bytes: AtomicU64,
-    closed: [AtomicU64; 5],
+    closed: [AtomicU64; 6],
 }
 
 /// A reading of [`ConnectionStats`].
@@ -131,6 +140,7 @@ pub struct ConnectionCounts {
     pub closed_slow_reader: u64,
     pub closed_frame_timeout: u64,
     pub closed_idle: u64,
+    pub closed_handshake: u64,
 }
 
 impl ConnectionStats {
@@ -144,6 +154,7 @@ impl ConnectionStats {
             closed_slow_reader: closed(2),
             closed_frame_timeout: closed(3),
             closed_idle: closed(4),
+            closed_handshake: closed(5),
         }
     }
 
@@ -154,6 +165,7 @@ impl ConnectionStats {
             Eviction::SlowReader { .. } => 2,
             Eviction::FrameTimeout { .. } => 3,
             Eviction::Idle { .. } => 4,
+            Eviction::Handshake { .. } => 5,
         };
         self.closed[index].fetch_add(1, Ordering::Relaxed);
     }
@@ -295,6 +307,8 @@ struct Connection<C> {
     request_seen_ms: u64,
     seen_sent: u64,
     output_moved_ms: u64,
+    /// When it opened (monotonic ms), for the handshake timeout.
+    opened_ms: u64,
 }
 
 impl<C: Channel> Connection<C> {
@@ -313,6 +327,7 @@ impl<C: Channel> Connection<C> {
             request_seen_ms: now_ms,
             seen_sent: 0,
             output_moved_ms: now_ms,
+            opened_ms: now_ms,
         }
     }
 
@@ -328,6 +343,13 @@ impl<C: Channel> Connection<C> {
         }
         let quiet_ms = now_ms.saturating_sub(self.request_seen_ms);
         let stalled_ms = now_ms.saturating_sub(self.output_moved_ms);
+        let open_ms = now_ms.saturating_sub(self.opened_ms);
+        // Still authenticating, or (without a secret) not one frame yet: a connection that holds
+        // a slot without saying anything.
+        let handshaking = self.auth.is_some() || self.frames_received == 0;
+        if handshaking && open_ms >= limits.handshake_timeout_ms {
+            return Some(Eviction::Handshake { open_ms, timeout_ms: limits.handshake_timeout_ms });
+        }
         if stalled_ms >= limits.slow_reader_timeout_ms {
             let timeout_ms = limits.slow_reader_timeout_ms;
             return Some(Eviction::SlowReader { unsent_bytes: self.out.len(), quiet_ms: stalled_ms, timeout_ms });

@@ -51,7 +51,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::{ClientTransport, TransportError};
+use super::{ClientTransport, ServerEvent, TransportError};
 use crate::message::BatchStats;
 use crate::transport::onesided::GetStarStats;
 use rampkv_core::limits::{
@@ -393,6 +393,20 @@ impl<T: ClientTransport> ClientTransport for Interleaving<T> {
                 std::thread::sleep(wait.min(Duration::from_micros(INTERLEAVE_SLEEP_SLICE_US)));
             }
         }
+    }
+
+    fn take_server_events(&mut self, events: &mut Vec<ServerEvent>) {
+        self.inner.take_server_events(events);
+    }
+
+    fn reconnect_due(&mut self) {
+        self.inner.reconnect_due();
+    }
+
+    /// Held requests for the server stay held: the wrapped transport discards them when they
+    /// are delivered while the server is down.
+    fn disconnect(&mut self, server: usize) {
+        self.inner.disconnect(server);
     }
 
     fn getstar_stats(&self) -> Option<GetStarStats> {

@@ -13,6 +13,19 @@
 //! - [`local`]: direct calls into the server cores of the client's own process, with the typed
 //!   replies (no frame), S2PL included.
 //!
+//! # A server that fails
+//! A transport that reconnects ([`Transport`], and those built on it) keeps working when one
+//! server's connection fails (the server died, was killed, or sent garbage): that server's
+//! channel is dropped, what was queued for it is discarded, requests posted for it meanwhile
+//! are discarded too, and [`ClientTransport::take_server_events`] reports a
+//! [`ServerEvent::Down`]. The other servers are served as before. The transport connects
+//! again after `CLIENT_RECONNECT_BACKOFF_MS_MIN`, doubling the wait after each failed attempt
+//! up to `CLIENT_RECONNECT_BACKOFF_MS_MAX`, inside `poll` or [`ClientTransport::reconnect_due`]
+//! (an attempt blocks for at most the medium's connect timeout: immediate on a refused
+//! connection, seconds on an address that drops packets), and reports a [`ServerEvent::Up`]
+//! when it succeeds. The driver fails the transactions that needed the server and checks a
+//! reconnected server's cluster file again before it uses it.
+//!
 //! [`interleave::Interleaving`] decorates any of them with a seeded network model (per-request
 //! delays, per-link FIFO), so that servers see the requests of different sessions in different
 //! orders, as separate machines do.
@@ -23,6 +36,7 @@ pub mod onesided;
 
 use std::time::{Duration, Instant};
 
+use rampkv_core::limits::{CLIENT_RECONNECT_BACKOFF_MS_MAX, CLIENT_RECONNECT_BACKOFF_MS_MIN};
 use rampkv_core::wire::{Request, Response, WireError};
 use rampkv_fabric::ShmFabric;
 
@@ -60,6 +74,8 @@ pub enum TransportError {
     Malformed { server: usize, error: WireError },
     #[error("server {server} sent a message that ends inside a frame")]
     CutFrame { server: usize },
+    #[error("waiting for the servers failed: {0}")]
+    Wait(ChannelError),
     #[error("no server {server} (the cluster has {servers})")]
     NoSuchServer { server: usize, servers: usize },
     #[error("a frame of {frame_bytes} bytes for server {server} exceeds the message maximum {message_bytes_max}")]
@@ -76,6 +92,17 @@ impl TransportError {
             error => TransportError::Channel { server, error },
         }
     }
+}
+
+/// A change of one server's connection, reported by [`ClientTransport::take_server_events`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServerEvent {
+    /// The connection to `server` failed (`error` says how): what was queued for it is
+    /// discarded and nothing is sent to it until it is [`ServerEvent::Up`] again.
+    Down { server: usize, error: TransportError },
+    /// A new connection to `server` is open (after a [`ServerEvent::Down`]).
+    Up { server: usize },
 }
 
 /// The client side of a transport, connected to every server of a cluster.
@@ -103,6 +130,18 @@ pub trait ClientTransport {
     where
         F: FnMut(usize, u64, Response);
 
+    /// Moves the server events since the last call to `events` (a transport that survives the
+    /// failure of one server's connection; the others fail as a whole and report none).
+    fn take_server_events(&mut self, _events: &mut Vec<ServerEvent>) {}
+
+    /// Tries to connect again to the servers that are down and whose backoff is over (also
+    /// done by `poll`); successes are reported as [`ServerEvent::Up`].
+    fn reconnect_due(&mut self) {}
+
+    /// Drops the connection to `server` (the driver refuses what answered on it) and connects
+    /// again after the backoff. No event is reported for it.
+    fn disconnect(&mut self, _server: usize) {}
+
     /// GET\* counters, for a transport that reads item slots (`None` for the others).
     fn getstar_stats(&self) -> Option<onesided::GetStarStats> {
         None
@@ -128,8 +167,10 @@ pub trait ClientMedium: Sized {
     fn connect(&mut self, server: usize, address: &str) -> Result<Self::Channel, ChannelError>;
 
     /// Blocks up to `timeout` (None: indefinitely, or a medium's slice) until a channel may be
-    /// readable or writable. Returns true if it timed out.
-    fn wait(&mut self, channels: &mut [Self::Channel], timeout: Option<Duration>) -> Result<bool, ChannelError>;
+    /// readable or writable (`None`: a server whose connection is down). Returns true if it
+    /// timed out.
+    fn wait(&mut self, channels: &mut [Option<Self::Channel>], timeout: Option<Duration>)
+        -> Result<bool, ChannelError>;
 }
 
 /// A medium a client sets up on its own (TCP with its own poller, a fabric with its own region).
@@ -138,12 +179,38 @@ pub trait OpenMedium: ClientMedium {
     fn open(servers: usize) -> Result<Self, ChannelError>;
 }
 
-/// The client transport over any medium: per server a channel and the frames queued for it.
+/// The client transport over any medium: per server a channel (while it is up) and the frames
+/// queued for it.
 #[derive(Debug)]
 pub struct Transport<M: ClientMedium> {
     medium: M,
-    channels: Vec<M::Channel>,
+    addresses: Vec<String>,
+    channels: Vec<Option<M::Channel>>,
     outgoing: Vec<OutBuffer>,
+    /// Per server: when to try to connect again while it is down, and the wait after that.
+    reconnect: Vec<Reconnect>,
+    /// Servers whose channel is down.
+    down: usize,
+    events: Vec<ServerEvent>,
+}
+
+/// When a down server is tried again.
+#[derive(Debug, Clone, Copy)]
+struct Reconnect {
+    at: Instant,
+    backoff: Duration,
+}
+
+impl Reconnect {
+    fn first() -> Reconnect {
+        let backoff = Duration::from_millis(CLIENT_RECONNECT_BACKOFF_MS_MIN);
+        Reconnect { at: Instant::now() + backoff, backoff }
+    }
+
+    fn failed_again(&mut self) {
+        self.backoff = (self.backoff * 2).min(Duration::from_millis(CLIENT_RECONNECT_BACKOFF_MS_MAX));
+        self.at = Instant::now() + self.backoff;
+    }
 }
 
 impl<M: OpenMedium> Transport<M> {
@@ -160,14 +227,15 @@ impl<M: ClientMedium> Transport<M> {
         let mut channels = Vec::with_capacity(addresses.len());
         for (server, address) in addresses.iter().enumerate() {
             let connected = medium.connect(server, address);
-            channels.push(connected.map_err(|error| TransportError::Connect {
+            channels.push(Some(connected.map_err(|error| TransportError::Connect {
                 server,
                 address: address.clone(),
                 error,
-            })?);
+            })?));
         }
         let outgoing = addresses.iter().map(|_| OutBuffer::default()).collect();
-        Ok(Self { medium, channels, outgoing })
+        let reconnect = addresses.iter().map(|_| Reconnect::first()).collect();
+        Ok(Self { medium, addresses: addresses.to_vec(), channels, outgoing, reconnect, down: 0, events: Vec::new() })
     }
 
     /// The medium (e.g. the fabric a fabric client maps with).
@@ -175,14 +243,72 @@ impl<M: ClientMedium> Transport<M> {
         &self.medium
     }
 
-    /// Server `server`'s channel (its statistics, its test hooks).
+    /// Server `server`'s channel (its statistics, its test hooks); `None` while it is down.
     pub fn channel(&self, server: usize) -> Option<&M::Channel> {
-        self.channels.get(server)
+        self.channels.get(server).and_then(Option::as_ref)
     }
 
-    /// Server `server`'s channel, mutable (fault-injection hooks).
+    /// Server `server`'s channel, mutable (fault-injection hooks); `None` while it is down.
     pub fn channel_mut(&mut self, server: usize) -> Option<&mut M::Channel> {
-        self.channels.get_mut(server)
+        self.channels.get_mut(server).and_then(Option::as_mut)
+    }
+
+    /// Whether server `server`'s connection is down.
+    pub fn is_down(&self, server: usize) -> bool {
+        self.channels.get(server).is_some_and(Option::is_none)
+    }
+
+    /// Server `server`'s connection failed: drops it and what was queued for it, and reports it.
+    fn fail(&mut self, server: usize, error: TransportError) {
+        if self.drop_channel(server) {
+            self.events.push(ServerEvent::Down { server, error });
+        }
+    }
+
+    /// Drops server `server`'s channel and its queue; true if it was up.
+    fn drop_channel(&mut self, server: usize) -> bool {
+        let Some(slot) = self.channels.get_mut(server) else { return false };
+        if slot.take().is_none() {
+            return false;
+        }
+        self.outgoing[server] = OutBuffer::default();
+        self.reconnect[server] = Reconnect::first();
+        self.down += 1;
+        true
+    }
+
+    /// Checks that every server's peer is still there (a fabric channel's control connection
+    /// is open) and reports those that are not as down. `poll` does it whenever a wait times
+    /// out; a caller that answers from elsewhere without waiting (GET\* from item slots) calls
+    /// it itself.
+    pub fn check_peers(&mut self) {
+        for server in 0..self.channels.len() {
+            let Some(channel) = self.channels[server].as_mut() else { continue };
+            if let Err(error) = channel.check_peer() {
+                self.fail(server, TransportError::channel(server, error));
+            }
+        }
+    }
+
+    /// Connects again to the down servers whose backoff is over.
+    fn reconnect_servers(&mut self) {
+        if self.down == 0 {
+            return;
+        }
+        let now = Instant::now();
+        for server in 0..self.channels.len() {
+            if self.channels[server].is_some() || self.reconnect[server].at > now {
+                continue;
+            }
+            match self.medium.connect(server, &self.addresses[server]) {
+                Ok(channel) => {
+                    self.channels[server] = Some(channel);
+                    self.down -= 1;
+                    self.events.push(ServerEvent::Up { server });
+                }
+                Err(_) => self.reconnect[server].failed_again(),
+            }
+        }
     }
 
     fn has_unsent(&self) -> bool {
@@ -195,7 +321,8 @@ impl<M: ClientMedium> Transport<M> {
         F: FnMut(usize, u64, Response),
     {
         let mut delivered = 0;
-        for (server, channel) in self.channels.iter_mut().enumerate() {
+        for server in 0..self.channels.len() {
+            let Some(channel) = self.channels[server].as_mut() else { continue };
             let mut failure = None;
             let mut consume = |bytes: &[u8]| {
                 let (walked, fault) =
@@ -221,14 +348,15 @@ impl<M: ClientMedium> Transport<M> {
                 }
                 walked
             };
-            loop {
-                let more = channel.receive(&mut consume).map_err(|error| TransportError::channel(server, error))?;
-                if !more {
-                    break;
+            let received = loop {
+                match channel.receive(&mut consume) {
+                    Ok(true) => {}
+                    Ok(false) => break Ok(()),
+                    Err(error) => break Err(TransportError::channel(server, error)),
                 }
-            }
-            if let Some(failure) = failure {
-                return Err(failure);
+            };
+            if let Some(failure) = received.err().or(failure) {
+                self.fail(server, failure);
             }
         }
         Ok(delivered)
@@ -241,10 +369,13 @@ impl<M: ClientMedium> ClientTransport for Transport<M> {
     }
 
     /// Queues the frame, unless it alone exceeds what one message carries: then nothing is
-    /// queued and the error says so (the transport stays usable).
+    /// queued and the error says so (the transport stays usable). A request for a server that
+    /// is down is discarded (the transactions that need it fail through its
+    /// [`ServerEvent::Down`]).
     fn post(&mut self, server: usize, request_id: u64, request: &Request) -> Result<(), TransportError> {
         let servers = self.channels.len();
-        let channel = self.channels.get(server).ok_or(TransportError::NoSuchServer { server, servers })?;
+        let slot = self.channels.get(server).ok_or(TransportError::NoSuchServer { server, servers })?;
+        let Some(channel) = slot else { return Ok(()) };
         let message_bytes_max = channel.frame_bytes_max();
         let frames = self.outgoing[server].frames();
         let start = frames.len();
@@ -258,9 +389,13 @@ impl<M: ClientMedium> ClientTransport for Transport<M> {
     }
 
     fn flush(&mut self) -> Result<(), TransportError> {
-        for (server, (channel, out)) in self.channels.iter_mut().zip(&mut self.outgoing).enumerate() {
-            if !out.is_empty() {
-                out.flush(channel).map_err(|error| TransportError::channel(server, error))?;
+        for server in 0..self.channels.len() {
+            let (Some(channel), out) = (self.channels[server].as_mut(), &mut self.outgoing[server]) else { continue };
+            if out.is_empty() {
+                continue;
+            }
+            if let Err(error) = out.flush(channel) {
+                self.fail(server, TransportError::channel(server, error));
             }
         }
         Ok(())
@@ -271,12 +406,15 @@ impl<M: ClientMedium> ClientTransport for Transport<M> {
         F: FnMut(usize, u64, Response),
     {
         let mut started = None; // read only when a wait is due: a poll that finds replies reads no clock
+        self.reconnect_servers();
+        let events_before = self.events.len();
         loop {
             if self.has_unsent() {
                 self.flush()?; // room may have come back
             }
             let delivered = self.receive_all(&mut deliver)?;
-            if delivered > 0 || timeout == Some(Duration::ZERO) {
+            // A server that went down or came back is news the caller hears of now.
+            if delivered > 0 || timeout == Some(Duration::ZERO) || self.events.len() != events_before {
                 return Ok(delivered);
             }
             let started = *started.get_or_insert_with(Instant::now);
@@ -287,16 +425,39 @@ impl<M: ClientMedium> ClientTransport for Transport<M> {
             // A fabric medium spins a bounded while before it sleeps, and no `POLL_SPIN_US`
             // spin on top: on this shared 2-core machine the extra spin took CPU from the server
             // poller and cost about 25% of throughput (docs/performance.md).
-            if self.medium.wait(&mut self.channels, remaining).map_err(|error| TransportError::channel(0, error))? {
-                for (server, channel) in self.channels.iter_mut().enumerate() {
-                    channel.check_peer().map_err(|error| TransportError::channel(server, error))?;
-                }
+            // A wait is cut at the next reconnection attempt (no longer than the backoff).
+            let remaining = match self.down {
+                0 => remaining,
+                _ => Some(remaining.map_or(Duration::from_millis(CLIENT_RECONNECT_BACKOFF_MS_MIN), |remaining| {
+                    remaining.min(Duration::from_millis(CLIENT_RECONNECT_BACKOFF_MS_MIN))
+                })),
+            };
+            if self.medium.wait(&mut self.channels, remaining).map_err(TransportError::Wait)? {
+                self.check_peers();
             }
+            self.reconnect_servers();
+        }
+    }
+
+    fn take_server_events(&mut self, events: &mut Vec<ServerEvent>) {
+        events.append(&mut self.events);
+    }
+
+    fn reconnect_due(&mut self) {
+        self.reconnect_servers();
+    }
+
+    fn disconnect(&mut self, server: usize) {
+        let Some(mut reconnect) = self.reconnect.get(server).copied() else { return };
+        if self.drop_channel(server) {
+            // Refused after it connected: wait longer each time, as after a failed connect.
+            reconnect.failed_again();
+            self.reconnect[server] = reconnect;
         }
     }
 
     fn batch_stats(&self) -> Option<BatchStats> {
-        self.channels.iter().filter_map(Channel::batch_stats).reduce(|mut total, stats| {
+        self.channels.iter().flatten().filter_map(Channel::batch_stats).reduce(|mut total, stats| {
             total.merge(&stats);
             total
         })

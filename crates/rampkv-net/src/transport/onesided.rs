@@ -28,19 +28,19 @@
 //! period; a slot lags `lastCommit` by one COMMIT's handling at most.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ahash::AHashMap as HashMap;
 use rampkv_fabric::slot::SLOT_BYTES_MIN;
 use rampkv_fabric::{read_slot, Access, FabricError, SlotReadError};
 use serde::Serialize;
 
-use super::{ClientTransport, Transport, TransportError};
+use super::{ClientTransport, ServerEvent, Transport, TransportError};
 use crate::item_slots::ItemRegionInfo;
 use crate::message::fabric::FabricClient;
 use crate::message::fabric::FabricHandle;
 use crate::message::ring::Ring;
-use rampkv_core::limits::{ADDRESS_CACHE_ENTRIES_MAX, ITEM_REGION_BYTES_MAX};
+use rampkv_core::limits::{ADDRESS_CACHE_ENTRIES_MAX, ITEM_REGION_BYTES_MAX, WRITEPOLL_SLEEP_MS_MAX};
 use rampkv_core::wire::{Decoder, GetItem, Metadata, Request, Response, Selector, VersionItem};
 
 /// Options of the one-sided transport.
@@ -208,6 +208,9 @@ pub struct GetStarTransport<F: FabricHandle> {
     buffer: Vec<u8>,
     options: OneSidedOptions,
     stats: GetStarStats,
+    /// When the servers' control connections were last checked (a read answered from slots
+    /// never waits, and a wait is where the write-poll transport checks them).
+    peers_checked: Instant,
 }
 
 impl<F: FabricHandle> std::fmt::Debug for GetStarTransport<F> {
@@ -251,6 +254,7 @@ impl<F: FabricHandle> GetStarTransport<F> {
             buffer: vec![0; slot_bytes_max],
             options,
             stats: GetStarStats::default(),
+            peers_checked: Instant::now(),
         })
     }
 
@@ -305,6 +309,29 @@ impl<F: FabricHandle> GetStarTransport<F> {
             return Err(failure);
         }
         Ok(versions)
+    }
+
+    /// Follows a server's connection going down (its region is no longer read: a killed
+    /// server's slots stay mapped but are stale) or coming back (the new server process's item
+    /// region is mapped; the addresses cached for the old one are forgotten).
+    fn on_server_event(&mut self, event: &ServerEvent) {
+        let server = match *event {
+            ServerEvent::Down { server, .. } | ServerEvent::Up { server } => server,
+        };
+        let Some(region) = self.regions.get_mut(server) else { return };
+        *region = None;
+        self.cache.entries.retain(|_, location| location.server as usize != server);
+        self.locating.retain(|(located, _), _| *located != server);
+        if let ServerEvent::Up { .. } = event {
+            // A region that cannot be read leaves the server's reads on the message path.
+            let info = self.inner.medium().item_region(server);
+            *region = info.and_then(|info| map_item_region(&self.fabric, info).ok());
+            if let Some(mapped) = region.as_ref() {
+                if mapped.slot_bytes > self.buffer.len() {
+                    self.buffer.resize(mapped.slot_bytes, 0);
+                }
+            }
+        }
     }
 
     fn count(&mut self, fallback: Fallback) {
@@ -372,7 +399,9 @@ impl<F: FabricHandle> ClientTransport for GetStarTransport<F> {
         let Request::Get { items } = request else {
             return self.inner.post(server, request_id, request);
         };
-        if items.is_empty() || !round_one(items) || server >= self.regions.len() {
+        // A server whose connection is down is not read from (its slots are stale): the wrapped
+        // transport discards the request and the driver fails the transaction.
+        if items.is_empty() || !round_one(items) || server >= self.regions.len() || self.inner.is_down(server) {
             return self.inner.post(server, request_id, request);
         }
         self.stats.eligible_gets += 1;
@@ -399,10 +428,33 @@ impl<F: FabricHandle> ClientTransport for GetStarTransport<F> {
         self.inner.flush()
     }
 
+    fn take_server_events(&mut self, events: &mut Vec<ServerEvent>) {
+        let start = events.len();
+        self.inner.take_server_events(events);
+        for event in &events[start..] {
+            self.on_server_event(event);
+        }
+    }
+
+    fn reconnect_due(&mut self) {
+        self.inner.reconnect_due();
+    }
+
+    fn disconnect(&mut self, server: usize) {
+        self.inner.disconnect(server);
+        if let Some(region) = self.regions.get_mut(server) {
+            *region = None;
+        }
+    }
+
     fn poll<D>(&mut self, timeout: Option<Duration>, mut deliver: D) -> Result<usize, TransportError>
     where
         D: FnMut(usize, u64, Response),
     {
+        if self.peers_checked.elapsed() >= Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX) {
+            self.peers_checked = Instant::now();
+            self.inner.check_peers();
+        }
         let mut delivered = 0;
         while let Some((server, request_id, response)) = self.ready.pop_front() {
             deliver(server, request_id, response);

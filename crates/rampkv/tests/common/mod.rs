@@ -9,8 +9,8 @@ use rampkv::checker::Verdict;
 use rampkv::client::{Completion, Driver, TxnResult};
 use rampkv::cluster::Cluster;
 use rampkv::protocol::ramp::{Algorithm, TxnOptions};
-use rampkv::transport::ClientTransport;
 use rampkv::transport::TcpClientTransport;
+use rampkv::transport::{ClientTransport, ServerEvent, TransportError};
 use rampkv::wire::{Request, Response, Write};
 
 /// Many clients, few keys, half writes: reads race writes all the time.
@@ -117,17 +117,25 @@ pub fn put_get_round_trip<T: ClientTransport>(driver: &mut Driver<T>, round: u32
     }
 }
 
-/// Waits (at most 10 s) until the server drops `victim`: its next poll says the connection to
-/// server 0 is closed. `what` names the case in a failure.
+/// Waits (at most 10 s) until the server drops `victim`: the transport reports server 0 down,
+/// its connection closed (the transport itself keeps working). `what` names the case in a
+/// failure.
 #[allow(dead_code)] // used by the fabric transports' tests
 pub fn assert_closed<T: ClientTransport>(victim: &mut T, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
+    let mut events = Vec::new();
     loop {
         assert!(Instant::now() < deadline, "{what}: the server did not close the connection");
-        match victim.poll(Some(Duration::from_millis(100)), |_, _, _| panic!("{what}: no reply expected")) {
-            Err(rampkv::transport::TransportError::Closed { server: 0 }) => return,
-            Err(other) => panic!("{what}: unexpected error {other}"),
-            Ok(_) => {}
+        if let Err(error) = victim.poll(Some(Duration::from_millis(100)), |_, _, _| panic!("{what}: no reply expected"))
+        {
+            panic!("{what}: the transport failed as a whole: {error}");
+        }
+        victim.take_server_events(&mut events);
+        if let Some(event) = events.pop() {
+            match event {
+                ServerEvent::Down { server: 0, error: TransportError::Closed { server: 0 } } => return,
+                other => panic!("{what}: unexpected {other:?}"),
+            }
         }
     }
 }
