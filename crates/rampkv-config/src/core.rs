@@ -130,6 +130,8 @@ pub struct ConfigCore {
     /// cluster's processes come up one by one). `None` for a rejoining node, which gives no
     /// grace: the servers it never heard from had their chance when the cluster started.
     startup: Option<Option<u64>>,
+    /// Per server: a heartbeat of it ever arrived (a receipt time of 0 is a time like others).
+    heard_ever: Vec<bool>,
     leader: Option<LeaderState>,
     applied: u64,
     next_tick_ns: u64,
@@ -197,6 +199,7 @@ impl ConfigCore {
             outbox: Vec::new(),
             heard_admitted_ns: vec![0; servers],
             heard_any: vec![(0, 0); servers],
+            heard_ever: vec![false; servers],
             startup: match settings.mode {
                 StartMode::Bootstrap => Some(None),
                 StartMode::Rejoin => None,
@@ -455,6 +458,7 @@ impl ConfigCore {
             return;
         }
         self.heard_any[server] = (heartbeat.incarnation, now_ns);
+        self.heard_ever[server] = true;
         if self.configuration.is_admitted(heartbeat.from, heartbeat.incarnation) {
             self.heard_admitted_ns[server] = now_ns;
         }
@@ -743,7 +747,7 @@ impl ConfigCore {
         };
         let failed: Vec<bool> = (0..servers)
             .map(|server| {
-                let never_heard = self.heard_any[server].1 == 0 && self.heard_admitted_ns[server] == 0;
+                let never_heard = !self.heard_ever[server];
                 now_ns.saturating_sub(self.heard_admitted_ns[server]) >= lease_ns && (grace_over || !never_heard)
             })
             .collect();
