@@ -226,8 +226,7 @@ impl Configuration {
             if usize::from(owner) >= count {
                 return Err(ConfigError::UnknownServer { server: owner, servers: count });
             }
-            let backups =
-                (1..replicas as usize).map(|step| ((usize::from(owner) + step) % count) as ServerId).collect();
+            let backups = backups_of(owner, count, replicas);
             debug_assert!(partition < CLUSTER_PARTITIONS_MAX as usize);
             partitions.push(ReplicaSet { primary: Some(owner), backups, catching_up: Vec::new() });
         }
@@ -515,6 +514,15 @@ impl Configuration {
 
 /// "No server" in encodings (a partition without a primary).
 const NO_SERVER: ServerId = u16::MAX;
+
+/// The first backups of a partition whose primary is `primary` in a cluster of `servers`
+/// servers with `replicas` copies: the `replicas - 1` servers that follow it in server order
+/// (the placement of the module header; a server's records go to exactly these servers).
+pub fn backups_of(primary: ServerId, servers: usize, replicas: u32) -> Vec<ServerId> {
+    let count = servers.max(1);
+    let copies = (replicas as usize).min(count);
+    (1..copies).map(|step| ((usize::from(primary) + step) % count) as ServerId).collect()
+}
 
 fn check_counts(servers: usize, partitions: usize, replicas: u32) -> Result<(), ConfigError> {
     if servers == 0 || servers > CLUSTER_SERVERS_MAX {

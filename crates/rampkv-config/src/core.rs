@@ -39,7 +39,10 @@ use raft::{RawNode, StateRole, Storage};
 
 use crate::configuration::{Change, Configuration, Proposal, ServerId};
 use crate::error::ConfigError;
-use crate::limits::{CONFIG_PROPOSAL_TIMEOUT_MS, CONFIG_RAFT_ENTRIES_PER_MESSAGE_MAX, CONFIG_READ_INDEX_TIMEOUT_MS};
+use crate::limits::{
+    CONFIG_PROPOSAL_TIMEOUT_MS, CONFIG_RAFT_ENTRIES_PER_MESSAGE_MAX, CONFIG_READ_INDEX_TIMEOUT_MS,
+    CONFIG_STARTUP_GRACE_MS,
+};
 use crate::storage::RaftStore;
 use crate::timing::Timing;
 use crate::wire::{Heartbeat, LeaseGrant, Message};
@@ -122,6 +125,13 @@ pub struct ConfigCore {
     heard_admitted_ns: Vec<u64>,
     /// Per server: (incarnation, receipt time) of its last heartbeat of any incarnation.
     heard_any: Vec<(u64, u64)>,
+    /// A node that bootstrapped the cluster: when it first judged failures (its clock). A
+    /// server it never heard from is judged only `CONFIG_STARTUP_GRACE_MS` after that (the
+    /// cluster's processes come up one by one). `None` for a rejoining node, which gives no
+    /// grace: the servers it never heard from had their chance when the cluster started.
+    startup: Option<Option<u64>>,
+    /// Per server: a heartbeat of it ever arrived (a receipt time of 0 is a time like others).
+    heard_ever: Vec<bool>,
     leader: Option<LeaderState>,
     applied: u64,
     next_tick_ns: u64,
@@ -189,6 +199,11 @@ impl ConfigCore {
             outbox: Vec::new(),
             heard_admitted_ns: vec![0; servers],
             heard_any: vec![(0, 0); servers],
+            heard_ever: vec![false; servers],
+            startup: match settings.mode {
+                StartMode::Bootstrap => Some(None),
+                StartMode::Rejoin => None,
+            },
             leader: None,
             applied: 0,
             next_tick_ns: now_ns + settings.timing.tick_ns(),
@@ -443,6 +458,7 @@ impl ConfigCore {
             return;
         }
         self.heard_any[server] = (heartbeat.incarnation, now_ns);
+        self.heard_ever[server] = true;
         if self.configuration.is_admitted(heartbeat.from, heartbeat.incarnation) {
             self.heard_admitted_ns[server] = now_ns;
         }
@@ -722,8 +738,19 @@ impl ConfigCore {
         let lease_ns = self.timing.leader_lease_ns();
         let base = Arc::clone(&self.configuration);
         let servers = base.servers().len();
-        let failed: Vec<bool> =
-            (0..servers).map(|server| now_ns.saturating_sub(self.heard_admitted_ns[server]) >= lease_ns).collect();
+        // A server never heard from may still be starting (a cluster's processes come up one
+        // by one, slowly on a loaded machine): it gets a grace before it is judged, or a
+        // cluster would fail its last server over before that server could say it is there.
+        let grace_over = match &mut self.startup {
+            Some(since_ns) => now_ns >= *since_ns.get_or_insert(now_ns) + CONFIG_STARTUP_GRACE_MS * NANOS_PER_MS,
+            None => true,
+        };
+        let failed: Vec<bool> = (0..servers)
+            .map(|server| {
+                let never_heard = !self.heard_ever[server];
+                now_ns.saturating_sub(self.heard_admitted_ns[server]) >= lease_ns && (grace_over || !never_heard)
+            })
+            .collect();
         let mut draft = (*base).clone();
         let mut changes = Vec::new();
         let mut add = |draft: &mut Configuration, change: Change| {

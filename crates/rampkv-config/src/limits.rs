@@ -33,6 +33,10 @@ pub const CONFIG_WRITE_TIMEOUT_MS: u64 = 500;
 /// propose again (its proposal may have been lost with a leader change).
 pub const CONFIG_PROPOSAL_TIMEOUT_MS: u64 = 2_000;
 
+/// A server the leader never heard from (a cluster's processes start one by one) is judged
+/// failed only this long after the leader first judged failures.
+pub const CONFIG_STARTUP_GRACE_MS: u64 = 5_000;
+
 /// A lease-confirmation round (Raft ReadIndex) not answered within this is dropped; the
 /// heartbeats it carried are answered by a later round.
 pub const CONFIG_READ_INDEX_TIMEOUT_MS: u64 = 500;

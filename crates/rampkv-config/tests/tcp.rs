@@ -388,3 +388,50 @@ fn garbage_wrong_clusters_and_bad_hellos_are_refused_and_the_node_keeps_serving(
     assert!(stale.contains("epoch 0 is stale: the configuration is at epoch 1"), "{stale}");
     assert!(cluster.node(0).lease_valid(0));
 }
+
+/// Start-up: the processes of a cluster come up one by one. A server the leader never heard
+/// from is given `CONFIG_STARTUP_GRACE_MS` before it is judged failed: one that starts 1.5 s
+/// after the others is not failed over and gets its partitions' leases; one that never starts
+/// is failed over once the grace is over.
+#[test]
+fn a_server_that_starts_late_is_not_failed_over_and_one_that_never_starts_is() {
+    for starts in [true, false] {
+        let listeners: Vec<TcpListener> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        let addresses = listeners
+            .iter()
+            .enumerate()
+            .map(|(i, listener)| (format!("127.0.0.1:{}", 1 + i), listener.local_addr().unwrap().to_string()))
+            .collect();
+        let initial = Configuration::placed(addresses, (0..3).collect(), 2).unwrap();
+        let clock = Arc::new(MonotonicClock::new());
+        let mut listeners = listeners.into_iter();
+        let mut nodes: Vec<ConfigNode> = (0..2)
+            .map(|me| {
+                let node = NodeStart { me, mode: StartMode::Bootstrap, incarnation: BOOTSTRAP_INCARNATION };
+                start_node(&initial, node, listeners.next().unwrap(), CONFIG_LOG_ENTRIES_KEPT_MAX, &clock)
+            })
+            .collect();
+        let late = listeners.next().unwrap();
+        std::thread::sleep(Duration::from_millis(1_500));
+        let epoch = nodes.iter().map(|node| node.configuration().epoch()).max().unwrap();
+        assert_eq!(epoch, initial.epoch(), "server 2 was failed over before it could start");
+        if starts {
+            let node = NodeStart { me: 2, mode: StartMode::Bootstrap, incarnation: BOOTSTRAP_INCARNATION };
+            nodes.push(start_node(&initial, node, late, CONFIG_LOG_ENTRIES_KEPT_MAX, &clock));
+            let deadline = Instant::now() + STALL_TIMEOUT;
+            while !nodes[2].lease_valid(2) {
+                assert!(Instant::now() < deadline, "the late server got no lease");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_eq!(nodes[2].configuration().epoch(), initial.epoch());
+        } else {
+            let configuration = nodes[0]
+                .wait_for_epoch(initial.epoch() + 1, STALL_TIMEOUT)
+                .expect("a server that never started was not failed over");
+            assert_ne!(configuration.primary_of(2), Some(2));
+        }
+        for node in nodes {
+            node.stop();
+        }
+    }
+}

@@ -17,6 +17,7 @@
 //! partitions = [1, 3, 5, 7]
 //! ring = "127.0.0.1:7102"         # optional: control address of the ring front end
 //! config = "127.0.0.1:7202"       # optional: address of its configuration service (replication)
+//! replicate = "127.0.0.1:7302"    # optional: its replication port (replication between processes)
 //! ```
 //! Either every server lists its partitions or none does; every partition must be owned by
 //! exactly one server; a server (or a control address) may appear only once. Any other shape is
@@ -28,7 +29,9 @@
 //! owner above is the first primary, and the configuration service (crate `rampkv-config`)
 //! places the N - 1 backups. A file asking for more replicas than it has servers is refused.
 //! With N > 1 every server needs a `config` address: the port of the configuration service
-//! (an embedded Raft group among the servers) that holds who is primary in which epoch.
+//! (an embedded Raft group among the servers) that holds who is primary in which epoch; and
+//! `rampkv server` processes need a `replicate` address each: the port where a server receives
+//! its primaries' records (embedded clusters pick their own).
 //!
 //! `address` is the server's TCP port. The optional `ring` and `rfrpc` are the control
 //! addresses of its one-sided front ends (`rampkv server --ring-listen` / `--rfrpc-listen`):
@@ -110,6 +113,13 @@ pub enum InvalidCluster {
     ConfigCount { count: usize, servers: usize },
     #[error("server {server} has no `config` address: add `config = \"ADDR\"` to its [[servers]] entry")]
     NoConfigAddress { server: String },
+    #[error("{count} replicate addresses for {servers} servers")]
+    ReplicateCount { count: usize, servers: usize },
+    #[error(
+        "server {server} has no `replicate` address (the file asks for {replicas} replicas): add \
+         `replicate = \"ADDR\"` to its [[servers]] entry"
+    )]
+    NoReplicateAddress { server: String, replicas: u32 },
 }
 
 #[derive(Debug, Deserialize)]
@@ -128,6 +138,7 @@ struct ServerEntry {
     ring: Option<String>,
     rfrpc: Option<String>,
     config: Option<String>,
+    replicate: Option<String>,
 }
 
 /// A server's one-sided front end, reached through a control address of its own.
@@ -169,6 +180,8 @@ pub struct Cluster {
     replicas: u32,
     /// Per server: the address of its configuration service, where known.
     config: Vec<Option<String>>,
+    /// Per server: its replication port, where known.
+    replicate: Vec<Option<String>>,
 }
 
 impl Cluster {
@@ -197,6 +210,7 @@ impl Cluster {
         let ring: Vec<Option<String>> = file.servers.iter().map(|s| s.ring.clone()).collect();
         let rfrpc: Vec<Option<String>> = file.servers.iter().map(|s| s.rfrpc.clone()).collect();
         let config: Vec<Option<String>> = file.servers.iter().map(|s| s.config.clone()).collect();
+        let replicate: Vec<Option<String>> = file.servers.iter().map(|s| s.replicate.clone()).collect();
         let addresses = file.servers.into_iter().map(|server| server.address).collect();
         let assignment = match listed.iter().filter(|list| list.is_some()).count() {
             0 => None,
@@ -211,6 +225,10 @@ impl Cluster {
             validate_address("config", address)?;
         }
         cluster.config = config;
+        for address in replicate.iter().flatten() {
+            validate_address("replicate", address)?;
+        }
+        cluster.replicate = replicate;
         Ok(cluster)
     }
 
@@ -257,6 +275,35 @@ impl Cluster {
             .zip(&self.config)
             .map(|(server, address)| {
                 address.clone().ok_or_else(|| InvalidCluster::NoConfigAddress { server: server.clone() }.into())
+            })
+            .collect()
+    }
+
+    /// This cluster with the replication port of every server (in server order).
+    pub fn with_replicate_addresses(mut self, addresses: Vec<String>) -> Result<Cluster, ClusterError> {
+        if addresses.len() != self.servers.len() {
+            return Err(InvalidCluster::ReplicateCount { count: addresses.len(), servers: self.servers.len() }.into());
+        }
+        for address in &addresses {
+            validate_address("replicate", address)?;
+        }
+        self.replicate = addresses.into_iter().map(Some).collect();
+        Ok(self)
+    }
+
+    /// The replication port of every server, in server order.
+    ///
+    /// # Errors
+    /// [`ClusterError::Invalid`] naming the first server without one.
+    pub fn replicate_addresses(&self) -> Result<Vec<String>, ClusterError> {
+        let replicas = self.replicas;
+        self.servers
+            .iter()
+            .zip(&self.replicate)
+            .map(|(server, address)| {
+                address
+                    .clone()
+                    .ok_or_else(|| InvalidCluster::NoReplicateAddress { server: server.clone(), replicas }.into())
             })
             .collect()
     }
@@ -375,7 +422,8 @@ impl Cluster {
             ring: unknown.clone(),
             rfrpc: unknown.clone(),
             replicas: 1,
-            config: unknown,
+            config: unknown.clone(),
+            replicate: unknown,
         })
     }
 
@@ -418,6 +466,9 @@ impl Cluster {
             }
             if let Some(config) = &self.config[server] {
                 text.push_str(&format!("config = \"{config}\"\n"));
+            }
+            if let Some(replicate) = &self.replicate[server] {
+                text.push_str(&format!("replicate = \"{replicate}\"\n"));
             }
         }
         text

@@ -131,6 +131,51 @@ pub const CLUSTER_SERVERS_MAX: usize = 1024;
 /// survived.
 pub const CLUSTER_REPLICAS_MAX: u32 = 8;
 
+/// Replication: most bytes of records a primary holds for one backup that the backup has not
+/// acknowledged yet. A write that finds the link this far behind waits for room, at most
+/// `REPLICATION_FULL_WAIT_MS_MAX`; a backup that stays behind that long is treated as failed.
+pub const REPLICATION_UNACKED_BYTES_MAX: usize = 64 << 20;
+
+/// Replication: the longest a write waits for room on a backup's link (see above).
+pub const REPLICATION_FULL_WAIT_MS_MAX: u64 = 5_000;
+
+/// Replication: how long a primary keeps trying to reach a backup's replication port at start
+/// (a backup process may start a moment after its primary), between attempts
+/// `REPLICATION_CONNECT_BACKOFF_MS`.
+pub const REPLICATION_CONNECT_WAIT_MS_MAX: u64 = 10_000;
+
+/// Replication: the pause between two attempts to reach a backup.
+pub const REPLICATION_CONNECT_BACKOFF_MS: u64 = 50;
+
+/// Replication: the bound on each read and write of the hello exchange, and on each blocking
+/// read of a backup's connection (it then looks at its stop flag and sweeps its stores).
+pub const REPLICATION_IO_TIMEOUT_MS: u64 = 100;
+
+/// Failover: the longest a server's failover thread waits for a new configuration before it
+/// looks at its stop flag again (it wakes at once when one is committed).
+pub const FAILOVER_POLL_MS: u64 = 100;
+
+/// Failover: how long a replicated `rampkv server` waits at start for its first lease (the
+/// configuration service must elect a leader, which takes a majority of the servers up).
+pub const FAILOVER_FIRST_LEASE_WAIT_MS_MAX: u64 = 30_000;
+
+/// Failover: how long a client waits for one configuration node's answer.
+pub const FAILOVER_CONFIG_ASK_TIMEOUT_MS: u64 = 500;
+
+/// Failover: how long the blocking client keeps trying a transaction again after failures a
+/// failover explains (a failed or deposed server), learning the configuration each time.
+pub const FAILOVER_CLIENT_RETRY_MS_MAX: u64 = 10_000;
+
+/// Failover: the pause before the blocking client asks for the configuration again.
+pub const FAILOVER_RETRY_BACKOFF_MS: u64 = 50;
+
+/// Replication: most primaries' connections one backup service serves at once.
+pub const REPLICATION_CONNECTIONS_MAX: usize = 64;
+
+/// Replication: bytes a backup reads from its socket at once (records are applied as whole
+/// frames arrive).
+pub const REPLICATION_READ_BYTES: usize = 64 << 10;
+
 /// Most partitions in a cluster file.
 pub const CLUSTER_PARTITIONS_MAX: u32 = 65_536;
 

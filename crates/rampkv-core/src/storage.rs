@@ -250,7 +250,23 @@ impl Store {
                 keys.push(key);
             }
         }
-        self.pending_shard(ts).lock().insert(ts, PendingTxn { keys, write_set, prepared_at_ms: now_ms });
+        // A second PREPARE of a pending transaction adds its keys: after a failover one server
+        // serves the partitions of two, and a client sends it one PREPARE per partition's
+        // former server (replacing the list would leave the first PREPARE's versions pending
+        // for ever: never committed, invisible).
+        let mut pending = self.pending_shard(ts).lock();
+        match pending.get_mut(&ts) {
+            Some(existing) => {
+                for key in keys {
+                    if !existing.keys.contains(&key) {
+                        existing.keys.push(key);
+                    }
+                }
+            }
+            None => {
+                pending.insert(ts, PendingTxn { keys, write_set, prepared_at_ms: now_ms });
+            }
+        }
         Ok(())
     }
 
@@ -289,6 +305,11 @@ impl Store {
             );
         }
         keys
+    }
+
+    /// The keys transaction `ts` has prepared here and not committed yet (empty: none).
+    pub fn pending_keys(&self, ts: Timestamp) -> Vec<Key> {
+        self.pending_shard(ts).lock().get(&ts).map_or_else(Vec::new, |pending| pending.keys.clone())
     }
 
     /// Stores `writes` of transaction `ts` and makes them visible at once, key by key, with no
@@ -701,6 +722,19 @@ mod tests {
         assert_eq!(store.commit(10), 2);
         assert_eq!(store.get_latest(b"a").unwrap().ts, 10);
         assert_eq!(&*store.get_latest(b"b").unwrap().value, b"b@10");
+    }
+
+    #[test]
+    fn two_prepares_of_one_transaction_are_committed_together() {
+        // After a failover one server serves two servers' partitions, and a client sends it
+        // one PREPARE per former server: the second must not drop the first one's keys.
+        let store = Store::new(1_000);
+        prepare(&store, 10, &["a"], 0);
+        prepare(&store, 10, &["b", "a"], 0);
+        assert_eq!(store.pending_keys(10).len(), 2);
+        assert_eq!(store.commit(10), 2);
+        assert_eq!((store.last_commit(b"a"), store.last_commit(b"b")), (10, 10));
+        assert!(store.pending_keys(10).is_empty());
     }
 
     #[test]

@@ -290,6 +290,29 @@ pub fn open(dir: &Path, options: &OpenOptions, store: &Store) -> Result<(Log, Re
     Ok((Log::start(start)?, report))
 }
 
+/// Applies one record to `store` with the store's own operations, as it was applied when
+/// first made: recovery replays the log with it, and a replication backup applies the records
+/// its primary ships. `now_ms` dates what it stores (the store's clock).
+///
+/// # Errors
+/// What the store refuses: `StoreError::Aborted` for a PREPARE or PUT of a transaction the
+/// store knows aborted (refused when first applied too: not damage), anything else means the
+/// record cannot be what the writer's store took.
+pub fn apply_record(store: &Store, record: Record, now_ms: u64) -> Result<(), StoreError> {
+    match record {
+        Record::Prepare { ts, metadata, write_set, writes } => store.prepare(ts, metadata, write_set, writes, now_ms),
+        Record::Commit { ts } => {
+            store.commit(ts);
+            Ok(())
+        }
+        Record::Abort { ts } => {
+            store.abort(ts, now_ms);
+            Ok(())
+        }
+        Record::Put { ts, writes } => store.put(ts, writes, now_ms),
+    }
+}
+
 /// Replay of the segments into the store.
 struct Replay<'a> {
     store: &'a Store,
@@ -396,22 +419,7 @@ impl Replay<'_> {
             self.report.records_covered += 1;
             return Ok(());
         }
-        let now_ms = self.options.now_ms;
-        let result = match record {
-            Record::Prepare { ts, metadata, write_set, writes } => {
-                self.store.prepare(ts, metadata, write_set, writes, now_ms)
-            }
-            Record::Commit { ts } => {
-                self.store.commit(ts);
-                Ok(())
-            }
-            Record::Abort { ts } => {
-                self.store.abort(ts, now_ms);
-                Ok(())
-            }
-            Record::Put { ts, writes } => self.store.put(ts, writes, now_ms),
-        };
-        match result {
+        match apply_record(self.store, record, self.options.now_ms) {
             Ok(()) => self.report.records_replayed += 1,
             Err(StoreError::Aborted { .. }) => self.report.records_refused += 1,
             Err(cause) => return Err(DurableError::ReplayRefused { file: path.into(), offset, lsn, cause }),

@@ -215,9 +215,41 @@ pub fn authenticate_client(stream: &mut std::net::TcpStream, secret: &SharedSecr
     Ok(())
 }
 
-/// Reads one frame of the server's and decodes it as an authentication frame (an ERROR is a
-/// refusal with its message).
-fn read_auth_reply(stream: &mut std::net::TcpStream) -> Result<AuthFrame, AuthError> {
+/// Runs the server's side of the binary port's authentication step on a blocking `stream`
+/// (the whole step bounded by `AUTH_TIMEOUT_MS` per read), for a port served by threads (the
+/// replication port). A refusal is returned with the words the poller would send; the caller
+/// closes the connection.
+///
+/// # Errors
+/// `Refused` (the step's words), `Malformed`, `Unexpected` (an oversized frame), `Io`.
+pub fn authenticate_server_blocking(
+    stream: &mut std::net::TcpStream,
+    secret: &Arc<SharedSecret>,
+) -> Result<(), AuthError> {
+    let previous = stream.read_timeout()?;
+    stream.set_read_timeout(Some(std::time::Duration::from_millis(AUTH_TIMEOUT_MS)))?;
+    let mut auth = ServerAuth::new(Arc::clone(secret));
+    let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + AUTH_BYTES);
+    loop {
+        let (header, body) = read_auth_frame(stream)?;
+        out.clear();
+        match auth.on_frame(header.kind, &body) {
+            AuthStep::Reply(frame) => frame.encode_frame(0, &mut out),
+            AuthStep::Accepted(frame) => {
+                frame.encode_frame(0, &mut out);
+                stream.write_all(&out)?;
+                stream.set_read_timeout(previous)?;
+                return Ok(());
+            }
+            AuthStep::Deny(message) | AuthStep::Refuse(message) => return Err(AuthError::Refused { message }),
+        }
+        stream.write_all(&out)?;
+    }
+}
+
+/// Reads one frame of the authentication step (either side's), its body bounded by
+/// `AUTH_REPLY_BODY_BYTES_MAX` before anything is allocated.
+fn read_auth_frame(stream: &mut std::net::TcpStream) -> Result<(FrameHeader, Vec<u8>), AuthError> {
     let mut header = [0u8; FRAME_HEADER_BYTES];
     stream.read_exact(&mut header)?;
     let header = FrameHeader::decode(&header)?;
@@ -226,6 +258,13 @@ fn read_auth_reply(stream: &mut std::net::TcpStream) -> Result<AuthFrame, AuthEr
     }
     let mut body = vec![0u8; header.body_length as usize];
     stream.read_exact(&mut body)?;
+    Ok((header, body))
+}
+
+/// Reads one frame of the server's and decodes it as an authentication frame (an ERROR is a
+/// refusal with its message).
+fn read_auth_reply(stream: &mut std::net::TcpStream) -> Result<AuthFrame, AuthError> {
+    let (header, body) = read_auth_frame(stream)?;
     if AuthFrame::is_auth_kind(header.kind) {
         return Ok(AuthFrame::decode(header.kind, &body)?);
     }

@@ -108,7 +108,15 @@ pub fn spawn_resolver(
     let stop = Arc::new(AtomicBool::new(false));
     let thread_stop = Arc::clone(&stop);
     let thread = std::thread::Builder::new().name("rampkv-recovery".into()).spawn(move || {
-        let mut resolver = ResolverThread { servers, first_index, cluster, timeout_ms, transport: None, next_id: 0 };
+        let mut resolver = ResolverThread {
+            servers,
+            first_index,
+            cluster,
+            timeout_ms,
+            transport: None,
+            connected_to: Vec::new(),
+            next_id: 0,
+        };
         while !thread_stop.load(Ordering::Acquire) {
             std::thread::park_timeout(Duration::from_millis(RECOVERY_SCAN_MS));
             resolver.scan();
@@ -123,6 +131,8 @@ struct ResolverThread {
     cluster: Cluster,
     timeout_ms: u64,
     transport: Option<TcpClientTransport>,
+    /// The addresses the transport reaches (with failover they follow the configuration).
+    connected_to: Vec<String>,
     next_id: u64,
 }
 
@@ -172,8 +182,11 @@ impl ResolverThread {
     /// None as soon as it goes down, None after [`RECOVERY_REPLY_TIMEOUT`] (after which the
     /// connections are rebuilt on the next use).
     fn ask(&mut self, server: usize, request: Request) -> Option<Response> {
-        if self.transport.is_none() {
-            self.transport = TcpClientTransport::connect(self.cluster.servers()).ok();
+        // With failover, a server's partitions may be served elsewhere now: reach them there.
+        let routes = self.servers.routes().unwrap_or_else(|| self.cluster.servers().to_vec());
+        if self.transport.is_none() || routes != self.connected_to {
+            self.transport = TcpClientTransport::connect(&routes).ok();
+            self.connected_to = routes;
         }
         let transport = self.transport.as_mut()?;
         // A peer that is down answers nothing: no need to wait for it (the transport tries it

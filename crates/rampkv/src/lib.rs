@@ -12,6 +12,8 @@
 //!   fault test (`chaos`);
 //! - `rampkv-ycsb`: YCSB workload generators;
 //! - `rampkv-durable`: the persistence engine (log, group commit, snapshots, recovery).
+//! - `rampkv-config`: the configuration service (replica sets, epochs, leases over raft-rs;
+//!   its placement is what replication uses).
 //!
 //! Every module keeps its path under `rampkv::` (`rampkv::client::Client`, ...).
 #![forbid(unsafe_code)]
@@ -19,6 +21,7 @@
 pub mod logging;
 
 pub use rampkv_bench::{bench, chaos, checker, figures, history, progress};
+pub use rampkv_config as config;
 pub use rampkv_core::{cluster, limits, protocol, storage, types, wire};
 pub use rampkv_durable as durable;
 pub use rampkv_net::{auth, client, item_slots, message, recovery, server, transport};

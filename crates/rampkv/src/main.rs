@@ -23,9 +23,11 @@ use rampkv::chaos;
 use rampkv::checker;
 use rampkv::client::Client;
 use rampkv::cluster::{Cluster, Front};
+use rampkv::config::core::StartMode;
 use rampkv::durable::FsyncPolicy;
 use rampkv::figures;
 use rampkv::item_slots::ItemSlotConfig;
+use rampkv::limits::FAILOVER_FIRST_LEASE_WAIT_MS_MAX;
 use rampkv::limits::GC_GRACE_MS;
 use rampkv::progress::{Goal, ProgressBar};
 use rampkv::protocol::bloom::BloomParameters;
@@ -34,8 +36,12 @@ use rampkv::recovery::RECOVERY_TIMEOUT_MS;
 use rampkv::resp::auth::Users;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::durable::{cluster_data_dirs, DurabilityConfig};
+use rampkv::server::failover::FirstLease;
 use rampkv::server::front::FrontEnd;
-use rampkv::server::{ConnectionLimits, ServerConfig, ServerGroup};
+use rampkv::server::{
+    ConnectionLimits, Durability, FailoverOptions, ReplicationOptions, ReplicationPeers, ServerConfig, ServerGroup,
+    ServerOptions,
+};
 
 /// Writes a line to stderr. A closed stderr (a reader that went away) is not an error worth a
 /// panic, which `eprintln!` would raise: the line is dropped.
@@ -120,6 +126,11 @@ enum Command {
         /// Number of servers.
         #[arg(long, default_value_t = 4)]
         servers: usize,
+        /// Copies of every partition (f + 1): server i's records are replicated synchronously,
+        /// over TCP, to the N - 1 servers after it, and a write is acknowledged only once every
+        /// backup applied it (docs/replication.md says what is promised). At most --servers.
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        replicas: u32,
         /// First port; server i listens on base-port + i (0: any free ports).
         #[arg(long, default_value_t = 0)]
         base_port: u16,
@@ -290,21 +301,15 @@ fn parse_policy(name: &str) -> Result<FsyncPolicy, rampkv::types::UnknownName> {
     })
 }
 
-/// Starts the servers of `configs`, with persistence when `persistence` names a data
-/// directory (one per server: `dirs`), and prints what each recovery found.
-fn spawn_servers(
-    configs: &[ServerConfig],
-    dirs: Option<(Vec<PathBuf>, DurabilityConfig)>,
-    secret: Option<Arc<SharedSecret>>,
-    limits: ConnectionLimits,
-    command: &str,
-) -> Result<ServerGroup> {
-    let Some((dirs, durability)) = dirs else {
-        return ServerGroup::spawn_with(configs, secret, limits).context("cannot start the servers");
+/// Starts the servers of `configs` with `options`, and prints what each recovery found (with
+/// persistence: one data directory per server).
+fn spawn_servers(configs: &[ServerConfig], options: &ServerOptions, command: &str) -> Result<ServerGroup> {
+    let (group, reports) = ServerGroup::start(configs, options).context("cannot start the servers")?;
+    let Some(durability) = &options.durability else {
+        return Ok(group);
     };
-    let (group, reports) = ServerGroup::spawn_durable_with(configs, &dirs, &durability, secret, limits)?;
-    for ((dir, report), address) in dirs.iter().zip(&reports).zip(group.addresses()) {
-        say!("{command}: {address} recovered {} (appendfsync {}): {report}", dir.display(), durability.policy);
+    for ((dir, report), address) in durability.dirs.iter().zip(&reports).zip(group.addresses()) {
+        say!("{command}: {address} recovered {} (appendfsync {}): {report}", dir.display(), durability.config.policy);
     }
     // A log that stops (a failed write or fsync) takes the process with it: nothing more can be
     // made durable, and the replies waiting for it are never sent.
@@ -401,6 +406,11 @@ struct BenchArgs {
     /// Servers of the embedded cluster.
     #[arg(long, default_value_t = 4)]
     servers: usize,
+    /// Copies of every partition in the embedded cluster (1: no replication, the paper's
+    /// configuration). With N > 1 every write is acknowledged once the N - 1 backups of its
+    /// partition applied it (synchronous replication over TCP; see docs/replication.md).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    replicas: u32,
     /// Poller threads the embedded servers share.
     #[arg(long, default_value_t = 1)]
     server_threads: usize,
@@ -503,8 +513,9 @@ struct ChaosArgs {
     /// The cluster's shared secret: the servers require it, the workload proves it.
     #[command(flatten)]
     secret: SecretArgs,
-    /// Copies of every partition; the nemesis then kills while every partition has its full
-    /// replica set. Refused above 1 until the servers replicate.
+    /// Copies of every partition: the servers replicate and fail over (configuration service);
+    /// the nemesis then kills only while every partition has its full replica set (without
+    /// rejoin, once per run). Above 1: kill-one or none, over --transport tcp.
     #[arg(long, default_value_t = 1)]
     replicas: u32,
     /// How long the workload runs (e.g. 60s, 2m).
@@ -626,11 +637,73 @@ fn run(command: Command) -> Result<ExitCode> {
             }
             let idle_timeout_ms = timeout.checked_mul(1_000).context("--timeout is out of range")?;
             let limits = ConnectionLimits { idle_timeout_ms, ..ConnectionLimits::default() };
-            let durability = persistence.durability().map(|(dir, config)| (vec![dir], config));
+            let durability = persistence.durability().map(|(dir, config)| Durability { dirs: vec![dir], config });
             let has_cluster = cluster.is_some();
-            let mut group =
-                spawn_servers(&[ServerConfig { listen, gc_grace_ms }], durability, secret, limits, "rampkv server")
-                    .with_context(|| format!("cannot start the server on {listen}"))?;
+            // The cluster file first: it says where this server is and whether it replicates.
+            let membership = match &cluster {
+                Some(path) => {
+                    let file = Cluster::from_file(path)?;
+                    let index = file.servers().iter().position(|address| {
+                        address.parse::<SocketAddr>().is_ok_and(|address| address == listen)
+                            || *address == listen.to_string()
+                    });
+                    let Some(index) = index else {
+                        bail!("{listen} is not one of the servers in {}", path.display());
+                    };
+                    Some((file, index))
+                }
+                None => None,
+            };
+            // Failover needs the configuration service: a replicated cluster file whose servers
+            // have `config` addresses. Its node starts first (bootstrapping the cluster, or
+            // rejoining it after a restart).
+            let failover = match &membership {
+                Some((file, index)) if file.replicas() > 1 && file.config_addresses().is_ok() => {
+                    let (gate, mode) = rampkv::server::failover::start_config_node(file, *index)
+                        .context("cannot start the configuration service")?;
+                    Some((FailoverOptions { gate, cluster: file.clone(), index: *index }, mode))
+                }
+                _ => None,
+            };
+            // A bootstrapping server waits for its first lease (its listeners open only then).
+            // One that restarted, or that the cluster failed over before it got a lease (it
+            // started too late), holds nothing and serves nothing (rejoin is not built).
+            let first_lease = match &failover {
+                Some((options, StartMode::Bootstrap)) => {
+                    let wait = Duration::from_millis(FAILOVER_FIRST_LEASE_WAIT_MS_MAX);
+                    Some(options.gate.wait_for_lease(options.index, wait))
+                }
+                _ => None,
+            };
+            if first_lease == Some(FirstLease::TimedOut) {
+                bail!(
+                    "no lease from the configuration service within {} s: are a majority of the cluster's servers up?",
+                    FAILOVER_FIRST_LEASE_WAIT_MS_MAX / 1_000
+                );
+            }
+            let rejoined =
+                matches!(failover, Some((_, StartMode::Rejoin))) || first_lease == Some(FirstLease::FailedOver);
+            let replication = match &membership {
+                // A server that holds nothing neither ships records nor takes any.
+                Some((file, index)) if file.replicas() > 1 && !rejoined => Some(ReplicationOptions {
+                    peers: Some(ReplicationPeers { first_index: *index, addresses: file.replicate_addresses()? }),
+                    ..ReplicationOptions::new(file.replicas())
+                }),
+                _ => None,
+            };
+            if rejoined {
+                say!(
+                    "rampkv server: {}; it serves no partition (it holds no data, and catching up is not built)",
+                    match first_lease {
+                        Some(FirstLease::FailedOver) => "the cluster failed this server over before it started",
+                        _ => "rejoined a running cluster as a new incarnation",
+                    }
+                );
+            }
+            let failover = failover.map(|(options, _)| options);
+            let options = ServerOptions { secret, limits, durability, replication, failover };
+            let mut group = spawn_servers(&[ServerConfig { listen, gc_grace_ms }], &options, "rampkv server")
+                .with_context(|| format!("cannot start the server on {listen}"))?;
             let in_doubt = group.cores()[0].store().stats().pending_transactions;
             if in_doubt > 0 && !has_cluster {
                 say!(
@@ -638,15 +711,17 @@ fn run(command: Command) -> Result<ExitCode> {
                      stay undecided: give --cluster FILE so that cooperative termination can ask the other servers"
                 );
             }
-            if let Some(path) = cluster {
-                let cluster = Cluster::from_file(&path)?;
-                let index = cluster.servers().iter().position(|address| {
-                    address.parse::<SocketAddr>().is_ok_and(|address| address == listen)
-                        || *address == listen.to_string()
-                });
-                let Some(index) = index else {
-                    bail!("{listen} is not one of the servers in {}", path.display());
-                };
+            if let Some((cluster, index)) = membership {
+                if let Some(port) = group.backups().first() {
+                    let replicas = cluster.replicas();
+                    let backups =
+                        rampkv::config::configuration::backups_of(index as u16, cluster.servers().len(), replicas);
+                    say!(
+                        "rampkv server: {replicas} copies of every partition; replication port {}; writes acknowledged \
+                         once servers {backups:?} applied them",
+                        port.address()
+                    );
+                }
                 group.start_recovery(cluster, index, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
             }
             let front = match (ring_listen, rfrpc_listen) {
@@ -681,6 +756,7 @@ fn run(command: Command) -> Result<ExitCode> {
         }
         Command::Local {
             servers,
+            replicas,
             base_port,
             cluster_file,
             resp_port,
@@ -694,7 +770,8 @@ fn run(command: Command) -> Result<ExitCode> {
                 .map(|port| resp_auth.apply(GatewayConfig::new(SocketAddr::new(resp_bind, port))))
                 .transpose()?;
             let secret = secret.install()?;
-            run_local(servers, base_port, &cluster_file, resp, front.front(), secret, &persistence)
+            let layout = LocalLayout { servers, replicas, base_port };
+            run_local(layout, &cluster_file, resp, front.front(), secret, &persistence)
         }
         Command::Gateway { cluster, listen, resp_auth, secret } => {
             let config = resp_auth.apply(GatewayConfig::new(listen))?;
@@ -755,17 +832,18 @@ fn check_exit_code(verdicts: impl IntoIterator<Item = checker::Verdict>) -> Exit
 /// `rampkv local`: servers in this process, and a RESP gateway calling their cores if `resp` says
 /// where (and with which users).
 fn run_local(
-    servers: usize,
-    base_port: u16,
+    layout: LocalLayout,
     cluster_file: &PathBuf,
     resp: Option<GatewayConfig>,
     front: Option<Front>,
     secret: Option<Arc<SharedSecret>>,
     persistence: &PersistenceArgs,
 ) -> Result<ExitCode> {
+    let LocalLayout { servers, replicas, base_port } = layout;
     if !(1..=64).contains(&servers) {
         bail!("--servers must be 1..=64, got {servers}");
     }
+    check_replicas(replicas, servers)?;
     if let Some(refusal) = resp.as_ref().and_then(GatewayConfig::protected_mode_refusal) {
         return Err(refusal.into()); // before any server starts
     }
@@ -777,11 +855,13 @@ fn run_local(
         .collect::<Result<Vec<_>>>()?;
     let durability = persistence
         .durability()
-        .map(|(dir, config)| Ok::<_, anyhow::Error>((cluster_data_dirs(&dir, servers)?, config)))
+        .map(|(dir, config)| Ok::<_, anyhow::Error>(Durability { dirs: cluster_data_dirs(&dir, servers)?, config }))
         .transpose()?;
-    let mut group = spawn_servers(&configs, durability, secret, ConnectionLimits::default(), "rampkv local")
-        .context("cannot start the local cluster")?;
-    let mut cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())?;
+    let replication = (replicas != 1).then(|| ReplicationOptions::new(replicas));
+    let options = ServerOptions { secret, durability, replication, ..ServerOptions::default() };
+    let mut group = spawn_servers(&configs, &options, "rampkv local").context("cannot start the local cluster")?;
+    let mut cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())?
+        .with_replicas(replicas)?;
     group.start_recovery(cluster.clone(), 0, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
     let localhost = SocketAddr::from(([127, 0, 0, 1], 0));
     let item_slots = Some(ItemSlotConfig::default());
@@ -795,8 +875,12 @@ fn run_local(
     }
     std::fs::write(cluster_file, cluster.to_toml())
         .with_context(|| format!("cannot write {}", cluster_file.display()))?;
+    let copies = match replicas {
+        1 => String::new(),
+        _ => format!(", {replicas} copies of every partition (synchronous replication)"),
+    };
     say!(
-        "rampkv local cluster: {servers} servers on {}; cluster file {}",
+        "rampkv local cluster: {servers} servers on {}{copies}; cluster file {}",
         group.addresses().iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(", "),
         cluster_file.display()
     );
@@ -817,6 +901,25 @@ fn run_local(
     group.wait().context("local cluster failed")?;
     drop(front);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `rampkv local`'s servers: how many, how many copies of each partition, which ports.
+#[derive(Debug, Clone, Copy)]
+struct LocalLayout {
+    servers: usize,
+    replicas: u32,
+    base_port: u16,
+}
+
+/// `--replicas N` against `--servers`: refused before anything starts.
+fn check_replicas(replicas: u32, servers: usize) -> Result<()> {
+    if replicas == 0 || replicas > rampkv::limits::CLUSTER_REPLICAS_MAX {
+        bail!("--replicas must be 1..={}, got {replicas}", rampkv::limits::CLUSTER_REPLICAS_MAX);
+    }
+    if replicas as usize > servers {
+        bail!("--replicas {replicas} needs at least {replicas} servers (each copy on a server of its own), got --servers {servers}");
+    }
+    Ok(())
 }
 
 /// `rampkv local --front`.
@@ -906,6 +1009,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         algorithm: args.protocol,
         bloom: BloomParameters { bits: args.bloom_bits, hashes: args.bloom_hashes },
         servers: args.servers,
+        replicas: args.replicas,
         server_threads: args.server_threads,
         gc_grace_ms: args.gc_grace_ms,
         clients: args.clients,

@@ -15,7 +15,7 @@ use rampkv::client::{Client, ClientError, Driver};
 use rampkv::cluster::Cluster;
 use rampkv::limits::{FRAME_BODY_BYTES_MAX, STREAM_READ_CHUNK_BYTES};
 use rampkv::message::tcp::TcpClient;
-use rampkv::server::{ConnectionCounts, ConnectionLimits, ServerConfig, ServerGroup};
+use rampkv::server::{ConnectionCounts, ConnectionLimits, ServerConfig, ServerGroup, ServerOptions};
 use rampkv::transport::Transport;
 use rampkv::types::{wall_clock_us, CLIENT_ID_BITS};
 use rampkv::wire::{ErrorCode, FrameHeader, Metadata, Request, Response, Write as WireWrite, FRAME_HEADER_BYTES};
@@ -34,7 +34,8 @@ fn fixture() -> Fixture {
 
 fn fixture_limited(limits: ConnectionLimits) -> Fixture {
     install_logger();
-    let group = ServerGroup::spawn_limited(&[ServerConfig::new("127.0.0.1:0".parse().unwrap())], limits).unwrap();
+    let options = ServerOptions { limits, ..ServerOptions::default() };
+    let (group, _) = ServerGroup::start(&[ServerConfig::new("127.0.0.1:0".parse().unwrap())], &options).unwrap();
     let address = group.addresses()[0];
     let cluster = Cluster::with_servers(vec![address.to_string()]).unwrap();
     Fixture { group, cluster, address }
@@ -621,7 +622,8 @@ fn connections_that_never_authenticate_are_closed_by_the_handshake_timeout() {
     let secret = Arc::new(SharedSecret::from_bytes(vec![7u8; 32]).unwrap());
     let limits = ConnectionLimits { handshake_timeout_ms: 500, ..ConnectionLimits::default() };
     let configs = [ServerConfig::new("127.0.0.1:0".parse().unwrap())];
-    let group = ServerGroup::spawn_with(&configs, Some(Arc::clone(&secret)), limits).unwrap();
+    let options = ServerOptions { secret: Some(Arc::clone(&secret)), limits, ..ServerOptions::default() };
+    let (group, _) = ServerGroup::start(&configs, &options).unwrap();
     let address = group.addresses()[0];
     let cluster = Cluster::with_servers(vec![address.to_string()]).unwrap();
     let mut unauthenticated = raw(address);

@@ -12,10 +12,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[allow(dead_code)] // this binary uses only the request-by-request helper
+mod common;
+
+use common::ask;
 use rampkv::client::Client;
 use rampkv::cluster::Cluster;
 use rampkv::durable::record::check_frame;
-use rampkv::transport::{ClientTransport, TcpClientTransport};
+use rampkv::transport::TcpClientTransport;
 use rampkv::types::{wall_clock_us, TimestampClock};
 use rampkv::wire::{GetItem, Metadata, Request, Response, Selector, Write, WriteSet};
 use rand::{Rng, SeedableRng};
@@ -305,24 +309,6 @@ fn a_transaction_whose_commit_records_are_cut_off_every_log_is_committed_at_rest
     for item in client.get_all(keys.to_vec()).expect("read").items {
         assert_eq!(String::from_utf8_lossy(&item.value), last);
     }
-}
-
-/// Sends `request` to `server` and waits for its reply.
-fn ask(transport: &mut TcpClientTransport, server: usize, id: u64, request: &Request) -> Response {
-    transport.post(server, id, request).unwrap();
-    transport.flush().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut reply = None;
-    while reply.is_none() && Instant::now() < deadline {
-        transport
-            .poll(Some(Duration::from_millis(50)), |_, reply_id, response| {
-                if reply_id == id {
-                    reply = Some(response);
-                }
-            })
-            .unwrap();
-    }
-    reply.expect("a reply within 10 s")
 }
 
 fn prepare(ts: u64, write_set: &[Vec<u8>], key: &[u8]) -> Request {

@@ -21,7 +21,7 @@ use rampkv::message::ring::Ring;
 use rampkv::message::tcp::TcpClient;
 use rampkv::message::ChannelError;
 use rampkv::server::front::FrontEnd;
-use rampkv::server::{ServerConfig, ServerGroup};
+use rampkv::server::{ServerConfig, ServerGroup, ServerOptions};
 use rampkv::transport::{Transport, TransportError};
 use rampkv::wire::{AuthFrame, FrameHeader, GetItem, Request, Response, Selector, Write as KeyWrite};
 use rampkv_fabric::ShmFabric;
@@ -34,7 +34,7 @@ fn secret(byte: u8) -> Arc<SharedSecret> {
 fn cluster(secret: Option<Arc<SharedSecret>>) -> (ServerGroup, FrontEnd, Cluster, Vec<String>) {
     let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let configs = [ServerConfig::new(localhost), ServerConfig::new(localhost)];
-    let group = ServerGroup::spawn_with_secret(&configs, secret).unwrap();
+    let (group, _) = ServerGroup::start(&configs, &ServerOptions { secret, ..ServerOptions::default() }).unwrap();
     let rings = FrontEnd::spawn(&group, Front::Ring, localhost, None).unwrap();
     let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
     let control = rings.control_addresses().iter().map(SocketAddr::to_string).collect();

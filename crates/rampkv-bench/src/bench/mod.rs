@@ -12,7 +12,7 @@ mod workload;
 
 use workload::TxnSource;
 
-pub use report::{BenchResult, LatencySummary, MachineInfo, PersistenceSummary, RoundTwoSummary};
+pub use report::{BenchResult, LatencySummary, MachineInfo, PersistenceSummary, ReplicationSummary, RoundTwoSummary};
 pub use workload::Workload;
 
 use std::net::SocketAddr;
@@ -28,7 +28,7 @@ use crate::checker;
 use crate::history::{self, HistoryFeed, HistoryStream, ReadRecord, Record, WriteRecord};
 use crate::limits::{HISTORY_SEND_INTERVAL_MS, HISTORY_SEND_RECORDS_MAX};
 use rampkv_core::cluster::{Cluster, Front};
-use rampkv_core::limits::{GC_GRACE_MS, INTERLEAVE_DELAY_US_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
+use rampkv_core::limits::{CLUSTER_REPLICAS_MAX, GC_GRACE_MS, INTERLEAVE_DELAY_US_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use rampkv_core::protocol::bloom::BloomParameters;
 use rampkv_core::protocol::ramp::{metadata_for, Algorithm, TxnOptions};
 use rampkv_core::types::UnknownName;
@@ -39,7 +39,7 @@ use rampkv_net::message::BatchStats;
 use rampkv_net::recovery::RECOVERY_TIMEOUT_MS;
 use rampkv_net::server::durable::{cluster_data_dirs, DurabilityConfig, StartError};
 use rampkv_net::server::front::FrontEnd;
-use rampkv_net::server::{Served, ServerConfig, ServerGroup, Servers};
+use rampkv_net::server::{Durability, ReplicationOptions, Served, ServerConfig, ServerGroup, ServerOptions, Servers};
 use rampkv_net::transport::interleave::{InterleaveOptions, InterleaveStats, Interleaving, Pacing};
 use rampkv_net::transport::local::LocalTransport;
 use rampkv_net::transport::onesided::{GetStarStats, OneSidedOptions};
@@ -141,6 +141,9 @@ pub struct BenchConfig {
     pub bloom: BloomParameters,
     /// Servers of the embedded cluster (ignored with `cluster_file`).
     pub servers: usize,
+    /// Copies of every partition in the embedded cluster (`--replicas`; 1: no replication):
+    /// writes are acknowledged once every backup applied them.
+    pub replicas: u32,
     /// Poller threads the embedded servers share.
     pub server_threads: usize,
     /// How long the embedded servers keep superseded versions.
@@ -317,6 +320,7 @@ impl Default for BenchConfig {
             algorithm: Algorithm::RampFast,
             bloom: BloomParameters::default(),
             servers: 4,
+            replicas: 1,
             server_threads: 1,
             gc_grace_ms: GC_GRACE_MS,
             clients: 8,
@@ -373,6 +377,29 @@ impl BenchConfig {
         self.bloom.validate()?;
         if self.persistence.is_some() && self.cluster_file.is_some() {
             return fail("--data-dir is for the embedded cluster's servers: not with --cluster".into());
+        }
+        if self.replicas != 1 {
+            if self.cluster_file.is_some() {
+                return fail("--replicas is for the embedded cluster: an external cluster's file says its own".into());
+            }
+            if self.replicas == 0 || self.replicas > CLUSTER_REPLICAS_MAX {
+                return fail(format!("--replicas must be 1..={CLUSTER_REPLICAS_MAX}, got {}", self.replicas));
+            }
+            if self.replicas as usize > self.servers {
+                return fail(format!(
+                    "--replicas {} needs at least {} servers (each copy on a server of its own), got --servers {}",
+                    self.replicas, self.replicas, self.servers
+                ));
+            }
+            if self.server_threads != 1 {
+                return fail("--replicas with --server-threads above 1 is not built (the backups must be in the primaries' group)".into());
+            }
+            if self.persistence.is_some() {
+                return fail(
+                    "--replicas with --data-dir is not built yet (a backup cannot catch up with a recovered log)"
+                        .into(),
+                );
+            }
         }
         if self.transport == TransportKind::InProcess && self.cluster_file.is_some() {
             return fail("--transport inprocess calls the embedded cluster's servers: not with --cluster".into());
@@ -534,9 +561,22 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     let elapsed = totals.window.map_or_else(|| run_started.elapsed(), |(start, end)| end - start);
     let check = keep_records.then(|| checker::check(&totals.records));
     let store_stats = embedded.iter().flat_map(|group| group.cores().iter().map(|core| core.store().stats())).collect();
+    let replication =
+        embedded.iter().filter_map(|group| group.servers().replication_stats()).reduce(|mut total, more| {
+            total.add(&more);
+            total
+        });
     drop(fronts);
     drop(embedded);
     let mut result = report::build(config, &totals, elapsed, check, store_stats);
+    result.replication = replication.map(|stats| report::ReplicationSummary {
+        replicas: config.replicas,
+        records: stats.records,
+        acks: stats.acks,
+        ack_latency_us_mean: stats.ack_latency_us_mean(),
+        ack_latency_us_max: stats.ack_latency_us_max,
+        links_failed: stats.links_failed,
+    });
     result.persistence = config.persistence.as_ref().map(|persistence| PersistenceSummary {
         policy: persistence.durability.policy.name(),
         start_ms,
@@ -613,20 +653,18 @@ fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> 
     for thread in 0..config.server_threads {
         let servers = sessions_of_thread(config.servers, config.server_threads, thread);
         let configs = vec![ServerConfig { listen: localhost, gc_grace_ms: config.gc_grace_ms }; servers.len()];
-        let group = match &config.persistence {
-            None => ServerGroup::spawn(&configs).map_err(BenchError::Cluster)?,
-            Some(persistence) => {
-                let (group, recovered) =
-                    ServerGroup::spawn_durable(&configs, &data_dirs[servers], &persistence.durability)
-                        .map_err(BenchError::Persistence)?;
-                reports.extend(recovered);
-                group
-            }
-        };
+        let durability = config
+            .persistence
+            .as_ref()
+            .map(|persistence| Durability { dirs: data_dirs[servers].to_vec(), config: persistence.durability });
+        let replication = (config.replicas != 1).then(|| ReplicationOptions::new(config.replicas));
+        let options = ServerOptions { durability, replication, ..ServerOptions::default() };
+        let (group, recovered) = ServerGroup::start(&configs, &options).map_err(BenchError::Persistence)?;
+        reports.extend(recovered);
         addresses.extend(group.addresses().iter().map(SocketAddr::to_string));
         groups.push(group);
     }
-    let cluster = Cluster::with_servers(addresses)?;
+    let cluster = Cluster::with_servers(addresses)?.with_replicas(config.replicas)?;
     let mut first_index = 0;
     for group in &mut groups {
         group.start_recovery(cluster.clone(), first_index, RECOVERY_TIMEOUT_MS).map_err(BenchError::Cluster)?;

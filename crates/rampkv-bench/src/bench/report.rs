@@ -142,6 +142,38 @@ pub struct BenchResult {
     /// What the embedded servers' logs did (`--data-dir` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub persistence: Option<PersistenceSummary>,
+    /// What the embedded servers' replication did over the whole run (`--replicas` above 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replication: Option<ReplicationSummary>,
+}
+
+/// The embedded servers' synchronous replication over a run (`--replicas N`), summed over
+/// primaries: records shipped to every backup, and the time from a call's append to a
+/// backup's acknowledgement (network both ways and the backup's apply: the write cost).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReplicationSummary {
+    pub replicas: u32,
+    pub records: u64,
+    pub acks: u64,
+    pub ack_latency_us_mean: f64,
+    pub ack_latency_us_max: u64,
+    pub links_failed: u64,
+}
+
+impl std::fmt::Display for ReplicationSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} copies: {} records shipped to each backup, {} acknowledgements, append to acknowledgement \
+             {:.0} us mean, {} us max; {} links failed",
+            self.replicas,
+            self.records,
+            self.acks,
+            self.ack_latency_us_mean,
+            self.ack_latency_us_max,
+            self.links_failed
+        )
+    }
 }
 
 /// The embedded servers' persistence over a run (`--data-dir`), summed over servers.
@@ -236,6 +268,7 @@ pub(crate) fn build(
         network: config.network.describe(config.cluster_file.is_some()),
         interleave: totals.interleave,
         persistence: None,
+        replication: None,
     }
 }
 
@@ -351,6 +384,9 @@ impl fmt::Display for BenchResult {
         }
         if let Some(persistence) = &self.persistence {
             writeln!(f, "  persistence: {persistence}")?;
+        }
+        if let Some(replication) = &self.replication {
+            writeln!(f, "  replication: {replication}")?;
         }
         if let Some(failure) = &self.first_failure {
             writeln!(f, "  first failure: {failure}")?;

@@ -70,13 +70,26 @@ pub enum ChaosError {
     RangeOrder { setting: &'static str, min_ms: u64, max_ms: u64 },
     #[error("--transport {transport} is not available to chaos runs (its clients call servers in their own process)")]
     TransportUnsupported { transport: &'static str },
-    /// `--replicas` above 1 before the servers replicate: the run would test one copy of every
-    /// partition and could pass while claiming to test replication.
+    /// `--replicas` above 1 with `--nemesis kill-all`: replication survives f failures at a
+    /// time, not the whole cluster (that is persistence's job, which is not combined with it).
     #[error(
-        "--replicas {replicas}: the servers do not replicate yet (docs/replication.md: the configuration service \
-         exists, the data path does not use it), so a run would test unreplicated servers; use --replicas 1"
+        "--replicas {replicas} with --nemesis kill-all: replicas survive {} failure(s) at a time, not every \
+         server at once; use --nemesis kill-one",
+        replicas - 1
     )]
-    ReplicationMissing { replicas: u32 },
+    ReplicasKillAll { replicas: u32 },
+    /// `--replicas` above 1 with a killing nemesis over a one-sided transport: those clients
+    /// do not follow a failover yet (only TCP clients ask the configuration service).
+    #[error(
+        "--replicas {replicas} with --nemesis {nemesis} needs --transport tcp: the {transport} clients do not \
+         follow a failover yet (docs/replication.md)"
+    )]
+    FailoverTransport { replicas: u32, nemesis: &'static str, transport: &'static str },
+    /// `--replicas` above 1 together with `--data-dir`: not built in the servers.
+    #[error(
+        "--replicas {replicas} with --data-dir: replication with persistence is not built yet (docs/replication.md)"
+    )]
+    ReplicationWithDataDir { replicas: u32 },
     #[error(
         "--data-dir: `{} server` has no --data-dir option (a build without persistence), so a run would test \
          servers that keep nothing",
@@ -211,10 +224,15 @@ impl ChaosConfig {
         if self.transport == TransportKind::InProcess {
             return Err(ChaosError::TransportUnsupported { transport: self.transport.name() });
         }
-        if self.replicas > 1 {
-            // The one place to change when the servers replicate: write `replicas` and the
-            // `config` addresses into the cluster file instead (see `cluster_file`).
-            return Err(ChaosError::ReplicationMissing { replicas: self.replicas });
+        if self.replicas > 1 && self.nemesis == NemesisKind::KillAll {
+            return Err(ChaosError::ReplicasKillAll { replicas: self.replicas });
+        }
+        if self.replicas > 1 && self.nemesis != NemesisKind::None && self.transport != TransportKind::Tcp {
+            let (replicas, nemesis, transport) = (self.replicas, self.nemesis.name(), self.transport.name());
+            return Err(ChaosError::FailoverTransport { replicas, nemesis, transport });
+        }
+        if self.replicas > 1 && self.data_dir.is_some() {
+            return Err(ChaosError::ReplicationWithDataDir { replicas: self.replicas });
         }
         Ok(())
     }
@@ -392,6 +410,7 @@ fn run_in(
         keys: config.keys,
         duration_ms: config.duration.as_millis() as u64,
         kills: timeline.iter().filter(|event| event.action == Action::Kill).count() as u64,
+        kills_skipped: faults.nemesis.skipped,
         kill_late_ms_max: faults.nemesis.late_ms_max,
         initial_pids,
         timeline,
@@ -463,8 +482,14 @@ fn run_workload_and_nemesis(
         // Set when this scope is left, by a panic too: the nemesis stops at once.
         let stop_on_exit = SetOnDrop(&stop);
         let (stop, shared) = (&stop, &shared);
-        let nemesis = scope
-            .spawn(move || nemesis::run(config.nemesis, schedule, servers, network, clock, stop, &is_interrupted, log));
+        // f failures at a time: with replication, a kill waits until every partition has its
+        // full replica set again (the configuration service says so).
+        let may_kill = move || rampkv_net::client::full_replica_sets(cluster).unwrap_or(false);
+        let nemesis = scope.spawn(move || {
+            let environment =
+                nemesis::Environment { network, clock, stop, interrupted: &is_interrupted, log, may_kill: &may_kill };
+            nemesis::run(config.nemesis, schedule, servers, &environment)
+        });
         let workers: Vec<_> = (0..config.client_threads)
             .map(|thread| {
                 let feed = stream.feed();
@@ -613,6 +638,14 @@ fn write_cluster_file(
 ) -> Result<(Cluster, PathBuf), ChaosError> {
     let addresses = (0..config.servers).map(|index| network.server_address(index).to_string()).collect();
     let mut cluster = Cluster::with_servers(addresses)?;
+    if config.replicas > 1 {
+        let replicate = (0..config.servers).map(|index| network.replicate_address(index).to_string()).collect();
+        let configs = (0..config.servers).map(|index| network.config_address(index).to_string()).collect();
+        cluster = cluster
+            .with_replicas(config.replicas)?
+            .with_replicate_addresses(replicate)?
+            .with_config_addresses(configs)?;
+    }
     if let Some(front) = config.transport.front() {
         let controls = (0..config.servers).map(|index| network.control_address(index).to_string()).collect();
         cluster = cluster.with_fronts(front, controls)?;
@@ -673,7 +706,28 @@ mod tests {
         };
         refused(|config| config.servers = 0, "--servers must be 1..=64");
         refused(|config| config.replicas = 4, "--replicas must be 1..=3");
-        refused(|config| config.replicas = 2, "do not replicate yet");
+        refused(
+            |config| {
+                config.replicas = 2;
+                config.nemesis = NemesisKind::KillAll;
+            },
+            "not every server at once",
+        );
+        refused(
+            |config| {
+                config.replicas = 2;
+                config.transport = TransportKind::OneSided;
+            },
+            "needs --transport tcp",
+        );
+        refused(
+            |config| {
+                config.replicas = 2;
+                config.nemesis = NemesisKind::None;
+                config.data_dir = Some(PathBuf::from("unused"));
+            },
+            "replication with persistence is not built",
+        );
         refused(|config| config.txn_size = 17, "--txn-size must be 1..=16");
         refused(|config| config.clients = 2, "--clients must be 3..=256");
         refused(|config| config.value_size = 4, "--value-size");

@@ -140,6 +140,8 @@ impl Schedule {
 #[derive(Debug, Default)]
 pub(super) struct NemesisOutcome {
     pub events: Vec<Event>,
+    /// Kills not made because some partition lacked a copy (replication: f failures at a time).
+    pub skipped: u64,
     /// How much later than scheduled the latest kill came (a restart that took longer than the
     /// interval), in milliseconds.
     pub late_ms_max: u64,
@@ -150,16 +152,26 @@ pub(super) struct NemesisOutcome {
 ///
 /// # Errors
 /// A server that does not come back ([`Servers::start_ready`]), or an interruption.
+/// What the nemesis works with besides the servers.
+pub(super) struct Environment<'a> {
+    pub network: &'a Network,
+    pub clock: &'a RunClock,
+    pub stop: &'a AtomicBool,
+    pub interrupted: &'a dyn Fn() -> bool,
+    pub log: &'a dyn Fn(&str),
+    /// Whether a kill now stays within the failures the cluster promises to survive (with
+    /// replication: every partition has its full replica set); a kill due while it is false is
+    /// skipped.
+    pub may_kill: &'a dyn Fn() -> bool,
+}
+
 pub(super) fn run(
     kind: NemesisKind,
     mut schedule: Schedule,
     servers: &mut Servers,
-    network: &Network,
-    clock: &RunClock,
-    stop: &AtomicBool,
-    interrupted: &dyn Fn() -> bool,
-    log: &dyn Fn(&str),
+    environment: &Environment<'_>,
 ) -> Result<NemesisOutcome, ChaosError> {
+    let Environment { network, clock, stop, interrupted, log, may_kill } = *environment;
     let mut outcome = NemesisOutcome::default();
     if kind == NemesisKind::None {
         sleep_until(None, stop);
@@ -176,6 +188,15 @@ pub(super) fn run(
         // and no server died on its own meanwhile (that would be a crash, reported as such).
         servers.check_alive()?;
         debug_assert!((0..servers.count()).all(|index| servers.is_running(index)));
+        if !may_kill() {
+            outcome.skipped += 1;
+            log(&format!(
+                "{:>9} kill skipped: a partition lacks a copy (a restarted server does not catch up: rejoin is not built)",
+                clock.label()
+            ));
+            last_kill = Instant::now();
+            continue;
+        }
         for &victim in &victims {
             if let Some(pid) = servers.kill(victim) {
                 outcome.events.push(Event { at_ms: clock.now_ms(), server: victim, action: Action::Kill, pid });

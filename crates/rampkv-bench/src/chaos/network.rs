@@ -47,6 +47,9 @@ const FIRST_SERVER_HOST: u8 = 10;
 /// the one-sided front end's control port beside it.
 const NAMESPACE_SERVER_PORT: u16 = 7001;
 const NAMESPACE_CONTROL_PORT: u16 = 7002;
+/// Its replication port (where its primaries' records arrive) in namespace mode.
+const NAMESPACE_REPLICATE_PORT: u16 = 7003;
+const NAMESPACE_CONFIG_PORT: u16 = 7004;
 
 /// Lowest port loopback mode picks; it picks below the kernel's ephemeral range.
 const LOOPBACK_PORT_MIN: u16 = 20_000;
@@ -114,7 +117,7 @@ pub(super) struct Network {
     /// Namespaces made so far, in order (deleted in reverse).
     namespaces: Vec<String>,
     /// Loopback mode: the ports of each server (listen, control).
-    loopback_ports: Vec<(u16, u16)>,
+    loopback_ports: Vec<[u16; PORTS_PER_SERVER]>,
     /// Why namespace mode was not used, when `Auto` fell back to loopback.
     pub fallback: Option<String>,
 }
@@ -168,7 +171,7 @@ impl Network {
     pub fn server_address(&self, index: usize) -> SocketAddr {
         match self.mode {
             NetworkMode::Namespaces => SocketAddr::new(server_ip(index), NAMESPACE_SERVER_PORT),
-            NetworkMode::Loopback => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.loopback_ports[index].0),
+            NetworkMode::Loopback => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.loopback_ports[index][0]),
         }
     }
 
@@ -176,7 +179,23 @@ impl Network {
     pub fn control_address(&self, index: usize) -> SocketAddr {
         match self.mode {
             NetworkMode::Namespaces => SocketAddr::new(server_ip(index), NAMESPACE_CONTROL_PORT),
-            NetworkMode::Loopback => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.loopback_ports[index].1),
+            NetworkMode::Loopback => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.loopback_ports[index][1]),
+        }
+    }
+
+    /// The replication port of server `index` (the cluster file's `replicate`).
+    pub fn replicate_address(&self, index: usize) -> SocketAddr {
+        match self.mode {
+            NetworkMode::Namespaces => SocketAddr::new(server_ip(index), NAMESPACE_REPLICATE_PORT),
+            NetworkMode::Loopback => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.loopback_ports[index][2]),
+        }
+    }
+
+    /// The configuration-service port of server `index` (the cluster file's `config`).
+    pub fn config_address(&self, index: usize) -> SocketAddr {
+        match self.mode {
+            NetworkMode::Namespaces => SocketAddr::new(server_ip(index), NAMESPACE_CONFIG_PORT),
+            NetworkMode::Loopback => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.loopback_ports[index][3]),
         }
     }
 
@@ -391,9 +410,13 @@ fn process_alive(pid: u32) -> bool {
     !matches!(state, Some("Z" | "X") | None)
 }
 
-/// For each of `servers` servers, two loopback ports free now (listen, control): random ones
-/// between [`LOOPBACK_PORT_MIN`] and the kernel's ephemeral range, else any free ones.
-fn free_loopback_ports(servers: usize) -> Result<Vec<(u16, u16)>, ChaosError> {
+/// Loopback ports per server: listen, control, replicate.
+const PORTS_PER_SERVER: usize = 4;
+
+/// For each of `servers` servers, `PORTS_PER_SERVER` loopback ports free now (listen, control,
+/// replicate, config): random ones between [`LOOPBACK_PORT_MIN`] and the kernel's ephemeral range, else
+/// any free ones.
+fn free_loopback_ports(servers: usize) -> Result<Vec<[u16; PORTS_PER_SERVER]>, ChaosError> {
     let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|text| text.split_whitespace().next().and_then(|low| low.parse::<u16>().ok()))
@@ -403,9 +426,9 @@ fn free_loopback_ports(servers: usize) -> Result<Vec<(u16, u16)>, ChaosError> {
     let salt =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |time| time.as_nanos() as u64);
     let mut random = rampkv_ycsb::Random::new(salt ^ u64::from(std::process::id()));
-    let mut listeners = Vec::with_capacity(2 * servers);
+    let mut listeners = Vec::with_capacity(PORTS_PER_SERVER * servers);
     let mut attempts = 0;
-    while listeners.len() < 2 * servers {
+    while listeners.len() < PORTS_PER_SERVER * servers {
         attempts += 1;
         let port = if ephemeral_low > LOOPBACK_PORT_MIN + 1_000 && attempts <= LOOPBACK_PORT_ATTEMPTS_MAX {
             LOOPBACK_PORT_MIN + random.below(u64::from(ephemeral_low - LOOPBACK_PORT_MIN)) as u16
@@ -424,7 +447,7 @@ fn free_loopback_ports(servers: usize) -> Result<Vec<(u16, u16)>, ChaosError> {
         .map(|listener| listener.local_addr().map(|address| address.port()))
         .collect::<Result<Vec<u16>, _>>()
         .map_err(|error| ChaosError::Io { what: "find a free loopback port", path: None, error })?;
-    Ok(ports.chunks(2).map(|pair| (pair[0], pair[1])).collect())
+    Ok(ports.chunks(PORTS_PER_SERVER).map(|ports| [ports[0], ports[1], ports[2], ports[3]]).collect())
 }
 
 #[cfg(test)]
@@ -436,12 +459,20 @@ mod tests {
         let network = Network::set_up(NetworkChoice::Loopback, 5).unwrap();
         assert_eq!(network.mode(), NetworkMode::Loopback);
         let mut ports: Vec<u16> = (0..5)
-            .flat_map(|index| [network.server_address(index).port(), network.control_address(index).port()])
+            .flat_map(|index| {
+                [
+                    network.server_address(index),
+                    network.control_address(index),
+                    network.replicate_address(index),
+                    network.config_address(index),
+                ]
+                .map(|address| address.port())
+            })
             .collect();
         assert!(ports.iter().all(|port| *port >= LOOPBACK_PORT_MIN), "{ports:?}");
         ports.sort_unstable();
         ports.dedup();
-        assert_eq!(ports.len(), 10);
+        assert_eq!(ports.len(), 20);
     }
 
     #[test]

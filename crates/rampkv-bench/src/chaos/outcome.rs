@@ -210,6 +210,8 @@ pub struct ChaosReport {
     /// Every kill, restart and return to service, in order.
     pub timeline: Vec<Event>,
     pub kills: u64,
+    /// Kills due while some partition lacked a copy (replication), not made.
+    pub kills_skipped: u64,
     /// How much later than scheduled the latest kill came (a restart slower than the interval).
     pub kill_late_ms_max: u64,
     pub workload: WorkloadTotals,
@@ -355,6 +357,15 @@ impl ChaosReport {
                 event.pid
             )?;
         }
+        if self.kills_skipped > 0 {
+            writeln!(
+                formatter,
+                "  {} kills skipped: a partition lacked a copy (f = {}: one failure at a time; a restarted server does \
+                 not catch up, rejoin is not built)",
+                self.kills_skipped,
+                self.replicas.saturating_sub(1)
+            )?;
+        }
         Ok(())
     }
 
@@ -461,6 +472,7 @@ mod tests {
             initial_pids: Vec::new(),
             timeline: Vec::new(),
             kills: 0,
+            kills_skipped: 0,
             kill_late_ms_max: 0,
             workload: WorkloadTotals { reads_ok: 1, writes_ok: 1, ..WorkloadTotals::default() },
             check,

@@ -19,7 +19,10 @@
 //! records every transaction in flight as failed, drops the driver, and connects again every
 //! [`CHAOS_RECONNECT_BACKOFF_MS`] until the cluster takes it back. A failed transaction is tried
 //! again (as a new transaction, with a new timestamp) up to [`CHAOS_TRIES_PER_TRANSACTION_MAX`]
-//! times in all.
+//! times in all. With replication (`--replicas` above 1) a failed server is replaced rather than
+//! waited for: a transaction failed for an unavailable partition, or refused by a server that is
+//! no longer its primary (`NotPrimary`), makes the thread drop its driver and connect again to
+//! the primaries the configuration service names now.
 //!
 //! # Bounds
 //! A thread stops starting transactions at the run's deadline, lets those in flight finish for
@@ -119,7 +122,11 @@ pub(super) fn run_thread(
     let controls = shared.controls;
     // The one place that names transports: each connects a fresh transport to every server.
     match shared.transport {
-        TransportKind::Tcp => worker.run(|| TcpClientTransport::connect(cluster.servers()).map_err(ClientError::from)),
+        // With replication, to the current primaries (the configuration service says which).
+        TransportKind::Tcp => worker.run(|| {
+            let addresses = rampkv_net::client::current_addresses(cluster)?;
+            TcpClientTransport::connect(&addresses).map_err(ClientError::from)
+        }),
         TransportKind::WritePoll => {
             worker.run(|| WritePollClientTransport::connect(controls).map_err(ClientError::from))
         }
@@ -231,9 +238,18 @@ impl<'a> Worker<'a> {
             if result.is_ok() {
                 result = active.step(poll, &mut completions);
             }
+            let mut stale = false;
             for completion in completions.drain(..) {
                 let client = u64::from(active.client_id(completion.session));
-                self.complete(client, completion);
+                stale |= self.complete(client, completion);
+            }
+            if stale && result.is_ok() {
+                // Replication: a server failed or was deposed; learn the configuration again
+                // (after a pause: the failover may not be committed yet).
+                self.fail_in_flight();
+                driver = None;
+                std::thread::sleep(Duration::from_millis(CHAOS_RECONNECT_BACKOFF_MS));
+                continue;
             }
             if let Err(error) = result {
                 // The connections are broken: everything in flight failed with them.
@@ -306,10 +322,11 @@ impl<'a> Worker<'a> {
         Planned { write, keys, tries: 0 }
     }
 
-    /// Records a finished transaction; a failed one is tried again later.
-    fn complete(&mut self, client: u64, completion: Completion) {
+    /// Records a finished transaction; a failed one is tried again later. Returns whether it
+    /// failed because a server is no longer the primary (the routes are stale).
+    fn complete(&mut self, client: u64, completion: Completion) -> bool {
         let Some(in_flight) = self.sessions[completion.session].in_flight.take() else {
-            return; // a driver reports only transactions it was given
+            return false; // a driver reports only transactions it was given
         };
         let end_ns = self.shared.clock.now_ns();
         let keys = history_keys(&in_flight.planned.keys);
@@ -337,8 +354,13 @@ impl<'a> Worker<'a> {
                 }
                 self.totals.note_error(error.to_string());
                 self.fail(completion.session, in_flight, end_ns);
+                // With replication a server that failed or was deposed is replaced, not waited
+                // for: learn the configuration again (without, wait for it to come back).
+                let replicated = self.shared.cluster.replicas() > 1;
+                return error.is_not_primary() || (replicated && matches!(error, ClientError::Unavailable { .. }));
             }
         }
+        false
     }
 
     /// Records every transaction in flight as failed (their driver is gone, or the run is).

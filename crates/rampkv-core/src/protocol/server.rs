@@ -239,6 +239,8 @@ pub struct ServerCore {
     /// The cluster file this server was started with and its index in it, once known: keys
     /// outside its partitions are refused, and so is a HELLO from a client whose file differs.
     ownership: OnceLock<Ownership>,
+    /// With replication and failover: the partitions it may serve now (see [`PartitionGate`]).
+    gate: OnceLock<Arc<dyn PartitionGate>>,
     /// The background sweep: where it stands and when it runs next (whichever front end's
     /// timer gets the lock runs it).
     sweep: Mutex<Sweep>,
@@ -252,6 +254,15 @@ struct Sweep {
     next_ms: u64,
 }
 
+/// Which partitions a replicated server may serve *now*: those it is the primary of in the
+/// newest configuration it knows, while its lease holds (replication's failover, issue 16).
+/// Asked for every key of every request, so it must be cheap; it lives outside the core
+/// (the configuration service is I/O).
+pub trait PartitionGate: Send + Sync + std::fmt::Debug {
+    /// Whether this server may serve `partition` now.
+    fn serves(&self, partition: u32) -> bool;
+}
+
 /// A server's place in its cluster file.
 #[derive(Debug)]
 struct Ownership {
@@ -260,9 +271,16 @@ struct Ownership {
 }
 
 impl Ownership {
-    /// The refusal of `key` if this server does not own it.
-    fn check(&self, key: &[u8]) -> Result<(), OwnershipError> {
+    /// The refusal of `key` if this server does not own it (with a gate: does not serve its
+    /// partition now).
+    fn check(&self, key: &[u8], gate: Option<&Arc<dyn PartitionGate>>) -> Result<(), OwnershipError> {
         let partition = self.cluster.partition_of(key);
+        if let Some(gate) = gate {
+            if gate.serves(partition) {
+                return Ok(());
+            }
+            return Err(OwnershipError::NotPrimary { partition, index: self.index });
+        }
         let owner = self.cluster.owner_of_partition(partition).unwrap_or(usize::MAX);
         if owner == self.index {
             return Ok(());
@@ -287,6 +305,11 @@ pub enum OwnershipError {
     )]
     NotOwned { key: String, partition: u32, owner: usize, owner_address: String, index: usize },
     #[error(
+        "this server ({index}) is not the primary of partition {partition} now (failed over, or its lease \
+         lapsed): ask the configuration service for the current primary"
+    )]
+    NotPrimary { partition: u32, index: usize },
+    #[error(
         "cluster files differ: the client's has {client_partitions} partitions and calls this server {client_index}; \
          this server's has {partitions} partitions and it is server {index}"
     )]
@@ -302,6 +325,7 @@ impl ServerCore {
             next_client_id: AtomicU32::new(1),
             gets_served: AtomicU64::new(0),
             ownership: OnceLock::new(),
+            gate: OnceLock::new(),
             sweep: Mutex::new(Sweep::default()),
             prepared_abandon_ms: AtomicU64::new(PREPARED_ABANDON_MS),
         }
@@ -342,6 +366,18 @@ impl ServerCore {
     /// second call (or `index` beyond the cluster) returns false and changes nothing.
     pub fn join_cluster(&self, cluster: Cluster, index: usize) -> bool {
         index < cluster.servers().len() && self.ownership.set(Ownership { cluster, index }).is_ok()
+    }
+
+    /// Serves only the partitions `gate` allows from now on (replication's failover: the
+    /// configuration service's leases), instead of those its cluster file gives it, and takes
+    /// a HELLO naming another server whose partitions it serves now. Once only (false after).
+    pub fn set_gate(&self, gate: Arc<dyn PartitionGate>) -> bool {
+        self.gate.set(gate).is_ok()
+    }
+
+    /// Its index in the cluster it joined, once it joined one.
+    pub fn cluster_index(&self) -> Option<usize> {
+        self.ownership.get().map(|ownership| ownership.index)
     }
 
     /// GET and GET_LOCATE requests this server has served.
@@ -389,11 +425,15 @@ impl ServerCore {
             }
         }
         if let Err(error) = self.check_ownership(&request) {
-            return plain(Response::bad_request(error.to_string()));
+            let code = match error {
+                OwnershipError::NotPrimary { .. } => ErrorCode::NotPrimary,
+                _ => ErrorCode::BadRequest,
+            };
+            return plain(Response::Error { code, message: error.to_string() });
         }
         let now_ms = now.monotonic_ms;
         match request {
-            Request::Hello { client_ids_wanted, .. } => plain(self.hello(client_ids_wanted)),
+            Request::Hello { client_ids_wanted, cluster } => plain(self.hello(client_ids_wanted, cluster)),
             Request::Get { items } => Some(self.get(&items).map_or_else(Reply::Response, Reply::Versions)),
             Request::GetLocate { items } => Some(match self.get(&items) {
                 Ok(answers) => Reply::Located { answers, keys: items.into_iter().map(|item| item.key).collect() },
@@ -472,11 +512,23 @@ impl ServerCore {
     /// cluster file differs (a server with no cluster file checks nothing).
     fn check_ownership(&self, request: &Request) -> Result<(), OwnershipError> {
         let Some(ownership) = self.ownership.get() else { return Ok(()) };
+        let gate = self.gate.get();
+        let check = |key: &[u8]| ownership.check(key, gate);
         match request {
             Request::Hello { cluster: Some(view), .. } => {
                 let own = ownership.view();
-                if *view == own {
+                if *view == own || (view.partitions == own.partitions && self.serves_server(ownership, view)) {
                     return Ok(());
+                }
+                if gate.is_some() && view.partitions == own.partitions {
+                    // The same cluster: this server does not serve that server's partitions
+                    // (not yet taken over, or it was deposed), which a retry after learning
+                    // the configuration fixes.
+                    let named = view.server_index as usize;
+                    let partition = (0..own.partitions)
+                        .find(|partition| ownership.cluster.owner_of_partition(*partition) == Some(named))
+                        .unwrap_or(0);
+                    return Err(OwnershipError::NotPrimary { partition, index: ownership.index });
                 }
                 Err(OwnershipError::ClusterMismatch {
                     client_partitions: view.partitions,
@@ -485,17 +537,33 @@ impl ServerCore {
                     index: ownership.index,
                 })
             }
-            Request::Get { items } | Request::GetLocate { items } => {
-                items.iter().try_for_each(|item| ownership.check(&item.key))
-            }
+            Request::Get { items } | Request::GetLocate { items } => items.iter().try_for_each(|item| check(&item.key)),
             Request::Prepare { writes, .. } | Request::Put { writes, .. } | Request::LockWrite { writes, .. } => {
-                writes.iter().try_for_each(|write| ownership.check(&write.key))
+                writes.iter().try_for_each(|write| check(&write.key))
             }
-            Request::LockRead { keys, .. } => keys.iter().try_for_each(|key| ownership.check(key)),
+            Request::LockRead { keys, .. } => keys.iter().try_for_each(|key| check(key)),
+            // With a gate (failover), a COMMIT is checked against the keys it would commit
+            // here, and a STATUS against its keys: a deposed primary must neither commit what
+            // its successor may have resolved otherwise nor answer for partitions it lost.
+            Request::Commit { ts } if gate.is_some() => {
+                self.store.pending_keys(*ts).iter().try_for_each(|key| check(key))
+            }
+            Request::Status { keys, .. } if gate.is_some() => keys.iter().try_for_each(|key| check(key)),
             // COMMIT, COMMIT_LOCKED and RELEASE name no key; STATUS asks about the keys a
             // prepared transaction wrote here (recovery), answered from what is stored.
             _ => Ok(()),
         }
+    }
+
+    /// With a gate: whether this server serves every partition the cluster file gives server
+    /// `view.server_index` now (it took them over), so a client may call it that server.
+    fn serves_server(&self, ownership: &Ownership, view: &ClusterView) -> bool {
+        let Some(gate) = self.gate.get() else { return false };
+        let named = view.server_index as usize;
+        let mut partitions = (0..ownership.cluster.partition_count())
+            .filter(|partition| ownership.cluster.owner_of_partition(*partition) == Some(named))
+            .peekable();
+        partitions.peek().is_some() && partitions.all(|partition| gate.serves(partition))
     }
 
     /// Aborts lock waits past their deadline; their replies go to `effects`.
@@ -611,17 +679,39 @@ impl ServerCore {
         }
     }
 
-    fn hello(&self, wanted: u16) -> Response {
+    /// Hands out client ids; answers with the server's place in the cluster (the client's
+    /// `asked` view once accepted: a server that took over another's partitions answers as it).
+    fn hello(&self, wanted: u16, asked: Option<ClusterView>) -> Response {
         let wanted = u32::from(wanted.max(1));
         let first = self.next_client_id.fetch_add(wanted, Ordering::Relaxed);
-        // Ids wrap within 1..=CLIENT_IDS_MAX; a block never straddles the wrap.
-        let span = CLIENT_IDS_MAX as u32;
+        // Ids wrap within 1..=CLIENT_IDS_MAX; a block never straddles the wrap. With failover,
+        // another server hands out ids for this one's clients once it took over, so each
+        // server keeps to a band of its own (timestamps end in the client id: two servers
+        // counting from 1 would give two live clients one id).
+        let (base, span) = match (self.gate.get(), self.ownership.get()) {
+            (Some(_), Some(ownership)) => {
+                let band = CLIENT_IDS_MAX as u32 / ownership.cluster.servers().len().max(1) as u32;
+                if wanted <= band {
+                    (ownership.index as u32 * band, band)
+                } else {
+                    (0, CLIENT_IDS_MAX as u32)
+                }
+            }
+            _ => (0, CLIENT_IDS_MAX as u32),
+        };
         let mut first = (first - 1) % span + 1;
         if first + wanted - 1 > span {
             first = 1;
         }
-        debug_assert!(first >= 1 && first + wanted - 1 <= span, "a block of ids never holds 0 or wraps");
-        let cluster = self.ownership.get().map(Ownership::view);
+        let first = base + first;
+        debug_assert!(
+            first >= 1 && first + wanted - 1 <= CLIENT_IDS_MAX as u32,
+            "a block of ids never holds 0 or wraps"
+        );
+        let cluster = self.ownership.get().map(|ownership| match asked {
+            Some(view) if self.gate.get().is_some() => view,
+            _ => ownership.view(),
+        });
         Response::Hello { client_id_first: first as u16, client_ids_granted: wanted as u16, cluster }
     }
 
@@ -773,6 +863,66 @@ mod tests {
         // Reads, lock reads, releases and status asks carry no timestamp that is stored.
         let read = Request::LockRead { ts: u64::MAX, keys: vec![b"k".to_vec()] };
         assert!(matches!(core.handle(ConnectionId::default(), read, 3, now, &mut effects), Some(Reply::Locked { .. })));
+    }
+
+    /// A gate that serves a fixed set of partitions (what a lease-holding primary serves).
+    #[derive(Debug)]
+    struct Serves(std::sync::Mutex<Vec<u32>>);
+
+    impl PartitionGate for Serves {
+        fn serves(&self, partition: u32) -> bool {
+            self.0.lock().unwrap().contains(&partition)
+        }
+    }
+
+    /// Failover: with a gate, a server serves exactly the partitions the gate allows (its own
+    /// cluster-file partitions too only while allowed), refuses the others with `NotPrimary`
+    /// (reads, writes, and a COMMIT of what it prepared there), takes a HELLO naming a server
+    /// whose partitions it took over, and hands out client ids from a band of its own.
+    #[test]
+    fn with_a_gate_a_server_serves_only_the_partitions_it_holds_a_lease_for() {
+        let cluster = Cluster::with_servers(vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]).unwrap();
+        let key_of = |server: usize| {
+            (0..).map(|i| format!("k{i}").into_bytes()).find(|key| cluster.server_of(key) == server).unwrap()
+        };
+        let (own, other) = (key_of(1), key_of(0));
+        let core = ServerCore::new(10);
+        let gate = Arc::new(Serves(std::sync::Mutex::new(vec![cluster.partition_of(&own)])));
+        assert!(core.join_cluster(cluster.clone(), 1) && core.set_gate(gate.clone()));
+        let mut effects = Effects::default();
+        let now = Now { monotonic_ms: 1, wall_clock_us: 50_000_000 };
+        let ts = (now.wall_clock_us << 16) | 3;
+        let mut handle = |request: Request| core.handle(ConnectionId::default(), request, 1, now, &mut effects);
+        let get = |key: &[u8]| Request::Get { items: vec![GetItem { key: key.to_vec(), selector: Selector::Latest }] };
+        let prepare = |key: &[u8]| Request::Prepare {
+            ts,
+            metadata: Metadata::None,
+            write_set: Vec::new(),
+            writes: vec![Write { key: key.to_vec(), value: b"v".to_vec() }],
+        };
+        let not_primary = |reply: Option<Reply>| {
+            matches!(reply, Some(Reply::Response(Response::Error { code: ErrorCode::NotPrimary, .. })))
+        };
+        assert!(not_primary(handle(get(&other))), "another server's partition");
+        assert!(not_primary(handle(prepare(&other))));
+        assert!(matches!(handle(prepare(&own)), Some(Reply::Response(Response::Ack))));
+        let hello = |index: u32| Request::Hello {
+            client_ids_wanted: 1,
+            cluster: Some(ClusterView { partitions: 2, server_index: index }),
+        };
+        assert!(not_primary(handle(hello(0))), "server 0's partitions are not taken over");
+        let Some(Reply::Response(Response::Hello { client_id_first, .. })) = handle(hello(1)) else { panic!() };
+        assert!(client_id_first > CLIENT_IDS_MAX as u16 / 2, "server 1's band: {client_id_first}");
+        // The lease lapses (deposed): nothing more, not even the COMMIT of what it prepared.
+        gate.0.lock().unwrap().clear();
+        assert!(not_primary(handle(get(&own))));
+        assert!(not_primary(handle(Request::Commit { ts })));
+        assert_eq!(core.store().last_commit(&own), 0, "the deposed server committed nothing");
+        // It took server 0's partitions over: HELLO as server 0 is accepted, as server 0.
+        *gate.0.lock().unwrap() = (0..2).collect();
+        let Some(Reply::Response(Response::Hello { cluster: Some(view), .. })) = handle(hello(0)) else { panic!() };
+        assert_eq!(view.server_index, 0);
+        assert!(matches!(handle(get(&other)), Some(Reply::Versions(_))));
     }
 
     /// With logging on, every change to the store is described after it was made, and nothing

@@ -61,6 +61,10 @@ pub enum ErrorCode {
     Internal,
     /// S2PL: the transaction must abort (wait-die, or a lock wait timed out) and retry.
     Aborted,
+    /// Replication: this server is not (or no longer) the primary of a partition the request
+    /// names, or its lease lapsed; nothing was changed. The client fetches the configuration
+    /// and goes to the partition's current primary.
+    NotPrimary,
     /// A code this build does not know (from a newer peer).
     Unknown(u16),
 }
@@ -72,6 +76,7 @@ impl ErrorCode {
             ErrorCode::VersionGone => 2,
             ErrorCode::Internal => 3,
             ErrorCode::Aborted => 4,
+            ErrorCode::NotPrimary => 5,
             ErrorCode::Unknown(code) => code,
         }
     }
@@ -81,6 +86,7 @@ impl ErrorCode {
             2 => ErrorCode::VersionGone,
             3 => ErrorCode::Internal,
             4 => ErrorCode::Aborted,
+            5 => ErrorCode::NotPrimary,
             other => ErrorCode::Unknown(other),
         }
     }

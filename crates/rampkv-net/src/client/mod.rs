@@ -7,11 +7,14 @@ pub use driver::{Completion, Driver, TxnResult, DRIVER_SESSIONS_MAX};
 use std::time::Duration;
 
 use crate::transport::{TcpClientTransport, TransportError};
+use rampkv_config::configuration::Configuration;
 use rampkv_core::cluster::Cluster;
+use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_RETRY_BACKOFF_MS};
 use rampkv_core::protocol::ramp::TxnOptions;
 use rampkv_core::protocol::session::SessionError;
 use rampkv_core::protocol::{ProtocolError, ReadOutcome};
 use rampkv_core::types::Timestamp;
+use rampkv_core::wire::ErrorCode;
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +58,84 @@ pub enum ClientError {
     Sessions { sessions: usize },
     #[error("the transport reaches {transport} servers, the cluster has {cluster}")]
     ServerCount { transport: usize, cluster: usize },
+    /// Replication: the configuration service could not be asked (or the cluster file gives
+    /// it no addresses).
+    #[error("configuration service: {0}")]
+    Configuration(#[from] rampkv_config::error::ConfigError),
+}
+
+impl ClientError {
+    /// Whether the transaction may succeed if tried again once the client has learned the
+    /// current configuration (a server failed, or was deposed, under it).
+    pub fn is_failover(&self) -> bool {
+        matches!(self, ClientError::Transport(_) | ClientError::Timeout | ClientError::Unavailable { .. })
+            || self.is_not_primary()
+    }
+
+    /// Whether a server refused because it is not (or no longer) the primary of a partition
+    /// the transaction names: the client's routes are stale.
+    pub fn is_not_primary(&self) -> bool {
+        matches!(self, ClientError::Protocol(ProtocolError::ServerError { code: ErrorCode::NotPrimary, .. }))
+    }
+}
+
+/// The newest configuration any of the cluster's configuration nodes holds (every node is
+/// asked: a lagging or just restarted one may answer an old epoch). `None`: the cluster file
+/// has no configuration service (no replication, or no `config` addresses).
+///
+/// # Errors
+/// [`ClientError::Configuration`] when no node answered (with the last error).
+pub fn newest_configuration(cluster: &Cluster) -> Result<Option<Configuration>, ClientError> {
+    let Ok(config_addresses) = cluster.config_addresses() else { return Ok(None) };
+    if cluster.replicas() == 1 {
+        return Ok(None);
+    }
+    let cluster_id = Configuration::initial(cluster)?.cluster_id();
+    let timeout = Duration::from_millis(FAILOVER_CONFIG_ASK_TIMEOUT_MS);
+    let mut newest: Option<Configuration> = None;
+    let mut last = None;
+    for address in &config_addresses {
+        match rampkv_config::client::ask(address, cluster_id, timeout) {
+            Ok(answer) => {
+                if newest.as_ref().is_none_or(|newest| newest.epoch() < answer.configuration.epoch()) {
+                    newest = Some(answer.configuration);
+                }
+            }
+            Err(error) => last = Some(error),
+        }
+    }
+    match (newest, last) {
+        (Some(newest), _) => Ok(Some(newest)),
+        (None, Some(error)) => Err(ClientError::Configuration(error)),
+        (None, None) => Ok(None),
+    }
+}
+
+/// The data address serving each server's cluster-file partitions now: the cluster file's
+/// addresses without replication; with it (a cluster file with `replicas` above 1 and `config`
+/// addresses), the current primaries the configuration service names.
+///
+/// # Errors
+/// [`ClientError::Unavailable`] naming the partitions with no copy left;
+/// [`ClientError::Configuration`] when no configuration node answered.
+pub fn current_addresses(cluster: &Cluster) -> Result<Vec<String>, ClientError> {
+    match newest_configuration(cluster)? {
+        None => Ok(cluster.servers().to_vec()),
+        Some(configuration) => crate::server::failover::routes(&configuration, cluster)
+            .map_err(|partitions| ClientError::Unavailable { partitions }),
+    }
+}
+
+/// Whether every partition has its primary and all its in-sync backups (a fault harness kills
+/// a server only then: f failures at a time). True without replication.
+///
+/// # Errors
+/// As [`newest_configuration`].
+pub fn full_replica_sets(cluster: &Cluster) -> Result<bool, ClientError> {
+    Ok(newest_configuration(cluster)?.is_none_or(|configuration| {
+        let copies = configuration.replicas() as usize;
+        configuration.replica_sets().iter().all(|set| set.primary.is_some() && set.backups.len() + 1 >= copies)
+    }))
 }
 
 impl From<SessionError> for ClientError {
@@ -78,21 +159,75 @@ impl From<SessionError> for ClientError {
 /// assert_eq!(read.items[0].value, b"v1");
 /// # Ok(()) }
 /// ```
+///
+/// With replication (a cluster file with `replicas` and `config` addresses), it connects to the
+/// current primaries, and a transaction that fails because a server failed or was deposed is
+/// tried again, transparently, once the client has learned the new configuration (for at most
+/// `FAILOVER_CLIENT_RETRY_MS_MAX`): the caller sees latency, not an error, unless no copy of a
+/// partition is left ([`ClientError::Unavailable`]). A write tried again is a new transaction
+/// with a new timestamp; the failed attempt, if it prepared anywhere, is resolved by
+/// cooperative termination (its values are the same).
 #[derive(Debug)]
 pub struct Client {
     driver: Driver<TcpClientTransport>,
+    cluster: Cluster,
+    options: Option<TxnOptions>,
 }
 
 impl Client {
-    /// Connects to every server of `cluster`.
+    /// Connects to every server of `cluster` (with replication: to the current primaries).
     pub fn connect(cluster: &Cluster) -> Result<Client, ClientError> {
-        let transport = TcpClientTransport::connect(cluster.servers())?;
-        Ok(Client { driver: Driver::connect(transport, cluster.clone(), 1)? })
+        let transport = TcpClientTransport::connect(&current_addresses(cluster)?)?;
+        Ok(Client { driver: Driver::connect(transport, cluster.clone(), 1)?, cluster: cluster.clone(), options: None })
+    }
+
+    /// Runs `attempt` and, with replication, tries again after a failover-related failure
+    /// (reconnecting to the current primaries first), within `FAILOVER_CLIENT_RETRY_MS_MAX`.
+    fn with_failover<R>(
+        &mut self,
+        mut attempt: impl FnMut(&mut Self) -> Result<R, ClientError>,
+    ) -> Result<R, ClientError> {
+        let deadline = std::time::Instant::now() + Duration::from_millis(FAILOVER_CLIENT_RETRY_MS_MAX);
+        let replicated = self.cluster.replicas() > 1 && self.cluster.config_addresses().is_ok();
+        let mut result = attempt(self);
+        while replicated && std::time::Instant::now() < deadline {
+            match &result {
+                Err(error) if error.is_failover() => {}
+                _ => return result,
+            }
+            // Reconnect until it works (a server may still be taking over: it refuses HELLO
+            // meanwhile), then try again.
+            loop {
+                std::thread::sleep(Duration::from_millis(FAILOVER_RETRY_BACKOFF_MS));
+                match self.reconnect() {
+                    Ok(()) => break,
+                    Err(error @ ClientError::Unavailable { .. }) => return Err(error),
+                    Err(error) if std::time::Instant::now() >= deadline => return Err(error),
+                    Err(_) => {}
+                }
+            }
+            result = attempt(self);
+        }
+        result
+    }
+
+    fn reconnect(&mut self) -> Result<(), ClientError> {
+        let transport = TcpClientTransport::connect(&current_addresses(&self.cluster)?)?;
+        let mut driver = Driver::connect(transport, self.cluster.clone(), 1)?;
+        if let Some(options) = &self.options {
+            driver.set_txn_options(*options);
+        }
+        self.driver = driver;
+        Ok(())
     }
 
     /// Reads `keys` read-atomically. Each item has the key, the version's timestamp (0 for a
     /// key never written, whose value is empty) and the value, in the order of `keys`.
     pub fn get_all(&mut self, keys: Vec<Vec<u8>>) -> Result<ReadOutcome, ClientError> {
+        self.with_failover(|client| client.get_once(keys.clone()))
+    }
+
+    fn get_once(&mut self, keys: Vec<Vec<u8>>) -> Result<ReadOutcome, ClientError> {
         self.driver.begin_read(0, keys)?;
         match self.wait()? {
             TxnResult::Read(outcome) => Ok(outcome),
@@ -103,10 +238,11 @@ impl Client {
     /// Writes every pair atomically (readers see all of them or none). Returns the
     /// transaction's timestamp. Invalid input fails before any server is contacted.
     pub fn put_all(&mut self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Timestamp, ClientError> {
-        self.put_all_with(|_| pairs)
+        self.with_failover(|client| client.put_all_with(|_| pairs.clone()))
     }
 
-    /// Like [`Client::put_all`], with the pairs built once the timestamp is known.
+    /// Like [`Client::put_all`], with the pairs built once the timestamp is known (one
+    /// attempt: no retry after a failover).
     pub fn put_all_with(
         &mut self,
         build: impl FnOnce(Timestamp) -> Vec<(Vec<u8>, Vec<u8>)>,
@@ -120,6 +256,7 @@ impl Client {
 
     /// Sets the algorithm (and its options) of later transactions (default RAMP-Fast).
     pub fn set_txn_options(&mut self, options: TxnOptions) {
+        self.options = Some(options);
         self.driver.set_txn_options(options);
     }
 

@@ -77,7 +77,7 @@ impl Default for DurabilityConfig {
     }
 }
 
-/// Why a group of servers with data directories did not start.
+/// Why a group of servers did not start (persistence, replication, listeners).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
@@ -99,6 +99,23 @@ pub enum StartError {
     Layout { dir: PathBuf, cause: std::io::Error },
     #[error("cannot listen: {0}")]
     Listen(std::io::Error),
+    #[error("need 1..={max} replicas, got {replicas}", max = rampkv_core::limits::CLUSTER_REPLICAS_MAX)]
+    ReplicaCount { replicas: u32 },
+    #[error("{replicas} replicas need at least {replicas} servers (each copy of a partition on a server of its own), got {servers}")]
+    TooFewServersForReplicas { replicas: u32, servers: usize },
+    #[error(
+        "replication together with a data directory is not built yet: a restarted primary's backups would miss \
+         what its log recovered (catching a backup up is not built); use one or the other"
+    )]
+    ReplicationWithDataDir,
+    #[error("failover serves one server per group (a `rampkv server` process), got {servers}, or it joined a cluster already")]
+    FailoverGroup { servers: usize },
+    #[error("cannot start replication: {0}")]
+    Replication(std::io::Error),
+    #[error("these {group} servers from server {first} on are not all in the cluster of {servers} servers")]
+    NotInCluster { first: usize, group: usize, servers: usize },
+    #[error("replicate address {address:?} is not IP:PORT (a replication port binds an IP address)")]
+    ReplicateAddress { address: String },
 }
 
 /// The data directory of server `index` of a cluster kept under `data_dir`: `server-<index>`

@@ -16,10 +16,19 @@
 //! - [`front`]: the fabric front end (its region, its control thread and handshake).
 //! - [`durable`]: a server's log and snapshots (a data directory): recovery before serving,
 //!   records appended after each call, replies held until durable.
+//! - [`replication`]: the same records shipped synchronously to the server's backups, replies
+//!   held until every backup applied them; the backups' replication ports.
+//!
+//! # Starting a group
+//! One constructor, [`ServerGroup::start`], takes the servers' [`ServerConfig`]s and a
+//! [`ServerOptions`] (shared secret, connection limits, persistence, replication);
+//! [`ServerGroup::spawn`] is its shorthand with the defaults.
 
 pub mod durable;
+pub mod failover;
 pub mod front;
 pub mod poller;
+pub mod replication;
 pub mod router;
 
 use std::net::SocketAddr;
@@ -40,10 +49,12 @@ use crate::auth::SharedSecret;
 use crate::item_slots::Publisher;
 use crate::message::tcp::TcpServer;
 use crate::recovery::{spawn_resolver, Resolver};
+pub use durable::StartError;
 use durable::{DurabilityConfig, Journal};
 pub use poller::{ConnectionCounts, ConnectionLimits, Eviction};
 use poller::{ConnectionStats, Poller, ServerMedium};
 use rampkv_durable::{DurableError, RecoveryReport};
+use replication::{BackupService, ReplicationStats, Replicator};
 use router::{Router, Wake};
 
 /// Settings of one server.
@@ -70,6 +81,8 @@ pub struct Served {
     slots: OnceLock<Arc<dyn Publisher>>,
     /// Its log, when it has a data directory.
     journal: Option<Journal>,
+    /// Its links to its backups, when the group replicates (never with a journal).
+    replicator: Option<Replicator>,
 }
 
 impl Served {
@@ -87,7 +100,7 @@ impl Served {
     ) -> Option<Reply> {
         let slots = self.slots.get();
         effects.set_publishing(slots.is_some());
-        effects.set_logging(self.journal.is_some());
+        effects.set_logging(self.records_kept());
         effects.release_after = None;
         let reply = self.core.handle(connection, request, request_id, now, effects);
         self.publish(effects);
@@ -100,7 +113,7 @@ impl Served {
     pub fn commit(&self, ts: Timestamp) -> usize {
         let mut effects = Effects::default();
         effects.set_publishing(self.slots.get().is_some());
-        effects.set_logging(self.journal.is_some());
+        effects.set_logging(self.records_kept());
         let committed = self.core.commit(ts, &mut effects);
         self.publish(&mut effects);
         self.log(&mut effects);
@@ -111,7 +124,7 @@ impl Served {
     /// Aborts transaction `ts` as cooperative termination decided, logging it.
     pub fn abort(&self, ts: Timestamp, now_ms: u64) {
         let mut effects = Effects::default();
-        effects.set_logging(self.journal.is_some());
+        effects.set_logging(self.records_kept());
         self.core.abort(ts, now_ms, &mut effects);
         self.log(&mut effects);
         self.flush_log();
@@ -122,12 +135,24 @@ impl Served {
         self.journal.as_ref().is_some_and(Journal::flush)
     }
 
-    /// Appends what the call changed to the log (if the server has one); its replies then wait
-    /// for `effects.release_after`.
+    /// Whether the core describes its changes as records (for a log or for backups).
+    fn records_kept(&self) -> bool {
+        self.journal.is_some() || self.replicator.is_some()
+    }
+
+    /// Appends what the call changed to the log, or ships it to the backups (if the server has
+    /// either); its replies then wait for `effects.release_after`.
     fn log(&self, effects: &mut Effects) {
         if let Some(journal) = &self.journal {
             journal.append(effects);
+        } else if let Some(replicator) = &self.replicator {
+            replicator.append(effects);
         }
+    }
+
+    /// Its replication links, when the group replicates.
+    pub fn replicator(&self) -> Option<&Replicator> {
+        self.replicator.as_ref()
     }
 
     /// Its log, when it has a data directory.
@@ -135,9 +160,14 @@ impl Served {
         self.journal.as_ref()
     }
 
-    /// How far its log is durable: replies held up to here may go (everything, without a log).
+    /// How far its log is durable, or its records acknowledged by every backup: replies held
+    /// up to here may go (everything, without either).
     pub fn durable_position(&self) -> LogPosition {
-        self.journal.as_ref().map_or(LogPosition(u64::MAX), Journal::durable_position)
+        match (&self.journal, &self.replicator) {
+            (Some(journal), _) => journal.durable_position(),
+            (None, Some(replicator)) => replicator.acknowledged(),
+            (None, None) => LogPosition(u64::MAX),
+        }
     }
 
     fn publish(&self, effects: &mut Effects) {
@@ -157,6 +187,33 @@ impl Served {
     pub fn item_slots(&self) -> Option<&Arc<dyn Publisher>> {
         self.slots.get()
     }
+
+    /// Loads a backup copy this server takes over (failover) into its store: every version,
+    /// every transaction still prepared (left to the resolver: cooperative termination) and
+    /// every remembered abort; republishes the keys' item slots. Not shipped to this server's
+    /// own backups (they do not hold the adopted partitions' past). Returns the keys loaded.
+    pub fn adopt(&self, copy: &rampkv_core::storage::Store, now_ms: u64) -> usize {
+        let store = self.core.store();
+        let mut keys = Vec::new();
+        for shard in 0..copy.shard_count() {
+            for entry in copy.shard_versions(shard) {
+                keys.push(entry.key.clone());
+                store.restore_key(entry, now_ms);
+            }
+        }
+        for ts in copy.aborted_transactions() {
+            store.restore_aborted(ts, now_ms);
+        }
+        for (ts, pending) in copy.stale_pending(u64::MAX) {
+            store.restore_pending(ts, pending.keys, pending.write_set, now_ms);
+        }
+        let count = keys.len();
+        let mut effects = Effects::default();
+        effects.set_publishing(self.slots.get().is_some());
+        effects.committed = keys;
+        self.publish(&mut effects);
+        count
+    }
 }
 
 /// What every front end of a server group shares. See the module docs.
@@ -170,23 +227,48 @@ pub struct Servers {
     /// ports must prove it (None: nobody needs to).
     secret: Option<Arc<SharedSecret>>,
     connection_stats: ConnectionStats,
+    /// With failover: the data address serving each server's cluster-file partitions now
+    /// (`None`: the cluster file's addresses).
+    routes: parking_lot::RwLock<Option<Vec<String>>>,
 }
 
 impl Servers {
     #[cfg(test)]
     pub(crate) fn new(cores: Vec<Arc<ServerCore>>) -> Self {
         let journals = cores.iter().map(|_| None).collect();
-        Self::build(cores, journals, None)
+        let replicators = cores.iter().map(|_| None).collect();
+        Self::build(cores, journals, replicators, None)
     }
 
-    fn build(cores: Vec<Arc<ServerCore>>, journals: Vec<Option<Journal>>, secret: Option<Arc<SharedSecret>>) -> Self {
+    fn build(
+        cores: Vec<Arc<ServerCore>>,
+        journals: Vec<Option<Journal>>,
+        replicators: Vec<Option<Replicator>>,
+        secret: Option<Arc<SharedSecret>>,
+    ) -> Self {
         let served = cores
             .iter()
             .zip(journals)
-            .map(|(core, journal)| Served { core: Arc::clone(core), slots: OnceLock::new(), journal })
+            .zip(replicators)
+            .map(|((core, journal), replicator)| Served {
+                core: Arc::clone(core),
+                slots: OnceLock::new(),
+                journal,
+                replicator,
+            })
             .collect();
         let connection_stats = ConnectionStats::default();
-        Self { served, cores, router: Router::default(), clock: Instant::now(), secret, connection_stats }
+        let routes = parking_lot::RwLock::new(None);
+        Self { served, cores, router: Router::default(), clock: Instant::now(), secret, connection_stats, routes }
+    }
+
+    /// The data address serving each server's partitions now (failover), if known.
+    pub fn routes(&self) -> Option<Vec<String>> {
+        self.routes.read().clone()
+    }
+
+    pub(crate) fn set_routes(&self, routes: Vec<String>) {
+        *self.routes.write() = Some(routes);
     }
 
     /// The shared secret clients must prove, if any.
@@ -199,26 +281,41 @@ impl Servers {
         &self.connection_stats
     }
 
-    /// Servers with their logs (`None`: a server without a data directory). The logs wake
-    /// front ends of the group that hold replies when their watermark moves.
+    /// Servers with their logs and replication links (`None`: a server without). The logs and
+    /// links wake front ends of the group that hold replies when their watermark moves.
     fn with_journals(
         cores: Vec<Arc<ServerCore>>,
         journals: Vec<Option<Journal>>,
+        replicators: Vec<Option<Replicator>>,
         secret: Option<Arc<SharedSecret>>,
     ) -> Arc<Self> {
-        let servers = Arc::new(Self::build(cores, journals, secret));
+        let servers = Arc::new(Self::build(cores, journals, replicators, secret));
         for served in &servers.served {
+            // Weak: the servers own the logs and links, whose callbacks must not keep them alive.
+            let weak = Arc::downgrade(&servers);
+            let wake = move || {
+                if let Some(servers) = weak.upgrade() {
+                    servers.router.wake_holding();
+                }
+            };
             if let Some(journal) = &served.journal {
-                // Weak: the servers own the logs, and a log's callback must not keep them alive.
-                let servers = Arc::downgrade(&servers);
-                journal.set_wake(move || {
-                    if let Some(servers) = servers.upgrade() {
-                        servers.router.wake_holding();
-                    }
-                });
+                journal.set_wake(wake);
+            } else if let Some(replicator) = &served.replicator {
+                replicator.set_wake(wake);
             }
         }
         servers
+    }
+
+    /// What the servers' replication links did, summed (`None`: the group does not replicate).
+    pub fn replication_stats(&self) -> Option<ReplicationStats> {
+        let mut replicators = self.served.iter().filter_map(Served::replicator).peekable();
+        replicators.peek()?;
+        let mut total = ReplicationStats::default();
+        for replicator in replicators {
+            total.add(&replicator.stats());
+        }
+        Some(total)
     }
 
     /// The servers, in configuration order.
@@ -349,6 +446,73 @@ impl Drop for PollerThread {
     }
 }
 
+/// How a group of servers is started ([`ServerGroup::start`]); the default is what
+/// [`ServerGroup::spawn`] starts: no secret, default limits, no persistence, no replication.
+#[derive(Debug, Clone, Default)]
+pub struct ServerOptions {
+    /// The cluster's shared secret: clients of the binary port and of the fabric control ports
+    /// (and primaries at the replication ports) must prove it. `None`: nobody needs to.
+    pub secret: Option<Arc<SharedSecret>>,
+    /// Bounds of the TCP connections.
+    pub limits: ConnectionLimits,
+    /// Persistence: server `i` keeps its store in `dirs[i]` (recovered before anything listens).
+    pub durability: Option<Durability>,
+    /// Replication among the servers of the group.
+    pub replication: Option<ReplicationOptions>,
+    /// Failover: the group's one server serves what its configuration node's leases allow.
+    pub failover: Option<FailoverOptions>,
+}
+
+/// A replicated server process under the configuration service ([`failover`]).
+#[derive(Debug, Clone)]
+pub struct FailoverOptions {
+    /// Its gate (over its configuration node).
+    pub gate: Arc<failover::LeaseGate>,
+    /// Its cluster and its index in it (the group holds exactly this one server).
+    pub cluster: Cluster,
+    pub index: usize,
+}
+
+/// The data directories of a group's servers, one per server, and how they are kept.
+#[derive(Debug, Clone)]
+pub struct Durability {
+    pub dirs: Vec<PathBuf>,
+    pub config: DurabilityConfig,
+}
+
+/// Replication: every partition on `replicas` servers. Server `i` is the primary of its own
+/// partitions and ships their records to its backups, the `replicas - 1` servers after it
+/// (`rampkv_config::configuration::backups_of`), over TCP to their replication ports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicationOptions {
+    /// Copies of every partition (f + 1); 1 means no replication.
+    pub replicas: u32,
+    /// The configuration epoch the records carry (`rampkv_config::configuration::FIRST_EPOCH`
+    /// for a cluster's first configuration).
+    pub epoch: u64,
+    /// Where the other servers are. `None`: the group is the whole cluster (an embedded one)
+    /// and binds its replication ports on its listen addresses, ports of the system's choice.
+    pub peers: Option<ReplicationPeers>,
+}
+
+/// The replication ports of a whole cluster, for a group that is part of it (`rampkv server`:
+/// one server per process).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicationPeers {
+    /// The group's servers are servers `first_index..` of the cluster.
+    pub first_index: usize,
+    /// Every server's replication port, in server order (the cluster file's `replicate`); the
+    /// group binds its own servers' there.
+    pub addresses: Vec<String>,
+}
+
+impl ReplicationOptions {
+    /// `replicas` copies in the cluster's first configuration, within the group.
+    pub fn new(replicas: u32) -> Self {
+        Self { replicas, epoch: rampkv_config::configuration::FIRST_EPOCH, peers: None }
+    }
+}
+
 /// A running group of servers sharing one TCP poller thread. Dropping it stops them.
 #[derive(Debug)]
 pub struct ServerGroup {
@@ -357,106 +521,91 @@ pub struct ServerGroup {
     /// Stopped before the poller: it talks to these servers.
     resolver: Option<Resolver>,
     poller: PollerThread,
+    /// The replication ports of the servers (empty without replication).
+    backups: Vec<BackupService>,
+    /// Stopped first: it adopts copies into these servers.
+    failover: Option<failover::Failover>,
 }
 
 impl ServerGroup {
-    /// Binds every server's listener, then starts the poller thread (with the default
-    /// [`ConnectionLimits`]).
+    /// Binds every server's listener, then starts the poller thread, with the default
+    /// [`ServerOptions`].
     pub fn spawn(configs: &[ServerConfig]) -> std::io::Result<ServerGroup> {
-        Self::spawn_with(configs, None, ConnectionLimits::default())
+        match Self::start(configs, &ServerOptions::default()) {
+            Ok((group, _)) => Ok(group),
+            Err(StartError::Listen(error)) => Err(error),
+            Err(other) => Err(std::io::Error::other(other)),
+        }
     }
 
-    /// [`ServerGroup::spawn`] for servers whose clients must prove `secret` (the binary port's
-    /// authentication step; the fabric front ends of the group check it in their handshake).
-    pub fn spawn_with_secret(
-        configs: &[ServerConfig],
-        secret: Option<Arc<SharedSecret>>,
-    ) -> std::io::Result<ServerGroup> {
-        Self::spawn_with(configs, secret, ConnectionLimits::default())
-    }
-
-    /// As [`ServerGroup::spawn`], holding the TCP connections to `limits`.
-    pub fn spawn_limited(configs: &[ServerConfig], limits: ConnectionLimits) -> std::io::Result<ServerGroup> {
-        Self::spawn_with(configs, None, limits)
-    }
-
-    /// As [`ServerGroup::spawn`], with a shared secret (or none) and connection limits.
-    pub fn spawn_with(
-        configs: &[ServerConfig],
-        secret: Option<Arc<SharedSecret>>,
-        limits: ConnectionLimits,
-    ) -> std::io::Result<ServerGroup> {
-        let cores: Vec<Arc<ServerCore>> =
-            configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
-        let journals = cores.iter().map(|_| None).collect();
-        Self::start(configs, cores, journals, secret, limits)
-    }
-    /// [`ServerGroup::spawn`] with persistence: server `i` keeps its store in `data_dirs[i]`.
-    /// Each store is recovered from its directory before any listener is bound (a server that
-    /// accepts connections has recovered). Returns each server's recovery report.
+    /// [`ServerGroup::start`] with persistence: server `i` keeps its store in `data_dirs[i]`.
     ///
     /// # Errors
-    /// A directory that cannot be opened or recovered (in use by another server, unreadable,
-    /// a damaged log): nothing was started, and the directories opened are released.
+    /// As [`ServerGroup::start`].
     pub fn spawn_durable(
         configs: &[ServerConfig],
         data_dirs: &[PathBuf],
         durability: &DurabilityConfig,
-    ) -> Result<(ServerGroup, Vec<RecoveryReport>), durable::StartError> {
-        Self::spawn_durable_with(configs, data_dirs, durability, None, ConnectionLimits::default())
+    ) -> Result<(ServerGroup, Vec<RecoveryReport>), StartError> {
+        let durability = Durability { dirs: data_dirs.to_vec(), config: *durability };
+        Self::start(configs, &ServerOptions { durability: Some(durability), ..ServerOptions::default() })
     }
 
-    /// [`ServerGroup::spawn_durable`] with a shared secret (or none) and connection limits.
+    /// Starts the servers of `configs` with `options`. With persistence, each store is
+    /// recovered from its directory before any listener is bound (a server that accepts
+    /// connections has recovered), and each server's recovery report is returned (none
+    /// without). With replication, the backups' replication ports are bound and every link
+    /// has said hello before the poller starts.
     ///
     /// # Errors
-    /// As [`ServerGroup::spawn_durable`].
-    pub fn spawn_durable_with(
+    /// A directory that cannot be opened or recovered (in use by another server, unreadable,
+    /// a damaged log): nothing was started, and the directories opened are released.
+    /// Replication asked with fewer servers than replicas, or together with persistence (not
+    /// built). A listener that cannot be bound.
+    pub fn start(
         configs: &[ServerConfig],
-        data_dirs: &[PathBuf],
-        durability: &DurabilityConfig,
-        secret: Option<Arc<SharedSecret>>,
-        limits: ConnectionLimits,
-    ) -> Result<(ServerGroup, Vec<RecoveryReport>), durable::StartError> {
-        if data_dirs.len() != configs.len() {
-            return Err(durable::StartError::DirectoryCount { servers: configs.len(), directories: data_dirs.len() });
-        }
+        options: &ServerOptions,
+    ) -> Result<(ServerGroup, Vec<RecoveryReport>), StartError> {
         let cores: Vec<Arc<ServerCore>> =
             configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
-        // The stores recover in parallel, as separate server processes would.
-        let opened: Vec<_> = std::thread::scope(|scope| {
-            let opening: Vec<_> = cores
-                .iter()
-                .zip(data_dirs)
-                .map(|(core, dir)| scope.spawn(move || Journal::open(dir, durability, Arc::clone(core))))
-                .collect();
-            opening.into_iter().map(|thread| thread.join()).collect()
-        });
-        let mut journals = Vec::with_capacity(configs.len());
-        let mut reports = Vec::with_capacity(configs.len());
-        for (outcome, dir) in opened.into_iter().zip(data_dirs) {
-            let recovery = |cause| durable::StartError::Recovery { dir: dir.clone(), cause };
-            let (journal, report) =
-                outcome.map_err(|_| durable::StartError::RecoveryPanicked { dir: dir.clone() })?.map_err(recovery)?;
-            journals.push(Some(journal));
-            reports.push(report);
+        let replication = options.replication.as_ref().filter(|replication| replication.replicas != 1);
+        if let Some(replication) = replication {
+            check_replication(replication, configs.len(), options.durability.is_some())?;
         }
-        let group = Self::start(configs, cores, journals, secret, limits).map_err(durable::StartError::Listen)?;
-        Ok((group, reports))
-    }
-
-    fn start(
-        configs: &[ServerConfig],
-        cores: Vec<Arc<ServerCore>>,
-        journals: Vec<Option<Journal>>,
-        secret: Option<Arc<SharedSecret>>,
-        limits: ConnectionLimits,
-    ) -> std::io::Result<ServerGroup> {
+        let (journals, reports) = match &options.durability {
+            Some(durability) => open_journals(configs, &cores, durability)?,
+            None => (cores.iter().map(|_| None).collect(), Vec::new()),
+        };
+        let (backups, replicators) = match replication {
+            Some(replication) => start_replication(configs, replication, options)?,
+            None => (Vec::new(), cores.iter().map(|_| None).collect()),
+        };
+        let limits = options.limits;
         let listen: Vec<SocketAddr> = configs.iter().map(|config| config.listen).collect();
         let (medium, addresses) =
-            TcpServer::bind_capped(&listen, limits.connections_max, limits.connections_per_address_max)?;
-        let servers = Servers::with_journals(cores, journals, secret);
-        let poller = PollerThread::spawn_limited("rampkv-server", medium, Arc::clone(&servers), limits)?;
-        Ok(ServerGroup { addresses, servers, resolver: None, poller })
+            TcpServer::bind_capped(&listen, limits.connections_max, limits.connections_per_address_max)
+                .map_err(StartError::Listen)?;
+        let failover = match &options.failover {
+            Some(failover) => Some(start_failover(failover, &cores, &backups)?),
+            None => None,
+        };
+        let servers = Servers::with_journals(cores, journals, replicators, options.secret.clone());
+        let failover = match failover {
+            Some((options, backup)) => Some(
+                failover::Failover::spawn(
+                    Arc::clone(&options.gate),
+                    Arc::clone(&servers),
+                    backup,
+                    options.cluster.clone(),
+                    options.index,
+                )
+                .map_err(StartError::Listen)?,
+            ),
+            None => None,
+        };
+        let poller = PollerThread::spawn_limited("rampkv-server", medium, Arc::clone(&servers), limits)
+            .map_err(StartError::Listen)?;
+        Ok((ServerGroup { addresses, servers, resolver: None, poller, backups, failover }, reports))
     }
 
     /// Starts cooperative termination for these servers, which are servers
@@ -469,7 +618,8 @@ impl ServerGroup {
             return Err(std::io::Error::other("these servers are not all in the cluster"));
         }
         for (offset, core) in self.servers.cores().iter().enumerate() {
-            if !core.join_cluster(cluster.clone(), first_index + offset) {
+            let joined = core.cluster_index() == Some(first_index + offset); // failover joins at start
+            if !joined && !core.join_cluster(cluster.clone(), first_index + offset) {
                 return Err(std::io::Error::other("a server was given its cluster twice"));
             }
         }
@@ -499,6 +649,7 @@ impl ServerGroup {
 
     /// Stops the poller and waits for it; returns its result.
     pub fn shutdown(mut self) -> std::io::Result<()> {
+        self.failover = None;
         self.resolver = None;
         self.poller.stop()
     }
@@ -507,4 +658,130 @@ impl ServerGroup {
     pub fn wait(mut self) -> std::io::Result<()> {
         self.poller.join()
     }
+
+    /// The servers' replication ports, in server order (empty without replication).
+    pub fn backups(&self) -> &[BackupService] {
+        &self.backups
+    }
+}
+
+impl Drop for ServerGroup {
+    /// The links stop before the backups' ports close under them (which would read as a
+    /// backup's failure).
+    fn drop(&mut self) {
+        self.failover = None;
+        for replicator in self.servers.served.iter().filter_map(Served::replicator) {
+            replicator.stop();
+        }
+    }
+}
+
+/// Joins the group's one server to its cluster under its lease gate, before anything
+/// listens (a restarted process must not serve a single request from its empty store).
+fn start_failover<'a>(
+    options: &'a FailoverOptions,
+    cores: &[Arc<ServerCore>],
+    backups: &[BackupService],
+) -> Result<(&'a FailoverOptions, Option<replication::BackupTakeover>), StartError> {
+    let [core] = cores else {
+        return Err(StartError::FailoverGroup { servers: cores.len() });
+    };
+    if !core.join_cluster(options.cluster.clone(), options.index) {
+        return Err(StartError::FailoverGroup { servers: cores.len() });
+    }
+    let gate: Arc<dyn rampkv_core::protocol::server::PartitionGate> = options.gate.clone();
+    core.set_gate(gate);
+    Ok((options, backups.first().map(BackupService::takeover)))
+}
+
+/// Replication's own checks of a group's start (the cluster file's are the same, earlier).
+fn check_replication(replication: &ReplicationOptions, group: usize, durable: bool) -> Result<(), StartError> {
+    let replicas = replication.replicas;
+    if replicas == 0 || replicas > rampkv_core::limits::CLUSTER_REPLICAS_MAX {
+        return Err(StartError::ReplicaCount { replicas });
+    }
+    let servers = replication.peers.as_ref().map_or(group, |peers| peers.addresses.len());
+    if let Some(peers) = &replication.peers {
+        if peers.first_index + group > servers {
+            return Err(StartError::NotInCluster { first: peers.first_index, group, servers });
+        }
+    }
+    if replicas as usize > servers {
+        return Err(StartError::TooFewServersForReplicas { replicas, servers });
+    }
+    if durable {
+        return Err(StartError::ReplicationWithDataDir);
+    }
+    Ok(())
+}
+
+/// Opens (recovers) every server's data directory, in parallel as separate processes would.
+fn open_journals(
+    configs: &[ServerConfig],
+    cores: &[Arc<ServerCore>],
+    durability: &Durability,
+) -> Result<(Vec<Option<Journal>>, Vec<RecoveryReport>), StartError> {
+    let data_dirs = &durability.dirs;
+    if data_dirs.len() != configs.len() {
+        return Err(StartError::DirectoryCount { servers: configs.len(), directories: data_dirs.len() });
+    }
+    let config = &durability.config;
+    let opened: Vec<_> = std::thread::scope(|scope| {
+        let opening: Vec<_> = cores
+            .iter()
+            .zip(data_dirs)
+            .map(|(core, dir)| scope.spawn(move || Journal::open(dir, config, Arc::clone(core))))
+            .collect();
+        opening.into_iter().map(|thread| thread.join()).collect()
+    });
+    let mut journals = Vec::with_capacity(configs.len());
+    let mut reports = Vec::with_capacity(configs.len());
+    for (outcome, dir) in opened.into_iter().zip(data_dirs) {
+        let recovery = |cause| StartError::Recovery { dir: dir.clone(), cause };
+        let (journal, report) =
+            outcome.map_err(|_| StartError::RecoveryPanicked { dir: dir.clone() })?.map_err(recovery)?;
+        journals.push(Some(journal));
+        reports.push(report);
+    }
+    Ok((journals, reports))
+}
+
+/// Binds every server's replication port (the peers' address for it, or its listen address
+/// with a port of the system's choosing), then starts every primary's links to its backups
+/// (which, in other processes, may come up a moment later: the links retry).
+fn start_replication(
+    configs: &[ServerConfig],
+    replication: &ReplicationOptions,
+    options: &ServerOptions,
+) -> Result<(Vec<BackupService>, Vec<Option<Replicator>>), StartError> {
+    let first_index = replication.peers.as_ref().map_or(0, |peers| peers.first_index);
+    let mut backups = Vec::with_capacity(configs.len());
+    for (offset, config) in configs.iter().enumerate() {
+        let bind = match &replication.peers {
+            None => SocketAddr::new(config.listen.ip(), 0),
+            Some(peers) => {
+                let address = &peers.addresses[first_index + offset];
+                address.parse().map_err(|_| StartError::ReplicateAddress { address: address.clone() })?
+            }
+        };
+        let listener = std::net::TcpListener::bind(bind).map_err(StartError::Replication)?;
+        let service = BackupService::start(listener, config.gc_grace_ms, options.secret.clone())
+            .map_err(StartError::Replication)?;
+        backups.push(service);
+    }
+    let addresses: Vec<String> = match &replication.peers {
+        None => backups.iter().map(|backup| backup.address().to_string()).collect(),
+        Some(peers) => peers.addresses.clone(),
+    };
+    let mut replicators = Vec::with_capacity(configs.len());
+    for primary in first_index..first_index + configs.len() {
+        let targets = rampkv_config::configuration::backups_of(primary as u16, addresses.len(), replication.replicas)
+            .into_iter()
+            .map(|backup| (usize::from(backup), addresses[usize::from(backup)].clone()))
+            .collect();
+        let replicator = Replicator::start(primary as u16, replication.epoch, targets, options.secret.clone())
+            .map_err(StartError::Replication)?;
+        replicators.push(Some(replicator));
+    }
+    Ok((backups, replicators))
 }

@@ -11,7 +11,7 @@ use rampkv::cluster::Cluster;
 use rampkv::protocol::ramp::{Algorithm, TxnOptions};
 use rampkv::transport::TcpClientTransport;
 use rampkv::transport::{ClientTransport, ServerEvent, TransportError};
-use rampkv::wire::{Request, Write};
+use rampkv::wire::{Request, Response, Write};
 
 /// Many clients, few keys, half writes: reads race writes all the time.
 pub fn contended(algorithm: Algorithm, transport: TransportKind, seed: u64, seconds: f64) -> BenchConfig {
@@ -228,4 +228,23 @@ pub fn assert_a_large_batch_is_answered<T: ClientTransport>(cluster: &Cluster, t
         replies += transport.poll(Some(Duration::from_millis(50)), |_, _, _| {}).unwrap() as u64;
     }
     assert_eq!(replies, requests);
+}
+
+/// Sends `request` to `server` and waits for its reply (at most 10 s).
+#[allow(dead_code)] // used by the tests that speak to servers request by request
+pub fn ask(transport: &mut TcpClientTransport, server: usize, id: u64, request: &Request) -> Response {
+    transport.post(server, id, request).unwrap();
+    transport.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut reply = None;
+    while reply.is_none() && Instant::now() < deadline {
+        transport
+            .poll(Some(Duration::from_millis(50)), |_, reply_id, response| {
+                if reply_id == id {
+                    reply = Some(response);
+                }
+            })
+            .unwrap();
+    }
+    reply.expect("a reply within 10 s")
 }

@@ -1,0 +1,272 @@
+//! Failover (issue 16, phase 4): a replicated server process driven by the configuration
+//! service (`rampkv_config::node::ConfigNode`).
+//!
+//! # Contract
+//! - **Leases gate the data path.** A server serves a key only while its configuration node
+//!   says it holds a valid lease as the primary of the key's partition ([`LeaseGate`], set on
+//!   the core before anything listens): a deposed primary (its lease lapsed, or the newest
+//!   configuration it learned names another primary) refuses every read and write of the
+//!   partition with `NotPrimary`, and so does a restarted process, which is a new incarnation
+//!   holding no data. What the lease protocol promises (one lease-holding primary per partition
+//!   at a time) is the configuration service's (docs/replication.md).
+//! - **Promotion.** When a committed configuration names this server the primary of partitions
+//!   whose cluster-file owner is another server (that server failed), the [`Failover`] thread
+//!   takes over its backup copy of that server's store: it fences the old primary first (its
+//!   replication stream stops before its next record, and hellos of an older epoch are refused),
+//!   then copies every version, every prepared (in-doubt) transaction and every remembered abort
+//!   into its own store, and republishes the item slots. Only then does the gate let the
+//!   partitions be served. The copy is complete: a backup acknowledges a record only once it
+//!   applied it, and a primary acknowledges a write only once every backup did. In-doubt
+//!   transactions are resolved by the resolver's cooperative termination (now with this server
+//!   as the participant for the adopted partitions).
+//! - **Backups that failed stop holding writes.** A backup the configuration removed from every
+//!   replica set of this primary is no longer waited for (`Replicator::retain_backups`).
+//! - **Routes.** The data address serving each server's cluster-file partitions now
+//!   ([`routes`]) is what the resolver connects to and what clients connect to.
+//!
+//! # Not built
+//! Rejoin (a restarted server catching up and becoming a backup again), so each partition
+//! survives one failure per run of its replica set; the adopted partitions' earlier contents
+//! are not copied to a new backup.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rampkv_config::configuration::{Configuration, ServerId, BOOTSTRAP_INCARNATION};
+use rampkv_config::core::StartMode;
+use rampkv_config::error::ConfigError;
+use rampkv_config::limits::CONFIG_LOG_ENTRIES_KEPT_MAX;
+use rampkv_config::node::{ConfigNode, NodeSettings};
+use rampkv_config::timing::{MonotonicClock, Timing};
+use rampkv_core::cluster::Cluster;
+use rampkv_core::limits::{FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_POLL_MS};
+use rampkv_core::protocol::server::PartitionGate;
+
+use super::replication::BackupTakeover;
+use super::Servers;
+
+/// The partitions a server may serve now: those its configuration node says it holds a valid
+/// lease for, whose data it has (its own, or an adopted copy whose takeover finished).
+pub struct LeaseGate {
+    node: Arc<ConfigNode>,
+    /// The cluster-file owner of every partition.
+    owners: Vec<u16>,
+    /// Per server: its partitions' data is in this server's store (itself, or adopted).
+    ready: Vec<AtomicBool>,
+}
+
+impl std::fmt::Debug for LeaseGate {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("LeaseGate").field("owners", &self.owners.len()).finish()
+    }
+}
+
+impl LeaseGate {
+    /// The gate of server `me` of `cluster`, over its configuration node.
+    pub fn new(node: Arc<ConfigNode>, cluster: &Cluster, me: usize) -> LeaseGate {
+        let owners = (0..cluster.partition_count())
+            .map(|partition| cluster.owner_of_partition(partition).map_or(u16::MAX, |owner| owner as u16))
+            .collect();
+        let ready = (0..cluster.servers().len()).map(|server| AtomicBool::new(server == me)).collect();
+        LeaseGate { node, owners, ready }
+    }
+
+    /// The configuration node behind the gate.
+    pub fn node(&self) -> &Arc<ConfigNode> {
+        &self.node
+    }
+}
+
+/// How a bootstrapping server's wait for its first lease ended ([`LeaseGate::wait_for_lease`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FirstLease {
+    /// It holds a lease for every partition its cluster file gives it.
+    Held,
+    /// The cluster failed it over before it got one (it started too late): it serves nothing,
+    /// as a restarted server.
+    FailedOver,
+    /// Neither within the timeout (no majority of the servers is up).
+    TimedOut,
+}
+
+impl LeaseGate {
+    /// Waits until this server holds a lease for every partition its cluster file gives it
+    /// (the configuration service elected a leader and granted it), or the configuration names
+    /// another primary for one of them, or `timeout` passes.
+    pub fn wait_for_lease(&self, me: usize, timeout: Duration) -> FirstLease {
+        let deadline = std::time::Instant::now() + timeout;
+        let own: Vec<u32> =
+            (0..self.owners.len() as u32).filter(|p| usize::from(self.owners[*p as usize]) == me).collect();
+        while std::time::Instant::now() < deadline {
+            if own.iter().all(|partition| self.serves(*partition)) {
+                return FirstLease::Held;
+            }
+            let configuration = self.node.configuration();
+            if own.iter().any(|partition| configuration.primary_of(*partition) != Some(me as ServerId)) {
+                return FirstLease::FailedOver;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        FirstLease::TimedOut
+    }
+}
+
+impl PartitionGate for LeaseGate {
+    fn serves(&self, partition: u32) -> bool {
+        let Some(owner) = self.owners.get(partition as usize) else { return false };
+        let ready = self.ready.get(usize::from(*owner)).is_some_and(|ready| ready.load(Ordering::Acquire));
+        ready && self.node.lease_valid(partition)
+    }
+}
+
+/// Starts server `me`'s configuration node on its cluster-file `config` address: it bootstraps
+/// the cluster when no other node has committed anything yet, and otherwise rejoins it as a
+/// new incarnation (a restarted process: it holds no data and is primary of nothing).
+///
+/// # Errors
+/// A cluster file the configuration refuses (no `config` addresses, ...), or a port that
+/// cannot be bound.
+pub fn start_config_node(cluster: &Cluster, me: usize) -> Result<(Arc<LeaseGate>, StartMode), ConfigError> {
+    let initial = Configuration::initial(cluster)?;
+    let id = me as ServerId;
+    let mode = rampkv_config::client::start_mode(&initial, id, Duration::from_millis(FAILOVER_CONFIG_ASK_TIMEOUT_MS));
+    let incarnation = match mode {
+        StartMode::Bootstrap => BOOTSTRAP_INCARNATION,
+        StartMode::Rejoin => random_incarnation(),
+    };
+    let node = ConfigNode::start(NodeSettings {
+        me: id,
+        initial,
+        mode,
+        incarnation,
+        timing: Timing::default(),
+        clock: Arc::new(MonotonicClock::new()),
+        listener: None,
+        log_entries_kept: CONFIG_LOG_ENTRIES_KEPT_MAX,
+    })?;
+    Ok((Arc::new(LeaseGate::new(Arc::new(node), cluster, me)), mode))
+}
+
+/// A random non-zero incarnation (the kernel's random source; the clock if it fails).
+fn random_incarnation() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::getrandom(&mut bytes).is_err() {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        bytes = (now.as_nanos() as u64 ^ u64::from(std::process::id())).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes).max(1)
+}
+
+/// The data address serving each server's cluster-file partitions in `configuration` (the
+/// primary of the server's first partition; the partitions of one server move together).
+///
+/// # Errors
+/// The partitions that have no primary left (every copy lost).
+pub fn routes(configuration: &Configuration, cluster: &Cluster) -> Result<Vec<String>, Vec<u32>> {
+    let unavailable = configuration.unavailable_partitions();
+    if !unavailable.is_empty() {
+        return Err(unavailable);
+    }
+    let routes = (0..cluster.servers().len())
+        .map(|server| {
+            (0..cluster.partition_count())
+                .find(|partition| cluster.owner_of_partition(*partition) == Some(server))
+                .and_then(|partition| configuration.primary_of(partition))
+                .and_then(|primary| configuration.server(primary))
+                .map_or_else(|| cluster.servers()[server].clone(), |info| info.data_address.clone())
+        })
+        .collect();
+    Ok(routes)
+}
+
+/// The thread that applies each new configuration to this server. Stops when dropped.
+#[derive(Debug)]
+pub struct Failover {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Failover {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Failover {
+    /// Starts applying configurations to server `me` of `cluster` (the only server of
+    /// `servers`), whose replication port is `backup` (`None`: it holds no backup copies).
+    pub(crate) fn spawn(
+        gate: Arc<LeaseGate>,
+        servers: Arc<Servers>,
+        backup: Option<BackupTakeover>,
+        cluster: Cluster,
+        me: usize,
+    ) -> std::io::Result<Failover> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread_stop = Arc::clone(&stop);
+        let mut agent = Agent { gate, servers, backup, cluster, me, adopted: HashSet::new() };
+        let thread = std::thread::Builder::new().name("rampkv-failover".into()).spawn(move || {
+            let mut epoch = 0;
+            while !thread_stop.load(Ordering::Acquire) {
+                let wait = Duration::from_millis(FAILOVER_POLL_MS);
+                let Some(configuration) = agent.gate.node.wait_for_epoch(epoch + 1, wait) else { continue };
+                epoch = configuration.epoch();
+                agent.apply(&configuration);
+            }
+        })?;
+        Ok(Failover { stop, thread: Some(thread) })
+    }
+}
+
+struct Agent {
+    gate: Arc<LeaseGate>,
+    servers: Arc<Servers>,
+    backup: Option<BackupTakeover>,
+    cluster: Cluster,
+    me: usize,
+    /// Servers whose copies this server took over.
+    adopted: HashSet<usize>,
+}
+
+impl Agent {
+    fn apply(&mut self, configuration: &Configuration) {
+        let me = self.me as ServerId;
+        let epoch = configuration.epoch();
+        for partition in 0..configuration.partition_count() {
+            if configuration.primary_of(partition) != Some(me) {
+                continue;
+            }
+            let Some(owner) = self.cluster.owner_of_partition(partition) else { continue };
+            if owner == self.me || !self.adopted.insert(owner) {
+                continue;
+            }
+            let copy = self.backup.as_ref().and_then(|backup| backup.take_over(owner as u16, epoch));
+            let keys = match &copy {
+                Some(copy) => self.servers.served()[0].adopt(copy.store(), self.servers.now_ms()),
+                None => 0, // it never streamed here: it acknowledged no write
+            };
+            if let Some(ready) = self.gate.ready.get(owner) {
+                ready.store(true, Ordering::Release);
+            }
+            log::warn!("failover: server {me} took over server {owner}'s partitions in epoch {epoch} ({keys} keys)");
+        }
+        // Only while this server is still a primary: a deposed one keeps waiting for its
+        // backups (a reply it holds must not go out unless the record is on the copy its
+        // successor took over; the successor fenced it, so it never will).
+        let primary_of = configuration.replica_sets().iter().filter(|set| set.primary == Some(me));
+        let keep: Vec<usize> =
+            primary_of.clone().flat_map(|set| set.backups.iter().map(|backup| usize::from(*backup))).collect();
+        if let (Some(replicator), true) = (self.servers.served()[0].replicator(), primary_of.count() > 0) {
+            replicator.retain_backups(&keep);
+        }
+        if let Ok(routes) = routes(configuration, &self.cluster) {
+            self.servers.set_routes(routes);
+        }
+    }
+}

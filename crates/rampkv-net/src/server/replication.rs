@@ -1,0 +1,1073 @@
+//! Synchronous replication of a server's record stream to its backups, over TCP.
+//!
+//! # Contract
+//! - The records are the ones persistence logs ([`Effects::logged`]: PREPARE, COMMIT, ABORT,
+//!   PUT, made by the core *after* it applied them), encoded with the log's own record codec
+//!   (`rampkv_durable::record`: a 40-byte header with a sequence number, the configuration
+//!   epoch and a CRC32C over header and payload). A primary numbers its records 1, 2, ... in
+//!   the order it appends them, and ships every record to every backup of its partitions
+//!   (placement: `rampkv_config::configuration::backups_of`).
+//! - A call's replies are held until **every** backup acknowledged the call's last record
+//!   ([`Replicator::append`] sets `Effects::release_after`; [`Replicator::acknowledged`] is the
+//!   lowest sequence number every backup acknowledged). A backup acknowledges a record only once
+//!   it has applied it (and every record before it) to its copy of the primary's store, so an
+//!   acknowledged PREPARE or COMMIT is in the memory of f + 1 servers: its apply lag at the
+//!   moment of the acknowledgement is zero, and the time from append to acknowledgement (the
+//!   replication round trip, apply included) is measured ([`ReplicationStats`]).
+//! - A backup keeps one separate [`Store`] per primary it backs up ([`BackupStore`]): a backup
+//!   copy never mixes with the partitions the server itself serves, is never served to clients,
+//!   and is not touched by the server's recovery resolver (the primary's own records decide its
+//!   in-doubt transactions).
+//! - A backup refuses, with a clear error and without applying anything: a hello of an epoch
+//!   older than the newest it saw for that primary (fencing), a record whose checksum does not
+//!   match, a record of another epoch than its stream's, a sequence number out of order, and a
+//!   stream that starts after what it holds (it would need catching up: not built). The link is
+//!   then failed (see below); nothing is applied past the refusal.
+//!
+//! # Fault model (what is built today)
+//! A link that fails (the backup died, refused, or stayed `REPLICATION_FULL_WAIT_MS_MAX` behind)
+//! is failed for good: the primary's later writes are held until a committed configuration
+//! removes that backup from the primary's replica sets ([`Replicator::retain_backups`], called
+//! by failover), because acknowledging them without the backup before that would break "every
+//! acknowledged write is on f + 1 servers". A backup that takes a copy over
+//! ([`BackupService::take_over`], failover) fences the copy's primary first: its stream stops
+//! before its next record and its hellos are refused from then on. Rejoin (a new or restarted
+//! backup catching up from a snapshot) is not built (docs/replication.md).
+//!
+//! # Wire (replication port, all integers little-endian)
+//! ```text
+//! hello, primary -> backup (32 bytes)
+//!   0 u32 magic "RKVR"   4 u16 version (1)   6 u16 primary (server index)
+//!   8 u64 epoch          16 u64 first sequence number the primary will send
+//!   24 u32 CRC32C of bytes [0, 24)           28 u32 reserved, zero
+//! answer, backup -> primary (24 bytes)
+//!   0 u32 magic "RKVA"   4 u16 version (1)   6 u16 status: 0 accepted, 1 stale epoch,
+//!                                                  2 needs catching up, 3 malformed hello, 4 busy
+//!   8 u64 accepted: the last sequence number applied; stale epoch: the epoch it knows
+//!   16 u32 CRC32C of bytes [0, 16)           20 u32 reserved, zero
+//! then records, primary -> backup: log record frames (docs/persistence.md), lsn = sequence
+//! number, epoch = the hello's epoch, synced_lsn = 0
+//! acknowledgements, backup -> primary (16 bytes)
+//!   0 u64 last sequence number applied   8 u32 CRC32C of bytes [0, 8)   12 u32 magic "RKVK"
+//! ```
+//! With a shared secret, the binary port's authentication step (`crate::auth`) comes first.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use rampkv_core::limits::{
+    GC_SWEEP_INTERVAL_MS, GC_SWEEP_KEYS_PER_TICK, REPLICATION_CONNECTIONS_MAX, REPLICATION_CONNECT_BACKOFF_MS,
+    REPLICATION_CONNECT_WAIT_MS_MAX, REPLICATION_FULL_WAIT_MS_MAX, REPLICATION_IO_TIMEOUT_MS, REPLICATION_READ_BYTES,
+    REPLICATION_UNACKED_BYTES_MAX,
+};
+use rampkv_core::protocol::server::{Effects, LogPosition};
+use rampkv_core::storage::{Store, StoreError, SweepCursor};
+use rampkv_durable::limits::RECORD_PAYLOAD_BYTES_MAX;
+use rampkv_durable::record::{check_frame, encode_record, RECORD_HEADER_BYTES};
+use rampkv_durable::{apply_record, RecordError, RecordHeader, RecordRef};
+
+use crate::auth::{authenticate_client, AuthError, SharedSecret};
+
+const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RKVR");
+const ANSWER_MAGIC: u32 = u32::from_le_bytes(*b"RKVA");
+const ACK_MAGIC: u32 = u32::from_le_bytes(*b"RKVK");
+const VERSION: u16 = 1;
+const HELLO_BYTES: usize = 32;
+const ANSWER_BYTES: usize = 24;
+const ACK_BYTES: usize = 16;
+
+/// Why a replication link or a backup's connection failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReplicationError {
+    #[error("backup {backup} ({address}): {error}")]
+    Io { backup: usize, address: String, error: std::io::Error },
+    #[error("backup {backup} ({address}): authentication: {error}")]
+    Auth { backup: usize, address: String, error: AuthError },
+    #[error("backup {backup} ({address}) refused epoch {epoch}: it has seen epoch {known} of this primary (fenced)")]
+    StaleEpoch { backup: usize, address: String, epoch: u64, known: u64 },
+    #[error(
+        "backup {backup} ({address}) holds records up to {applied} but the primary starts at {first}: it needs \
+         catching up (a snapshot and the log since), which is not built"
+    )]
+    NeedsCatchUp { backup: usize, address: String, applied: u64, first: u64 },
+    #[error("backup {backup} ({address}) refused the hello as malformed")]
+    HelloRefused { backup: usize, address: String },
+    #[error("backup {backup} ({address}) already has a stream from this primary")]
+    Busy { backup: usize, address: String },
+    #[error("backup {backup} ({address}) sent a malformed {what}")]
+    Malformed { backup: usize, address: String, what: &'static str },
+    #[error("backup {backup} ({address}) stayed {bytes} bytes behind for {waited_ms} ms: treated as failed")]
+    TooFarBehind { backup: usize, address: String, bytes: usize, waited_ms: u64 },
+    #[error("the store took a record the codec refuses: {0}")]
+    Encode(RecordError),
+    #[error("replication stopped")]
+    Stopped,
+    #[error("backup {backup} was removed from the replica sets (failover)")]
+    Removed { backup: usize },
+}
+
+/// Why a backup refused (and closed) a primary's connection.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BackupRefusal {
+    #[error("malformed hello")]
+    MalformedHello,
+    #[error("hello of epoch {epoch} from primary {primary}: epoch {known} was seen (stale, fenced)")]
+    StaleEpoch { primary: u16, epoch: u64, known: u64 },
+    #[error("primary {primary} starts at record {first}, this backup holds up to {applied}: needs catching up")]
+    NeedsCatchUp { primary: u16, first: u64, applied: u64 },
+    #[error("primary {primary} already streams to this backup")]
+    Busy { primary: u16 },
+    #[error("record {lsn} of primary {primary}: {cause}")]
+    BadRecord { primary: u16, lsn: u64, cause: RecordError },
+    #[error("record of primary {primary}: {cause}")]
+    BadFrame { primary: u16, cause: RecordError },
+    #[error("record {lsn} of primary {primary} has epoch {found}, the stream is of epoch {epoch} (fenced)")]
+    WrongEpoch { primary: u16, lsn: u64, found: u64, epoch: u64 },
+    #[error("record {found} of primary {primary} out of order: expected {expected}")]
+    OutOfOrder { primary: u16, found: u64, expected: u64 },
+    #[error("primary {primary} was failed over: this server serves its copy now (its records are fenced)")]
+    Fenced { primary: u16 },
+    #[error("record {lsn} of primary {primary}: the store refused it: {cause}")]
+    StoreRefused { primary: u16, lsn: u64, cause: StoreError },
+    #[error("authentication: {0}")]
+    Auth(AuthError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// What one primary's replication did since it started.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ReplicationStats {
+    /// Records appended (each shipped to every backup).
+    pub records: u64,
+    /// Bytes of records appended (per backup).
+    pub bytes: u64,
+    /// Appends (calls) acknowledged by a backup, and the time from append to acknowledgement
+    /// (network both ways and the backup's apply).
+    pub acks: u64,
+    pub ack_latency_us_total: u64,
+    pub ack_latency_us_max: u64,
+    /// Links failed (a failed link holds the primary's writes for good).
+    pub links_failed: u64,
+}
+
+impl ReplicationStats {
+    /// Adds `other` (another server's) to these.
+    pub fn add(&mut self, other: &ReplicationStats) {
+        self.records += other.records;
+        self.bytes += other.bytes;
+        self.acks += other.acks;
+        self.ack_latency_us_total += other.ack_latency_us_total;
+        self.ack_latency_us_max = self.ack_latency_us_max.max(other.ack_latency_us_max);
+        self.links_failed += other.links_failed;
+    }
+
+    /// Mean time from append to a backup's acknowledgement, in µs.
+    pub fn ack_latency_us_mean(&self) -> f64 {
+        if self.acks == 0 {
+            0.0
+        } else {
+            self.ack_latency_us_total as f64 / self.acks as f64
+        }
+    }
+}
+
+/// A call's records, encoded once and shared by every link.
+#[derive(Clone)]
+struct Batch {
+    first: u64,
+    last: u64,
+    bytes: Arc<[u8]>,
+    queued_at: Instant,
+}
+
+#[derive(Default)]
+struct LinkQueue {
+    /// Batches not acknowledged yet, oldest first.
+    batches: VecDeque<Batch>,
+    /// Batches at the front already written to the socket.
+    written: usize,
+    bytes: usize,
+}
+
+/// One backup of a primary: its queue, its writer and its acknowledgements.
+struct Link {
+    backup: usize,
+    address: String,
+    queue: Mutex<LinkQueue>,
+    /// Signalled when a batch is queued (the writer waits) or acknowledged (a full append waits).
+    changed: Condvar,
+    acked: AtomicU64,
+    failure: OnceLock<ReplicationError>,
+    stream: Mutex<Option<TcpStream>>,
+    /// The configuration removed this backup from every replica set of the primary (it
+    /// failed): its acknowledgements are no longer waited for.
+    removed: AtomicBool,
+}
+
+impl Link {
+    fn fail(&self, error: ReplicationError, shared: &Shared) {
+        if self.failure.set(error).is_ok() {
+            if let Some(error) = self.failure.get() {
+                if !shared.stop.load(Ordering::Acquire) {
+                    log::error!("replication link failed: {error}; this primary's writes are held");
+                }
+            }
+            shared.stats.lock().links_failed += 1;
+        }
+        if let Some(stream) = self.stream.lock().as_ref() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+        self.changed.notify_all();
+    }
+
+    fn failed(&self) -> bool {
+        self.failure.get().is_some()
+    }
+}
+
+struct Shared {
+    primary: u16,
+    epoch: u64,
+    secret: Option<Arc<SharedSecret>>,
+    links: Vec<Arc<Link>>,
+    stop: AtomicBool,
+    stats: Mutex<ReplicationStats>,
+    wake: OnceLock<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl Shared {
+    fn wake(&self) {
+        if let Some(wake) = self.wake.get() {
+            wake();
+        }
+    }
+}
+
+/// The primary's side: numbers the records of each call, ships them to every backup, and says
+/// how far every backup acknowledged. See the module docs.
+pub struct Replicator {
+    shared: Arc<Shared>,
+    /// The next sequence number, and a buffer to encode into (the lock also keeps every link's
+    /// queue in sequence order).
+    sequencer: Mutex<(u64, Vec<u8>)>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Replicator {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Replicator")
+            .field("primary", &self.shared.primary)
+            .field("epoch", &self.shared.epoch)
+            .field("backups", &self.shared.links.iter().map(|link| link.backup).collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Replicator {
+    /// Starts the links of primary `primary` (epoch `epoch`) to `backups` (server index and
+    /// replication address each): each connects (retrying up to `REPLICATION_CONNECT_WAIT_MS_MAX`),
+    /// authenticates with `secret` if any, and says hello.
+    ///
+    /// # Errors
+    /// A thread could not be started.
+    pub fn start(
+        primary: u16,
+        epoch: u64,
+        backups: Vec<(usize, String)>,
+        secret: Option<Arc<SharedSecret>>,
+    ) -> std::io::Result<Replicator> {
+        let links = backups
+            .into_iter()
+            .map(|(backup, address)| {
+                Arc::new(Link {
+                    backup,
+                    address,
+                    queue: Mutex::new(LinkQueue::default()),
+                    changed: Condvar::new(),
+                    acked: AtomicU64::new(0),
+                    failure: OnceLock::new(),
+                    stream: Mutex::new(None),
+                    removed: AtomicBool::new(false),
+                })
+            })
+            .collect();
+        let shared = Arc::new(Shared {
+            primary,
+            epoch,
+            secret,
+            links,
+            stop: AtomicBool::new(false),
+            stats: Mutex::new(ReplicationStats::default()),
+            wake: OnceLock::new(),
+        });
+        let mut threads = Vec::new();
+        for link in &shared.links {
+            let (shared, link) = (Arc::clone(&shared), Arc::clone(link));
+            let thread =
+                std::thread::Builder::new().name("rampkv-replicate".into()).spawn(move || run_link(&shared, &link))?;
+            threads.push(thread);
+        }
+        Ok(Replicator { shared, sequencer: Mutex::new((1, Vec::new())), threads })
+    }
+
+    /// Registers what an acknowledgement (or a failure) calls: the front ends holding replies.
+    pub(crate) fn set_wake(&self, wake: impl Fn() + Send + Sync + 'static) {
+        let _ = self.shared.wake.set(Box::new(wake));
+    }
+
+    /// Ships the records of one call (`effects.logged`, emptied) to every backup and sets
+    /// `effects.release_after` to the last one's sequence number. After a link failed that
+    /// position is never reached (the replies are held).
+    pub fn append(&self, effects: &mut Effects) {
+        if effects.logged.is_empty() {
+            return;
+        }
+        let mut sequencer = self.sequencer.lock();
+        let (next, buffer) = &mut *sequencer;
+        buffer.clear();
+        let first = *next;
+        for record in effects.logged.drain(..) {
+            let header = RecordHeader { lsn: *next, epoch: self.shared.epoch, synced_lsn: 0 };
+            if let Err(error) = encode_record(header, RecordRef::from(&record), buffer) {
+                debug_assert!(false, "the store took what the codec refuses: {error}");
+                for link in &self.shared.links {
+                    link.fail(ReplicationError::Encode(error.clone()), &self.shared);
+                }
+                break;
+            }
+            *next += 1;
+        }
+        let last = *next - 1;
+        let position = LogPosition(if last >= first { last } else { u64::MAX });
+        if last >= first {
+            let batch = Batch { first, last, bytes: Arc::from(buffer.as_slice()), queued_at: Instant::now() };
+            let bytes = batch.bytes.len();
+            for link in &self.shared.links {
+                self.push(link, batch.clone());
+            }
+            let mut stats = self.shared.stats.lock();
+            stats.records += last + 1 - first;
+            stats.bytes += bytes as u64;
+        }
+        drop(sequencer);
+        effects.release_after = Some(effects.release_after.map_or(position, |earlier| earlier.max(position)));
+    }
+
+    /// Queues `batch` for `link`, waiting for room (bounded: a backup that stays behind fails).
+    fn push(&self, link: &Link, batch: Batch) {
+        if link.removed.load(Ordering::Acquire) {
+            return;
+        }
+        let deadline = Instant::now() + Duration::from_millis(REPLICATION_FULL_WAIT_MS_MAX);
+        let mut queue = link.queue.lock();
+        while queue.bytes + batch.bytes.len() > REPLICATION_UNACKED_BYTES_MAX && !queue.batches.is_empty() {
+            if link.failed() || link.changed.wait_until(&mut queue, deadline).timed_out() {
+                break;
+            }
+        }
+        if link.failed() {
+            return; // never acknowledged: the position stays out of reach
+        }
+        if queue.bytes + batch.bytes.len() > REPLICATION_UNACKED_BYTES_MAX && !queue.batches.is_empty() {
+            let bytes = queue.bytes;
+            drop(queue);
+            let error = ReplicationError::TooFarBehind {
+                backup: link.backup,
+                address: link.address.clone(),
+                bytes,
+                waited_ms: REPLICATION_FULL_WAIT_MS_MAX,
+            };
+            link.fail(error, &self.shared);
+            return;
+        }
+        queue.bytes += batch.bytes.len();
+        queue.batches.push_back(batch);
+        drop(queue);
+        link.changed.notify_all();
+    }
+
+    /// The highest sequence number every backup still in a replica set acknowledged: replies
+    /// held up to here may go.
+    pub fn acknowledged(&self) -> LogPosition {
+        let lowest = self
+            .shared
+            .links
+            .iter()
+            .filter(|link| !link.removed.load(Ordering::Acquire))
+            .map(|link| link.acked.load(Ordering::Acquire))
+            .min();
+        LogPosition(lowest.unwrap_or(u64::MAX))
+    }
+
+    /// Keeps waiting only for the backups in `keep` (server indices): the others were removed
+    /// from every replica set of this primary by a committed configuration (they failed), so
+    /// a write they do not hold is still on every copy the configuration counts. Never undone
+    /// (a removed backup comes back only by rejoining, which is not built). Wakes the front
+    /// ends: replies held only for a removed backup may go.
+    pub fn retain_backups(&self, keep: &[usize]) {
+        for link in &self.shared.links {
+            if !keep.contains(&link.backup) && !link.removed.swap(true, Ordering::AcqRel) {
+                log::warn!(
+                    "replication: backup {} ({}) left the replica sets of primary {}; its acknowledgements are no \
+                     longer waited for",
+                    link.backup,
+                    link.address,
+                    self.shared.primary
+                );
+                link.fail(ReplicationError::Removed { backup: link.backup }, &self.shared);
+            }
+        }
+        self.shared.wake();
+    }
+
+    /// The first link failure, if any: the primary's writes since are held.
+    pub fn failure(&self) -> Option<&ReplicationError> {
+        self.shared.links.iter().find_map(|link| link.failure.get())
+    }
+
+    /// Counters since the start.
+    pub fn stats(&self) -> ReplicationStats {
+        *self.shared.stats.lock()
+    }
+
+    /// The epoch its records carry.
+    pub fn epoch(&self) -> u64 {
+        self.shared.epoch
+    }
+
+    /// Stops the links (their threads end; nothing more is acknowledged). The group does this
+    /// before it stops the backups, so that the links' end is not reported as a failure.
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Release);
+        for link in &self.shared.links {
+            link.fail(ReplicationError::Stopped, &self.shared);
+        }
+    }
+}
+
+impl Drop for Replicator {
+    fn drop(&mut self) {
+        self.stop();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A link's life: connect, hello, then write what is queued while a reader thread takes the
+/// acknowledgements.
+fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
+    let (mut stream, applied) = match connect(shared, link) {
+        Ok(connected) => connected,
+        Err(error) => return link.fail(error, shared),
+    };
+    link.acked.store(applied, Ordering::Release);
+    let reader = match stream.try_clone() {
+        Ok(reader) => reader,
+        Err(error) => return link.fail(io_error(link, error), shared),
+    };
+    *link.stream.lock() = stream.try_clone().ok();
+    if shared.stop.load(Ordering::Acquire) {
+        return link.fail(ReplicationError::Stopped, shared);
+    }
+    let reader = {
+        let (shared, link) = (Arc::clone(shared), Arc::clone(link));
+        std::thread::Builder::new()
+            .name("rampkv-replicate-acks".into())
+            .spawn(move || read_acks(&shared, &link, reader))
+    };
+    let reader = match reader {
+        Ok(reader) => reader,
+        Err(error) => return link.fail(io_error(link, error), shared),
+    };
+    let mut pending: Vec<Arc<[u8]>> = Vec::new();
+    while !link.failed() {
+        {
+            let mut queue = link.queue.lock();
+            while queue.written == queue.batches.len() && !link.failed() {
+                link.changed.wait(&mut queue);
+            }
+            let written = queue.written;
+            pending.extend(queue.batches.iter().skip(written).map(|batch| Arc::clone(&batch.bytes)));
+            queue.written = queue.batches.len();
+        }
+        for bytes in pending.drain(..) {
+            if let Err(error) = stream.write_all(&bytes) {
+                link.fail(io_error(link, error), shared);
+                break;
+            }
+        }
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+    let _ = reader.join();
+    shared.wake();
+}
+
+fn io_error(link: &Link, error: std::io::Error) -> ReplicationError {
+    ReplicationError::Io { backup: link.backup, address: link.address.clone(), error }
+}
+
+/// Connects to the backup (retrying while it is not there yet), authenticates, says hello;
+/// returns the stream and the last record the backup applied.
+fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64), ReplicationError> {
+    let deadline = Instant::now() + Duration::from_millis(REPLICATION_CONNECT_WAIT_MS_MAX);
+    let address: SocketAddr = link
+        .address
+        .parse()
+        .map_err(|_| io_error(link, std::io::Error::new(ErrorKind::InvalidInput, "not a socket address")))?;
+    let timeout = Duration::from_millis(REPLICATION_IO_TIMEOUT_MS);
+    let mut stream = loop {
+        if shared.stop.load(Ordering::Acquire) {
+            return Err(ReplicationError::Stopped);
+        }
+        match TcpStream::connect_timeout(&address, timeout) {
+            Ok(stream) => break stream,
+            Err(error) if Instant::now() >= deadline => return Err(io_error(link, error)),
+            Err(_) => std::thread::sleep(Duration::from_millis(REPLICATION_CONNECT_BACKOFF_MS)),
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    if let Some(secret) = &shared.secret {
+        authenticate_client(&mut stream, secret).map_err(|error| ReplicationError::Auth {
+            backup: link.backup,
+            address: link.address.clone(),
+            error,
+        })?;
+    }
+    stream.set_read_timeout(Some(Duration::from_secs(1))).map_err(|error| io_error(link, error))?;
+    let first = link.queue.lock().batches.front().map_or(1, |batch| batch.first);
+    stream.write_all(&encode_hello(shared.primary, shared.epoch, first)).map_err(|error| io_error(link, error))?;
+    let mut answer = [0u8; ANSWER_BYTES];
+    stream.read_exact(&mut answer).map_err(|error| io_error(link, error))?;
+    stream.set_read_timeout(None).map_err(|error| io_error(link, error))?;
+    let (backup, address) = (link.backup, link.address.clone());
+    match decode_answer(&answer) {
+        Some((0, applied)) => Ok((stream, applied)),
+        Some((1, known)) => Err(ReplicationError::StaleEpoch { backup, address, epoch: shared.epoch, known }),
+        Some((2, applied)) => Err(ReplicationError::NeedsCatchUp { backup, address, applied, first }),
+        Some((3, _)) => Err(ReplicationError::HelloRefused { backup, address }),
+        Some((4, _)) => Err(ReplicationError::Busy { backup, address }),
+        _ => Err(ReplicationError::Malformed { backup, address, what: "hello answer" }),
+    }
+}
+
+/// Takes the backup's acknowledgements: drops what they cover, measures, wakes the front ends.
+fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
+    let mut ack = [0u8; ACK_BYTES];
+    loop {
+        if let Err(error) = stream.read_exact(&mut ack) {
+            return link.fail(io_error(link, error), shared);
+        }
+        let Some(applied) = decode_ack(&ack) else {
+            let error = ReplicationError::Malformed {
+                backup: link.backup,
+                address: link.address.clone(),
+                what: "acknowledgement",
+            };
+            return link.fail(error, shared);
+        };
+        let now = Instant::now();
+        let (mut acks, mut total_us, mut max_us) = (0u64, 0u64, 0u64);
+        {
+            let mut queue = link.queue.lock();
+            let sent_last =
+                queue.written.checked_sub(1).and_then(|index| queue.batches.get(index)).map_or(0, |batch| batch.last);
+            if applied < link.acked.load(Ordering::Acquire)
+                || applied > sent_last.max(link.acked.load(Ordering::Acquire))
+            {
+                drop(queue);
+                let error = ReplicationError::Malformed {
+                    backup: link.backup,
+                    address: link.address.clone(),
+                    what: "acknowledgement (out of range)",
+                };
+                return link.fail(error, shared);
+            }
+            while queue.batches.front().is_some_and(|batch| batch.last <= applied) {
+                if let Some(batch) = queue.batches.pop_front() {
+                    queue.bytes -= batch.bytes.len();
+                    queue.written -= 1;
+                    let latency_us = now.duration_since(batch.queued_at).as_micros() as u64;
+                    acks += 1;
+                    total_us += latency_us;
+                    max_us = max_us.max(latency_us);
+                }
+            }
+            link.acked.store(applied, Ordering::Release);
+        }
+        link.changed.notify_all();
+        if acks > 0 {
+            let mut stats = shared.stats.lock();
+            stats.acks += acks;
+            stats.ack_latency_us_total += total_us;
+            stats.ack_latency_us_max = stats.ack_latency_us_max.max(max_us);
+        }
+        shared.wake();
+    }
+}
+
+fn encode_hello(primary: u16, epoch: u64, first: u64) -> [u8; HELLO_BYTES] {
+    let mut hello = [0u8; HELLO_BYTES];
+    hello[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+    hello[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    hello[6..8].copy_from_slice(&primary.to_le_bytes());
+    hello[8..16].copy_from_slice(&epoch.to_le_bytes());
+    hello[16..24].copy_from_slice(&first.to_le_bytes());
+    let crc = crc32c::crc32c(&hello[0..24]);
+    hello[24..28].copy_from_slice(&crc.to_le_bytes());
+    hello
+}
+
+/// `(primary, epoch, first)` of a well-formed hello.
+fn decode_hello(hello: &[u8; HELLO_BYTES]) -> Option<(u16, u64, u64)> {
+    let valid = u32_at(hello, 0) == HELLO_MAGIC
+        && u16_at(hello, 4) == VERSION
+        && u32_at(hello, 24) == crc32c::crc32c(&hello[0..24])
+        && u32_at(hello, 28) == 0;
+    valid.then(|| (u16_at(hello, 6), u64_at(hello, 8), u64_at(hello, 16)))
+}
+
+fn encode_answer(status: u16, value: u64) -> [u8; ANSWER_BYTES] {
+    let mut answer = [0u8; ANSWER_BYTES];
+    answer[0..4].copy_from_slice(&ANSWER_MAGIC.to_le_bytes());
+    answer[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    answer[6..8].copy_from_slice(&status.to_le_bytes());
+    answer[8..16].copy_from_slice(&value.to_le_bytes());
+    let crc = crc32c::crc32c(&answer[0..16]);
+    answer[16..20].copy_from_slice(&crc.to_le_bytes());
+    answer
+}
+
+fn decode_answer(answer: &[u8; ANSWER_BYTES]) -> Option<(u16, u64)> {
+    let valid = u32_at(answer, 0) == ANSWER_MAGIC
+        && u16_at(answer, 4) == VERSION
+        && u32_at(answer, 16) == crc32c::crc32c(&answer[0..16])
+        && u32_at(answer, 20) == 0;
+    valid.then(|| (u16_at(answer, 6), u64_at(answer, 8)))
+}
+
+fn encode_ack(applied: u64) -> [u8; ACK_BYTES] {
+    let mut ack = [0u8; ACK_BYTES];
+    ack[0..8].copy_from_slice(&applied.to_le_bytes());
+    let crc = crc32c::crc32c(&ack[0..8]);
+    ack[8..12].copy_from_slice(&crc.to_le_bytes());
+    ack[12..16].copy_from_slice(&ACK_MAGIC.to_le_bytes());
+    ack
+}
+
+fn decode_ack(ack: &[u8; ACK_BYTES]) -> Option<u64> {
+    let valid = u32_at(ack, 12) == ACK_MAGIC && u32_at(ack, 8) == crc32c::crc32c(&ack[0..8]);
+    valid.then(|| u64_at(ack, 0))
+}
+
+fn u16_at(bytes: &[u8], offset: usize) -> u16 {
+    u16::from_le_bytes([bytes[offset], bytes[offset + 1]])
+}
+
+fn u32_at(bytes: &[u8], offset: usize) -> u32 {
+    let mut array = [0u8; 4];
+    array.copy_from_slice(&bytes[offset..offset + 4]);
+    u32::from_le_bytes(array)
+}
+
+fn u64_at(bytes: &[u8], offset: usize) -> u64 {
+    let mut array = [0u8; 8];
+    array.copy_from_slice(&bytes[offset..offset + 8]);
+    u64::from_le_bytes(array)
+}
+
+/// A backup's copy of one primary's store.
+#[derive(Debug)]
+pub struct BackupStore {
+    primary: u16,
+    store: Store,
+    /// The last record applied.
+    applied: AtomicU64,
+    /// The newest epoch a hello of this primary carried: older ones are refused.
+    epoch: AtomicU64,
+    /// Held by the connection that streams into it (one at a time).
+    streaming: Mutex<()>,
+    /// This server took the copy over (failover): no record of the primary is applied again.
+    fenced: AtomicBool,
+    sweep: Mutex<(SweepCursor, u64)>,
+}
+
+impl BackupStore {
+    /// The primary it copies.
+    pub fn primary(&self) -> u16 {
+        self.primary
+    }
+
+    /// The copy.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The last record applied.
+    pub fn applied(&self) -> u64 {
+        self.applied.load(Ordering::Acquire)
+    }
+
+    /// The newest epoch its primary's stream carried.
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+}
+
+/// What a backup service did since it started.
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct BackupStats {
+    /// Records applied to a backup copy.
+    pub records_applied: u64,
+    /// Records the copy refused as its primary's store did (a PREPARE of an aborted
+    /// transaction): applied as refusals, not damage.
+    pub records_refused: u64,
+    /// Connections refused or closed on bad input (each logged with its reason).
+    pub connections_refused: u64,
+}
+
+struct BackupShared {
+    gc_grace_ms: u64,
+    secret: Option<Arc<SharedSecret>>,
+    clock: Instant,
+    stores: Mutex<HashMap<u16, Arc<BackupStore>>>,
+    stop: AtomicBool,
+    connections: AtomicUsize,
+    open: Mutex<HashMap<u64, TcpStream>>,
+    next_connection: AtomicU64,
+    stats: Mutex<BackupStats>,
+}
+
+/// The backup's side: a replication port whose connections each stream one primary's records
+/// into that primary's [`BackupStore`]. Stops (and joins its threads) when dropped.
+pub struct BackupService {
+    shared: Arc<BackupShared>,
+    address: SocketAddr,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for BackupService {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("BackupService").field("address", &self.address).finish()
+    }
+}
+
+impl BackupService {
+    /// Serves the replication port `listener` (copies keep superseded versions `gc_grace_ms`,
+    /// as the servers do; primaries must prove `secret` if one is given).
+    ///
+    /// # Errors
+    /// The listener's address cannot be read or its thread started.
+    pub fn start(
+        listener: TcpListener,
+        gc_grace_ms: u64,
+        secret: Option<Arc<SharedSecret>>,
+    ) -> std::io::Result<BackupService> {
+        let address = listener.local_addr()?;
+        let shared = Arc::new(BackupShared {
+            gc_grace_ms,
+            secret,
+            clock: Instant::now(),
+            stores: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+            connections: AtomicUsize::new(0),
+            open: Mutex::new(HashMap::new()),
+            next_connection: AtomicU64::new(0),
+            stats: Mutex::new(BackupStats::default()),
+        });
+        let accept_shared = Arc::clone(&shared);
+        let acceptor = std::thread::Builder::new()
+            .name("rampkv-backup".into())
+            .spawn(move || accept(&accept_shared, &listener))?;
+        Ok(BackupService { shared, address, acceptor: Some(acceptor) })
+    }
+
+    /// The replication port's address.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The copy of `primary`'s store, once it streamed.
+    pub fn copy_of(&self, primary: u16) -> Option<Arc<BackupStore>> {
+        self.shared.stores.lock().get(&primary).cloned()
+    }
+
+    /// Counters since the start.
+    pub fn stats(&self) -> BackupStats {
+        *self.shared.stats.lock()
+    }
+
+    /// A handle the failover thread takes copies over with.
+    pub(crate) fn takeover(&self) -> BackupTakeover {
+        BackupTakeover { shared: Arc::clone(&self.shared) }
+    }
+
+    /// Takes over the copy of `primary`'s store (failover: this server is its partitions'
+    /// primary in configuration `epoch`). Fences the primary first: hellos of an older epoch
+    /// are refused from now on, and its stream, if one is open, stops before its next record;
+    /// returns once no stream writes into the copy (at most one read timeout). `None`: the
+    /// primary never streamed here (it acknowledged no write).
+    pub fn take_over(&self, primary: u16, epoch: u64) -> Option<Arc<BackupStore>> {
+        self.takeover().take_over(primary, epoch)
+    }
+}
+
+/// [`BackupService::take_over`] for a thread that does not own the service.
+pub(crate) struct BackupTakeover {
+    shared: Arc<BackupShared>,
+}
+
+impl BackupTakeover {
+    /// As [`BackupService::take_over`].
+    pub(crate) fn take_over(&self, primary: u16, epoch: u64) -> Option<Arc<BackupStore>> {
+        let copy = self.shared.stores.lock().get(&primary).cloned()?;
+        copy.epoch.fetch_max(epoch, Ordering::AcqRel);
+        copy.fenced.store(true, Ordering::Release);
+        // The stream thread sees the flag before its next record or at its next read timeout.
+        drop(copy.streaming.lock());
+        Some(copy)
+    }
+}
+
+impl Drop for BackupService {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        // Wakes the acceptor out of accept().
+        let _ = TcpStream::connect_timeout(&self.address, Duration::from_millis(REPLICATION_IO_TIMEOUT_MS));
+        for stream in self.shared.open.lock().values() {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+        if let Some(acceptor) = self.acceptor.take() {
+            let _ = acceptor.join();
+        }
+        // Connection threads see the stop flag within one read timeout; they hold only the
+        // shared state, which outlives them.
+        let deadline = Instant::now() + Duration::from_millis(10 * REPLICATION_IO_TIMEOUT_MS);
+        while self.shared.connections.load(Ordering::Acquire) > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+fn accept(shared: &Arc<BackupShared>, listener: &TcpListener) {
+    for stream in listener.incoming() {
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(stream) = stream else { continue };
+        if shared.connections.fetch_add(1, Ordering::AcqRel) >= REPLICATION_CONNECTIONS_MAX {
+            shared.connections.fetch_sub(1, Ordering::AcqRel);
+            shared.stats.lock().connections_refused += 1;
+            continue; // dropped: closed
+        }
+        let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
+        if let Ok(clone) = stream.try_clone() {
+            shared.open.lock().insert(id, clone);
+        }
+        let thread_shared = Arc::clone(shared);
+        let spawned = std::thread::Builder::new().name("rampkv-backup-stream".into()).spawn(move || {
+            if let Err(refusal) = serve_primary(&thread_shared, stream) {
+                if !thread_shared.stop.load(Ordering::Acquire) {
+                    log::warn!("replication: closed a primary's stream: {refusal}");
+                }
+                if !matches!(refusal, BackupRefusal::Io(_)) {
+                    thread_shared.stats.lock().connections_refused += 1;
+                }
+            }
+            thread_shared.open.lock().remove(&id);
+            thread_shared.connections.fetch_sub(1, Ordering::AcqRel);
+        });
+        if spawned.is_err() {
+            shared.open.lock().remove(&id);
+            shared.connections.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// What a backup has read of a primary's stream and not consumed yet.
+struct Incoming {
+    bytes: Vec<u8>,
+    start: usize,
+}
+
+impl Incoming {
+    fn pending(&self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+
+    fn consume(&mut self, count: usize) {
+        self.start += count;
+        if self.start == self.bytes.len() {
+            self.bytes.clear();
+            self.start = 0;
+        }
+    }
+
+    /// Reads until at least `needed` bytes are pending (each read bounded by the socket's
+    /// timeout, after which the stop flag is looked at), taking whatever else has arrived.
+    /// Returns false when the primary closed the stream with nothing pending (a clean end:
+    /// it stopped); a close inside a frame is an error.
+    fn fill(
+        &mut self,
+        shared: &BackupShared,
+        fenced: Option<&AtomicBool>,
+        stream: &mut TcpStream,
+        needed: usize,
+    ) -> std::io::Result<bool> {
+        if self.start > 0 && self.bytes.len() - self.start < needed {
+            self.bytes.drain(..self.start);
+            self.start = 0;
+        }
+        while self.bytes.len() - self.start < needed {
+            if shared.stop.load(Ordering::Acquire) {
+                return Err(std::io::Error::new(ErrorKind::Interrupted, "backup service stopped"));
+            }
+            if fenced.is_some_and(|fenced| fenced.load(Ordering::Acquire)) {
+                return Err(std::io::Error::new(ErrorKind::Interrupted, "the primary was failed over"));
+            }
+            let end = self.bytes.len();
+            let room = (needed - (end - self.start)).max(REPLICATION_READ_BYTES);
+            self.bytes.resize(end + room, 0);
+            match stream.read(&mut self.bytes[end..]) {
+                Ok(0) => {
+                    self.bytes.truncate(end);
+                    if self.start == self.bytes.len() {
+                        return Ok(false);
+                    }
+                    return Err(ErrorKind::UnexpectedEof.into());
+                }
+                Ok(read) => self.bytes.truncate(end + read),
+                Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    self.bytes.truncate(end);
+                }
+                Err(error) => {
+                    self.bytes.truncate(end);
+                    return Err(error);
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// One primary's stream: authentication, hello, then records applied in order, each run of
+/// them acknowledged once applied.
+fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), BackupRefusal> {
+    let _ = stream.set_nodelay(true);
+    stream.set_read_timeout(Some(Duration::from_millis(REPLICATION_IO_TIMEOUT_MS)))?;
+    if let Some(secret) = &shared.secret {
+        crate::auth::authenticate_server_blocking(&mut stream, secret).map_err(BackupRefusal::Auth)?;
+    }
+    let mut incoming = Incoming { bytes: Vec::with_capacity(REPLICATION_READ_BYTES), start: 0 };
+    if !incoming.fill(shared, None, &mut stream, HELLO_BYTES)? {
+        return Ok(()); // connected and left (the acceptor's own wake-up does)
+    }
+    let mut hello = [0u8; HELLO_BYTES];
+    hello.copy_from_slice(&incoming.pending()[..HELLO_BYTES]);
+    incoming.consume(HELLO_BYTES);
+    let Some((primary, epoch, first)) = decode_hello(&hello) else {
+        stream.write_all(&encode_answer(3, 0))?;
+        return Err(BackupRefusal::MalformedHello);
+    };
+    let copy = {
+        let mut stores = shared.stores.lock();
+        let copy = stores.entry(primary).or_insert_with(|| {
+            Arc::new(BackupStore {
+                primary,
+                store: Store::new(shared.gc_grace_ms),
+                applied: AtomicU64::new(0),
+                epoch: AtomicU64::new(0),
+                streaming: Mutex::new(()),
+                fenced: AtomicBool::new(false),
+                sweep: Mutex::new((SweepCursor::default(), 0)),
+            })
+        });
+        Arc::clone(copy)
+    };
+    let Some(_streaming) = copy.streaming.try_lock() else {
+        stream.write_all(&encode_answer(4, 0))?;
+        return Err(BackupRefusal::Busy { primary });
+    };
+    let known = copy.epoch();
+    if epoch < known || copy.fenced.load(Ordering::Acquire) {
+        stream.write_all(&encode_answer(1, known))?;
+        return Err(BackupRefusal::StaleEpoch { primary, epoch, known });
+    }
+    let applied = copy.applied();
+    if first > applied + 1 {
+        stream.write_all(&encode_answer(2, applied))?;
+        return Err(BackupRefusal::NeedsCatchUp { primary, first, applied });
+    }
+    copy.epoch.store(epoch, Ordering::Release);
+    stream.write_all(&encode_answer(0, applied))?;
+    let mut acked = applied;
+    loop {
+        sweep(shared, &copy);
+        // One record: its header says how long it is.
+        if !incoming.fill(shared, Some(&copy.fenced), &mut stream, RECORD_HEADER_BYTES)? {
+            return Ok(()); // the primary stopped between records
+        }
+        let payload = u32_at(incoming.pending(), 0) as usize;
+        if payload > RECORD_PAYLOAD_BYTES_MAX {
+            let cause = RecordError::PayloadTooLarge { length: payload, max: RECORD_PAYLOAD_BYTES_MAX };
+            return Err(BackupRefusal::BadFrame { primary, cause });
+        }
+        if !incoming.fill(shared, Some(&copy.fenced), &mut stream, RECORD_HEADER_BYTES + payload)? {
+            return Err(BackupRefusal::Io(ErrorKind::UnexpectedEof.into()));
+        }
+        let frame = check_frame(incoming.pending()).map_err(|cause| BackupRefusal::BadFrame { primary, cause })?;
+        let (lsn, length) = (frame.header.lsn, frame.len());
+        let expected = copy.applied() + 1;
+        if lsn > expected {
+            return Err(BackupRefusal::OutOfOrder { primary, found: lsn, expected });
+        }
+        if lsn == expected {
+            if frame.header.epoch != epoch {
+                return Err(BackupRefusal::WrongEpoch { primary, lsn, found: frame.header.epoch, epoch });
+            }
+            let record = frame.record().map_err(|cause| BackupRefusal::BadRecord { primary, lsn, cause })?;
+            // Checked with the stream held: the takeover waits for it, so every record applied
+            // here is in the copy it takes over, and none after.
+            if copy.fenced.load(Ordering::Acquire) {
+                return Err(BackupRefusal::Fenced { primary });
+            }
+            let now_ms = shared.clock.elapsed().as_millis() as u64;
+            match apply_record(&copy.store, record, now_ms) {
+                Ok(()) => shared.stats.lock().records_applied += 1,
+                Err(StoreError::Aborted { .. }) => shared.stats.lock().records_refused += 1,
+                Err(cause) => return Err(BackupRefusal::StoreRefused { primary, lsn, cause }),
+            }
+            copy.applied.store(lsn, Ordering::Release);
+        } // below `expected`: sent again after a reconnection, already applied
+        incoming.consume(length);
+        // Acknowledge once what arrived is applied: one acknowledgement per burst.
+        let applied = copy.applied();
+        if applied > acked && incoming.pending().is_empty() {
+            stream.write_all(&encode_ack(applied))?;
+            acked = applied;
+        }
+    }
+}
+
+/// Collects superseded versions of a copy, as the server's own sweep does for its store.
+fn sweep(shared: &BackupShared, copy: &BackupStore) {
+    let now_ms = shared.clock.elapsed().as_millis() as u64;
+    let mut sweep = copy.sweep.lock();
+    if now_ms >= sweep.1 {
+        sweep.1 = now_ms + GC_SWEEP_INTERVAL_MS;
+        copy.store.sweep(&mut sweep.0, GC_SWEEP_KEYS_PER_TICK, now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests;

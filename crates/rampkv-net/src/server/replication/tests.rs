@@ -1,0 +1,212 @@
+//! The replication port against bad input: every refusal is an answer or a closed connection,
+//! nothing is applied past it, nothing panics.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::time::Duration;
+
+use rampkv_core::storage::StoredMetadata;
+
+use super::*;
+
+fn service() -> BackupService {
+    BackupService::start(TcpListener::bind("127.0.0.1:0").unwrap(), 1_000, None).unwrap()
+}
+
+fn connect(service: &BackupService) -> TcpStream {
+    let stream = TcpStream::connect(service.address()).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream
+}
+
+fn hello(stream: &mut TcpStream, primary: u16, epoch: u64, first: u64) -> (u16, u64) {
+    stream.write_all(&encode_hello(primary, epoch, first)).unwrap();
+    let mut answer = [0u8; ANSWER_BYTES];
+    stream.read_exact(&mut answer).unwrap();
+    decode_answer(&answer).expect("a well-formed answer")
+}
+
+fn put(lsn: u64, epoch: u64, key: &str) -> Vec<u8> {
+    let writes = vec![(Key::from(key.as_bytes()), Box::from(b"value".as_slice()))];
+    let mut frame = Vec::new();
+    let header = RecordHeader { lsn, epoch, synced_lsn: 0 };
+    encode_record(header, RecordRef::Put { ts: 1 << 20 | lsn, writes: &writes }, &mut frame).unwrap();
+    frame
+}
+
+fn ack(stream: &mut TcpStream) -> u64 {
+    let mut ack = [0u8; ACK_BYTES];
+    stream.read_exact(&mut ack).unwrap();
+    decode_ack(&ack).expect("a well-formed acknowledgement")
+}
+
+/// The connection was closed by the backup (a read returns end of stream or a reset).
+fn closed(stream: &mut TcpStream) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(stream.read(&mut byte), Ok(0) | Err(_))
+}
+
+use rampkv_core::storage::Key;
+
+#[test]
+fn hello_answer_and_acknowledgement_round_trip_and_any_flipped_bit_is_refused() {
+    let hello = encode_hello(3, 7, 11);
+    assert_eq!(decode_hello(&hello), Some((3, 7, 11)));
+    let answer = encode_answer(2, 99);
+    assert_eq!(decode_answer(&answer), Some((2, 99)));
+    let acknowledgement = encode_ack(42);
+    assert_eq!(decode_ack(&acknowledgement), Some(42));
+    for bit in 0..HELLO_BYTES * 8 {
+        let mut bad = hello;
+        bad[bit / 8] ^= 1 << (bit % 8);
+        assert_eq!(decode_hello(&bad), None, "hello bit {bit}");
+    }
+    for bit in 0..ANSWER_BYTES * 8 {
+        let mut bad = answer;
+        bad[bit / 8] ^= 1 << (bit % 8);
+        assert_eq!(decode_answer(&bad), None, "answer bit {bit}");
+    }
+    for bit in 0..ACK_BYTES * 8 {
+        let mut bad = acknowledgement;
+        bad[bit / 8] ^= 1 << (bit % 8);
+        assert_eq!(decode_ack(&bad), None, "acknowledgement bit {bit}");
+    }
+}
+
+#[test]
+fn records_are_applied_in_order_and_acknowledged_and_a_bad_checksum_closes_the_stream() {
+    let service = service();
+    let mut stream = connect(&service);
+    assert_eq!(hello(&mut stream, 0, 1, 1), (0, 0));
+    let mut burst = put(1, 1, "a");
+    burst.extend(put(2, 1, "b"));
+    stream.write_all(&burst).unwrap();
+    let mut acknowledged = ack(&mut stream);
+    if acknowledged < 2 {
+        acknowledged = ack(&mut stream);
+    }
+    assert_eq!(acknowledged, 2);
+    let copy = service.copy_of(0).unwrap();
+    assert!(copy.store().get_latest(b"a").is_some() && copy.store().get_latest(b"b").is_some());
+    let mut damaged = put(3, 1, "c");
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0x40; // in the payload: the header still checks, the CRC does not
+    stream.write_all(&damaged).unwrap();
+    assert!(closed(&mut stream), "a record with a bad checksum closes the stream");
+    assert_eq!(copy.applied(), 2, "nothing applied past the damage");
+    assert!(copy.store().get_latest(b"c").is_none());
+    // The stream can be taken up again where it stopped.
+    let mut again = connect(&service);
+    assert_eq!(hello(&mut again, 0, 1, 3), (0, 2));
+    again.write_all(&put(3, 1, "c")).unwrap();
+    assert_eq!(ack(&mut again), 3);
+    assert_eq!(service.stats().records_applied, 3);
+}
+
+#[test]
+fn stale_epochs_gaps_and_records_of_another_epoch_are_refused() {
+    let service = service();
+    let mut stream = connect(&service);
+    assert_eq!(hello(&mut stream, 1, 5, 1), (0, 0));
+    stream.write_all(&put(1, 5, "a")).unwrap();
+    assert_eq!(ack(&mut stream), 1);
+    drop(stream);
+    // A primary of an older epoch (a deposed one) is fenced.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut stale = connect(&service);
+    let mut answer = hello(&mut stale, 1, 4, 2);
+    while answer.0 == 4 && std::time::Instant::now() < deadline {
+        // The first stream's thread has not noticed its end yet.
+        std::thread::sleep(Duration::from_millis(10));
+        stale = connect(&service);
+        answer = hello(&mut stale, 1, 4, 2);
+    }
+    assert_eq!(answer, (1, 5), "stale epoch, the known one named");
+    // A stream that starts past what the backup holds needs catching up.
+    let mut gap = connect(&service);
+    assert_eq!(hello(&mut gap, 2, 1, 10), (2, 0));
+    // Inside a stream, a record of another epoch than the hello's.
+    let mut wrong = connect(&service);
+    assert_eq!(hello(&mut wrong, 3, 2, 1), (0, 0));
+    wrong.write_all(&put(1, 1, "x")).unwrap();
+    assert!(closed(&mut wrong));
+    assert_eq!(service.copy_of(3).unwrap().applied(), 0);
+    // A record out of order.
+    let mut skip = connect(&service);
+    assert_eq!(hello(&mut skip, 4, 1, 1), (0, 0));
+    skip.write_all(&put(2, 1, "y")).unwrap();
+    assert!(closed(&mut skip));
+    // Garbage instead of a hello.
+    let mut garbage = connect(&service);
+    garbage.write_all(&[0xAB; HELLO_BYTES]).unwrap();
+    let mut answer = [0u8; ANSWER_BYTES];
+    garbage.read_exact(&mut answer).unwrap();
+    assert_eq!(decode_answer(&answer), Some((3, 0)));
+    assert!(service.stats().connections_refused >= 4);
+}
+
+#[test]
+fn a_replicator_releases_a_call_only_once_every_backup_acknowledged_it() {
+    let (first, second) = (service(), service());
+    let backups = vec![(1, first.address().to_string()), (2, second.address().to_string())];
+    let replicator = Replicator::start(0, 1, backups, None).unwrap();
+    let mut effects = Effects::default();
+    effects.logged.push(rampkv_core::protocol::server::LogRecord::Put {
+        ts: 1 << 20,
+        writes: vec![(Key::from(b"k".as_slice()), Box::from(b"v".as_slice()))],
+    });
+    effects.logged.push(rampkv_core::protocol::server::LogRecord::Prepare {
+        ts: 2 << 20,
+        metadata: StoredMetadata::None,
+        write_set: Arc::from(vec![Key::from(b"p".as_slice())]),
+        writes: vec![(Key::from(b"p".as_slice()), Box::from(b"w".as_slice()))],
+    });
+    replicator.append(&mut effects);
+    assert!(effects.logged.is_empty());
+    assert_eq!(effects.release_after, Some(LogPosition(2)));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replicator.acknowledged() < LogPosition(2) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(replicator.acknowledged(), LogPosition(2));
+    for service in [&first, &second] {
+        let copy = service.copy_of(0).unwrap();
+        assert_eq!(copy.applied(), 2);
+        assert!(copy.store().get_latest(b"k").is_some());
+        assert_eq!(copy.store().stats().pending_transactions, 1, "the PREPARE is held prepared");
+    }
+    // A backup that goes away: the link fails and later calls are never released.
+    drop(second);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replicator.failure().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(replicator.failure().is_some());
+    let mut effects = Effects::default();
+    effects.logged.push(rampkv_core::protocol::server::LogRecord::Commit { ts: 2 << 20 });
+    replicator.append(&mut effects);
+    assert_eq!(effects.release_after, Some(LogPosition(3)));
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(replicator.acknowledged() < LogPosition(3), "held: one backup cannot hold it");
+}
+
+/// Failover: taking a primary's copy over fences the primary. What it streamed and was
+/// acknowledged is in the copy; its stream is closed and nothing it sends after the takeover is
+/// applied; a later hello of its old epoch is refused, naming the new one.
+#[test]
+fn taking_a_copy_over_fences_its_primary() {
+    let service = service();
+    let mut stream = connect(&service);
+    assert_eq!(hello(&mut stream, 4, 1, 1), (0, 0));
+    stream.write_all(&put(1, 1, "a")).unwrap();
+    assert_eq!(ack(&mut stream), 1);
+    let copy = service.take_over(4, 2).expect("the primary streamed");
+    assert!(copy.store().get_latest(b"a").is_some(), "the acknowledged record is in the copy");
+    let _ = stream.write_all(&put(2, 1, "b")); // may fail: the backup closed the stream
+    assert!(closed(&mut stream), "the old primary's stream is closed");
+    assert!(copy.store().get_latest(b"b").is_none() && copy.applied() == 1, "nothing applied after it");
+    let mut again = connect(&service);
+    assert_eq!(hello(&mut again, 4, 1, 2), (1, 2), "a hello of the old epoch is refused");
+    assert!(closed(&mut again));
+    assert!(service.take_over(9, 2).is_none(), "a primary that never streamed has no copy");
+}

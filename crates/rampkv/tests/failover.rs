@@ -1,0 +1,185 @@
+//! Failover between `rampkv server` processes (issue 16, phase 4): a cluster file with
+//! `replicas = 2`, `config` and `replicate` addresses; the configuration service runs in the
+//! servers. A primary killed with SIGKILL is replaced by its backup and the blocking client
+//! goes on without an error; a primary stopped (SIGSTOP) until it was deposed, then resumed
+//! with its old state, serves no read and takes no write.
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[allow(dead_code)] // this binary uses only the request-by-request helper
+mod common;
+
+use rampkv::client::Client;
+use rampkv::cluster::Cluster;
+use rampkv::transport::TcpClientTransport;
+use rampkv::wire::{ErrorCode, GetItem, Request, Response, Selector, Write};
+
+/// Server processes this test started; each is killed (SIGKILL) and reaped when dropped, even
+/// when the test fails.
+struct Processes(Vec<Option<Child>>);
+
+impl Processes {
+    fn kill(&mut self, index: usize) {
+        if let Some(mut child) = self.0[index].take() {
+            let _ = child.kill(); // SIGKILL
+            let _ = child.wait();
+        }
+    }
+
+    fn signal(&self, index: usize, signal: &str) {
+        let pid = self.0[index].as_ref().expect("a running process").id().to_string();
+        let status = Command::new("kill").args([signal, &pid]).status().unwrap();
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for index in 0..self.0.len() {
+            if self.0[index].is_some() {
+                self.signal(index, "-CONT"); // a stopped process dies of SIGKILL too, but be plain
+            }
+            self.kill(index);
+        }
+    }
+}
+
+fn free_address() -> String {
+    format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
+}
+
+/// A replicated cluster of `servers` processes, started and ready (every server took its
+/// first lease: it listens only then).
+fn start(directory: &Path, servers: usize) -> (Cluster, Processes) {
+    let data: Vec<String> = (0..servers).map(|_| free_address()).collect();
+    let cluster = Cluster::with_servers(data.clone())
+        .unwrap()
+        .with_replicas(2)
+        .unwrap()
+        .with_replicate_addresses((0..servers).map(|_| free_address()).collect())
+        .unwrap()
+        .with_config_addresses((0..servers).map(|_| free_address()).collect())
+        .unwrap();
+    let file = directory.join("cluster.toml");
+    std::fs::write(&file, cluster.to_toml()).unwrap();
+    let processes = Processes(
+        data.iter()
+            .map(|address| {
+                let log = std::fs::File::create(directory.join(format!("{}.log", address.replace(':', "_")))).unwrap();
+                let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+                    .args(["server", "--listen", address, "--cluster", file.to_str().unwrap()])
+                    .stdout(Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .unwrap();
+                Some(child)
+            })
+            .collect(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while data.iter().any(|address| TcpStream::connect(address).is_err()) {
+        assert!(Instant::now() < deadline, "the servers did not start (logs in {})", directory.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (cluster, processes)
+}
+
+/// `count` keys of server `server`'s partitions.
+fn keys_of(cluster: &Cluster, server: usize, count: usize) -> Vec<Vec<u8>> {
+    (0..).map(|i| format!("key{i}").into_bytes()).filter(|key| cluster.server_of(key) == server).take(count).collect()
+}
+
+#[test]
+fn a_killed_primary_is_failed_over_and_no_acknowledged_write_is_lost() {
+    let directory = tempfile::tempdir().unwrap();
+    let (cluster, mut processes) = start(directory.path(), 3);
+    let mut client = Client::connect(&cluster).unwrap();
+    let keys: Vec<Vec<u8>> = (0..3).flat_map(|server| keys_of(&cluster, server, 4)).collect();
+    let mut last: Vec<Vec<u8>> = vec![Vec::new(); keys.len()];
+    let write_round = |client: &mut Client, round: u32, last: &mut Vec<Vec<u8>>| {
+        // Each transaction spans every server: a victim's partitions are always in it.
+        for chunk in 0..4 {
+            let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..3)
+                .map(|server| server * 4 + chunk)
+                .map(|index| (keys[index].clone(), format!("r{round}k{index}").into_bytes()))
+                .collect();
+            client.put_all(pairs.clone()).expect("a write failed: failover must be transparent");
+            for (index, (_, value)) in (0..3).map(|server| server * 4 + chunk).zip(pairs) {
+                last[index] = value;
+            }
+        }
+    };
+    write_round(&mut client, 0, &mut last);
+    processes.kill(0);
+    let killed = Instant::now();
+    write_round(&mut client, 1, &mut last);
+    println!("first round of writes after the kill took {} ms", killed.elapsed().as_millis());
+    let read = client.get_all(keys.clone()).expect("a read failed after the failover");
+    for ((key, item), value) in keys.iter().zip(&read.items).zip(&last) {
+        assert_eq!(&item.value, value, "key {:?}: an acknowledged write was lost", String::from_utf8_lossy(key));
+    }
+    // A client that connects now finds the new primary by itself.
+    let mut fresh = Client::connect(&cluster).unwrap();
+    let read = fresh.get_all(keys.clone()).unwrap();
+    assert!(read.items.iter().zip(&last).all(|(item, value)| &item.value == value));
+    // The restarted victim rejoins as a new incarnation and serves nothing.
+    let address = cluster.servers()[0].clone();
+    let file = directory.path().join("cluster.toml");
+    let log = std::fs::File::create(directory.path().join("restarted.log")).unwrap();
+    processes.0[0] = Some(
+        Command::new(env!("CARGO_BIN_EXE_rampkv"))
+            .args(["server", "--listen", &address, "--cluster", file.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while TcpStream::connect(&address).is_err() {
+        assert!(Instant::now() < deadline, "the victim did not restart");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_refuses_its_old_partitions(&address, &keys_of(&cluster, 0, 1)[0]);
+    let read = client.get_all(keys.clone()).unwrap();
+    assert!(read.items.iter().zip(&last).all(|(item, value)| &item.value == value));
+}
+
+/// A GET and a PUT of `key` sent straight to `address` are refused as `NotPrimary`.
+fn assert_refuses_its_old_partitions(address: &str, key: &[u8]) {
+    let mut transport = TcpClientTransport::connect(&[address.to_string()]).unwrap();
+    let get = Request::Get { items: vec![GetItem { key: key.to_vec(), selector: Selector::Latest }] };
+    let ts = (rampkv::types::wall_clock_us() << 16) | 9;
+    let put = Request::Put { ts, writes: vec![Write { key: key.to_vec(), value: b"stale".to_vec() }] };
+    for (id, request) in [(1u64, get), (2, put)] {
+        match common::ask(&mut transport, 0, id, &request) {
+            Response::Error { code: ErrorCode::NotPrimary, .. } => {}
+            other => panic!("request {id} to the deposed server {address} was answered {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_deposed_primary_that_comes_back_with_its_old_state_serves_no_read_and_takes_no_write() {
+    let directory = tempfile::tempdir().unwrap();
+    let (cluster, mut processes) = start(directory.path(), 3);
+    let mut client = Client::connect(&cluster).unwrap();
+    let key = keys_of(&cluster, 0, 1).remove(0);
+    client.put_all(vec![(key.clone(), b"old".to_vec())]).unwrap();
+    // Server 0 stops (its memory intact) until the configuration service has replaced it.
+    processes.signal(0, "-STOP");
+    let stopped = Instant::now();
+    client.put_all(vec![(key.clone(), b"new".to_vec())]).expect("the write after the failover failed");
+    println!("the write after the primary stopped took {} ms", stopped.elapsed().as_millis());
+    processes.signal(0, "-CONT");
+    // Resumed with the old value in its store: whatever it learned or not, it must refuse.
+    let address = cluster.servers()[0].clone();
+    assert_refuses_its_old_partitions(&address, &key);
+    std::thread::sleep(Duration::from_millis(500)); // it has heard from the configuration service by now
+    assert_refuses_its_old_partitions(&address, &key);
+    let read = client.get_all(vec![key.clone()]).unwrap();
+    assert_eq!(read.items[0].value, b"new", "the deposed primary's state was served");
+    processes.kill(0);
+}

@@ -1,0 +1,233 @@
+//! Synchronous replication in an embedded group (issue 16, phase 2): every write a client saw
+//! acknowledged is already applied in the memory of every backup of its partition, with the
+//! value the primary holds; backups hold only their primaries' partitions; and a group asked
+//! for more copies than servers, or replication with a data directory, is refused.
+//!
+//! Randomized: the keys and values come from a seeded generator whose seed is printed (replay:
+//! `RAMPKV_TEST_SEED=<seed>`).
+
+use std::net::SocketAddr;
+
+use rampkv::client::Client;
+use rampkv::cluster::Cluster;
+use rampkv::server::durable::{DurabilityConfig, StartError};
+use rampkv::server::{Durability, ReplicationOptions, ServerConfig, ServerGroup, ServerOptions};
+use rampkv::transport::{ClientTransport, TcpClientTransport};
+use rampkv::wire::{Request, Write};
+use rand::{Rng, SeedableRng};
+
+fn seed() -> u64 {
+    let seed = std::env::var("RAMPKV_TEST_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |elapsed| elapsed.as_nanos() as u64)
+    });
+    println!("seed {seed} (replay with RAMPKV_TEST_SEED={seed})");
+    seed
+}
+
+fn replicated(servers: usize, replicas: u32) -> (ServerGroup, Cluster) {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let options = ServerOptions { replication: Some(ReplicationOptions::new(replicas)), ..ServerOptions::default() };
+    let (mut group, reports) = ServerGroup::start(&vec![ServerConfig::new(localhost); servers], &options).unwrap();
+    assert!(reports.is_empty(), "no persistence, no recovery reports");
+    let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())
+        .unwrap()
+        .with_replicas(replicas)
+        .unwrap();
+    group.start_recovery(cluster.clone(), 0, 1_000).unwrap();
+    (group, cluster)
+}
+
+#[test]
+fn every_acknowledged_write_is_already_applied_at_every_backup() {
+    let mut random = rand::rngs::StdRng::seed_from_u64(seed());
+    for (servers, replicas) in [(3, 2), (3, 3)] {
+        let (group, cluster) = replicated(servers, replicas);
+        let mut client = Client::connect(&cluster).unwrap();
+        for round in 0..40 {
+            let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..random.gen_range(1..5))
+                .map(|_| {
+                    let key = format!("k{}", random.gen_range(0..64)).into_bytes();
+                    (key, format!("v{round}-{}", random.gen::<u32>()).into_bytes())
+                })
+                .collect();
+            let mut unique = pairs.clone();
+            unique.sort();
+            unique.dedup_by(|a, b| a.0 == b.0);
+            let ts = client.put_all(unique.clone()).unwrap();
+            // Acknowledged: no waiting from here on.
+            for (key, value) in &unique {
+                let primary = cluster.server_of(key);
+                let primary_version = group.cores()[primary].store().get_latest(key).unwrap();
+                assert_eq!(primary_version.ts, ts);
+                for step in 1..replicas as usize {
+                    let backup = (primary + step) % servers;
+                    let copy = group.backups()[backup]
+                        .copy_of(primary as u16)
+                        .unwrap_or_else(|| panic!("backup {backup} has no copy of primary {primary}"));
+                    let version = copy.store().get_latest(key).unwrap_or_else(|| {
+                        panic!("backup {backup} lacks {:?} acknowledged at ts {ts}", String::from_utf8_lossy(key))
+                    });
+                    assert_eq!(version.ts, ts, "backup {backup} holds an older version");
+                    assert_eq!(&*version.value, value.as_slice());
+                }
+            }
+        }
+        // A backup holds copies of its primaries only, never of a server it does not back up.
+        for backup in 0..servers {
+            for primary in 0..servers {
+                let backs_it = (1..replicas as usize).any(|step| (primary + step) % servers == backup);
+                assert_eq!(group.backups()[backup].copy_of(primary as u16).is_some(), backs_it);
+            }
+        }
+        let stats = group.servers().replication_stats().unwrap();
+        assert!(stats.records > 0 && stats.acks > 0 && stats.links_failed == 0, "{stats:?}");
+        let applied: u64 = group.backups().iter().map(|backup| backup.stats().records_applied).sum();
+        assert_eq!(applied, stats.records * u64::from(replicas - 1), "every record applied once per backup");
+    }
+}
+
+#[test]
+fn a_group_without_replication_ships_nothing_and_one_replica_is_none() {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let group = ServerGroup::spawn(&[ServerConfig::new(localhost)]).unwrap();
+    assert!(group.servers().replication_stats().is_none());
+    assert!(group.backups().is_empty());
+    let options = ServerOptions { replication: Some(ReplicationOptions::new(1)), ..ServerOptions::default() };
+    let (group, _) = ServerGroup::start(&[ServerConfig::new(localhost)], &options).unwrap();
+    assert!(group.backups().is_empty(), "replicas = 1 is no replication");
+}
+
+#[test]
+fn bad_replication_settings_are_refused_before_anything_starts() {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let configs = vec![ServerConfig::new(localhost); 2];
+    let options =
+        |replicas| ServerOptions { replication: Some(ReplicationOptions::new(replicas)), ..ServerOptions::default() };
+    let error = ServerGroup::start(&configs, &options(3)).unwrap_err();
+    assert!(matches!(error, StartError::TooFewServersForReplicas { replicas: 3, servers: 2 }), "{error}");
+    assert!(error.to_string().contains("3 replicas need at least 3 servers"), "{error}");
+    let error = ServerGroup::start(&configs, &options(0)).unwrap_err();
+    assert!(matches!(error, StartError::ReplicaCount { replicas: 0 }), "{error}");
+    let dir = tempfile::tempdir().unwrap();
+    let durability =
+        Durability { dirs: vec![dir.path().join("a"), dir.path().join("b")], config: DurabilityConfig::default() };
+    let both = ServerOptions { durability: Some(durability), ..options(2) };
+    let error = ServerGroup::start(&configs, &both).unwrap_err();
+    assert!(matches!(error, StartError::ReplicationWithDataDir), "{error}");
+    assert!(!dir.path().join("a").exists(), "refused before any directory was opened");
+}
+
+#[test]
+fn with_a_shared_secret_the_primaries_prove_it_at_the_replication_ports() {
+    let secret = std::sync::Arc::new(rampkv::auth::SharedSecret::from_bytes((0..32).collect()).unwrap());
+    rampkv::auth::set_client_secret(Some(std::sync::Arc::clone(&secret)));
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let options = ServerOptions {
+        secret: Some(secret),
+        replication: Some(ReplicationOptions::new(2)),
+        ..ServerOptions::default()
+    };
+    let (group, _) = ServerGroup::start(&vec![ServerConfig::new(localhost); 2], &options).unwrap();
+    let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
+    let mut client = Client::connect(&cluster).unwrap();
+    let ts = client.put_all(vec![(b"a".to_vec(), b"1".to_vec()), (b"b".to_vec(), b"2".to_vec())]).unwrap();
+    for key in [b"a", b"b"] {
+        let primary = cluster.server_of(key);
+        let copy = group.backups()[1 - primary].copy_of(primary as u16).unwrap();
+        assert_eq!(copy.store().get_latest(key).unwrap().ts, ts);
+    }
+    // A primary without the secret gets nothing applied.
+    let mut stranger = std::net::TcpStream::connect(group.backups()[0].address()).unwrap();
+    stranger.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    use std::io::{Read, Write};
+    stranger.write_all(&[0u8; 32]).unwrap();
+    let mut byte = [0u8; 1];
+    assert!(matches!(stranger.read(&mut byte), Ok(0) | Err(_)), "closed without an answer");
+}
+
+/// Server processes this test started; each is killed (SIGKILL) and reaped when dropped, even
+/// when the test fails.
+struct Processes(Vec<Option<std::process::Child>>);
+
+impl Processes {
+    fn kill(&mut self, index: usize) {
+        if let Some(mut child) = self.0[index].take() {
+            let _ = child.kill(); // SIGKILL
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Processes {
+    fn drop(&mut self) {
+        for index in 0..self.0.len() {
+            self.kill(index);
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Between `rampkv server` processes (the cluster file's `replicas = 2` and `replicate`
+/// addresses): writes are acknowledged while the backup lives; once the backup process is
+/// killed with SIGKILL, a write to its primary is not acknowledged (it would exist on one
+/// server only).
+#[test]
+fn a_primary_process_acknowledges_no_write_its_killed_backup_does_not_hold() {
+    let directory = tempfile::tempdir().unwrap();
+    let data: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let replicate: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let cluster = Cluster::with_servers(data.clone())
+        .unwrap()
+        .with_replicas(2)
+        .unwrap()
+        .with_replicate_addresses(replicate)
+        .unwrap();
+    let file = directory.path().join("cluster.toml");
+    std::fs::write(&file, cluster.to_toml()).unwrap();
+    let mut processes = Processes(
+        data.iter()
+            .map(|address| {
+                let log =
+                    std::fs::File::create(directory.path().join(format!("{}.log", address.replace(':', "_")))).unwrap();
+                let child = std::process::Command::new(env!("CARGO_BIN_EXE_rampkv"))
+                    .args(["server", "--listen", address, "--cluster", file.to_str().unwrap()])
+                    .stdout(std::process::Stdio::null())
+                    .stderr(log)
+                    .spawn()
+                    .unwrap();
+                Some(child)
+            })
+            .collect(),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while data.iter().any(|address| std::net::TcpStream::connect(address).is_err()) {
+        assert!(std::time::Instant::now() < deadline, "the servers did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let key_of = |server: usize, tag: &str| {
+        (0..).map(|i| format!("{tag}{i}").into_bytes()).find(|key| cluster.server_of(key) == server).unwrap()
+    };
+    let (first, second) = (key_of(0, "a"), key_of(0, "b"));
+    // One connection to server 0 only: the kill of server 1 does not touch it.
+    let mut transport = TcpClientTransport::connect(&data[..1]).unwrap();
+    let mut put = |id: u64, key: &[u8]| {
+        let ts = (rampkv::types::wall_clock_us() << 16) | 7;
+        let request = Request::Put { ts, writes: vec![Write { key: key.to_vec(), value: b"v".to_vec() }] };
+        transport.post(0, id, &request).unwrap();
+        transport.flush().unwrap();
+        let mut replies = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(1_500);
+        while replies == 0 && std::time::Instant::now() < deadline {
+            replies += transport.poll(Some(std::time::Duration::from_millis(50)), |_, _, _| {}).unwrap();
+        }
+        replies
+    };
+    assert_eq!(put(1, &first), 1, "acknowledged while the backup lives");
+    processes.kill(1); // server 0's only backup
+    assert_eq!(put(2, &second), 0, "a write was acknowledged without its backup");
+}
