@@ -967,8 +967,10 @@ impl<T: ClientTransport> ClientThread<'_, T> {
 
     fn begin_read(&mut self, session: usize, keys: Vec<Vec<u8>>, then_write: bool) -> Result<(), BenchError> {
         let (start, start_ns) = (Instant::now(), self.shared.now_ns());
-        self.driver.begin_read(session, keys.clone())?;
-        self.in_flight[session] = Some(InFlight { keys, write_ts: None, then_write, start, start_ns });
+        self.driver.begin_read(session, keys)?;
+        // The keys come back with the outcome (each item names its key, in request order): a
+        // read keeps no copy of its own (`record` takes them from the outcome if it needs them).
+        self.in_flight[session] = Some(InFlight { keys: Vec::new(), write_ts: None, then_write, start, start_ns });
         Ok(())
     }
 
@@ -985,8 +987,12 @@ impl<T: ClientTransport> ClientThread<'_, T> {
     /// Records a finished transaction; returns the keys to write next for the read half of a
     /// read-modify-write that succeeded.
     fn record(&mut self, completion: Completion) -> Option<Vec<Vec<u8>>> {
-        let in_flight = self.in_flight[completion.session].take().expect("a completed session was in flight");
+        let mut in_flight = self.in_flight[completion.session].take().expect("a completed session was in flight");
         let then_write = in_flight.then_write && completion.result.is_ok();
+        let keys_needed = then_write || self.keep_records || self.config.history.is_some();
+        if let (Ok(TxnResult::Read(outcome)), true) = (&completion.result, keys_needed) {
+            in_flight.keys = outcome.items.iter().map(|item| item.key.clone()).collect();
+        }
         let latency_us = (in_flight.start.elapsed().as_micros() as u64).max(1);
         match &completion.result {
             Ok(TxnResult::Read(outcome)) => {

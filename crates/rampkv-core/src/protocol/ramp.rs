@@ -171,22 +171,35 @@ fn refuse_locking(options: &TxnOptions) -> Result<(), ProtocolError> {
 #[derive(Debug)]
 struct Part {
     server: usize,
-    /// Indices into `ReadTxn::keys` this request covers, in request order.
-    key_indices: Vec<usize>,
+    /// How many keys this request covers: the keys whose `KeyPlan::part` is this part, in key
+    /// order (requests list their keys in key order).
+    keys: usize,
     done: bool,
 }
+
+/// What a read plans for one of its distinct keys.
+#[derive(Debug)]
+struct KeyPlan {
+    server: usize,
+    /// The part of the current round that asks for the key (`NOT_ASKED`: none).
+    part: u16,
+    /// What round 2 asked the key for (LATEST: not asked).
+    repair: Selector,
+}
+
+/// `KeyPlan::part` of a key the current round does not ask for.
+const NOT_ASKED: u16 = u16::MAX;
 
 /// A read-only transaction.
 #[derive(Debug)]
 pub struct ReadTxn {
     /// Distinct keys, in first-seen order.
     keys: Vec<Vec<u8>>,
-    /// For each requested key (with repeats), its index in `keys`.
+    /// For each requested key (with repeats), its index in `keys`; empty when the requested
+    /// keys are distinct (the usual case: each is its own index, and nothing is allocated).
     positions: Vec<usize>,
-    key_servers: Vec<usize>,
+    plan: Vec<KeyPlan>,
     results: Vec<Option<VersionItem>>,
-    /// What round 2 asked each key for (empty: not asked).
-    repair: Vec<Selector>,
     /// Round 1's timestamp per key, kept when round 2 is planned (it overwrites `results`);
     /// empty otherwise. Reported with the outcome for the read-atomicity checker.
     round1: Vec<Timestamp>,
@@ -202,23 +215,63 @@ pub struct ReadTxn {
     options: TxnOptions,
 }
 
+/// Whether `keys` holds a key twice (a pairwise scan for the usual handful; `None` beyond
+/// that: the caller deduplicates with a map).
+fn has_repeats_scan(keys: &[Vec<u8>]) -> Option<bool> {
+    if keys.len() > KEY_INDEX_SCAN_MAX {
+        return None;
+    }
+    Some(keys.iter().enumerate().any(|(index, key)| keys[..index].contains(key)))
+}
+
+/// The bookkeeping buffers of a finished read, empty, for the next one to reuse (the session
+/// machine keeps one set, so that a read allocates none of them per transaction). Their
+/// capacity is bounded by `TXN_KEYS_MAX` keys and the cluster's servers.
+#[derive(Debug, Default)]
+pub struct ReadBuffers {
+    plan: Vec<KeyPlan>,
+    results: Vec<Option<VersionItem>>,
+    round1: Vec<Timestamp>,
+    fetched_in_round2: Vec<bool>,
+    parts: Vec<Part>,
+}
+
 impl ReadTxn {
     /// Plans a read of `keys` (repeats allowed; each gets the same result).
     pub fn new(cluster: &Cluster, keys: Vec<Vec<u8>>, options: TxnOptions) -> Result<ReadTxn, ProtocolError> {
+        Self::with_buffers(cluster, keys, options, ReadBuffers::default())
+    }
+
+    /// [`ReadTxn::new`] in the buffers of an earlier read ([`ReadTxn::take_buffers`]).
+    pub fn with_buffers(
+        cluster: &Cluster,
+        keys: Vec<Vec<u8>>,
+        options: TxnOptions,
+        buffers: ReadBuffers,
+    ) -> Result<ReadTxn, ProtocolError> {
         validate_keys(keys.iter().map(Vec::as_slice))?;
         refuse_locking(&options)?;
-        let (distinct, positions) = distinct_keys(keys);
-        let key_servers = distinct.iter().map(|key| cluster.server_of(key)).collect();
-        let count = distinct.len();
+        // Distinct keys (the usual case) are used as they came: no copy, no positions.
+        let (distinct, positions) = match has_repeats_scan(&keys) {
+            Some(false) => (keys, Vec::new()),
+            _ => distinct_keys(keys),
+        };
+        let ReadBuffers { mut plan, mut results, round1, fetched_in_round2, parts } = buffers;
+        debug_assert!(plan.is_empty() && results.is_empty() && round1.is_empty() && fetched_in_round2.is_empty());
+        plan.extend(distinct.iter().map(|key| KeyPlan {
+            server: cluster.server_of(key),
+            part: NOT_ASKED,
+            repair: Selector::Latest,
+        }));
+        results.resize_with(distinct.len(), || None);
         Ok(ReadTxn {
             keys: distinct,
             positions,
-            key_servers,
-            results: vec![None; count],
-            repair: vec![Selector::Latest; count],
-            round1: Vec::new(),
-            fetched_in_round2: Vec::new(),
-            parts: Vec::new(),
+            plan,
+            results,
+            round1,
+            fetched_in_round2,
+            parts,
             outstanding: 0,
             round: 1,
             attempt: 0,
@@ -234,45 +287,68 @@ impl ReadTxn {
         &self.keys
     }
 
+    /// Takes the transaction's buffers, emptied, for the next read to reuse; the transaction
+    /// is over (finished or abandoned) and only to be dropped.
+    pub fn take_buffers(&mut self) -> ReadBuffers {
+        let mut buffers = ReadBuffers {
+            plan: std::mem::take(&mut self.plan),
+            results: std::mem::take(&mut self.results),
+            round1: std::mem::take(&mut self.round1),
+            fetched_in_round2: std::mem::take(&mut self.fetched_in_round2),
+            parts: std::mem::take(&mut self.parts),
+        };
+        buffers.plan.clear();
+        buffers.results.clear();
+        buffers.round1.clear();
+        buffers.fetched_in_round2.clear();
+        buffers.parts.clear();
+        buffers
+    }
+
     /// Round 1, one request per server.
     pub fn start(&mut self, out: &mut Vec<Outgoing>) {
         self.round = 1;
         self.results.iter_mut().for_each(|result| *result = None);
         self.round1.clear();
         self.fetched_in_round2.clear();
-        let selector = match self.options.algorithm {
+        self.send_round(out);
+    }
+
+    /// Emits one GET per server for the keys this round asks for, in key order: round 1 every
+    /// key (LATEST, or LATEST_TS for RAMP-Small), round 2 the keys `fetched_in_round2` marks,
+    /// each with its `repair` selector.
+    fn send_round(&mut self, out: &mut Vec<Outgoing>) {
+        self.parts.clear();
+        let round1_selector = match self.options.algorithm {
             Algorithm::RampSmall => Selector::LatestTimestamp,
             _ => Selector::Latest,
         };
-        let wanted: Vec<(usize, Selector)> = (0..self.keys.len()).map(|index| (index, selector.clone())).collect();
-        self.send_round(wanted, out);
-    }
-
-    /// Groups `(key index, selector)` by server and emits one GET per server.
-    fn send_round(&mut self, wanted: Vec<(usize, Selector)>, out: &mut Vec<Outgoing>) {
-        self.parts.clear();
-        let mut items_by_part: Vec<Vec<GetItem>> = Vec::new();
-        for (index, selector) in wanted {
-            let server = self.key_servers[index];
-            let part = match self.parts.iter().position(|part| part.server == server) {
+        // The parts' requests go straight to `out`, from here on, in part order.
+        let first = out.len();
+        for (index, plan) in self.plan.iter_mut().enumerate() {
+            plan.part = NOT_ASKED;
+            let selector = match self.round {
+                1 => round1_selector.clone(),
+                _ if self.fetched_in_round2[index] => plan.repair.clone(),
+                _ => continue,
+            };
+            let part = match self.parts.iter().position(|part| part.server == plan.server) {
                 Some(part) => part,
                 None => {
-                    self.parts.push(Part { server, key_indices: Vec::new(), done: false });
-                    items_by_part.push(Vec::new());
+                    let tag = make_tag(self.attempt, self.parts.len() as u16);
+                    out.push(Outgoing { server: plan.server, tag, request: Request::Get { items: Vec::new() } });
+                    self.parts.push(Part { server: plan.server, keys: 0, done: false });
                     self.parts.len() - 1
                 }
             };
-            self.parts[part].key_indices.push(index);
-            items_by_part[part].push(GetItem { key: self.keys[index].clone(), selector });
+            plan.part = part as u16;
+            self.parts[part].keys += 1;
+            let Request::Get { items } = &mut out[first + part].request else {
+                unreachable!("this round's requests are GETs")
+            };
+            items.push(GetItem { key: self.keys[index].clone(), selector });
         }
         self.outstanding = self.parts.len();
-        for (part, items) in items_by_part.into_iter().enumerate() {
-            out.push(Outgoing {
-                server: self.parts[part].server,
-                tag: make_tag(self.attempt, part as u16),
-                request: Request::Get { items },
-            });
-        }
     }
 
     /// Feeds one reply. Replies of an earlier attempt are ignored.
@@ -289,7 +365,7 @@ impl ReadTxn {
         let Some(part) = self.parts.get_mut(usize::from(part_index)) else {
             return Err(ProtocolError::MalformedReply { server: usize::MAX, why: MalformedReply::UnknownTag { tag } });
         };
-        let server = part.server;
+        let (server, part_keys) = (part.server, part.keys);
         if part.done {
             return Err(ProtocolError::MalformedReply { server, why: MalformedReply::Duplicate });
         }
@@ -303,12 +379,17 @@ impl ReadTxn {
                 return Err(ProtocolError::MalformedReply { server, why });
             }
         };
-        let key_indices = std::mem::take(&mut part.key_indices);
-        if items.len() != key_indices.len() {
-            let why = MalformedReply::VersionCount { versions: items.len(), keys: key_indices.len() };
+        if items.len() != part_keys {
+            let why = MalformedReply::VersionCount { versions: items.len(), keys: part_keys };
             return Err(ProtocolError::MalformedReply { server, why });
         }
-        for (index, item) in key_indices.into_iter().zip(items) {
+        // The part's keys, in key order, are the order its request listed them in.
+        let mut items = items.into_iter();
+        for index in 0..self.plan.len() {
+            if self.plan[index].part != part_index {
+                continue;
+            }
+            let Some(item) = items.next() else { break };
             self.accept(server, index, item)?;
         }
         self.outstanding -= 1;
@@ -328,7 +409,7 @@ impl ReadTxn {
             self.results[index] = Some(item);
             return Ok(());
         }
-        match &self.repair[index] {
+        match &self.plan[index].repair {
             Selector::Exact(ts) if item.ts != *ts => {
                 malformed(MalformedReply::WrongVersion { asked: *ts, got: item.ts })
             }
@@ -364,15 +445,17 @@ impl ReadTxn {
         if wanted.is_empty() {
             return false;
         }
-        self.round1 = (0..self.keys.len()).map(|index| self.result_ts(index)).collect();
-        self.fetched_in_round2 = vec![false; self.keys.len()];
-        for (index, selector) in &wanted {
-            self.repair[*index] = selector.clone();
-            self.fetched_in_round2[*index] = true;
+        self.round1.clear();
+        self.round1.extend(self.results.iter().map(|result| result.as_ref().map_or(TIMESTAMP_INITIAL, |item| item.ts)));
+        self.fetched_in_round2.clear();
+        self.fetched_in_round2.resize(self.keys.len(), false);
+        self.round2_keys += wanted.len() as u32;
+        for (index, selector) in wanted {
+            self.plan[index].repair = selector;
+            self.fetched_in_round2[index] = true;
         }
         self.round = 2;
-        self.round2_keys += wanted.len() as u32;
-        self.send_round(wanted, out);
+        self.send_round(out);
         true
     }
 
@@ -445,34 +528,46 @@ impl ReadTxn {
     /// Ends the transaction (it takes no more replies), moving each distinct key and its value
     /// into the outcome; a key asked for twice is cloned from its first item.
     fn finish(&mut self) -> ReadOutcome {
-        let mut first_item: Vec<Option<usize>> = vec![None; self.keys.len()];
-        let mut items: Vec<ReadItem> = Vec::with_capacity(self.positions.len());
-        for &index in &self.positions {
-            let item = match first_item[index] {
-                Some(earlier) => items[earlier].clone(),
-                None => {
-                    first_item[index] = Some(items.len());
-                    let result = self.results[index].as_mut().expect("every key answered");
-                    // The transaction is over: its keys move into the outcome too.
-                    let key = std::mem::take(&mut self.keys[index]);
-                    // Without a round 2, round 1's answer is the final one.
-                    let round1_ts = self.round1.get(index).copied().unwrap_or(result.ts);
-                    ReadItem {
-                        key,
-                        ts: result.ts,
-                        value: std::mem::take(&mut result.value),
-                        round1_ts: Some(round1_ts),
-                        fetched_in_round2: self.fetched_in_round2.get(index).copied().unwrap_or(false),
+        let items = if self.positions.is_empty() {
+            // Distinct keys: each is its own item, in order.
+            (0..self.keys.len()).map(|index| self.take_item(index)).collect()
+        } else {
+            let mut first_item: Vec<Option<usize>> = vec![None; self.keys.len()];
+            let mut items: Vec<ReadItem> = Vec::with_capacity(self.positions.len());
+            for position in 0..self.positions.len() {
+                let index = self.positions[position];
+                let item = match first_item[index] {
+                    Some(earlier) => items[earlier].clone(),
+                    None => {
+                        first_item[index] = Some(items.len());
+                        self.take_item(index)
                     }
-                }
-            };
-            items.push(item);
-        }
+                };
+                items.push(item);
+            }
+            items
+        };
         ReadOutcome {
             items,
             round2_keys: self.round2_keys,
             round2_found_nothing: self.round2_found_nothing,
             restarts: self.restarts,
+        }
+    }
+
+    /// Moves the distinct key `index` and its value into an outcome item (the transaction is
+    /// over: nothing reads them again).
+    fn take_item(&mut self, index: usize) -> ReadItem {
+        let result = self.results[index].as_mut().expect("every key answered");
+        let key = std::mem::take(&mut self.keys[index]);
+        // Without a round 2, round 1's answer is the final one.
+        let round1_ts = self.round1.get(index).copied().unwrap_or(result.ts);
+        ReadItem {
+            key,
+            ts: result.ts,
+            value: std::mem::take(&mut result.value),
+            round1_ts: Some(round1_ts),
+            fetched_in_round2: self.fetched_in_round2.get(index).copied().unwrap_or(false),
         }
     }
 }
@@ -495,7 +590,15 @@ fn fast_repairs<F: Fn(&[u8]) -> u64>(
     let Some(oldest) = results.iter().map(result_ts).min() else {
         return Vec::new();
     };
-    let mut required = vec![TIMESTAMP_INITIAL; keys.len()];
+    // On the stack for the usual handful of keys.
+    let mut required_small = [TIMESTAMP_INITIAL; KEY_INDEX_SCAN_MAX];
+    let mut required_large = Vec::new();
+    let required: &mut [Timestamp] = if keys.len() <= KEY_INDEX_SCAN_MAX {
+        &mut required_small[..keys.len()]
+    } else {
+        required_large.resize(keys.len(), TIMESTAMP_INITIAL);
+        &mut required_large
+    };
     for result in results.iter().flatten().filter(|result| result.ts > oldest) {
         if let Metadata::WriteSet(write_set) = &result.metadata {
             for key in write_set {
@@ -506,7 +609,8 @@ fn fast_repairs<F: Fn(&[u8]) -> u64>(
         }
     }
     required
-        .into_iter()
+        .iter()
+        .copied()
         .zip(results)
         .enumerate()
         .filter(|(_, (required, result))| *required > result_ts(result))

@@ -26,7 +26,7 @@
 use std::time::Duration;
 
 use super::locking::{LockingReadTxn, LockingWriteTxn};
-use super::ramp::{Algorithm, ReadTxn, TxnOptions, WriteTxn};
+use super::ramp::{Algorithm, ReadBuffers, ReadTxn, TxnOptions, WriteTxn};
 use super::{Outgoing, ProtocolError, ReadOutcome, Step, WriteOutcome};
 use crate::cluster::Cluster;
 use crate::limits::{DRIVER_EXPIRY_SCAN_INTERVAL_MS, TXN_TIMEOUT_MS};
@@ -173,6 +173,9 @@ pub struct Sessions {
     /// Transactions refused before they started (they need an unavailable partition), with
     /// those partitions: failed by the next `tick`.
     refused: Vec<(usize, Vec<u32>)>,
+    /// The buffers of the last finished RAMP read, for the next one (one set for all
+    /// sessions: a closed loop starts its next read right after one finishes).
+    spare_read: ReadBuffers,
 }
 
 fn request_id(session: usize, generation: u8, tag: u32) -> u64 {
@@ -217,6 +220,7 @@ impl Sessions {
             txn_timeout_us: TXN_TIMEOUT_MS * 1_000,
             availability: Availability { down: vec![false; cluster.servers().len()], down_count: 0 },
             refused: Vec::new(),
+            spare_read: ReadBuffers::default(),
             cluster,
         })
     }
@@ -280,7 +284,8 @@ impl Sessions {
             let ts = self.sessions[session].clock.next(wall_us())?;
             ActiveTxn::LockingRead(LockingReadTxn::new(&self.cluster, ts, keys)?)
         } else {
-            ActiveTxn::Read(ReadTxn::new(&self.cluster, keys, self.options)?)
+            let buffers = std::mem::take(&mut self.spare_read);
+            ActiveTxn::Read(ReadTxn::with_buffers(&self.cluster, keys, self.options, buffers)?)
         };
         self.activate(session, txn, now_us, posts);
         Ok(())
@@ -524,6 +529,10 @@ impl Sessions {
     fn finish(&mut self, session: usize, result: Result<TxnResult, TxnError>, completions: &mut Vec<Completion>) {
         let state = &mut self.sessions[session];
         debug_assert!(state.txn.is_some(), "only a running transaction finishes");
+        // The buffers are taken in place: moving the whole machine out costs a copy of it.
+        if let Some(ActiveTxn::Read(txn)) = state.txn.as_mut() {
+            self.spare_read = txn.take_buffers();
+        }
         state.txn = None;
         self.active -= 1;
         completions.push(Completion { session, result });
