@@ -63,3 +63,5 @@ cargo run --release -p rampkv-fabric --example rpc_bench -- --quick
 cargo run --release -p rampkv-bench --example protocol_cpu -- --quick
 # The persistence engine's micro-benchmark (append throughput per fsync policy, restart time).
 cargo run --release -p rampkv-durable --example durable_bench -- --quick --dir target
+# The event model of the main job on independent machines (docs/history.md), a short run.
+cargo run --release -p rampkv-bench --example ideal_races -- --txns 100000

@@ -41,7 +41,7 @@ pub enum DurableError {
     StoreNotEmpty,
     #[error("invalid record: {0}")]
     InvalidRecord(#[from] RecordError),
-    #[error("log full: {waiting_bytes} bytes wait to be written (at most {max}); retry after the writer catches up")]
+    #[error("log full: {waiting_bytes} bytes wait to be written (at most {max}); flush, then retry")]
     LogFull { waiting_bytes: usize, max: usize },
     #[error("log stopped after a failure ({action} {path}: {message}); nothing more is made durable")]
     LogFailed { action: &'static str, path: PathBuf, message: String },

@@ -22,9 +22,9 @@ pub const RECORD_PAYLOAD_BYTES_MAX: usize =
 /// header, or a pending transaction with its write set; the version is the largest.
 pub const SNAPSHOT_ENTRY_BYTES_MAX: usize = 1 + 8 + 1 + METADATA_BYTES_MAX + 4 + VALUE_BYTES_MAX;
 
-/// Bytes appended to a log but not yet handed to the file system. An append that would go
-/// past it is refused with `DurableError::LogFull` (or waits, with `Log::append_timeout`):
-/// back-pressure instead of unbounded memory when the disk is slower than the writers.
+/// Bytes appended to a log but not yet handed to the file system (appended, not yet flushed).
+/// An append that would go past it is refused with `DurableError::LogFull` (or, with
+/// `Log::append_timeout`, writes them first): bounded memory for appenders that flush late.
 pub const LOG_WAITING_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 /// A segment file is closed and a new one started before the first write that finds it at
@@ -63,8 +63,8 @@ pub const SNAPSHOT_EVERY_BYTES_DEFAULT: u64 = SEGMENT_BYTES_TARGET;
 /// few records would do nothing but copy.
 pub const SNAPSHOT_EVERY_BYTES_MIN: u64 = 1024 * 1024;
 
-/// How long a server's append waits for room when `LOG_WAITING_BYTES_MAX` bytes already wait
-/// for the writer (the poller stops taking requests meanwhile). A disk that cannot take 64 MiB
-/// in this long is treated as failed: the server stops rather than acknowledge what it cannot
-/// make durable.
+/// How long a server's append keeps trying to make room when `LOG_WAITING_BYTES_MAX` bytes
+/// already wait to be written (it writes them itself; the poller takes no requests meanwhile).
+/// A disk that cannot take 64 MiB in this long is treated as failed: the server stops rather
+/// than acknowledge what it cannot make durable.
 pub const LOG_FULL_WAIT_MS_MAX: u64 = 30_000;

@@ -5,20 +5,29 @@
 //! - [`Log::append`] encodes the record into the group being gathered and returns its LSN at
 //!   once; it never writes or fsyncs itself. LSNs are consecutive, and their order is the
 //!   order of the bytes in the file.
-//! - The writer thread takes everything gathered so far as one group, writes it with one
-//!   system call, and (policy `always`) fsyncs once for the whole group. Meanwhile appenders
-//!   gather the next group, so the cost of an fsync is shared by every record that arrived
-//!   while the previous one ran (group commit). With `everysec`, a second thread fsyncs what
-//!   was written once a second, in the background, so that writes and acknowledgements never
-//!   wait for that fsync (as Redis's background fsync of `appendfsync everysec`).
+//! - Appenders call [`Log::flush`] once they have appended what they will for a while (a
+//!   poller: at the end of its pass over its connections): the caller writes everything
+//!   gathered so far as one group, with one `write` (into the operating system's page cache:
+//!   no disk wait). The written watermark ([`Log::written_lsn`]: what survives a crash of the
+//!   process) has moved when it returns: no thread hand-off.
+//! - One background thread, the syncer, fsyncs. With `always` it fsyncs whenever something was
+//!   written that is not yet fsynced, one fsync for everything written meanwhile, while
+//!   appenders write the next groups (group commit: the cost of an fsync is shared by every
+//!   record written while the previous one ran); the caller of `flush` never waits for it.
+//!   With `everysec` it fsyncs what was written once a second, so that writes and
+//!   acknowledgements never wait for that fsync (as Redis's background fsync of `appendfsync
+//!   everysec`). A record appended and never flushed is written at the next flush of any
+//!   appender, at the syncer's next timed turn (a safety net), or at close.
 //! - The durable watermark ([`Log::durable_lsn`]) is the LSN up to which records are as
 //!   durable as the policy promises: fsynced (`always`), or handed to the operating system
 //!   (`everysec`, fsynced within about `EVERYSEC_SYNC_INTERVAL_MS`; `no`, whenever the
-//!   operating system writes back). It only grows. When it advances, waiters of
-//!   [`Log::wait_durable`] wake and the callback registered with [`Log::set_wake`] runs.
+//!   operating system writes back; with these two it moves with the written watermark). It
+//!   only grows. When it advances, waiters of [`Log::wait_durable`] wake, and, when the syncer
+//!   moved it (not a caller of `flush`, which knows), the callback registered with
+//!   [`Log::set_wake`] runs.
 //! - Bounded: at most `LOG_WAITING_BYTES_MAX` bytes wait for the writer; beyond that
 //!   [`Log::append`] refuses with `LogFull` (a poller stops taking requests until the
-//!   watermark moves) and [`Log::append_timeout`] waits, up to its deadline.
+//!   watermark moves) and [`Log::append_timeout`] flushes to make room.
 //!
 //! # Fault model
 //! A process crash (kill -9) loses what was not yet written; a power cut also what was not
@@ -27,10 +36,10 @@
 //! good (`LogFailed`): after a failed fsync the kernel may have dropped the dirty pages, so
 //! retrying could report as durable what is not. The server must stop and recover from the
 //! files.
-//! A new segment's header and directory entry are fsynced before it receives a record. A
-//! closed segment is fsynced already with `always`; with `everysec` and `no` the syncer thread
-//! fsyncs it as soon as it is closed, in the background (the writer never waits for a whole
-//! segment's fsync). Recovery tells torn writes from corruption by the fsynced LSN each record
+//! A new segment's header and directory entry are fsynced before it receives a record (by the
+//! caller of `flush` that fills the segment: two small fsyncs every `SEGMENT_BYTES_TARGET`
+//! bytes). The syncer fsyncs a closed segment as soon as it is closed, in the background (no
+//! writer waits for a whole segment's fsync), before it fsyncs the next one. Recovery tells torn writes from corruption by the fsynced LSN each record
 //! stamps, not by segment order.
 
 use std::fs::File;
@@ -107,9 +116,9 @@ pub struct LogStats {
     pub bytes: u64,
     /// Groups written (one write system call each).
     pub groups: u64,
-    /// fsyncs of segment files: one per group with `always`; with `everysec` at most one per
-    /// second, with `everysec` and `no` one per closed segment (both in the syncer thread); one
-    /// at close.
+    /// fsyncs of segment files (in the syncer thread): with `always` one per group of records
+    /// written while the previous fsync ran; with `everysec` at most one per second; one per
+    /// closed segment; one at close.
     pub fsyncs: u64,
     /// The last LSN appended.
     pub last_lsn: Lsn,
@@ -118,7 +127,16 @@ pub struct LogStats {
 }
 
 impl LogStats {
-    /// Records per group written (with `always`, per fsync): the benefit of group commit.
+    /// Records per fsync: the benefit of group commit (with `always`).
+    pub fn records_per_fsync(&self) -> f64 {
+        if self.fsyncs == 0 {
+            0.0
+        } else {
+            self.records as f64 / self.fsyncs as f64
+        }
+    }
+
+    /// Records per group written (one `write` each).
     pub fn mean_group_records(&self) -> f64 {
         if self.groups == 0 {
             0.0
@@ -128,7 +146,7 @@ impl LogStats {
     }
 }
 
-/// A callback run by the writer thread when the durable watermark advances, with the new
+/// A callback run by the syncer thread when it advances the durable watermark, with the new
 /// watermark. It must be quick and must not block (wake a poller, nothing more).
 pub type WakeFn = dyn Fn(Lsn) + Send + Sync;
 
@@ -146,7 +164,7 @@ impl Failure {
     }
 }
 
-/// Records gathered for the writer.
+/// Records gathered for the next group.
 #[derive(Debug)]
 struct Queue {
     buffer: Vec<u8>,
@@ -167,14 +185,17 @@ pub(crate) struct Shared {
     segment_bytes_target: u64,
     waiting_bytes_max: usize,
     queue: Mutex<Queue>,
-    /// The writer waits here for records (or for closing).
-    work: Condvar,
-    /// Appenders waiting for space and waiters of the watermark wait here.
+    /// Waiters of the watermark wait here.
     progress: Condvar,
-    /// The syncer (`everysec`, `no`) waits here for its next turn (or for closing).
+    /// The syncer waits here for work (`always`), its next turn, or closing.
     syncer: Condvar,
-    /// What the syncer fsyncs: closed segments, and the writer's current one.
+    /// What the syncer fsyncs: closed segments, and the current one.
     sync_target: Mutex<SyncTarget>,
+    /// The segment being written, held by whoever writes a group (a caller of `flush`, the
+    /// syncer's safety net, close). Taken before `queue` when both are.
+    writer: Mutex<WriterState>,
+    /// Every record up to here was written to the file (it survives a crash of the process).
+    written_lsn: AtomicU64,
     durable_lsn: AtomicU64,
     /// The highest LSN known fsynced (stamped into every record; recovery reads it).
     synced_lsn: AtomicU64,
@@ -218,7 +239,7 @@ pub(crate) struct Start {
 #[derive(Debug)]
 pub struct Log {
     shared: Arc<Shared>,
-    /// The writer, and with `everysec` or `no` the syncer.
+    /// The syncer.
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -248,10 +269,11 @@ impl Log {
                 closing: false,
                 failure: None,
             }),
-            work: Condvar::new(),
             progress: Condvar::new(),
             syncer: Condvar::new(),
             sync_target: Mutex::new(sync_target),
+            writer: Mutex::new(WriterState { segment, spare: Vec::new() }),
+            written_lsn: AtomicU64::new(recovered),
             durable_lsn: AtomicU64::new(recovered),
             synced_lsn: AtomicU64::new(recovered),
             last_lsn: AtomicU64::new(recovered),
@@ -264,11 +286,7 @@ impl Log {
             _lock: lock,
         });
         let mut log = Log { shared: Arc::clone(&shared), threads: Vec::new() };
-        let writer = Writer { shared: Arc::clone(&shared), segment, spare: Vec::new() };
-        log.spawn("rampkv-log-writer", move || writer.run())?;
-        if policy != FsyncPolicy::Always {
-            log.spawn("rampkv-log-syncer", move || run_syncer(&shared))?;
-        }
+        log.spawn("rampkv-log-syncer", move || run_syncer(&shared))?;
         Ok(log)
     }
 
@@ -281,8 +299,8 @@ impl Log {
         Ok(())
     }
 
-    /// Queues `record` (stamped with `epoch`) for the writer and returns its LSN. Never blocks
-    /// on I/O.
+    /// Queues `record` (stamped with `epoch`) for the next group and returns its LSN. Never
+    /// blocks on I/O. The record is written once some appender calls [`Log::flush`].
     ///
     /// # Errors
     /// `LogFull` when `LOG_WAITING_BYTES_MAX` bytes already wait (nothing was queued: retry
@@ -293,18 +311,34 @@ impl Log {
         self.append_locked(&mut queue, epoch, record)
     }
 
-    /// [`Log::append`], waiting up to `timeout` for space when the log is full.
+    /// [`Log::append`], making room when the log is full by writing what waits (in this
+    /// thread, as [`Log::flush`]); `timeout` bounds the tries.
     pub fn append_timeout(&self, epoch: u64, record: RecordRef<'_>, timeout: Duration) -> Result<Lsn, DurableError> {
         let deadline = Instant::now() + timeout;
         let mut queue = self.shared.queue.lock();
         loop {
             match self.append_locked(&mut queue, epoch, record) {
                 Err(DurableError::LogFull { .. }) if Instant::now() < deadline => {
-                    self.shared.progress.wait_until(&mut queue, deadline);
+                    drop(queue);
+                    self.flush()?;
+                    queue = self.shared.queue.lock();
                 }
                 result => return result,
             }
         }
+    }
+
+    /// Ends a batch of appends: everything appended so far is written here as one group, with
+    /// one `write`; the written watermark has moved when this returns. With `everysec` and `no`
+    /// so has the durable one (the callback of [`Log::set_wake`] does not run: the caller
+    /// knows); with `always` the syncer is told, fsyncs, then moves it and runs the callback.
+    /// Returns the durable watermark.
+    ///
+    /// # Errors
+    /// `LogFailed` after a write or fsync failed (here or earlier).
+    pub fn flush(&self) -> Result<Lsn, DurableError> {
+        write_gathered(&self.shared, false)?;
+        Ok(self.durable_lsn())
     }
 
     fn append_locked(&self, queue: &mut Queue, epoch: u64, record: RecordRef<'_>) -> Result<Lsn, DurableError> {
@@ -329,7 +363,6 @@ impl Log {
         queue.next_lsn = lsn + 1;
         queue.epoch = epoch;
         self.shared.last_lsn.store(lsn, Ordering::Release);
-        self.shared.work.notify_one();
         Ok(lsn)
     }
 
@@ -338,18 +371,27 @@ impl Log {
         self.shared.durable_lsn.load(Ordering::Acquire)
     }
 
+    /// The written watermark: every record up to it was handed to the operating system (it
+    /// survives a crash of the process, not necessarily a power cut). At least the durable one.
+    pub fn written_lsn(&self) -> Lsn {
+        self.shared.written_lsn.load(Ordering::Acquire)
+    }
+
     /// The last LSN appended (0 when the log has none).
     pub fn last_lsn(&self) -> Lsn {
         self.shared.last_lsn.load(Ordering::Acquire)
     }
 
-    /// Waits until `lsn` is durable.
+    /// Waits until `lsn` is durable (flushing first if it is not yet).
     ///
     /// # Errors
     /// `DurableTimeout` after `timeout`; `NotAppended` for an LSN not appended yet (it would
     /// never become durable by waiting); `LogFailed` if the writer stopped.
     pub fn wait_durable(&self, lsn: Lsn, timeout: Duration) -> Result<(), DurableError> {
         let deadline = Instant::now() + timeout;
+        if self.durable_lsn() < lsn && lsn <= self.last_lsn() {
+            self.flush()?;
+        }
         let mut queue = self.shared.queue.lock();
         if lsn >= queue.next_lsn {
             return Err(DurableError::NotAppended { lsn, last_lsn: queue.next_lsn - 1 });
@@ -369,9 +411,9 @@ impl Log {
         }
     }
 
-    /// Registers the callback the writer runs when the watermark advances (replacing any
-    /// earlier one). It also runs once when the log fails, so that a poller holding replies
-    /// notices.
+    /// Registers the callback the syncer runs when it advances the watermark (replacing any
+    /// earlier one): after each fsync with `always`, and when it wrote records nobody flushed.
+    /// It also runs once when the log fails, so that a poller holding replies notices.
     pub fn set_wake(&self, wake: impl Fn(Lsn) + Send + Sync + 'static) {
         *self.shared.wake.lock() = Some(Arc::new(wake));
     }
@@ -422,7 +464,6 @@ impl Log {
             return Ok(());
         }
         self.shared.queue.lock().closing = true;
-        self.shared.work.notify_all();
         self.shared.syncer.notify_all();
         let panicked = self.threads.drain(..).map(JoinHandle::join).filter(Result::is_err).count();
         if panicked > 0 {
@@ -431,6 +472,16 @@ impl Log {
                 path: self.shared.dir.clone(),
                 message: "a log thread panicked".into(),
             });
+        }
+        // Closing: whatever the policy, everything appended is written and fsynced (the log
+        // threads have ended: nothing else writes).
+        let shared = &self.shared;
+        if shared.queue.lock().failure.is_none() && write_gathered(shared, false).is_ok() {
+            let writer = shared.writer.lock();
+            match sync_all_written(shared, &writer) {
+                Ok(()) => shared.publish(shared.written_lsn.load(Ordering::Acquire)),
+                Err(failure) => drop(shared.fail(failure)),
+            }
         }
         match &self.shared.queue.lock().failure {
             Some(failure) => Err(failure.error()),
@@ -488,157 +539,158 @@ struct Group {
     epoch: u64,
 }
 
-/// The writer thread's state.
-struct Writer {
-    shared: Arc<Shared>,
+/// What whoever writes a group holds: the segment being written, and the buffer swapped with
+/// the queue's (one group is written while the next gathers).
+struct WriterState {
     segment: Segment,
-    /// The buffer swapped with the queue's: one group is written while the next gathers.
     spare: Vec<u8>,
 }
 
-impl Writer {
-    fn run(mut self) {
-        while let Some(group) = self.next_group() {
-            if let Err(failure) = self.write_group(&group) {
-                self.shared.fail(failure);
-                return;
-            }
-        }
-        // Closing: whatever the policy, everything written is fsynced.
-        if let Err(failure) = self.sync_all_written() {
-            self.shared.fail(failure);
-        }
+/// Takes what was gathered as one group (into `spare`), under the queue's lock; `None` when
+/// nothing was.
+fn take_group(shared: &Shared, spare: &mut Vec<u8>) -> Result<Option<Group>, DurableError> {
+    let mut queue = shared.queue.lock();
+    if let Some(failure) = &queue.failure {
+        return Err(failure.error());
     }
-
-    /// fsyncs every closed segment the syncer has not, then the current one.
-    fn sync_all_written(&mut self) -> Result<(), Failure> {
-        let retired = std::mem::take(&mut self.shared.sync_target.lock().retired);
-        sync_retired(&self.shared, retired)?;
-        let written = self.shared.durable_lsn.load(Ordering::Acquire);
-        if self.shared.synced_lsn.load(Ordering::Acquire) < written {
-            self.sync_to(written)?;
-        }
-        Ok(())
+    if queue.buffer.is_empty() {
+        return Ok(None);
     }
-
-    /// Waits for records and takes them all (into `spare`); `None` when closing with nothing
-    /// left, or after a failure.
-    fn next_group(&mut self) -> Option<Group> {
-        let mut queue = self.shared.queue.lock();
-        while queue.buffer.is_empty() {
-            if queue.closing || queue.failure.is_some() {
-                return None;
-            }
-            self.shared.work.wait(&mut queue);
-        }
-        std::mem::swap(&mut queue.buffer, &mut self.spare);
-        let group = Group {
-            first_lsn: queue.first_lsn,
-            last_lsn: queue.next_lsn - 1,
-            records: queue.records,
-            epoch: queue.epoch,
-        };
-        queue.records = 0;
-        drop(queue);
-        self.shared.progress.notify_all();
-        Some(group)
-    }
-
-    /// Writes `spare` (the group), fsyncs with `always`, and advances the watermark.
-    fn write_group(&mut self, group: &Group) -> Result<(), Failure> {
-        if self.segment.bytes >= self.shared.segment_bytes_target {
-            self.rotate(group)?;
-        }
-        let path = &self.segment.path;
-        (&*self.segment.file).write_all(&self.spare).map_err(|error| failure("write", path, &error))?;
-        self.segment.bytes += self.spare.len() as u64;
-        self.shared.records.fetch_add(group.records, Ordering::Relaxed);
-        self.shared.bytes.fetch_add(self.spare.len() as u64, Ordering::Relaxed);
-        self.shared.groups.fetch_add(1, Ordering::Relaxed);
-        self.spare.clear();
-        self.spare.shrink_to(LOG_BUFFER_RETAINED_BYTES);
-        if self.shared.policy == FsyncPolicy::Always {
-            // The watermark of `always` waits for the fsync.
-            self.sync_to(group.last_lsn)?;
-        } else {
-            // The syncer fsyncs what is written (`everysec`) without holding up the writes.
-            self.shared.sync_target.lock().written_lsn = group.last_lsn;
-        }
-        self.shared.publish(group.last_lsn);
-        Ok(())
-    }
-
-    /// fsyncs the segment: everything written so far (up to `written_lsn`) is on disk.
-    fn sync_to(&mut self, written_lsn: Lsn) -> Result<(), Failure> {
-        self.segment.file.sync_data().map_err(|error| failure("fsync", &self.segment.path, &error))?;
-        self.shared.fsyncs.fetch_add(1, Ordering::Relaxed);
-        self.shared.synced_lsn.fetch_max(written_lsn, Ordering::AcqRel);
-        Ok(())
-    }
-
-    /// Closes the current segment and starts the next at the group's first LSN. With `always`
-    /// the closed segment is fsynced already; otherwise the syncer fsyncs it in the background
-    /// (the writer never waits for a whole segment's fsync).
-    fn rotate(&mut self, group: &Group) -> Result<(), Failure> {
-        let next = Segment::create(&self.shared.dir, group.first_lsn, group.epoch).map_err(|error| match error {
-            DurableError::Io { action, path, source } => failure(action, &path, &source),
-            other => {
-                Failure { action: "create a segment in", path: self.shared.dir.clone(), message: other.to_string() }
-            }
-        })?;
-        let closed = std::mem::replace(&mut self.segment, next);
-        {
-            let mut target = self.shared.sync_target.lock();
-            if self.shared.policy != FsyncPolicy::Always {
-                target.retired.push((closed.file, closed.path, group.first_lsn - 1));
-            }
-            target.file = Arc::clone(&self.segment.file);
-            target.path = self.segment.path.clone();
-        }
-        // Notified under the queue lock, which the syncer holds while it looks for work: it
-        // either sees the closed segment or is already waiting when the notification comes.
-        let _queue = self.shared.queue.lock();
-        self.shared.syncer.notify_all();
-        Ok(())
-    }
+    std::mem::swap(&mut queue.buffer, spare);
+    let group =
+        Group { first_lsn: queue.first_lsn, last_lsn: queue.next_lsn - 1, records: queue.records, epoch: queue.epoch };
+    queue.records = 0;
+    Ok(Some(group))
 }
 
-/// The syncer (`everysec` and `no`): fsyncs closed segments as soon as they are closed, and
-/// with `everysec` what the writer has written every `EVERYSEC_SYNC_INTERVAL_MS`, in its own
-/// thread so that writes and acknowledgements go on during the fsync (as Redis does its
-/// everysec fsync in a background thread). Records written before an fsync starts are on disk
-/// when it returns, so the LSN read before it is what becomes synced.
+/// Writes what was gathered as one group and advances the written watermark; with `everysec`
+/// and `no` the durable one too (and with `wake` runs the wake-up callback), with `always`
+/// tells the syncer. Returns whether anything was written.
+fn write_gathered(shared: &Shared, wake: bool) -> Result<bool, DurableError> {
+    let mut writer = shared.writer.lock();
+    let Some(group) = take_group(shared, &mut writer.spare)? else { return Ok(false) };
+    if let Err(failure) = write_group(shared, &mut writer, &group) {
+        return Err(shared.fail(failure));
+    }
+    drop(writer);
+    if shared.policy == FsyncPolicy::Always {
+        // Notified under the queue lock, under which the syncer looks for work: it either sees
+        // the new written watermark or is already waiting when the notification comes.
+        let _queue = shared.queue.lock();
+        shared.syncer.notify_one();
+    } else {
+        shared.publish(group.last_lsn);
+        if wake {
+            shared.run_wake();
+        }
+    }
+    Ok(true)
+}
+
+/// Writes `spare` (the group) and advances the written watermark; the caller, the durable one.
+fn write_group(shared: &Shared, writer: &mut WriterState, group: &Group) -> Result<(), Failure> {
+    if writer.segment.bytes >= shared.segment_bytes_target {
+        rotate(shared, writer, group)?;
+    }
+    let segment = &mut writer.segment;
+    (&*segment.file).write_all(&writer.spare).map_err(|error| failure("write", &segment.path, &error))?;
+    segment.bytes += writer.spare.len() as u64;
+    shared.records.fetch_add(group.records, Ordering::Relaxed);
+    shared.bytes.fetch_add(writer.spare.len() as u64, Ordering::Relaxed);
+    shared.groups.fetch_add(1, Ordering::Relaxed);
+    writer.spare.clear();
+    writer.spare.shrink_to(LOG_BUFFER_RETAINED_BYTES);
+    // The syncer fsyncs what is written without holding up the writes.
+    shared.sync_target.lock().written_lsn = group.last_lsn;
+    shared.written_lsn.store(group.last_lsn, Ordering::Release);
+    Ok(())
+}
+
+/// fsyncs the segment: everything written so far (up to `written_lsn`) is on disk.
+fn sync_to(shared: &Shared, writer: &WriterState, written_lsn: Lsn) -> Result<(), Failure> {
+    writer.segment.file.sync_data().map_err(|error| failure("fsync", &writer.segment.path, &error))?;
+    shared.fsyncs.fetch_add(1, Ordering::Relaxed);
+    shared.synced_lsn.fetch_max(written_lsn, Ordering::AcqRel);
+    Ok(())
+}
+
+/// Closing: fsyncs every closed segment the syncer has not, then the current one.
+fn sync_all_written(shared: &Shared, writer: &WriterState) -> Result<(), Failure> {
+    let retired = std::mem::take(&mut shared.sync_target.lock().retired);
+    sync_retired(shared, retired)?;
+    let written = shared.written_lsn.load(Ordering::Acquire);
+    if shared.synced_lsn.load(Ordering::Acquire) < written {
+        sync_to(shared, writer, written)?;
+    }
+    Ok(())
+}
+
+/// Closes the current segment and starts the next at the group's first LSN; the syncer fsyncs
+/// the closed one in the background (no writer waits for a whole segment's fsync), before it
+/// fsyncs the next.
+fn rotate(shared: &Shared, writer: &mut WriterState, group: &Group) -> Result<(), Failure> {
+    let next = Segment::create(&shared.dir, group.first_lsn, group.epoch).map_err(|error| match error {
+        DurableError::Io { action, path, source } => failure(action, &path, &source),
+        other => Failure { action: "create a segment in", path: shared.dir.clone(), message: other.to_string() },
+    })?;
+    let closed = std::mem::replace(&mut writer.segment, next);
+    {
+        let mut target = shared.sync_target.lock();
+        target.retired.push((closed.file, closed.path, group.first_lsn - 1));
+        target.file = Arc::clone(&writer.segment.file);
+        target.path = writer.segment.path.clone();
+    }
+    // Notified under the queue lock, which the syncer holds while it looks for work: it
+    // either sees the closed segment or is already waiting when the notification comes.
+    let _queue = shared.queue.lock();
+    shared.syncer.notify_all();
+    Ok(())
+}
+
+/// The syncer: fsyncs closed segments as soon as they are closed; with `always` whatever was
+/// written and not yet fsynced (one fsync for everything written meanwhile: group commit),
+/// then advances the durable watermark and runs the wake-up callback; with `everysec` what was
+/// written every `EVERYSEC_SYNC_INTERVAL_MS`, in its own thread so that writes and
+/// acknowledgements go on during the fsync (as Redis does its everysec fsync in a background
+/// thread). Records written before an fsync starts are on disk when it returns, so the LSN read
+/// before it is what becomes synced. At each timed turn it also writes records appended and
+/// not flushed (a safety net: every appender flushes).
 fn run_syncer(shared: &Shared) {
     let interval = Duration::from_millis(EVERYSEC_SYNC_INTERVAL_MS);
-    let timed = shared.policy == FsyncPolicy::Everysec;
-    let mut next_sync = Instant::now() + interval;
+    let always = shared.policy == FsyncPolicy::Always;
+    let mut next_turn = Instant::now() + interval;
     loop {
-        let target = {
+        let turn = {
             let mut queue = shared.queue.lock();
             loop {
                 if queue.closing || queue.failure.is_some() {
-                    return; // the writer fsyncs what is left when closing
+                    return; // closing fsyncs what is left
                 }
-                let mut target = shared.sync_target.lock();
-                if !target.retired.is_empty() || (timed && Instant::now() >= next_sync) {
-                    // Taken under the lock: the writer, closing, takes what is left.
-                    let retired = std::mem::take(&mut target.retired);
-                    break SyncTarget { retired, ..target.clone() };
+                let turn = Instant::now() >= next_turn;
+                let unsynced =
+                    always && shared.written_lsn.load(Ordering::Acquire) > shared.synced_lsn.load(Ordering::Acquire);
+                if turn || unsynced || !shared.sync_target.lock().retired.is_empty() {
+                    break turn;
                 }
-                drop(target);
-                if timed {
-                    shared.syncer.wait_until(&mut queue, next_sync);
-                } else {
-                    shared.syncer.wait(&mut queue);
-                }
+                shared.syncer.wait_until(&mut queue, next_turn);
             }
         };
-        let result = sync_retired(shared, target.retired).and_then(|()| {
-            if !timed || Instant::now() < next_sync {
-                return Ok(());
+        if turn {
+            next_turn = Instant::now() + interval;
+            if write_gathered(shared, true).is_err() {
+                return; // stored, reported to every later call
             }
-            next_sync = Instant::now() + interval;
-            if target.written_lsn <= shared.synced_lsn.load(Ordering::Acquire) {
+        }
+        // The closed segments and the current one are read together: an fsync of the current
+        // one covers what was written to it, and the closed ones before it are fsynced first.
+        let target = {
+            let mut target = shared.sync_target.lock();
+            let retired = std::mem::take(&mut target.retired);
+            SyncTarget { retired, ..target.clone() }
+        };
+        let sync_current = always || (turn && shared.policy == FsyncPolicy::Everysec);
+        let result = sync_retired(shared, target.retired).and_then(|()| {
+            if !sync_current || target.written_lsn <= shared.synced_lsn.load(Ordering::Acquire) {
                 return Ok(());
             }
             target.file.sync_data().map_err(|error| failure("fsync", &target.path, &error))?;
@@ -647,7 +699,13 @@ fn run_syncer(shared: &Shared) {
             Ok(())
         });
         if let Err(failure) = result {
-            return shared.fail(failure);
+            shared.fail(failure);
+            return;
+        }
+        if always && target.written_lsn > shared.durable_lsn.load(Ordering::Acquire) {
+            // The watermark of `always` waits for the fsync.
+            shared.publish(target.written_lsn);
+            shared.run_wake();
         }
     }
 }
@@ -663,7 +721,7 @@ fn sync_retired(shared: &Shared, retired: Vec<(Arc<File>, PathBuf, Lsn)>) -> Res
 }
 
 impl Shared {
-    /// Advances the watermark to `lsn`, wakes waiters and runs the callback.
+    /// Advances the watermark to `lsn` and wakes waiters (not the callback).
     fn publish(&self, lsn: Lsn) {
         {
             // Stored under the queue lock: a waiter checks the watermark under it, so it either
@@ -672,7 +730,6 @@ impl Shared {
             self.durable_lsn.fetch_max(lsn, Ordering::AcqRel);
         }
         self.progress.notify_all();
-        self.run_wake();
     }
 
     fn run_wake(&self) {
@@ -682,13 +739,13 @@ impl Shared {
         }
     }
 
-    /// Stops the log for good: every later call gets the failure.
-    fn fail(&self, failure: Failure) {
-        self.queue.lock().failure.get_or_insert(failure);
-        self.work.notify_all();
+    /// Stops the log for good: every later call gets the failure (the first one, returned).
+    fn fail(&self, failure: Failure) -> DurableError {
+        let error = self.queue.lock().failure.get_or_insert(failure).error();
         self.syncer.notify_all();
         self.progress.notify_all();
         self.run_wake();
+        error
     }
 }
 

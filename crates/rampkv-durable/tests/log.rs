@@ -128,8 +128,8 @@ fn waiting_for_an_lsn_never_appended_is_an_error_not_a_hang() {
 }
 
 #[test]
-fn a_full_log_refuses_appends_and_append_timeout_waits_for_room() {
-    // A 4 KiB bound: appends of 1 KiB values outrun the writer (each group costs an fsync).
+fn a_full_log_refuses_appends_and_append_timeout_makes_room() {
+    // A 4 KiB bound: appends of 1 KiB values never flushed fill it; append_timeout writes them.
     let dir = test_dir();
     let options = OpenOptions { waiting_bytes_max: 4096, ..options(FsyncPolicy::Always) };
     let (log, _, _) = reopen(dir.path(), &options);

@@ -490,7 +490,7 @@ struct BenchArgs {
     /// Persistence of the embedded servers (not with --cluster): --data-dir DIR (server-<i>
     /// per server; an existing one is recovered first, and the start time printed),
     /// --appendfsync, --snapshot-every-bytes, --truncate-corrupt-log. The result then shows
-    /// the logs' records and fsyncs per second and records per group.
+    /// the logs' records and fsyncs per second, records per write and per fsync.
     #[command(flatten)]
     persistence: PersistenceArgs,
 }

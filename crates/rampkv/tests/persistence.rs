@@ -17,7 +17,7 @@ use rampkv::cluster::Cluster;
 use rampkv::durable::record::check_frame;
 use rampkv::transport::{ClientTransport, TcpClientTransport};
 use rampkv::types::{wall_clock_us, TimestampClock};
-use rampkv::wire::{Metadata, Request, Response, Write, WriteSet};
+use rampkv::wire::{GetItem, Metadata, Request, Response, Selector, Write, WriteSet};
 use rand::{Rng, SeedableRng};
 
 /// Bytes of a segment's file header (docs/persistence.md).
@@ -250,6 +250,63 @@ fn a_checksum_damaged_in_the_middle_refuses_to_start_until_truncate_corrupt_log(
     assert!(found.iter().filter(|(_, value)| value.is_some()).count() > acknowledged.len() / 2, "{found:?}");
 }
 
+/// The record kind byte of a log record (docs/persistence.md, "Record header").
+const RECORD_KIND_OFFSET: usize = 8;
+/// The kind of a COMMIT record.
+const KIND_COMMIT: u8 = 2;
+
+/// A transaction acknowledged to its client whose COMMIT records are then cut off both
+/// servers' logs (after kill -9): at restart it is prepared, neither committed nor aborted, on
+/// both (what a client that crashed after its PREPAREs leaves), and cooperative termination
+/// commits it, since every participant has it prepared. The decision is logged: after a second
+/// kill -9 and restart nothing is in doubt and the write is still there. (With `always` a
+/// COMMIT's reply waits for its record to be fsynced, so a power cut cannot do this to an
+/// acknowledged transaction: cooperative termination could abort it if a participant had
+/// collected its versions meanwhile; docs/persistence.md, "Why a COMMIT waits for its fsync".)
+#[test]
+fn a_transaction_whose_commit_records_are_cut_off_every_log_is_committed_at_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = Local::start(dir.path(), &[]).unwrap_or_else(|lines| panic!("{}", lines.join("\n")));
+    let keys = keys_on_both(local.cluster(), "lost-commit");
+    let mut client = Client::connect(local.cluster()).expect("connect");
+    let rounds = 20;
+    for round in 0..rounds {
+        let writes = keys.iter().map(|key| (key.clone(), format!("round {round}").into_bytes())).collect();
+        client.put_all(writes).expect("acknowledged");
+    }
+    drop(client);
+    local.kill();
+    for index in 0..2 {
+        // A COMMIT is acknowledged once its record is fsynced: it is the last one.
+        let (segment, records) = newest_segment(dir.path(), index);
+        let bytes = std::fs::read(&segment).unwrap();
+        let last = *records.last().expect("records");
+        assert_eq!(bytes[last + RECORD_KIND_OFFSET], KIND_COMMIT, "the last record of server {index}");
+        // Cut it off.
+        std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(last as u64).unwrap();
+    }
+    let local = Local::start(dir.path(), &[]).unwrap_or_else(|lines| panic!("{}", lines.join("\n")));
+    println!("{}", local.output());
+    for index in 0..2 {
+        assert!(local.recovery_of(dir.path(), index).contains(" 1 transactions in doubt"), "{}", local.output());
+    }
+    let last = format!("round {}", rounds - 1);
+    for key in &keys {
+        assert_eq!(read_until(local.cluster(), key, Some(&last)).as_deref(), Some(&last[..]), "{key:?}");
+    }
+    // Committed by recovery, and the COMMIT it logged is durable: wait for it, then crash again.
+    std::thread::sleep(Duration::from_millis(300));
+    local.kill();
+    let local = Local::start(dir.path(), &[]).unwrap_or_else(|lines| panic!("{}", lines.join("\n")));
+    for index in 0..2 {
+        assert!(local.recovery_of(dir.path(), index).contains(" 0 transactions in doubt"), "{}", local.output());
+    }
+    let mut client = Client::connect(local.cluster()).expect("connect");
+    for item in client.get_all(keys.to_vec()).expect("read").items {
+        assert_eq!(String::from_utf8_lossy(&item.value), last);
+    }
+}
+
 /// Sends `request` to `server` and waits for its reply.
 fn ask(transport: &mut TcpClientTransport, server: usize, id: u64, request: &Request) -> Response {
     transport.post(server, id, request).unwrap();
@@ -352,4 +409,126 @@ fn transactions_in_doubt_at_a_crash_are_resolved_on_restart_and_the_outcome_is_d
     let mut transport = TcpClientTransport::connect(local.cluster().servers()).unwrap();
     let late = ask(&mut transport, 1, 5, &prepare(half, &half_set, &b1));
     assert!(matches!(late, Response::Error { .. }), "a late PREPARE of the aborted transaction: {late:?}");
+}
+
+/// A `rampkv server` process with `--cluster` and `--data-dir`, killed (SIGKILL) when dropped.
+struct ServerProcess {
+    child: Child,
+    /// What it printed on standard error up to "listening".
+    lines: Vec<String>,
+}
+
+impl ServerProcess {
+    /// Starts server `index` of the cluster file in `dir` (`always`, superseded versions
+    /// collected after `gc_grace_ms`) and waits until it listens.
+    fn start(dir: &Path, index: usize, address: &str, gc_grace_ms: u64) -> ServerProcess {
+        let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+            .args(["server", "--listen", address, "--appendfsync", "always", "--gc-grace-ms"])
+            .arg(gc_grace_ms.to_string())
+            .arg("--cluster")
+            .arg(dir.join("cluster.toml"))
+            .arg("--data-dir")
+            .arg(dir.join("data").join(format!("server-{index}")))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("rampkv server starts");
+        // Owned by the guard from here on, so a failed assertion below still kills it.
+        let mut process = ServerProcess { child, lines: Vec::new() };
+        let mut reader = BufReader::new(process.child.stderr.take().expect("piped"));
+        loop {
+            let mut line = String::new();
+            let read = reader.read_line(&mut line).unwrap_or(0);
+            assert!(read > 0, "server {index} exited before it listened:\n{}", process.lines.join("\n"));
+            process.lines.push(line.trim_end().to_owned());
+            if line.starts_with("rampkv server listening on") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in reader.lines().map_while(Result::ok) {});
+        process
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Two loopback addresses free right now (bound and released; the servers bind them next).
+fn free_addresses() -> [String; 2] {
+    let listeners = [(); 2].map(|()| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"));
+    listeners.map(|listener| listener.local_addr().expect("bound").to_string())
+}
+
+/// Why a COMMIT's reply waits for its record to be fsynced (docs/persistence.md, "Why a COMMIT
+/// waits for its fsync"): a transaction committed on both of its servers, whose COMMIT record
+/// server 0 then loses, while server 1, still running, has collected its version (a later
+/// write superseded it, the GC grace period passed). Server 0 restarts with the transaction in
+/// doubt; server 1 no longer knows it, so cooperative termination aborts it on server 0. Had
+/// that COMMIT been acknowledged before its fsync, a power cut of server 0 alone would have
+/// lost an acknowledged write this way. (Here the record is cut off after kill -9, as a power
+/// cut would lose it; with `always` a COMMIT is acknowledged only once it is on disk.)
+#[test]
+fn a_commit_record_lost_once_the_other_server_collected_the_transaction_means_an_abort() {
+    const GC_GRACE_MS: u64 = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let addresses = free_addresses();
+    let text: String = addresses.iter().map(|address| format!("[[servers]]\naddress = \"{address}\"\n")).collect();
+    std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
+    let cluster = Cluster::from_file(&dir.path().join("cluster.toml")).expect("cluster file");
+    let server_0 = ServerProcess::start(dir.path(), 0, &addresses[0], GC_GRACE_MS);
+    let _server_1 = ServerProcess::start(dir.path(), 1, &addresses[1], GC_GRACE_MS);
+    let [k0, k1] = keys_on_both(&cluster, "collected");
+    let mut clock = TimestampClock::new(64_000);
+    let mut transport = TcpClientTransport::connect(cluster.servers()).unwrap();
+    // The transaction, on both servers: prepared, then committed (both acknowledged).
+    let committed = clock.next(wall_clock_us()).unwrap();
+    let write_set = [k0.clone(), k1.clone()];
+    assert_eq!(ask(&mut transport, 0, 1, &prepare(committed, &write_set, &k0)), Response::Ack);
+    assert_eq!(ask(&mut transport, 1, 2, &prepare(committed, &write_set, &k1)), Response::Ack);
+    assert_eq!(ask(&mut transport, 0, 3, &Request::Commit { ts: committed }), Response::Ack);
+    assert_eq!(ask(&mut transport, 1, 4, &Request::Commit { ts: committed }), Response::Ack);
+    // Later writes of its key on server 1 supersede its version there, and once the grace
+    // period has passed server 1 collects it (at the next write of the key, or its sweep).
+    let exact = Request::Get { items: vec![GetItem { key: k1.clone(), selector: Selector::Exact(committed) }] };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for id in (5..).step_by(3) {
+        let later = clock.next(wall_clock_us()).unwrap();
+        assert_eq!(ask(&mut transport, 1, id, &prepare(later, std::slice::from_ref(&k1), &k1)), Response::Ack);
+        assert_eq!(ask(&mut transport, 1, id + 1, &Request::Commit { ts: later }), Response::Ack);
+        if matches!(ask(&mut transport, 1, id + 2, &exact), Response::Error { .. }) {
+            break; // collected
+        }
+        assert!(Instant::now() < deadline, "server 1 never collected version {committed} of {k1:?}");
+        std::thread::sleep(Duration::from_millis(GC_GRACE_MS));
+    }
+    drop(transport);
+    // Server 0 stops, and its COMMIT record, the last record it wrote, is lost.
+    drop(server_0);
+    let (segment, records) = newest_segment(dir.path(), 0);
+    let last = *records.last().expect("records");
+    assert_eq!(std::fs::read(&segment).unwrap()[last + RECORD_KIND_OFFSET], KIND_COMMIT, "the last record");
+    std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(last as u64).unwrap();
+    let server_0 = ServerProcess::start(dir.path(), 0, &addresses[0], GC_GRACE_MS);
+    let recovered = server_0.lines.iter().find(|line| line.contains(" recovered ")).expect("a recovery line");
+    assert!(recovered.contains(" 1 transactions in doubt"), "{}", server_0.lines.join("\n"));
+    // Cooperative termination asks server 1, which no longer knows the transaction: aborted.
+    let mut transport = TcpClientTransport::connect(cluster.servers()).unwrap();
+    let status = Request::Status { ts: committed, keys: vec![k0.clone()] };
+    let aborted = Response::Status { state: rampkv::wire::TxnState::Aborted };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut id = 1_000;
+    loop {
+        id += 1;
+        let state = ask(&mut transport, 0, id, &status);
+        if state == aborted || Instant::now() > deadline {
+            assert_eq!(state, aborted, "server 0's verdict on the transaction");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(read_until(&cluster, &k0, None), None, "its write on server 0 is gone");
 }

@@ -546,6 +546,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
         records_per_s: log_window.records_per_s,
         fsyncs_per_s: log_window.fsyncs_per_s,
         mean_group_records: log_window.mean_group_records,
+        records_per_fsync: log_window.records_per_fsync,
         snapshots_written: log_window.snapshots_written,
     });
     Ok(result)
@@ -565,6 +566,7 @@ struct LogWindow {
     records_per_s: f64,
     fsyncs_per_s: f64,
     mean_group_records: f64,
+    records_per_fsync: f64,
     snapshots_written: u64,
 }
 
@@ -572,10 +574,12 @@ impl LogTotals {
     fn difference(&self, before: &LogTotals, window: Duration) -> LogWindow {
         let seconds = window.as_secs_f64().max(f64::MIN_POSITIVE);
         let (records, groups) = (self.records - before.records, self.groups - before.groups);
+        let fsyncs = self.fsyncs - before.fsyncs;
         LogWindow {
             records_per_s: records as f64 / seconds,
-            fsyncs_per_s: (self.fsyncs - before.fsyncs) as f64 / seconds,
+            fsyncs_per_s: fsyncs as f64 / seconds,
             mean_group_records: if groups == 0 { 0.0 } else { records as f64 / groups as f64 },
+            records_per_fsync: if fsyncs == 0 { 0.0 } else { records as f64 / fsyncs as f64 },
             snapshots_written: self.snapshots - before.snapshots,
         }
     }

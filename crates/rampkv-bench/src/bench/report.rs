@@ -158,8 +158,10 @@ pub struct PersistenceSummary {
     /// During the measured window: records appended, fsyncs, per second.
     pub records_per_s: f64,
     pub fsyncs_per_s: f64,
-    /// Records per group written (with `always`, per fsync): the benefit of group commit.
+    /// Records per group written (one `write` system call each: a front end's pass).
     pub mean_group_records: f64,
+    /// Records per fsync: with `always`, the benefit of group commit.
+    pub records_per_fsync: f64,
     pub snapshots_written: u64,
 }
 
@@ -167,12 +169,13 @@ impl std::fmt::Display for PersistenceSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "appendfsync {}: {:.0} records/s, {:.0} fsyncs/s, {:.1} records per group, {} snapshots; start {} ms \
-             ({} records replayed, {} keys from snapshots, {} cuts)",
+            "appendfsync {}: {:.0} records/s, {:.0} fsyncs/s, {:.1} records per write, {:.1} records per fsync, {} \
+             snapshots; start {} ms ({} records replayed, {} keys from snapshots, {} cuts)",
             self.policy,
             self.records_per_s,
             self.fsyncs_per_s,
             self.mean_group_records,
+            self.records_per_fsync,
             self.snapshots_written,
             self.start_ms,
             self.records_replayed,

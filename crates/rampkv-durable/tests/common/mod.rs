@@ -88,8 +88,15 @@ impl Workload {
         value.into()
     }
 
-    /// One change; returns the LSN of its record, if it made one.
+    /// One change (applied, then appended, then flushed, as a server does after each call);
+    /// returns the LSN of its record, if it made one.
     pub fn step(&mut self, store: &Store, log: &Log) -> Option<Lsn> {
+        let lsn = self.change(store, log);
+        log.flush().expect("flush");
+        lsn
+    }
+
+    fn change(&mut self, store: &Store, log: &Log) -> Option<Lsn> {
         match self.random.gen_range(0..20) {
             0..=6 => Some(self.prepare(store, log)),
             7..=11 if !self.pending.is_empty() => {

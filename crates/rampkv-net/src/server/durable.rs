@@ -11,10 +11,24 @@
 //!   changed in `Effects::logged`; [`Journal::append`] appends those records and sets
 //!   `Effects::release_after` to the last one's LSN. Every reply of the call is held by the
 //!   front end until the log's durable watermark passes it (group commit: one fsync releases
-//!   every reply that waited for it). Nothing here blocks on an fsync: the log's writer thread
-//!   wakes the front ends of the group that hold replies when the watermark moves.
-//! - Back-pressure: when `LOG_WAITING_BYTES_MAX` bytes already wait for the writer, an append
-//!   waits for room, at most `LOG_FULL_WAIT_MS_MAX`.
+//!   every reply that waited for it), a RAMP COMMIT's included (below).
+//! - A front end appends for a whole pass over its connections, then calls
+//!   [`Journal::flush`] once (`Servers::flush_logs`): that writes the pass's records with one
+//!   `write` per log in the front end's own thread (no thread hand-off). With `everysec` and
+//!   `no` they are then durable as the policy promises and their replies go out in the same
+//!   pass; with `always` the log's syncer thread fsyncs them and then wakes the front ends of
+//!   the group that hold replies. Nothing here blocks on an fsync.
+//! - A COMMIT's reply waits for its COMMIT record to be durable, as every other reply, even
+//!   though every PREPARE of the transaction was durable before the client sent it. Releasing
+//!   it once the record is only written would save `always` a transaction's second fsync round
+//!   but could lose an acknowledged write at a power cut: a server whose unfsynced COMMIT
+//!   record was lost restarts with the transaction in doubt and asks the other participants;
+//!   one that committed it may since have garbage collected its versions (superseded, past
+//!   `GC_GRACE_MS`: a restart after a power cut easily takes longer), answers that it does not
+//!   know the transaction, and cooperative termination aborts it (docs/persistence.md, "Why a
+//!   COMMIT waits for its fsync").
+//! - Back-pressure: when `LOG_WAITING_BYTES_MAX` bytes already wait to be written, an append
+//!   writes them first (as a flush), for at most `LOG_FULL_WAIT_MS_MAX`.
 //! - Failure: a log that stopped (a failed write or fsync), or an append that could not be made,
 //!   leaves the store changed in memory but not durable. The replies that depend on it are held
 //!   for good (never acknowledged), [`Journal::failure`] reports it, and the server must stop
@@ -202,8 +216,9 @@ impl Journal {
     }
 
     /// Appends the records of one call (`effects.logged`, emptied) and sets
-    /// `effects.release_after` to the position its replies wait for. After a failure that
-    /// position is never reached.
+    /// `effects.release_after` to the position its replies wait for: the last record's LSN.
+    /// After a failure that position is never reached. The records are written at the next
+    /// [`Journal::flush`].
     pub fn append(&self, effects: &mut Effects) {
         if effects.logged.is_empty() {
             return;
@@ -225,6 +240,24 @@ impl Journal {
         };
         effects.release_after = Some(effects.release_after.map_or(position, |earlier| earlier.max(position)));
         self.maybe_snapshot();
+    }
+
+    /// Ends a batch of appends (module docs). Returns whether the durable position moved here
+    /// (`everysec`, `no`): the other front ends holding replies are to be woken. With `always`
+    /// the syncer moves it and wakes them.
+    pub fn flush(&self) -> bool {
+        let before = self.log.written_lsn();
+        if self.log.last_lsn() == before {
+            return false;
+        }
+        let durable_before = self.log.durable_lsn();
+        match self.log.flush() {
+            Ok(_) => self.log.durable_lsn() > durable_before,
+            Err(error) => {
+                self.fail(error);
+                false
+            }
+        }
     }
 
     /// The durable watermark: replies held up to here may go.
@@ -262,7 +295,7 @@ impl Journal {
         self.log.dir()
     }
 
-    /// Registers what the log's writer calls when the watermark moves (or the log fails).
+    /// Registers what the log's syncer calls when it moves the watermark (or the log fails).
     pub(crate) fn set_wake(&self, wake: impl Fn() + Send + Sync + 'static) {
         self.log.set_wake(move |_| wake());
     }
@@ -316,5 +349,33 @@ impl Drop for Journal {
     /// then writes and fsyncs what it holds as it is dropped.
     fn drop(&mut self) {
         self.snapshots.get_mut().collect(true);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rampkv_core::limits::GC_GRACE_MS;
+    use rampkv_core::protocol::server::LogRecord;
+
+    /// With `always`, a call that logged only a COMMIT holds its reply until the COMMIT record
+    /// is fsynced, as every other call: releasing it once the record is only written could
+    /// lose an acknowledged write at a power cut (module docs). The position it waits for is
+    /// the COMMIT's own LSN, past the written watermark until the fsync.
+    #[test]
+    fn a_commit_reply_waits_until_its_record_is_fsynced_with_always() {
+        let dir = tempfile::tempdir().expect("a scratch directory");
+        let config = DurabilityConfig { policy: FsyncPolicy::Always, ..DurabilityConfig::default() };
+        let core = Arc::new(ServerCore::new(GC_GRACE_MS));
+        let (journal, _) = Journal::open(dir.path(), &config, core).expect("open");
+        let mut effects = Effects::default();
+        effects.logged.push(LogRecord::Commit { ts: 7 });
+        journal.append(&mut effects);
+        assert_eq!(effects.release_after, Some(LogPosition(1)), "the COMMIT's reply is held behind its record");
+        assert!(journal.durable_position() < LogPosition(1), "nothing is durable before it is written");
+        journal.flush();
+        journal.log.wait_durable(1, Duration::from_secs(30)).expect("fsynced");
+        assert_eq!(journal.stats().log.fsyncs, 1, "durable with `always` means fsynced");
+        assert!(journal.durable_position() >= LogPosition(1));
     }
 }

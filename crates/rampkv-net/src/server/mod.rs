@@ -75,7 +75,8 @@ pub struct Served {
 impl Served {
     /// Serves `request` of `connection` with the core and applies its publication effects to
     /// the item slots; returns the reply (none while it waits for a lock). Replies to other
-    /// requests stay in `effects.replies` for the caller to route.
+    /// requests stay in `effects.replies` for the caller to route. What it logged is written at
+    /// the caller's next [`Servers::flush_logs`] (a batch of calls shares one write).
     pub fn serve(
         &self,
         connection: ConnectionId,
@@ -103,6 +104,7 @@ impl Served {
         let committed = self.core.commit(ts, &mut effects);
         self.publish(&mut effects);
         self.log(&mut effects);
+        self.flush_log();
         committed
     }
 
@@ -112,6 +114,12 @@ impl Served {
         effects.set_logging(self.journal.is_some());
         self.core.abort(ts, now_ms, &mut effects);
         self.log(&mut effects);
+        self.flush_log();
+    }
+
+    /// Writes (or has written) what was appended; true if the durable position moved here.
+    fn flush_log(&self) -> bool {
+        self.journal.as_ref().is_some_and(Journal::flush)
     }
 
     /// Appends what the call changed to the log (if the server has one); its replies then wait
@@ -250,6 +258,19 @@ impl Servers {
     pub fn now_for(&self, request: &Request) -> Now {
         let wall_clock_us = if request.written_timestamp().is_some() { wall_clock_us() } else { 0 };
         Now { monotonic_ms: self.now_ms(), wall_clock_us }
+    }
+
+    /// Ends a front end's batch of calls: every server's log writes what they appended
+    /// (`server::durable`), and if that moved a durable position here (`everysec`, `no`), the
+    /// other front ends holding replies are woken (`front`, the caller, releases its own).
+    pub fn flush_logs(&self, front: Option<u32>) {
+        let mut moved = false;
+        for served in &self.served {
+            moved |= served.flush_log();
+        }
+        if moved {
+            self.router.wake_holding_except(front);
+        }
     }
 
     /// How far server `index`'s log is durable (and replicated): its replies held behind a

@@ -6,10 +6,12 @@
 //! Each pass the poller takes what its medium reports (new and closed connections, readiness),
 //! serves the connections that may have work (each frame decoded, handed to the server core,
 //! its effects applied and its reply encoded into the connection's output, which goes out in as
-//! few sends as the medium takes), then delivers deferred replies: those its own serving
-//! produced, those other front ends routed to its inbox, and the aborts of lock waits past their
-//! deadline. When a pass served nothing, it waits (bounded: `WRITEPOLL_SLEEP_MS_MAX`, or the
-//! next lock deadline).
+//! few sends as the medium takes, or held behind its server's log), has the logs write what the
+//! pass appended (`Servers::flush_logs`: one write per log and pass), then delivers deferred
+//! replies: those held behind a log that is now durable, those its own serving produced, those
+//! other front ends routed to its inbox, and the aborts of lock waits past their deadline. When
+//! a pass served nothing, it waits (bounded: `WRITEPOLL_SLEEP_MS_MAX`, or the next lock
+//! deadline).
 //!
 //! # Fault model for bad input
 //! - A stream frame whose header is invalid gets an error reply and the connection closes
@@ -396,6 +398,8 @@ pub struct Poller<M: ServerMedium> {
     /// Deferred replies to route (allocated once).
     routed: Vec<Addressed>,
     gate: ReplyGate,
+    /// Slots whose held replies were released this pass, to flush once each.
+    released: Vec<usize>,
     events: Vec<FrontEvent<M::Channel>>,
     /// Slots with work left from the last pass.
     again: Vec<usize>,
@@ -424,6 +428,7 @@ impl<M: ServerMedium> Poller<M> {
             effects: Effects::default(),
             routed: Vec::new(),
             gate: ReplyGate::default(),
+            released: Vec::new(),
             events: Vec::new(),
             again: Vec::new(),
             visit: Vec::new(),
@@ -459,6 +464,9 @@ impl<M: ServerMedium> Poller<M> {
             for index in 0..self.visit.len() {
                 served += self.serve(self.visit[index], now);
             }
+            // One write per log for the whole pass; with `everysec` and `no` the replies it held
+            // go out below, in this pass (with `always`, once the log's syncer fsynced them).
+            self.servers.flush_logs(Some(self.front));
             served += self.deliver_deferred(now.monotonic_ms);
             if now.monotonic_ms >= self.next_timeout_scan_ms {
                 self.next_timeout_scan_ms = now.monotonic_ms + CONNECTION_TIMEOUT_SCAN_INTERVAL_MS;
@@ -649,21 +657,34 @@ impl<M: ServerMedium> Poller<M> {
         self.inbox.take(&mut self.routed);
         let mut delivered = 0;
         let (connections, servers, routed) = (&mut self.connections, &self.servers, &mut self.routed);
+        let released = &mut self.released;
         self.gate.release(
             |server| servers.durable_position(server),
             |held| match held {
                 Held::Frames(id, frames) => {
                     if let Some(connection) = own_connection(connections, id) {
                         connection.out.frames().extend_from_slice(&frames);
-                        if connection.out.flush(&mut connection.channel).is_err() {
-                            connection.closing = true;
-                        }
+                        released.push(id.slot as usize);
                         delivered += 1;
                     }
                 }
                 Held::Routed(reply) => routed.push(reply),
             },
         );
+        // One send per connection for all its released replies (a connection carries many
+        // clients' requests: one send per reply would multiply the sends).
+        let mut released = std::mem::take(&mut self.released);
+        released.sort_unstable();
+        released.dedup();
+        for slot in released.drain(..) {
+            let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { continue };
+            if connection.out.flush(&mut connection.channel).is_err() {
+                connection.closing = true;
+                self.again.push(slot); // the next pass finds the broken channel and closes it
+            }
+            self.account(slot);
+        }
+        self.released = released;
         delivered + self.route()
     }
 

@@ -103,9 +103,14 @@ impl Router {
     /// after the move is stored). The others have nothing to gain from it: not waking them
     /// saves a wake-up per group commit per front end.
     pub fn wake_holding(&self) {
+        self.wake_holding_except(None);
+    }
+
+    /// [`Router::wake_holding`] but for front end `except` (the caller, which looks itself).
+    pub fn wake_holding_except(&self, except: Option<u32>) {
         std::sync::atomic::fence(Ordering::SeqCst);
-        for (_, inbox) in self.inboxes.read().iter() {
-            if inbox.holding.load(Ordering::SeqCst) {
+        for (front, inbox) in self.inboxes.read().iter() {
+            if Some(*front) != except && inbox.holding.load(Ordering::SeqCst) {
                 inbox.wake.wake();
             }
         }
