@@ -12,15 +12,35 @@
 #
 # Usage: scripts/resp_bench.sh [REQUESTS] (default 100000). Environment: CLIENTS (8),
 # VALUE_BYTES (1024), KEYSPACE (10000), PIPELINES ("1 16"), RAMPKV_BIN (a built binary: no build).
+#
+# Memory mode: scripts/resp_bench.sh --memory [REQUESTS] (default 200000). Writes both with the
+# same load, redis-benchmark -t set -n REQUESTS -r KEYSPACE (default 100000) -d VALUE_BYTES at its
+# default 50 clients and -P 1, waits past rampkv's GC grace period (SETTLE_S, default 22: the
+# 10 s grace plus 12 s for the background sweep), then reads both processes' resident set from
+# /proc/PID/status (and, for rampkv, how much of it is shared memory: the one-sided front end's
+# item slots), counts the keys each holds (Redis: DBSIZE; rampkv: EXISTS over the whole key
+# space) and prints the bytes per key and the ratio. Writes target/resp_bench/memory.txt.
+#
 # Needs redis-tools, redis-server and python3 (.ci/run installs them). Kills what it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-REQUESTS="${1:-100000}"
+MODE=speed
+if [ "${1:-}" = "--memory" ]; then
+  MODE=memory
+  shift
+fi
+if [ "$MODE" = memory ]; then
+  REQUESTS="${1:-200000}"
+  KEYSPACE="${KEYSPACE:-100000}"
+else
+  REQUESTS="${1:-100000}"
+  KEYSPACE="${KEYSPACE:-10000}"
+fi
 CLIENTS="${CLIENTS:-8}"
 VALUE_BYTES="${VALUE_BYTES:-1024}"
-KEYSPACE="${KEYSPACE:-10000}"
 PIPELINES="${PIPELINES:-1 16}"
+SETTLE_S="${SETTLE_S:-22}"
 OUT_DIR=target/resp_bench
 mkdir -p "$OUT_DIR"
 
@@ -39,6 +59,8 @@ free_port() {
 RAMPKV_PORT=$(free_port)
 REDIS_PORT=$(free_port)
 while [ "$REDIS_PORT" = "$RAMPKV_PORT" ]; do REDIS_PORT=$(free_port); done
+BARE_PORT=$(free_port)
+while [ "$BARE_PORT" = "$RAMPKV_PORT" ] || [ "$BARE_PORT" = "$REDIS_PORT" ]; do BARE_PORT=$(free_port); done
 
 PIDS=()
 cleanup() {
@@ -48,9 +70,17 @@ cleanup() {
 trap cleanup EXIT
 
 "$RAMPKV" local --cluster-file "$OUT_DIR/cluster.toml" --resp-port "$RAMPKV_PORT" 2>"$OUT_DIR/rampkv.log" &
-PIDS+=($!)
+RAMPKV_PID=$!
+PIDS+=("$RAMPKV_PID")
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT_DIR/redis.log" 2>&1 &
-PIDS+=($!)
+REDIS_PID=$!
+PIDS+=("$REDIS_PID")
+if [ "$MODE" = memory ]; then
+  # The same cluster without the one-sided front end (no item slots: RESP does not use them).
+  "$RAMPKV" local --front none --cluster-file "$OUT_DIR/cluster-bare.toml" --resp-port "$BARE_PORT" 2>"$OUT_DIR/rampkv-bare.log" &
+  BARE_PID=$!
+  PIDS+=("$BARE_PID")
+fi
 
 wait_for() {
   for _ in $(seq 1 100); do
@@ -62,6 +92,61 @@ wait_for() {
 }
 wait_for "$RAMPKV_PORT"
 wait_for "$REDIS_PORT"
+if [ "$MODE" = memory ]; then wait_for "$BARE_PORT"; fi
+
+# A field of /proc/PID/status in KB (VmRSS, RssAnon, RssShmem...).
+status_kb() {
+  awk -v field="$2:" '$1 == field { print $2 }' "/proc/$1/status"
+}
+
+# How many of the key space's keys the server on port $1 holds: EXISTS of 250 keys at a time,
+# pipelined (the key names are redis-benchmark's for -r).
+count_keys() {
+  python3 - "$KEYSPACE" <<'PYTHON' | redis-cli -p "$1" | awk '{ sum += $1 } END { print sum }'
+import sys
+keyspace = int(sys.argv[1])
+for start in range(0, keyspace, 250):
+    print("EXISTS " + " ".join("key:%012d" % index for index in range(start, min(start + 250, keyspace))))
+PYTHON
+}
+
+if [ "$MODE" = memory ]; then
+  NAMES=("rampkv" "rampkv --front none" "redis-server")
+  PORTS=("$RAMPKV_PORT" "$BARE_PORT" "$REDIS_PORT")
+  SERVER_PIDS=("$RAMPKV_PID" "$BARE_PID" "$REDIS_PID")
+  idle=() loaded=()
+  for index in 0 1 2; do idle+=("$(status_kb "${SERVER_PIDS[$index]}" VmRSS)"); done
+  for index in 0 1 2; do
+    redis-benchmark -p "${PORTS[$index]}" -n "$REQUESTS" -r "$KEYSPACE" -d "$VALUE_BYTES" -t set -q >/dev/null
+    loaded+=("$(status_kb "${SERVER_PIDS[$index]}" VmRSS)")
+  done
+  sleep "$SETTLE_S"
+  RESULT="$OUT_DIR/memory.txt"
+  {
+    echo "# resp_bench.sh --memory $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty')"
+    echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -r)"
+    echo "# load on each in turn: redis-benchmark -t set -n $REQUESTS -r $KEYSPACE -d $VALUE_BYTES (50 clients, -P 1); RSS read ${SETTLE_S} s after the last"
+    echo "# rampkv local --resp-port: 4 servers, RAMP-Fast, GC grace 10 s; default front end: ring, with item slots; redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2), no persistence"
+    printf "| %-19s | %6s | %8s | %13s | %7s | %13s | %9s | %8s |\n" server keys "idle MB" "after load MB" "RSS MB" "of it shmem MB" "KB / key" "to redis"
+    printf "|%s|%s|%s|%s|%s|%s|%s|%s|\n" --------------------- -------- ---------- --------------- --------- ---------------- ----------- ----------
+  } | tee "$RESULT"
+  # RSS of each now (then keys counted: counting reads, which could only add to RSS).
+  now=() shmem=() keys=()
+  for index in 0 1 2; do
+    now+=("$(status_kb "${SERVER_PIDS[$index]}" VmRSS)")
+    shmem+=("$(status_kb "${SERVER_PIDS[$index]}" RssShmem)")
+  done
+  keys=("$(count_keys "$RAMPKV_PORT")" "$(count_keys "$BARE_PORT")" "$(redis-cli -p "$REDIS_PORT" DBSIZE)")
+  redis_per_key=$(awk -v kb="${now[2]}" -v n="${keys[2]}" 'BEGIN { print kb / n }')
+  for index in 0 1 2; do
+    awk -v name="${NAMES[$index]}" -v n="${keys[$index]}" -v idle="${idle[$index]}" -v loaded="${loaded[$index]}" \
+        -v kb="${now[$index]}" -v shmem="${shmem[$index]}" -v redis="$redis_per_key" 'BEGIN {
+      printf "| %-19s | %6d | %8.1f | %13.1f | %7.1f | %14.1f | %9.2f | %7.2fx |\n",
+        name, n, idle / 1024, loaded / 1024, kb / 1024, shmem / 1024, kb / n, (kb / n) / redis
+    }' | tee -a "$RESULT"
+  done
+  exit 0
+fi
 
 VALUE=$(head -c "$VALUE_BYTES" /dev/zero | tr '\0' 'x')
 KEY='key:__rand_int__'

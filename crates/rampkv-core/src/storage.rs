@@ -32,18 +32,22 @@
 //! commit and never block writers for longer than one map lookup. Prepares take the write lock
 //! of one shard per key.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use ahash::AHashMap as HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
+use smallvec::SmallVec;
 
 use crate::cluster::key_hash;
 use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::{MetadataRef, TxnState};
+
+mod version_map;
+use version_map::VersionMap;
 
 /// Shards of the key map and of the pending-commit map.
 const SHARD_COUNT: usize = 64;
@@ -155,13 +159,15 @@ struct KeyState {
     last_commit: AtomicU64,
     /// The version at `last_commit` (`None` while it is 0): `get_latest`'s fast path.
     latest: Mutex<Option<Arc<Version>>>,
-    versions: BTreeMap<Timestamp, StoredVersion>,
+    versions: VersionMap<StoredVersion>,
     /// The highest timestamp ever collected for this key (0: none). A HIGHEST_OF read whose
     /// answer might have been a collected version is refused, never answered wrongly.
     collected_max_ts: Timestamp,
     /// Stored versions not yet seen superseded (uncommitted, or at or above `last_commit` when
-    /// last looked): the latest and the writes in flight, so a few.
-    unmarked: Vec<Timestamp>,
+    /// last looked): the latest and the writes in flight, so a few. Three inline: a key written
+    /// again and again holds the latest before last (marked at the next write), the latest and
+    /// the one being written, and allocates nothing for them.
+    unmarked: SmallVec<[Timestamp; 3]>,
     /// Versions seen superseded, with when (store clock, ms), ordered by that time (collected
     /// from the front while the front has been superseded for the grace period).
     superseded: VecDeque<(u64, Timestamp)>,
@@ -480,7 +486,7 @@ impl Store {
     fn collect_superseded(&self, state: &mut KeyState, now_ms: u64) {
         let last_commit = state.last_commit.load(Ordering::Acquire);
         let KeyState { versions, unmarked, superseded, collected_max_ts, .. } = state;
-        unmarked.retain(|&ts| match versions.get(&ts) {
+        unmarked.retain(|&mut ts| match versions.get(&ts) {
             None => false, // aborted
             // Committed and older than lastCommit: superseded from now on. An uncommitted
             // one waits for its COMMIT (a slow writer's version is never collected).
@@ -493,6 +499,9 @@ impl Store {
             }
             Some(_) => true,
         });
+        if unmarked.spilled() && unmarked.len() <= unmarked.inline_size() {
+            unmarked.shrink_to_fit(); // back inline after a burst of writes in flight
+        }
         while let Some(&(superseded_at_ms, ts)) = superseded.front() {
             if now_ms.saturating_sub(superseded_at_ms) < self.grace_ms {
                 break;
@@ -513,6 +522,10 @@ impl Store {
             self.forget_version_bytes(removed.version.value.len());
             self.version_count.fetch_sub(1, Ordering::Relaxed);
             self.versions_collected.fetch_add(1, Ordering::Relaxed);
+        }
+        // A key at rest gives its queue's memory back (geometric: amortized O(1) per entry).
+        if superseded.len() <= superseded.capacity() / 4 {
+            superseded.shrink_to_fit();
         }
     }
 
@@ -686,6 +699,8 @@ fn validate_prepare(ts: Timestamp, metadata: &StoredMetadata, writes: &[(Key, Bo
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn key(text: &str) -> Key {
@@ -833,6 +848,27 @@ mod tests {
             assert!(visits.len() <= 4, "a pass of 3,000 keys takes 3 sweeps of 1,024: {visits:?}");
         }
         assert_eq!(many.stats().versions_collected, 3_000);
+    }
+
+    /// Issue 18 (memory per key): a key back to its one version holds one version entry, its
+    /// timestamp inline and no superseded queue; the per-key state stays within 136 bytes, so
+    /// that a field added to every key is a decision.
+    #[test]
+    fn a_key_at_rest_holds_no_more_than_its_version() {
+        assert!(std::mem::size_of::<KeyState>() <= 136, "KeyState is {} bytes", std::mem::size_of::<KeyState>());
+        assert_eq!(std::mem::size_of::<StoredVersion>(), 16);
+        let store = Store::new(100);
+        for ts in 1..=5 {
+            store.put(ts, vec![(key("a"), b"x".to_vec().into())], 0).unwrap();
+        }
+        let mut cursor = SweepCursor::default();
+        store.sweep(&mut cursor, usize::MAX, 0);
+        store.sweep(&mut cursor, usize::MAX, 100);
+        let shard = store.shard(b"a").read();
+        let state = shard.get(&b"a"[..]).unwrap();
+        assert_eq!((store.stats().versions, state.versions.capacity()), (1, 1));
+        assert!(!state.unmarked.spilled(), "the latest's timestamp is inline");
+        assert_eq!(state.superseded.capacity(), 0, "the emptied queue was given back");
     }
 
     #[test]
