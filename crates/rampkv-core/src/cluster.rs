@@ -314,6 +314,11 @@ impl Cluster {
         self.partition_owner.get(partition as usize).map(|owner| usize::from(*owner))
     }
 
+    /// The partitions the cluster file gives `server` (those it is the owner of), in order.
+    pub fn partitions_of(&self, server: usize) -> impl Iterator<Item = u32> + '_ {
+        (0..self.partition_count()).filter(move |partition| self.owner_of_partition(*partition) == Some(server))
+    }
+
     /// This cluster with the control addresses of every server's `front` (in server order).
     pub fn with_fronts(mut self, front: Front, addresses: Vec<String>) -> Result<Cluster, ClusterError> {
         if addresses.len() != self.servers.len() {

@@ -525,9 +525,7 @@ impl ServerCore {
                     // (not yet taken over, or it was deposed), which a retry after learning
                     // the configuration fixes.
                     let named = view.server_index as usize;
-                    let partition = (0..own.partitions)
-                        .find(|partition| ownership.cluster.owner_of_partition(*partition) == Some(named))
-                        .unwrap_or(0);
+                    let partition = ownership.cluster.partitions_of(named).next().unwrap_or(0);
                     return Err(OwnershipError::NotPrimary { partition, index: ownership.index });
                 }
                 Err(OwnershipError::ClusterMismatch {
@@ -560,9 +558,7 @@ impl ServerCore {
     fn serves_server(&self, ownership: &Ownership, view: &ClusterView) -> bool {
         let Some(gate) = self.gate.get() else { return false };
         let named = view.server_index as usize;
-        let mut partitions = (0..ownership.cluster.partition_count())
-            .filter(|partition| ownership.cluster.owner_of_partition(*partition) == Some(named))
-            .peekable();
+        let mut partitions = ownership.cluster.partitions_of(named).peekable();
         partitions.peek().is_some() && partitions.all(|partition| gate.serves(partition))
     }
 

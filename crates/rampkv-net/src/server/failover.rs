@@ -172,8 +172,9 @@ pub fn routes(configuration: &Configuration, cluster: &Cluster) -> Result<Vec<St
     }
     let routes = (0..cluster.servers().len())
         .map(|server| {
-            (0..cluster.partition_count())
-                .find(|partition| cluster.owner_of_partition(*partition) == Some(server))
+            cluster
+                .partitions_of(server)
+                .next()
                 .and_then(|partition| configuration.primary_of(partition))
                 .and_then(|primary| configuration.server(primary))
                 .map_or_else(|| cluster.servers()[server].clone(), |info| info.data_address.clone())
