@@ -542,9 +542,7 @@ impl ServerCore {
             Request::Prepare { writes, .. }
             | Request::PrepareCommit { writes, .. }
             | Request::Put { writes, .. }
-            | Request::LockWrite { writes, .. } => {
-                writes.iter().try_for_each(|write| check(&write.key))
-            }
+            | Request::LockWrite { writes, .. } => writes.iter().try_for_each(|write| check(&write.key)),
             Request::LockRead { keys, .. } => keys.iter().try_for_each(|key| check(key)),
             // With a gate (failover), a COMMIT is checked against the keys it would commit
             // here, and a STATUS against its keys: a deposed primary must neither commit what
