@@ -35,6 +35,28 @@ pub const HISTORY_KNOWN_WRITES_MAX: usize = 1 << 20;
 /// by one; beyond, it asks its per-key index instead, which finds only writes of the read's keys.
 pub const CHECKER_TIME_OVERLAPS_SCAN_MAX: usize = 64;
 
+// The benchmark's evidence probe (`bench --check`; docs/history.md, "The evidence probe"): a
+// short run of the same protocol, transport and cluster under contention, so that a workload
+// too quiet to race (the README's 1,000 keys) still gets a verdict with teeth.
+
+/// Keys of the probe's key space (at least twice its transaction size): 16 keys at 4 keys per
+/// transaction make a read meet a write of two of its keys in most of its rounds.
+pub const PROBE_KEYS: u64 = 16;
+
+/// The probe's fraction of read-only transactions: half, so writes race every read.
+pub const PROBE_READ_RATIO: f64 = 0.5;
+
+/// Races (reads whose round 1 alone was fractured) after which the probe stops: four times
+/// `RACES_MIN`, so a repair that fails only sometimes has more chances to show.
+pub const PROBE_RACES_TARGET: u64 = 20;
+
+/// Longest the probe runs when races come slowly (the verdict is then decided on what it saw).
+pub const PROBE_SECONDS_MAX: f64 = 5.0;
+
+/// How often the probe counts the races of its history so far (a check of the partial history,
+/// on the main thread while the client threads run).
+pub const PROBE_CHECK_INTERVAL_MS: u64 = 250;
+
 // The fault-injection harness (`chaos`). Every loop it runs is bounded by the run's deadline
 // plus one of these, and every wait by one of these.
 
