@@ -24,7 +24,7 @@ fn stdout(output: &Output) -> String {
 fn assert_no_anomaly(output: &Output) -> &'static str {
     let text = stdout(output);
     assert!(text.contains("no garbage, no fractured reads"), "{text}\n{}", stderr(output));
-    let last = text.lines().filter(|line| line.contains("read atomicity")).last().unwrap_or_default();
+    let last = text.lines().rev().find(|line| line.contains("read atomicity")).unwrap_or_default();
     match output.status.code() {
         Some(0) if last.contains(": clean") => "clean",
         Some(3) if last.contains(": INCONCLUSIVE") => "inconclusive",
