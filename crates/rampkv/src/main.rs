@@ -1203,8 +1203,10 @@ fn run_figures(args: FiguresArgs) -> Result<ExitCode> {
             inconclusive_probes.join(", ")
         );
     }
-    for probe in outcome.probes.iter().filter_map(|probe| probe.summary.as_ref()) {
-        out!("{probe}");
+    for probe in &outcome.probes {
+        if let Some(summary) = &probe.summary {
+            out!("{} over {}: {summary}", probe.protocol, probe.transport);
+        }
     }
     Ok(if problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -29,7 +29,7 @@ use crate::checker;
 use crate::history::{self, HistoryFeed, HistoryStream, ReadRecord, Record, WriteRecord};
 use crate::limits::{
     HISTORY_SEND_INTERVAL_MS, HISTORY_SEND_RECORDS_MAX, PROBE_CHECK_INTERVAL_MS, PROBE_KEYS, PROBE_RACES_TARGET,
-    PROBE_READ_RATIO, PROBE_SECONDS_MAX,
+    PROBE_READ_RATIO, PROBE_SECONDS_MAX, PROBE_TXN_SIZE,
 };
 use rampkv_core::cluster::{Cluster, Front};
 use rampkv_core::limits::{CLUSTER_REPLICAS_MAX, GC_GRACE_MS, INTERLEAVE_DELAY_US_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
@@ -694,13 +694,12 @@ pub enum ProbeStop {
 impl BenchConfig {
     /// The evidence probe's configuration: this run's protocol, transport, cluster, clients,
     /// client threads, network model, value size and seed, with the micro-benchmark on a small
-    /// uniform key space, half reads, for at most [`PROBE_SECONDS_MAX`]. Its transactions have
-    /// at least 2 keys (a read of one key cannot fracture).
+    /// uniform key space ([`PROBE_KEYS`]), [`PROBE_TXN_SIZE`] keys per transaction, half reads,
+    /// for at most [`PROBE_SECONDS_MAX`].
     pub fn probe_config(&self) -> BenchConfig {
-        let txn_size = self.txn_size.max(2);
         BenchConfig {
-            txn_size,
-            keys: PROBE_KEYS.max(2 * txn_size as u64),
+            txn_size: PROBE_TXN_SIZE,
+            keys: PROBE_KEYS,
             read_ratio: PROBE_READ_RATIO,
             workload: Workload::Micro { zipfian: false },
             preload: false,

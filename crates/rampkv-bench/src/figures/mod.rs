@@ -364,8 +364,8 @@ impl FiguresConfig {
 
 impl FiguresConfig {
     /// The (protocol, transport) pairs of the selected sweeps' points, in first-use order, each
-    /// with the configuration its evidence probe runs (a comm-style point of that pair: the
-    /// paper's 8 operations per transaction; [`BenchConfig::probe_config`] sets the rest).
+    /// with a configuration of that pair (a comm-style point) for its evidence probe;
+    /// [`BenchConfig::probe_config`] sets the probe's own workload.
     fn probe_pairs(&self) -> Vec<(Algorithm, TransportKind, BenchConfig)> {
         let mut pairs: Vec<(Algorithm, TransportKind, BenchConfig)> = Vec::new();
         for plan in &self.sweeps {
