@@ -314,12 +314,7 @@ impl<T: ClientTransport> Interleaving<T> {
         if self.schedule.is_empty() {
             return Ok(());
         }
-        self.deliver_due_at(self.now_us())
-    }
-
-    /// Delivers every held request due at `now_us` (the model's clock, read by the caller),
-    /// and sends them.
-    fn deliver_due_at(&mut self, now_us: u64) -> Result<(), TransportError> {
+        let now_us = self.now_us();
         let mut delivered = false;
         while let Some(held) = self.schedule.pop_due(now_us) {
             self.inner.post_owned(held.server, held.request_id, held.request)?;
@@ -367,19 +362,10 @@ impl<T: ClientTransport> ClientTransport for Interleaving<T> {
     where
         F: FnMut(usize, u64, Response),
     {
-        // One clock read per turn of the loop: the model's clock and the timeout both come
-        // from it (a read of the clock was a visible share of the client thread's time).
-        let (started_us, skipped_at_start_us) = (self.now_us(), self.skipped_us);
-        let mut now_us = started_us;
+        let started = Instant::now();
         loop {
-            if !self.schedule.is_empty() {
-                self.deliver_due_at(now_us)?;
-            }
-            // The model's clock is the wall clock plus skipped idle time, which is not
-            // waiting: the timeout counts wall time only.
-            let skipped_us = self.skipped_us - skipped_at_start_us;
-            let waited = Duration::from_micros((now_us - started_us).saturating_sub(skipped_us));
-            let remaining = timeout.map(|timeout| timeout.saturating_sub(waited));
+            self.deliver_due()?;
+            let remaining = timeout.map(|timeout| timeout.saturating_sub(started.elapsed()));
             let Some(deliver_at_us) = self.schedule.next_deliver_at_us() else {
                 return self.inner.poll(remaining, &mut deliver); // nothing held: the medium's own wait
             };
@@ -387,15 +373,13 @@ impl<T: ClientTransport> ClientTransport for Interleaving<T> {
             if delivered > 0 || remaining.is_some_and(|remaining| remaining.is_zero()) {
                 return Ok(delivered);
             }
-            now_us = self.now_us();
-            let wait_us = deliver_at_us.saturating_sub(now_us);
+            let wait_us = deliver_at_us.saturating_sub(self.now_us());
             if wait_us == 0 {
                 continue;
             }
             if self.pacing == Pacing::SkipIdle {
                 // Nothing to deliver now: jump to the next delivery time instead of waiting.
                 self.skipped_us += wait_us;
-                now_us += wait_us;
                 self.schedule.stats.idle_skips += 1;
                 continue;
             }
@@ -408,7 +392,6 @@ impl<T: ClientTransport> ClientTransport for Interleaving<T> {
             } else {
                 std::thread::sleep(wait.min(Duration::from_micros(INTERLEAVE_SLEEP_SLICE_US)));
             }
-            now_us = self.now_us();
         }
     }
 
