@@ -519,7 +519,8 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
         });
     // The probe runs after every figure of the workload was taken, on the same servers: its
     // reads may return the workload's versions, so the workload's writes join its history.
-    let probe = if config.check && config.probe {
+    // With one client nothing runs concurrently, so nothing could race: no probe.
+    let probe = if config.check && config.probe && config.clients > 1 {
         let mut writes = std::mem::take(&mut totals.records);
         writes.retain(|record| matches!(record, Record::Write(_)));
         Some(run_probe(config, &endpoints, shared.clock_origin, writes)?)
