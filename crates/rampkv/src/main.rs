@@ -667,7 +667,7 @@ fn run(command: Command) -> Result<ExitCode> {
             };
             // A bootstrapping server waits for its first lease (its listeners open only then).
             // One that restarted, or that the cluster failed over before it got a lease (it
-            // started too late), holds nothing and serves nothing (rejoin is not built).
+            // started too late), holds nothing and serves nothing until it caught up (rejoin).
             let first_lease = match &failover {
                 Some((options, StartMode::Bootstrap)) => {
                     let wait = Duration::from_millis(FAILOVER_FIRST_LEASE_WAIT_MS_MAX);
@@ -684,16 +684,19 @@ fn run(command: Command) -> Result<ExitCode> {
             let rejoined =
                 matches!(failover, Some((_, StartMode::Rejoin))) || first_lease == Some(FirstLease::FailedOver);
             let replication = match &membership {
-                // A server that holds nothing neither ships records nor takes any.
-                Some((file, index)) if file.replicas() > 1 && !rejoined => Some(ReplicationOptions {
+                // A server that holds nothing ships records to no backup until it is primary of
+                // something and a backup catches up from it; its port takes catching-up copies.
+                Some((file, index)) if file.replicas() > 1 => Some(ReplicationOptions {
                     peers: Some(ReplicationPeers { first_index: *index, addresses: file.replicate_addresses()? }),
+                    rejoining: rejoined,
                     ..ReplicationOptions::new(file.replicas())
                 }),
                 _ => None,
             };
             if rejoined {
                 say!(
-                    "rampkv server: {}; it serves no partition (it holds no data, and catching up is not built)",
+                    "rampkv server: {}; it serves no partition until the configuration service names it a backup, it \
+                     catches up from the primary and is promoted in a later failover (rejoin)",
                     match first_lease {
                         Some(FirstLease::FailedOver) => "the cluster failed this server over before it started",
                         _ => "rejoined a running cluster as a new incarnation",

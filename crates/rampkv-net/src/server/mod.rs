@@ -303,6 +303,9 @@ impl Servers {
             } else if let Some(replicator) = &served.replicator {
                 replicator.set_wake(wake);
             }
+            if let Some(replicator) = &served.replicator {
+                replicator.set_source(Arc::clone(&served.core));
+            }
         }
         servers
     }
@@ -493,6 +496,10 @@ pub struct ReplicationOptions {
     /// Where the other servers are. `None`: the group is the whole cluster (an embedded one)
     /// and binds its replication ports on its listen addresses, ports of the system's choice.
     pub peers: Option<ReplicationPeers>,
+    /// The group's servers restarted into a running cluster (or were failed over before they
+    /// started): they hold nothing, so their records go to no backup until failover opens
+    /// catch-up links (rejoin); their replication ports take catching-up copies.
+    pub rejoining: bool,
 }
 
 /// The replication ports of a whole cluster, for a group that is part of it (`rampkv server`:
@@ -509,7 +516,7 @@ pub struct ReplicationPeers {
 impl ReplicationOptions {
     /// `replicas` copies in the cluster's first configuration, within the group.
     pub fn new(replicas: u32) -> Self {
-        Self { replicas, epoch: rampkv_config::configuration::FIRST_EPOCH, peers: None }
+        Self { replicas, epoch: rampkv_config::configuration::FIRST_EPOCH, peers: None, rejoining: false }
     }
 }
 
@@ -775,10 +782,13 @@ fn start_replication(
     };
     let mut replicators = Vec::with_capacity(configs.len());
     for primary in first_index..first_index + configs.len() {
-        let targets = rampkv_config::configuration::backups_of(primary as u16, addresses.len(), replication.replicas)
-            .into_iter()
-            .map(|backup| (usize::from(backup), addresses[usize::from(backup)].clone()))
-            .collect();
+        let targets = match replication.rejoining {
+            true => Vec::new(),
+            false => rampkv_config::configuration::backups_of(primary as u16, addresses.len(), replication.replicas)
+                .into_iter()
+                .map(|backup| (usize::from(backup), addresses[usize::from(backup)].clone()))
+                .collect(),
+        };
         let replicator = Replicator::start(primary as u16, replication.epoch, targets, options.secret.clone())
             .map_err(StartError::Replication)?;
         replicators.push(Some(replicator));

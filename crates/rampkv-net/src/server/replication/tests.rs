@@ -20,7 +20,7 @@ fn connect(service: &BackupService) -> TcpStream {
 }
 
 fn hello(stream: &mut TcpStream, primary: u16, epoch: u64, first: u64) -> (u16, u64) {
-    stream.write_all(&encode_hello(primary, epoch, first)).unwrap();
+    stream.write_all(&encode_hello(primary, epoch, first, 0)).unwrap();
     let mut answer = [0u8; ANSWER_BYTES];
     stream.read_exact(&mut answer).unwrap();
     decode_answer(&answer).expect("a well-formed answer")
@@ -37,7 +37,9 @@ fn put(lsn: u64, epoch: u64, key: &str) -> Vec<u8> {
 fn ack(stream: &mut TcpStream) -> u64 {
     let mut ack = [0u8; ACK_BYTES];
     stream.read_exact(&mut ack).unwrap();
-    decode_ack(&ack).expect("a well-formed acknowledgement")
+    let (applied, in_sync) = decode_ack(&ack).expect("a well-formed acknowledgement");
+    assert!(!in_sync, "an acknowledgement of records");
+    applied
 }
 
 /// The connection was closed by the backup (a read returns end of stream or a reset).
@@ -50,12 +52,22 @@ use rampkv_core::storage::Key;
 
 #[test]
 fn hello_answer_and_acknowledgement_round_trip_and_any_flipped_bit_is_refused() {
-    let hello = encode_hello(3, 7, 11);
-    assert_eq!(decode_hello(&hello), Some((3, 7, 11)));
+    let hello = encode_hello(3, 7, 11, 0);
+    assert_eq!(decode_hello(&hello), Some(Hello { primary: 3, epoch: 7, first: 11, catch_up: false }));
+    let catch_up = encode_hello(3, 7, 11, HELLO_CATCH_UP);
+    assert_eq!(decode_hello(&catch_up), Some(Hello { primary: 3, epoch: 7, first: 11, catch_up: true }));
     let answer = encode_answer(2, 99);
     assert_eq!(decode_answer(&answer), Some((2, 99)));
-    let acknowledgement = encode_ack(42);
-    assert_eq!(decode_ack(&acknowledgement), Some(42));
+    let acknowledgement = encode_ack(42, false);
+    assert_eq!(decode_ack(&acknowledgement), Some((42, false)));
+    assert_eq!(decode_ack(&encode_ack(42, true)), Some((42, true)));
+    let marker = encode_marker(MARKER_SNAPSHOT, 9, 4);
+    assert_eq!(decode_marker(&marker), Some((MARKER_SNAPSHOT, 9, 4)));
+    for bit in 0..MARKER_BYTES * 8 {
+        let mut bad = marker;
+        bad[bit / 8] ^= 1 << (bit % 8);
+        assert_eq!(decode_marker(&bad), None, "marker bit {bit}");
+    }
     for bit in 0..HELLO_BYTES * 8 {
         let mut bad = hello;
         bad[bit / 8] ^= 1 << (bit % 8);
