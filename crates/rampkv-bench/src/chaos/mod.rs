@@ -411,6 +411,7 @@ fn run_in(
         duration_ms: config.duration.as_millis() as u64,
         kills: timeline.iter().filter(|event| event.action == Action::Kill).count() as u64,
         kills_skipped: faults.nemesis.skipped,
+        replica_wait_ms_max: faults.nemesis.replica_wait_ms_max,
         kill_late_ms_max: faults.nemesis.late_ms_max,
         initial_pids,
         timeline,

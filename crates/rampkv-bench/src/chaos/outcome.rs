@@ -210,8 +210,11 @@ pub struct ChaosReport {
     /// Every kill, restart and return to service, in order.
     pub timeline: Vec<Event>,
     pub kills: u64,
-    /// Kills due while some partition lacked a copy (replication), not made.
+    /// Kills due while some partition lacked a copy (replication) for longer than the wait
+    /// bound, not made.
     pub kills_skipped: u64,
+    /// The longest a kill waited for every partition's full replica set (rejoin), in ms.
+    pub replica_wait_ms_max: u64,
     /// How much later than scheduled the latest kill came (a restart slower than the interval).
     pub kill_late_ms_max: u64,
     pub workload: WorkloadTotals,
@@ -343,6 +346,13 @@ impl ChaosReport {
             self.restart_after_ms.max,
             self.kill_late_ms_max
         )?;
+        if self.replicas > 1 {
+            writeln!(
+                formatter,
+                "  every kill waited for every partition's full replica set (rejoin): {} ms at most",
+                self.replica_wait_ms_max
+            )?;
+        }
         for event in &self.timeline {
             let action = match event.action {
                 Action::Kill => "kill -9",
@@ -360,8 +370,8 @@ impl ChaosReport {
         if self.kills_skipped > 0 {
             writeln!(
                 formatter,
-                "  {} kills skipped: a partition lacked a copy (f = {}: one failure at a time; a restarted server does \
-                 not catch up, rejoin is not built)",
+                "  {} kills skipped: a partition lacked a copy for too long (f = {}: one failure at a time; no server \
+                 caught up)",
                 self.kills_skipped,
                 self.replicas.saturating_sub(1)
             )?;
@@ -473,6 +483,7 @@ mod tests {
             timeline: Vec::new(),
             kills: 0,
             kills_skipped: 0,
+            replica_wait_ms_max: 0,
             kill_late_ms_max: 0,
             workload: WorkloadTotals { reads_ok: 1, writes_ok: 1, ..WorkloadTotals::default() },
             check,

@@ -356,7 +356,7 @@ impl Agent {
             let backup = usize::from(server);
             if replicator.in_sync(backup, incarnation, self.adopted_in) {
                 if self.reported.insert((backup, incarnation, partition)) {
-                    log::info!("rejoin: server {server} caught up partition {partition} from server {me}");
+                    log::warn!("rejoin: server {server} caught up partition {partition} from server {me}");
                     self.gate.node.report_backup_caught_up(partition, server, incarnation);
                 }
                 continue;
@@ -371,7 +371,7 @@ impl Agent {
             let Some(address) = self.replicate_addresses.get(backup) else { continue };
             self.catch_up_opened.insert((backup, incarnation), Instant::now());
             match replicator.add_catch_up(backup, address.clone(), incarnation) {
-                Ok(()) => log::info!("rejoin: server {me} opened a catch-up link to server {server} ({address})"),
+                Ok(()) => log::warn!("rejoin: server {me} opened a catch-up link to server {server} ({address})"),
                 Err(error) => log::error!("rejoin: cannot open a catch-up link to server {server}: {error}"),
             }
         }

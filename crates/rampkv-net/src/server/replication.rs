@@ -295,8 +295,11 @@ impl Link {
     fn fail(&self, error: ReplicationError, shared: &Shared) {
         if self.failure.set(error).is_ok() {
             if let Some(error) = self.failure.get() {
-                if !shared.stop.load(Ordering::Acquire) {
+                let holds = self.counted.load(Ordering::Acquire) && !self.removed.load(Ordering::Acquire);
+                if !shared.stop.load(Ordering::Acquire) && holds {
                     log::error!("replication link failed: {error}; this primary's writes are held");
+                } else if !shared.stop.load(Ordering::Acquire) && !self.removed.load(Ordering::Acquire) {
+                    log::warn!("replication: a catch-up link failed: {error}");
                 }
             }
             shared.stats.lock().links_failed += 1;
@@ -747,7 +750,7 @@ fn send_snapshot(shared: &Shared, catch_up: &CatchUp, stream: &mut TcpStream) ->
     let mut chunks = ChunkWriter { stream, buffer: Vec::with_capacity(REPLICATION_SNAPSHOT_CHUNK_BYTES) };
     let counts = rampkv_durable::snapshot::write_to(&mut chunks, core.store(), catch_up.point - 1, epoch)?;
     chunks.stream.write_all(&0u32.to_le_bytes())?;
-    log::info!(
+    log::warn!(
         "replication: primary {} sent a catching-up backup its snapshot at record {} ({} keys, {} versions)",
         shared.primary,
         catch_up.point - 1,
@@ -1390,6 +1393,9 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
             Ok(Arc::clone(copies.current.get_or_insert_with(|| Arc::new(BackupStore::new(primary, 0, shared.gc_grace_ms)))))
         }
     };
+    if catch_up {
+        log::warn!("replication: primary {primary} asks for a catch-up copy (epoch {epoch}, from record {first})");
+    }
     let copy = match copy {
         Ok(copy) => copy,
         Err(known) => {
@@ -1446,7 +1452,7 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
                 }
                 copies.current = copies.staging.take();
                 drop(stores);
-                log::info!("replication: the copy of primary {primary} caught up (in sync at record {value})");
+                log::warn!("replication: the copy of primary {primary} caught up (in sync at record {value})");
                 stream.write_all(&encode_ack(value, true))?;
             }
             continue;
@@ -1530,7 +1536,7 @@ fn receive_snapshot(
         return Err(BackupRefusal::BadMarker { primary });
     }
     copy.applied.store(covers, Ordering::Release);
-    log::info!(
+    log::warn!(
         "replication: loaded a snapshot of primary {primary} at record {covers} ({} keys, {} versions) in {} ms",
         loaded.counts.keys,
         loaded.counts.versions,
