@@ -449,12 +449,7 @@ impl ConfigCore {
                 && configuration.replica_set(*partition).is_some_and(|set| set.catching_up.contains(server))
         });
         for (server, incarnation, partition) in self.caught_up_pending.clone() {
-            let message = Message::CaughtUp {
-                from: server,
-                incarnation,
-                partition,
-                epoch: configuration.epoch(),
-            };
+            let message = Message::CaughtUp { from: server, incarnation, partition, epoch: configuration.epoch() };
             for server in 0..configuration.servers().len() as ServerId {
                 if server != self.me {
                     self.outbox.push((server, message.clone()));

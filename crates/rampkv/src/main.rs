@@ -120,6 +120,11 @@ enum Command {
         timeout: u64,
         #[command(flatten)]
         persistence: PersistenceArgs,
+        /// Exit (status 1) when standard input reaches its end: a supervisor that holds the
+        /// write end of a pipe as the server's stdin takes its server down with it, even when it
+        /// is killed with SIGKILL (the fault test, `rampkv chaos`, does).
+        #[arg(long)]
+        exit_on_stdin_eof: bool,
     },
     /// Run a local cluster of several servers in this process and write its cluster file.
     Local {
@@ -603,6 +608,25 @@ struct FiguresArgs {
     check: bool,
 }
 
+/// Exits the process once standard input reaches its end or fails (`--exit-on-stdin-eof`).
+fn watch_stdin() -> std::io::Result<()> {
+    std::thread::Builder::new().name("rampkv-stdin".into()).spawn(|| {
+        let mut buffer = [0u8; 256];
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            match std::io::Read::read(&mut stdin, &mut buffer) {
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Ok(0) | Err(_) => {
+                    eprintln!("rampkv server: standard input closed (--exit-on-stdin-eof): exiting");
+                    std::process::exit(1);
+                }
+                Ok(_) => {}
+            }
+        }
+    })?;
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     rampkv::logging::init();
@@ -629,7 +653,11 @@ fn run(command: Command) -> Result<ExitCode> {
             insecure_no_secret,
             timeout,
             persistence,
+            exit_on_stdin_eof,
         } => {
+            if exit_on_stdin_eof {
+                watch_stdin().context("cannot watch standard input (--exit-on-stdin-eof)")?;
+            }
             let secret = secret.install()?;
             let addresses: Vec<SocketAddr> = [Some(listen), ring_listen, rfrpc_listen].into_iter().flatten().collect();
             if let Some(refusal) = binary_protected_mode_refusal(&addresses, secret.is_some(), insecure_no_secret) {

@@ -26,7 +26,7 @@ use super::workload::WorkloadTotals;
 use super::RunClock;
 use crate::checker::{self, Verdict};
 use crate::history::{ReadRecord, Record};
-use crate::limits::CHAOS_LOST_EXAMPLES_MAX;
+use crate::limits::{CHAOS_LOST_EXAMPLES_MAX, CHAOS_REPLICA_WAIT_MS_MAX};
 
 /// An acknowledged write the final read did not find.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -157,6 +157,8 @@ pub enum Failure {
     Inconclusive { races: u64 },
     /// No write was acknowledged or no read returned: the run shows nothing.
     NothingAcknowledged,
+    /// Some partition still lacked a copy after the run (no server caught up: rejoin failed).
+    ReplicaSetsNotRestored { waited_ms: u64 },
 }
 
 impl fmt::Display for Failure {
@@ -167,6 +169,10 @@ impl fmt::Display for Failure {
             }
             Failure::NotCheckable => write!(formatter, "the history cannot be checked (versions older than the run)"),
             Failure::Lost { keys } => write!(formatter, "{keys} acknowledged writes lost"),
+            Failure::ReplicaSetsNotRestored { waited_ms } => write!(
+                formatter,
+                "a partition still lacked a copy {waited_ms} ms after the run (no server caught up: rejoin failed)"
+            ),
             Failure::Unavailable { longest_ms, max_ms } => {
                 write!(
                     formatter,
@@ -215,6 +221,9 @@ pub struct ChaosReport {
     pub kills_skipped: u64,
     /// The longest a kill waited for every partition's full replica set (rejoin), in ms.
     pub replica_wait_ms_max: u64,
+    /// With replication and kills: every partition had its full replica set again after the
+    /// run (rejoin restored f + 1 copies), asked of the configuration service; `None` otherwise.
+    pub replica_sets_restored: Option<bool>,
     /// How much later than scheduled the latest kill came (a restart slower than the interval).
     pub kill_late_ms_max: u64,
     pub workload: WorkloadTotals,
@@ -256,6 +265,9 @@ impl ChaosReport {
         }
         if self.workload.writes_ok == 0 || self.workload.reads_ok == 0 {
             failures.push(Failure::NothingAcknowledged);
+        }
+        if self.replica_sets_restored == Some(false) {
+            failures.push(Failure::ReplicaSetsNotRestored { waited_ms: CHAOS_REPLICA_WAIT_MS_MAX });
         }
         self.passed = failures.is_empty();
         self.failures = failures;
@@ -366,6 +378,11 @@ impl ChaosReport {
                 event.server,
                 event.pid
             )?;
+        }
+        match self.replica_sets_restored {
+            Some(true) => writeln!(formatter, "  after the run: every partition has its full replica set (rejoin)")?,
+            Some(false) => writeln!(formatter, "  after the run: a partition still LACKS a copy (rejoin failed)")?,
+            None => {}
         }
         if self.kills_skipped > 0 {
             writeln!(
@@ -484,6 +501,7 @@ mod tests {
             kills: 0,
             kills_skipped: 0,
             replica_wait_ms_max: 0,
+            replica_sets_restored: None,
             kill_late_ms_max: 0,
             workload: WorkloadTotals { reads_ok: 1, writes_ok: 1, ..WorkloadTotals::default() },
             check,

@@ -224,8 +224,9 @@ impl Failover {
     ) -> std::io::Result<Failover> {
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
-        let last_primary =
-            (0..cluster.partition_count()).map(|partition| cluster.owner_of_partition(partition).map(|owner| owner as ServerId)).collect();
+        let last_primary = (0..cluster.partition_count())
+            .map(|partition| cluster.owner_of_partition(partition).map(|owner| owner as ServerId))
+            .collect();
         let replicate_addresses = cluster.replicate_addresses().unwrap_or_default();
         let mut agent = Agent {
             gate,

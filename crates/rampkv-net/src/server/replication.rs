@@ -715,7 +715,10 @@ fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
             pending.extend(queue.batches.iter().skip(written).map(|batch| Arc::clone(&batch.bytes)));
             queue.written = queue.batches.len();
             if let Some(catch_up) = &link.catch_up {
-                if catch_up.marker.compare_exchange(MARKER_DUE, MARKER_SENT, Ordering::AcqRel, Ordering::Acquire).is_ok()
+                if catch_up
+                    .marker
+                    .compare_exchange(MARKER_DUE, MARKER_SENT, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
                 {
                     let epoch = shared.epoch.load(Ordering::Acquire);
                     marker = Some(encode_marker(MARKER_IN_SYNC, catch_up.sync_point.load(Ordering::Acquire), epoch));
@@ -1390,7 +1393,9 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
                 }
             }
         } else {
-            Ok(Arc::clone(copies.current.get_or_insert_with(|| Arc::new(BackupStore::new(primary, 0, shared.gc_grace_ms)))))
+            Ok(Arc::clone(
+                copies.current.get_or_insert_with(|| Arc::new(BackupStore::new(primary, 0, shared.gc_grace_ms))),
+            ))
         }
     };
     if catch_up {
@@ -1574,7 +1579,9 @@ impl Read for SnapshotReader<'_> {
         }
         if Instant::now() > self.deadline {
             let primary = self.primary;
-            return Err(self.refuse(BackupRefusal::SnapshotTooSlow { primary, waited_ms: REPLICATION_SNAPSHOT_WAIT_MS_MAX }));
+            return Err(
+                self.refuse(BackupRefusal::SnapshotTooSlow { primary, waited_ms: REPLICATION_SNAPSHOT_WAIT_MS_MAX })
+            );
         }
         if self.chunk_left == 0 {
             if !self.incoming.fill(self.shared, Some(self.fenced), self.stream, 4)? {
