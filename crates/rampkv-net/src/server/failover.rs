@@ -287,7 +287,7 @@ impl Agent {
         if let (Some(replicator), true) = (replicator, primary_of_any) {
             replicator.set_epoch(epoch);
         }
-        let mut adopted: HashMap<ServerId, usize> = HashMap::new();
+        let mut adopted: HashMap<ServerId, (usize, u128)> = HashMap::new();
         for partition in 0..configuration.partition_count() {
             let Some(ready) = self.gate.ready.get(partition as usize) else { continue };
             let primary = configuration.primary_of(partition);
@@ -302,19 +302,22 @@ impl Agent {
             // Its data is in the copy of its previous primary, which failed.
             if let Some(source) = self.last_primary[partition as usize].filter(|source| *source != me) {
                 if let std::collections::hash_map::Entry::Vacant(entry) = adopted.entry(source) {
+                    let started = Instant::now();
                     let copy = self.backup.as_ref().and_then(|backup| backup.take_over(source, epoch));
                     let keys = match &copy {
                         Some(copy) => self.servers.served()[0].adopt(copy.store(), self.servers.now_ms()),
                         None => 0, // it never streamed here: it acknowledged no write
                     };
-                    entry.insert(keys);
+                    entry.insert((keys, started.elapsed().as_millis()));
                     self.adopted_in = epoch;
                 }
             }
             ready.store(true, Ordering::Release);
         }
-        for (source, keys) in adopted {
-            log::warn!("failover: server {me} took over server {source}'s copy in epoch {epoch} ({keys} keys)");
+        for (source, (keys, took_ms)) in adopted {
+            log::warn!(
+                "failover: server {me} took over server {source}'s copy in epoch {epoch} ({keys} keys, {took_ms} ms)"
+            );
         }
         for (partition, primary) in self.last_primary.iter_mut().enumerate() {
             *primary = configuration.primary_of(partition as u32);

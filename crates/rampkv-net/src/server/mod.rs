@@ -188,30 +188,21 @@ impl Served {
         self.slots.get()
     }
 
-    /// Loads a backup copy this server takes over (failover) into its store: every version,
+    /// Moves a backup copy this server takes over (failover) into its store, leaving the copy
+    /// empty (`Store::absorb`: keys move whole, without copying their versions): every version,
     /// every transaction still prepared (left to the resolver: cooperative termination) and
     /// every remembered abort; republishes the keys' item slots. Not shipped to this server's
-    /// own backups (they do not hold the adopted partitions' past). Returns the keys loaded.
+    /// own backups (they get it with the snapshot of a catch-up, rejoin). Returns the keys moved.
     pub fn adopt(&self, copy: &rampkv_core::storage::Store, now_ms: u64) -> usize {
-        let store = self.core.store();
+        let publishing = self.slots.get().is_some();
         let mut keys = Vec::new();
-        for shard in 0..copy.shard_count() {
-            for entry in copy.shard_versions(shard) {
-                keys.push(entry.key.clone());
-                store.restore_key(entry, now_ms);
-            }
+        let count = self.core.store().absorb(copy, now_ms, publishing.then_some(&mut keys));
+        if publishing {
+            let mut effects = Effects::default();
+            effects.set_publishing(true);
+            effects.committed = keys;
+            self.publish(&mut effects);
         }
-        for ts in copy.aborted_transactions() {
-            store.restore_aborted(ts, now_ms);
-        }
-        for (ts, pending) in copy.stale_pending(u64::MAX) {
-            store.restore_pending(ts, pending.keys, pending.write_set, now_ms);
-        }
-        let count = keys.len();
-        let mut effects = Effects::default();
-        effects.set_publishing(self.slots.get().is_some());
-        effects.committed = keys;
-        self.publish(&mut effects);
         count
     }
 }

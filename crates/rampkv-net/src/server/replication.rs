@@ -494,16 +494,28 @@ impl Replicator {
     /// Whether catching-up `backup` (process `incarnation`) is in sync through a catch-up link
     /// opened in epoch `since` or later: it holds every record a reply was released for, no
     /// reply goes out without it, and it made that copy its current one (module docs,
-    /// "Rejoin"). The configuration may then count it as a backup.
+    /// "Rejoin"). The configuration may then count it as a backup. The older links to that
+    /// backup are retired then (the copies they fed are no longer its current one).
     pub fn in_sync(&self, backup: usize, incarnation: u64, since: u64) -> bool {
-        self.shared.links.read().iter().any(|link| {
+        let links = self.shared.links.read();
+        let synced = links.iter().find(|link| {
             link.catches_up(backup, incarnation, since)
                 && link.counted.load(Ordering::Acquire)
                 && link
                     .catch_up
                     .as_ref()
                     .is_some_and(|catch_up| catch_up.marker.load(Ordering::Acquire) == MARKER_ACKNOWLEDGED)
-        })
+        });
+        let Some(synced) = synced else { return false };
+        for older in links.iter().filter(|older| older.backup == backup && !Arc::ptr_eq(older, synced)) {
+            if !older.removed.swap(true, Ordering::AcqRel) {
+                let error = ReplicationError::Superseded { backup: older.backup, address: older.address.clone() };
+                older.fail(error, &self.shared);
+            }
+        }
+        drop(links);
+        self.shared.wake();
+        true
     }
 
     /// Registers what an acknowledgement (or a failure) calls: the front ends holding replies.
@@ -553,11 +565,15 @@ impl Replicator {
     }
 
     /// Queues `batch` for `link`, waiting for room (bounded: a backup that stays behind fails).
+    /// A link that holds no reply (catching up, before its snapshot is applied) does not make
+    /// writes wait: it fails at once when full (and is opened again). Its reader takes the
+    /// sequencer lock to start counting, which the caller holds: it must not be waited for.
     fn push(&self, link: &Link, batch: Batch) {
         if link.removed.load(Ordering::Acquire) {
             return;
         }
-        let deadline = Instant::now() + Duration::from_millis(REPLICATION_FULL_WAIT_MS_MAX);
+        let wait_ms = if link.counted.load(Ordering::Acquire) { REPLICATION_FULL_WAIT_MS_MAX } else { 0 };
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
         let mut queue = link.queue.lock();
         while queue.bytes + batch.bytes.len() > REPLICATION_UNACKED_BYTES_MAX && !queue.batches.is_empty() {
             if link.failed() || link.changed.wait_until(&mut queue, deadline).timed_out() {
@@ -574,7 +590,7 @@ impl Replicator {
                 backup: link.backup,
                 address: link.address.clone(),
                 bytes,
-                waited_ms: REPLICATION_FULL_WAIT_MS_MAX,
+                waited_ms: wait_ms,
             };
             link.fail(error, &self.shared);
             return;
@@ -865,8 +881,6 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
                 return link.fail(malformed("in-sync acknowledgement (no such marker)"), shared);
             }
             catch_up.marker.store(MARKER_ACKNOWLEDGED, Ordering::Release);
-            supersede_older_links(shared, link);
-            shared.wake();
             continue;
         }
         let now = Instant::now();
@@ -920,18 +934,6 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
             stats.ack_latency_us_max = stats.ack_latency_us_max.max(max_us);
         }
         shared.wake();
-    }
-}
-
-/// `link`, now in sync, takes the place of the older links to its backup (their copies are no
-/// longer the backup's current one).
-fn supersede_older_links(shared: &Shared, link: &Link) {
-    let links = shared.links.read();
-    for older in links.iter().filter(|older| older.backup == link.backup && !std::ptr::eq(&***older, link)) {
-        if !older.removed.swap(true, Ordering::AcqRel) {
-            let error = ReplicationError::Superseded { backup: older.backup, address: older.address.clone() };
-            older.fail(error, shared);
-        }
     }
 }
 

@@ -261,7 +261,8 @@ fn a_catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync() {
     assert!(!replicator.in_sync(1, 7, 4), "a link opened in epoch 3 does not count for epoch 4");
     assert!(!replicator.in_sync(1, 8, 3), "nor for another incarnation of the backup");
     let copy = service.copy_of(0).expect("the copy is current once in sync");
-    for key in ["old".to_owned(), "before".to_owned()].into_iter().chain((0..200).map(|index| format!("during{index}"))) {
+    for key in ["old".to_owned(), "before".to_owned()].into_iter().chain((0..200).map(|index| format!("during{index}")))
+    {
         assert!(copy.store().get_latest(key.as_bytes()).is_some(), "{key} is on the copy");
     }
     let position = write(1_000 << 20, "after");
