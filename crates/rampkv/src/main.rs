@@ -518,9 +518,9 @@ struct ChaosArgs {
     /// The cluster's shared secret: the servers require it, the workload proves it.
     #[command(flatten)]
     secret: SecretArgs,
-    /// Copies of every partition: the servers replicate and fail over (configuration service);
-    /// the nemesis then kills only while every partition has its full replica set (without
-    /// rejoin, once per run). Above 1: kill-one or none, over --transport tcp.
+    /// Copies of every partition: the servers replicate, fail over and rejoin (configuration
+    /// service); the nemesis then kills only while every partition has its full replica set
+    /// (it waits for a server to catch up). Above 1: kill-one or none, over --transport tcp.
     #[arg(long, default_value_t = 1)]
     replicas: u32,
     /// How long the workload runs (e.g. 60s, 2m).
@@ -747,11 +747,19 @@ fn run(command: Command) -> Result<ExitCode> {
                     let replicas = cluster.replicas();
                     let backups =
                         rampkv::config::configuration::backups_of(index as u16, cluster.servers().len(), replicas);
-                    say!(
-                        "rampkv server: {replicas} copies of every partition; replication port {}; writes acknowledged \
-                         once servers {backups:?} applied them",
-                        port.address()
-                    );
+                    if rejoined {
+                        say!(
+                            "rampkv server: {replicas} copies of every partition; replication port {}; a backup of \
+                             nothing until it catches up",
+                            port.address()
+                        );
+                    } else {
+                        say!(
+                            "rampkv server: {replicas} copies of every partition; replication port {}; writes \
+                             acknowledged once servers {backups:?} applied them",
+                            port.address()
+                        );
+                    }
                 }
                 group.start_recovery(cluster, index, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
             }

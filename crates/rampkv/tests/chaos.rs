@@ -332,57 +332,31 @@ fn kill_one_with_two_replicas_fails_over_rejoins_and_loses_nothing() {
     assert_nothing_left(&report, harness_pid);
 }
 
-/// The children of process `parent` (from /proc).
-fn children_of(parent: u32) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // pid (comm) state ppid ...: the comm may hold spaces, so split after its ')'.
-            let after = stat.rsplit_once(')').map_or("", |(_, after)| after);
-            after.split_whitespace().nth(1).and_then(|ppid| ppid.parse::<u32>().ok()) == Some(parent)
-        })
-        .collect()
-}
-
 /// A harness killed outright (SIGKILL) cannot clean up, but its servers must not outlive it:
 /// each one's stdin is a pipe only the harness holds, and they exit when it closes.
 #[test]
 fn servers_exit_when_the_harness_is_killed_with_sigkill() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
-        .args([
-            "chaos",
-            "--servers",
-            "3",
-            "--nemesis",
-            "none",
-            "--duration",
-            "60s",
-            "--seed",
-            "9",
-            "--network",
-            "loopback",
-        ])
+    let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
+        .args(["chaos", "--nemesis", "none", "--duration", "60s", "--seed", "9", "--network", "loopback"])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("rampkv chaos starts");
-    let harness = child.id();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut servers = children_of(harness);
-    while servers.len() < 3 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        servers = children_of(harness);
-    }
-    let _ = child.kill(); // SIGKILL
-    let _ = child.wait();
-    assert_eq!(servers.len(), 3, "the harness started its three servers: {servers:?}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut harness = Harness(child);
+    let harness_pid = harness.0.id();
+    let stderr = harness.0.stderr.take().expect("piped");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let up = lines.by_ref().map_while(Result::ok).any(|line| line.contains("servers up"));
+    assert!(up, "the servers never came up");
+    let servers = children_of(harness_pid);
+    assert_eq!(servers.len(), 3, "{servers:?}");
+    let _ = harness.0.kill(); // SIGKILL: no clean-up runs
+    let _ = harness.0.wait();
     let alive = |pid: &u32| {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
         !stat.is_empty() && !stat.contains(") Z")
     };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while servers.iter().any(alive) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
