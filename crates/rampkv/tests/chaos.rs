@@ -249,12 +249,12 @@ fn children_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Ctrl-C (SIGINT to the harness alone, not its servers) ends a run through its clean-up:
-/// exit status 130, every server it started killed by pid, its namespaces deleted.
-#[test]
-fn an_interrupted_run_kills_its_servers_and_removes_its_namespaces() {
+/// A harness started with `args` whose three servers are up, their pids, and the rest of its
+/// stderr.
+fn harness_with_servers_up(args: &[&str]) -> (Harness, u32, Vec<u32>, impl Iterator<Item = String>) {
     let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
-        .args(["chaos", "--nemesis", "kill-one", "--duration", "60s", "--seed", "14"])
+        .arg("chaos")
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -262,15 +262,24 @@ fn an_interrupted_run_kills_its_servers_and_removes_its_namespaces() {
     let mut harness = Harness(child);
     let harness_pid = harness.0.id();
     let stderr = harness.0.stderr.take().expect("piped");
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok);
     // The harness says when its servers are up (or ends, closing the pipe).
-    let up = lines.by_ref().map_while(Result::ok).any(|line| line.contains("servers up"));
+    let up = lines.by_ref().any(|line| line.contains("servers up"));
     assert!(up, "the servers never came up");
     let servers = children_of(harness_pid);
     assert_eq!(servers.len(), 3, "{servers:?}");
+    (harness, harness_pid, servers, lines)
+}
+
+/// Ctrl-C (SIGINT to the harness alone, not its servers) ends a run through its clean-up:
+/// exit status 130, every server it started killed by pid, its namespaces deleted.
+#[test]
+fn an_interrupted_run_kills_its_servers_and_removes_its_namespaces() {
+    let (mut harness, harness_pid, servers, lines) =
+        harness_with_servers_up(&["--nemesis", "kill-one", "--duration", "60s", "--seed", "14"]);
     let sent = Command::new("kill").args(["-INT", &harness_pid.to_string()]).status().expect("kill runs");
     assert!(sent.success());
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let rest: Vec<String> = lines.collect();
     let status = harness.0.wait().expect("the harness ends");
     assert_eq!(status.code(), Some(130), "{rest:?}");
     assert!(rest.iter().any(|line| line.contains("interrupted")), "{rest:?}");
@@ -336,20 +345,9 @@ fn kill_one_with_two_replicas_fails_over_rejoins_and_loses_nothing() {
 /// each one's stdin is a pipe only the harness holds, and they exit when it closes.
 #[test]
 fn servers_exit_when_the_harness_is_killed_with_sigkill() {
-    let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
-        .args(["chaos", "--nemesis", "none", "--duration", "60s", "--seed", "9", "--network", "loopback"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("rampkv chaos starts");
-    let mut harness = Harness(child);
-    let harness_pid = harness.0.id();
-    let stderr = harness.0.stderr.take().expect("piped");
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
-    let up = lines.by_ref().map_while(Result::ok).any(|line| line.contains("servers up"));
-    assert!(up, "the servers never came up");
-    let servers = children_of(harness_pid);
-    assert_eq!(servers.len(), 3, "{servers:?}");
+    let args = ["--nemesis", "none", "--duration", "60s", "--seed", "9", "--network", "loopback"];
+    // Its stderr stays open (`_stderr`): a harness that could not print would panic and clean up.
+    let (mut harness, _, servers, _stderr) = harness_with_servers_up(&args);
     let _ = harness.0.kill(); // SIGKILL: no clean-up runs
     let _ = harness.0.wait();
     let alive = |pid: &u32| {

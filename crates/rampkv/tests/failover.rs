@@ -127,16 +127,7 @@ fn a_killed_primary_is_failed_over_and_no_acknowledged_write_is_lost() {
     assert!(read.items.iter().zip(&last).all(|(item, value)| &item.value == value));
     // The restarted victim rejoins as a new incarnation and serves nothing.
     let address = cluster.servers()[0].clone();
-    let file = directory.path().join("cluster.toml");
-    let log = std::fs::File::create(directory.path().join("restarted.log")).unwrap();
-    processes.0[0] = Some(
-        Command::new(env!("CARGO_BIN_EXE_rampkv"))
-            .args(["server", "--listen", &address, "--cluster", file.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
+    restart(directory.path(), &cluster, &mut processes, 0);
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(&address).is_err() {
         assert!(Instant::now() < deadline, "the victim did not restart");
@@ -188,7 +179,8 @@ fn a_deposed_primary_that_comes_back_with_its_old_state_serves_no_read_and_takes
 fn restart(directory: &Path, cluster: &Cluster, processes: &mut Processes, index: usize) {
     let address = cluster.servers()[index].clone();
     let file = directory.join("cluster.toml");
-    let log = std::fs::File::create(directory.join(format!("restarted-{index}-{}.log", processes.0.len()))).unwrap();
+    let path = directory.join(format!("restarted-{index}.log"));
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
     processes.0[index] = Some(
         Command::new(env!("CARGO_BIN_EXE_rampkv"))
             .args(["server", "--listen", &address, "--cluster", file.to_str().unwrap()])

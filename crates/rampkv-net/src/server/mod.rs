@@ -773,12 +773,13 @@ fn start_replication(
     };
     let mut replicators = Vec::with_capacity(configs.len());
     for primary in first_index..first_index + configs.len() {
-        let targets = match replication.rejoining {
-            true => Vec::new(),
-            false => rampkv_config::configuration::backups_of(primary as u16, addresses.len(), replication.replicas)
+        let targets = if replication.rejoining {
+            Vec::new()
+        } else {
+            rampkv_config::configuration::backups_of(primary as u16, addresses.len(), replication.replicas)
                 .into_iter()
                 .map(|backup| (usize::from(backup), addresses[usize::from(backup)].clone()))
-                .collect(),
+                .collect()
         };
         let replicator = Replicator::start(primary as u16, replication.epoch, targets, options.secret.clone())
             .map_err(StartError::Replication)?;
