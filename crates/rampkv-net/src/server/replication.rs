@@ -450,7 +450,7 @@ impl Replicator {
             // Links that hold nothing any more are dropped (a failed, counted one stays: its
             // backup's absence holds writes until the configuration removes it).
             links.retain(|link| {
-                !link.removed.load(Ordering::Acquire) && !(link.failed() && !link.counted.load(Ordering::Acquire))
+                !link.removed.load(Ordering::Acquire) && (!link.failed() || link.counted.load(Ordering::Acquire))
             });
             links.push(Arc::clone(&link));
             drop(sequencer);
