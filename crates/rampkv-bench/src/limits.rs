@@ -116,6 +116,10 @@ pub const CHAOS_FINAL_READ_TIMEOUT_MS: u64 = 30_000;
 /// Step of every sleep of the nemesis and the harness, so a stop or Ctrl-C is seen this soon.
 pub const CHAOS_SLEEP_STEP_MS: u64 = 20;
 
+/// Chaos: the longest a kill waits for every partition's full replica set (a server catching
+/// up, rejoin) before it is skipped.
+pub const CHAOS_REPLICA_WAIT_MS_MAX: u64 = 20_000;
+
 /// Shortest kill interval accepted: a server needs some time to come back between kills.
 pub const CHAOS_KILL_INTERVAL_MS_MIN: u64 = 100;
 

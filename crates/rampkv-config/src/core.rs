@@ -37,7 +37,7 @@ use std::sync::Arc;
 use raft::eraftpb::{self, Entry, EntryType, MessageType};
 use raft::{RawNode, StateRole, Storage};
 
-use crate::configuration::{Change, Configuration, Proposal, ServerId};
+use crate::configuration::{Change, Configuration, Proposal, ReplicaSet, ServerId};
 use crate::error::ConfigError;
 use crate::limits::{
     CONFIG_PROPOSAL_TIMEOUT_MS, CONFIG_RAFT_ENTRIES_PER_MESSAGE_MAX, CONFIG_READ_INDEX_TIMEOUT_MS,
@@ -137,8 +137,9 @@ pub struct ConfigCore {
     next_tick_ns: u64,
     next_heartbeat_ns: u64,
     vote_gate: VoteGate,
-    /// Partitions this server reported caught up and that are not yet in sync.
-    caught_up_pending: Vec<u32>,
+    /// (server, incarnation, partition) catch-ups this server reported (its own, or, as the
+    /// partition's primary, a backup's) and that are not yet in sync.
+    caught_up_pending: Vec<(ServerId, u64, u32)>,
 }
 
 impl std::fmt::Debug for ConfigCore {
@@ -274,8 +275,17 @@ impl ConfigCore {
     /// This server holds `partition`'s snapshot and the log since (it was catching up):
     /// reported to the leader with every heartbeat until the configuration shows it in sync.
     pub fn report_caught_up(&mut self, partition: u32, now_ns: u64) {
-        if !self.caught_up_pending.contains(&partition) && partition < self.configuration.partition_count() {
-            self.caught_up_pending.push(partition);
+        self.report_backup_caught_up(partition, self.me, self.incarnation, now_ns);
+    }
+
+    /// As the primary of `partition`: the catching-up `server` (process `incarnation`) holds
+    /// the partition's snapshot and the log since, and this primary acknowledges no write it
+    /// does not hold (the primary is who knows that: it holds the replies). Reported to the
+    /// leader with every heartbeat until the configuration shows it in sync.
+    pub fn report_backup_caught_up(&mut self, partition: u32, server: ServerId, incarnation: u64, now_ns: u64) {
+        let report = (server, incarnation, partition);
+        if !self.caught_up_pending.contains(&report) && partition < self.configuration.partition_count() {
+            self.caught_up_pending.push(report);
         }
         self.send_caught_up_reports(now_ns);
     }
@@ -345,7 +355,8 @@ impl ConfigCore {
             }
             Message::LeaseGrant(grant) => self.on_grant(grant, now_ns),
             Message::CaughtUp { from: reporter, incarnation, partition, .. } => {
-                if reporter != from {
+                // The catching-up server itself, or the partition's primary, may report.
+                if reporter != from && self.configuration.primary_of(partition) != Some(from) {
                     return Err(violation("catch-up report names another server"));
                 }
                 if let Some(leader) = &mut self.leader {
@@ -433,16 +444,12 @@ impl ConfigCore {
 
     fn send_caught_up_reports(&mut self, now_ns: u64) {
         let configuration = Arc::clone(&self.configuration);
-        self.caught_up_pending.retain(|partition| {
-            configuration.replica_set(*partition).is_some_and(|set| set.catching_up.contains(&self.me))
+        self.caught_up_pending.retain(|(server, incarnation, partition)| {
+            configuration.is_admitted(*server, *incarnation)
+                && configuration.replica_set(*partition).is_some_and(|set| set.catching_up.contains(server))
         });
-        for partition in self.caught_up_pending.clone() {
-            let message = Message::CaughtUp {
-                from: self.me,
-                incarnation: self.incarnation,
-                partition,
-                epoch: configuration.epoch(),
-            };
+        for (server, incarnation, partition) in self.caught_up_pending.clone() {
+            let message = Message::CaughtUp { from: server, incarnation, partition, epoch: configuration.epoch() };
             for server in 0..configuration.servers().len() as ServerId {
                 if server != self.me {
                     self.outbox.push((server, message.clone()));
@@ -800,17 +807,26 @@ impl ConfigCore {
                 heard_ns > 0 && now_ns.saturating_sub(heard_ns) < lease_ns && draft.is_admitted(*server, incarnation)
             })
             .collect();
+        // Partitions whose replica sets are the same (a server's partitions, which start
+        // together and fail over together) get the same server, so that they stay together:
+        // clients route a server's partitions as one (`rampkv_net::server::failover::routes`).
+        let mut chosen: Vec<(ReplicaSet, ServerId)> = Vec::new();
         for partition in 0..base.partition_count() {
             let set = draft.replica_set(partition).expect("partition below the count").clone();
             if set.primary.is_none() || set.members().count() >= draft.replicas() as usize {
                 continue;
             }
             let load = |server: &ServerId| draft.replica_sets().iter().filter(|set| set.contains(*server)).count();
-            let candidate = alive_admitted
-                .iter()
-                .filter(|server| !set.contains(**server))
-                .min_by_key(|server| (load(server), **server));
-            if let Some(server) = candidate.copied() {
+            let candidate = match chosen.iter().find(|(same, _)| *same == set) {
+                Some((_, server)) => Some(*server),
+                None => alive_admitted
+                    .iter()
+                    .filter(|server| !set.contains(**server))
+                    .min_by_key(|server| (load(server), **server))
+                    .copied(),
+            };
+            if let Some(server) = candidate {
+                chosen.push((set, server));
                 add(&mut draft, Change::AddCatchingUp { partition, server });
             }
         }

@@ -91,7 +91,7 @@ struct Shared {
 
 enum Event {
     Message(ServerId, Message),
-    CaughtUp(u32),
+    CaughtUp(u32, ServerId, u64),
     /// A Raft frame for the server was dropped (`true`: it held a snapshot).
     Undelivered(ServerId, bool),
     /// A snapshot for the server was written whole to its connection.
@@ -245,7 +245,14 @@ impl ConfigNode {
     pub fn report_caught_up(&self, partition: u32) {
         // A full queue means the driver is far behind; the report is repeated by the caller's
         // next attempt, and the driver re-sends pending reports with every heartbeat.
-        let _ = self.events.try_send(Event::CaughtUp(partition));
+        let _ = self.events.try_send(Event::CaughtUp(partition, self.shared.me, self.shared.incarnation));
+    }
+
+    /// As the primary of `partition`: the catching-up `server` (process `incarnation`) holds
+    /// the partition and this primary acknowledges no write it lacks
+    /// (`ConfigCore::report_backup_caught_up`). Repeat it until the configuration shows it.
+    pub fn report_backup_caught_up(&self, partition: u32, server: ServerId, incarnation: u64) {
+        let _ = self.events.try_send(Event::CaughtUp(partition, server, incarnation));
     }
 
     /// The Raft leader this node knows of.
@@ -310,7 +317,9 @@ fn drive(
                 // A violation was already answered by the reader closing the connection.
                 let _ = core.receive(from, message, shared.clock.now_ns());
             }
-            Ok(Event::CaughtUp(partition)) => core.report_caught_up(partition, shared.clock.now_ns()),
+            Ok(Event::CaughtUp(partition, server, incarnation)) => {
+                core.report_backup_caught_up(partition, server, incarnation, shared.clock.now_ns())
+            }
             Ok(Event::Undelivered(to, snapshot)) => core.report_undelivered(to, snapshot, shared.clock.now_ns()),
             Ok(Event::SnapshotSent(to)) => core.report_snapshot_sent(to, shared.clock.now_ns()),
             Ok(Event::Stop) | Err(RecvTimeoutError::Disconnected) => return,
@@ -419,7 +428,8 @@ fn serve_connection(shared: &Shared, mut stream: TcpStream, events: &SyncSender<
                 let allowed = match &message {
                     Message::Raft(raft) => raft.from == u64::from(from) + 1,
                     Message::Heartbeat(heartbeat) => heartbeat.from == from,
-                    Message::CaughtUp { from: reporter, .. } => *reporter == from,
+                    // The server itself or the partition's primary: the core checks which.
+                    Message::CaughtUp { .. } => true,
                     Message::LeaseGrant(grant) => grant.to == shared.me,
                     _ => false,
                 };

@@ -176,6 +176,22 @@ pub const REPLICATION_CONNECTIONS_MAX: usize = 64;
 /// frames arrive).
 pub const REPLICATION_READ_BYTES: usize = 64 << 10;
 
+/// Rejoin: bytes of one chunk of a snapshot a primary streams to a catching-up backup (the
+/// backup refuses a longer chunk; its memory per chunk is bounded by this).
+pub const REPLICATION_SNAPSHOT_CHUNK_BYTES: usize = 64 << 10;
+
+/// Rejoin: the longest a catching-up backup waits for the rest of a snapshot once it began
+/// (a primary that stops sending mid-snapshot is dropped; it tries again with a new link).
+pub const REPLICATION_SNAPSHOT_WAIT_MS_MAX: u64 = 60_000;
+
+/// Rejoin: the pause before a primary opens a new link to a catching-up backup whose last one
+/// failed (a backup that refuses is not hammered).
+pub const REPLICATION_CATCH_UP_RETRY_MS: u64 = 200;
+
+/// Rejoin: how often the failover thread looks at its catching-up backups' links (to report
+/// the ones in sync to the configuration service) when no configuration arrives.
+pub const FAILOVER_REJOIN_POLL_MS: u64 = 10;
+
 /// Most partitions in a cluster file.
 pub const CLUSTER_PARTITIONS_MAX: u32 = 65_536;
 

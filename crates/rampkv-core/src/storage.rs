@@ -678,6 +678,74 @@ impl Store {
     pub fn restore_aborted(&self, ts: Timestamp, now_ms: u64) {
         self.remember_aborted(ts, now_ms);
     }
+
+    /// Moves everything `source` holds into this store and leaves `source` empty (failover:
+    /// a promoted backup takes its copy of the failed primary's store in). A key this store
+    /// does not hold moves whole, without a copy of its versions (the two stores shard keys
+    /// alike, so shard `i` goes to shard `i`); a key it holds gets `source`'s versions as
+    /// [`Store::restore_key`] would give them. Pending transactions move too (the keys of one
+    /// pending in both are joined), and so do remembered aborts. Superseded versions are
+    /// counted as superseded `now_ms` (this store's clock: the grace starts again). The keys
+    /// moved are appended to `keys` when given. Returns how many keys moved.
+    pub fn absorb(&self, source: &Store, now_ms: u64, mut keys: Option<&mut Vec<Key>>) -> usize {
+        debug_assert_eq!(self.shards.len(), source.shards.len());
+        let mut moved = 0;
+        for (into, from) in self.shards.iter().zip(source.shards.iter()) {
+            let taken = std::mem::take(&mut *from.write());
+            let mut held_here = Vec::new();
+            let mut into = into.write();
+            for (key, mut state) in taken {
+                moved += 1;
+                if let Some(keys) = keys.as_deref_mut() {
+                    keys.push(key.clone());
+                }
+                let value_bytes: usize = state.versions.values().map(|stored| stored.version.value.len()).sum();
+                let version_count = state.versions.values().count();
+                source.version_count.fetch_sub(version_count, Ordering::Relaxed);
+                source.forget_version_bytes(value_bytes);
+                if into.contains_key(&key) {
+                    let versions = state
+                        .versions
+                        .values()
+                        .map(|stored| (Arc::clone(&stored.version), stored.committed.load(Ordering::Acquire)))
+                        .collect();
+                    held_here.push(KeyVersions { key, collected_max_ts: state.collected_max_ts, versions });
+                    continue;
+                }
+                for entry in state.superseded.iter_mut() {
+                    entry.0 = now_ms;
+                }
+                self.version_count.fetch_add(version_count, Ordering::Relaxed);
+                self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
+                into.insert(key, state);
+            }
+            drop(into);
+            for entry in held_here {
+                self.restore_key(entry, now_ms);
+            }
+        }
+        for from in source.pending.iter() {
+            for (ts, pending) in std::mem::take(&mut *from.lock()) {
+                let mut into = self.pending_shard(ts).lock();
+                match into.get_mut(&ts) {
+                    Some(held) => {
+                        for key in pending.keys {
+                            if !held.keys.contains(&key) {
+                                held.keys.push(key);
+                            }
+                        }
+                    }
+                    None => {
+                        into.insert(ts, PendingTxn { prepared_at_ms: now_ms, ..pending });
+                    }
+                }
+            }
+        }
+        for (ts, _) in std::mem::take(&mut *source.aborted.lock()) {
+            self.remember_aborted(ts, now_ms);
+        }
+        moved
+    }
 }
 
 fn validate_prepare(ts: Timestamp, metadata: &StoredMetadata, writes: &[(Key, Box<[u8]>)]) -> Result<(), StoreError> {
@@ -1184,6 +1252,40 @@ mod tests {
             copy.restore_aborted(ts, 0);
         }
         copy
+    }
+
+    /// Failover moves a backup copy into the server's store: every version, pending
+    /// transaction and abort moves (a key held on both sides gets the copy's versions), the
+    /// copy is left empty, the counts follow, and a moved pending transaction commits.
+    #[test]
+    fn absorbing_a_copy_moves_everything_and_leaves_it_empty() {
+        let copy = Store::new(1_000);
+        prepare(&copy, 10, &["a", "b"], 0);
+        copy.commit(10);
+        prepare(&copy, 20, &["a"], 0);
+        copy.commit(20);
+        prepare(&copy, 30, &["b", "c"], 0);
+        copy.restore_aborted(40, 0);
+        let store = Store::new(1_000);
+        prepare(&store, 5, &["b", "z"], 0);
+        store.commit(5);
+        let (copied_versions, held_versions) = (copy.stats().versions, store.stats().versions);
+        let mut keys = Vec::new();
+        assert_eq!(store.absorb(&copy, 7, Some(&mut keys)), 3);
+        keys.sort();
+        assert_eq!(keys, vec![key("a"), key("b"), key("c")]);
+        assert_eq!(copy.stats().versions, 0);
+        assert_eq!(copy.shard_versions(0).len() + copy.stale_pending(u64::MAX).len(), 0);
+        assert!(copy.aborted_transactions().is_empty());
+        assert_eq!(store.stats().versions, copied_versions + held_versions);
+        assert_eq!(&*store.get_latest(b"a").unwrap().value, b"a@20");
+        assert_eq!(&*store.get_latest(b"b").unwrap().value, b"b@10");
+        assert_eq!(&*store.get_latest(b"z").unwrap().value, b"z@5");
+        assert!(store.get_latest(b"c").is_none(), "prepared, not committed");
+        assert!(store.was_aborted(40));
+        assert_eq!(store.commit_keys(30).len(), 2, "the moved pending transaction commits");
+        assert_eq!(&*store.get_latest(b"c").unwrap().value, b"c@30");
+        assert_eq!(&*store.get_latest(b"b").unwrap().value, b"b@30");
     }
 
     #[test]

@@ -201,6 +201,7 @@ fn write_temporary(temporary: &Path, store: &Store, header: FileHeader) -> Resul
         .map_err(DurableError::io("create", temporary))?;
     let mut writer = EntryWriter { out: BufWriter::with_capacity(SNAPSHOT_IO_BUFFER_BYTES, file), scratch: Vec::new() };
     let counts = writer.write_store(store, header).map_err(DurableError::io("write", temporary))?;
+    writer.out.flush().map_err(DurableError::io("write", temporary))?;
     let file = writer.out.into_inner().map_err(|error| DurableError::io("write", temporary)(error.into_error()))?;
     file.sync_all().map_err(DurableError::io("fsync", temporary))?;
     let bytes = file.metadata().map_err(DurableError::io("stat", temporary))?.len();
@@ -234,12 +235,38 @@ fn drop_covered(dir: &Path) -> Result<Vec<PathBuf>, DurableError> {
     Ok(dropped)
 }
 
-struct EntryWriter {
-    out: BufWriter<File>,
+/// Writes a snapshot of `store` covering the records up to `lsn` of epoch `epoch` to `out`, in
+/// the file format above (header, entries, END): what a primary sends a backup that catches up
+/// (replication). The caller reads `lsn` before it calls this, after every change up to `lsn`
+/// was applied to `store` (see the module docs for why a live store's copy is then right).
+///
+/// # Errors
+/// What `out` returns.
+pub fn write_to<W: Write>(out: W, store: &Store, lsn: Lsn, epoch: u64) -> std::io::Result<SnapshotCounts> {
+    let mut writer = EntryWriter { out, scratch: Vec::new() };
+    let counts = writer.write_store(store, FileHeader { lsn, epoch })?;
+    writer.out.flush()?;
+    Ok(counts)
+}
+
+/// Loads a snapshot in the file format above from `input` into `store`, which may already
+/// hold versions (a copy that catches up again: restoring is idempotent, see the module docs);
+/// `source` names the input in errors. Everything up to the END entry is checked as when a
+/// file is loaded, and `input` must end right after it.
+///
+/// # Errors
+/// [`DurableError::CorruptSnapshot`] (bad header, checksum, counts, trailing bytes, no END)
+/// or an I/O error of `input`. `store` may then hold part of the snapshot.
+pub fn load_from<R: Read>(input: R, source: &Path, store: &Store, now_ms: u64) -> Result<LoadedSnapshot, DurableError> {
+    load_entries(input, source, store, now_ms)
+}
+
+struct EntryWriter<W: Write> {
+    out: W,
     scratch: Vec<u8>,
 }
 
-impl EntryWriter {
+impl<W: Write> EntryWriter<W> {
     fn write_store(&mut self, store: &Store, header: FileHeader) -> std::io::Result<SnapshotCounts> {
         self.out.write_all(&header.encode(SNAPSHOT_MAGIC))?;
         let mut counts = SnapshotCounts::default();
@@ -307,14 +334,13 @@ fn entry_crc(entry: &[u8]) -> u32 {
 /// Loads the snapshot at `path` into `store` (which should be empty). On an error, `store`
 /// may hold part of it: the caller clears it before trying anything else.
 pub(crate) fn load(path: &Path, store: &Store, now_ms: u64) -> Result<LoadedSnapshot, DurableError> {
-    let started = Instant::now();
     let file = File::open(path).map_err(DurableError::io("open", path))?;
-    let mut reader = EntryReader {
-        input: BufReader::with_capacity(SNAPSHOT_IO_BUFFER_BYTES, file),
-        path,
-        offset: 0,
-        payload: Vec::new(),
-    };
+    load_entries(BufReader::with_capacity(SNAPSHOT_IO_BUFFER_BYTES, file), path, store, now_ms)
+}
+
+fn load_entries<R: Read>(input: R, path: &Path, store: &Store, now_ms: u64) -> Result<LoadedSnapshot, DurableError> {
+    let started = Instant::now();
+    let mut reader = EntryReader { input, path, offset: 0, payload: Vec::new() };
     let header = reader.header()?;
     let mut loader = Loader { store, now_ms, current: None, uncommitted: HashMap::new(), pending: Vec::new() };
     let mut found = SnapshotCounts::default();
@@ -370,15 +396,15 @@ fn check_counts(counted: SnapshotCounts, found: SnapshotCounts) -> Result<(), Sn
     }
 }
 
-struct EntryReader<'a> {
-    input: BufReader<File>,
+struct EntryReader<'a, R: Read> {
+    input: R,
     path: &'a Path,
     offset: u64,
     /// The current entry's payload (kind first).
     payload: Vec<u8>,
 }
 
-impl EntryReader<'_> {
+impl<R: Read> EntryReader<'_, R> {
     fn damage(&self, cause: SnapshotDamage) -> DurableError {
         DurableError::CorruptSnapshot { file: self.path.into(), offset: self.offset, cause }
     }

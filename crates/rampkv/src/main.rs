@@ -120,6 +120,11 @@ enum Command {
         timeout: u64,
         #[command(flatten)]
         persistence: PersistenceArgs,
+        /// Exit (status 1) when standard input reaches its end: a supervisor that holds the
+        /// write end of a pipe as the server's stdin takes its server down with it, even when it
+        /// is killed with SIGKILL (the fault test, `rampkv chaos`, does).
+        #[arg(long)]
+        exit_on_stdin_eof: bool,
     },
     /// Run a local cluster of several servers in this process and write its cluster file.
     Local {
@@ -520,9 +525,9 @@ struct ChaosArgs {
     /// The cluster's shared secret: the servers require it, the workload proves it.
     #[command(flatten)]
     secret: SecretArgs,
-    /// Copies of every partition: the servers replicate and fail over (configuration service);
-    /// the nemesis then kills only while every partition has its full replica set (without
-    /// rejoin, once per run). Above 1: kill-one or none, over --transport tcp.
+    /// Copies of every partition: the servers replicate, fail over and rejoin (configuration
+    /// service); the nemesis then kills only while every partition has its full replica set
+    /// (it waits for a server to catch up). Above 1: kill-one or none, over --transport tcp.
     #[arg(long, default_value_t = 1)]
     replicas: u32,
     /// How long the workload runs (e.g. 60s, 2m).
@@ -610,6 +615,25 @@ struct FiguresArgs {
     check: bool,
 }
 
+/// Exits the process once standard input reaches its end or fails (`--exit-on-stdin-eof`).
+fn watch_stdin() -> std::io::Result<()> {
+    std::thread::Builder::new().name("rampkv-stdin".into()).spawn(|| {
+        let mut buffer = [0u8; 256];
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            match std::io::Read::read(&mut stdin, &mut buffer) {
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Ok(0) | Err(_) => {
+                    eprintln!("rampkv server: standard input closed (--exit-on-stdin-eof): exiting");
+                    std::process::exit(1);
+                }
+                Ok(_) => {}
+            }
+        }
+    })?;
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     rampkv::logging::init();
@@ -636,7 +660,11 @@ fn run(command: Command) -> Result<ExitCode> {
             insecure_no_secret,
             timeout,
             persistence,
+            exit_on_stdin_eof,
         } => {
+            if exit_on_stdin_eof {
+                watch_stdin().context("cannot watch standard input (--exit-on-stdin-eof)")?;
+            }
             let secret = secret.install()?;
             let addresses: Vec<SocketAddr> = [Some(listen), ring_listen, rfrpc_listen].into_iter().flatten().collect();
             if let Some(refusal) = binary_protected_mode_refusal(&addresses, secret.is_some(), insecure_no_secret) {
@@ -674,7 +702,7 @@ fn run(command: Command) -> Result<ExitCode> {
             };
             // A bootstrapping server waits for its first lease (its listeners open only then).
             // One that restarted, or that the cluster failed over before it got a lease (it
-            // started too late), holds nothing and serves nothing (rejoin is not built).
+            // started too late), holds nothing and serves nothing until it caught up (rejoin).
             let first_lease = match &failover {
                 Some((options, StartMode::Bootstrap)) => {
                     let wait = Duration::from_millis(FAILOVER_FIRST_LEASE_WAIT_MS_MAX);
@@ -691,16 +719,19 @@ fn run(command: Command) -> Result<ExitCode> {
             let rejoined =
                 matches!(failover, Some((_, StartMode::Rejoin))) || first_lease == Some(FirstLease::FailedOver);
             let replication = match &membership {
-                // A server that holds nothing neither ships records nor takes any.
-                Some((file, index)) if file.replicas() > 1 && !rejoined => Some(ReplicationOptions {
+                // A server that holds nothing ships records to no backup until it is primary of
+                // something and a backup catches up from it; its port takes catching-up copies.
+                Some((file, index)) if file.replicas() > 1 => Some(ReplicationOptions {
                     peers: Some(ReplicationPeers { first_index: *index, addresses: file.replicate_addresses()? }),
+                    rejoining: rejoined,
                     ..ReplicationOptions::new(file.replicas())
                 }),
                 _ => None,
             };
             if rejoined {
                 say!(
-                    "rampkv server: {}; it serves no partition (it holds no data, and catching up is not built)",
+                    "rampkv server: {}; it serves no partition until the configuration service names it a backup, it \
+                     catches up from the primary and is promoted in a later failover (rejoin)",
                     match first_lease {
                         Some(FirstLease::FailedOver) => "the cluster failed this server over before it started",
                         _ => "rejoined a running cluster as a new incarnation",
@@ -723,11 +754,19 @@ fn run(command: Command) -> Result<ExitCode> {
                     let replicas = cluster.replicas();
                     let backups =
                         rampkv::config::configuration::backups_of(index as u16, cluster.servers().len(), replicas);
-                    say!(
-                        "rampkv server: {replicas} copies of every partition; replication port {}; writes acknowledged \
-                         once servers {backups:?} applied them",
-                        port.address()
-                    );
+                    if rejoined {
+                        say!(
+                            "rampkv server: {replicas} copies of every partition; replication port {}; a backup of \
+                             nothing until it catches up",
+                            port.address()
+                        );
+                    } else {
+                        say!(
+                            "rampkv server: {replicas} copies of every partition; replication port {}; writes \
+                             acknowledged once servers {backups:?} applied them",
+                            port.address()
+                        );
+                    }
                 }
                 group.start_recovery(cluster, index, RECOVERY_TIMEOUT_MS).context("cannot start recovery")?;
             }

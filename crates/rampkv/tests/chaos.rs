@@ -249,12 +249,12 @@ fn children_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Ctrl-C (SIGINT to the harness alone, not its servers) ends a run through its clean-up:
-/// exit status 130, every server it started killed by pid, its namespaces deleted.
-#[test]
-fn an_interrupted_run_kills_its_servers_and_removes_its_namespaces() {
+/// A harness started with `args` whose three servers are up, their pids, and the rest of its
+/// stderr.
+fn harness_with_servers_up(args: &[&str]) -> (Harness, u32, Vec<u32>, impl Iterator<Item = String>) {
     let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
-        .args(["chaos", "--nemesis", "kill-one", "--duration", "60s", "--seed", "14"])
+        .arg("chaos")
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -262,15 +262,24 @@ fn an_interrupted_run_kills_its_servers_and_removes_its_namespaces() {
     let mut harness = Harness(child);
     let harness_pid = harness.0.id();
     let stderr = harness.0.stderr.take().expect("piped");
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr));
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok);
     // The harness says when its servers are up (or ends, closing the pipe).
-    let up = lines.by_ref().map_while(Result::ok).any(|line| line.contains("servers up"));
+    let up = lines.by_ref().any(|line| line.contains("servers up"));
     assert!(up, "the servers never came up");
     let servers = children_of(harness_pid);
     assert_eq!(servers.len(), 3, "{servers:?}");
+    (harness, harness_pid, servers, lines)
+}
+
+/// Ctrl-C (SIGINT to the harness alone, not its servers) ends a run through its clean-up:
+/// exit status 130, every server it started killed by pid, its namespaces deleted.
+#[test]
+fn an_interrupted_run_kills_its_servers_and_removes_its_namespaces() {
+    let (mut harness, harness_pid, servers, lines) =
+        harness_with_servers_up(&["--nemesis", "kill-one", "--duration", "60s", "--seed", "14"]);
     let sent = Command::new("kill").args(["-INT", &harness_pid.to_string()]).status().expect("kill runs");
     assert!(sent.success());
-    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let rest: Vec<String> = lines.collect();
     let status = harness.0.wait().expect("the harness ends");
     assert_eq!(status.code(), Some(130), "{rest:?}");
     assert!(rest.iter().any(|line| line.contains("interrupted")), "{rest:?}");
@@ -294,13 +303,14 @@ fn replicated_server_processes_serve_a_clean_history() {
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
 }
 
-/// Failover under the fault test: three replicated server processes, the kill-one nemesis
-/// (SIGKILL). The victim's backup takes its partitions over; the checker is clean and every
-/// acknowledged write reads back. Without rejoin a restarted server does not restore the lost
-/// copy, so the nemesis kills once and reports the kills it skipped (f = 1: one failure at a
-/// time).
+/// Failover and rejoin under the fault test: three replicated server processes, the kill-one
+/// nemesis (SIGKILL) every 1 to 2 s. The victim's backup takes its partitions over, a server
+/// catches up the copies the victim held, and only then does the next kill come (f = 1: one
+/// failure at a time, learned from the configuration service); so a run kills again and again
+/// and skips nothing. The checker is clean, every acknowledged write reads back, and every
+/// replica set is whole again after the run.
 #[test]
-fn kill_one_with_two_replicas_fails_over_and_loses_nothing() {
+fn kill_one_with_two_replicas_fails_over_rejoins_and_loses_nothing() {
     let (output, report, harness_pid) = chaos(&[
         "--servers",
         "3",
@@ -309,7 +319,7 @@ fn kill_one_with_two_replicas_fails_over_and_loses_nothing() {
         "--nemesis",
         "kill-one",
         "--duration",
-        "6s",
+        "8s",
         "--kill-interval",
         "1s..2s",
         "--restart-after",
@@ -320,10 +330,37 @@ fn kill_one_with_two_replicas_fails_over_and_loses_nothing() {
     let report = report.unwrap_or_else(|| panic!("{}", describe(&output)));
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     assert_eq!(report["passed"], true);
-    assert_eq!(report["kills"], 1, "{}", describe(&output));
-    assert!(report["kills_skipped"].as_u64().unwrap() >= 1, "{}", describe(&output));
+    let restarts = report["timeline"].as_array().unwrap().iter().filter(|event| event["action"] == "restart").count();
+    assert!(report["kills"].as_u64().unwrap() >= 2, "a kill after a rejoin: {}", describe(&output));
+    assert!(restarts >= 1, "{}", describe(&output));
+    assert_eq!(report["kills_skipped"], 0, "{}", describe(&output));
+    assert_eq!(report["replica_sets_restored"], true, "{}", describe(&output));
     assert_eq!(report["final_read"]["lost"], 0);
     assert_eq!(report["check"]["garbage"], 0);
     assert_eq!(report["check"]["fractured"], 0);
     assert_nothing_left(&report, harness_pid);
+}
+
+/// A harness killed outright (SIGKILL) cannot clean up, but its servers must not outlive it:
+/// each one's stdin is a pipe only the harness holds, and they exit when it closes.
+#[test]
+fn servers_exit_when_the_harness_is_killed_with_sigkill() {
+    let args = ["--nemesis", "none", "--duration", "60s", "--seed", "9", "--network", "loopback"];
+    // Its stderr stays open (`_stderr`): a harness that could not print would panic and clean up.
+    let (mut harness, _, servers, _stderr) = harness_with_servers_up(&args);
+    let _ = harness.0.kill(); // SIGKILL: no clean-up runs
+    let _ = harness.0.wait();
+    let alive = |pid: &u32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        !stat.is_empty() && !stat.contains(") Z")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while servers.iter().any(alive) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let orphans: Vec<u32> = servers.iter().copied().filter(alive).collect();
+    for pid in &orphans {
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+    }
+    assert!(orphans.is_empty(), "servers outlived their harness: {orphans:?}");
 }

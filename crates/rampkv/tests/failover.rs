@@ -127,16 +127,7 @@ fn a_killed_primary_is_failed_over_and_no_acknowledged_write_is_lost() {
     assert!(read.items.iter().zip(&last).all(|(item, value)| &item.value == value));
     // The restarted victim rejoins as a new incarnation and serves nothing.
     let address = cluster.servers()[0].clone();
-    let file = directory.path().join("cluster.toml");
-    let log = std::fs::File::create(directory.path().join("restarted.log")).unwrap();
-    processes.0[0] = Some(
-        Command::new(env!("CARGO_BIN_EXE_rampkv"))
-            .args(["server", "--listen", &address, "--cluster", file.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap(),
-    );
+    restart(directory.path(), &cluster, &mut processes, 0);
     let deadline = Instant::now() + Duration::from_secs(20);
     while TcpStream::connect(&address).is_err() {
         assert!(Instant::now() < deadline, "the victim did not restart");
@@ -182,4 +173,124 @@ fn a_deposed_primary_that_comes_back_with_its_old_state_serves_no_read_and_takes
     let read = client.get_all(vec![key.clone()]).unwrap();
     assert_eq!(read.items[0].value, b"new", "the deposed primary's state was served");
     processes.kill(0);
+}
+
+/// Starts server `index` of the cluster again (a new incarnation, as after a crash).
+fn restart(directory: &Path, cluster: &Cluster, processes: &mut Processes, index: usize) {
+    let address = cluster.servers()[index].clone();
+    let file = directory.join("cluster.toml");
+    let path = directory.join(format!("restarted-{index}.log"));
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(path).unwrap();
+    processes.0[index] = Some(
+        Command::new(env!("CARGO_BIN_EXE_rampkv"))
+            .args(["server", "--listen", &address, "--cluster", file.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+}
+
+/// Waits until the configuration service says every partition has its full replica set and
+/// `condition` holds for the newest configuration; returns how long that took.
+fn wait_for_configuration(
+    cluster: &Cluster,
+    what: &str,
+    condition: impl Fn(&rampkv::config::configuration::Configuration) -> bool,
+) -> Duration {
+    let started = Instant::now();
+    loop {
+        let newest = rampkv::client::newest_configuration(cluster).ok().flatten();
+        if rampkv::client::full_replica_sets(cluster).unwrap_or(false) && newest.as_ref().is_some_and(&condition) {
+            return started.elapsed();
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{what}: not within 30 s (last: {newest:?})");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Rejoin (issue 16, item 5): a server killed with SIGKILL and restarted catches up from the
+/// current primaries (a snapshot, then the records since, while writes go on) and becomes a
+/// backup again; once the other two servers died in turn (each time with a majority of the
+/// configuration service up), the rejoined one is the primary of every partition and serves
+/// every acknowledged write, those acknowledged during its catch-up included.
+#[test]
+fn a_restarted_server_catches_up_and_serves_every_acknowledged_write_once_the_others_died() {
+    let directory = tempfile::tempdir().unwrap();
+    let (cluster, mut processes) = start(directory.path(), 3);
+    let keys: Vec<Vec<u8>> = (0..3).flat_map(|server| keys_of(&cluster, server, 4)).collect();
+    // A writer that never stops while servers die, catch up and take over: every value it was
+    // acknowledged must read back at the end.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let background = {
+        let (cluster, stop) = (cluster.clone(), std::sync::Arc::clone(&stop));
+        let keys: Vec<Vec<u8>> = (0..3).flat_map(|server| keys_of(&cluster, server, 8).into_iter().skip(4)).collect();
+        std::thread::spawn(move || {
+            let mut client = Client::connect(&cluster).unwrap();
+            let mut acknowledged = vec![None; keys.len()];
+            let mut round = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                let index = (round as usize) % keys.len();
+                let value = format!("background{round}").into_bytes();
+                client.put_all(vec![(keys[index].clone(), value.clone())]).expect("a background write failed");
+                acknowledged[index] = Some(value);
+                round += 1;
+            }
+            (keys, acknowledged, round)
+        })
+    };
+    let mut client = Client::connect(&cluster).unwrap();
+    let mut last: Vec<Vec<u8>> = vec![Vec::new(); keys.len()];
+    let mut write_round = |client: &mut Client, round: u32| {
+        for (index, key) in keys.iter().enumerate() {
+            let value = format!("r{round}k{index}").into_bytes();
+            client.put_all(vec![(key.clone(), value.clone())]).expect("a write failed: failover must be transparent");
+            last[index] = value;
+        }
+    };
+    write_round(&mut client, 0);
+    processes.kill(0);
+    write_round(&mut client, 1);
+    restart(directory.path(), &cluster, &mut processes, 0);
+    let admitted = |server: u16| {
+        move |c: &rampkv::config::configuration::Configuration| c.servers()[usize::from(server)].incarnation != 0
+    };
+    let took = wait_for_configuration(&cluster, "server 0 restarted and admitted", admitted(0));
+    println!("server 0 admitted, every replica set whole, {} ms after its restart", took.as_millis());
+    write_round(&mut client, 2);
+    processes.kill(1);
+    write_round(&mut client, 3);
+    // Server 0 is now the only candidate to restore the copies server 1 held: it catches up.
+    let holds_every_partition = |c: &rampkv::config::configuration::Configuration| {
+        c.replica_sets().iter().all(|set| set.primary == Some(0) || set.backups.contains(&0))
+    };
+    let took = wait_for_configuration(&cluster, "server 0 caught up every partition", holds_every_partition);
+    println!("server 0 caught up every partition {} ms after server 1 died", took.as_millis());
+    write_round(&mut client, 4);
+    // Server 1 back (holding nothing), so that the configuration service keeps a majority
+    // when server 2 dies; its Raft node votes once it caught up with the leader.
+    restart(directory.path(), &cluster, &mut processes, 1);
+    wait_for_configuration(&cluster, "server 1 restarted and admitted", admitted(1));
+    std::thread::sleep(Duration::from_millis(500));
+    write_round(&mut client, 5);
+    processes.kill(2);
+    write_round(&mut client, 6);
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let (background_keys, acknowledged, background_writes) = background.join().expect("the background writer");
+    let configuration = rampkv::client::newest_configuration(&cluster).unwrap().unwrap();
+    assert!(
+        configuration.replica_sets().iter().all(|set| set.primary == Some(0)),
+        "the rejoined server is the primary of every partition: {configuration:?}"
+    );
+    let read = client.get_all(keys.clone()).expect("a read failed after the failovers");
+    for ((key, item), value) in keys.iter().zip(&read.items).zip(&last) {
+        assert_eq!(&item.value, value, "key {:?}: an acknowledged write was lost", String::from_utf8_lossy(key));
+    }
+    let read = client.get_all(background_keys.clone()).unwrap();
+    for ((key, item), value) in background_keys.iter().zip(&read.items).zip(&acknowledged) {
+        if let Some(value) = value {
+            assert_eq!(&item.value, value, "background key {:?} lost a write", String::from_utf8_lossy(key));
+        }
+    }
+    println!("{background_writes} background writes acknowledged while servers died and caught up");
 }

@@ -47,7 +47,8 @@ use crate::checker;
 use crate::history::{HistoryError, HistoryStream, ReadRecord, Record, CHECK_VALUE_PREFIX_LEN};
 use crate::limits::{
     CHAOS_CLIENTS_MAX, CHAOS_CLIENT_THREADS_MAX, CHAOS_FINAL_READ_TIMEOUT_MS, CHAOS_KEYS_MAX,
-    CHAOS_KILL_INTERVAL_MS_MIN, CHAOS_RECONNECT_BACKOFF_MS, CHAOS_SERVERS_MAX, CHAOS_SLEEP_STEP_MS,
+    CHAOS_KILL_INTERVAL_MS_MIN, CHAOS_RECONNECT_BACKOFF_MS, CHAOS_REPLICA_WAIT_MS_MAX, CHAOS_SERVERS_MAX,
+    CHAOS_SLEEP_STEP_MS,
 };
 use network::Network;
 use servers::{ServerSetup, Servers};
@@ -386,6 +387,11 @@ fn run_in(
     let end_ns = clock.now_ns().min(config.duration.as_nanos() as u64);
     log(&format!("{:>9} workload stopped; restarting what is down, then reading every key back", clock.label()));
     restore_every_server(&mut servers, &network, &clock, &is_interrupted, log, &mut timeline)?;
+    // With replication and kills: every replica set must be whole again (rejoin), asked of the
+    // configuration service, before the final read.
+    let replica_sets_restored = (config.replicas > 1 && config.nemesis != NemesisKind::None)
+        .then(|| wait_for_full_replica_sets(&cluster, &is_interrupted))
+        .transpose()?;
     let keys = every_key(config.keys, &faults.witnesses);
     let (final_reads, read_key_by_key) = read_back(&cluster, &keys, &clock, &is_interrupted)?;
     // The final reads are part of the history: the checker vouches for what they returned.
@@ -411,6 +417,8 @@ fn run_in(
         duration_ms: config.duration.as_millis() as u64,
         kills: timeline.iter().filter(|event| event.action == Action::Kill).count() as u64,
         kills_skipped: faults.nemesis.skipped,
+        replica_wait_ms_max: faults.nemesis.replica_wait_ms_max,
+        replica_sets_restored,
         kill_late_ms_max: faults.nemesis.late_ms_max,
         initial_pids,
         timeline,
@@ -539,6 +547,27 @@ fn every_key(keys: u64, witnesses: &[u64]) -> Vec<Vec<u8>> {
 /// threads: the first threads take one more when they do not divide evenly.
 fn sessions_of_thread(clients: usize, threads: usize, thread: usize) -> usize {
     clients / threads + usize::from(thread < clients % threads)
+}
+
+/// Waits until the configuration service says every partition has its full replica set, at
+/// most `CHAOS_REPLICA_WAIT_MS_MAX`: whether it did.
+///
+/// # Errors
+/// [`ChaosError::Interrupted`].
+fn wait_for_full_replica_sets(cluster: &Cluster, interrupted: &dyn Fn() -> bool) -> Result<bool, ChaosError> {
+    let deadline = Instant::now() + Duration::from_millis(CHAOS_REPLICA_WAIT_MS_MAX);
+    loop {
+        if rampkv_net::client::full_replica_sets(cluster).unwrap_or(false) {
+            return Ok(true);
+        }
+        if interrupted() {
+            return Err(ChaosError::Interrupted);
+        }
+        if Instant::now() >= deadline {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(CHAOS_SLEEP_STEP_MS));
+    }
 }
 
 /// Restarts every server that is down and waits until every one serves (one that exited on

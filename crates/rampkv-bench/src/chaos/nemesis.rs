@@ -5,9 +5,12 @@
 //! - `kill-one`: every kill interval (drawn from `--kill-interval` after the previous kill),
 //!   one server drawn at random is killed; after a down time drawn from `--restart-after` it
 //!   is restarted, and the nemesis waits until it serves again. A kill therefore only ever
-//!   hits a cluster whose every server is up (f = 1: one failure at a time; with replication,
-//!   every partition has its full replica set again), so a restart that takes longer than the
-//!   interval makes the next kill late; the report says by how much.
+//!   hits a cluster whose every server is up (f = 1: one failure at a time). With replication
+//!   it also waits until the configuration service says every partition has its full replica
+//!   set again (the restarted server, or another, caught up: rejoin), at most
+//!   `CHAOS_REPLICA_WAIT_MS_MAX` (then the kill is skipped and counted). A restart or a
+//!   catch-up that takes longer than the interval makes the next kill late; the report says by
+//!   how much.
 //! - `kill-all`: the same, but every server is killed at once and all are restarted together
 //!   (persistence: every acknowledged write must survive the whole cluster dying).
 //! - `none`: no fault; the control run.
@@ -25,7 +28,7 @@ use serde::Serialize;
 use super::network::Network;
 use super::servers::Servers;
 use super::{ChaosError, RunClock};
-use crate::limits::CHAOS_SLEEP_STEP_MS;
+use crate::limits::{CHAOS_POLL_INTERVAL_MS, CHAOS_REPLICA_WAIT_MS_MAX, CHAOS_SLEEP_STEP_MS};
 
 /// Which faults a run injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -140,8 +143,11 @@ impl Schedule {
 #[derive(Debug, Default)]
 pub(super) struct NemesisOutcome {
     pub events: Vec<Event>,
-    /// Kills not made because some partition lacked a copy (replication: f failures at a time).
+    /// Kills not made because some partition still lacked a copy after
+    /// `CHAOS_REPLICA_WAIT_MS_MAX` (replication: f failures at a time).
     pub skipped: u64,
+    /// The longest wait, before a kill, for every partition's full replica set (rejoin).
+    pub replica_wait_ms_max: u64,
     /// How much later than scheduled the latest kill came (a restart that took longer than the
     /// interval), in milliseconds.
     pub late_ms_max: u64,
@@ -160,8 +166,8 @@ pub(super) struct Environment<'a> {
     pub interrupted: &'a dyn Fn() -> bool,
     pub log: &'a dyn Fn(&str),
     /// Whether a kill now stays within the failures the cluster promises to survive (with
-    /// replication: every partition has its full replica set); a kill due while it is false is
-    /// skipped.
+    /// replication: every partition has its full replica set); a kill due while it is false
+    /// waits for it (bounded; then it is skipped).
     pub may_kill: &'a dyn Fn() -> bool,
 }
 
@@ -188,11 +194,22 @@ pub(super) fn run(
         // and no server died on its own meanwhile (that would be a crash, reported as such).
         servers.check_alive()?;
         debug_assert!((0..servers.count()).all(|index| servers.is_running(index)));
-        if !may_kill() {
+        let waiting = Instant::now();
+        let wait_deadline = waiting + Duration::from_millis(CHAOS_REPLICA_WAIT_MS_MAX);
+        let mut full = may_kill();
+        while !full && Instant::now() < wait_deadline {
+            if !sleep_until(Some(Instant::now() + Duration::from_millis(CHAOS_POLL_INTERVAL_MS)), stop) {
+                return Ok(outcome);
+            }
+            full = may_kill();
+        }
+        outcome.replica_wait_ms_max = outcome.replica_wait_ms_max.max(waiting.elapsed().as_millis() as u64);
+        if !full {
             outcome.skipped += 1;
             log(&format!(
-                "{:>9} kill skipped: a partition lacks a copy (a restarted server does not catch up: rejoin is not built)",
-                clock.label()
+                "{:>9} kill skipped: a partition still lacks a copy after {} ms (no server caught up)",
+                clock.label(),
+                CHAOS_REPLICA_WAIT_MS_MAX
             ));
             last_kill = Instant::now();
             continue;

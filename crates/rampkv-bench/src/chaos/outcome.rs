@@ -26,7 +26,7 @@ use super::workload::WorkloadTotals;
 use super::RunClock;
 use crate::checker::{self, Verdict};
 use crate::history::{ReadRecord, Record};
-use crate::limits::CHAOS_LOST_EXAMPLES_MAX;
+use crate::limits::{CHAOS_LOST_EXAMPLES_MAX, CHAOS_REPLICA_WAIT_MS_MAX};
 
 /// An acknowledged write the final read did not find.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -157,6 +157,8 @@ pub enum Failure {
     Inconclusive { races: u64 },
     /// No write was acknowledged or no read returned: the run shows nothing.
     NothingAcknowledged,
+    /// Some partition still lacked a copy after the run (no server caught up: rejoin failed).
+    ReplicaSetsNotRestored { waited_ms: u64 },
 }
 
 impl fmt::Display for Failure {
@@ -167,6 +169,10 @@ impl fmt::Display for Failure {
             }
             Failure::NotCheckable => write!(formatter, "the history cannot be checked (versions older than the run)"),
             Failure::Lost { keys } => write!(formatter, "{keys} acknowledged writes lost"),
+            Failure::ReplicaSetsNotRestored { waited_ms } => write!(
+                formatter,
+                "a partition still lacked a copy {waited_ms} ms after the run (no server caught up: rejoin failed)"
+            ),
             Failure::Unavailable { longest_ms, max_ms } => {
                 write!(
                     formatter,
@@ -210,8 +216,14 @@ pub struct ChaosReport {
     /// Every kill, restart and return to service, in order.
     pub timeline: Vec<Event>,
     pub kills: u64,
-    /// Kills due while some partition lacked a copy (replication), not made.
+    /// Kills due while some partition lacked a copy (replication) for longer than the wait
+    /// bound, not made.
     pub kills_skipped: u64,
+    /// The longest a kill waited for every partition's full replica set (rejoin), in ms.
+    pub replica_wait_ms_max: u64,
+    /// With replication and kills: every partition had its full replica set again after the
+    /// run (rejoin restored f + 1 copies), asked of the configuration service; `None` otherwise.
+    pub replica_sets_restored: Option<bool>,
     /// How much later than scheduled the latest kill came (a restart slower than the interval).
     pub kill_late_ms_max: u64,
     pub workload: WorkloadTotals,
@@ -253,6 +265,9 @@ impl ChaosReport {
         }
         if self.workload.writes_ok == 0 || self.workload.reads_ok == 0 {
             failures.push(Failure::NothingAcknowledged);
+        }
+        if self.replica_sets_restored == Some(false) {
+            failures.push(Failure::ReplicaSetsNotRestored { waited_ms: CHAOS_REPLICA_WAIT_MS_MAX });
         }
         self.passed = failures.is_empty();
         self.failures = failures;
@@ -343,6 +358,13 @@ impl ChaosReport {
             self.restart_after_ms.max,
             self.kill_late_ms_max
         )?;
+        if self.replicas > 1 {
+            writeln!(
+                formatter,
+                "  every kill waited for every partition's full replica set (rejoin): {} ms at most",
+                self.replica_wait_ms_max
+            )?;
+        }
         for event in &self.timeline {
             let action = match event.action {
                 Action::Kill => "kill -9",
@@ -357,11 +379,16 @@ impl ChaosReport {
                 event.pid
             )?;
         }
+        match self.replica_sets_restored {
+            Some(true) => writeln!(formatter, "  after the run: every partition has its full replica set (rejoin)")?,
+            Some(false) => writeln!(formatter, "  after the run: a partition still LACKS a copy (rejoin failed)")?,
+            None => {}
+        }
         if self.kills_skipped > 0 {
             writeln!(
                 formatter,
-                "  {} kills skipped: a partition lacked a copy (f = {}: one failure at a time; a restarted server does \
-                 not catch up, rejoin is not built)",
+                "  {} kills skipped: a partition lacked a copy for too long (f = {}: one failure at a time; no server \
+                 caught up)",
                 self.kills_skipped,
                 self.replicas.saturating_sub(1)
             )?;
@@ -473,6 +500,8 @@ mod tests {
             timeline: Vec::new(),
             kills: 0,
             kills_skipped: 0,
+            replica_wait_ms_max: 0,
+            replica_sets_restored: None,
             kill_late_ms_max: 0,
             workload: WorkloadTotals { reads_ok: 1, writes_ok: 1, ..WorkloadTotals::default() },
             check,

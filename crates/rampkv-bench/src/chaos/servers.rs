@@ -13,6 +13,9 @@
 //! - [`Servers`] kills every process it started, by pid, when dropped: after an error, during
 //!   a panic's unwinding, after Ctrl-C. Nothing else ever kills them. It then removes the
 //!   shared-memory regions the dead servers left in /dev/shm.
+//! - A harness killed outright (SIGKILL) leaves no server behind: each server's stdin is a
+//!   pipe only the harness holds, and a server started with `--exit-on-stdin-eof` exits when
+//!   it closes.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom};
@@ -183,7 +186,11 @@ impl Servers {
             path: Some(server.log.clone()),
             error,
         })?;
-        command.stdin(Stdio::null()).stdout(log).stderr(log_error);
+        // The server's stdin is a pipe whose write end only this process holds: when the
+        // harness dies, even by SIGKILL, the pipe closes and the server exits
+        // (`--exit-on-stdin-eof`), so no server outlives its harness.
+        command.arg("--exit-on-stdin-eof");
+        command.stdin(Stdio::piped()).stdout(log).stderr(log_error);
         let child = command.spawn().map_err(|error| ChaosError::Spawn { server: index, error })?;
         self.servers[index].process = Some(child);
         Ok(())

@@ -104,8 +104,9 @@ pub enum StartError {
     #[error("{replicas} replicas need at least {replicas} servers (each copy of a partition on a server of its own), got {servers}")]
     TooFewServersForReplicas { replicas: u32, servers: usize },
     #[error(
-        "replication together with a data directory is not built yet: a restarted primary's backups would miss \
-         what its log recovered (catching a backup up is not built); use one or the other"
+        "replication together with a data directory is not built yet: a restarted server's files are older than \
+         the copies the configuration moved elsewhere (it catches up from the current primary instead); use one or \
+         the other"
     )]
     ReplicationWithDataDir,
     #[error("failover serves one server per group (a `rampkv server` process), got {servers}, or it joined a cluster already")]

@@ -10,8 +10,9 @@
 //!   holding no data. What the lease protocol promises (one lease-holding primary per partition
 //!   at a time) is the configuration service's (docs/replication.md).
 //! - **Promotion.** When a committed configuration names this server the primary of partitions
-//!   whose cluster-file owner is another server (that server failed), the [`Failover`] thread
-//!   takes over its backup copy of that server's store: it fences the old primary first (its
+//!   whose data is not in its store (their primary in the previous configuration it applied,
+//!   another server, failed), the [`Failover`] thread takes over its backup copy of that
+//!   server's store: it fences the old primary first (its
 //!   replication stream stops before its next record, and hellos of an older epoch are refused),
 //!   then copies every version, every prepared (in-doubt) transaction and every remembered abort
 //!   into its own store, and republishes the item slots. Only then does the gate let the
@@ -21,19 +22,29 @@
 //!   as the participant for the adopted partitions).
 //! - **Backups that failed stop holding writes.** A backup the configuration removed from every
 //!   replica set of this primary is no longer waited for (`Replicator::retain_backups`).
+//! - **Rejoin.** A server the configuration names catching up for partitions this server is
+//!   primary of gets a catch-up link (`Replicator::add_catch_up`: a snapshot of the store, then
+//!   the records since), opened after every copy this server adopted is in its store; once the
+//!   link is in sync (the backup holds every acknowledged record and no reply goes out without
+//!   it) this server reports it caught up for those partitions (`ConfigNode::report_backup_caught_up`)
+//!   and the configuration makes it an in-sync backup: f + 1 copies again. A restarted process
+//!   serves nothing until then; it may be promoted later like any in-sync backup.
 //! - **Routes.** The data address serving each server's cluster-file partitions now
 //!   ([`routes`]) is what the resolver connects to and what clients connect to.
 //!
-//! # Not built
-//! Rejoin (a restarted server catching up and becoming a backup again), so each partition
-//! survives one failure per run of its replica set; the adopted partitions' earlier contents
-//! are not copied to a new backup.
+//! # Not promised
+//! A server deposed while alive (its lease lapsed under load) that becomes primary again of a
+//! partition adopts its successor's copy over what its store still holds of the partition:
+//! versions are merged by timestamp, so nothing acknowledged is lost, but transactions it held
+//! prepared may be resolved again by cooperative termination. The copy to take over is the
+//! one of the partition's primary in the last configuration this thread applied (configurations
+//! are applied newest first: one skipped in between would name an older primary).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rampkv_config::configuration::{Configuration, ServerId, BOOTSTRAP_INCARNATION};
 use rampkv_config::core::StartMode;
@@ -42,7 +53,7 @@ use rampkv_config::limits::CONFIG_LOG_ENTRIES_KEPT_MAX;
 use rampkv_config::node::{ConfigNode, NodeSettings};
 use rampkv_config::timing::{MonotonicClock, Timing};
 use rampkv_core::cluster::Cluster;
-use rampkv_core::limits::{FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_POLL_MS};
+use rampkv_core::limits::{FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_REJOIN_POLL_MS, REPLICATION_CATCH_UP_RETRY_MS};
 use rampkv_core::protocol::server::PartitionGate;
 
 use super::replication::BackupTakeover;
@@ -54,7 +65,7 @@ pub struct LeaseGate {
     node: Arc<ConfigNode>,
     /// The cluster-file owner of every partition.
     owners: Vec<u16>,
-    /// Per server: its partitions' data is in this server's store (itself, or adopted).
+    /// Per partition: its data is in this server's store (its own from the start, or adopted).
     ready: Vec<AtomicBool>,
 }
 
@@ -65,12 +76,14 @@ impl std::fmt::Debug for LeaseGate {
 }
 
 impl LeaseGate {
-    /// The gate of server `me` of `cluster`, over its configuration node.
-    pub fn new(node: Arc<ConfigNode>, cluster: &Cluster, me: usize) -> LeaseGate {
-        let owners = (0..cluster.partition_count())
+    /// The gate of server `me` of `cluster`, over its configuration node. `holds_own`: its
+    /// store holds its cluster-file partitions (it started with the cluster; a restarted
+    /// process holds nothing).
+    pub fn new(node: Arc<ConfigNode>, cluster: &Cluster, me: usize, holds_own: bool) -> LeaseGate {
+        let owners: Vec<u16> = (0..cluster.partition_count())
             .map(|partition| cluster.owner_of_partition(partition).map_or(u16::MAX, |owner| owner as u16))
             .collect();
-        let ready = (0..cluster.servers().len()).map(|server| AtomicBool::new(server == me)).collect();
+        let ready = owners.iter().map(|owner| AtomicBool::new(holds_own && usize::from(*owner) == me)).collect();
         LeaseGate { node, owners, ready }
     }
 
@@ -116,8 +129,7 @@ impl LeaseGate {
 
 impl PartitionGate for LeaseGate {
     fn serves(&self, partition: u32) -> bool {
-        let Some(owner) = self.owners.get(partition as usize) else { return false };
-        let ready = self.ready.get(usize::from(*owner)).is_some_and(|ready| ready.load(Ordering::Acquire));
+        let ready = self.ready.get(partition as usize).is_some_and(|ready| ready.load(Ordering::Acquire));
         ready && self.node.lease_valid(partition)
     }
 }
@@ -147,7 +159,8 @@ pub fn start_config_node(cluster: &Cluster, me: usize) -> Result<(Arc<LeaseGate>
         listener: None,
         log_entries_kept: CONFIG_LOG_ENTRIES_KEPT_MAX,
     })?;
-    Ok((Arc::new(LeaseGate::new(Arc::new(node), cluster, me)), mode))
+    let holds_own = mode == StartMode::Bootstrap;
+    Ok((Arc::new(LeaseGate::new(Arc::new(node), cluster, me, holds_own)), mode))
 }
 
 /// A random non-zero incarnation (the kernel's random source; the clock if it fails).
@@ -211,14 +224,33 @@ impl Failover {
     ) -> std::io::Result<Failover> {
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
-        let mut agent = Agent { gate, servers, backup, cluster, me, adopted: HashSet::new() };
+        let last_primary = (0..cluster.partition_count())
+            .map(|partition| cluster.owner_of_partition(partition).map(|owner| owner as ServerId))
+            .collect();
+        let replicate_addresses = cluster.replicate_addresses().unwrap_or_default();
+        let mut agent = Agent {
+            gate,
+            servers,
+            backup,
+            cluster,
+            me,
+            last_primary,
+            replicate_addresses,
+            applied: None,
+            adopted_in: 0,
+            catch_up_opened: HashMap::new(),
+            reported: HashSet::new(),
+        };
         let thread = std::thread::Builder::new().name("rampkv-failover".into()).spawn(move || {
             let mut epoch = 0;
             while !thread_stop.load(Ordering::Acquire) {
-                let wait = Duration::from_millis(FAILOVER_POLL_MS);
-                let Some(configuration) = agent.gate.node.wait_for_epoch(epoch + 1, wait) else { continue };
-                epoch = configuration.epoch();
-                agent.apply(&configuration);
+                let wait = Duration::from_millis(FAILOVER_REJOIN_POLL_MS);
+                if let Some(configuration) = agent.gate.node.wait_for_epoch(epoch + 1, wait) {
+                    epoch = configuration.epoch();
+                    agent.apply(&configuration);
+                    agent.applied = Some(configuration);
+                }
+                agent.tend_catch_ups();
             }
         })?;
         Ok(Failover { stop, thread: Some(thread) })
@@ -231,43 +263,121 @@ struct Agent {
     backup: Option<BackupTakeover>,
     cluster: Cluster,
     me: usize,
-    /// Servers whose copies this server took over.
-    adopted: HashSet<usize>,
+    /// Per partition: its primary in the last configuration applied (whose copy holds it).
+    last_primary: Vec<Option<ServerId>>,
+    /// Every server's replication port (the cluster file's `replicate`).
+    replicate_addresses: Vec<String>,
+    /// The last configuration applied.
+    applied: Option<Arc<Configuration>>,
+    /// The epoch of the last configuration in which this server adopted a copy: catch-up links
+    /// opened before it lack what it adopted.
+    adopted_in: u64,
+    /// When the last catch-up link to each (backup, incarnation) was opened.
+    catch_up_opened: HashMap<(usize, u64), Instant>,
+    /// (backup, incarnation, partition) reported caught up in the last configuration applied.
+    reported: HashSet<(usize, u64, u32)>,
 }
 
 impl Agent {
     fn apply(&mut self, configuration: &Configuration) {
         let me = self.me as ServerId;
         let epoch = configuration.epoch();
+        let replicator = self.servers.served()[0].replicator();
+        let primary_of_any = configuration.replica_sets().iter().any(|set| set.primary == Some(me));
+        if let (Some(replicator), true) = (replicator, primary_of_any) {
+            replicator.set_epoch(epoch);
+        }
+        let mut adopted: HashMap<ServerId, (usize, u128)> = HashMap::new();
         for partition in 0..configuration.partition_count() {
-            if configuration.primary_of(partition) != Some(me) {
+            let Some(ready) = self.gate.ready.get(partition as usize) else { continue };
+            let primary = configuration.primary_of(partition);
+            if primary != Some(me) {
+                // Deposed, or never primary: what its store holds of the partition may be old.
+                ready.store(false, Ordering::Release);
                 continue;
             }
-            let Some(owner) = self.cluster.owner_of_partition(partition) else { continue };
-            if owner == self.me || !self.adopted.insert(owner) {
+            if ready.load(Ordering::Acquire) {
                 continue;
             }
-            let copy = self.backup.as_ref().and_then(|backup| backup.take_over(owner as u16, epoch));
-            let keys = match &copy {
-                Some(copy) => self.servers.served()[0].adopt(copy.store(), self.servers.now_ms()),
-                None => 0, // it never streamed here: it acknowledged no write
-            };
-            if let Some(ready) = self.gate.ready.get(owner) {
-                ready.store(true, Ordering::Release);
+            // Its data is in the copy of its previous primary, which failed.
+            if let Some(source) = self.last_primary[partition as usize].filter(|source| *source != me) {
+                if let std::collections::hash_map::Entry::Vacant(entry) = adopted.entry(source) {
+                    let started = Instant::now();
+                    let copy = self.backup.as_ref().and_then(|backup| backup.take_over(source, epoch));
+                    let keys = match &copy {
+                        Some(copy) => self.servers.served()[0].adopt(copy.store(), self.servers.now_ms()),
+                        None => 0, // it never streamed here: it acknowledged no write
+                    };
+                    entry.insert((keys, started.elapsed().as_millis()));
+                    self.adopted_in = epoch;
+                }
             }
-            log::warn!("failover: server {me} took over server {owner}'s partitions in epoch {epoch} ({keys} keys)");
+            ready.store(true, Ordering::Release);
+        }
+        for (source, (keys, took_ms)) in adopted {
+            log::warn!(
+                "failover: server {me} took over server {source}'s copy in epoch {epoch} ({keys} keys, {took_ms} ms)"
+            );
+        }
+        for (partition, primary) in self.last_primary.iter_mut().enumerate() {
+            *primary = configuration.primary_of(partition as u32);
         }
         // Only while this server is still a primary: a deposed one keeps waiting for its
         // backups (a reply it holds must not go out unless the record is on the copy its
         // successor took over; the successor fenced it, so it never will).
-        let primary_of = configuration.replica_sets().iter().filter(|set| set.primary == Some(me));
-        let keep: Vec<usize> =
-            primary_of.clone().flat_map(|set| set.backups.iter().map(|backup| usize::from(*backup))).collect();
-        if let (Some(replicator), true) = (self.servers.served()[0].replicator(), primary_of.count() > 0) {
+        let incarnation = |server: ServerId| configuration.server(server).map_or(0, |info| info.incarnation);
+        let keep: Vec<(usize, u64)> = configuration
+            .replica_sets()
+            .iter()
+            .filter(|set| set.primary == Some(me))
+            .flat_map(|set| set.backups.iter().chain(&set.catching_up))
+            .map(|server| (usize::from(*server), incarnation(*server)))
+            .collect();
+        if let (Some(replicator), true) = (replicator, primary_of_any) {
             replicator.retain_backups(&keep);
         }
+        self.reported.clear();
         if let Ok(routes) = routes(configuration, &self.cluster) {
             self.servers.set_routes(routes);
+        }
+    }
+
+    /// Opens a catch-up link to every server catching up partitions of this primary that has
+    /// none (or only one opened before this server's last adoption), and reports those whose
+    /// link is in sync.
+    fn tend_catch_ups(&mut self) {
+        let Some(configuration) = self.applied.clone() else { return };
+        let Some(replicator) = self.servers.served()[0].replicator() else { return };
+        let me = self.me as ServerId;
+        let mut catching_up: Vec<(ServerId, u32)> = Vec::new();
+        for (partition, set) in configuration.replica_sets().iter().enumerate() {
+            if set.primary == Some(me) {
+                catching_up.extend(set.catching_up.iter().map(|server| (*server, partition as u32)));
+            }
+        }
+        for (server, partition) in catching_up {
+            let incarnation = configuration.server(server).map_or(0, |info| info.incarnation);
+            let backup = usize::from(server);
+            if replicator.in_sync(backup, incarnation, self.adopted_in) {
+                if self.reported.insert((backup, incarnation, partition)) {
+                    log::warn!("rejoin: server {server} caught up partition {partition} from server {me}");
+                    self.gate.node.report_backup_caught_up(partition, server, incarnation);
+                }
+                continue;
+            }
+            if replicator.has_catch_up_link(backup, incarnation, self.adopted_in) {
+                continue;
+            }
+            let retry = Duration::from_millis(REPLICATION_CATCH_UP_RETRY_MS);
+            if self.catch_up_opened.get(&(backup, incarnation)).is_some_and(|opened| opened.elapsed() < retry) {
+                continue;
+            }
+            let Some(address) = self.replicate_addresses.get(backup) else { continue };
+            self.catch_up_opened.insert((backup, incarnation), Instant::now());
+            match replicator.add_catch_up(backup, address.clone(), incarnation) {
+                Ok(()) => log::warn!("rejoin: server {me} opened a catch-up link to server {server} ({address})"),
+                Err(error) => log::error!("rejoin: cannot open a catch-up link to server {server}: {error}"),
+            }
         }
     }
 }

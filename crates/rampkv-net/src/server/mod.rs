@@ -188,30 +188,21 @@ impl Served {
         self.slots.get()
     }
 
-    /// Loads a backup copy this server takes over (failover) into its store: every version,
+    /// Moves a backup copy this server takes over (failover) into its store, leaving the copy
+    /// empty (`Store::absorb`: keys move whole, without copying their versions): every version,
     /// every transaction still prepared (left to the resolver: cooperative termination) and
     /// every remembered abort; republishes the keys' item slots. Not shipped to this server's
-    /// own backups (they do not hold the adopted partitions' past). Returns the keys loaded.
+    /// own backups (they get it with the snapshot of a catch-up, rejoin). Returns the keys moved.
     pub fn adopt(&self, copy: &rampkv_core::storage::Store, now_ms: u64) -> usize {
-        let store = self.core.store();
+        let publishing = self.slots.get().is_some();
         let mut keys = Vec::new();
-        for shard in 0..copy.shard_count() {
-            for entry in copy.shard_versions(shard) {
-                keys.push(entry.key.clone());
-                store.restore_key(entry, now_ms);
-            }
+        let count = self.core.store().absorb(copy, now_ms, publishing.then_some(&mut keys));
+        if publishing {
+            let mut effects = Effects::default();
+            effects.set_publishing(true);
+            effects.committed = keys;
+            self.publish(&mut effects);
         }
-        for ts in copy.aborted_transactions() {
-            store.restore_aborted(ts, now_ms);
-        }
-        for (ts, pending) in copy.stale_pending(u64::MAX) {
-            store.restore_pending(ts, pending.keys, pending.write_set, now_ms);
-        }
-        let count = keys.len();
-        let mut effects = Effects::default();
-        effects.set_publishing(self.slots.get().is_some());
-        effects.committed = keys;
-        self.publish(&mut effects);
         count
     }
 }
@@ -302,6 +293,9 @@ impl Servers {
                 journal.set_wake(wake);
             } else if let Some(replicator) = &served.replicator {
                 replicator.set_wake(wake);
+            }
+            if let Some(replicator) = &served.replicator {
+                replicator.set_source(Arc::clone(&served.core));
             }
         }
         servers
@@ -493,6 +487,10 @@ pub struct ReplicationOptions {
     /// Where the other servers are. `None`: the group is the whole cluster (an embedded one)
     /// and binds its replication ports on its listen addresses, ports of the system's choice.
     pub peers: Option<ReplicationPeers>,
+    /// The group's servers restarted into a running cluster (or were failed over before they
+    /// started): they hold nothing, so their records go to no backup until failover opens
+    /// catch-up links (rejoin); their replication ports take catching-up copies.
+    pub rejoining: bool,
 }
 
 /// The replication ports of a whole cluster, for a group that is part of it (`rampkv server`:
@@ -509,7 +507,7 @@ pub struct ReplicationPeers {
 impl ReplicationOptions {
     /// `replicas` copies in the cluster's first configuration, within the group.
     pub fn new(replicas: u32) -> Self {
-        Self { replicas, epoch: rampkv_config::configuration::FIRST_EPOCH, peers: None }
+        Self { replicas, epoch: rampkv_config::configuration::FIRST_EPOCH, peers: None, rejoining: false }
     }
 }
 
@@ -775,10 +773,14 @@ fn start_replication(
     };
     let mut replicators = Vec::with_capacity(configs.len());
     for primary in first_index..first_index + configs.len() {
-        let targets = rampkv_config::configuration::backups_of(primary as u16, addresses.len(), replication.replicas)
-            .into_iter()
-            .map(|backup| (usize::from(backup), addresses[usize::from(backup)].clone()))
-            .collect();
+        let targets = if replication.rejoining {
+            Vec::new()
+        } else {
+            rampkv_config::configuration::backups_of(primary as u16, addresses.len(), replication.replicas)
+                .into_iter()
+                .map(|backup| (usize::from(backup), addresses[usize::from(backup)].clone()))
+                .collect()
+        };
         let replicator = Replicator::start(primary as u16, replication.epoch, targets, options.secret.clone())
             .map_err(StartError::Replication)?;
         replicators.push(Some(replicator));

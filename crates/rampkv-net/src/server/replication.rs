@@ -20,9 +20,31 @@
 //!   in-doubt transactions).
 //! - A backup refuses, with a clear error and without applying anything: a hello of an epoch
 //!   older than the newest it saw for that primary (fencing), a record whose checksum does not
-//!   match, a record of another epoch than its stream's, a sequence number out of order, and a
-//!   stream that starts after what it holds (it would need catching up: not built). The link is
-//!   then failed (see below); nothing is applied past the refusal.
+//!   match, a record of an older epoch than its stream's, a sequence number out of order, a
+//!   stream that starts after what it holds without a snapshot, and a snapshot that does not
+//!   check (header, entry checksums, counts). The link is then failed (see below); nothing is
+//!   applied past the refusal.
+//!
+//! # Rejoin: a backup that catches up ([`Replicator::add_catch_up`])
+//! A server the configuration names catching up for partitions of this primary (a restarted
+//! server, or one that takes the place of a failed backup) gets a new link whose hello asks
+//! for a fresh copy. Under the sequencer lock the link joins the others at point `N` (the next
+//! sequence number): every record from `N` on is queued to it, and every record before `N` was
+//! applied to the store before it was appended. The link's writer then sends a *snapshot*
+//! marker and a snapshot of the store (`rampkv_durable::snapshot::write_to`: header with the
+//! epoch and `N - 1`, CRC32C per entry, counts at the end), in chunks, and then the records
+//! from `N`. The copy may already reflect some records from `N` on (the store kept changing
+//! while it was copied); applying them again leaves the same store (the log's replay rule).
+//! Until the backup acknowledged the snapshot its link does not hold replies. Then, under the
+//! sequencer lock, it starts to (from the next record on: *counted*) and the primary notes the
+//! last record `M` appended so far; once the backup acknowledged `M` it holds every record a
+//! reply was released for and no reply goes out without it: the primary sends an *in-sync*
+//! marker, the backup makes the copy its current one for this primary (a copy it held before
+//! stays current until then, so a failover meanwhile takes a complete copy) and acknowledges
+//! the marker, and only then does the primary report the backup caught up to the
+//! configuration service ([`Replicator::in_sync`], read by the failover thread). A link that
+//! fails before it is counted holds nothing and is replaced; once counted it is failed for
+//! good, as any other.
 //!
 //! # Fault model (what is built today)
 //! A link that fails (the backup died, refused, or stayed `REPLICATION_FULL_WAIT_MS_MAX` behind)
@@ -31,42 +53,51 @@
 //! by failover), because acknowledging them without the backup before that would break "every
 //! acknowledged write is on f + 1 servers". A backup that takes a copy over
 //! ([`BackupService::take_over`], failover) fences the copy's primary first: its stream stops
-//! before its next record and its hellos are refused from then on. Rejoin (a new or restarted
-//! backup catching up from a snapshot) is not built (docs/replication.md).
+//! before its next record and its hellos are refused from then on, unless a catch-up hello of a
+//! newer epoch (a new incarnation of that server, primary again after it caught up).
 //!
 //! # Wire (replication port, all integers little-endian)
 //! ```text
 //! hello, primary -> backup (32 bytes)
-//!   0 u32 magic "RKVR"   4 u16 version (1)   6 u16 primary (server index)
+//!   0 u32 magic "RKVR"   4 u16 version (2)   6 u16 primary (server index)
 //!   8 u64 epoch          16 u64 first sequence number the primary will send
-//!   24 u32 CRC32C of bytes [0, 24)           28 u32 reserved, zero
+//!   24 u32 flags: bit 0 catch-up (a snapshot comes first, into a fresh copy); others 0
+//!   28 u32 CRC32C of bytes [0, 28)
 //! answer, backup -> primary (24 bytes)
-//!   0 u32 magic "RKVA"   4 u16 version (1)   6 u16 status: 0 accepted, 1 stale epoch,
+//!   0 u32 magic "RKVA"   4 u16 version (2)   6 u16 status: 0 accepted, 1 stale epoch,
 //!                                                  2 needs catching up, 3 malformed hello, 4 busy
 //!   8 u64 accepted: the last sequence number applied; stale epoch: the epoch it knows
 //!   16 u32 CRC32C of bytes [0, 16)           20 u32 reserved, zero
 //! then records, primary -> backup: log record frames (docs/persistence.md), lsn = sequence
-//! number, epoch = the hello's epoch, synced_lsn = 0
+//! number, epoch = the primary's epoch when it appended (never older than the hello's),
+//! synced_lsn = 0; and markers, which a record frame cannot be mistaken for (40 bytes):
+//!   0 u32 0xFFFF_FFFF (no record is that long)   4 u32 kind: 1 snapshot, 2 in sync
+//!   8 u64 snapshot: the first record after it; in sync: the record the backup holds up to
+//!   16 u64 epoch   24 u64 reserved, zero   32 u32 CRC32C of bytes [0, 32)   36 u32 magic "RKVM"
+//! a snapshot marker is followed by the snapshot (rampkv_durable's snapshot file format) in
+//! chunks: u32 length (1..=REPLICATION_SNAPSHOT_CHUNK_BYTES) then the bytes; length 0 ends it
 //! acknowledgements, backup -> primary (16 bytes)
 //!   0 u64 last sequence number applied   8 u32 CRC32C of bytes [0, 8)   12 u32 magic "RKVK"
+//!   (magic "RKVY": the in-sync marker of that record was applied)
 //! ```
 //! With a shared secret, the binary port's authentication step (`crate::auth`) comes first.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, RwLock};
+use rampkv_config::configuration::BOOTSTRAP_INCARNATION;
 use rampkv_core::limits::{
     GC_SWEEP_INTERVAL_MS, GC_SWEEP_KEYS_PER_TICK, REPLICATION_CONNECTIONS_MAX, REPLICATION_CONNECT_BACKOFF_MS,
     REPLICATION_CONNECT_WAIT_MS_MAX, REPLICATION_FULL_WAIT_MS_MAX, REPLICATION_IO_TIMEOUT_MS, REPLICATION_READ_BYTES,
-    REPLICATION_UNACKED_BYTES_MAX,
+    REPLICATION_SNAPSHOT_CHUNK_BYTES, REPLICATION_SNAPSHOT_WAIT_MS_MAX, REPLICATION_UNACKED_BYTES_MAX,
 };
-use rampkv_core::protocol::server::{Effects, LogPosition};
+use rampkv_core::protocol::server::{Effects, LogPosition, ServerCore};
 use rampkv_core::storage::{Store, StoreError, SweepCursor};
 use rampkv_durable::limits::RECORD_PAYLOAD_BYTES_MAX;
 use rampkv_durable::record::{check_frame, encode_record, RECORD_HEADER_BYTES};
@@ -77,7 +108,17 @@ use crate::auth::{authenticate_client, AuthError, SharedSecret};
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RKVR");
 const ANSWER_MAGIC: u32 = u32::from_le_bytes(*b"RKVA");
 const ACK_MAGIC: u32 = u32::from_le_bytes(*b"RKVK");
-const VERSION: u16 = 1;
+const IN_SYNC_ACK_MAGIC: u32 = u32::from_le_bytes(*b"RKVY");
+const MARKER_MAGIC: u32 = u32::from_le_bytes(*b"RKVM");
+/// The first word of a marker: longer than any record's payload may be.
+const MARKER_LENGTH: u32 = u32::MAX;
+const MARKER_BYTES: usize = 40;
+const MARKER_SNAPSHOT: u32 = 1;
+const MARKER_IN_SYNC: u32 = 2;
+const HELLO_CATCH_UP: u32 = 1;
+const VERSION: u16 = 2;
+// A marker is read where a record header would be, and no record's length is its first word.
+const _: () = assert!(MARKER_BYTES == RECORD_HEADER_BYTES && RECORD_PAYLOAD_BYTES_MAX < MARKER_LENGTH as usize);
 const HELLO_BYTES: usize = 32;
 const ANSWER_BYTES: usize = 24;
 const ACK_BYTES: usize = 16;
@@ -94,7 +135,7 @@ pub enum ReplicationError {
     StaleEpoch { backup: usize, address: String, epoch: u64, known: u64 },
     #[error(
         "backup {backup} ({address}) holds records up to {applied} but the primary starts at {first}: it needs \
-         catching up (a snapshot and the log since), which is not built"
+         catching up (a snapshot and the log since)"
     )]
     NeedsCatchUp { backup: usize, address: String, applied: u64, first: u64 },
     #[error("backup {backup} ({address}) refused the hello as malformed")]
@@ -111,6 +152,8 @@ pub enum ReplicationError {
     Stopped,
     #[error("backup {backup} was removed from the replica sets (failover)")]
     Removed { backup: usize },
+    #[error("backup {backup} ({address}): a newer link of this primary took its place")]
+    Superseded { backup: usize, address: String },
 }
 
 /// Why a backup refused (and closed) a primary's connection.
@@ -129,8 +172,18 @@ pub enum BackupRefusal {
     BadRecord { primary: u16, lsn: u64, cause: RecordError },
     #[error("record of primary {primary}: {cause}")]
     BadFrame { primary: u16, cause: RecordError },
-    #[error("record {lsn} of primary {primary} has epoch {found}, the stream is of epoch {epoch} (fenced)")]
+    #[error("record {lsn} of primary {primary} has epoch {found}, older than the stream's {epoch} (fenced)")]
     WrongEpoch { primary: u16, lsn: u64, found: u64, epoch: u64 },
+    #[error("primary {primary} sent a malformed marker")]
+    BadMarker { primary: u16 },
+    #[error("primary {primary} sent {what} where a catch-up stream has its snapshot first")]
+    SnapshotExpected { primary: u16, what: &'static str },
+    #[error("snapshot of primary {primary}: {cause}")]
+    BadSnapshot { primary: u16, cause: rampkv_durable::DurableError },
+    #[error("snapshot of primary {primary}: a chunk of {length} bytes (at most {max})")]
+    SnapshotChunk { primary: u16, length: usize, max: usize },
+    #[error("snapshot of primary {primary} not finished within {waited_ms} ms")]
+    SnapshotTooSlow { primary: u16, waited_ms: u64 },
     #[error("record {found} of primary {primary} out of order: expected {expected}")]
     OutOfOrder { primary: u16, found: u64, expected: u64 },
     #[error("primary {primary} was failed over: this server serves its copy now (its records are fenced)")]
@@ -209,16 +262,44 @@ struct Link {
     failure: OnceLock<ReplicationError>,
     stream: Mutex<Option<TcpStream>>,
     /// The configuration removed this backup from every replica set of the primary (it
-    /// failed): its acknowledgements are no longer waited for.
+    /// failed), or a newer link to it took its place: its acknowledgements are no longer
+    /// waited for.
     removed: AtomicBool,
+    /// The backup's process incarnation (the configuration's) this link was opened for.
+    incarnation: u64,
+    /// Its acknowledgements hold the primary's replies: an in-sync backup's from the start, a
+    /// catching-up one's once it applied its snapshot.
+    counted: AtomicBool,
+    /// A catching-up backup's link (a snapshot first), else `None`.
+    catch_up: Option<CatchUp>,
 }
+
+/// The progress of a catching-up backup's link (module docs, "Rejoin").
+struct CatchUp {
+    /// The link's first record: the snapshot holds every record before it.
+    point: u64,
+    /// The primary's epoch when the link was opened.
+    opened_in: u64,
+    /// The last record appended when the link became counted (`u64::MAX`: not yet).
+    sync_point: AtomicU64,
+    /// The in-sync marker: `MARKER_*` states below.
+    marker: AtomicU8,
+}
+
+const MARKER_NOT_DUE: u8 = 0;
+const MARKER_DUE: u8 = 1;
+const MARKER_SENT: u8 = 2;
+const MARKER_ACKNOWLEDGED: u8 = 3;
 
 impl Link {
     fn fail(&self, error: ReplicationError, shared: &Shared) {
         if self.failure.set(error).is_ok() {
             if let Some(error) = self.failure.get() {
-                if !shared.stop.load(Ordering::Acquire) {
+                let holds = self.counted.load(Ordering::Acquire) && !self.removed.load(Ordering::Acquire);
+                if !shared.stop.load(Ordering::Acquire) && holds {
                     log::error!("replication link failed: {error}; this primary's writes are held");
+                } else if !shared.stop.load(Ordering::Acquire) && !self.removed.load(Ordering::Acquire) {
+                    log::warn!("replication: a catch-up link failed: {error}");
                 }
             }
             shared.stats.lock().links_failed += 1;
@@ -232,16 +313,34 @@ impl Link {
     fn failed(&self) -> bool {
         self.failure.get().is_some()
     }
+
+    fn catches_up(&self, backup: usize, incarnation: u64, since: u64) -> bool {
+        self.backup == backup
+            && self.incarnation == incarnation
+            && self.catch_up.as_ref().is_some_and(|catch_up| catch_up.opened_in >= since)
+            && !self.removed.load(Ordering::Acquire)
+            && !self.failed()
+    }
 }
 
 struct Shared {
     primary: u16,
-    epoch: u64,
+    /// The configuration epoch records are appended with (raised by failover as it learns).
+    epoch: AtomicU64,
     secret: Option<Arc<SharedSecret>>,
-    links: Vec<Arc<Link>>,
+    links: RwLock<Vec<Arc<Link>>>,
+    /// The next sequence number, and a buffer to encode into. The lock keeps every link's
+    /// queue in sequence order, and a link joins under it (its first record and its snapshot
+    /// point agree).
+    sequencer: Mutex<(u64, Vec<u8>)>,
+    /// The store a catching-up backup's snapshot is taken of.
+    source: OnceLock<Arc<ServerCore>>,
+    /// Bumped whenever a link starts to count ([`Replicator::acknowledged`] reads it).
+    membership: AtomicU64,
     stop: AtomicBool,
     stats: Mutex<ReplicationStats>,
     wake: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Shared {
@@ -256,10 +355,6 @@ impl Shared {
 /// how far every backup acknowledged. See the module docs.
 pub struct Replicator {
     shared: Arc<Shared>,
-    /// The next sequence number, and a buffer to encode into (the lock also keeps every link's
-    /// queue in sequence order).
-    sequencer: Mutex<(u64, Vec<u8>)>,
-    threads: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Replicator {
@@ -267,8 +362,8 @@ impl std::fmt::Debug for Replicator {
         formatter
             .debug_struct("Replicator")
             .field("primary", &self.shared.primary)
-            .field("epoch", &self.shared.epoch)
-            .field("backups", &self.shared.links.iter().map(|link| link.backup).collect::<Vec<_>>())
+            .field("epoch", &self.shared.epoch.load(Ordering::Acquire))
+            .field("backups", &self.shared.links.read().iter().map(|link| link.backup).collect::<Vec<_>>())
             .finish()
     }
 }
@@ -286,38 +381,141 @@ impl Replicator {
         backups: Vec<(usize, String)>,
         secret: Option<Arc<SharedSecret>>,
     ) -> std::io::Result<Replicator> {
-        let links = backups
-            .into_iter()
-            .map(|(backup, address)| {
-                Arc::new(Link {
-                    backup,
-                    address,
-                    queue: Mutex::new(LinkQueue::default()),
-                    changed: Condvar::new(),
-                    acked: AtomicU64::new(0),
-                    failure: OnceLock::new(),
-                    stream: Mutex::new(None),
-                    removed: AtomicBool::new(false),
-                })
-            })
-            .collect();
         let shared = Arc::new(Shared {
             primary,
-            epoch,
+            epoch: AtomicU64::new(epoch),
             secret,
-            links,
+            links: RwLock::new(Vec::new()),
+            sequencer: Mutex::new((1, Vec::new())),
+            source: OnceLock::new(),
+            membership: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             stats: Mutex::new(ReplicationStats::default()),
             wake: OnceLock::new(),
+            threads: Mutex::new(Vec::new()),
         });
-        let mut threads = Vec::new();
-        for link in &shared.links {
-            let (shared, link) = (Arc::clone(&shared), Arc::clone(link));
-            let thread =
-                std::thread::Builder::new().name("rampkv-replicate".into()).spawn(move || run_link(&shared, &link))?;
-            threads.push(thread);
+        let replicator = Replicator { shared };
+        for (backup, address) in backups {
+            // The cluster's first configuration counts these backups in sync from the start.
+            replicator.add_link(backup, address, BOOTSTRAP_INCARNATION, None)?;
         }
-        Ok(Replicator { shared, sequencer: Mutex::new((1, Vec::new())), threads })
+        Ok(replicator)
+    }
+
+    /// Opens a link to catching-up `backup` (process `incarnation`, replication port
+    /// `address`): a snapshot of the store, then every record from now on (module docs,
+    /// "Rejoin"). An earlier link to that backup stays until this one is in sync.
+    ///
+    /// # Errors
+    /// The store to take snapshots of was not set, or a thread could not be started.
+    pub fn add_catch_up(&self, backup: usize, address: String, incarnation: u64) -> std::io::Result<()> {
+        if self.shared.source.get().is_none() {
+            return Err(std::io::Error::other("replication: no store to take a catching-up backup's snapshot of"));
+        }
+        let catch_up = CatchUp {
+            point: 0,
+            opened_in: self.shared.epoch.load(Ordering::Acquire),
+            sync_point: AtomicU64::new(u64::MAX),
+            marker: AtomicU8::new(MARKER_NOT_DUE),
+        };
+        self.add_link(backup, address, incarnation, Some(catch_up))
+    }
+
+    fn add_link(
+        &self,
+        backup: usize,
+        address: String,
+        incarnation: u64,
+        catch_up: Option<CatchUp>,
+    ) -> std::io::Result<()> {
+        let counted = catch_up.is_none();
+        let link = {
+            // The link joins at the next sequence number: it gets every record from there on.
+            let sequencer = self.shared.sequencer.lock();
+            let point = sequencer.0;
+            let link = Arc::new(Link {
+                backup,
+                address,
+                queue: Mutex::new(LinkQueue::default()),
+                changed: Condvar::new(),
+                acked: AtomicU64::new(point - 1),
+                failure: OnceLock::new(),
+                stream: Mutex::new(None),
+                removed: AtomicBool::new(false),
+                incarnation,
+                counted: AtomicBool::new(counted),
+                catch_up: catch_up.map(|catch_up| CatchUp { point, ..catch_up }),
+            });
+            let mut links = self.shared.links.write();
+            // Links that hold nothing any more are dropped (a failed, counted one stays: its
+            // backup's absence holds writes until the configuration removes it).
+            links.retain(|link| {
+                !link.removed.load(Ordering::Acquire) && (!link.failed() || link.counted.load(Ordering::Acquire))
+            });
+            links.push(Arc::clone(&link));
+            drop(sequencer);
+            link
+        };
+        let shared = Arc::clone(&self.shared);
+        let thread = std::thread::Builder::new().name("rampkv-replicate".into()).spawn({
+            let link = Arc::clone(&link);
+            move || run_link(&shared, &link)
+        });
+        match thread {
+            Ok(thread) => {
+                let mut threads = self.shared.threads.lock();
+                threads.retain(|thread| !thread.is_finished());
+                threads.push(thread);
+                Ok(())
+            }
+            Err(error) => {
+                link.fail(ReplicationError::Stopped, &self.shared);
+                Err(error)
+            }
+        }
+    }
+
+    /// Sets the store catching-up backups' snapshots are taken of (the primary's).
+    pub(crate) fn set_source(&self, core: Arc<ServerCore>) {
+        let _ = self.shared.source.set(core);
+    }
+
+    /// Records appended from now on carry `epoch` (never lowered).
+    pub fn set_epoch(&self, epoch: u64) {
+        self.shared.epoch.fetch_max(epoch, Ordering::AcqRel);
+    }
+
+    /// Whether catching-up `backup` (process `incarnation`) has a catch-up link opened in
+    /// epoch `since` or later that has not failed (the failover thread opens one otherwise).
+    pub fn has_catch_up_link(&self, backup: usize, incarnation: u64, since: u64) -> bool {
+        self.shared.links.read().iter().any(|link| link.catches_up(backup, incarnation, since))
+    }
+
+    /// Whether catching-up `backup` (process `incarnation`) is in sync through a catch-up link
+    /// opened in epoch `since` or later: it holds every record a reply was released for, no
+    /// reply goes out without it, and it made that copy its current one (module docs,
+    /// "Rejoin"). The configuration may then count it as a backup. The older links to that
+    /// backup are retired then (the copies they fed are no longer its current one).
+    pub fn in_sync(&self, backup: usize, incarnation: u64, since: u64) -> bool {
+        let links = self.shared.links.read();
+        let synced = links.iter().find(|link| {
+            link.catches_up(backup, incarnation, since)
+                && link.counted.load(Ordering::Acquire)
+                && link
+                    .catch_up
+                    .as_ref()
+                    .is_some_and(|catch_up| catch_up.marker.load(Ordering::Acquire) == MARKER_ACKNOWLEDGED)
+        });
+        let Some(synced) = synced else { return false };
+        for older in links.iter().filter(|older| older.backup == backup && !Arc::ptr_eq(older, synced)) {
+            if !older.removed.swap(true, Ordering::AcqRel) {
+                let error = ReplicationError::Superseded { backup: older.backup, address: older.address.clone() };
+                older.fail(error, &self.shared);
+            }
+        }
+        drop(links);
+        self.shared.wake();
+        true
     }
 
     /// Registers what an acknowledgement (or a failure) calls: the front ends holding replies.
@@ -332,15 +530,17 @@ impl Replicator {
         if effects.logged.is_empty() {
             return;
         }
-        let mut sequencer = self.sequencer.lock();
+        let mut sequencer = self.shared.sequencer.lock();
+        let links = self.shared.links.read();
         let (next, buffer) = &mut *sequencer;
         buffer.clear();
         let first = *next;
+        let epoch = self.shared.epoch.load(Ordering::Acquire);
         for record in effects.logged.drain(..) {
-            let header = RecordHeader { lsn: *next, epoch: self.shared.epoch, synced_lsn: 0 };
+            let header = RecordHeader { lsn: *next, epoch, synced_lsn: 0 };
             if let Err(error) = encode_record(header, RecordRef::from(&record), buffer) {
                 debug_assert!(false, "the store took what the codec refuses: {error}");
-                for link in &self.shared.links {
+                for link in links.iter() {
                     link.fail(ReplicationError::Encode(error.clone()), &self.shared);
                 }
                 break;
@@ -352,23 +552,28 @@ impl Replicator {
         if last >= first {
             let batch = Batch { first, last, bytes: Arc::from(buffer.as_slice()), queued_at: Instant::now() };
             let bytes = batch.bytes.len();
-            for link in &self.shared.links {
+            for link in links.iter() {
                 self.push(link, batch.clone());
             }
             let mut stats = self.shared.stats.lock();
             stats.records += last + 1 - first;
             stats.bytes += bytes as u64;
         }
+        drop(links);
         drop(sequencer);
         effects.release_after = Some(effects.release_after.map_or(position, |earlier| earlier.max(position)));
     }
 
     /// Queues `batch` for `link`, waiting for room (bounded: a backup that stays behind fails).
+    /// A link that holds no reply (catching up, before its snapshot is applied) does not make
+    /// writes wait: it fails at once when full (and is opened again). Its reader takes the
+    /// sequencer lock to start counting, which the caller holds: it must not be waited for.
     fn push(&self, link: &Link, batch: Batch) {
         if link.removed.load(Ordering::Acquire) {
             return;
         }
-        let deadline = Instant::now() + Duration::from_millis(REPLICATION_FULL_WAIT_MS_MAX);
+        let wait_ms = if link.counted.load(Ordering::Acquire) { REPLICATION_FULL_WAIT_MS_MAX } else { 0 };
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
         let mut queue = link.queue.lock();
         while queue.bytes + batch.bytes.len() > REPLICATION_UNACKED_BYTES_MAX && !queue.batches.is_empty() {
             if link.failed() || link.changed.wait_until(&mut queue, deadline).timed_out() {
@@ -385,7 +590,7 @@ impl Replicator {
                 backup: link.backup,
                 address: link.address.clone(),
                 bytes,
-                waited_ms: REPLICATION_FULL_WAIT_MS_MAX,
+                waited_ms: wait_ms,
             };
             link.fail(error, &self.shared);
             return;
@@ -399,24 +604,33 @@ impl Replicator {
     /// The highest sequence number every backup still in a replica set acknowledged: replies
     /// held up to here may go.
     pub fn acknowledged(&self) -> LogPosition {
-        let lowest = self
-            .shared
-            .links
-            .iter()
-            .filter(|link| !link.removed.load(Ordering::Acquire))
-            .map(|link| link.acked.load(Ordering::Acquire))
-            .min();
-        LogPosition(lowest.unwrap_or(u64::MAX))
+        loop {
+            // A catching-up link that starts to count while this reads would be missed by a
+            // read that then takes another link's acknowledgement of a record after it: read
+            // again when the counted set changed meanwhile.
+            let membership = self.shared.membership.load(Ordering::SeqCst);
+            let lowest = self
+                .shared
+                .links
+                .read()
+                .iter()
+                .filter(|link| !link.removed.load(Ordering::SeqCst) && link.counted.load(Ordering::SeqCst))
+                .map(|link| link.acked.load(Ordering::SeqCst))
+                .min();
+            if self.shared.membership.load(Ordering::SeqCst) == membership {
+                return LogPosition(lowest.unwrap_or(u64::MAX));
+            }
+        }
     }
 
-    /// Keeps waiting only for the backups in `keep` (server indices): the others were removed
-    /// from every replica set of this primary by a committed configuration (they failed), so
-    /// a write they do not hold is still on every copy the configuration counts. Never undone
-    /// (a removed backup comes back only by rejoining, which is not built). Wakes the front
-    /// ends: replies held only for a removed backup may go.
-    pub fn retain_backups(&self, keep: &[usize]) {
-        for link in &self.shared.links {
-            if !keep.contains(&link.backup) && !link.removed.swap(true, Ordering::AcqRel) {
+    /// Keeps waiting only for the backups in `keep` (server index and process incarnation):
+    /// the others were removed from every replica set of this primary by a committed
+    /// configuration (they failed), so a write they do not hold is still on every copy the
+    /// configuration counts. Never undone (a removed backup comes back only by rejoining, with
+    /// a new link). Wakes the front ends: replies held only for a removed backup may go.
+    pub fn retain_backups(&self, keep: &[(usize, u64)]) {
+        for link in self.shared.links.read().iter() {
+            if !keep.contains(&(link.backup, link.incarnation)) && !link.removed.swap(true, Ordering::AcqRel) {
                 log::warn!(
                     "replication: backup {} ({}) left the replica sets of primary {}; its acknowledgements are no \
                      longer waited for",
@@ -430,9 +644,13 @@ impl Replicator {
         self.shared.wake();
     }
 
-    /// The first link failure, if any: the primary's writes since are held.
-    pub fn failure(&self) -> Option<&ReplicationError> {
-        self.shared.links.iter().find_map(|link| link.failure.get())
+    /// The first failure of a link that holds replies, rendered, if any: the primary's writes
+    /// since are held.
+    pub fn failure(&self) -> Option<String> {
+        let links = self.shared.links.read();
+        let mut holding =
+            links.iter().filter(|link| link.counted.load(Ordering::Acquire) && !link.removed.load(Ordering::Acquire));
+        holding.find_map(|link| link.failure.get().map(ToString::to_string))
     }
 
     /// Counters since the start.
@@ -442,14 +660,14 @@ impl Replicator {
 
     /// The epoch its records carry.
     pub fn epoch(&self) -> u64 {
-        self.shared.epoch
+        self.shared.epoch.load(Ordering::Acquire)
     }
 
     /// Stops the links (their threads end; nothing more is acknowledged). The group does this
     /// before it stops the backups, so that the links' end is not reported as a failure.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Release);
-        for link in &self.shared.links {
+        for link in self.shared.links.read().iter() {
             link.fail(ReplicationError::Stopped, &self.shared);
         }
     }
@@ -458,20 +676,23 @@ impl Replicator {
 impl Drop for Replicator {
     fn drop(&mut self) {
         self.stop();
-        for thread in self.threads.drain(..) {
+        let threads = std::mem::take(&mut *self.shared.threads.lock());
+        for thread in threads {
             let _ = thread.join();
         }
     }
 }
 
-/// A link's life: connect, hello, then write what is queued while a reader thread takes the
-/// acknowledgements.
+/// A link's life: connect, hello, (a catching-up backup's snapshot,) then write what is queued
+/// while a reader thread takes the acknowledgements.
 fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
     let (mut stream, applied) = match connect(shared, link) {
         Ok(connected) => connected,
         Err(error) => return link.fail(error, shared),
     };
-    link.acked.store(applied, Ordering::Release);
+    if link.catch_up.is_none() {
+        link.acked.store(applied, Ordering::Release);
+    }
     let reader = match stream.try_clone() {
         Ok(reader) => reader,
         Err(error) => return link.fail(io_error(link, error), shared),
@@ -490,16 +711,35 @@ fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
         Ok(reader) => reader,
         Err(error) => return link.fail(io_error(link, error), shared),
     };
+    if let Some(catch_up) = &link.catch_up {
+        if let Err(error) = send_snapshot(shared, catch_up, &mut stream) {
+            link.fail(io_error(link, error), shared);
+        }
+    }
     let mut pending: Vec<Arc<[u8]>> = Vec::new();
+    let marker_due = |link: &Link| {
+        link.catch_up.as_ref().is_some_and(|catch_up| catch_up.marker.load(Ordering::Acquire) == MARKER_DUE)
+    };
     while !link.failed() {
+        let mut marker = None;
         {
             let mut queue = link.queue.lock();
-            while queue.written == queue.batches.len() && !link.failed() {
+            while queue.written == queue.batches.len() && !link.failed() && !marker_due(link) {
                 link.changed.wait(&mut queue);
             }
             let written = queue.written;
             pending.extend(queue.batches.iter().skip(written).map(|batch| Arc::clone(&batch.bytes)));
             queue.written = queue.batches.len();
+            if let Some(catch_up) = &link.catch_up {
+                if catch_up
+                    .marker
+                    .compare_exchange(MARKER_DUE, MARKER_SENT, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
+                    let epoch = shared.epoch.load(Ordering::Acquire);
+                    marker = Some(encode_marker(MARKER_IN_SYNC, catch_up.sync_point.load(Ordering::Acquire), epoch));
+                }
+            }
         }
         for bytes in pending.drain(..) {
             if let Err(error) = stream.write_all(&bytes) {
@@ -507,10 +747,64 @@ fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
                 break;
             }
         }
+        if let Some(marker) = marker {
+            if let Err(error) = stream.write_all(&marker) {
+                link.fail(io_error(link, error), shared);
+            }
+        }
     }
     let _ = stream.shutdown(Shutdown::Both);
     let _ = reader.join();
     shared.wake();
+}
+
+/// A catching-up backup's snapshot: the marker, then the store in the snapshot file format,
+/// in chunks, then the empty chunk.
+fn send_snapshot(shared: &Shared, catch_up: &CatchUp, stream: &mut TcpStream) -> std::io::Result<()> {
+    let Some(core) = shared.source.get() else {
+        return Err(std::io::Error::other("no store to take a snapshot of"));
+    };
+    let epoch = shared.epoch.load(Ordering::Acquire);
+    stream.write_all(&encode_marker(MARKER_SNAPSHOT, catch_up.point, epoch))?;
+    let mut chunks = ChunkWriter { stream, buffer: Vec::with_capacity(REPLICATION_SNAPSHOT_CHUNK_BYTES) };
+    let counts = rampkv_durable::snapshot::write_to(&mut chunks, core.store(), catch_up.point - 1, epoch)?;
+    chunks.stream.write_all(&0u32.to_le_bytes())?;
+    log::warn!(
+        "replication: primary {} sent a catching-up backup its snapshot at record {} ({} keys, {} versions)",
+        shared.primary,
+        catch_up.point - 1,
+        counts.keys,
+        counts.versions
+    );
+    Ok(())
+}
+
+/// Cuts what is written into chunks of at most `REPLICATION_SNAPSHOT_CHUNK_BYTES`, each sent
+/// after its length.
+struct ChunkWriter<'a> {
+    stream: &'a mut TcpStream,
+    buffer: Vec<u8>,
+}
+
+impl Write for ChunkWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let room = REPLICATION_SNAPSHOT_CHUNK_BYTES - self.buffer.len();
+        let taken = bytes.len().min(room);
+        self.buffer.extend_from_slice(&bytes[..taken]);
+        if self.buffer.len() == REPLICATION_SNAPSHOT_CHUNK_BYTES {
+            self.flush()?;
+        }
+        Ok(taken)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.buffer.is_empty() {
+            self.stream.write_all(&(self.buffer.len() as u32).to_le_bytes())?;
+            self.stream.write_all(&self.buffer)?;
+            self.buffer.clear();
+        }
+        Ok(())
+    }
 }
 
 fn io_error(link: &Link, error: std::io::Error) -> ReplicationError {
@@ -545,15 +839,20 @@ fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64), Replication
         })?;
     }
     stream.set_read_timeout(Some(Duration::from_secs(1))).map_err(|error| io_error(link, error))?;
-    let first = link.queue.lock().batches.front().map_or(1, |batch| batch.first);
-    stream.write_all(&encode_hello(shared.primary, shared.epoch, first)).map_err(|error| io_error(link, error))?;
+    let (first, flags) = match &link.catch_up {
+        Some(catch_up) => (catch_up.point, HELLO_CATCH_UP),
+        None => (link.queue.lock().batches.front().map_or(1, |batch| batch.first), 0),
+    };
+    let epoch = shared.epoch.load(Ordering::Acquire);
+    let hello = encode_hello(shared.primary, epoch, first, flags);
+    stream.write_all(&hello).map_err(|error| io_error(link, error))?;
     let mut answer = [0u8; ANSWER_BYTES];
     stream.read_exact(&mut answer).map_err(|error| io_error(link, error))?;
     stream.set_read_timeout(None).map_err(|error| io_error(link, error))?;
     let (backup, address) = (link.backup, link.address.clone());
     match decode_answer(&answer) {
         Some((0, applied)) => Ok((stream, applied)),
-        Some((1, known)) => Err(ReplicationError::StaleEpoch { backup, address, epoch: shared.epoch, known }),
+        Some((1, known)) => Err(ReplicationError::StaleEpoch { backup, address, epoch, known }),
         Some((2, applied)) => Err(ReplicationError::NeedsCatchUp { backup, address, applied, first }),
         Some((3, _)) => Err(ReplicationError::HelloRefused { backup, address }),
         Some((4, _)) => Err(ReplicationError::Busy { backup, address }),
@@ -561,21 +860,29 @@ fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64), Replication
     }
 }
 
-/// Takes the backup's acknowledgements: drops what they cover, measures, wakes the front ends.
+/// Takes the backup's acknowledgements: drops what they cover, measures, wakes the front ends;
+/// moves a catching-up backup's link on (counted after its snapshot, in sync after its marker).
 fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
     let mut ack = [0u8; ACK_BYTES];
     loop {
         if let Err(error) = stream.read_exact(&mut ack) {
             return link.fail(io_error(link, error), shared);
         }
-        let Some(applied) = decode_ack(&ack) else {
-            let error = ReplicationError::Malformed {
-                backup: link.backup,
-                address: link.address.clone(),
-                what: "acknowledgement",
-            };
-            return link.fail(error, shared);
+        let malformed = |what| ReplicationError::Malformed { backup: link.backup, address: link.address.clone(), what };
+        let Some((applied, in_sync)) = decode_ack(&ack) else {
+            return link.fail(malformed("acknowledgement"), shared);
         };
+        if in_sync {
+            let Some(catch_up) = &link.catch_up else {
+                return link.fail(malformed("in-sync acknowledgement (not catching up)"), shared);
+            };
+            let sent = catch_up.marker.load(Ordering::Acquire) == MARKER_SENT;
+            if !sent || applied != catch_up.sync_point.load(Ordering::Acquire) {
+                return link.fail(malformed("in-sync acknowledgement (no such marker)"), shared);
+            }
+            catch_up.marker.store(MARKER_ACKNOWLEDGED, Ordering::Release);
+            continue;
+        }
         let now = Instant::now();
         let (mut acks, mut total_us, mut max_us) = (0u64, 0u64, 0u64);
         {
@@ -586,12 +893,7 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
                 || applied > sent_last.max(link.acked.load(Ordering::Acquire))
             {
                 drop(queue);
-                let error = ReplicationError::Malformed {
-                    backup: link.backup,
-                    address: link.address.clone(),
-                    what: "acknowledgement (out of range)",
-                };
-                return link.fail(error, shared);
+                return link.fail(malformed("acknowledgement (out of range)"), shared);
             }
             while queue.batches.front().is_some_and(|batch| batch.last <= applied) {
                 if let Some(batch) = queue.batches.pop_front() {
@@ -605,6 +907,25 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
             }
             link.acked.store(applied, Ordering::Release);
         }
+        if let Some(catch_up) = &link.catch_up {
+            // A catching-up backup acknowledges nothing before it applied its snapshot.
+            if !link.counted.load(Ordering::Acquire) {
+                let sequencer = shared.sequencer.lock();
+                catch_up.sync_point.store(sequencer.0 - 1, Ordering::Release);
+                link.counted.store(true, Ordering::Release);
+                shared.membership.fetch_add(1, Ordering::AcqRel);
+                drop(sequencer);
+            }
+            let due = applied >= catch_up.sync_point.load(Ordering::Acquire)
+                && catch_up
+                    .marker
+                    .compare_exchange(MARKER_NOT_DUE, MARKER_DUE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok();
+            if due {
+                let _queue = link.queue.lock();
+                link.changed.notify_all();
+            }
+        }
         link.changed.notify_all();
         if acks > 0 {
             let mut stats = shared.stats.lock();
@@ -616,25 +937,64 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
     }
 }
 
-fn encode_hello(primary: u16, epoch: u64, first: u64) -> [u8; HELLO_BYTES] {
+fn encode_hello(primary: u16, epoch: u64, first: u64, flags: u32) -> [u8; HELLO_BYTES] {
     let mut hello = [0u8; HELLO_BYTES];
     hello[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
     hello[4..6].copy_from_slice(&VERSION.to_le_bytes());
     hello[6..8].copy_from_slice(&primary.to_le_bytes());
     hello[8..16].copy_from_slice(&epoch.to_le_bytes());
     hello[16..24].copy_from_slice(&first.to_le_bytes());
-    let crc = crc32c::crc32c(&hello[0..24]);
-    hello[24..28].copy_from_slice(&crc.to_le_bytes());
+    hello[24..28].copy_from_slice(&flags.to_le_bytes());
+    let crc = crc32c::crc32c(&hello[0..28]);
+    hello[28..32].copy_from_slice(&crc.to_le_bytes());
     hello
 }
 
-/// `(primary, epoch, first)` of a well-formed hello.
-fn decode_hello(hello: &[u8; HELLO_BYTES]) -> Option<(u16, u64, u64)> {
+/// A well-formed hello.
+#[derive(Debug, PartialEq, Eq)]
+struct Hello {
+    primary: u16,
+    epoch: u64,
+    first: u64,
+    catch_up: bool,
+}
+
+fn decode_hello(hello: &[u8; HELLO_BYTES]) -> Option<Hello> {
+    let flags = u32_at(hello, 24);
     let valid = u32_at(hello, 0) == HELLO_MAGIC
         && u16_at(hello, 4) == VERSION
-        && u32_at(hello, 24) == crc32c::crc32c(&hello[0..24])
-        && u32_at(hello, 28) == 0;
-    valid.then(|| (u16_at(hello, 6), u64_at(hello, 8), u64_at(hello, 16)))
+        && u32_at(hello, 28) == crc32c::crc32c(&hello[0..28])
+        && flags & !HELLO_CATCH_UP == 0;
+    valid.then(|| Hello {
+        primary: u16_at(hello, 6),
+        epoch: u64_at(hello, 8),
+        first: u64_at(hello, 16),
+        catch_up: flags & HELLO_CATCH_UP != 0,
+    })
+}
+
+fn encode_marker(kind: u32, value: u64, epoch: u64) -> [u8; MARKER_BYTES] {
+    let mut marker = [0u8; MARKER_BYTES];
+    marker[0..4].copy_from_slice(&MARKER_LENGTH.to_le_bytes());
+    marker[4..8].copy_from_slice(&kind.to_le_bytes());
+    marker[8..16].copy_from_slice(&value.to_le_bytes());
+    marker[16..24].copy_from_slice(&epoch.to_le_bytes());
+    let crc = crc32c::crc32c(&marker[0..32]);
+    marker[32..36].copy_from_slice(&crc.to_le_bytes());
+    marker[36..40].copy_from_slice(&MARKER_MAGIC.to_le_bytes());
+    marker
+}
+
+/// `(kind, value, epoch)` of a well-formed marker.
+fn decode_marker(marker: &[u8]) -> Option<(u32, u64, u64)> {
+    let marker = marker.get(..MARKER_BYTES)?;
+    let kind = u32_at(marker, 4);
+    let valid = u32_at(marker, 0) == MARKER_LENGTH
+        && matches!(kind, MARKER_SNAPSHOT | MARKER_IN_SYNC)
+        && u64_at(marker, 24) == 0
+        && u32_at(marker, 32) == crc32c::crc32c(&marker[0..32])
+        && u32_at(marker, 36) == MARKER_MAGIC;
+    valid.then(|| (kind, u64_at(marker, 8), u64_at(marker, 16)))
 }
 
 fn encode_answer(status: u16, value: u64) -> [u8; ANSWER_BYTES] {
@@ -656,18 +1016,21 @@ fn decode_answer(answer: &[u8; ANSWER_BYTES]) -> Option<(u16, u64)> {
     valid.then(|| (u16_at(answer, 6), u64_at(answer, 8)))
 }
 
-fn encode_ack(applied: u64) -> [u8; ACK_BYTES] {
+fn encode_ack(applied: u64, in_sync: bool) -> [u8; ACK_BYTES] {
     let mut ack = [0u8; ACK_BYTES];
     ack[0..8].copy_from_slice(&applied.to_le_bytes());
     let crc = crc32c::crc32c(&ack[0..8]);
     ack[8..12].copy_from_slice(&crc.to_le_bytes());
-    ack[12..16].copy_from_slice(&ACK_MAGIC.to_le_bytes());
+    let magic = if in_sync { IN_SYNC_ACK_MAGIC } else { ACK_MAGIC };
+    ack[12..16].copy_from_slice(&magic.to_le_bytes());
     ack
 }
 
-fn decode_ack(ack: &[u8; ACK_BYTES]) -> Option<u64> {
-    let valid = u32_at(ack, 12) == ACK_MAGIC && u32_at(ack, 8) == crc32c::crc32c(&ack[0..8]);
-    valid.then(|| u64_at(ack, 0))
+/// `(applied, in_sync)` of a well-formed acknowledgement (`in_sync`: of the in-sync marker).
+fn decode_ack(ack: &[u8; ACK_BYTES]) -> Option<(u64, bool)> {
+    let magic = u32_at(ack, 12);
+    let valid = matches!(magic, ACK_MAGIC | IN_SYNC_ACK_MAGIC) && u32_at(ack, 8) == crc32c::crc32c(&ack[0..8]);
+    valid.then(|| (u64_at(ack, 0), magic == IN_SYNC_ACK_MAGIC))
 }
 
 fn u16_at(bytes: &[u8], offset: usize) -> u16 {
@@ -724,6 +1087,31 @@ impl BackupStore {
     }
 }
 
+/// A backup's copies of one primary's store.
+#[derive(Default)]
+struct Copies {
+    /// The copy that holds every record the primary acknowledged (an in-sync backup's): the
+    /// one a failover takes over.
+    current: Option<Arc<BackupStore>>,
+    /// A copy catching up (a snapshot, then records), current once the primary's in-sync
+    /// marker arrives.
+    staging: Option<Arc<BackupStore>>,
+}
+
+impl BackupStore {
+    fn new(primary: u16, epoch: u64, gc_grace_ms: u64) -> BackupStore {
+        BackupStore {
+            primary,
+            store: Store::new(gc_grace_ms),
+            applied: AtomicU64::new(0),
+            epoch: AtomicU64::new(epoch),
+            streaming: Mutex::new(()),
+            fenced: AtomicBool::new(false),
+            sweep: Mutex::new((SweepCursor::default(), 0)),
+        }
+    }
+}
+
 /// What a backup service did since it started.
 #[derive(Debug, Clone, Copy, Default, serde::Serialize)]
 pub struct BackupStats {
@@ -740,7 +1128,7 @@ struct BackupShared {
     gc_grace_ms: u64,
     secret: Option<Arc<SharedSecret>>,
     clock: Instant,
-    stores: Mutex<HashMap<u16, Arc<BackupStore>>>,
+    stores: Mutex<HashMap<u16, Copies>>,
     stop: AtomicBool,
     connections: AtomicUsize,
     open: Mutex<HashMap<u64, TcpStream>>,
@@ -799,7 +1187,7 @@ impl BackupService {
 
     /// The copy of `primary`'s store, once it streamed.
     pub fn copy_of(&self, primary: u16) -> Option<Arc<BackupStore>> {
-        self.shared.stores.lock().get(&primary).cloned()
+        self.shared.stores.lock().get(&primary).and_then(|copies| copies.current.clone())
     }
 
     /// Counters since the start.
@@ -830,9 +1218,16 @@ pub(crate) struct BackupTakeover {
 impl BackupTakeover {
     /// As [`BackupService::take_over`].
     pub(crate) fn take_over(&self, primary: u16, epoch: u64) -> Option<Arc<BackupStore>> {
-        let copy = self.shared.stores.lock().get(&primary).cloned()?;
-        copy.epoch.fetch_max(epoch, Ordering::AcqRel);
-        copy.fenced.store(true, Ordering::Release);
+        let copy = {
+            let stores = self.shared.stores.lock();
+            let copies = stores.get(&primary)?;
+            // A copy still catching up is fenced too (its stream stops), but not taken.
+            for copy in copies.current.iter().chain(&copies.staging) {
+                copy.epoch.fetch_max(epoch, Ordering::AcqRel);
+                copy.fenced.store(true, Ordering::Release);
+            }
+            copies.current.clone()?
+        };
         // The stream thread sees the flag before its next record or at its next read timeout.
         drop(copy.streaming.lock());
         Some(copy)
@@ -975,24 +1370,45 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
     let mut hello = [0u8; HELLO_BYTES];
     hello.copy_from_slice(&incoming.pending()[..HELLO_BYTES]);
     incoming.consume(HELLO_BYTES);
-    let Some((primary, epoch, first)) = decode_hello(&hello) else {
+    let Some(Hello { primary, epoch, first, catch_up }) = decode_hello(&hello) else {
         stream.write_all(&encode_answer(3, 0))?;
         return Err(BackupRefusal::MalformedHello);
     };
     let copy = {
         let mut stores = shared.stores.lock();
-        let copy = stores.entry(primary).or_insert_with(|| {
-            Arc::new(BackupStore {
-                primary,
-                store: Store::new(shared.gc_grace_ms),
-                applied: AtomicU64::new(0),
-                epoch: AtomicU64::new(0),
-                streaming: Mutex::new(()),
-                fenced: AtomicBool::new(false),
-                sweep: Mutex::new((SweepCursor::default(), 0)),
-            })
-        });
-        Arc::clone(copy)
+        let copies = stores.entry(primary).or_default();
+        if catch_up {
+            // A catching-up stream makes a fresh copy, unless it is of an epoch the current
+            // copy's primary was fenced in (or before): a deposed primary's.
+            let refused = copies.current.as_ref().and_then(|current| {
+                let (known, fenced) = (current.epoch(), current.fenced.load(Ordering::Acquire));
+                (epoch < known || (fenced && epoch == known)).then_some(known)
+            });
+            match refused {
+                Some(known) => Err(known),
+                None => {
+                    let fresh = Arc::new(BackupStore::new(primary, epoch, shared.gc_grace_ms));
+                    if let Some(older) = copies.staging.replace(Arc::clone(&fresh)) {
+                        older.fenced.store(true, Ordering::Release); // its stream ends
+                    }
+                    Ok(fresh)
+                }
+            }
+        } else {
+            Ok(Arc::clone(
+                copies.current.get_or_insert_with(|| Arc::new(BackupStore::new(primary, 0, shared.gc_grace_ms))),
+            ))
+        }
+    };
+    if catch_up {
+        log::warn!("replication: primary {primary} asks for a catch-up copy (epoch {epoch}, from record {first})");
+    }
+    let copy = match copy {
+        Ok(copy) => copy,
+        Err(known) => {
+            stream.write_all(&encode_answer(1, known))?;
+            return Err(BackupRefusal::StaleEpoch { primary, epoch, known });
+        }
     };
     let Some(_streaming) = copy.streaming.try_lock() else {
         stream.write_all(&encode_answer(4, 0))?;
@@ -1004,18 +1420,52 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
         return Err(BackupRefusal::StaleEpoch { primary, epoch, known });
     }
     let applied = copy.applied();
-    if first > applied + 1 {
+    if !catch_up && first > applied + 1 {
         stream.write_all(&encode_answer(2, applied))?;
         return Err(BackupRefusal::NeedsCatchUp { primary, first, applied });
     }
     copy.epoch.store(epoch, Ordering::Release);
     stream.write_all(&encode_answer(0, applied))?;
     let mut acked = applied;
+    let mut awaiting_snapshot = catch_up;
     loop {
         sweep(shared, &copy);
-        // One record: its header says how long it is.
+        // One record (its header says how long it is) or one marker.
         if !incoming.fill(shared, Some(&copy.fenced), &mut stream, RECORD_HEADER_BYTES)? {
             return Ok(()); // the primary stopped between records
+        }
+        if u32_at(incoming.pending(), 0) == MARKER_LENGTH {
+            let Some((kind, value, _)) = decode_marker(incoming.pending()) else {
+                return Err(BackupRefusal::BadMarker { primary });
+            };
+            incoming.consume(MARKER_BYTES);
+            if kind == MARKER_SNAPSHOT {
+                if !awaiting_snapshot || value != first || value == 0 {
+                    return Err(BackupRefusal::BadMarker { primary });
+                }
+                receive_snapshot(shared, &copy, &mut incoming, &mut stream, value - 1)?;
+                awaiting_snapshot = false;
+                // The primary counts this link from its first acknowledgement on.
+                stream.write_all(&encode_ack(value - 1, false))?;
+                acked = value - 1;
+            } else {
+                if awaiting_snapshot || !catch_up || copy.applied() < value {
+                    return Err(BackupRefusal::BadMarker { primary });
+                }
+                let mut stores = shared.stores.lock();
+                let copies = stores.entry(primary).or_default();
+                if !copies.staging.as_ref().is_some_and(|staging| Arc::ptr_eq(staging, &copy)) {
+                    return Err(BackupRefusal::BadMarker { primary }); // a newer catch-up replaced it
+                }
+                copies.current = copies.staging.take();
+                drop(stores);
+                log::warn!("replication: the copy of primary {primary} caught up (in sync at record {value})");
+                stream.write_all(&encode_ack(value, true))?;
+            }
+            continue;
+        }
+        if awaiting_snapshot {
+            return Err(BackupRefusal::SnapshotExpected { primary, what: "a record" });
         }
         let payload = u32_at(incoming.pending(), 0) as usize;
         if payload > RECORD_PAYLOAD_BYTES_MAX {
@@ -1032,7 +1482,7 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
             return Err(BackupRefusal::OutOfOrder { primary, found: lsn, expected });
         }
         if lsn == expected {
-            if frame.header.epoch != epoch {
+            if frame.header.epoch < epoch {
                 return Err(BackupRefusal::WrongEpoch { primary, lsn, found: frame.header.epoch, epoch });
             }
             let record = frame.record().map_err(|cause| BackupRefusal::BadRecord { primary, lsn, cause })?;
@@ -1047,15 +1497,118 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
                 Err(StoreError::Aborted { .. }) => shared.stats.lock().records_refused += 1,
                 Err(cause) => return Err(BackupRefusal::StoreRefused { primary, lsn, cause }),
             }
+            copy.epoch.fetch_max(frame.header.epoch, Ordering::AcqRel);
             copy.applied.store(lsn, Ordering::Release);
         } // below `expected`: sent again after a reconnection, already applied
         incoming.consume(length);
         // Acknowledge once what arrived is applied: one acknowledgement per burst.
         let applied = copy.applied();
         if applied > acked && incoming.pending().is_empty() {
-            stream.write_all(&encode_ack(applied))?;
+            stream.write_all(&encode_ack(applied, false))?;
             acked = applied;
         }
+    }
+}
+
+/// Loads the snapshot that follows a snapshot marker into a fresh copy: everything up to
+/// record `covers` (the snapshot's header must say so).
+fn receive_snapshot(
+    shared: &BackupShared,
+    copy: &BackupStore,
+    incoming: &mut Incoming,
+    stream: &mut TcpStream,
+    covers: u64,
+) -> Result<(), BackupRefusal> {
+    let primary = copy.primary;
+    let started = Instant::now();
+    let mut reader = SnapshotReader {
+        incoming,
+        shared,
+        fenced: &copy.fenced,
+        stream,
+        chunk_left: 0,
+        ended: false,
+        deadline: started + Duration::from_millis(REPLICATION_SNAPSHOT_WAIT_MS_MAX),
+        refusal: None,
+        primary,
+    };
+    let source = std::path::PathBuf::from(format!("the replication stream of primary {primary}"));
+    let now_ms = shared.clock.elapsed().as_millis() as u64;
+    let loaded = rampkv_durable::snapshot::load_from(&mut reader, &source, &copy.store, now_ms);
+    if let Some(refusal) = reader.refusal.take() {
+        return Err(refusal);
+    }
+    let loaded = loaded.map_err(|cause| BackupRefusal::BadSnapshot { primary, cause })?;
+    if loaded.lsn != covers {
+        return Err(BackupRefusal::BadMarker { primary });
+    }
+    copy.applied.store(covers, Ordering::Release);
+    log::warn!(
+        "replication: loaded a snapshot of primary {primary} at record {covers} ({} keys, {} versions) in {} ms",
+        loaded.counts.keys,
+        loaded.counts.versions,
+        started.elapsed().as_millis()
+    );
+    Ok(())
+}
+
+/// The snapshot's bytes out of its chunks (module docs, "Wire"): reads end at the empty chunk.
+struct SnapshotReader<'a> {
+    incoming: &'a mut Incoming,
+    shared: &'a BackupShared,
+    fenced: &'a AtomicBool,
+    stream: &'a mut TcpStream,
+    chunk_left: usize,
+    ended: bool,
+    deadline: Instant,
+    /// Why reading stopped, when it was the stream's fault rather than the snapshot's.
+    refusal: Option<BackupRefusal>,
+    primary: u16,
+}
+
+impl SnapshotReader<'_> {
+    fn refuse(&mut self, refusal: BackupRefusal) -> std::io::Error {
+        let error = std::io::Error::new(ErrorKind::InvalidData, refusal.to_string());
+        self.refusal = Some(refusal);
+        error
+    }
+}
+
+impl Read for SnapshotReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        if self.ended || out.is_empty() {
+            return Ok(0);
+        }
+        if Instant::now() > self.deadline {
+            let primary = self.primary;
+            return Err(
+                self.refuse(BackupRefusal::SnapshotTooSlow { primary, waited_ms: REPLICATION_SNAPSHOT_WAIT_MS_MAX })
+            );
+        }
+        if self.chunk_left == 0 {
+            if !self.incoming.fill(self.shared, Some(self.fenced), self.stream, 4)? {
+                return Err(ErrorKind::UnexpectedEof.into());
+            }
+            let length = u32_at(self.incoming.pending(), 0) as usize;
+            self.incoming.consume(4);
+            if length == 0 {
+                self.ended = true;
+                return Ok(0);
+            }
+            if length > REPLICATION_SNAPSHOT_CHUNK_BYTES {
+                let (primary, max) = (self.primary, REPLICATION_SNAPSHOT_CHUNK_BYTES);
+                return Err(self.refuse(BackupRefusal::SnapshotChunk { primary, length, max }));
+            }
+            self.chunk_left = length;
+        }
+        if self.incoming.pending().is_empty() && !self.incoming.fill(self.shared, Some(self.fenced), self.stream, 1)? {
+            return Err(ErrorKind::UnexpectedEof.into());
+        }
+        let count = out.len().min(self.chunk_left).min(self.incoming.pending().len());
+        out[..count].copy_from_slice(&self.incoming.pending()[..count]);
+        self.incoming.consume(count);
+        self.chunk_left -= count;
+        Ok(count)
     }
 }
 

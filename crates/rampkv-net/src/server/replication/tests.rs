@@ -20,7 +20,7 @@ fn connect(service: &BackupService) -> TcpStream {
 }
 
 fn hello(stream: &mut TcpStream, primary: u16, epoch: u64, first: u64) -> (u16, u64) {
-    stream.write_all(&encode_hello(primary, epoch, first)).unwrap();
+    stream.write_all(&encode_hello(primary, epoch, first, 0)).unwrap();
     let mut answer = [0u8; ANSWER_BYTES];
     stream.read_exact(&mut answer).unwrap();
     decode_answer(&answer).expect("a well-formed answer")
@@ -37,7 +37,9 @@ fn put(lsn: u64, epoch: u64, key: &str) -> Vec<u8> {
 fn ack(stream: &mut TcpStream) -> u64 {
     let mut ack = [0u8; ACK_BYTES];
     stream.read_exact(&mut ack).unwrap();
-    decode_ack(&ack).expect("a well-formed acknowledgement")
+    let (applied, in_sync) = decode_ack(&ack).expect("a well-formed acknowledgement");
+    assert!(!in_sync, "an acknowledgement of records");
+    applied
 }
 
 /// The connection was closed by the backup (a read returns end of stream or a reset).
@@ -50,12 +52,22 @@ use rampkv_core::storage::Key;
 
 #[test]
 fn hello_answer_and_acknowledgement_round_trip_and_any_flipped_bit_is_refused() {
-    let hello = encode_hello(3, 7, 11);
-    assert_eq!(decode_hello(&hello), Some((3, 7, 11)));
+    let hello = encode_hello(3, 7, 11, 0);
+    assert_eq!(decode_hello(&hello), Some(Hello { primary: 3, epoch: 7, first: 11, catch_up: false }));
+    let catch_up = encode_hello(3, 7, 11, HELLO_CATCH_UP);
+    assert_eq!(decode_hello(&catch_up), Some(Hello { primary: 3, epoch: 7, first: 11, catch_up: true }));
     let answer = encode_answer(2, 99);
     assert_eq!(decode_answer(&answer), Some((2, 99)));
-    let acknowledgement = encode_ack(42);
-    assert_eq!(decode_ack(&acknowledgement), Some(42));
+    let acknowledgement = encode_ack(42, false);
+    assert_eq!(decode_ack(&acknowledgement), Some((42, false)));
+    assert_eq!(decode_ack(&encode_ack(42, true)), Some((42, true)));
+    let marker = encode_marker(MARKER_SNAPSHOT, 9, 4);
+    assert_eq!(decode_marker(&marker), Some((MARKER_SNAPSHOT, 9, 4)));
+    for bit in 0..MARKER_BYTES * 8 {
+        let mut bad = marker;
+        bad[bit / 8] ^= 1 << (bit % 8);
+        assert_eq!(decode_marker(&bad), None, "marker bit {bit}");
+    }
     for bit in 0..HELLO_BYTES * 8 {
         let mut bad = hello;
         bad[bit / 8] ^= 1 << (bit % 8);
@@ -209,4 +221,122 @@ fn taking_a_copy_over_fences_its_primary() {
     assert_eq!(hello(&mut again, 4, 1, 2), (1, 2), "a hello of the old epoch is refused");
     assert!(closed(&mut again));
     assert!(service.take_over(9, 2).is_none(), "a primary that never streamed has no copy");
+}
+
+fn write_key(store: &Store, ts: u64, key: &str) {
+    store.put(ts, vec![(Key::from(key.as_bytes()), Box::from(key.as_bytes()))], 0).unwrap();
+}
+
+/// Rejoin: a catching-up backup gets a snapshot of the primary's store, then the records
+/// appended while it was taken and after; its copy becomes current only once it is in sync,
+/// and from then on a write is released only once it is on the copy.
+#[test]
+fn a_catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync() {
+    let core = Arc::new(ServerCore::new(1_000));
+    let service = service();
+    let replicator = Replicator::start(0, 3, Vec::new(), None).unwrap();
+    replicator.set_source(Arc::clone(&core));
+    // The store applies a change before its record is appended (the contract).
+    let write = |ts: u64, key: &str| {
+        write_key(core.store(), ts, key);
+        let mut effects = Effects::default();
+        effects.logged.push(rampkv_core::protocol::server::LogRecord::Put {
+            ts,
+            writes: vec![(Key::from(key.as_bytes()), Box::from(key.as_bytes()))],
+        });
+        replicator.append(&mut effects);
+        effects.release_after.expect("a record was appended")
+    };
+    write_key(core.store(), 1 << 20, "old"); // in the store, no record (adopted data)
+    write(2 << 20, "before");
+    replicator.add_catch_up(1, service.address().to_string(), 7).unwrap();
+    for index in 0..200u64 {
+        write((3 + index) << 20, &format!("during{index}"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !replicator.in_sync(1, 7, 3) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(replicator.in_sync(1, 7, 3), "the catching-up backup got in sync");
+    assert!(!replicator.in_sync(1, 7, 4), "a link opened in epoch 3 does not count for epoch 4");
+    assert!(!replicator.in_sync(1, 8, 3), "nor for another incarnation of the backup");
+    let copy = service.copy_of(0).expect("the copy is current once in sync");
+    for key in ["old".to_owned(), "before".to_owned()].into_iter().chain((0..200).map(|index| format!("during{index}")))
+    {
+        assert!(copy.store().get_latest(key.as_bytes()).is_some(), "{key} is on the copy");
+    }
+    let position = write(1_000 << 20, "after");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replicator.acknowledged() < position && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(replicator.acknowledged() >= position);
+    assert!(copy.store().get_latest(b"after").is_some(), "a released write is on the in-sync copy");
+}
+
+fn ack_of(stream: &mut TcpStream) -> (u64, bool) {
+    let mut ack = [0u8; ACK_BYTES];
+    stream.read_exact(&mut ack).unwrap();
+    decode_ack(&ack).expect("a well-formed acknowledgement")
+}
+
+/// A catch-up stream: hello (answered accepted), the snapshot marker at `first`, `snapshot` in
+/// one chunk, then the end of the snapshot.
+fn catch_up(service: &BackupService, primary: u16, first: u64, snapshot: &[u8]) -> TcpStream {
+    let mut stream = connect(service);
+    stream.write_all(&encode_hello(primary, 2, first, HELLO_CATCH_UP)).unwrap();
+    let mut answer = [0u8; ANSWER_BYTES];
+    stream.read_exact(&mut answer).unwrap();
+    assert_eq!(decode_answer(&answer), Some((0, 0)), "a catch-up hello makes a fresh copy");
+    stream.write_all(&encode_marker(MARKER_SNAPSHOT, first, 2)).unwrap();
+    let _ = stream.write_all(&(snapshot.len() as u32).to_le_bytes());
+    let _ = stream.write_all(snapshot);
+    let _ = stream.write_all(&0u32.to_le_bytes());
+    stream
+}
+
+/// Bad input on a catch-up stream (a damaged or cut snapshot, a snapshot of another point, a
+/// record where the snapshot must come, an in-sync marker before the records it names): the
+/// stream is closed and the copy never becomes current. A good one: acknowledged at its point,
+/// then records, then current at the in-sync marker.
+#[test]
+fn a_catch_up_stream_with_bad_input_is_refused_and_its_copy_never_current() {
+    let service = service();
+    let store = Store::new(1_000);
+    for index in 0..20u64 {
+        write_key(&store, (index + 1) << 20, &format!("k{index}"));
+    }
+    let mut snapshot = Vec::new();
+    rampkv_durable::snapshot::write_to(&mut snapshot, &store, 4, 2).unwrap();
+    let mut damaged = snapshot.clone();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 0x10;
+    let cut = &snapshot[..snapshot.len() - 3];
+    for (what, bytes, first) in [("damaged", &damaged[..], 5), ("cut", cut, 5), ("another point", &snapshot[..], 6)] {
+        let mut stream = catch_up(&service, 5, first, bytes);
+        assert!(closed(&mut stream), "{what}: the stream is closed");
+        assert!(service.copy_of(5).is_none(), "{what}: the copy is not current");
+    }
+    let mut record_first = connect(&service);
+    record_first.write_all(&encode_hello(5, 2, 5, HELLO_CATCH_UP)).unwrap();
+    let mut answer = [0u8; ANSWER_BYTES];
+    record_first.read_exact(&mut answer).unwrap();
+    record_first.write_all(&put(5, 2, "x")).unwrap();
+    assert!(closed(&mut record_first), "a record before the snapshot");
+    let mut early = catch_up(&service, 5, 5, &snapshot);
+    assert_eq!(ack_of(&mut early), (4, false), "the snapshot acknowledged at its point");
+    early.write_all(&encode_marker(MARKER_IN_SYNC, 9, 2)).unwrap();
+    assert!(closed(&mut early), "an in-sync marker past what was applied");
+    assert!(service.copy_of(5).is_none());
+    // A good one.
+    let mut good = catch_up(&service, 5, 5, &snapshot);
+    assert_eq!(ack_of(&mut good), (4, false));
+    good.write_all(&put(5, 2, "x")).unwrap();
+    assert_eq!(ack_of(&mut good), (5, false));
+    assert!(service.copy_of(5).is_none(), "not current before the in-sync marker");
+    good.write_all(&encode_marker(MARKER_IN_SYNC, 5, 2)).unwrap();
+    assert_eq!(ack_of(&mut good), (5, true));
+    let copy = service.copy_of(5).expect("current after the in-sync marker");
+    assert!(copy.store().get_latest(b"x").is_some() && copy.store().get_latest(b"k19").is_some());
+    assert!(service.stats().connections_refused >= 5);
 }
