@@ -94,8 +94,11 @@ pub fn newest_configuration(cluster: &Cluster) -> Result<Option<Configuration>, 
     let timeout = Duration::from_millis(FAILOVER_CONFIG_ASK_TIMEOUT_MS);
     let mut newest: Option<Configuration> = None;
     let mut last = None;
+    // The secret this process's clients prove on the data ports opens the config port too.
+    let authenticator = crate::auth::client_secret().map(crate::auth::ConfigPortAuth);
     for address in &config_addresses {
-        match rampkv_config::client::ask(address, cluster_id, timeout) {
+        let authenticator = authenticator.as_ref().map(|auth| auth as &dyn rampkv_config::auth::PortAuthenticator);
+        match rampkv_config::client::ask(address, cluster_id, timeout, authenticator) {
             Ok(answer) => {
                 if newest.as_ref().is_none_or(|newest| newest.epoch() < answer.configuration.epoch()) {
                     newest = Some(answer.configuration);
