@@ -163,7 +163,7 @@ impl ConfigNode {
             incarnation: settings.incarnation,
             mode: settings.mode,
             timing: settings.timing,
-            election_ticks_fixed: None,
+            election_seed: None,
             log_entries_kept: settings.log_entries_kept,
         };
         let core = ConfigCore::new(core_settings, initial.clone(), now)?;
