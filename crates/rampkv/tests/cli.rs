@@ -137,7 +137,9 @@ fn a_cluster_file_with_fewer_servers_than_replicas_is_refused_with_a_clear_error
         assert!(error.contains(expected) && error.contains("short.toml"), "{args:?}: {error}");
         assert!(!error.contains("panicked"), "{args:?}: {error}");
     }
-    for args in [&["local", "--servers", "1", "--replicas", "2"][..], &["bench", "--servers", "2", "--replicas", "3"][..]] {
+    for args in
+        [&["local", "--servers", "1", "--replicas", "2"][..], &["bench", "--servers", "2", "--replicas", "3"][..]]
+    {
         let output = rampkv(args);
         let error = stderr(&output);
         assert!(!output.status.success(), "{args:?} succeeded");

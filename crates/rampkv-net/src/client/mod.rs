@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::transport::{TcpClientTransport, TransportError};
 use rampkv_config::configuration::Configuration;
-use rampkv_core::cluster::Cluster;
+use rampkv_core::cluster::{Cluster, Front};
 use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_RETRY_BACKOFF_MS};
 use rampkv_core::protocol::ramp::TxnOptions;
 use rampkv_core::protocol::session::SessionError;
@@ -127,6 +127,32 @@ pub fn current_addresses(cluster: &Cluster) -> Result<Vec<String>, ClientError> 
         Some(configuration) => crate::server::failover::routes(&configuration, cluster)
             .map_err(|partitions| ClientError::Unavailable { partitions }),
     }
+}
+
+/// The control addresses of `front` serving each server's cluster-file partitions now, for the
+/// fabric transports (write-poll, send-recv and GET\* on the ring front end, RF-RPC on its
+/// own): the cluster file's without replication; with it, those of the servers the
+/// configuration service names primary now, as [`current_addresses`] names their data
+/// addresses. A server that took another's partitions over accepts a HELLO that calls it by
+/// that server's number, on every medium (the check is the core's). A transport built from
+/// these after a failover starts with nothing cached (GET\*: no slot address of an older
+/// epoch).
+///
+/// # Errors
+/// As [`current_addresses`]; [`ClientError::Configuration`] when the cluster file gives a
+/// server no `front` address.
+pub fn current_front_addresses(cluster: &Cluster, front: Front) -> Result<Vec<String>, ClientError> {
+    let controls = cluster.front_addresses(front).map_err(rampkv_config::error::ConfigError::from)?;
+    let routes = current_addresses(cluster)?;
+    // Each route is some server's data address: that server's front end serves the route.
+    Ok(routes
+        .iter()
+        .enumerate()
+        .map(|(server, route)| {
+            let serving = cluster.servers().iter().position(|address| address == route).unwrap_or(server);
+            controls[serving].clone()
+        })
+        .collect())
 }
 
 /// Whether every partition has its primary and all its in-sync backups (a fault harness kills
