@@ -6,6 +6,7 @@ use std::io::Write;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use crate::auth::PortAuthenticator;
 use crate::configuration::{Configuration, ServerId};
 use crate::core::StartMode;
 use crate::error::ConfigError;
@@ -22,20 +23,46 @@ pub struct ConfigAnswer {
     pub commit_index: u64,
 }
 
-/// Asks one node at `address` for its configuration (`cluster_id` 0: any cluster).
+/// Connects to the config port at `address` within `connect_timeout` and, with an
+/// `authenticator`, proves the cluster's shared secret on it.
 ///
 /// # Errors
-/// Connection and socket errors, a refusal (wrong cluster), a bad frame, a configuration of
-/// another cluster.
-pub fn ask(address: &str, cluster_id: u64, timeout: Duration) -> Result<ConfigAnswer, ConfigError> {
+/// Resolution and connection errors; [`ConfigError::Authentication`] when the step fails.
+pub fn connect(
+    address: &str,
+    connect_timeout: Duration,
+    authenticator: Option<&dyn PortAuthenticator>,
+) -> Result<TcpStream, ConfigError> {
     let io = |action, error| ConfigError::Io { action, address: address.to_string(), error };
     let target = address
         .to_socket_addrs()
         .map_err(|error| io("resolving", error))?
         .next()
         .ok_or_else(|| io("resolving", std::io::Error::new(std::io::ErrorKind::NotFound, "no address")))?;
-    let mut stream = TcpStream::connect_timeout(&target, timeout.min(Duration::from_millis(CONFIG_CONNECT_TIMEOUT_MS)))
-        .map_err(|error| io("connecting to", error))?;
+    let mut stream =
+        TcpStream::connect_timeout(&target, connect_timeout).map_err(|error| io("connecting to", error))?;
+    if let Some(authenticator) = authenticator {
+        authenticator
+            .prove(&mut stream)
+            .map_err(|source| ConfigError::Authentication { peer: address.to_string(), source })?;
+    }
+    Ok(stream)
+}
+
+/// Asks one node at `address` for its configuration (`cluster_id` 0: any cluster), proving the
+/// shared secret first when given an `authenticator` (the node's must match).
+///
+/// # Errors
+/// Connection and socket errors, a refusal (wrong cluster, authentication required), a failed
+/// authentication, a bad frame, a configuration of another cluster.
+pub fn ask(
+    address: &str,
+    cluster_id: u64,
+    timeout: Duration,
+    authenticator: Option<&dyn PortAuthenticator>,
+) -> Result<ConfigAnswer, ConfigError> {
+    let io = |action, error| ConfigError::Io { action, address: address.to_string(), error };
+    let mut stream = connect(address, timeout.min(Duration::from_millis(CONFIG_CONNECT_TIMEOUT_MS)), authenticator)?;
     stream.set_read_timeout(Some(timeout)).map_err(|error| io("configuring", error))?;
     stream.set_write_timeout(Some(timeout)).map_err(|error| io("configuring", error))?;
     let request = Message::ConfigRequest { cluster_id, known_epoch: 0 };
@@ -66,11 +93,12 @@ pub fn fetch_configuration(
     cluster_id: u64,
     min_epoch: u64,
     timeout: Duration,
+    authenticator: Option<&dyn PortAuthenticator>,
 ) -> Result<Configuration, ConfigError> {
     let mut newest: Option<Configuration> = None;
     let mut last = String::from("no address given");
     for address in addresses {
-        match ask(address, cluster_id, timeout) {
+        match ask(address, cluster_id, timeout, authenticator) {
             Ok(answer) if answer.configuration.epoch() >= min_epoch => return Ok(answer.configuration),
             Ok(answer) => {
                 if newest.as_ref().is_none_or(|newest| newest.epoch() < answer.configuration.epoch()) {
@@ -86,9 +114,15 @@ pub fn fetch_configuration(
 /// Whether server `me` bootstraps the cluster of `initial` or rejoins it: it rejoins when any
 /// other node answers that its group has committed something (the cluster is running and this
 /// process restarted).
-pub fn start_mode(initial: &Configuration, me: ServerId, timeout: Duration) -> StartMode {
+pub fn start_mode(
+    initial: &Configuration,
+    me: ServerId,
+    timeout: Duration,
+    authenticator: Option<&dyn PortAuthenticator>,
+) -> StartMode {
     let running = initial.servers().iter().filter(|server| server.id != me).any(|server| {
-        ask(&server.config_address, initial.cluster_id(), timeout).is_ok_and(|answer| answer.commit_index > 0)
+        ask(&server.config_address, initial.cluster_id(), timeout, authenticator)
+            .is_ok_and(|answer| answer.commit_index > 0)
     });
     if running {
         StartMode::Rejoin

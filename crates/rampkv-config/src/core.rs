@@ -36,6 +36,8 @@ use std::sync::Arc;
 
 use raft::eraftpb::{self, Entry, EntryType, MessageType};
 use raft::{RawNode, StateRole, Storage};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 use crate::configuration::{Change, Configuration, Proposal, ReplicaSet, ServerId};
 use crate::error::ConfigError;
@@ -69,10 +71,12 @@ pub struct CoreSettings {
     pub incarnation: u64,
     pub mode: StartMode,
     pub timing: Timing,
-    /// A fixed election timeout in ticks instead of raft-rs's random one in [election_ticks,
-    /// 2 x election_ticks), which draws from a thread-local generator no seed reaches: the
-    /// simulation gives each node its own value from its seed, so runs replay exactly.
-    pub election_ticks_fixed: Option<usize>,
+    /// Seed of the node's election-timeout draws (`None`: from the operating system). raft-rs
+    /// draws a new timeout in [election_ticks, 2 x election_ticks) whenever the node's term or
+    /// role changes, from a thread-local generator no seed reaches; the node redraws it at the
+    /// same moments from its own generator ([`ElectionTimeouts`]), so that the simulation
+    /// replays exactly and still draws anew at every election, as raft-rs does.
+    pub election_seed: Option<u64>,
     /// Applied Raft entries kept before the log is compacted into a snapshot:
     /// `CONFIG_LOG_ENTRIES_KEPT_MAX`, or less in tests that need a follower to catch up from a
     /// snapshot (what a restarted node of a long-running cluster does).
@@ -109,6 +113,22 @@ struct LeaderState {
     reset_incarnation: Vec<Option<u64>>,
 }
 
+/// The node's Raft election timeouts, drawn from its own generator.
+///
+/// Why redraw at every change of term or role, never keep one value: two nodes that time out
+/// in the same tick after their leader died split their votes, and with the same timeouts
+/// they would time out together again, round after round (a simulation that fixed each node's
+/// timeout once saw a failover take 1.1 s this way, every round a split vote, where one
+/// redraw breaks the tie nine times in ten).
+struct ElectionTimeouts {
+    rng: SmallRng,
+    /// Raft term and role at the last draw.
+    term: u64,
+    role: StateRole,
+    /// The timeout drawn last, in ticks.
+    drawn: usize,
+}
+
 /// One configuration-service node, without I/O.
 pub struct ConfigCore {
     me: ServerId,
@@ -140,6 +160,7 @@ pub struct ConfigCore {
     /// (server, incarnation, partition) catch-ups this server reported (its own, or, as the
     /// partition's primary, a backup's) and that are not yet in sync.
     caught_up_pending: Vec<(ServerId, u64, u32)>,
+    election: ElectionTimeouts,
 }
 
 impl std::fmt::Debug for ConfigCore {
@@ -176,8 +197,9 @@ impl ConfigCore {
             pre_vote: true,
             max_size_per_msg: (crate::limits::CONFIG_FRAME_BODY_BYTES_MAX / 4) as u64,
             max_inflight_msgs: CONFIG_RAFT_ENTRIES_PER_MESSAGE_MAX as usize,
-            min_election_tick: settings.election_ticks_fixed.unwrap_or(0),
-            max_election_tick: settings.election_ticks_fixed.map_or(0, |ticks| ticks + 1),
+            // raft-rs's range, [election_tick, 2 x election_tick): ours draws within it.
+            min_election_tick: 0,
+            max_election_tick: 0,
             ..Default::default()
         };
         config.validate().map_err(|error| ConfigError::Raft { message: error.to_string() })?;
@@ -188,7 +210,7 @@ impl ConfigCore {
             StartMode::Bootstrap => VoteGate::Open,
             StartMode::Rejoin => VoteGate::Closed { target: None },
         };
-        Ok(ConfigCore {
+        let mut core = ConfigCore {
             me: settings.me,
             incarnation: settings.incarnation,
             timing: settings.timing,
@@ -211,7 +233,35 @@ impl ConfigCore {
             next_heartbeat_ns: now_ns,
             vote_gate,
             caught_up_pending: Vec::new(),
-        })
+            election: ElectionTimeouts {
+                rng: settings.election_seed.map_or_else(SmallRng::from_entropy, SmallRng::seed_from_u64),
+                term: 0,
+                role: StateRole::Follower,
+                drawn: 0,
+            },
+        };
+        core.redraw_election_timeout();
+        Ok(core)
+    }
+
+    /// Draws the Raft election timeout anew when raft-rs did (its term or role changed, or its
+    /// timeout is not the one drawn last), from the node's own generator (`ElectionTimeouts`).
+    fn redraw_election_timeout(&mut self) {
+        let raft = &mut self.raft.raft;
+        let election = &mut self.election;
+        if raft.term == election.term
+            && raft.state == election.role
+            && raft.randomized_election_timeout() == election.drawn
+        {
+            return;
+        }
+        let ticks = raft.election_timeout();
+        election.drawn = election.rng.gen_range(ticks..2 * ticks);
+        election.term = raft.term;
+        election.role = raft.state;
+        // Public in raft-rs 0.7 (hidden from its docs, for tests of leases): the range it
+        // asserts is the one drawn from.
+        raft.set_randomized_election_timeout(election.drawn);
     }
 
     /// This node's server.
@@ -531,6 +581,8 @@ impl ConfigCore {
 
     /// Processes everything raft-rs has ready: send, store, apply.
     fn drive(&mut self, now_ns: u64) {
+        // Every event that can change the term or the role (a tick, a message) ends here.
+        self.redraw_election_timeout();
         // Each pass consumes one Ready; raft-rs produces a bounded number per event.
         for _ in 0..16 {
             if !self.raft.has_ready() {

@@ -64,6 +64,14 @@ pub enum ConfigError {
     /// The timing settings cannot give safe leases (named by `problem`).
     #[error("timing settings refused: {problem}")]
     BadTiming { problem: &'static str },
+    /// The shared-secret step on a configuration-port connection failed (the cause in the
+    /// words of the layer that implements the step: `crate::auth`).
+    #[error("authentication with {peer} on the configuration port failed: {source}")]
+    Authentication {
+        peer: String,
+        #[source]
+        source: crate::auth::AuthFailure,
+    },
     /// Socket errors (binding, connecting, reading, writing).
     #[error("{action} {address}: {error}")]
     Io { action: &'static str, address: String, error: std::io::Error },
@@ -138,6 +146,11 @@ pub enum RefusalReason {
     TooManyConnections,
     #[error("unexpected message")]
     Unexpected,
+    #[error(
+        "authentication required: this configuration service has a shared secret; start with --secret-file \
+         naming the same file as its servers'"
+    )]
+    AuthenticationRequired,
 }
 
 impl RefusalReason {
@@ -147,6 +160,7 @@ impl RefusalReason {
             RefusalReason::UnknownServer => 2,
             RefusalReason::TooManyConnections => 3,
             RefusalReason::Unexpected => 4,
+            RefusalReason::AuthenticationRequired => 5,
         }
     }
 
@@ -156,6 +170,7 @@ impl RefusalReason {
             2 => Some(RefusalReason::UnknownServer),
             3 => Some(RefusalReason::TooManyConnections),
             4 => Some(RefusalReason::Unexpected),
+            5 => Some(RefusalReason::AuthenticationRequired),
             _ => None,
         }
     }

@@ -9,9 +9,12 @@
 //! - `storage`: the Raft log behind raft-rs's `Storage` (in memory; the seam for a durable log).
 //! - `wire`: checksummed, bounded frames of the configuration port.
 //! - `node`: a node over TCP (threads, peers) and the API a server uses (`lease_valid`, ...).
+//! - `auth`: the seam through which the server layer makes every connection prove the shared
+//!   secret.
 //! - `client`: asking nodes for the configuration; bootstrap or rejoin.
 //! - `timing`: timing settings and clocks (a manual clock for tests); `limits`: every bound.
 //! - `error`: the crate's error enum.
+pub mod auth;
 pub mod client;
 mod codec;
 pub mod configuration;

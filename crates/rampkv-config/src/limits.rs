@@ -9,6 +9,16 @@ pub const CONFIG_FRAME_BODY_BYTES_MAX: usize = 4 * 1024 * 1024;
 /// closed at once.
 pub const CONFIG_CONNECTIONS_MAX: usize = 256;
 
+/// Most inbound connections that may be in their handshake at once (the shared-secret step
+/// and the first frame); a new connection beyond it closes the oldest handshake, so silent
+/// connections cannot hold every slot of `CONFIG_CONNECTIONS_MAX` and lock peers out (an
+/// honest peer finishes in a round trip or two).
+pub const CONFIG_HANDSHAKES_MAX: usize = 64;
+
+/// An inbound connection must finish its handshake (the shared-secret step, when the cluster
+/// has a secret, and its first frame) within this of being accepted, however it trickles.
+pub const CONFIG_HANDSHAKE_TIMEOUT_MS: u64 = 5_000;
+
 /// Messages queued for one peer while its connection is down or slow; past it, messages are
 /// dropped (Raft and the heartbeats tolerate loss; a queue that grows without bound would not).
 pub const CONFIG_PEER_QUEUE_MESSAGES_MAX: usize = 1024;
@@ -22,8 +32,8 @@ pub const CONFIG_CONNECT_TIMEOUT_MS: u64 = 200;
 /// Pause between attempts to reach a peer that is down.
 pub const CONFIG_RECONNECT_BACKOFF_MS: u64 = 50;
 
-/// A connection must send its first frame (hello or configuration request) within this, and a
-/// configuration client must get its answer within it.
+/// A connection silent this long after its handshake is dead or hung (peers heartbeat every
+/// few tens of ms), and a configuration client must get its answer within it.
 pub const CONFIG_IO_TIMEOUT_MS: u64 = 2_000;
 
 /// A writer blocked this long on a peer's socket gives the connection up (the peer is hung).

@@ -6,11 +6,16 @@
 //!   on time, hands its outgoing messages to the peer writers and publishes the configuration
 //!   and the lease for the server's threads.
 //! - acceptor, and one reader per inbound connection (at most `CONFIG_CONNECTIONS_MAX`): a
-//!   connection opens with a hello (a peer node, checked for cluster and server id) or a
+//!   connection first proves the cluster's shared secret when the node has an authenticator
+//!   (`crate::auth`; one that sends a frame of this port instead is refused with
+//!   `RefusalReason::AuthenticationRequired`), then opens with a hello (a peer node, checked for cluster and server id) or a
 //!   configuration request (a client, answered from the published configuration by the reader
 //!   itself). A frame that is not one, a wrong cluster, an unknown server or a message a peer
-//!   may not send closes the connection; none panics.
-//! - one writer per peer: connects (with a timeout), says hello, writes frames from a bounded
+//!   may not send closes the connection; none panics. The handshake (the secret, the first
+//!   frame) must end within `CONFIG_HANDSHAKE_TIMEOUT_MS` however the peer trickles, and at most
+//!   `CONFIG_HANDSHAKES_MAX` run at once (a new connection beyond closes the oldest), so silent
+//!   or slow connections cannot take the slots peers need.
+//! - one writer per peer: connects (with a timeout), proves the secret, says hello, writes frames from a bounded
 //!   queue; while the peer is unreachable its messages are dropped (Raft and heartbeats retry).
 //!   Reconnection attempts are spaced by `CONFIG_RECONNECT_BACKOFF_MS`, except that a hello from
 //!   the peer (it is back, typically restarted) makes the next attempt at once.
@@ -24,9 +29,9 @@
 //! heartbeat answer. A restarted peer's node is caught up this way within tens of ms of its
 //! restart; until then it does not vote (docs/replication.md, "Raft state in memory").
 
-use std::collections::HashMap;
-use std::io::Write;
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::collections::{HashMap, VecDeque};
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -35,15 +40,18 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::auth::PortAuthenticator;
 use crate::configuration::{Configuration, ServerId};
 use crate::core::{ConfigCore, CoreSettings, StartMode};
 use crate::error::{ConfigError, RefusalReason};
 use crate::limits::{
-    CONFIG_CONNECTIONS_MAX, CONFIG_CONNECT_TIMEOUT_MS, CONFIG_EVENT_QUEUE_MAX, CONFIG_IO_TIMEOUT_MS,
-    CONFIG_PEER_QUEUE_MESSAGES_MAX, CONFIG_RECONNECT_BACKOFF_MS, CONFIG_WRITE_TIMEOUT_MS,
+    CONFIG_CONNECTIONS_MAX, CONFIG_CONNECT_TIMEOUT_MS, CONFIG_EVENT_QUEUE_MAX, CONFIG_FRAME_BODY_BYTES_MAX,
+    CONFIG_HANDSHAKES_MAX, CONFIG_HANDSHAKE_TIMEOUT_MS, CONFIG_IO_TIMEOUT_MS, CONFIG_PEER_QUEUE_MESSAGES_MAX,
+    CONFIG_RECONNECT_BACKOFF_MS, CONFIG_WRITE_TIMEOUT_MS,
 };
 use crate::timing::{Clock, Timing};
-use crate::wire::{encode_frame, read_frame, Message};
+use crate::wire::{encode_frame, read_frame, Message, MAGIC};
+use rampkv_core::wire::{AuthFrame, FrameHeader, Response, FRAME_HEADER_BYTES};
 
 /// What a node is started with.
 pub struct NodeSettings {
@@ -64,6 +72,9 @@ pub struct NodeSettings {
     /// Applied Raft entries kept before compaction (`CONFIG_LOG_ENTRIES_KEPT_MAX`; less in tests
     /// of catching up from a snapshot).
     pub log_entries_kept: u64,
+    /// Proves and checks the cluster's shared secret on every connection of the port (`None`:
+    /// a cluster without a secret; anyone who reaches the port is served).
+    pub authenticator: Option<Arc<dyn PortAuthenticator>>,
 }
 
 struct View {
@@ -84,9 +95,12 @@ struct Shared {
     stop: AtomicBool,
     connections: AtomicUsize,
     inbound: Mutex<HashMap<u64, TcpStream>>,
+    /// Inbound connections still in their handshake, oldest first.
+    handshakes: Mutex<VecDeque<u64>>,
     next_connection: AtomicU64,
     /// Per server: a hello came from it since its writer last looked (it is reachable again).
     peer_returned: Vec<AtomicBool>,
+    authenticator: Option<Arc<dyn PortAuthenticator>>,
 }
 
 enum Event {
@@ -149,7 +163,7 @@ impl ConfigNode {
             incarnation: settings.incarnation,
             mode: settings.mode,
             timing: settings.timing,
-            election_ticks_fixed: None,
+            election_seed: None,
             log_entries_kept: settings.log_entries_kept,
         };
         let core = ConfigCore::new(core_settings, initial.clone(), now)?;
@@ -182,8 +196,10 @@ impl ConfigNode {
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
             inbound: Mutex::new(HashMap::new()),
+            handshakes: Mutex::new(VecDeque::new()),
             next_connection: AtomicU64::new(0),
             peer_returned: initial.servers().iter().map(|_| AtomicBool::new(false)).collect(),
+            authenticator: settings.authenticator,
         });
         let (events, event_queue) = mpsc::sync_channel(CONFIG_EVENT_QUEUE_MAX);
         let mut threads = Vec::new();
@@ -381,18 +397,136 @@ fn accept(shared: &Arc<Shared>, listener: &TcpListener, events: &SyncSender<Even
             let _ = stream.write_all(&encode_frame(&refusal));
             continue;
         }
+        let id = shared.next_connection.fetch_add(1, Ordering::SeqCst);
+        if let Ok(clone) = stream.try_clone() {
+            shared.inbound.lock().insert(id, clone);
+        }
+        begin_handshake(shared, id);
         let (shared, events) = (Arc::clone(shared), events.clone());
         // Detached: it ends when its connection does (stop shuts every inbound socket down).
         drop(spawn("rampkv-config-conn", move || {
-            let id = shared.next_connection.fetch_add(1, Ordering::SeqCst);
-            if let Ok(clone) = stream.try_clone() {
-                shared.inbound.lock().insert(id, clone);
+            if let Err(error @ ConfigError::Authentication { .. }) = serve_connection(&shared, id, stream, &events) {
+                log::warn!("configuration port of server {}: refused a connection: {error}", shared.me);
             }
-            let _ = serve_connection(&shared, stream, &events);
+            end_handshake(&shared, id);
             shared.inbound.lock().remove(&id);
             shared.connections.fetch_sub(1, Ordering::SeqCst);
         }));
     }
+}
+
+/// Counts connection `id` among the handshakes under way; past `CONFIG_HANDSHAKES_MAX`, the
+/// oldest is closed (its reader then fails and ends).
+fn begin_handshake(shared: &Shared, id: u64) {
+    let mut handshakes = shared.handshakes.lock();
+    handshakes.push_back(id);
+    while handshakes.len() > CONFIG_HANDSHAKES_MAX {
+        let Some(oldest) = handshakes.pop_front() else { break };
+        if let Some(stream) = shared.inbound.lock().get(&oldest) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+fn end_handshake(shared: &Shared, id: u64) {
+    shared.handshakes.lock().retain(|handshake| *handshake != id);
+}
+
+/// Reads from a stream with every read bounded by one deadline, so that a peer trickling bytes
+/// cannot stretch a handshake past it.
+struct ByDeadline<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for ByDeadline<'_> {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake not finished in time"));
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        let mut stream = self.stream;
+        stream.read(buffer)
+    }
+}
+
+/// Fills `buffer` with the first bytes the peer sends, without consuming them, by `deadline`;
+/// fewer only when it closed first (0: it closed before sending anything).
+fn peek_by(stream: &TcpStream, buffer: &mut [u8], deadline: Instant) -> std::io::Result<usize> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake not finished in time"));
+        }
+        stream.set_read_timeout(Some(left))?;
+        let peeked = stream.peek(buffer)?;
+        if peeked == 0 || peeked == buffer.len() {
+            return Ok(peeked);
+        }
+        // Part of it is there: a peek returns at once while bytes are buffered, so wait a little
+        // for the rest rather than spin (the deadline bounds the wait).
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The connection's handshake: the shared-secret step when the node has an authenticator, and
+/// the first frame, all by `deadline`. `None`: the peer closed before a frame.
+fn handshake(
+    shared: &Shared,
+    stream: &mut TcpStream,
+    peer: &str,
+    deadline: Instant,
+) -> Result<Option<Message>, ConfigError> {
+    let io = |error| ConfigError::Io { action: "reading from", address: peer.to_string(), error };
+    // A frame of this port has a longer header than the step's; both are whole before either
+    // side waits for an answer.
+    let mut start = [0u8; FRAME_HEADER_BYTES];
+    if peek_by(stream, &mut start, deadline).map_err(io)? == 0 {
+        return Ok(None);
+    }
+    let frame_of_this_port = start[..4] == MAGIC.to_le_bytes();
+    let step_begins = FrameHeader::decode(&start).is_ok_and(|header| AuthFrame::is_auth_kind(header.kind));
+    match &shared.authenticator {
+        Some(_) if frame_of_this_port => {
+            let refusal =
+                Message::Refused { reason: RefusalReason::AuthenticationRequired, cluster_id: shared.cluster_id };
+            refuse_unread(stream, &encode_frame(&refusal), deadline);
+            return Err(ConfigError::Authentication {
+                peer: peer.to_string(),
+                source: "it sent frames of the port without proving the shared secret (no --secret-file?)".into(),
+            });
+        }
+        Some(authenticator) => {
+            authenticator
+                .check(stream, deadline)
+                .map_err(|source| ConfigError::Authentication { peer: peer.to_string(), source })?;
+        }
+        // A client proving a secret to a node without one: tell it so in the step's own frames
+        // (an ERROR reply of the binary port), as a server of the binary port would.
+        None if step_begins => {
+            let message = "this configuration service has no shared secret: start its servers with --secret-file, \
+                           or the client without";
+            let mut reply = Vec::new();
+            Response::bad_request(message).encode_frame(0, &mut reply);
+            refuse_unread(stream, &reply, deadline);
+            return Err(ConfigError::Authentication { peer: peer.to_string(), source: message.into() });
+        }
+        None => {}
+    }
+    read_frame(&mut ByDeadline { stream, deadline }, peer)
+}
+
+/// Sends `refusal` to a peer that may have sent more than we read (frames of this port without
+/// the secret, pipelined), and reads what it sent until it closes (at most until `deadline`
+/// and `CONFIG_FRAME_BODY_BYTES_MAX` bytes): closing with bytes unread would reset the
+/// connection and could destroy the refusal before the peer reads it.
+fn refuse_unread(stream: &mut TcpStream, refusal: &[u8], deadline: Instant) {
+    if stream.write_all(refusal).is_err() || stream.shutdown(Shutdown::Write).is_err() {
+        return;
+    }
+    let mut unread = ByDeadline { stream, deadline }.take(CONFIG_FRAME_BODY_BYTES_MAX as u64);
+    let _ = std::io::copy(&mut unread, &mut std::io::sink());
 }
 
 fn refuse(shared: &Shared, stream: &mut TcpStream, reason: RefusalReason) {
@@ -400,14 +534,22 @@ fn refuse(shared: &Shared, stream: &mut TcpStream, reason: RefusalReason) {
 }
 
 /// Serves one inbound connection until it closes or breaks the protocol.
-fn serve_connection(shared: &Shared, mut stream: TcpStream, events: &SyncSender<Event>) -> Result<(), ConfigError> {
+fn serve_connection(
+    shared: &Shared,
+    id: u64,
+    mut stream: TcpStream,
+    events: &SyncSender<Event>,
+) -> Result<(), ConfigError> {
     let peer = stream.peer_addr().map_or_else(|_| "unknown peer".to_string(), |address| address.to_string());
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(CONFIG_WRITE_TIMEOUT_MS)));
+    let deadline = Instant::now() + Duration::from_millis(CONFIG_HANDSHAKE_TIMEOUT_MS);
+    let first = handshake(shared, &mut stream, &peer, deadline)?;
+    end_handshake(shared, id);
     // Peers heartbeat every few tens of ms: a connection silent this long is dead or hung.
     let _ = stream.set_read_timeout(Some(Duration::from_millis(CONFIG_IO_TIMEOUT_MS)));
-    let _ = stream.set_write_timeout(Some(Duration::from_millis(CONFIG_WRITE_TIMEOUT_MS)));
     let servers = shared.view.lock().configuration.servers().len();
     let violation = |problem| ConfigError::ProtocolViolation { peer: peer.clone(), problem };
-    match read_frame(&mut stream, &peer)? {
+    match first {
         None => Ok(()),
         Some(Message::Hello { cluster_id, from }) => {
             if cluster_id != shared.cluster_id {
@@ -486,6 +628,7 @@ struct Peer {
 fn write_to_peer(shared: &Shared, peer: &Peer, queue: &Receiver<Outgoing>, reports: &SyncSender<Event>) {
     let mut connection: Option<TcpStream> = None;
     let mut retry_at = Instant::now();
+    let mut refused = false;
     loop {
         let outgoing = match queue.recv_timeout(Duration::from_millis(CONFIG_RECONNECT_BACKOFF_MS)) {
             Ok(outgoing) => outgoing,
@@ -496,9 +639,20 @@ fn write_to_peer(shared: &Shared, peer: &Peer, queue: &Receiver<Outgoing>, repor
         // about a later failure.
         let returned = shared.peer_returned[usize::from(peer.id)].swap(false, Ordering::SeqCst);
         if connection.is_none() && (returned || Instant::now() >= retry_at) {
-            connection = connect(shared, &peer.address);
-            if connection.is_none() {
-                retry_at = Instant::now() + Duration::from_millis(CONFIG_RECONNECT_BACKOFF_MS);
+            match connect(shared, &peer.address) {
+                Ok(stream) => {
+                    connection = Some(stream);
+                    refused = false;
+                }
+                Err(error) => {
+                    // A peer that is down is routine; one that refuses our secret is a
+                    // misconfiguration, said once per run of refusals.
+                    if matches!(error, ConfigError::Authentication { .. }) && !refused {
+                        log::warn!("configuration service of server {}: peer {}: {error}", shared.me, peer.id);
+                        refused = true;
+                    }
+                    retry_at = Instant::now() + Duration::from_millis(CONFIG_RECONNECT_BACKOFF_MS);
+                }
             }
         }
         // Without a connection the frame is dropped: the peer is down, and what we send is
@@ -529,12 +683,20 @@ fn write_to_peer(shared: &Shared, peer: &Peer, queue: &Receiver<Outgoing>, repor
     }
 }
 
-fn connect(shared: &Shared, address: &str) -> Option<TcpStream> {
-    let target = address.to_socket_addrs().ok()?.next()?;
-    let mut stream = TcpStream::connect_timeout(&target, Duration::from_millis(CONFIG_CONNECT_TIMEOUT_MS)).ok()?;
+/// Connects to a peer's config port, proves the secret and says hello.
+fn connect(shared: &Shared, address: &str) -> Result<TcpStream, ConfigError> {
+    let mut stream = crate::client::connect(
+        address,
+        Duration::from_millis(CONFIG_CONNECT_TIMEOUT_MS),
+        shared.authenticator.as_deref(),
+    )?;
     let _ = stream.set_nodelay(true);
     let _ = stream.set_write_timeout(Some(Duration::from_millis(CONFIG_WRITE_TIMEOUT_MS)));
     let hello = Message::Hello { cluster_id: shared.cluster_id, from: shared.me };
-    stream.write_all(&encode_frame(&hello)).ok()?;
-    Some(stream)
+    stream.write_all(&encode_frame(&hello)).map_err(|error| ConfigError::Io {
+        action: "writing to",
+        address: address.to_string(),
+        error,
+    })?;
+    Ok(stream)
 }

@@ -30,7 +30,8 @@ use crate::configuration::ServerId;
 use crate::error::{ConfigError, FrameProblem, RefusalReason};
 use crate::limits::CONFIG_FRAME_BODY_BYTES_MAX;
 
-const MAGIC: u32 = 0x4643_4b52;
+/// The first four bytes of every frame (little-endian "RKCF").
+pub(crate) const MAGIC: u32 = 0x4643_4b52;
 const VERSION: u8 = 1;
 /// Bytes of a frame header.
 pub const HEADER_BYTES: usize = 20;

@@ -16,7 +16,8 @@
 //! And per scenario: a dead primary's partitions fail over within the bound; with delays below
 //! the lease margin and no crash, nothing fails over, even across Raft leader changes.
 //!
-//! Every run prints its seed; `RAMPKV_CONFIG_SIM_SEED=<seed>` replays one.
+//! Every run prints its seed; `RAMPKV_CONFIG_SIM_SEED=<seed>` replays one, and
+//! `RAMPKV_CONFIG_SIM_SEEDS=<n>` runs n seeds per test instead of the few of the test command.
 
 use std::collections::HashMap;
 
@@ -91,7 +92,7 @@ impl World {
                 incarnation: BOOTSTRAP_INCARNATION,
                 mode: StartMode::Bootstrap,
                 timing,
-                election_ticks_fixed: Some(rng.gen_range(timing.election_ticks..2 * timing.election_ticks)),
+                election_seed: Some(rng.gen()),
                 log_entries_kept,
             };
             let core = ConfigCore::new(settings, initial.clone(), offset_ns).unwrap();
@@ -128,13 +129,13 @@ impl World {
 
     fn restart(&mut self, node: usize) {
         let incarnation = self.rng.gen_range(1..u64::MAX);
-        let election = self.rng.gen_range(self.timing.election_ticks..2 * self.timing.election_ticks);
+        let election_seed = self.rng.gen();
         let settings = CoreSettings {
             me: node as ServerId,
             incarnation,
             mode: StartMode::Rejoin,
             timing: self.timing,
-            election_ticks_fixed: Some(election),
+            election_seed: Some(election_seed),
             log_entries_kept: self.log_entries_kept,
         };
         let now = self.local_now(node);
@@ -294,14 +295,16 @@ fn is_snapshot(message: &Message) -> bool {
     raft_kind(message) == Some(MessageType::MsgSnapshot)
 }
 
+/// `count` consecutive seeds from a random one; `RAMPKV_CONFIG_SIM_SEEDS=<n>` runs n instead
+/// (long runs), `RAMPKV_CONFIG_SIM_SEED=<seed>` replays one.
 fn seeds(count: u64) -> Vec<u64> {
-    match std::env::var("RAMPKV_CONFIG_SIM_SEED") {
-        Ok(seed) => vec![seed.parse().expect("RAMPKV_CONFIG_SIM_SEED is a number")],
-        Err(_) => {
-            let base: u64 = rand::random();
-            (0..count).map(|i| base.wrapping_add(i)).collect()
-        }
+    if let Ok(seed) = std::env::var("RAMPKV_CONFIG_SIM_SEED") {
+        return vec![seed.parse().expect("RAMPKV_CONFIG_SIM_SEED is a number")];
     }
+    let count = std::env::var("RAMPKV_CONFIG_SIM_SEEDS")
+        .map_or(count, |count| count.parse().expect("RAMPKV_CONFIG_SIM_SEEDS is a number"));
+    let base: u64 = rand::random();
+    (0..count).map(|i| base.wrapping_add(i)).collect()
 }
 
 #[test]

@@ -140,6 +140,7 @@ fn start_node(
         clock: Arc::clone(clock) as Arc<dyn Clock>,
         listener: Some(listener),
         log_entries_kept,
+        authenticator: None,
     })
     .unwrap()
 }
@@ -253,7 +254,7 @@ fn stop_and_fail_over(cluster: &mut Cluster, victim: usize, was_leader: bool) {
 /// serves its old partitions, is admitted, copies partitions short of a copy, catches up with
 /// the Raft log and votes again.
 fn rejoin(cluster: &mut Cluster, victim: usize) {
-    let mode = start_mode(&cluster.initial, victim as ServerId, Duration::from_secs(1));
+    let mode = start_mode(&cluster.initial, victim as ServerId, Duration::from_secs(1), None);
     assert_eq!(mode, StartMode::Rejoin);
     let epoch = cluster.node((victim + 1) % 3).configuration().epoch();
     let incarnation = 1 + victim as u64 * 1000 + epoch;
@@ -377,11 +378,12 @@ fn garbage_wrong_clusters_and_bad_hellos_are_refused_and_the_node_keeps_serving(
         assert!(matches!(answer, Some(Message::Refused { reason, .. }) if reason == expected), "{answer:?}");
     }
     // A client of another cluster is refused with a clear error; ours gets the configuration.
-    let error = ask(&address, cluster_id ^ 2, Duration::from_secs(2)).unwrap_err();
+    let error = ask(&address, cluster_id ^ 2, Duration::from_secs(2), None).unwrap_err();
     assert!(matches!(error, ConfigError::Refused { reason: RefusalReason::WrongCluster, .. }), "{error}");
     assert!(error.to_string().contains("wrong cluster"), "{error}");
     let configuration =
-        fetch_configuration(&["127.0.0.1:1".into(), address.clone()], cluster_id, 1, Duration::from_secs(2)).unwrap();
+        fetch_configuration(&["127.0.0.1:1".into(), address.clone()], cluster_id, 1, Duration::from_secs(2), None)
+            .unwrap();
     assert_eq!(configuration, cluster.initial);
     // A record of an older epoch gets a clear error from the configuration.
     let stale = configuration.check_epoch(0).unwrap_err().to_string();

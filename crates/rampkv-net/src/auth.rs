@@ -1,6 +1,7 @@
 //! The cluster's shared secret (`--secret-file`) and the challenge-responses built on it: the
-//! binary port's authentication step (`rampkv_core::wire::auth`) and the proofs in the fabric
-//! control handshake (`message::fabric`).
+//! binary port's authentication step (`rampkv_core::wire::auth`; the replication and the
+//! configuration-service ports run the same step, the latter through [`ConfigPortAuth`]) and
+//! the proofs in the fabric control handshake (`message::fabric`).
 //!
 //! # Contract
 //! Both sides prove they know the secret without sending it: each sends 32 random bytes (the
@@ -20,6 +21,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use hmac::{Hmac, Mac};
 use rampkv_core::limits::{AUTH_REPLY_BODY_BYTES_MAX, AUTH_TIMEOUT_MS, SECRET_BYTES_MAX, SECRET_BYTES_MIN};
@@ -186,17 +188,17 @@ const _: () =
     assert!(AUTH_REPLY_BODY_BYTES_MAX >= 6 + ERROR_MESSAGE_BYTES_MAX && AUTH_REPLY_BODY_BYTES_MAX >= AUTH_BYTES);
 
 /// Runs the client's side of the binary port's authentication step on a connected, blocking
-/// `stream` (each read bounded by `AUTH_TIMEOUT_MS`): nonce, challenge, proofs both ways.
+/// `stream` (the whole step within `AUTH_TIMEOUT_MS`): nonce, challenge, proofs both ways.
 ///
 /// # Errors
 /// `Refused` with the server's words, `ServerProofWrong`, `Malformed`, `Unexpected`, `Io`.
 pub fn authenticate_client(stream: &mut std::net::TcpStream, secret: &SharedSecret) -> Result<(), AuthError> {
-    stream.set_read_timeout(Some(std::time::Duration::from_millis(AUTH_TIMEOUT_MS)))?;
+    let deadline = Instant::now() + Duration::from_millis(AUTH_TIMEOUT_MS);
     let nonce = random_token()?;
     let mut frame = Vec::with_capacity(2 * (FRAME_HEADER_BYTES + AUTH_BYTES));
     AuthFrame::Begin { nonce }.encode_frame(0, &mut frame);
     stream.write_all(&frame)?;
-    let challenge = match read_auth_reply(stream)? {
+    let challenge = match read_auth_reply(stream, deadline)? {
         AuthFrame::Challenge { challenge } => challenge,
         other => return Err(AuthError::Unexpected { kind: other.kind() }),
     };
@@ -204,7 +206,7 @@ pub fn authenticate_client(stream: &mut std::net::TcpStream, secret: &SharedSecr
     let proof = secret.proof(ProofLabel::BinaryClient, &challenge, &nonce);
     AuthFrame::Proof { proof }.encode_frame(0, &mut frame);
     stream.write_all(&frame)?;
-    let server_proof = match read_auth_reply(stream)? {
+    let server_proof = match read_auth_reply(stream, deadline)? {
         AuthFrame::Accepted { proof } => proof,
         other => return Err(AuthError::Unexpected { kind: other.kind() }),
     };
@@ -216,22 +218,38 @@ pub fn authenticate_client(stream: &mut std::net::TcpStream, secret: &SharedSecr
 }
 
 /// Runs the server's side of the binary port's authentication step on a blocking `stream`
-/// (the whole step bounded by `AUTH_TIMEOUT_MS` per read), for a port served by threads (the
-/// replication port). A refusal is returned with the words the poller would send; the caller
-/// closes the connection.
+/// (the whole step within `AUTH_TIMEOUT_MS`), for a port served by threads (the replication
+/// port). As [`authenticate_server_by`].
 ///
 /// # Errors
-/// `Refused` (the step's words), `Malformed`, `Unexpected` (an oversized frame), `Io`.
+/// As [`authenticate_server_by`].
 pub fn authenticate_server_blocking(
     stream: &mut std::net::TcpStream,
     secret: &Arc<SharedSecret>,
 ) -> Result<(), AuthError> {
+    let deadline = Instant::now() + Duration::from_millis(AUTH_TIMEOUT_MS);
+    authenticate_server_by(stream, secret, deadline)
+}
+
+/// Runs the server's side of the binary port's authentication step on a blocking `stream`,
+/// the whole step by `deadline` however the client trickles its bytes. A refusal is sent to the
+/// client as the poller sends it (an ERROR reply with the step's words, which the client's
+/// [`authenticate_client`] returns as `Refused`) and returned; the caller closes the
+/// connection. The stream's read timeout is restored on success.
+///
+/// # Errors
+/// `Refused` (the step's words), `Malformed`, `Unexpected` (an oversized frame), `Io` (a
+/// timeout among them).
+pub fn authenticate_server_by(
+    stream: &mut std::net::TcpStream,
+    secret: &Arc<SharedSecret>,
+    deadline: Instant,
+) -> Result<(), AuthError> {
     let previous = stream.read_timeout()?;
-    stream.set_read_timeout(Some(std::time::Duration::from_millis(AUTH_TIMEOUT_MS)))?;
     let mut auth = ServerAuth::new(Arc::clone(secret));
     let mut out = Vec::with_capacity(FRAME_HEADER_BYTES + AUTH_BYTES);
     loop {
-        let (header, body) = read_auth_frame(stream)?;
+        let (header, body) = read_auth_frame(stream, deadline)?;
         out.clear();
         match auth.on_frame(header.kind, &body) {
             AuthStep::Reply(frame) => frame.encode_frame(0, &mut out),
@@ -241,30 +259,74 @@ pub fn authenticate_server_blocking(
                 stream.set_read_timeout(previous)?;
                 return Ok(());
             }
-            AuthStep::Deny(message) | AuthStep::Refuse(message) => return Err(AuthError::Refused { message }),
+            AuthStep::Deny(message) | AuthStep::Refuse(message) => {
+                Response::bad_request(message.as_str()).encode_frame(header.request_id, &mut out);
+                // The refusal is a courtesy: the connection closes whether or not it arrives.
+                let _ = stream.write_all(&out);
+                return Err(AuthError::Refused { message });
+            }
         }
         stream.write_all(&out)?;
     }
 }
 
-/// Reads one frame of the authentication step (either side's), its body bounded by
-/// `AUTH_REPLY_BODY_BYTES_MAX` before anything is allocated.
-fn read_auth_frame(stream: &mut std::net::TcpStream) -> Result<(FrameHeader, Vec<u8>), AuthError> {
+/// Fills `buffer` from `stream`, every read bounded by `deadline`.
+fn read_exact_by(stream: &mut std::net::TcpStream, buffer: &mut [u8], deadline: Instant) -> std::io::Result<()> {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "authentication step not finished in time"));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut buffer[filled..]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(count) => filled += count,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// Reads one frame of the authentication step (either side's) by `deadline`, its body bounded
+/// by `AUTH_REPLY_BODY_BYTES_MAX` before anything is allocated.
+fn read_auth_frame(stream: &mut std::net::TcpStream, deadline: Instant) -> Result<(FrameHeader, Vec<u8>), AuthError> {
     let mut header = [0u8; FRAME_HEADER_BYTES];
-    stream.read_exact(&mut header)?;
+    read_exact_by(stream, &mut header, deadline)?;
     let header = FrameHeader::decode(&header)?;
     if header.body_length as usize > AUTH_REPLY_BODY_BYTES_MAX {
         return Err(AuthError::Unexpected { kind: header.kind });
     }
     let mut body = vec![0u8; header.body_length as usize];
-    stream.read_exact(&mut body)?;
+    read_exact_by(stream, &mut body, deadline)?;
     Ok((header, body))
 }
 
-/// Reads one frame of the server's and decodes it as an authentication frame (an ERROR is a
-/// refusal with its message).
-fn read_auth_reply(stream: &mut std::net::TcpStream) -> Result<AuthFrame, AuthError> {
-    let (header, body) = read_auth_frame(stream)?;
+/// The configuration-service port's authentication: the binary port's step under the cluster's
+/// shared secret, the node that dials proving like a client and the node that accepts checking
+/// like a server (`rampkv_config::auth` says where it runs).
+#[derive(Debug, Clone)]
+pub struct ConfigPortAuth(pub Arc<SharedSecret>);
+
+impl rampkv_config::auth::PortAuthenticator for ConfigPortAuth {
+    fn prove(&self, stream: &mut std::net::TcpStream) -> Result<(), rampkv_config::auth::AuthFailure> {
+        Ok(authenticate_client(stream, &self.0)?)
+    }
+
+    fn check(
+        &self,
+        stream: &mut std::net::TcpStream,
+        deadline: Instant,
+    ) -> Result<(), rampkv_config::auth::AuthFailure> {
+        Ok(authenticate_server_by(stream, &self.0, deadline)?)
+    }
+}
+
+/// Reads one frame of the server's by `deadline` and decodes it as an authentication frame (an
+/// ERROR is a refusal with its message).
+fn read_auth_reply(stream: &mut std::net::TcpStream, deadline: Instant) -> Result<AuthFrame, AuthError> {
+    let (header, body) = read_auth_frame(stream, deadline)?;
     if AuthFrame::is_auth_kind(header.kind) {
         return Ok(AuthFrame::decode(header.kind, &body)?);
     }

@@ -694,7 +694,7 @@ fn run(command: Command) -> Result<ExitCode> {
             // rejoining it after a restart).
             let failover = match &membership {
                 Some((file, index)) if file.replicas() > 1 && file.config_addresses().is_ok() => {
-                    let (gate, mode) = rampkv::server::failover::start_config_node(file, *index)
+                    let (gate, mode) = rampkv::server::failover::start_config_node(file, *index, secret.clone())
                         .context("cannot start the configuration service")?;
                     Some((FailoverOptions { gate, cluster: file.clone(), index: *index }, mode))
                 }

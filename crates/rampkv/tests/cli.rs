@@ -115,6 +115,40 @@ fn unknown_flags_and_bad_values_give_clear_errors() {
     }
 }
 
+/// Issue 16, bad input: a cluster file asking for more copies of each partition than it has
+/// servers is refused by every command that reads it, with the file and the numbers named,
+/// before anything listens or is written; and so are `--replicas` above `--servers`.
+#[test]
+fn a_cluster_file_with_fewer_servers_than_replicas_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("short.toml");
+    let text = "partitions = 4\nreplicas = 3\n[[servers]]\naddress = \"127.0.0.1:1\"\nconfig = \"127.0.0.1:2\"\n\
+                [[servers]]\naddress = \"127.0.0.1:3\"\nconfig = \"127.0.0.1:4\"\n";
+    std::fs::write(&path, text).unwrap();
+    let file = path.to_str().unwrap();
+    let expected = "3 replicas need at least 3 servers, the cluster has 2";
+    for args in [
+        &["server", "--listen", "127.0.0.1:1", "--cluster", file, "--insecure-no-secret"][..],
+        &["put", "k=v", "--cluster", file][..],
+        &["get", "k", "--cluster", file][..],
+        &["bench", "--cluster", file, "--duration", "1s"][..],
+    ] {
+        let output = rampkv(args);
+        let error = stderr(&output);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        assert!(error.contains(expected) && error.contains("short.toml"), "{args:?}: {error}");
+        assert!(!error.contains("panicked"), "{args:?}: {error}");
+    }
+    for args in
+        [&["local", "--servers", "1", "--replicas", "2"][..], &["bench", "--servers", "2", "--replicas", "3"][..]]
+    {
+        let output = rampkv(args);
+        let error = stderr(&output);
+        assert!(!output.status.success(), "{args:?} succeeded");
+        assert!(error.contains("replicas") && !error.contains("panicked"), "{args:?}: {error}");
+    }
+}
+
 #[test]
 fn a_malformed_or_missing_cluster_file_is_named_in_the_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -12,9 +12,13 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)] // this binary uses only the request-by-request helper
 mod common;
 
-use rampkv::client::Client;
-use rampkv::cluster::Cluster;
-use rampkv::transport::TcpClientTransport;
+use rampkv::client::{current_front_addresses, Client, ClientError, Driver, TxnResult};
+use rampkv::cluster::{Cluster, Front};
+use rampkv::transport::onesided::OneSidedOptions;
+use rampkv::transport::{
+    ClientTransport, OneSidedClientTransport, RfRpcClientTransport, SendRecvClientTransport, TcpClientTransport,
+    TransportError, WritePollClientTransport,
+};
 use rampkv::wire::{ErrorCode, GetItem, Request, Response, Selector, Write};
 
 /// Server processes this test started; each is killed (SIGKILL) and reaped when dropped, even
@@ -54,7 +58,13 @@ fn free_address() -> String {
 /// A replicated cluster of `servers` processes, started and ready (every server took its
 /// first lease: it listens only then).
 fn start(directory: &Path, servers: usize) -> (Cluster, Processes) {
+    start_with_front(directory, servers, None)
+}
+
+/// As [`start`], every server also serving `front` (the fabric transports' front end).
+fn start_with_front(directory: &Path, servers: usize, front: Option<Front>) -> (Cluster, Processes) {
     let data: Vec<String> = (0..servers).map(|_| free_address()).collect();
+    let controls: Vec<String> = (0..servers).map(|_| free_address()).collect();
     let cluster = Cluster::with_servers(data.clone())
         .unwrap()
         .with_replicas(2)
@@ -63,14 +73,25 @@ fn start(directory: &Path, servers: usize) -> (Cluster, Processes) {
         .unwrap()
         .with_config_addresses((0..servers).map(|_| free_address()).collect())
         .unwrap();
+    let cluster = match front {
+        Some(front) => cluster.with_fronts(front, controls.clone()).unwrap(),
+        None => cluster,
+    };
     let file = directory.join("cluster.toml");
     std::fs::write(&file, cluster.to_toml()).unwrap();
     let processes = Processes(
         data.iter()
-            .map(|address| {
+            .zip(&controls)
+            .map(|(address, control)| {
                 let log = std::fs::File::create(directory.join(format!("{}.log", address.replace(':', "_")))).unwrap();
+                let front_flag = match front {
+                    Some(Front::Ring) => vec!["--ring-listen", control.as_str()],
+                    Some(Front::RfRpc) => vec!["--rfrpc-listen", control.as_str()],
+                    None => vec![],
+                };
                 let child = Command::new(env!("CARGO_BIN_EXE_rampkv"))
                     .args(["server", "--listen", address, "--cluster", file.to_str().unwrap()])
+                    .args(front_flag)
                     .stdout(Stdio::null())
                     .stderr(log)
                     .spawn()
@@ -80,7 +101,8 @@ fn start(directory: &Path, servers: usize) -> (Cluster, Processes) {
             .collect(),
     );
     let deadline = Instant::now() + Duration::from_secs(40);
-    while data.iter().any(|address| TcpStream::connect(address).is_err()) {
+    let ports: Vec<&String> = data.iter().chain(controls.iter().filter(|_| front.is_some())).collect();
+    while ports.iter().any(|address| TcpStream::connect(address).is_err()) {
         assert!(Instant::now() < deadline, "the servers did not start (logs in {})", directory.display());
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -293,4 +315,106 @@ fn a_restarted_server_catches_up_and_serves_every_acknowledged_write_once_the_ot
         }
     }
     println!("{background_writes} background writes acknowledged while servers died and caught up");
+}
+
+/// Runs one transaction begun by `begin` on `driver` to its end (at most 10 s).
+fn finish<T: ClientTransport>(
+    driver: &mut Driver<T>,
+    begin: impl FnOnce(&mut Driver<T>) -> Result<(), ClientError>,
+) -> Result<TxnResult, String> {
+    begin(driver).map_err(|error| error.to_string())?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut completions = Vec::new();
+    while Instant::now() < deadline {
+        driver.step(Some(Duration::from_millis(50)), &mut completions).map_err(|error| error.to_string())?;
+        if let Some(completion) = completions.pop() {
+            return completion.result.map_err(|error| error.to_string());
+        }
+    }
+    Err("no answer within 10 s".into())
+}
+
+/// On a fresh driver over `transport`: reads `pairs`' keys twice (GET\*: the first read learns
+/// the slots, the second reads them one-sidedly), each read returning `pairs`' values or the
+/// newer `next` ones, then writes `next` (acknowledged) and reads it back.
+fn read_then_write<T: ClientTransport>(
+    transport: Result<T, TransportError>,
+    cluster: &Cluster,
+    pairs: &[(Vec<u8>, Vec<u8>)],
+    next: &[(Vec<u8>, Vec<u8>)],
+) -> Result<(), String> {
+    let mut driver = Driver::connect(transport.map_err(|error| error.to_string())?, cluster.clone(), 1)
+        .map_err(|error| error.to_string())?;
+    let keys: Vec<Vec<u8>> = pairs.iter().map(|(key, _)| key.clone()).collect();
+    for _ in 0..2 {
+        let TxnResult::Read(read) = finish(&mut driver, |driver| driver.begin_read(0, keys.clone()))? else {
+            return Err("a read finished as a write".into());
+        };
+        for ((pair, newer), item) in pairs.iter().zip(next).zip(&read.items) {
+            // The write of an attempt that failed after its commit may be visible: newer, never older.
+            assert!(item.value == pair.1 || item.value == newer.1, "an acknowledged write was lost: {item:?}");
+        }
+    }
+    if let (Some(stats), true) = (driver.transport().getstar_stats(), pairs.iter().all(|pair| !pair.1.is_empty())) {
+        // GET\*: keys that were written are read from the slots of the server that serves them
+        // now, at the second read at the latest (keys never written have no slot).
+        assert!(stats.hits >= 1, "no one-sided read: {stats:?}");
+    }
+    finish(&mut driver, |driver| driver.begin_write(0, next.to_vec()).map(|_| ()))?;
+    let TxnResult::Read(read) = finish(&mut driver, |driver| driver.begin_read(0, keys.clone()))? else {
+        return Err("a read finished as a write".into());
+    };
+    for (pair, item) in next.iter().zip(&read.items) {
+        assert_eq!(item.value, pair.1, "the acknowledged write is not read back");
+    }
+    Ok(())
+}
+
+/// The fabric transports follow a failover once rebuilt from the current primaries' control
+/// addresses (`current_front_addresses`): for write-poll, send-recv and GET\* (ring front end)
+/// and RF-RPC, a primary process is killed with SIGKILL, and a client rebuilt for the current
+/// primaries reads every write acknowledged before the kill (GET\* from the new primary's
+/// slots, no address of the dead one kept) and writes on.
+#[test]
+fn fabric_clients_rebuilt_from_the_current_primaries_go_on_after_a_primary_is_killed() {
+    for transport in ["writepoll", "sendrecv", "onesided", "rfrpc"] {
+        let directory = tempfile::tempdir().unwrap();
+        let front = if transport == "rfrpc" { Front::RfRpc } else { Front::Ring };
+        let (cluster, mut processes) = start_with_front(directory.path(), 3, Some(front));
+        let mut keys = keys_of(&cluster, 0, 3);
+        keys.extend(keys_of(&cluster, 1, 1));
+        let with = |value: &str| -> Vec<(Vec<u8>, Vec<u8>)> {
+            keys.iter().map(|key| (key.clone(), value.as_bytes().to_vec())).collect()
+        };
+        let attempt = |pairs: &[(Vec<u8>, Vec<u8>)], next: &[(Vec<u8>, Vec<u8>)]| {
+            let controls = current_front_addresses(&cluster, front).map_err(|error| error.to_string())?;
+            match transport {
+                "writepoll" => read_then_write(WritePollClientTransport::connect(&controls), &cluster, pairs, next),
+                "sendrecv" => read_then_write(SendRecvClientTransport::connect(&controls), &cluster, pairs, next),
+                "onesided" => read_then_write(
+                    OneSidedClientTransport::connect(&controls, OneSidedOptions::default()),
+                    &cluster,
+                    pairs,
+                    next,
+                ),
+                _ => read_then_write(RfRpcClientTransport::connect(&controls), &cluster, pairs, next),
+            }
+        };
+        // Before: "first" acknowledged (read as the empty value first: never written).
+        let empty = with("");
+        attempt(&empty, &with("first")).unwrap_or_else(|error| panic!("{transport} before the kill: {error}"));
+        processes.kill(0);
+        let killed = Instant::now();
+        let deadline = killed + Duration::from_secs(30);
+        let mut failures = 0;
+        while let Err(error) = attempt(&with("first"), &with("second")) {
+            failures += 1;
+            assert!(Instant::now() < deadline, "{transport}: no progress 30 s after the kill: {error}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        println!(
+            "{transport}: going on {} ms after the primary was killed ({failures} attempts failed first)",
+            killed.elapsed().as_millis()
+        );
+    }
 }

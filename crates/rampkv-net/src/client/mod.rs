@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::transport::{TcpClientTransport, TransportError};
 use rampkv_config::configuration::Configuration;
-use rampkv_core::cluster::Cluster;
+use rampkv_core::cluster::{Cluster, Front};
 use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_RETRY_BACKOFF_MS};
 use rampkv_core::protocol::ramp::TxnOptions;
 use rampkv_core::protocol::session::SessionError;
@@ -94,8 +94,11 @@ pub fn newest_configuration(cluster: &Cluster) -> Result<Option<Configuration>, 
     let timeout = Duration::from_millis(FAILOVER_CONFIG_ASK_TIMEOUT_MS);
     let mut newest: Option<Configuration> = None;
     let mut last = None;
+    // The secret this process's clients prove on the data ports opens the config port too.
+    let authenticator = crate::auth::client_secret().map(crate::auth::ConfigPortAuth);
     for address in &config_addresses {
-        match rampkv_config::client::ask(address, cluster_id, timeout) {
+        let authenticator = authenticator.as_ref().map(|auth| auth as &dyn rampkv_config::auth::PortAuthenticator);
+        match rampkv_config::client::ask(address, cluster_id, timeout, authenticator) {
             Ok(answer) => {
                 if newest.as_ref().is_none_or(|newest| newest.epoch() < answer.configuration.epoch()) {
                     newest = Some(answer.configuration);
@@ -124,6 +127,32 @@ pub fn current_addresses(cluster: &Cluster) -> Result<Vec<String>, ClientError> 
         Some(configuration) => crate::server::failover::routes(&configuration, cluster)
             .map_err(|partitions| ClientError::Unavailable { partitions }),
     }
+}
+
+/// The control addresses of `front` serving each server's cluster-file partitions now, for the
+/// fabric transports (write-poll, send-recv and GET\* on the ring front end, RF-RPC on its
+/// own): the cluster file's without replication; with it, those of the servers the
+/// configuration service names primary now, as [`current_addresses`] names their data
+/// addresses. A server that took another's partitions over accepts a HELLO that calls it by
+/// that server's number, on every medium (the check is the core's). A transport built from
+/// these after a failover starts with nothing cached (GET\*: no slot address of an older
+/// epoch).
+///
+/// # Errors
+/// As [`current_addresses`]; [`ClientError::Configuration`] when the cluster file gives a
+/// server no `front` address.
+pub fn current_front_addresses(cluster: &Cluster, front: Front) -> Result<Vec<String>, ClientError> {
+    let controls = cluster.front_addresses(front).map_err(rampkv_config::error::ConfigError::from)?;
+    let routes = current_addresses(cluster)?;
+    // Each route is some server's data address: that server's front end serves the route.
+    Ok(routes
+        .iter()
+        .enumerate()
+        .map(|(server, route)| {
+            let serving = cluster.servers().iter().position(|address| address == route).unwrap_or(server);
+            controls[serving].clone()
+        })
+        .collect())
 }
 
 /// Whether every partition has its primary and all its in-sync backups (a fault harness kills

@@ -46,6 +46,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use rampkv_config::auth::PortAuthenticator;
 use rampkv_config::configuration::{Configuration, ServerId, BOOTSTRAP_INCARNATION};
 use rampkv_config::core::StartMode;
 use rampkv_config::error::ConfigError;
@@ -58,6 +59,7 @@ use rampkv_core::protocol::server::PartitionGate;
 
 use super::replication::BackupTakeover;
 use super::Servers;
+use crate::auth::{ConfigPortAuth, SharedSecret};
 
 /// The partitions a server may serve now: those its configuration node says it holds a valid
 /// lease for, whose data it has (its own, or an adopted copy whose takeover finished).
@@ -136,15 +138,23 @@ impl PartitionGate for LeaseGate {
 
 /// Starts server `me`'s configuration node on its cluster-file `config` address: it bootstraps
 /// the cluster when no other node has committed anything yet, and otherwise rejoins it as a
-/// new incarnation (a restarted process: it holds no data and is primary of nothing).
+/// new incarnation (a restarted process: it holds no data and is primary of nothing). With the
+/// cluster's shared `secret`, every connection of its config port proves it (docs/security.md).
 ///
 /// # Errors
 /// A cluster file the configuration refuses (no `config` addresses, ...), or a port that
 /// cannot be bound.
-pub fn start_config_node(cluster: &Cluster, me: usize) -> Result<(Arc<LeaseGate>, StartMode), ConfigError> {
+pub fn start_config_node(
+    cluster: &Cluster,
+    me: usize,
+    secret: Option<Arc<SharedSecret>>,
+) -> Result<(Arc<LeaseGate>, StartMode), ConfigError> {
     let initial = Configuration::initial(cluster)?;
     let id = me as ServerId;
-    let mode = rampkv_config::client::start_mode(&initial, id, Duration::from_millis(FAILOVER_CONFIG_ASK_TIMEOUT_MS));
+    let authenticator: Option<Arc<dyn PortAuthenticator>> =
+        secret.map(|secret| Arc::new(ConfigPortAuth(secret)) as Arc<dyn PortAuthenticator>);
+    let ask_timeout = Duration::from_millis(FAILOVER_CONFIG_ASK_TIMEOUT_MS);
+    let mode = rampkv_config::client::start_mode(&initial, id, ask_timeout, authenticator.as_deref());
     let incarnation = match mode {
         StartMode::Bootstrap => BOOTSTRAP_INCARNATION,
         StartMode::Rejoin => random_incarnation(),
@@ -158,6 +168,7 @@ pub fn start_config_node(cluster: &Cluster, me: usize) -> Result<(Arc<LeaseGate>
         clock: Arc::new(MonotonicClock::new()),
         listener: None,
         log_entries_kept: CONFIG_LOG_ENTRIES_KEPT_MAX,
+        authenticator,
     })?;
     let holds_own = mode == StartMode::Bootstrap;
     Ok((Arc::new(LeaseGate::new(Arc::new(node), cluster, me, holds_own)), mode))
