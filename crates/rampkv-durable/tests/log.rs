@@ -201,7 +201,7 @@ fn closed_segments_are_fsynced_in_the_background_even_with_policy_no() {
 /// and a start from it reads every record, reports no cut (zeros are not damage), and leaves
 /// the last segment exactly its records. A clean close leaves no zeros and no prepared file.
 #[test]
-fn segments_are_zero_filled_beforehand_and_their_zeros_end_the_log_at_a_start() {
+fn segments_are_allocated_beforehand_and_their_zeros_end_the_log_at_a_start() {
     const TARGET: u64 = 64 * 1024;
     let dir = test_dir();
     let options = OpenOptions { segment_bytes_target: TARGET, ..options(FsyncPolicy::Always) };
