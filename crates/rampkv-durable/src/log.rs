@@ -631,7 +631,8 @@ fn run_preparer(shared: &Shared) {
         {
             let mut prepared = shared.prepared.lock();
             // Never while one is ready: it would be overwritten (one path).
-            while !prepared.closing && !(prepared.wanted && prepared.file.is_none()) {
+            let work = |prepared: &Prepared| prepared.closing || (prepared.wanted && prepared.file.is_none());
+            while !work(&prepared) {
                 shared.preparer.wait(&mut prepared);
             }
             if prepared.closing {
