@@ -281,9 +281,12 @@ impl Log {
         // The first segment is allocated here, small (a start stays quick); once it is full
         // the writer moves to a whole segment the preparer allocated meanwhile.
         let first_bytes = segment_bytes_target.min(SEGMENT_FIRST_PREALLOCATED_BYTES);
-        let first = prepare_file(&prepared_segment_path(&dir), first_bytes, &|| false)
-            .map_err(DurableError::io("allocate", &prepared_segment_path(&dir)))?;
-        let segment = Segment::install(&dir, first, next_lsn, epoch)?;
+        // A file system that cannot allocate ahead (or a full disk) gets a segment that grows
+        // with its writes, as the preparer's failures do.
+        let segment = match prepare_file(&prepared_segment_path(&dir), first_bytes, &|| false) {
+            Ok(first) => Segment::install(&dir, first, next_lsn, epoch)?,
+            Err(_) => Segment::create(&dir, next_lsn, epoch)?,
+        };
         let recovered = next_lsn - 1;
         let sync_target = SyncTarget {
             retired: Vec::new(),
