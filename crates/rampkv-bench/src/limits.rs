@@ -35,6 +35,35 @@ pub const HISTORY_KNOWN_WRITES_MAX: usize = 1 << 20;
 /// by one; beyond, it asks its per-key index instead, which finds only writes of the read's keys.
 pub const CHECKER_TIME_OVERLAPS_SCAN_MAX: usize = 64;
 
+// The benchmark's evidence probe (`bench --check`; docs/history.md, "The evidence probe"): a
+// short run of the same protocol, transport and cluster under contention, so that a workload
+// too quiet to race (the README's 1,000 keys) still gets a verdict with teeth.
+
+/// Keys of the probe's key space: 16 keys at [`PROBE_TXN_SIZE`] keys per transaction make a
+/// read meet a write of two of its keys in most of its rounds.
+pub const PROBE_KEYS: u64 = 16;
+
+/// Keys per transaction of the probe, whatever the workload's: the README's 4. At 8 keys over
+/// 16, S2PL's wait-die aborts most contended readers and showed 1 race in 2 s (17 over 32
+/// keys); at 4 over 16 it showed 3 to 24 per 2 s on the loaded 2-core machine.
+pub const PROBE_TXN_SIZE: usize = 4;
+
+/// The probe's fraction of read-only transactions: half, so writes race every read.
+pub const PROBE_READ_RATIO: f64 = 0.5;
+
+/// Races (reads whose round 1 alone was fractured) after which the probe stops: four times
+/// `RACES_MIN`, so a repair that fails only sometimes has more chances to show.
+pub const PROBE_RACES_TARGET: u64 = 20;
+
+/// Longest the probe runs when races come slowly (the verdict is then decided on what it saw).
+/// RAMP and NoCC reach the target in well under a second; S2PL, whose wait-die aborts most
+/// racing readers, took 1.6 s at load 6 and showed as few as 1 race per 2 s at load 10.
+pub const PROBE_SECONDS_MAX: f64 = 10.0;
+
+/// How often the probe counts the races of its history so far (a check of the partial history,
+/// on the main thread while the client threads run).
+pub const PROBE_CHECK_INTERVAL_MS: u64 = 250;
+
 // The fault-injection harness (`chaos`). Every loop it runs is bounded by the run's deadline
 // plus one of these, and every wait by one of these.
 

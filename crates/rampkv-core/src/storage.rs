@@ -131,6 +131,11 @@ pub enum InvalidPrepare {
     WriteSetTooLarge { count: usize },
     #[error("a written key is missing from the write set")]
     KeyNotInWriteSet,
+    #[error(
+        "a one-phase write (PREPARE_COMMIT) must write exactly the keys of its write set, all on this server; \
+         use PREPARE and COMMIT for a transaction with writes elsewhere"
+    )]
+    NotWholeWriteSet,
     #[error("a key of {key_bytes} bytes or value of {value_bytes} bytes over the limits ({KEY_BYTES_MAX}, {VALUE_BYTES_MAX})")]
     TooLarge { key_bytes: usize, value_bytes: usize },
 }

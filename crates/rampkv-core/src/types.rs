@@ -72,7 +72,7 @@ pub fn timestamp_too_far_ahead(ts: Timestamp, wall_clock_us: u64) -> bool {
     timestamp_clock_us(ts) > wall_clock_us.saturating_add(TIMESTAMP_FUTURE_SKEW_MS.saturating_mul(1_000))
 }
 
-/// Why a server refuses a transaction timestamp a client sent (a PREPARE, PUT, LOCK_WRITE,
+/// Why a server refuses a transaction timestamp a client sent (a PREPARE, PREPARE_COMMIT, PUT, LOCK_WRITE,
 /// COMMIT or COMMIT_LOCKED): no honest client issues it ([`check_client_timestamp`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

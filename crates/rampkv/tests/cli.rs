@@ -19,13 +19,15 @@ fn stdout(output: &Output) -> String {
 
 /// Asserts a checked run found no anomaly and exited with its verdict's status: 0 when clean,
 /// 3 when inconclusive (a short run with one client thread shows no race, see
-/// docs/history.md, "Evidence and verdict"). Returns the verdict's word.
+/// docs/history.md, "Evidence and verdict"). The verdict is the last "read atomicity" line's
+/// (a bench run with its evidence probe ends with the run's verdict). Returns its word.
 fn assert_no_anomaly(output: &Output) -> &'static str {
     let text = stdout(output);
     assert!(text.contains("no garbage, no fractured reads"), "{text}\n{}", stderr(output));
+    let last = text.lines().rev().find(|line| line.contains("read atomicity")).unwrap_or_default();
     match output.status.code() {
-        Some(0) if text.contains("read atomicity: clean") => "clean",
-        Some(3) if text.contains("read atomicity: INCONCLUSIVE") => "inconclusive",
+        Some(0) if last.contains(": clean") => "clean",
+        Some(3) if last.contains(": INCONCLUSIVE") => "inconclusive",
         code => panic!("exit status {code:?} does not match the verdict: {text}"),
     }
 }
@@ -190,14 +192,19 @@ fn bench_json_reports_throughput_latency_configuration_seed_and_a_clean_check() 
     assert!(result["git_commit"].is_string());
     assert_eq!(result["check"]["garbage"], 0);
     assert_eq!(result["check"]["fractured"], 0);
-    // The verdict and its evidence; the exit status follows the verdict.
+    // The verdict and its evidence; the exit status follows the run's verdict, which the
+    // evidence probe backs (clean here: RAMP-Fast races and repairs in the probe).
     let verdict = result["check"]["verdict"].as_str().unwrap();
     let expected_status = match verdict {
         "clean" => 0,
         "inconclusive" => 3,
         other => panic!("verdict {other}: {}", stdout(&output)),
     };
-    assert_eq!(output.status.code(), Some(expected_status));
+    assert_eq!(
+        (result["verdict"].as_str(), result["probe"]["check"]["verdict"].as_str()),
+        (Some("clean"), Some("clean"))
+    );
+    assert_eq!(output.status.code(), Some(0));
     let evidence = &result["check"]["evidence"];
     assert_eq!(evidence["reads_with_round1"], result["read"]["count"], "every RAMP read records round 1");
     assert!(evidence["overlapping_reads"].as_u64().unwrap() >= evidence["contended_reads"].as_u64().unwrap());
@@ -241,9 +248,13 @@ fn check_exit_status_says_clean_violated_or_inconclusive() {
         (report["verdict"].as_str(), report["evidence"]["repaired_reads"].as_u64()),
         (Some("inconclusive"), Some(4))
     );
-    // A bench whose reads never meet a write (100% reads) is inconclusive too.
-    let output = rampkv(&["bench", "--read-ratio", "1", "--txns", "200", "--check", "--seed", "3"]);
+    // A bench whose reads never meet a write (100% reads) is inconclusive too, without the
+    // evidence probe; with it, the probe's races decide.
+    let output = rampkv(&["bench", "--read-ratio", "1", "--txns", "200", "--check", "--no-probe", "--seed", "3"]);
     assert_eq!(assert_no_anomaly(&output), "inconclusive");
+    assert!(!stdout(&output).contains("evidence probe"), "{}", stdout(&output));
+    let output = rampkv(&["bench", "--read-ratio", "1", "--txns", "200", "--check", "--seed", "3"]);
+    assert_eq!(assert_no_anomaly(&output), "clean");
 }
 
 #[test]
@@ -403,4 +414,68 @@ fn the_main_job_is_clean_with_round_two_reads_and_overlaps() {
     assert!(evidence["overlapping_reads"].as_u64().unwrap() >= 500, "{evidence}");
     assert_eq!(evidence["repaired_reads"], evidence["round1_fractured_reads"], "{evidence}");
     assert!(result["interleave"]["overtaken"].as_u64().unwrap() > 0, "{result}");
+}
+
+/// Issue 14, the evidence probe: the README main job's 1,000 keys seldom race in a run of
+/// seconds (docs/history.md), so `--check` follows the workload with a short probe of the same
+/// protocol, transport, cluster and clients on 16 keys, half reads. NoCC at the defaults, no
+/// key-space flags at all, is then caught: exit status 1, the probe's history VIOLATED.
+#[test]
+fn nocc_at_the_defaults_is_caught_by_the_evidence_probe() {
+    let output = rampkv(&["bench", "--protocol", "nocc", "--check", "--duration", "1s", "--json"]);
+    assert_eq!(output.status.code(), Some(1), "{}\n{}", stdout(&output), stderr(&output));
+    let result: serde_json::Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object on stdout");
+    assert_eq!(result["config"]["keys"], 1_000, "the workload kept the defaults");
+    assert_eq!(result["verdict"], "violated");
+    let probe = &result["probe"];
+    assert_eq!((probe["keys"].as_u64(), probe["read_ratio"].as_f64()), (Some(16), Some(0.5)));
+    assert_eq!(probe["check"]["verdict"], "violated", "{probe}");
+    assert!(probe["check"]["fractured_reads"].as_u64().unwrap() > 0, "{probe}");
+    // The workload's own figures are the workload's: its transactions, not the probe's.
+    assert!(result["transactions"].as_u64().unwrap() > 0);
+    assert_eq!(
+        result["read"]["count"].as_u64().unwrap() + result["write"]["count"].as_u64().unwrap(),
+        result["transactions"].as_u64().unwrap()
+    );
+}
+
+/// RAMP-Fast at the defaults (the README main job, shortened): clean through the probe, with
+/// at least RACES_MIN races all repaired by round 2, whatever the workload's own history
+/// showed; the text names both histories and the run's verdict.
+#[test]
+fn the_main_job_at_the_defaults_is_clean_through_its_evidence_probe() {
+    let output = rampkv(&["bench", "--check", "--duration", "1s"]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}\n{}", stderr(&output));
+    assert!(text.contains("workload history: read atomicity: "), "{text}");
+    let probe = text.lines().find(|line| line.starts_with("evidence probe: 16 keys, 50% reads")).expect(&text);
+    assert!(probe.ends_with(": clean"), "{probe}");
+    assert!(text.contains("read atomicity (workload and evidence probe): clean"), "{text}");
+    let output = rampkv(&["bench", "--check", "--duration", "1s", "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let result: serde_json::Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object on stdout");
+    let evidence = &result["probe"]["check"]["evidence"];
+    let races = evidence["round1_fractured_reads"].as_u64().unwrap();
+    assert!(races >= rampkv::checker::RACES_MIN, "{evidence}");
+    assert_eq!(evidence["repaired_reads"].as_u64(), Some(races), "round 2 repairs every race: {evidence}");
+    assert!(result["probe"]["reads_with_round2"].as_u64().unwrap() >= races, "{result}");
+    assert_eq!(result["verdict"], "clean");
+}
+
+/// `--no-probe` keeps the workload's own verdict (and needs `--check`).
+#[test]
+fn no_probe_leaves_the_verdict_to_the_workload_s_history() {
+    let output = rampkv(&["bench", "--check", "--no-probe", "--duration", "500ms", "--json"]);
+    let result: serde_json::Value = serde_json::from_str(stdout(&output).trim()).expect("one JSON object on stdout");
+    assert!(result.get("probe").is_none(), "{result}");
+    assert_eq!(result["verdict"], result["check"]["verdict"]);
+    let expected = match result["verdict"].as_str() {
+        Some("clean") => 0,
+        Some("inconclusive") => 3,
+        other => panic!("RAMP-Fast {other:?}: {result}"),
+    };
+    assert_eq!(output.status.code(), Some(expected), "{}", stderr(&output));
+    let output = rampkv(&["bench", "--no-probe", "--duration", "500ms"]);
+    assert_eq!(output.status.code(), Some(2), "--no-probe without --check is refused");
+    assert!(stderr(&output).contains("--check"), "{}", stderr(&output));
 }

@@ -168,6 +168,20 @@ fn a_small_figure_run_writes_valid_svg_and_a_table_with_every_series() {
     assert!(index.contains("EMULATION"), "{index}");
     let summary: serde_json::Value = serde_json::from_str(&read(&out.join("summary.json"))).unwrap();
     assert_eq!(summary["sweeps"].as_array().unwrap().len(), 4);
+
+    // One evidence probe per (protocol, transport) pair of the points, not one per point:
+    // RAMP-Fast over every transport (comm) and S2PL over TCP (the line figures' methods).
+    let mut pairs: Vec<(&str, &str)> = transports.iter().map(|transport| ("ramp-fast", *transport)).collect();
+    pairs.push(("s2pl", "tcp"));
+    let probed: Vec<(&str, &str)> = outcome.probes.iter().map(|probe| (probe.protocol, probe.transport)).collect();
+    assert_eq!(probed, pairs);
+    for probe in &outcome.probes {
+        let check = probe.check.unwrap_or_else(|| panic!("{probe:?}"));
+        assert!(!check.found_anomaly(), "{probe:?}");
+        assert!(check.evidence.reads_with_round1 > 0, "{probe:?}");
+    }
+    assert!(index.contains("## Evidence probes") && index.contains("| ramp-fast | tcp | "), "{index}");
+    assert_eq!(summary["probes"].as_array().unwrap().len(), pairs.len());
 }
 
 #[test]
@@ -310,6 +324,6 @@ fn bench_ycsb_output_is_read_by_a_ycsb_parser_and_agrees_with_the_json_result() 
     assert_eq!(result["config"]["workload"], "ycsb_read_ratio");
     assert_eq!(result["check"]["fractured"], 0);
     assert_eq!(result["check"]["garbage"], 0);
-    let status = if result["check"]["verdict"] == "clean" { 0 } else { 3 };
+    let status = if result["verdict"] == "clean" { 0 } else { 3 };
     assert_eq!(output.status.code(), Some(status), "{}", result["check"]);
 }

@@ -49,13 +49,22 @@ pub fn comparison_table(results: &[BenchResult]) -> String {
     );
     table.push_str("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     for result in results {
-        let checker = match &result.check {
-            None => "not run".to_owned(),
-            Some(report) => format!(
+        let checker = match (&result.check, &result.probe) {
+            (None, _) => "not run".to_owned(),
+            (Some(report), None) => format!(
                 "{} ({} races, {} overlaps)",
                 report.verdict().label(),
                 report.evidence.round1_fractured_reads,
                 report.evidence.overlapping_reads
+            ),
+            (Some(report), Some(probe)) => format!(
+                "{} (workload {}: {} races, {} overlaps; evidence probe {}: {} races)",
+                result.verdict.unwrap_or_default().label(),
+                report.verdict().label(),
+                report.evidence.round1_fractured_reads,
+                report.evidence.overlapping_reads,
+                probe.check.verdict().label(),
+                probe.check.evidence.round1_fractured_reads
             ),
         };
         let _ = writeln!(
@@ -90,6 +99,7 @@ mod tests {
             txn_size: 4,
             value_size: 64,
             check: true,
+            probe: false, // the table's checker column without a probe: the workload's verdict
             stop_after: StopAfter::Transactions { count: 400 },
             seed: 7,
             ..BenchConfig::default()
@@ -129,6 +139,7 @@ mod tests {
             read_ratio: 0.5,
             value_size: 64,
             check: true,
+            probe: false,
             stop_after: StopAfter::Transactions { count: 2_000 },
             seed: 11,
             transport: TransportKind::InProcess,

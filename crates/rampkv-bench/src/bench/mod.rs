@@ -18,6 +18,7 @@ pub use workload::Workload;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::RecvTimeoutError;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,10 @@ use rampkv_ycsb::{Txn, TxnKind};
 
 use crate::checker;
 use crate::history::{self, HistoryFeed, HistoryStream, ReadRecord, Record, WriteRecord};
-use crate::limits::{HISTORY_SEND_INTERVAL_MS, HISTORY_SEND_RECORDS_MAX};
+use crate::limits::{
+    HISTORY_SEND_INTERVAL_MS, HISTORY_SEND_RECORDS_MAX, PROBE_CHECK_INTERVAL_MS, PROBE_KEYS, PROBE_RACES_TARGET,
+    PROBE_READ_RATIO, PROBE_SECONDS_MAX, PROBE_TXN_SIZE,
+};
 use rampkv_core::cluster::{Cluster, Front};
 use rampkv_core::limits::{CLUSTER_REPLICAS_MAX, GC_GRACE_MS, INTERLEAVE_DELAY_US_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use rampkv_core::protocol::bloom::BloomParameters;
@@ -176,6 +180,10 @@ pub struct BenchConfig {
     pub history: Option<PathBuf>,
     /// Check the history for read atomicity at the end.
     pub check: bool,
+    /// With `check`: after the workload, run the evidence probe (a short run of the same
+    /// protocol, transport, cluster and clients under contention, checked on its own) so that a
+    /// workload too quiet to race still gets a verdict with teeth (`--no-probe` turns it off).
+    pub probe: bool,
     /// TEST ONLY: readers skip the RAMP round-2 repair (must make the checker fail).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub mutant_skip_repair: bool,
@@ -336,6 +344,7 @@ impl Default for BenchConfig {
             cluster_file: None,
             history: None,
             check: false,
+            probe: true,
             mutant_skip_repair: false,
             transport: TransportKind::Tcp,
             item_slots: ItemSlotConfig::default(),
@@ -469,9 +478,10 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     // an external cluster lists them in its file, an embedded one was just started.
     let control_addresses: Vec<String> = match (&config.cluster_file, config.transport.front()) {
         (Some(_), Some(front)) => cluster.front_addresses(front)?,
-        _ => fronts.iter().flat_map(|front| front.control_addresses().iter().map(SocketAddr::to_string)).collect(),
+        _ => embedded_control_addresses(&fronts),
     };
     let local_servers: Vec<Arc<Servers>> = embedded.iter().map(|group| Arc::clone(group.servers())).collect();
+    let endpoints = Endpoints { cluster: cluster.clone(), control_addresses, local_servers };
     let keep_records = config.check;
     // The history streams to its file while the run goes on (a killed run leaves a checkable
     // prefix); with a stream, the records for the check come back from it at the end.
@@ -484,15 +494,94 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     }
     let run_started = Instant::now();
     let log_before = log_stats(&embedded);
-    let threads: Vec<_> = (0..config.client_threads)
+    let threads =
+        spawn_client_threads(config, &endpoints, &shared, keep_records, |_| stream.as_ref().map(HistoryStream::feed))?;
+    let (mut totals, first_error) = join_client_threads(threads, &shared);
+    totals.records.splice(0..0, load_records);
+    // Finish the stream even after a failed thread: the file then holds what the run did.
+    let streamed = stream.map(HistoryStream::finish).transpose();
+    if let Some(error) = first_error {
+        return Err(error);
+    }
+    if let Some(records) = streamed? {
+        totals.records = records;
+    }
+    // The measured window starts once the client threads have connected (connection set-up,
+    // such as zeroing message rings, is not transaction time) and ends when the last finishes.
+    let log_window = log_stats(&embedded).difference(&log_before, run_started.elapsed());
+    let elapsed = totals.window.map_or_else(|| run_started.elapsed(), |(start, end)| end - start);
+    let check = keep_records.then(|| checker::check(&totals.records));
+    let store_stats = embedded.iter().flat_map(|group| group.cores().iter().map(|core| core.store().stats())).collect();
+    let replication =
+        embedded.iter().filter_map(|group| group.servers().replication_stats()).reduce(|mut total, more| {
+            total.add(&more);
+            total
+        });
+    // The probe runs after every figure of the workload was taken, on the same servers: its
+    // reads may return the workload's versions, so the workload's writes join its history.
+    // With one client nothing runs concurrently, so nothing could race: no probe.
+    let probe = if config.check && config.probe && config.clients > 1 {
+        let mut writes = std::mem::take(&mut totals.records);
+        writes.retain(|record| matches!(record, Record::Write(_)));
+        Some(run_probe(config, &endpoints, shared.clock_origin, writes)?)
+    } else {
+        None
+    };
+    drop(fronts);
+    drop(embedded);
+    let mut result = report::build(config, &totals, elapsed, check, store_stats);
+    result.set_probe(probe);
+    result.replication = replication.map(|stats| report::ReplicationSummary {
+        replicas: config.replicas,
+        records: stats.records,
+        acks: stats.acks,
+        ack_latency_us_mean: stats.ack_latency_us_mean(),
+        ack_latency_us_max: stats.ack_latency_us_max,
+        links_failed: stats.links_failed,
+    });
+    result.persistence = config.persistence.as_ref().map(|persistence| PersistenceSummary {
+        policy: persistence.durability.policy.name(),
+        start_ms,
+        records_replayed: reports.iter().map(|report| report.records_replayed).sum(),
+        snapshot_keys_loaded: reports.iter().filter_map(|report| report.snapshot.as_ref()).map(|s| s.counts.keys).sum(),
+        cuts: reports.iter().map(|report| report.cuts.len() as u64).sum(),
+        records_per_s: log_window.records_per_s,
+        fsyncs_per_s: log_window.fsyncs_per_s,
+        mean_group_records: log_window.mean_group_records,
+        records_per_fsync: log_window.records_per_fsync,
+        snapshots_written: log_window.snapshots_written,
+    });
+    Ok(result)
+}
+
+/// Where client threads reach the servers.
+#[derive(Clone)]
+struct Endpoints {
+    cluster: Cluster,
+    /// The front ends' control addresses (the one-sided transports).
+    control_addresses: Vec<String>,
+    /// The embedded servers (the `inprocess` transport calls their cores).
+    local_servers: Vec<Arc<Servers>>,
+}
+
+type ClientThreadHandle = std::thread::JoinHandle<Result<ThreadTotals, BenchError>>;
+
+/// Starts `config.client_threads` client threads running `config`'s workload; `feed(thread)`
+/// is where a thread hands its finished records while it runs, if anywhere.
+fn spawn_client_threads(
+    config: &BenchConfig,
+    endpoints: &Endpoints,
+    shared: &Arc<Shared>,
+    keep_records: bool,
+    feed: impl Fn(usize) -> Option<HistoryFeed>,
+) -> Result<Vec<ClientThreadHandle>, BenchError> {
+    (0..config.client_threads)
         .map(|thread| {
             let sessions = sessions_of_thread(config.clients, config.client_threads, thread);
             let config = config.clone();
-            let cluster = cluster.clone();
-            let shared = Arc::clone(&shared);
-            let control_addresses = control_addresses.clone();
-            let local_servers = local_servers.clone();
-            let history = stream.as_ref().map(HistoryStream::feed);
+            let Endpoints { cluster, control_addresses, local_servers } = endpoints.clone();
+            let shared = Arc::clone(shared);
+            let history = feed(thread);
             std::thread::Builder::new().name(format!("rampkv-bench-{thread}")).spawn(move || {
                 let context = ThreadContext { sessions, thread, shared: &shared, keep_records, history };
                 match config.transport {
@@ -530,9 +619,13 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
             })
         })
         .collect::<Result<_, _>>()
-        .map_err(|error| BenchError::Thread(error.to_string()))?;
+        .map_err(|error| BenchError::Thread(error.to_string()))
+}
+
+/// Waits for every client thread; returns their totals merged and the first error (after
+/// which the others are told to stop).
+fn join_client_threads(threads: Vec<ClientThreadHandle>, shared: &Shared) -> (ThreadTotals, Option<BenchError>) {
     let mut totals = ThreadTotals::new();
-    totals.records = load_records;
     let mut first_error = None;
     for thread in threads {
         match thread.join() {
@@ -547,49 +640,142 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
             }
         }
     }
-    // Finish the stream even after a failed thread: the file then holds what the run did.
-    let streamed = stream.map(HistoryStream::finish).transpose();
+    (totals, first_error)
+}
+
+/// The control addresses of the embedded cluster's front ends, in server order.
+fn embedded_control_addresses(fronts: &[FrontEnd]) -> Vec<String> {
+    fronts.iter().flat_map(|front| front.control_addresses().iter().map(SocketAddr::to_string)).collect()
+}
+
+/// Runs only the evidence probe of `config`, on an embedded cluster of its own (`rampkv
+/// figures --check` runs one per protocol and transport rather than one per point).
+pub fn probe_alone(config: &BenchConfig) -> Result<ProbeResult, BenchError> {
+    config.validate()?;
+    if config.cluster_file.is_some() {
+        return Err(BenchError::Config("the probe alone starts its own cluster: not with --cluster".into()));
+    }
+    let (cluster, embedded, fronts, _) = start_embedded_cluster(config)?;
+    let local_servers = embedded.iter().map(|group| Arc::clone(group.servers())).collect();
+    let endpoints = Endpoints { cluster, control_addresses: embedded_control_addresses(&fronts), local_servers };
+    let result = run_probe(config, &endpoints, Instant::now(), Vec::new());
+    drop(fronts);
+    drop(embedded);
+    result
+}
+
+/// What the evidence probe ran and found (`bench --check` unless `--no-probe`; see
+/// [`run_probe`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbeResult {
+    pub keys: u64,
+    pub read_ratio: f64,
+    pub txn_size: usize,
+    pub elapsed_s: f64,
+    pub transactions: u64,
+    /// Reads that ran a round 2.
+    pub reads_with_round2: u64,
+    pub failed_transactions: u64,
+    /// Why it stopped: enough races, or its time cap.
+    pub stopped: ProbeStop,
+    /// The check of its history (with the workload's writes, whose versions it may read).
+    pub check: checker::Report,
+}
+
+/// Why the evidence probe stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProbeStop {
+    /// Its history so far showed [`PROBE_RACES_TARGET`] races.
+    RacesTarget,
+    /// [`PROBE_SECONDS_MAX`] passed first.
+    TimeCap,
+}
+
+impl BenchConfig {
+    /// The evidence probe's configuration: this run's protocol, transport, cluster, clients,
+    /// client threads, network model, value size and seed, with the micro-benchmark on a small
+    /// uniform key space ([`PROBE_KEYS`]), [`PROBE_TXN_SIZE`] keys per transaction, half reads,
+    /// for at most [`PROBE_SECONDS_MAX`].
+    pub fn probe_config(&self) -> BenchConfig {
+        BenchConfig {
+            txn_size: PROBE_TXN_SIZE,
+            keys: PROBE_KEYS,
+            read_ratio: PROBE_READ_RATIO,
+            workload: Workload::Micro { zipfian: false },
+            preload: false,
+            stop_after: StopAfter::Duration { seconds: PROBE_SECONDS_MAX },
+            seed: self.seed ^ PROBE_SEED_SALT,
+            history: None,
+            check: true,
+            probe: false,
+            ..self.clone()
+        }
+    }
+}
+
+/// Mixed into the run's seed for the probe's transaction stream.
+const PROBE_SEED_SALT: u64 = 0x7072_6F62_6521_2121; // "probe!!!"
+
+/// Runs the evidence probe against `endpoints` (the servers the workload ran on) until its
+/// history shows [`PROBE_RACES_TARGET`] races or [`PROBE_SECONDS_MAX`] pass, and checks that
+/// history together with `earlier_writes` (the workload's writes, whose versions its reads may
+/// return). Records use the run's clock (`clock_origin`), so the two histories' times compare.
+///
+/// The races are counted on the history so far every [`PROBE_CHECK_INTERVAL_MS`]: a read whose
+/// write has not been handed over yet cannot show as a race then, so the count is a lower
+/// bound and the probe never stops early. Its verdict comes from the check of the whole history
+/// once every client thread has finished.
+fn run_probe(
+    config: &BenchConfig,
+    endpoints: &Endpoints,
+    clock_origin: Instant,
+    earlier_writes: Vec<Record>,
+) -> Result<ProbeResult, BenchError> {
+    let probe = config.probe_config();
+    probe.validate()?;
+    let shared = Arc::new(Shared { clock_origin, started: AtomicU64::new(0), stop: AtomicBool::new(false) });
+    let (feed, receiver) = HistoryFeed::in_memory();
+    let threads = spawn_client_threads(&probe, endpoints, &shared, true, |_| Some(feed.clone()))?;
+    drop(feed); // the channel closes when the last client thread ends
+    let interval = Duration::from_millis(PROBE_CHECK_INTERVAL_MS);
+    let mut records = earlier_writes;
+    let probe_start = records.len();
+    let mut stopped = ProbeStop::TimeCap;
+    let mut next_count = Instant::now() + interval;
+    loop {
+        match receiver.recv_timeout(next_count.saturating_duration_since(Instant::now())) {
+            Ok(batch) => records.extend(batch),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        if stopped == ProbeStop::TimeCap && Instant::now() >= next_count {
+            // The probe's records alone: reads of the workload's versions show as garbage
+            // here and are ignored; only the race count matters until the final check.
+            let races = checker::check(&records[probe_start..]).evidence.round1_fractured_reads;
+            if races >= PROBE_RACES_TARGET {
+                shared.stop.store(true, Ordering::Release);
+                stopped = ProbeStop::RacesTarget;
+            }
+            next_count = Instant::now() + interval;
+        }
+    }
+    let (totals, first_error) = join_client_threads(threads, &shared);
     if let Some(error) = first_error {
         return Err(error);
     }
-    if let Some(records) = streamed? {
-        totals.records = records;
-    }
-    // The measured window starts once the client threads have connected (connection set-up,
-    // such as zeroing message rings, is not transaction time) and ends when the last finishes.
-    let log_window = log_stats(&embedded).difference(&log_before, run_started.elapsed());
-    let elapsed = totals.window.map_or_else(|| run_started.elapsed(), |(start, end)| end - start);
-    let check = keep_records.then(|| checker::check(&totals.records));
-    let store_stats = embedded.iter().flat_map(|group| group.cores().iter().map(|core| core.store().stats())).collect();
-    let replication =
-        embedded.iter().filter_map(|group| group.servers().replication_stats()).reduce(|mut total, more| {
-            total.add(&more);
-            total
-        });
-    drop(fronts);
-    drop(embedded);
-    let mut result = report::build(config, &totals, elapsed, check, store_stats);
-    result.replication = replication.map(|stats| report::ReplicationSummary {
-        replicas: config.replicas,
-        records: stats.records,
-        acks: stats.acks,
-        ack_latency_us_mean: stats.ack_latency_us_mean(),
-        ack_latency_us_max: stats.ack_latency_us_max,
-        links_failed: stats.links_failed,
-    });
-    result.persistence = config.persistence.as_ref().map(|persistence| PersistenceSummary {
-        policy: persistence.durability.policy.name(),
-        start_ms,
-        records_replayed: reports.iter().map(|report| report.records_replayed).sum(),
-        snapshot_keys_loaded: reports.iter().filter_map(|report| report.snapshot.as_ref()).map(|s| s.counts.keys).sum(),
-        cuts: reports.iter().map(|report| report.cuts.len() as u64).sum(),
-        records_per_s: log_window.records_per_s,
-        fsyncs_per_s: log_window.fsyncs_per_s,
-        mean_group_records: log_window.mean_group_records,
-        records_per_fsync: log_window.records_per_fsync,
-        snapshots_written: log_window.snapshots_written,
-    });
-    Ok(result)
+    let elapsed = totals.window.map_or(Duration::ZERO, |(start, end)| end - start);
+    Ok(ProbeResult {
+        keys: probe.keys,
+        read_ratio: probe.read_ratio,
+        txn_size: probe.txn_size,
+        elapsed_s: elapsed.as_secs_f64(),
+        transactions: totals.reads + totals.writes,
+        reads_with_round2: totals.reads_with_round2,
+        failed_transactions: totals.failed,
+        stopped,
+        check: checker::check(&records),
+    })
 }
 
 /// The log counters of every embedded server, summed.

@@ -6,8 +6,8 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{BenchConfig, ThreadTotals};
-use crate::checker::Report;
+use super::{BenchConfig, ProbeResult, ProbeStop, ThreadTotals};
+use crate::checker::{Report, Verdict};
 use rampkv_core::storage::StoreStats;
 use rampkv_net::message::BatchStats;
 use rampkv_net::transport::interleave::InterleaveStats;
@@ -124,8 +124,17 @@ pub struct BenchResult {
     pub failed_transactions: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_failure: Option<String>,
+    /// The check of the workload's own history (`--check`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub check: Option<Report>,
+    /// The evidence probe run after the workload (`--check` without `--no-probe`): its
+    /// settings, what it ran, and the check of its history. Not part of any other figure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe: Option<ProbeResult>,
+    /// The run's read-atomicity verdict: the workload's, backed by the probe's
+    /// ([`Verdict::with_probe`]); what the exit status says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdict: Option<Verdict>,
     /// What each embedded server's store held at the end (empty for an external cluster).
     pub store: Vec<StoreStats>,
     /// GET\* counters summed over client threads (`onesided` transport only).
@@ -218,6 +227,16 @@ impl std::fmt::Display for PersistenceSummary {
 }
 
 impl BenchResult {
+    /// Adds the evidence probe's result; the run's verdict is then the workload's backed by
+    /// the probe's.
+    pub fn set_probe(&mut self, probe: Option<ProbeResult>) {
+        self.verdict = match (&self.check, &probe) {
+            (Some(check), Some(probe)) => Some(check.verdict().with_probe(probe.check.verdict())),
+            (check, _) => check.as_ref().map(Report::verdict),
+        };
+        self.probe = probe;
+    }
+
     /// One line on how an RF-RPC run batched frames into calls (none for other transports).
     pub fn batching_line(&self) -> Option<String> {
         self.batching.map(|batching| format!("{}: {batching}", self.transport))
@@ -261,7 +280,9 @@ pub(crate) fn build(
             .map(|cpu| cpu.as_secs_f64() * 1e6 / transactions as f64),
         failed_transactions: totals.failed,
         first_failure: totals.first_failure.clone(),
+        verdict: check.as_ref().map(Report::verdict),
         check,
+        probe: None,
         store,
         getstar: totals.getstar,
         batching: totals.batching,
@@ -391,13 +412,52 @@ impl fmt::Display for BenchResult {
         if let Some(failure) = &self.first_failure {
             writeln!(f, "  first failure: {failure}")?;
         }
-        if let Some(check) = &self.check {
-            write!(f, "{check}")?;
+        match (&self.check, &self.probe) {
+            (Some(check), Some(probe)) => {
+                write!(f, "workload history: {check}")?;
+                writeln!(f, "{}", probe.summary())?;
+                if probe.check.verdict() != Verdict::Clean {
+                    write!(f, "evidence probe history: {}", probe.check)?;
+                }
+                let verdict = self.verdict.unwrap_or_default();
+                writeln!(f, "read atomicity (workload and evidence probe): {}", verdict.label())?;
+            }
+            (Some(check), None) => write!(f, "{check}")?,
+            (None, _) => {}
         }
         write!(
             f,
             "  machine: {} x {}, {}; commit {}",
             self.machine.cpus, self.machine.cpu_model, self.machine.os, self.git_commit
+        )
+    }
+}
+
+impl ProbeResult {
+    /// One line: what the probe ran, its evidence and its verdict ("evidence probe: 16 keys,
+    /// 50% reads, 0.52 s: ... 35 races, 35 repaired: clean").
+    pub fn summary(&self) -> String {
+        let evidence = &self.check.evidence;
+        let stopped = match self.stopped {
+            ProbeStop::RacesTarget => "stopped at its race target".to_string(),
+            ProbeStop::TimeCap => format!("stopped at its {} s cap", crate::limits::PROBE_SECONDS_MAX),
+        };
+        format!(
+            "evidence probe: {} keys, {:.0}% reads, {} keys/txn, {:.2} s, {} transactions ({} failed; {stopped}): {} \
+             overlapping reads, {} contended, {} races, {} repaired, {} round-2 reads, {} fractured: {}",
+            self.keys,
+            self.read_ratio * 100.0,
+            self.txn_size,
+            self.elapsed_s,
+            self.transactions,
+            self.failed_transactions,
+            evidence.overlapping_reads,
+            evidence.contended_reads,
+            evidence.round1_fractured_reads,
+            evidence.repaired_reads,
+            self.reads_with_round2,
+            self.check.fractured,
+            self.check.verdict().label()
         )
     }
 }

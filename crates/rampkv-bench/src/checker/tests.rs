@@ -588,6 +588,27 @@ fn verdicts_combine_to_the_worst() {
 }
 
 #[test]
+fn a_run_with_an_evidence_probe_is_clean_if_either_history_proved_the_protocol_and_violated_if_either_broke_it() {
+    use Verdict::{Clean, Inconclusive, NotCheckable, Violated};
+    // (the workload's own verdict, the probe's) -> the run's
+    let cases = [
+        (Inconclusive, Clean, Clean),
+        (Clean, Inconclusive, Clean),
+        (Clean, Clean, Clean),
+        (Inconclusive, Inconclusive, Inconclusive),
+        (Inconclusive, Violated, Violated),
+        (Clean, Violated, Violated),
+        (Violated, Clean, Violated),
+        (NotCheckable, Clean, NotCheckable),
+        (Clean, NotCheckable, NotCheckable),
+        (NotCheckable, Violated, Violated),
+    ];
+    for (workload, probe, run) in cases {
+        assert_eq!(workload.with_probe(probe), run, "workload {workload:?}, probe {probe:?}");
+    }
+}
+
+#[test]
 fn the_json_report_carries_evidence_and_verdict() {
     let report = check(&repaired_races(RACES_MIN));
     let json = serde_json::to_value(&report).expect("serializable");

@@ -135,6 +135,22 @@ impl Verdict {
         }
     }
 
+    /// The verdict of a run whose own history is `self` and whose evidence probe (a short run
+    /// of the same protocol, transport and cluster under contention, checked on its own:
+    /// `docs/history.md`, "The evidence probe") is `probe`. An anomaly in either decides (the
+    /// worse of the two); without one the run is clean if either history proved the protocol
+    /// (enough races), inconclusive only if neither did.
+    pub fn with_probe(self, probe: Verdict) -> Verdict {
+        let anomaly = |verdict: Verdict| matches!(verdict, Verdict::Violated | Verdict::NotCheckable);
+        if anomaly(self) || anomaly(probe) {
+            self.combine(probe)
+        } else if self == Verdict::Clean || probe == Verdict::Clean {
+            Verdict::Clean
+        } else {
+            Verdict::Inconclusive
+        }
+    }
+
     /// The verdict of several histories together: the worst of them (violated, then not
     /// checkable, then inconclusive, then clean).
     pub fn combine(self, other: Verdict) -> Verdict {

@@ -336,6 +336,8 @@ impl FiguresConfig {
             stop_after: StopAfter::Duration { seconds: self.point_seconds },
             seed: self.seed,
             check: self.check,
+            // One evidence probe per protocol and transport (`probe_pairs`), not one per point.
+            probe: false,
             history: None,
             cluster_file: None,
             ..self.base.clone()
@@ -357,6 +359,24 @@ impl FiguresConfig {
             config.item_slots.slot_bytes = slot_bytes;
         }
         config
+    }
+}
+
+impl FiguresConfig {
+    /// The (protocol, transport) pairs of the selected sweeps' points, in first-use order, each
+    /// with a configuration of that pair (a comm-style point) for its evidence probe;
+    /// [`BenchConfig::probe_config`] sets the probe's own workload.
+    fn probe_pairs(&self) -> Vec<(Algorithm, TransportKind, BenchConfig)> {
+        let mut pairs: Vec<(Algorithm, TransportKind, BenchConfig)> = Vec::new();
+        for plan in &self.sweeps {
+            for point in self.points(plan) {
+                let (algorithm, transport) = (point.config.algorithm, point.config.transport);
+                if !pairs.iter().any(|(seen, over, _)| (*seen, *over) == (algorithm, transport)) {
+                    pairs.push((algorithm, transport, self.point_config(Sweep::Comm, algorithm, transport, 0.0)));
+                }
+            }
+        }
+        pairs
     }
 }
 
@@ -436,6 +456,30 @@ impl PointCheck {
     }
 }
 
+/// The evidence probe of one protocol over one transport (`--check`): the points' own
+/// histories are short and, at 95% reads over 1,000 keys, race seldom, so each pair gets one
+/// short run under contention whose verdict has teeth (docs/figures.md).
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeOutcome {
+    pub protocol: &'static str,
+    pub transport: &'static str,
+    /// The probe's verdict and evidence (none if it failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub check: Option<PointCheck>,
+    /// Its one-line summary.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Why it has no result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ProbeOutcome {
+    fn name(&self) -> String {
+        format!("evidence probe {} over {}", self.protocol, self.transport)
+    }
+}
+
 /// One line (or the bars) of a figure.
 #[derive(Debug, Clone, Serialize)]
 pub struct SeriesOutcome {
@@ -479,6 +523,8 @@ pub struct FiguresOutcome {
     pub load_before: String,
     pub load_after: String,
     pub sweeps: Vec<SweepOutcome>,
+    /// One evidence probe per (protocol, transport) pair of the points (`check` only).
+    pub probes: Vec<ProbeOutcome>,
     /// Where `index.md` was written (inside `config.out`).
     pub index_file: PathBuf,
 }
@@ -504,7 +550,21 @@ impl FiguresOutcome {
                 }
             }
         }
+        for probe in &self.probes {
+            if let Some(error) = &probe.error {
+                problems.push(format!("{}: {error}", probe.name()));
+            } else if let Some(check) = probe.check.filter(PointCheck::found_anomaly) {
+                problems.push(format!("{}: read atomicity {}", probe.name(), check.verdict.label()));
+            }
+        }
         problems
+    }
+
+    /// Evidence probes that found no anomaly but too few races to prove the protocol.
+    pub fn inconclusive_probes(&self) -> Vec<String> {
+        let inconclusive =
+            |probe: &&ProbeOutcome| probe.check.is_some_and(|check| check.verdict == Verdict::Inconclusive);
+        self.probes.iter().filter(inconclusive).map(ProbeOutcome::name).collect()
     }
 
     /// Checked points whose history showed no anomaly but too little concurrency to prove
@@ -545,6 +605,7 @@ pub fn run(config: &FiguresConfig, progress: &ProgressBar) -> Result<FiguresOutc
         write_file(&config.out.join(&outcome.svg_file), report::sweep_plot(config, &outcome).to_svg().as_bytes())?;
         sweeps.push(outcome);
     }
+    let probes = if config.check { run_probes(config, progress) } else { Vec::new() };
     let outcome = FiguresOutcome {
         config: config.clone(),
         git_commit: git_commit.unwrap_or_else(|| "unknown".into()),
@@ -552,6 +613,7 @@ pub fn run(config: &FiguresConfig, progress: &ProgressBar) -> Result<FiguresOutc
         load_before,
         load_after: load_average(),
         sweeps,
+        probes,
         index_file: config.out.join("index.md"),
     };
     write_file(&config.out.join("summary.json"), serde_json::to_string_pretty(&outcome)?.as_bytes())?;
@@ -607,6 +669,26 @@ fn run_sweep(
         table_file: format!("{name}.md"),
         svg_file: format!("{name}.svg"),
     })
+}
+
+/// One evidence probe per (protocol, transport) pair, each on a fresh embedded cluster.
+fn run_probes(config: &FiguresConfig, progress: &ProgressBar) -> Vec<ProbeOutcome> {
+    config
+        .probe_pairs()
+        .into_iter()
+        .map(|(algorithm, transport, bench_config)| {
+            progress.set_message(format!("evidence probe: {} over {}", algorithm.name(), transport.name()));
+            let (check, summary, error) = match bench::probe_alone(&bench_config) {
+                Ok(probe) => (
+                    Some(PointCheck { verdict: probe.check.verdict(), evidence: probe.check.evidence }),
+                    Some(probe.summary()),
+                    None,
+                ),
+                Err(error) => (None, None, Some(error.to_string())),
+            };
+            ProbeOutcome { protocol: algorithm.name(), transport: transport.name(), check, summary, error }
+        })
+        .collect()
 }
 
 fn measured_point(point: &PointSpec, result: &BenchResult, result_file: &Path) -> PointOutcome {

@@ -374,6 +374,40 @@ pub(super) fn index_markdown(outcome: &FiguresOutcome) -> String {
             let _ = writeln!(text, "- {problem}");
         }
     }
+    if !outcome.probes.is_empty() {
+        let _ = writeln!(
+            text,
+            "\n## Evidence probes\n\nThe points' own histories (short, mostly reads over 1,000 keys) seldom race \
+             enough to prove anything, so each protocol and transport also ran one evidence probe: the same \
+             cluster and clients on {} keys, half reads, until {} races or {} s (docs/history.md, \"The evidence \
+             probe\"). A probe's anomaly fails the run.\n",
+            crate::limits::PROBE_KEYS,
+            crate::limits::PROBE_RACES_TARGET,
+            crate::limits::PROBE_SECONDS_MAX
+        );
+        let _ = writeln!(text, "| protocol | transport | verdict | races | repaired | overlapping reads |");
+        let _ = writeln!(text, "|---|---|---|---:|---:|---:|");
+        for probe in &outcome.probes {
+            match (&probe.check, &probe.error) {
+                (Some(check), _) => {
+                    let _ = writeln!(
+                        text,
+                        "| {} | {} | {} | {} | {} | {} |",
+                        probe.protocol,
+                        probe.transport,
+                        check.verdict.label(),
+                        check.evidence.round1_fractured_reads,
+                        check.evidence.repaired_reads,
+                        check.evidence.overlapping_reads
+                    );
+                }
+                (None, error) => {
+                    let error = error.as_deref().unwrap_or("no result");
+                    let _ = writeln!(text, "| {} | {} | failed: {error} | | | |", probe.protocol, probe.transport);
+                }
+            }
+        }
+    }
     let inconclusive = outcome.inconclusive_points();
     if !inconclusive.is_empty() {
         let _ = writeln!(
@@ -454,12 +488,36 @@ mod tests {
             load_before: String::new(),
             load_after: String::new(),
             sweeps: vec![outcome],
+            probes: vec![
+                probe("ramp-fast", "tcp", Verdict::Clean, 20),
+                probe("nocc", "tcp", Verdict::Violated, 31),
+                probe("s2pl", "tcp", Verdict::Inconclusive, 3),
+            ],
             index_file: "out/index.md".into(),
         };
-        assert_eq!(figures.problems(), ["txnsize RAMP-FAST-TCP 16: read atomicity VIOLATED"]);
+        assert_eq!(
+            figures.problems(),
+            [
+                "txnsize RAMP-FAST-TCP 16: read atomicity VIOLATED",
+                "evidence probe nocc over tcp: read atomicity VIOLATED"
+            ]
+        );
         assert_eq!(figures.inconclusive_points(), ["txnsize RAMP-FAST-TCP 4"]);
+        assert_eq!(figures.inconclusive_probes(), ["evidence probe s2pl over tcp"]);
         let index = index_markdown(&figures);
         assert!(index.contains("INCONCLUSIVE") && index.contains("at 1 points: txnsize RAMP-FAST-TCP 4"), "{index}");
+        assert!(index.contains("| ramp-fast | tcp | clean | 20 | 20 | 1000 |"), "{index}");
+        assert!(index.contains("| nocc | tcp | VIOLATED | 31 | 31 | 1000 |"), "{index}");
+    }
+
+    fn probe(
+        protocol: &'static str,
+        transport: &'static str,
+        verdict: Verdict,
+        races: u64,
+    ) -> super::super::ProbeOutcome {
+        let point = checked(point(0.0, 0.0, None), verdict, races, 1000);
+        super::super::ProbeOutcome { protocol, transport, check: point.check, summary: None, error: None }
     }
 
     fn series(id: &str, points: Vec<PointOutcome>) -> SeriesOutcome {

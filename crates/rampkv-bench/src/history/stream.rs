@@ -46,6 +46,14 @@ pub struct HistoryFeed {
 }
 
 impl HistoryFeed {
+    /// A feed whose batches go to `receiver` in memory instead of a file (the benchmark's
+    /// evidence probe watches its history this way while it runs). Bounded like a stream's
+    /// queue: the receiver must keep draining until every feed is dropped.
+    pub fn in_memory() -> (HistoryFeed, Receiver<Vec<Record>>) {
+        let (sender, receiver) = mpsc::sync_channel(HISTORY_QUEUE_BATCHES_MAX);
+        (HistoryFeed { sender }, receiver)
+    }
+
     /// Hands `batch` to the writer, waiting while its queue is full. Returns false if the
     /// writer has stopped (its error comes from [`HistoryStream::finish`]); the batch is lost.
     pub fn send(&self, batch: Vec<Record>) -> bool {

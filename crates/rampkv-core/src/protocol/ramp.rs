@@ -26,6 +26,12 @@
 //! RAMP: PREPARE every write with the algorithm's metadata; once every PREPARE is
 //! acknowledged, COMMIT on every participating server. NoCC: one PUT per server, visible at
 //! once. Readers never wait for either.
+//!
+//! A RAMP write whose keys are all on one server is one PREPARE_COMMIT: that server stores
+//! every version of the transaction and then makes them visible, in one call. The invariant
+//! readers rely on (a version is visible only once every version of its transaction is
+//! stored) holds as it does after the acknowledged PREPAREs and a COMMIT; the server checks
+//! that the write set names exactly the keys written, so no other server can hold a part.
 
 use ahash::AHashMap;
 
@@ -709,6 +715,8 @@ pub struct WriteTxn {
     acknowledged: Vec<bool>,
     outstanding: usize,
     phase: WritePhase,
+    /// One server holds every key: PREPARE_COMMIT, one round trip (RAMP algorithms only).
+    one_phase: bool,
     /// What every version of this transaction carries.
     metadata: Metadata,
     options: TxnOptions,
@@ -740,6 +748,7 @@ impl WriteTxn {
             }
         }
         let count = parts.len();
+        let one_phase = count == 1 && options.algorithm != Algorithm::NoCc;
         Ok(WriteTxn {
             ts,
             write_set,
@@ -747,6 +756,7 @@ impl WriteTxn {
             acknowledged: vec![false; count],
             outstanding: 0,
             phase: WritePhase::Prepare,
+            one_phase,
             metadata,
             options,
         })
@@ -762,7 +772,7 @@ impl WriteTxn {
         &self.write_set
     }
 
-    /// Sends PREPARE (NoCC: PUT) to every participating server.
+    /// Sends PREPARE (NoCC: PUT; one server: PREPARE_COMMIT) to every participating server.
     pub fn start(&mut self, out: &mut Vec<Outgoing>) {
         self.phase = WritePhase::Prepare;
         self.outstanding = self.parts.len();
@@ -777,7 +787,11 @@ impl WriteTxn {
                     } else {
                         self.write_set.clone()
                     };
-                    Request::Prepare { ts: self.ts, metadata: self.metadata.clone(), write_set, writes }
+                    let (ts, metadata) = (self.ts, self.metadata.clone());
+                    match self.one_phase {
+                        true => Request::PrepareCommit { ts, metadata, write_set, writes },
+                        false => Request::Prepare { ts, metadata, write_set, writes },
+                    }
                 }
             };
             out.push(Outgoing { server: *server, tag: make_tag(0, part as u16), request });
@@ -815,7 +829,7 @@ impl WriteTxn {
             return Ok(Step::Pending);
         }
         match self.phase {
-            WritePhase::Prepare if self.options.algorithm != Algorithm::NoCc => {
+            WritePhase::Prepare if self.options.algorithm != Algorithm::NoCc && !self.one_phase => {
                 // Every PREPARE is acknowledged: only now may any server make ts visible.
                 self.phase = WritePhase::Commit;
                 self.outstanding = self.parts.len();

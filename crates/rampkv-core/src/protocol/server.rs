@@ -15,7 +15,7 @@
 //! When the edge asks for it ([`Effects::set_logging`]: the server has a data directory), every
 //! change the call made to the store is also described in [`Effects::logged`], *after* it was
 //! applied: a PREPARE as [`LogRecord::Prepare`], a COMMIT (or cooperative termination's commit)
-//! as `Commit`, NoCC's PUT and S2PL's COMMIT_LOCKED as `Put`, and an abort (cooperative
+//! as `Commit`, a PREPARE_COMMIT as both, NoCC's PUT and S2PL's COMMIT_LOCKED as `Put`, and an abort (cooperative
 //! termination's, or a STATUS that found the transaction unknown and marked it aborted) as
 //! `Abort`. A request the store refused changed nothing and logs nothing. The edge appends
 //! those records to the server's log and sets [`Effects::release_after`] to the position they
@@ -28,7 +28,7 @@
 //! for garbage collection and lock deadlines, the wall clock for the timestamps clients send.
 //!
 //! # Timestamps from clients
-//! A PREPARE, PUT, LOCK_WRITE, COMMIT or COMMIT_LOCKED whose timestamp no honest client issues
+//! A PREPARE, PREPARE_COMMIT, PUT, LOCK_WRITE, COMMIT or COMMIT_LOCKED whose timestamp no honest client issues
 //! (0, client id 0, or further ahead of the server's wall clock than `TIMESTAMP_FUTURE_SKEW_MS`:
 //! [`check_client_timestamp`]) is refused with a BAD_REQUEST error naming the timestamp, how far
 //! ahead it is and the bound. Stored, such a version would pin its key: every later write is
@@ -46,7 +46,7 @@ use crate::limits::{
     CLIENT_IDS_MAX, GC_SWEEP_INTERVAL_MS, GC_SWEEP_KEYS_PER_TICK, KEY_BYTES_MAX, PREPARED_ABANDON_MS, TXN_KEYS_MAX,
     VALUE_BYTES_MAX,
 };
-use crate::storage::{Key, Store, StoreError, StoredMetadata, SweepCursor, Version};
+use crate::storage::{InvalidPrepare, Key, Store, StoreError, StoredMetadata, SweepCursor, Version};
 use crate::types::{check_client_timestamp, Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::{append_versions_frame, append_versions_located_frame, append_versions_locked_frame};
 use crate::wire::{
@@ -442,6 +442,9 @@ impl ServerCore {
             Request::Prepare { ts, metadata, write_set, writes } => {
                 plain(ack_or_error(self.prepare(ts, metadata, write_set, writes, now_ms, effects)))
             }
+            Request::PrepareCommit { ts, metadata, write_set, writes } => {
+                plain(ack_or_error(self.prepare_commit(ts, metadata, write_set, writes, now_ms, effects)))
+            }
             Request::Commit { ts } => {
                 // Nothing committed: an unknown or already committed ts (a retried COMMIT: an
                 // ACK), or one that was ended unresolved (its versions are gone: an error).
@@ -536,9 +539,10 @@ impl ServerCore {
                 })
             }
             Request::Get { items } | Request::GetLocate { items } => items.iter().try_for_each(|item| check(&item.key)),
-            Request::Prepare { writes, .. } | Request::Put { writes, .. } | Request::LockWrite { writes, .. } => {
-                writes.iter().try_for_each(|write| check(&write.key))
-            }
+            Request::Prepare { writes, .. }
+            | Request::PrepareCommit { writes, .. }
+            | Request::Put { writes, .. }
+            | Request::LockWrite { writes, .. } => writes.iter().try_for_each(|write| check(&write.key)),
             Request::LockRead { keys, .. } => keys.iter().try_for_each(|key| check(key)),
             // With a gate (failover), a COMMIT is checked against the keys it would commit
             // here, and a STATUS against its keys: a deposed primary must neither commit what
@@ -607,16 +611,57 @@ impl ServerCore {
         now_ms: u64,
         effects: &mut Effects,
     ) -> Result<(), StoreError> {
-        let metadata = stored_metadata(metadata);
-        let write_set: Arc<[Key]> = match (&metadata, write_set.is_empty()) {
-            (StoredMetadata::WriteSet(keys), true) => Arc::clone(keys),
-            _ => write_set.into_iter().map(Vec::into_boxed_slice).collect(),
-        };
+        let (metadata, write_set) = stored_write_set(metadata, write_set);
         let writes = stored_writes(writes);
         let keys = effects.publishing.then(|| staged_keys(&writes));
+        self.prepare_stored(ts, metadata, write_set, writes, now_ms, effects)?;
+        effects.prepared.extend(keys.into_iter().flatten().map(|key| (ts, key)));
+        Ok(())
+    }
+
+    /// PREPARE_COMMIT: a transaction whose whole write set is on this server, prepared and
+    /// committed in one call. Sound for RAMP because every version of the transaction is stored
+    /// (prepared) before any becomes visible, exactly as after PREPARE's acknowledgement and a
+    /// COMMIT: a reader that sees one of them and repairs the others in round 2 finds them.
+    /// That no other server holds part of it is checked (the write set names exactly the keys
+    /// written), so a client cannot make a fraction of a wider transaction visible this way.
+    /// Nothing is marked "newer version prepared" (the edge would mark a slot and republish it
+    /// at once: there is no window in which the version is only prepared to advise readers
+    /// about), and the log gets the PREPARE and the COMMIT record, as for the two requests.
+    fn prepare_commit(
+        &self,
+        ts: Timestamp,
+        metadata: Metadata,
+        write_set: Vec<Vec<u8>>,
+        writes: Vec<Write>,
+        now_ms: u64,
+        effects: &mut Effects,
+    ) -> Result<(), StoreError> {
+        let (metadata, write_set) = stored_write_set(metadata, write_set);
+        let writes = stored_writes(writes);
+        let whole = !write_set.is_empty()
+            && write_set.iter().all(|key| writes.iter().any(|(written, _)| written == key))
+            && writes.iter().all(|(written, _)| write_set.contains(written));
+        if !whole {
+            return Err(StoreError::InvalidPrepare(InvalidPrepare::NotWholeWriteSet));
+        }
+        self.prepare_stored(ts, metadata, write_set, writes, now_ms, effects)?;
+        self.commit(ts, effects);
+        Ok(())
+    }
+
+    /// Stores prepared versions (PREPARE and PREPARE_COMMIT), and their log record when logging.
+    fn prepare_stored(
+        &self,
+        ts: Timestamp,
+        metadata: StoredMetadata,
+        write_set: Arc<[Key]>,
+        writes: Vec<(Key, Box<[u8]>)>,
+        now_ms: u64,
+        effects: &mut Effects,
+    ) -> Result<(), StoreError> {
         let logged = effects.logging.then(|| (metadata.clone(), Arc::clone(&write_set), writes.clone()));
         self.store.prepare(ts, metadata, write_set, writes, now_ms)?;
-        effects.prepared.extend(keys.into_iter().flatten().map(|key| (ts, key)));
         if let Some((metadata, write_set, writes)) = logged {
             effects.logged.push(LogRecord::Prepare { ts, metadata, write_set, writes });
         }
@@ -808,6 +853,17 @@ fn stored_metadata(metadata: Metadata) -> StoredMetadata {
     }
 }
 
+/// A PREPARE's metadata as stored, and the transaction's whole write set (the metadata's when
+/// it is the write set, else the one the request carries for recovery).
+fn stored_write_set(metadata: Metadata, write_set: Vec<Vec<u8>>) -> (StoredMetadata, Arc<[Key]>) {
+    let metadata = stored_metadata(metadata);
+    let write_set: Arc<[Key]> = match (&metadata, write_set.is_empty()) {
+        (StoredMetadata::WriteSet(keys), true) => Arc::clone(keys),
+        _ => write_set.into_iter().map(Vec::into_boxed_slice).collect(),
+    };
+    (metadata, write_set)
+}
+
 fn stored_writes(writes: Vec<Write>) -> Vec<(Key, Box<[u8]>)> {
     writes.into_iter().map(|write| (write.key.into_boxed_slice(), write.value.into_boxed_slice())).collect()
 }
@@ -978,6 +1034,65 @@ mod tests {
             &mut silent,
         );
         assert!(silent.logged.is_empty(), "not logging: nothing described");
+    }
+
+    /// PREPARE_COMMIT: the versions are visible when it returns, logged as a PREPARE and a
+    /// COMMIT, republished and never marked "newer prepared"; refused, changing nothing, when
+    /// its write set names a key it does not write (part of a wider transaction) or it writes
+    /// a key outside its write set, whatever the metadata.
+    #[test]
+    fn a_one_phase_write_is_visible_at_once_and_only_for_a_whole_write_set() {
+        let core = ServerCore::new(10);
+        let mut effects = Effects::new(true);
+        effects.set_logging(true);
+        let write = |key: &str| Write { key: key.as_bytes().to_vec(), value: key.as_bytes().to_vec() };
+        let key = |name: &str| Key::from(name.as_bytes());
+        let mut handle = |request: Request| {
+            effects.clear();
+            let reply = core.handle(ConnectionId::default(), request, 1, Now::default(), &mut effects);
+            let Some(Reply::Response(response)) = reply else { panic!("{reply:?}") };
+            (response, std::mem::take(&mut effects.logged), effects.prepared.len(), effects.committed.clone())
+        };
+        let write_set = |keys: &[&[u8]]| Metadata::WriteSet(WriteSet::from_keys(keys).unwrap());
+        let whole = Request::PrepareCommit {
+            ts: 5,
+            metadata: write_set(&[b"a", b"b"]),
+            write_set: Vec::new(),
+            writes: vec![write("a"), write("b")],
+        };
+        let (response, logged, prepared, committed) = handle(whole);
+        assert_eq!(response, Response::Ack);
+        assert!(matches!(&logged[..], [LogRecord::Prepare { ts: 5, .. }, LogRecord::Commit { ts: 5 }]), "{logged:?}");
+        assert_eq!((prepared, committed), (0, vec![key("a"), key("b")]));
+        for name in ["a", "b"] {
+            assert_eq!(core.store().get_latest(name.as_bytes()).map(|version| version.ts), Some(5), "{name}");
+        }
+        // RAMP-Small and RAMP-Hybrid carry the write set beside the metadata.
+        let small = Request::PrepareCommit {
+            ts: 7,
+            metadata: Metadata::None,
+            write_set: vec![b"c".to_vec()],
+            writes: vec![write("c")],
+        };
+        assert_eq!(handle(small).0, Response::Ack);
+        assert_eq!(core.store().last_commit(b"c"), 7);
+        let refusals = [
+            // Part of a transaction that also writes b elsewhere.
+            (write_set(&[b"a", b"b"]), Vec::new(), vec![write("a")]),
+            (Metadata::Bloom(vec![0xff; 32]), vec![b"a".to_vec(), b"b".to_vec()], vec![write("a")]),
+            // Writes outside the write set, or no write set at all.
+            (Metadata::None, vec![b"a".to_vec()], vec![write("a"), write("d")]),
+            (Metadata::None, Vec::new(), vec![write("a")]),
+        ];
+        for (metadata, write_set, writes) in refusals {
+            let request = Request::PrepareCommit { ts: 9, metadata, write_set, writes };
+            let (response, logged, prepared, committed) = handle(request.clone());
+            let Response::Error { code: ErrorCode::BadRequest, message } = response else { panic!("{request:?}") };
+            assert!(message.contains("exactly the keys of its write set"), "{message}");
+            assert!(logged.is_empty() && prepared == 0 && committed.is_empty(), "{request:?}");
+            assert_eq!(core.store().last_commit(b"a"), 5, "{request:?}");
+            assert!(core.store().pending_keys(9).is_empty(), "{request:?}");
+        }
     }
 
     /// `into_response` (the in-process client's reply, built without a frame) must be exactly

@@ -38,6 +38,11 @@
 //!                                                is (reply VERSIONS_LOCATED); sent only by the
 //!                                                one-sided (GET*) transport to fill its
 //!                                                address cache
+//! 0x0E PREPARE_COMMIT as PREPARE                 a whole RAMP write in one request: store the
+//!                                                versions, then make them visible; only for a
+//!                                                transaction whose write set is all on this
+//!                                                server (the write set must name exactly the
+//!                                                keys written)
 //! ```
 
 use super::frame::append_frame;
@@ -57,6 +62,7 @@ pub const KIND_COMMIT_LOCKED: u8 = 0x08;
 pub const KIND_RELEASE: u8 = 0x09;
 pub const KIND_STATUS: u8 = 0x0A;
 pub const KIND_GET_LOCATE: u8 = 0x0B;
+pub const KIND_PREPARE_COMMIT: u8 = 0x0E;
 
 const SELECTOR_LATEST: u8 = 0;
 const SELECTOR_LATEST_TS: u8 = 1;
@@ -112,6 +118,11 @@ pub enum Request {
     Prepare { ts: Timestamp, metadata: Metadata, write_set: Vec<Vec<u8>>, writes: Vec<Write> },
     /// Makes the prepared versions of transaction `ts` on this server visible.
     Commit { ts: Timestamp },
+    /// PREPARE then COMMIT in one request, for a transaction every key of which is on this
+    /// server (a one-partition RAMP write: there is no other PREPARE to wait for). Refused
+    /// unless the write set (`metadata`'s, else `write_set`) names exactly the keys written, so
+    /// a server can tell such a transaction from one part of a wider one.
+    PrepareCommit { ts: Timestamp, metadata: Metadata, write_set: Vec<Vec<u8>>, writes: Vec<Write> },
     /// Stores and commits at once, with no metadata (NoCC: no atomicity across keys).
     Put { ts: Timestamp, writes: Vec<Write> },
     /// S2PL: shared locks on `keys` for transaction `ts`, then their latest versions.
@@ -135,6 +146,7 @@ impl Request {
             Request::GetLocate { .. } => KIND_GET_LOCATE,
             Request::Prepare { .. } => KIND_PREPARE,
             Request::Commit { .. } => KIND_COMMIT,
+            Request::PrepareCommit { .. } => KIND_PREPARE_COMMIT,
             Request::Put { .. } => KIND_PUT,
             Request::LockRead { .. } => KIND_LOCK_READ,
             Request::LockWrite { .. } => KIND_LOCK_WRITE,
@@ -145,11 +157,12 @@ impl Request {
     }
 
     /// The timestamp this request writes at or commits: the timestamps a server checks against
-    /// its clock (PREPARE, PUT, LOCK_WRITE, COMMIT, COMMIT_LOCKED). None for reads, locks for
+    /// its clock (PREPARE, PREPARE_COMMIT, PUT, LOCK_WRITE, COMMIT, COMMIT_LOCKED). None for reads, locks for
     /// reading, releases and status asks, which store nothing at their timestamp.
     pub fn written_timestamp(&self) -> Option<Timestamp> {
         match self {
             Request::Prepare { ts, .. }
+            | Request::PrepareCommit { ts, .. }
             | Request::Put { ts, .. }
             | Request::LockWrite { ts, .. }
             | Request::Commit { ts }
@@ -179,7 +192,8 @@ impl Request {
                     encode_selector(&mut encoder, &item.selector);
                 }
             }
-            Request::Prepare { ts, metadata, write_set, writes } => {
+            Request::Prepare { ts, metadata, write_set, writes }
+            | Request::PrepareCommit { ts, metadata, write_set, writes } => {
                 encoder.u64(*ts);
                 metadata.as_ref().encode(&mut encoder);
                 encode_keys(&mut encoder, write_set);
@@ -215,11 +229,16 @@ impl Request {
                     Request::GetLocate { items }
                 }
             }
-            KIND_PREPARE => {
+            KIND_PREPARE | KIND_PREPARE_COMMIT => {
                 let ts = decoder.u64()?;
                 let metadata = Metadata::decode(&mut decoder)?;
                 let write_set = decoder.keys("write set")?;
-                Request::Prepare { ts, metadata, write_set, writes: decode_writes(&mut decoder)? }
+                let writes = decode_writes(&mut decoder)?;
+                if kind == KIND_PREPARE {
+                    Request::Prepare { ts, metadata, write_set, writes }
+                } else {
+                    Request::PrepareCommit { ts, metadata, write_set, writes }
+                }
             }
             KIND_COMMIT => Request::Commit { ts: decoder.u64()? },
             KIND_PUT => {

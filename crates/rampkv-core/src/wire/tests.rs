@@ -52,6 +52,8 @@ fn request() -> impl Strategy<Value = Request> {
             .prop_map(|items| Request::GetLocate { items }),
         (any::<u64>(), metadata(), vec(key(), 0..4), writes())
             .prop_map(|(ts, metadata, write_set, writes)| Request::Prepare { ts, metadata, write_set, writes }),
+        (any::<u64>(), metadata(), vec(key(), 0..4), writes())
+            .prop_map(|(ts, metadata, write_set, writes)| Request::PrepareCommit { ts, metadata, write_set, writes }),
         (any::<u64>(), vec(key(), 0..4)).prop_map(|(ts, keys)| Request::Status { ts, keys }),
         any::<u64>().prop_map(|ts| Request::Commit { ts }),
         (any::<u64>(), writes()).prop_map(|(ts, writes)| Request::Put { ts, writes }),

@@ -1,6 +1,11 @@
 //! The TCP adapter: one non-blocking socket per connection, frames of
 //! [`rampkv_core::wire::frame`] on a byte stream, readiness from edge-triggered epoll (`mio`).
 //!
+//! A poller that finds nothing ready spins a while before it blocks in epoll, looking every
+//! `POLL_SPIN_CHECK_US`, as long as spinning pays ([`PollSpin`]: on a loaded machine it does
+//! not, and the spin's back-to-back `epoll_wait` calls were most of a transaction's system
+//! calls).
+//!
 //! A channel reads only after epoll reported the socket readable ([`Channel::set_ready`]), and
 //! stops at a short read: an edge-triggered epoll reports every later arrival as a new event,
 //! which saves one `recvfrom` returning EAGAIN per readable event. It asks for WRITABLE events
@@ -19,7 +24,7 @@ use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
@@ -30,7 +35,7 @@ use crate::server::poller::{FrontEvent, ServerMedium};
 use crate::server::router::Wake;
 use crate::transport::{ClientMedium, OpenMedium};
 use rampkv_core::limits::{
-    FRAME_BODY_BYTES_MAX, POLL_SPIN_US, SERVER_CONNECTIONS_MAX, SERVER_CONNECTIONS_PER_ADDRESS_MAX,
+    FRAME_BODY_BYTES_MAX, POLL_SPIN_CHECK_US, POLL_SPIN_US, SERVER_CONNECTIONS_MAX, SERVER_CONNECTIONS_PER_ADDRESS_MAX,
     STREAM_BUFFER_KEEP_BYTES, STREAM_READ_CHUNK_BYTES,
 };
 use rampkv_core::wire::{FrameHeader, FRAME_HEADER_BYTES};
@@ -328,27 +333,89 @@ impl Channel for TcpChannel {
     }
 }
 
-/// Polls without blocking for up to `POLL_SPIN_US`, then blocks for the rest of `timeout`.
-/// Returns with `events` empty on timeout or interruption.
-pub fn poll_spinning(poll: &mut Poll, events: &mut Events, timeout: Option<Duration>) -> std::io::Result<()> {
-    let spin_until = std::time::Instant::now() + Duration::from_micros(POLL_SPIN_US);
-    loop {
-        match poll.poll(events, Some(Duration::ZERO)) {
-            Ok(()) => {}
-            Err(error) if error.kind() == ErrorKind::Interrupted => return Ok(()),
-            Err(error) => return Err(error),
+/// The bounded spin of a TCP poller before it blocks in `epoll_wait`, adapted to what spinning
+/// bought lately.
+///
+/// A spin saves a sleep and a wake-up when the next event comes within it (a reply a few
+/// microseconds away on a quiet machine), but each look is an `epoll_wait` system call, and on a
+/// busy machine the CPU it burns is taken from the peer that would send that event. So the
+/// spin looks every `POLL_SPIN_CHECK_US` (not back to back), and its length follows the
+/// outcome: an event caught while spinning, or one that woke the blocked poller within
+/// `POLL_SPIN_US` of blocking (a longer spin would have caught it), doubles the budget (up to
+/// `POLL_SPIN_US`); a spin that ran out and then waited longer halves it (down to none).
+#[derive(Debug, Clone)]
+pub struct PollSpin {
+    budget_us: u64,
+}
+
+impl Default for PollSpin {
+    /// Starts with the whole budget.
+    fn default() -> Self {
+        Self { budget_us: POLL_SPIN_US }
+    }
+}
+
+const _: () = assert!(0 < POLL_SPIN_CHECK_US && POLL_SPIN_CHECK_US <= POLL_SPIN_US);
+
+impl PollSpin {
+    /// The spin budget now (µs): 0, or between `POLL_SPIN_CHECK_US` and `POLL_SPIN_US`.
+    pub fn budget_us(&self) -> u64 {
+        self.budget_us
+    }
+
+    /// Spinning paid (or would have): double the budget, at least one look's worth.
+    fn grow(&mut self) {
+        self.budget_us = (self.budget_us * 2).clamp(POLL_SPIN_CHECK_US, POLL_SPIN_US);
+    }
+
+    /// Spinning did not pay: halve the budget; below one look's worth, no spin at all.
+    fn shrink(&mut self) {
+        self.budget_us /= 2;
+        if self.budget_us < POLL_SPIN_CHECK_US {
+            self.budget_us = 0;
         }
+    }
+
+    /// Polls once without blocking; if nothing is ready, spins (looking every
+    /// `POLL_SPIN_CHECK_US`) for up to the budget, then blocks for the rest of `timeout`.
+    /// Returns with `events` empty on timeout or interruption.
+    pub fn poll(&mut self, poll: &mut Poll, events: &mut Events, timeout: Option<Duration>) -> std::io::Result<()> {
+        let look = |poll: &mut Poll, events: &mut Events, timeout| match poll.poll(events, timeout) {
+            Err(error) if error.kind() != ErrorKind::Interrupted => Err(error),
+            _ => Ok(()),
+        };
+        look(poll, events, Some(Duration::ZERO))?;
         if !events.is_empty() || timeout == Some(Duration::ZERO) {
             return Ok(());
         }
-        if std::time::Instant::now() >= spin_until {
-            break;
+        let started = Instant::now();
+        let budget = Duration::from_micros(self.budget_us);
+        let spin_until = started + timeout.map_or(budget, |timeout| timeout.min(budget));
+        let check = Duration::from_micros(POLL_SPIN_CHECK_US);
+        loop {
+            let now = Instant::now();
+            if now >= spin_until {
+                break;
+            }
+            let next_look = (now + check).min(spin_until);
+            while Instant::now() < next_look {
+                std::hint::spin_loop();
+            }
+            look(poll, events, Some(Duration::ZERO))?;
+            if !events.is_empty() {
+                self.grow();
+                return Ok(());
+            }
         }
-        std::hint::spin_loop();
-    }
-    match poll.poll(events, timeout) {
-        Err(error) if error.kind() != ErrorKind::Interrupted => Err(error),
-        _ => Ok(()),
+        let blocked = Instant::now();
+        let remaining = timeout.map(|timeout| timeout.saturating_sub(blocked - started));
+        look(poll, events, remaining)?;
+        if !events.is_empty() && blocked.elapsed() < Duration::from_micros(POLL_SPIN_US) {
+            self.grow();
+        } else {
+            self.shrink();
+        }
+        Ok(())
     }
 }
 
@@ -360,6 +427,7 @@ pub struct TcpClient {
     events: Events,
     registry: Arc<Registry>,
     secret: Option<Arc<SharedSecret>>,
+    spin: PollSpin,
 }
 
 impl TcpClient {
@@ -368,7 +436,7 @@ impl TcpClient {
     pub fn with_secret(secret: Option<Arc<SharedSecret>>) -> Result<Self, ChannelError> {
         let poll = Poll::new()?;
         let registry = Arc::new(poll.registry().try_clone()?);
-        Ok(Self { poll, events: Events::with_capacity(EVENTS_CAPACITY), registry, secret })
+        Ok(Self { poll, events: Events::with_capacity(EVENTS_CAPACITY), registry, secret, spin: PollSpin::default() })
     }
 }
 
@@ -387,7 +455,7 @@ impl ClientMedium for TcpClient {
     }
 
     fn wait(&mut self, channels: &mut [Option<TcpChannel>], timeout: Option<Duration>) -> Result<bool, ChannelError> {
-        poll_spinning(&mut self.poll, &mut self.events, timeout)?;
+        self.spin.poll(&mut self.poll, &mut self.events, timeout)?;
         for event in self.events.iter() {
             if let Some(Some(channel)) = channels.get_mut(event.token().0) {
                 channel.set_ready(event.is_readable(), event.is_writable(), event.is_read_closed() || event.is_error());
@@ -410,6 +478,7 @@ pub struct TcpServer {
     free: Vec<usize>,
     /// Open connections per source address, and the address of each slot's connection.
     admitted: Admitted,
+    spin: PollSpin,
 }
 
 /// Open connections per source address (the per-address cap) and the address of each slot.
@@ -471,7 +540,7 @@ impl TcpServer {
         let free = (0..connections_max).rev().collect();
         let admitted = Admitted { per_address: HashMap::new(), slots: vec![None; connections_max], per_address_max };
         let events = Events::with_capacity(EVENTS_CAPACITY);
-        Ok((Self { poll, events, registry, waker, listeners, free, admitted }, bound))
+        Ok((Self { poll, events, registry, waker, listeners, free, admitted, spin: PollSpin::default() }, bound))
     }
 }
 
@@ -525,7 +594,7 @@ impl ServerMedium for TcpServer {
         _ready: impl Fn() -> bool,
         events: &mut Vec<FrontEvent<TcpChannel>>,
     ) -> std::io::Result<()> {
-        poll_spinning(&mut self.poll, &mut self.events, Some(timeout))?;
+        self.spin.poll(&mut self.poll, &mut self.events, Some(timeout))?;
         let Self { events: readiness, listeners, free, admitted, registry, .. } = self;
         let base = listeners.len();
         for event in readiness.iter() {
@@ -556,5 +625,60 @@ impl Wake for Waker {
     fn wake(&self) {
         // A failed wake only delays: the poller wakes on a timeout too.
         let _ = Waker::wake(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The spin budget starts full, halves down to nothing while spinning does not pay, and
+    /// doubles back (from one look's worth) up to `POLL_SPIN_US` when it does.
+    #[test]
+    fn the_spin_budget_shrinks_to_nothing_and_grows_back_within_its_bounds() {
+        let mut spin = PollSpin::default();
+        assert_eq!(spin.budget_us(), POLL_SPIN_US);
+        let mut misses = 0;
+        while spin.budget_us() > 0 {
+            spin.shrink();
+            misses += 1;
+            assert!(spin.budget_us() == 0 || spin.budget_us() >= POLL_SPIN_CHECK_US, "{}", spin.budget_us());
+            assert!(misses <= 64, "the budget never reached 0");
+        }
+        spin.grow();
+        assert_eq!(spin.budget_us(), POLL_SPIN_CHECK_US);
+        for _ in 0..64 {
+            spin.grow();
+            assert!(spin.budget_us() <= POLL_SPIN_US);
+        }
+        assert_eq!(spin.budget_us(), POLL_SPIN_US);
+    }
+
+    /// A poller with nothing to report waits out its timeout (spinning, then blocking), returns
+    /// no event, and spins less next time; a ready socket is reported by the first look.
+    #[test]
+    fn an_idle_wait_times_out_and_shrinks_the_spin_and_a_ready_socket_returns_at_once() {
+        let mut poll = Poll::new().unwrap();
+        let mut events = Events::with_capacity(8);
+        let mut spin = PollSpin::default();
+        let timeout = Duration::from_millis(2);
+        let started = Instant::now();
+        spin.poll(&mut poll, &mut events, Some(timeout)).unwrap();
+        assert!(events.is_empty());
+        assert!(started.elapsed() >= timeout, "returned after {:?}", started.elapsed());
+        assert_eq!(spin.budget_us(), POLL_SPIN_US / 2);
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let mut server = TcpStream::from_std(server);
+        poll.registry().register(&mut server, Token(1), Interest::READABLE).unwrap();
+        client.write_all(b"x").unwrap();
+        let budget = spin.budget_us();
+        // Blocks until the byte's event (no timeout): it is already on its way.
+        spin.poll(&mut poll, &mut events, None).unwrap();
+        assert_eq!(events.iter().map(|event| event.token()).collect::<Vec<_>>(), [Token(1)]);
+        assert!(spin.budget_us() >= budget.min(POLL_SPIN_CHECK_US));
     }
 }

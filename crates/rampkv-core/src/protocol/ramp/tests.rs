@@ -230,3 +230,43 @@ fn round_one_is_reported_per_attempt() {
         assert_eq!((item.ts, item.round1_ts, item.fetched_in_round2), (30, Some(30), false));
     }
 }
+
+/// A RAMP write whose keys are all on one server is one PREPARE_COMMIT, done on its ACK; with
+/// keys on two servers it is PREPAREs, then COMMITs once both are acknowledged; NoCC is PUTs.
+#[test]
+fn a_write_on_one_server_is_one_prepare_commit_and_a_wider_one_two_phases() {
+    let one = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
+    let two = Cluster::with_servers(vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]).unwrap();
+    let writes = |count: usize| (0..count).map(|index| (format!("k{index}").into_bytes(), vec![1u8])).collect();
+    for algorithm in [Algorithm::RampFast, Algorithm::RampSmall, Algorithm::RampHybrid] {
+        let options = TxnOptions { algorithm, ..TxnOptions::default() };
+        let mut write = WriteTxn::new(&one, 1 << 16 | 1, writes(3), options).unwrap();
+        let mut out = Vec::new();
+        write.start(&mut out);
+        let [Outgoing { request: Request::PrepareCommit { writes: sent, .. }, tag, .. }] = &out[..] else {
+            panic!("{algorithm:?}: one PREPARE_COMMIT: {out:?}")
+        };
+        assert_eq!(sent.len(), 3);
+        let tag = *tag;
+        let mut more = Vec::new();
+        let step = write.on_reply(tag, Response::Ack, &mut more).unwrap();
+        assert!(matches!(step, Step::Done(_)) && more.is_empty(), "{algorithm:?}: done on the ACK");
+
+        // Keys on both servers (16 keys: both get some).
+        let mut write = WriteTxn::new(&two, 1 << 16 | 2, writes(16), options).unwrap();
+        let mut out = Vec::new();
+        write.start(&mut out);
+        assert_eq!(out.len(), 2, "{algorithm:?}");
+        assert!(out.iter().all(|sent| matches!(sent.request, Request::Prepare { .. })), "{algorithm:?}: {out:?}");
+        let mut commits = Vec::new();
+        for sent in &out {
+            assert!(matches!(write.on_reply(sent.tag, Response::Ack, &mut commits).unwrap(), Step::Pending));
+        }
+        assert!(commits.iter().all(|sent| matches!(sent.request, Request::Commit { .. })) && commits.len() == 2);
+    }
+    let options = TxnOptions { algorithm: Algorithm::NoCc, ..TxnOptions::default() };
+    let mut write = WriteTxn::new(&one, 1 << 16 | 3, writes(2), options).unwrap();
+    let mut out = Vec::new();
+    write.start(&mut out);
+    assert!(matches!(&out[..], [Outgoing { request: Request::Put { .. }, .. }]), "{out:?}");
+}
