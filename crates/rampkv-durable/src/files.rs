@@ -11,8 +11,8 @@
 //! ```
 //!
 //! # Names
-//! `segment-<first LSN, 20 digits>.log`, `snapshot-<LSN, 20 digits>.snap` (written as
-//! `….snap.tmp`, then renamed), `LOCK`. Zero-padded numbers sort as text in LSN order. Other
+//! `segment-<first LSN, 20 digits>.log` (allocated as `segment-next.log.tmp`, then renamed),
+//! `snapshot-<LSN, 20 digits>.snap` (written as `….snap.tmp`, then renamed), `LOCK`. Zero-padded numbers sort as text in LSN order. Other
 //! files are left alone.
 
 use std::fs::{File, OpenOptions};
@@ -99,6 +99,12 @@ pub fn snapshot_path(dir: &Path, lsn: Lsn) -> PathBuf {
     dir.join(format!("{SNAPSHOT_PREFIX}{lsn:020}{SNAPSHOT_SUFFIX}"))
 }
 
+/// The allocated file the log prepares as its next segment (renamed to the segment's name when
+/// the log moves to it; a leftover is deleted at start, as a snapshot's temporary file).
+pub fn prepared_segment_path(dir: &Path) -> PathBuf {
+    dir.join(format!("{SEGMENT_PREFIX}next{SEGMENT_SUFFIX}{TEMPORARY_SUFFIX}"))
+}
+
 /// Where a snapshot is written before it is complete.
 pub fn temporary_snapshot_path(dir: &Path, lsn: Lsn) -> PathBuf {
     dir.join(format!("{SNAPSHOT_PREFIX}{lsn:020}{SNAPSHOT_SUFFIX}{TEMPORARY_SUFFIX}"))
@@ -110,6 +116,8 @@ pub struct DirListing {
     pub segments: Vec<(Lsn, PathBuf)>,
     pub snapshots: Vec<(Lsn, PathBuf)>,
     pub temporaries: Vec<PathBuf>,
+    /// A allocated segment prepared and not used (it holds no record).
+    pub prepared_segment: Option<PathBuf>,
 }
 
 /// Lists `dir`.
@@ -119,7 +127,9 @@ pub fn list(dir: &Path) -> Result<DirListing, DurableError> {
     for entry in entries {
         let entry = entry.map_err(DurableError::io("list", dir))?;
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
-        if name.starts_with(SNAPSHOT_PREFIX) && name.ends_with(TEMPORARY_SUFFIX) {
+        if entry.path() == prepared_segment_path(dir) {
+            listing.prepared_segment = Some(entry.path());
+        } else if name.starts_with(SNAPSHOT_PREFIX) && name.ends_with(TEMPORARY_SUFFIX) {
             listing.temporaries.push(entry.path());
         } else if let Some(lsn) = numbered(&name, SEGMENT_PREFIX, SEGMENT_SUFFIX) {
             listing.segments.push((lsn, entry.path()));

@@ -31,6 +31,12 @@ pub const LOG_WAITING_BYTES_MAX: usize = 64 * 1024 * 1024;
 /// least this long. A segment can exceed it by one group of records (at most
 /// `LOG_WAITING_BYTES_MAX`). Recovery reads one segment into memory at a time.
 pub const SEGMENT_BYTES_TARGET: u64 = 64 * 1024 * 1024;
+/// A log's segments are allocated (`fallocate`: blocks reserved, reading as zeros) and fsynced
+/// before they take records, in the background, `SEGMENT_BYTES_TARGET` at a time: a write
+/// then never grows the file, so an `fdatasync` of it has no file size to commit. The first
+/// segment after a start is allocated in the starting thread, only this long; the log moves to
+/// a whole prepared segment once it is used up.
+pub const SEGMENT_FIRST_PREALLOCATED_BYTES: u64 = 4 * 1024 * 1024;
 
 /// Policy `everysec`: the longest written data waits for its fsync.
 pub const EVERYSEC_SYNC_INTERVAL_MS: u64 = 1_000;

@@ -1,5 +1,5 @@
-//! The append-only log of one server: appenders queue records, one writer thread writes and
-//! fsyncs them in groups.
+//! The append-only log of one server: appenders queue records and write them in groups; one
+//! background thread fsyncs them.
 //!
 //! # Contract
 //! - [`Log::append`] encodes the record into the group being gathered and returns its LSN at
@@ -41,9 +41,14 @@
 //! bytes). The syncer fsyncs a closed segment as soon as it is closed, in the background (no
 //! writer waits for a whole segment's fsync), before it fsyncs the next one. Recovery tells torn writes from corruption by the fsynced LSN each record
 //! stamps, not by segment order.
+//! Segments are allocated ahead (`fallocate`, fsynced) by a second background thread, the
+//! preparer, as `segment-next.log.tmp`, renamed once its header is written: records are
+//! written over allocated zeros, so no write grows a file and an `fdatasync` has no size to
+//! commit. Zeros after the last record are the end of the log (recovery); `close` cuts them.
 
 use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -53,8 +58,8 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::DurableError;
-use crate::files::{segment_path, sync_dir, DirLock, FileHeader, SEGMENT_MAGIC};
-use crate::limits::{EVERYSEC_SYNC_INTERVAL_MS, LOG_BUFFER_RETAINED_BYTES};
+use crate::files::{prepared_segment_path, segment_path, sync_dir, DirLock, FileHeader, SEGMENT_MAGIC};
+use crate::limits::{EVERYSEC_SYNC_INTERVAL_MS, LOG_BUFFER_RETAINED_BYTES, SEGMENT_FIRST_PREALLOCATED_BYTES};
 use crate::record::{encode_record, Lsn, RecordHeader, RecordRef};
 
 /// When written records are fsynced, as Redis's `appendfsync`.
@@ -206,7 +211,33 @@ pub(crate) struct Shared {
     groups: AtomicU64,
     fsyncs: AtomicU64,
     pub(crate) snapshot_running: AtomicBool,
+    /// The next segment, allocated in the background by the preparer thread.
+    prepared: Mutex<Prepared>,
+    /// The preparer waits here for a segment to prepare, or for closing.
+    preparer: Condvar,
+    /// A prepared segment is ready (read by writers without taking `prepared`).
+    prepared_ready: AtomicBool,
+    /// The writer asked for the next prepared segment (once per segment).
+    prepare_asked: AtomicBool,
     _lock: DirLock,
+}
+
+/// The preparer's state.
+#[derive(Debug, Default)]
+struct Prepared {
+    /// A allocated file ready to become the next segment.
+    file: Option<PreparedFile>,
+    /// Make one once `file` is taken (asked by the writer once its segment is half used).
+    wanted: bool,
+    closing: bool,
+}
+
+/// A file of `bytes` bytes allocated (reading as zeros) and fsynced, under a temporary name.
+#[derive(Debug)]
+struct PreparedFile {
+    file: File,
+    path: PathBuf,
+    bytes: u64,
 }
 
 impl std::fmt::Debug for Shared {
@@ -247,7 +278,15 @@ impl Log {
     /// Starts a log whose next record gets `start.next_lsn`, in a new segment.
     pub(crate) fn start(start: Start) -> Result<Log, DurableError> {
         let Start { dir, policy, segment_bytes_target, waiting_bytes_max, next_lsn, epoch, lock } = start;
-        let segment = Segment::create(&dir, next_lsn, epoch)?;
+        // The first segment is allocated here, small (a start stays quick); once it is full
+        // the writer moves to a whole segment the preparer allocated meanwhile.
+        let first_bytes = segment_bytes_target.min(SEGMENT_FIRST_PREALLOCATED_BYTES);
+        // A file system that cannot allocate ahead (or a full disk) gets a segment that grows
+        // with its writes, as the preparer's failures do.
+        let segment = match prepare_file(&prepared_segment_path(&dir), first_bytes, &|| false) {
+            Ok(first) => Segment::install(&dir, first, next_lsn, epoch)?,
+            Err(_) => Segment::create(&dir, next_lsn, epoch)?,
+        };
         let recovered = next_lsn - 1;
         let sync_target = SyncTarget {
             retired: Vec::new(),
@@ -283,10 +322,16 @@ impl Log {
             groups: AtomicU64::new(0),
             fsyncs: AtomicU64::new(0),
             snapshot_running: AtomicBool::new(false),
+            prepared: Mutex::new(Prepared { file: None, wanted: false, closing: false }),
+            preparer: Condvar::new(),
+            prepared_ready: AtomicBool::new(false),
+            prepare_asked: AtomicBool::new(false),
             _lock: lock,
         });
         let mut log = Log { shared: Arc::clone(&shared), threads: Vec::new() };
-        log.spawn("rampkv-log-syncer", move || run_syncer(&shared))?;
+        let syncer = Arc::clone(&shared);
+        log.spawn("rampkv-log-syncer", move || run_syncer(&syncer))?;
+        log.spawn("rampkv-log-prepare", move || run_preparer(&shared))?;
         Ok(log)
     }
 
@@ -465,6 +510,8 @@ impl Log {
         }
         self.shared.queue.lock().closing = true;
         self.shared.syncer.notify_all();
+        self.shared.prepared.lock().closing = true;
+        self.shared.preparer.notify_all();
         let panicked = self.threads.drain(..).map(JoinHandle::join).filter(Result::is_err).count();
         if panicked > 0 {
             return Err(DurableError::LogFailed {
@@ -478,10 +525,14 @@ impl Log {
         let shared = &self.shared;
         if shared.queue.lock().failure.is_none() && write_gathered(shared, false).is_ok() {
             let writer = shared.writer.lock();
-            match sync_all_written(shared, &writer) {
+            match sync_all_written(shared, &writer).and_then(|()| writer.segment.cut_zero_tail()) {
                 Ok(()) => shared.publish(shared.written_lsn.load(Ordering::Acquire)),
                 Err(failure) => drop(shared.fail(failure)),
             }
+        }
+        // A prepared segment nobody will use.
+        if let Some(unused) = shared.prepared.lock().file.take() {
+            let _ = std::fs::remove_file(&unused.path);
         }
         match &self.shared.queue.lock().failure {
             Some(failure) => Err(failure.error()),
@@ -502,12 +553,19 @@ struct Segment {
     /// Shared with the syncer, which fsyncs it while the writer goes on.
     file: Arc<File>,
     path: PathBuf,
+    /// Where the next group goes: the header and the records written so far.
     bytes: u64,
+    /// The file's length when it was installed: the bytes after `bytes` up to here were
+    /// allocated (and fsynced) beforehand and read as zeros, so a write there does not grow
+    /// the file and an `fdatasync` of it has no file size to commit. 0 for a segment not
+    /// allocated ahead.
+    preallocated: u64,
 }
 
 impl Segment {
     /// Creates the segment whose first record will be `first_lsn`, with its header fsynced and
-    /// its directory entry made durable before any record goes in.
+    /// its directory entry made durable before any record goes in. Not allocated ahead: for when no
+    /// prepared file is ready.
     fn create(dir: &Path, first_lsn: Lsn, epoch: u64) -> Result<Segment, DurableError> {
         let path = segment_path(dir, first_lsn);
         let mut file =
@@ -515,7 +573,88 @@ impl Segment {
         let header = FileHeader { lsn: first_lsn, epoch }.encode(SEGMENT_MAGIC);
         file.write_all(&header).and_then(|()| file.sync_data()).map_err(DurableError::io("write", &path))?;
         sync_dir(dir)?;
-        Ok(Segment { file: Arc::new(file), path, bytes: header.len() as u64 })
+        Ok(Segment { file: Arc::new(file), path, bytes: header.len() as u64, preallocated: 0 })
+    }
+
+    /// Makes the allocated `prepared` file the segment whose first record will be
+    /// `first_lsn`: its header written over the first zeros and fsynced, then the file renamed
+    /// to the segment's name and the directory fsynced, before any record goes in. A crash in
+    /// between leaves the temporary file (deleted at start) or a segment of a header and zeros
+    /// (no records).
+    fn install(dir: &Path, prepared: PreparedFile, first_lsn: Lsn, epoch: u64) -> Result<Segment, DurableError> {
+        let PreparedFile { file, path: temporary, bytes } = prepared;
+        let path = segment_path(dir, first_lsn);
+        let header = FileHeader { lsn: first_lsn, epoch }.encode(SEGMENT_MAGIC);
+        file.write_all_at(&header, 0).and_then(|()| file.sync_data()).map_err(DurableError::io("write", &temporary))?;
+        std::fs::rename(&temporary, &path).map_err(DurableError::io("rename", &temporary))?;
+        sync_dir(dir)?;
+        Ok(Segment { file: Arc::new(file), path, bytes: header.len() as u64, preallocated: bytes })
+    }
+
+    /// Closing: drops the zeros after the last record (recovery would take them as the end of
+    /// the log anyway; a cleanly closed segment is exactly its records).
+    fn cut_zero_tail(&self) -> Result<(), Failure> {
+        if self.preallocated <= self.bytes {
+            return Ok(());
+        }
+        self.file
+            .set_len(self.bytes)
+            .and_then(|()| self.file.sync_all())
+            .map_err(|error| failure("truncate", &self.path, &error))
+    }
+}
+
+/// Creates a file of `bytes` bytes at `path` (replacing a leftover), allocated (`fallocate`:
+/// blocks reserved, reading as zeros) and fsynced with its size; gives up (the file removed)
+/// if `halted()` says so first.
+fn prepare_file(path: &Path, bytes: u64, halted: &dyn Fn() -> bool) -> std::io::Result<PreparedFile> {
+    let prepare = || {
+        let file = File::options().write(true).create(true).truncate(true).open(path)?;
+        if halted() {
+            return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "the log is closing"));
+        }
+        fs4::FileExt::allocate(&file, bytes)?;
+        file.sync_all()?;
+        Ok(PreparedFile { file, path: path.to_path_buf(), bytes })
+    };
+    prepare().inspect_err(|_| {
+        let _ = std::fs::remove_file(path);
+    })
+}
+
+/// The preparer: keeps one allocated segment of `segment_bytes_target` bytes ready for the
+/// writer's next rotation, so that no writer waits for a file to be filled. A failed
+/// preparation (a full disk) is not an error of the log: the next segment is then created
+/// empty and grows with its writes, as without preparation (and the preparer tries again
+/// after that rotation).
+fn run_preparer(shared: &Shared) {
+    let path = prepared_segment_path(&shared.dir);
+    let closing = || shared.prepared.lock().closing;
+    loop {
+        {
+            let mut prepared = shared.prepared.lock();
+            // Never while one is ready: it would be overwritten (one path).
+            let work = |prepared: &Prepared| prepared.closing || (prepared.wanted && prepared.file.is_none());
+            while !work(&prepared) {
+                shared.preparer.wait(&mut prepared);
+            }
+            if prepared.closing {
+                return;
+            }
+        }
+        let made = prepare_file(&path, shared.segment_bytes_target, &closing);
+        let mut prepared = shared.prepared.lock();
+        prepared.wanted = false;
+        match made {
+            Ok(file) if prepared.closing => {
+                let _ = std::fs::remove_file(&file.path);
+            }
+            Ok(file) => {
+                prepared.file = Some(file);
+                shared.prepared_ready.store(true, Ordering::Release);
+            }
+            Err(_) => {}
+        }
     }
 }
 
@@ -589,12 +728,23 @@ fn write_gathered(shared: &Shared, wake: bool) -> Result<bool, DurableError> {
 
 /// Writes `spare` (the group) and advances the written watermark; the caller, the durable one.
 fn write_group(shared: &Shared, writer: &mut WriterState, group: &Group) -> Result<(), Failure> {
-    if writer.segment.bytes >= shared.segment_bytes_target {
+    let segment = &writer.segment;
+    // A segment is closed once full, or, to move to an allocated one, once it used up its own
+    // zeros (the small first segment, or one created empty when none was ready): it never
+    // closes with zeros after its records.
+    let outgrown = segment.bytes >= segment.preallocated && shared.prepared_ready.load(Ordering::Acquire);
+    if segment.bytes >= shared.segment_bytes_target || outgrown {
         rotate(shared, writer, group)?;
     }
     let segment = &mut writer.segment;
-    (&*segment.file).write_all(&writer.spare).map_err(|error| failure("write", &segment.path, &error))?;
+    segment.file.write_all_at(&writer.spare, segment.bytes).map_err(|error| failure("write", &segment.path, &error))?;
     segment.bytes += writer.spare.len() as u64;
+    // Half used: time to have the next one allocated (a log that never writes that much,
+    // a short test's, never fills a whole segment of zeros).
+    if segment.bytes >= segment.preallocated / 2 && !shared.prepare_asked.swap(true, Ordering::AcqRel) {
+        shared.prepared.lock().wanted = true;
+        shared.preparer.notify_all();
+    }
     shared.records.fetch_add(group.records, Ordering::Relaxed);
     shared.bytes.fetch_add(writer.spare.len() as u64, Ordering::Relaxed);
     shared.groups.fetch_add(1, Ordering::Relaxed);
@@ -629,7 +779,18 @@ fn sync_all_written(shared: &Shared, writer: &WriterState) -> Result<(), Failure
 /// the closed one in the background (no writer waits for a whole segment's fsync), before it
 /// fsyncs the next.
 fn rotate(shared: &Shared, writer: &mut WriterState, group: &Group) -> Result<(), Failure> {
-    let next = Segment::create(&shared.dir, group.first_lsn, group.epoch).map_err(|error| match error {
+    let next = {
+        // Installed under the lock: the preparer reuses the temporary name for the next one
+        // and must not open it before it is renamed.
+        let mut prepared = shared.prepared.lock();
+        shared.prepared_ready.store(false, Ordering::Release);
+        shared.prepare_asked.store(false, Ordering::Release);
+        match prepared.file.take() {
+            Some(file) => Segment::install(&shared.dir, file, group.first_lsn, group.epoch),
+            None => Segment::create(&shared.dir, group.first_lsn, group.epoch),
+        }
+    };
+    let next = next.map_err(|error| match error {
         DurableError::Io { action, path, source } => failure(action, &path, &source),
         other => Failure { action: "create a segment in", path: shared.dir.clone(), message: other.to_string() },
     })?;

@@ -247,6 +247,10 @@ pub fn open(dir: &Path, options: &OpenOptions, store: &Store) -> Result<(Log, Re
         std::fs::remove_file(&path).map_err(DurableError::io("remove", &path))?;
         report.removed_temporaries.push(path);
     }
+    // Zeros only, not worth a line of the report.
+    if let Some(path) = listing.prepared_segment {
+        std::fs::remove_file(&path).map_err(DurableError::io("remove", &path))?;
+    }
     for (_, path) in listing.snapshots.iter().rev() {
         match snapshot::load(path, store, options.now_ms) {
             Ok(loaded) => {
@@ -364,6 +368,7 @@ impl Replay<'_> {
         while offset < bytes.len() {
             let frame = match check_frame(&bytes[offset..]) {
                 Ok(frame) => frame,
+                Err(_) if self.zero_tail(index, &bytes, offset, expected)? => return Ok(SegmentEnd::Complete),
                 Err(cause) => match self.damage(index, &bytes, offset, expected, cause)? {
                     Some((resume_offset, resume_lsn)) => {
                         (offset, expected) = (resume_offset, resume_lsn);
@@ -394,6 +399,24 @@ impl Replay<'_> {
             offset += frame.len();
         }
         Ok(SegmentEnd::Complete)
+    }
+
+    /// Whether the segment ends at `offset` with the zeros it was filled with before it took
+    /// records (the log writes over them): nothing but zero bytes follow, and the log goes on
+    /// at `expected` (this is the last segment, or the next one starts there). The last
+    /// segment's zeros are cut (they are not records: nothing reported), so that it is exactly
+    /// its records, as one closed cleanly. Anything else is damage.
+    fn zero_tail(&mut self, index: usize, bytes: &[u8], offset: usize, expected: Lsn) -> Result<bool, DurableError> {
+        if bytes[offset..].iter().any(|&byte| byte != 0) {
+            return Ok(false);
+        }
+        if !self.is_last(index) {
+            return Ok(self.segments[index + 1].0 == expected);
+        }
+        let path = &self.segments[index].1;
+        let file = File::options().write(true).open(path).map_err(DurableError::io("open", path))?;
+        file.set_len(offset as u64).and_then(|()| file.sync_all()).map_err(DurableError::io("truncate", path))?;
+        Ok(true)
     }
 
     /// A segment starting at `first_lsn` must continue the log, or jump only over LSNs the
@@ -575,6 +598,15 @@ fn scan_after(bytes: &[u8], offset: usize, expected: Lsn) -> After {
     let mut after = After::default();
     let mut position = offset + 1;
     while position < bytes.len() {
+        // A record's first 4 bytes (its payload length, at least 8) are never all zero: skip a
+        // run of zeros (a allocated segment's tail) at once.
+        if bytes[position..].starts_with(&[0; 4]) {
+            match bytes[position..].iter().position(|&byte| byte != 0) {
+                Some(nonzero) => position = (position + nonzero).saturating_sub(3).max(position + 1),
+                None => break,
+            }
+            continue;
+        }
         match check_frame(&bytes[position..]) {
             Ok(frame) if frame.header.lsn >= expected => {
                 after.records += 1;

@@ -152,8 +152,9 @@ fn read_back(cluster: &Cluster, indices: &[u64]) -> Vec<(u64, Option<String>)> {
     found
 }
 
-/// The newest log segment of server `index` and the offsets where its records start.
-fn newest_segment(dir: &Path, index: usize) -> (PathBuf, Vec<usize>) {
+/// The newest log segment of server `index`, the offsets where its records start, and where
+/// they end (segments are zero-filled before they take records: zeros follow).
+fn newest_segment(dir: &Path, index: usize) -> (PathBuf, Vec<usize>, usize) {
     let server_dir = dir.join("data").join(format!("server-{index}"));
     let mut segments: Vec<PathBuf> = std::fs::read_dir(&server_dir)
         .unwrap()
@@ -169,8 +170,8 @@ fn newest_segment(dir: &Path, index: usize) -> (PathBuf, Vec<usize>) {
         offsets.push(offset);
         offset += frame.len();
     }
-    assert_eq!(offset, bytes.len(), "a cleanly written segment is whole records");
-    (segment, offsets)
+    assert!(bytes[offset..].iter().all(|&byte| byte == 0), "a segment is whole records, then zeros");
+    (segment, offsets, offset)
 }
 
 fn seed() -> u64 {
@@ -192,8 +193,7 @@ fn a_log_cut_at_a_random_offset_after_kill_9_is_cut_there_and_reported() {
     let dir = tempfile::tempdir().unwrap();
     let local = Local::start(dir.path(), &[]).unwrap_or_else(|lines| panic!("{}", lines.join("\n")));
     let acknowledged = write_then_kill(local, Duration::from_millis(600));
-    let (segment, records) = newest_segment(dir.path(), 0);
-    let length = std::fs::metadata(&segment).unwrap().len() as usize;
+    let (segment, records, length) = newest_segment(dir.path(), 0);
     let cut_at = random.gen_range(FILE_HEADER_BYTES + 1..length);
     std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(cut_at as u64).unwrap();
     // The record the cut falls in is dropped whole (none, when the cut is on a boundary).
@@ -232,7 +232,7 @@ fn a_checksum_damaged_in_the_middle_refuses_to_start_until_truncate_corrupt_log(
     let dir = tempfile::tempdir().unwrap();
     let local = Local::start(dir.path(), &[]).unwrap_or_else(|lines| panic!("{}", lines.join("\n")));
     let acknowledged = write_then_kill(local, Duration::from_millis(600));
-    let (segment, records) = newest_segment(dir.path(), 0);
+    let (segment, records, _) = newest_segment(dir.path(), 0);
     let damaged = records[records.len() / 2];
     let mut bytes = std::fs::read(&segment).unwrap();
     bytes[damaged + 4] ^= 0x5a; // its checksum
@@ -282,7 +282,7 @@ fn a_transaction_whose_commit_records_are_cut_off_every_log_is_committed_at_rest
     local.kill();
     for index in 0..2 {
         // A COMMIT is acknowledged once its record is fsynced: it is the last one.
-        let (segment, records) = newest_segment(dir.path(), index);
+        let (segment, records, _) = newest_segment(dir.path(), index);
         let bytes = std::fs::read(&segment).unwrap();
         let last = *records.last().expect("records");
         assert_eq!(bytes[last + RECORD_KIND_OFFSET], KIND_COMMIT, "the last record of server {index}");
@@ -494,7 +494,7 @@ fn a_commit_record_lost_once_the_other_server_collected_the_transaction_means_an
     drop(transport);
     // Server 0 stops, and its COMMIT record, the last record it wrote, is lost.
     drop(server_0);
-    let (segment, records) = newest_segment(dir.path(), 0);
+    let (segment, records, _) = newest_segment(dir.path(), 0);
     let last = *records.last().expect("records");
     assert_eq!(std::fs::read(&segment).unwrap()[last + RECORD_KIND_OFFSET], KIND_COMMIT, "the last record");
     std::fs::OpenOptions::new().write(true).open(&segment).unwrap().set_len(last as u64).unwrap();

@@ -6,7 +6,8 @@
 //! Each pass the poller takes what its medium reports (new and closed connections, readiness),
 //! serves the connections that may have work (each frame decoded, handed to the server core,
 //! its effects applied and its reply encoded into the connection's output, which goes out in as
-//! few sends as the medium takes, or held behind its server's log), has the logs write what the
+//! few sends as the medium takes, or held behind its server's log; a connection to a server with
+//! a log sends once, at the end of the pass, with the replies released then), has the logs write what the
 //! pass appended (`Servers::flush_logs`: one write per log and pass), then delivers deferred
 //! replies: those held behind a log that is now durable, those its own serving produced, those
 //! other front ends routed to its inbox, and the aborts of lock waits past their deadline. When
@@ -398,7 +399,8 @@ pub struct Poller<M: ServerMedium> {
     /// Deferred replies to route (allocated once).
     routed: Vec<Addressed>,
     gate: ReplyGate,
-    /// Slots whose held replies were released this pass, to flush once each.
+    /// Slots to send once each at the end of the pass: their held replies were released, or
+    /// (a server with a log) their replies wait to go out with the pass's released ones.
     released: Vec<usize>,
     events: Vec<FrontEvent<M::Channel>>,
     /// Slots with work left from the last pass.
@@ -549,7 +551,15 @@ impl<M: ServerMedium> Poller<M> {
     fn serve(&mut self, slot: usize, now: Now) -> usize {
         let Some(connection) = self.connections.get_mut(slot).and_then(Option::as_mut) else { return 0 };
         let served = &self.servers.served()[connection.server];
-        let outcome = serve_connection(connection, served, now, &mut self.effects, &mut self.routed, &mut self.gate);
+        // A server with a log holds its write replies until the pass's records are written:
+        // this connection's other replies wait for them and all go out in one send at the end
+        // of the pass (`deliver_deferred`), not one send now and one then.
+        let defer_send = served.records_kept();
+        let outcome =
+            serve_connection(connection, served, now, &mut self.effects, &mut self.routed, &mut self.gate, defer_send);
+        if defer_send && !connection.out.is_empty() {
+            self.released.push(slot);
+        }
         let messages = match outcome {
             Ok(Outcome::Served { messages, more }) => {
                 if more {
@@ -721,7 +731,8 @@ fn own_connection<C>(connections: &mut [Option<Connection<C>>], id: ConnectionId
 }
 
 /// Sends what is queued, then takes up to `WRITEPOLL_MESSAGES_PER_PASS_MAX` received messages
-/// while the reply backlog is under its bound, answering every frame.
+/// while the reply backlog is under its bound, answering every frame; sends the replies after
+/// each message unless `defer_send` (the caller sends them at the end of its pass).
 fn serve_connection<C: Channel>(
     connection: &mut Connection<C>,
     served: &Served,
@@ -729,6 +740,7 @@ fn serve_connection<C: Channel>(
     effects: &mut Effects,
     routed: &mut Vec<Addressed>,
     gate: &mut ReplyGate,
+    defer_send: bool,
 ) -> Result<Outcome, ChannelError> {
     connection.out.flush(&mut connection.channel)?;
     let mut messages = 0;
@@ -774,7 +786,11 @@ fn serve_connection<C: Channel>(
             Some(_) => return Ok(Outcome::Close), // a message medium: the peer is broken
             None => {}
         }
-        connection.out.flush(&mut connection.channel)?;
+        // Deferred, the replies still go out here once they fill half the bound (the loop
+        // stops reading past it, and nothing but this send would make room).
+        if !defer_send || connection.out.len() > CONNECTION_WRITE_BUFFER_BYTES_MAX / 2 {
+            connection.out.flush(&mut connection.channel)?;
+        }
         if !more {
             break;
         }
