@@ -225,6 +225,12 @@ impl ConfigNode {
         self.address
     }
 
+    /// This process's incarnation (a restarted process has a new one: a configuration that names
+    /// this server with another incarnation speaks of an earlier process, not of this one).
+    pub fn incarnation(&self) -> u64 {
+        self.shared.incarnation
+    }
+
     /// The newest committed configuration this node knows.
     pub fn configuration(&self) -> Arc<Configuration> {
         Arc::clone(&self.shared.view.lock().configuration)

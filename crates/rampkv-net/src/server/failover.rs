@@ -294,15 +294,20 @@ impl Agent {
         let me = self.me as ServerId;
         let epoch = configuration.epoch();
         let replicator = self.servers.served()[0].replicator();
-        let primary_of_any = configuration.replica_sets().iter().any(|set| set.primary == Some(me));
+        // A configuration that names this server with another incarnation (a restarted process
+        // catching up on the epochs it missed) speaks of the process that died: this one is
+        // the primary of nothing in it, and must neither take over copies (that would fence
+        // the catch-up stream of the current primary) nor mark partitions ready.
+        let admitted = configuration.is_admitted(me, self.gate.node.incarnation());
+        let is_mine = |primary: Option<ServerId>| admitted && primary == Some(me);
+        let primary_of_any = configuration.replica_sets().iter().any(|set| is_mine(set.primary));
         if let (Some(replicator), true) = (replicator, primary_of_any) {
             replicator.set_epoch(epoch);
         }
         let mut adopted: HashMap<ServerId, (usize, u128)> = HashMap::new();
         for partition in 0..configuration.partition_count() {
             let Some(ready) = self.gate.ready.get(partition as usize) else { continue };
-            let primary = configuration.primary_of(partition);
-            if primary != Some(me) {
+            if !is_mine(configuration.primary_of(partition)) {
                 // Deposed, or never primary: what its store holds of the partition may be old.
                 ready.store(false, Ordering::Release);
                 continue;
@@ -340,7 +345,7 @@ impl Agent {
         let keep: Vec<(usize, u64)> = configuration
             .replica_sets()
             .iter()
-            .filter(|set| set.primary == Some(me))
+            .filter(|set| is_mine(set.primary))
             .flat_map(|set| set.backups.iter().chain(&set.catching_up))
             .map(|server| (usize::from(*server), incarnation(*server)))
             .collect();
@@ -360,6 +365,9 @@ impl Agent {
         let Some(configuration) = self.applied.clone() else { return };
         let Some(replicator) = self.servers.served()[0].replicator() else { return };
         let me = self.me as ServerId;
+        if !configuration.is_admitted(me, self.gate.node.incarnation()) {
+            return; // an earlier process of this server was the primary, not this one
+        }
         let mut catching_up: Vec<(ServerId, u32)> = Vec::new();
         for (partition, set) in configuration.replica_sets().iter().enumerate() {
             if set.primary == Some(me) {
