@@ -339,7 +339,7 @@ impl Store {
                 // this it would wait for the key's next write, holding its value meanwhile.
                 let mut shard = self.shard(key).write();
                 let state = shard.get_mut(key).expect("a committed key stays");
-                self.collect_alone_in_write_set(state);
+                self.mark_superseded(state, None);
             }
         }
         keys
@@ -517,24 +517,8 @@ impl Store {
     /// than the grace period. Called with the key's shard write-locked.
     fn collect_superseded(&self, state: &mut KeyState, now_ms: u64) {
         let last_commit = state.last_commit.load(Ordering::Acquire);
-        self.collect_alone_in_write_set(state);
-        let KeyState { versions, unmarked, superseded, collected_max_ts, .. } = state;
-        unmarked.retain(|&mut ts| match versions.get(&ts) {
-            None => false, // aborted
-            // Committed and older than lastCommit: superseded from now on. An uncommitted
-            // one waits for its COMMIT (a slow writer's version is never collected).
-            Some(stored) if ts < last_commit && stored.committed.load(Ordering::Acquire) => {
-                // Kept in order of time: callers' clocks may disagree a little, so a time
-                // can be below the newest listed (then it goes before it, mostly at the end).
-                let position = superseded.partition_point(|&(at_ms, _)| at_ms <= now_ms);
-                superseded.insert(position, (now_ms, ts));
-                false
-            }
-            Some(_) => true,
-        });
-        if unmarked.spilled() && unmarked.len() <= unmarked.inline_size() {
-            unmarked.shrink_to_fit(); // back inline after a burst of writes in flight
-        }
+        self.mark_superseded(state, Some(now_ms));
+        let KeyState { versions, superseded, collected_max_ts, .. } = state;
         while let Some(&(superseded_at_ms, ts)) = superseded.front() {
             if now_ms.saturating_sub(superseded_at_ms) < self.grace_ms {
                 break;
@@ -550,11 +534,7 @@ impl Store {
             }
             // Only a committed version superseded by a newer commit is ever collected.
             assert!(ts < last_commit, "collecting version {ts}, not below lastCommit {last_commit}");
-            *collected_max_ts = (*collected_max_ts).max(ts);
-            let removed = versions.remove(&ts).expect("checked above");
-            self.forget_version_bytes(removed.version.value.len());
-            self.version_count.fetch_sub(1, Ordering::Relaxed);
-            self.versions_collected.fetch_add(1, Ordering::Relaxed);
+            self.remove_collected(versions, collected_max_ts, ts);
         }
         // A key at rest gives its queue's memory back (geometric: amortized O(1) per entry).
         if superseded.len() <= superseded.capacity() / 4 {
@@ -562,27 +542,57 @@ impl Store {
         }
     }
 
-    /// Removes the superseded committed versions that no round 2 can ask for (their write set
-    /// names their key alone: module contract), with no grace period. Needs no clock, so
-    /// COMMIT can call it. Called with the key's shard write-locked.
-    fn collect_alone_in_write_set(&self, state: &mut KeyState) {
+    /// Walks the versions not yet seen superseded: a committed one below `lastCommit` is
+    /// superseded from now on. One alone in its write set is removed at once (no round 2 can
+    /// ask for it: module contract); another is queued as superseded at `now_ms`, or, without a
+    /// clock (COMMIT), left for the next call that has one. An uncommitted version waits for
+    /// its COMMIT (a slow writer's version is never collected). Called with the key's shard
+    /// write-locked.
+    fn mark_superseded(&self, state: &mut KeyState, now_ms: Option<u64>) {
         let last_commit = state.last_commit.load(Ordering::Acquire);
-        let KeyState { versions, unmarked, collected_max_ts, .. } = state;
+        let KeyState { versions, unmarked, superseded, collected_max_ts, .. } = state;
         unmarked.retain(|&mut ts| {
-            let collectable = versions.get(&ts).is_some_and(|stored| {
-                ts < last_commit
-                    && stored.committed.load(Ordering::Acquire)
-                    && stored.version.metadata.names_only_its_key()
-            });
-            if collectable {
-                *collected_max_ts = (*collected_max_ts).max(ts);
-                let removed = versions.remove(&ts).expect("checked above");
-                self.forget_version_bytes(removed.version.value.len());
-                self.version_count.fetch_sub(1, Ordering::Relaxed);
-                self.versions_collected.fetch_add(1, Ordering::Relaxed);
+            let Some(stored) = versions.get(&ts) else {
+                return false; // aborted
+            };
+            if ts >= last_commit || !stored.committed.load(Ordering::Acquire) {
+                return true;
             }
-            !collectable
+            if stored.version.metadata.names_only_its_key() {
+                self.remove_collected(versions, collected_max_ts, ts);
+                return false;
+            }
+            let Some(now_ms) = now_ms else {
+                return true;
+            };
+            // Kept in order of time: callers' clocks may disagree a little, so a time can be
+            // below the newest listed (then it goes before it, mostly at the end).
+            match superseded.back() {
+                Some(&(newest_ms, _)) if newest_ms > now_ms => {
+                    let position = superseded.partition_point(|&(at_ms, _)| at_ms <= now_ms);
+                    superseded.insert(position, (now_ms, ts));
+                }
+                _ => superseded.push_back((now_ms, ts)),
+            }
+            false
         });
+        if unmarked.spilled() && unmarked.len() <= unmarked.inline_size() {
+            unmarked.shrink_to_fit(); // back inline after a burst of writes in flight
+        }
+    }
+
+    /// Removes collected version `ts` (present) of a key and counts it.
+    fn remove_collected(
+        &self,
+        versions: &mut VersionMap<StoredVersion>,
+        collected_max_ts: &mut Timestamp,
+        ts: Timestamp,
+    ) {
+        *collected_max_ts = (*collected_max_ts).max(ts);
+        let removed = versions.remove(&ts).expect("a version present is collected");
+        self.forget_version_bytes(removed.version.value.len());
+        self.version_count.fetch_sub(1, Ordering::Relaxed);
+        self.versions_collected.fetch_add(1, Ordering::Relaxed);
     }
 
     fn forget_version_bytes(&self, bytes: usize) {
