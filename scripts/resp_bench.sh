@@ -14,7 +14,8 @@
 # ratio of the two: what a request costs rampkv against Redis, steadier under load.
 #
 # Usage: scripts/resp_bench.sh [REQUESTS] (default 100000). Environment: CLIENTS (8),
-# VALUE_BYTES (1024), KEYSPACE (10000), PIPELINES ("1 16"), TESTS ("GET MGET4 SET MSET4"),
+# VALUE_BYTES (1024), KEYSPACE (10000), PIPELINES ("1 16"), TESTS ("GET MGET4 SET MSET4"), FRONT
+# (ring: `rampkv local`'s default front end, with GET* item slots; none: without),
 # RAMPKV_BIN (a built binary: no build).
 #
 # Memory mode: scripts/resp_bench.sh --memory [REQUESTS] (default 200000). Writes both with the
@@ -45,6 +46,7 @@ CLIENTS="${CLIENTS:-8}"
 VALUE_BYTES="${VALUE_BYTES:-1024}"
 PIPELINES="${PIPELINES:-1 16}"
 TESTS="${TESTS:-GET MGET4 SET MSET4}"
+FRONT="${FRONT:-ring}"
 SETTLE_S="${SETTLE_S:-22}"
 OUT_DIR=target/resp_bench
 mkdir -p "$OUT_DIR"
@@ -74,7 +76,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$RAMPKV" local --cluster-file "$OUT_DIR/cluster.toml" --resp-port "$RAMPKV_PORT" 2>"$OUT_DIR/rampkv.log" &
+"$RAMPKV" local --front "$FRONT" --cluster-file "$OUT_DIR/cluster.toml" --resp-port "$RAMPKV_PORT" 2>"$OUT_DIR/rampkv.log" &
 RAMPKV_PID=$!
 PIDS+=("$RAMPKV_PID")
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT_DIR/redis.log" 2>&1 &
@@ -203,7 +205,7 @@ RESULT="$OUT_DIR/result.txt"
   echo "# resp_bench.sh $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty')"
   echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -r)"
   echo "# redis-benchmark $(redis-benchmark --version | awk '{print $2}'): -n $REQUESTS -c $CLIENTS -r $KEYSPACE, values $VALUE_BYTES B; redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2) (no persistence)"
-  echo "# rampkv: rampkv local --resp-port (4 servers on 1 poller thread + gateway thread, RAMP-Fast), loopback"
+  echo "# rampkv: rampkv local --front $FRONT --resp-port (4 servers on 1 poller thread + gateway thread, RAMP-Fast), loopback"
   printf "| %-6s | %8s | %12s | %12s | %7s | %13s | %13s | %13s | %12s | %9s |\n" test pipeline "rampkv req/s" "redis req/s" ratio \
     "rampkv p50 ms" "redis p50 ms" "rampkv µs/req" "redis µs/req" "CPU ratio"
   printf "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n" -------- ---------- -------------- -------------- --------- --------------- \
