@@ -8,10 +8,15 @@
 # MSET of 4 keys (GET and SET are redis-benchmark's own tests; MGET and MSET are custom
 # commands, as its `-t mset` is 10 keys). Reads run first, on a key space rewritten by
 # single-key SETs (see prefill below). Prints a table and writes it, with the configuration and git commit, to
-# target/resp_bench/result.txt.
+# target/resp_bench/result.txt. Besides requests per second (which a machine shared with other
+# work makes noisy) it prints the CPU time each server process spent per request during the run
+# (utime + stime from /proc/PID/stat, all of its threads, in clock ticks of 1/CLK_TCK s) and the
+# ratio of the two: what a request costs rampkv against Redis, steadier under load.
 #
 # Usage: scripts/resp_bench.sh [REQUESTS] (default 100000). Environment: CLIENTS (8),
-# VALUE_BYTES (1024), KEYSPACE (10000), PIPELINES ("1 16"), RAMPKV_BIN (a built binary: no build).
+# VALUE_BYTES (1024), KEYSPACE (10000), PIPELINES ("1 16"), TESTS ("GET MGET4 SET MSET4"), FRONT
+# (ring: `rampkv local`'s default front end, with GET* item slots; none: without),
+# RAMPKV_BIN (a built binary: no build).
 #
 # Memory mode: scripts/resp_bench.sh --memory [REQUESTS] (default 200000). Writes both with the
 # same load, redis-benchmark -t set -n REQUESTS -r KEYSPACE (default 100000) -d VALUE_BYTES at its
@@ -40,6 +45,8 @@ fi
 CLIENTS="${CLIENTS:-8}"
 VALUE_BYTES="${VALUE_BYTES:-1024}"
 PIPELINES="${PIPELINES:-1 16}"
+TESTS="${TESTS:-GET MGET4 SET MSET4}"
+FRONT="${FRONT:-ring}"
 SETTLE_S="${SETTLE_S:-22}"
 OUT_DIR=target/resp_bench
 mkdir -p "$OUT_DIR"
@@ -69,7 +76,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$RAMPKV" local --cluster-file "$OUT_DIR/cluster.toml" --resp-port "$RAMPKV_PORT" 2>"$OUT_DIR/rampkv.log" &
+"$RAMPKV" local --front "$FRONT" --cluster-file "$OUT_DIR/cluster.toml" --resp-port "$RAMPKV_PORT" 2>"$OUT_DIR/rampkv.log" &
 RAMPKV_PID=$!
 PIDS+=("$RAMPKV_PID")
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT_DIR/redis.log" 2>&1 &
@@ -151,9 +158,19 @@ fi
 VALUE=$(head -c "$VALUE_BYTES" /dev/zero | tr '\0' 'x')
 KEY='key:__rand_int__'
 
-# One redis-benchmark run; prints "rps p50_ms".
+# CPU time of process $1 so far (user + system, all threads), in clock ticks. The command name
+# (field 2) is in parentheses and has no spaces here, so the fields split on spaces.
+cpu_ticks() {
+  awk '{ print $14 + $15 }' "/proc/$1/stat"
+}
+TICKS_PER_S=$(getconf CLK_TCK)
+
+# One redis-benchmark run against the server on port $1 (process $4); prints "rps p50_ms
+# cpu_us_per_request".
 bench() {
-  local port=$1 pipeline=$2 test=$3
+  local port=$1 pipeline=$2 test=$3 pid=$4
+  local cpu_before
+  cpu_before=$(cpu_ticks "$pid")
   local common=(-p "$port" -n "$REQUESTS" -c "$CLIENTS" -r "$KEYSPACE" -P "$pipeline" --csv)
   local output
   case "$test" in
@@ -166,8 +183,11 @@ bench() {
     echo "resp_bench.sh: errors from port $port in $test: $output" >&2
     exit 1
   fi
+  local cpu_us
+  cpu_us=$(awk -v ticks=$(($(cpu_ticks "$pid") - cpu_before)) -v hz="$TICKS_PER_S" -v n="$REQUESTS" \
+    'BEGIN { printf "%.2f", ticks * 1e6 / hz / n }')
   # CSV: "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",...
-  grep -v '^"test"' <<<"$output" | tail -1 | awk -F'","' '{ print $2, $5 }'
+  grep -v '^"test"' <<<"$output" | tail -1 | awk -F'","' -v cpu="$cpu_us" '{ print $2, $5, cpu }'
 }
 
 # Before each pipeline depth, (re)write the key space on both with single-key SETs, without
@@ -185,19 +205,24 @@ RESULT="$OUT_DIR/result.txt"
   echo "# resp_bench.sh $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty')"
   echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -r)"
   echo "# redis-benchmark $(redis-benchmark --version | awk '{print $2}'): -n $REQUESTS -c $CLIENTS -r $KEYSPACE, values $VALUE_BYTES B; redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2) (no persistence)"
-  echo "# rampkv: rampkv local --resp-port (4 servers on 1 poller thread + gateway thread, RAMP-Fast), loopback"
-  printf "| %-6s | %8s | %12s | %12s | %7s | %13s | %13s |\n" test pipeline "rampkv req/s" "redis req/s" ratio "rampkv p50 ms" "redis p50 ms"
-  printf "|%s|%s|%s|%s|%s|%s|%s|\n" -------- ---------- -------------- -------------- --------- --------------- ---------------
+  echo "# rampkv: rampkv local --front $FRONT --resp-port (4 servers on 1 poller thread + gateway thread, RAMP-Fast), loopback"
+  printf "| %-6s | %8s | %12s | %12s | %7s | %13s | %13s | %13s | %12s | %9s |\n" test pipeline "rampkv req/s" "redis req/s" ratio \
+    "rampkv p50 ms" "redis p50 ms" "rampkv µs/req" "redis µs/req" "CPU ratio"
+  printf "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n" -------- ---------- -------------- -------------- --------- --------------- \
+    --------------- --------------- -------------- -----------
 } | tee "$RESULT"
 for pipeline in $PIPELINES; do
   prefill
-  for test in GET MGET4 SET MSET4; do
-    rampkv_line=$(bench "$RAMPKV_PORT" "$pipeline" "$test")
-    redis_line=$(bench "$REDIS_PORT" "$pipeline" "$test")
-    read -r rampkv_rps rampkv_p50 <<<"$rampkv_line"
-    read -r redis_rps redis_p50 <<<"$redis_line"
+  for test in $TESTS; do
+    rampkv_line=$(bench "$RAMPKV_PORT" "$pipeline" "$test" "$RAMPKV_PID")
+    redis_line=$(bench "$REDIS_PORT" "$pipeline" "$test" "$REDIS_PID")
+    read -r rampkv_rps rampkv_p50 rampkv_cpu <<<"$rampkv_line"
+    read -r redis_rps redis_p50 redis_cpu <<<"$redis_line"
     ratio=$(awk -v a="$rampkv_rps" -v b="$redis_rps" 'BEGIN { printf "%.2f", a / b }')
-    printf "| %-6s | %8s | %12.0f | %12.0f | %7s | %13s | %13s |\n" \
-      "$test" "$pipeline" "$rampkv_rps" "$redis_rps" "$ratio" "$rampkv_p50" "$redis_p50" | tee -a "$RESULT"
+    # CPU per request, rampkv over Redis (above 1: rampkv spends more).
+    cpu_ratio=$(awk -v a="$rampkv_cpu" -v b="$redis_cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
+    printf "| %-6s | %8s | %12.0f | %12.0f | %7s | %13s | %13s | %13s | %12s | %9s |\n" \
+      "$test" "$pipeline" "$rampkv_rps" "$redis_rps" "$ratio" "$rampkv_p50" "$redis_p50" \
+      "$rampkv_cpu" "$redis_cpu" "$cpu_ratio" | tee -a "$RESULT"
   done
 done

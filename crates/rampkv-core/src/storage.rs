@@ -16,6 +16,15 @@
 //!   it may ask for. Versions are marked lazily, when the key is next written, which only
 //!   makes them live longer. A version whose COMMIT has not arrived yet is never collected
 //!   (its writer may be slow; cooperative termination will resolve a dead one).
+//! - Except a version that is the only write of its RAMP-Fast transaction (its write set names
+//!   its own key alone, [`StoredMetadata::names_only_its_key`]): it is removed as soon as it is
+//!   seen superseded, with no grace period. Round 2 asks for exactly version `ts` of key `k`
+//!   only because another key's version of transaction `ts` named `k` in its write set; a
+//!   transaction that wrote `k` alone has no such sibling, so no reader can ask for its version
+//!   once a newer one is the latest (a reader that got it in round 1 holds its own reference).
+//!   RAMP-Small and RAMP-Hybrid versions carry no write set and keep the grace period (their
+//!   round 2 names timestamps, not versions). This is what keeps a stream of single-key writes
+//!   (Redis SETs) at its live set instead of ten seconds of every version written.
 //! - A background sweep ([`Store::sweep`], a bounded number of keys per call) does for keys not
 //!   written again what their next write would: marks superseded versions and collects those
 //!   past the grace period.
@@ -89,6 +98,13 @@ pub enum StoredMetadata {
 }
 
 impl StoredMetadata {
+    /// Whether this is a RAMP-Fast write set of one key (the version's own: a prepare checks
+    /// that the written keys are in the write set). No other version names such a version, so
+    /// no round 2 asks for it: it may go as soon as it is superseded (module contract).
+    pub fn names_only_its_key(&self) -> bool {
+        matches!(self, StoredMetadata::WriteSet(keys) if keys.len() == 1)
+    }
+
     /// A borrowed view for encoding a reply.
     pub fn as_wire(&self) -> MetadataRef<'_, Key> {
         match self {
@@ -303,8 +319,10 @@ impl Store {
             assert!(!committed_before, "version {ts} committed twice");
             let mut latest = state.latest.lock();
             let before = state.last_commit.load(Ordering::Acquire);
+            let mut replaced_alone = false;
             if ts > before {
-                *latest = Some(Arc::clone(&stored.version));
+                let replaced = latest.replace(Arc::clone(&stored.version));
+                replaced_alone = replaced.is_some_and(|version| version.metadata.names_only_its_key());
             }
             let previous = state.last_commit.fetch_max(ts, Ordering::AcqRel);
             // lastCommit only moves forward, and only with `latest` locked, so the two agree.
@@ -314,6 +332,15 @@ impl Store {
                 state.last_commit.load(Ordering::Acquire),
                 "the latest version is the one at lastCommit"
             );
+            drop(latest);
+            drop(shard);
+            if replaced_alone {
+                // The version this commit superseded can go now (module contract): without
+                // this it would wait for the key's next write, holding its value meanwhile.
+                let mut shard = self.shard(key).write();
+                let state = shard.get_mut(key).expect("a committed key stays");
+                self.mark_superseded(state, None);
+            }
         }
         keys
     }
@@ -490,23 +517,8 @@ impl Store {
     /// than the grace period. Called with the key's shard write-locked.
     fn collect_superseded(&self, state: &mut KeyState, now_ms: u64) {
         let last_commit = state.last_commit.load(Ordering::Acquire);
-        let KeyState { versions, unmarked, superseded, collected_max_ts, .. } = state;
-        unmarked.retain(|&mut ts| match versions.get(&ts) {
-            None => false, // aborted
-            // Committed and older than lastCommit: superseded from now on. An uncommitted
-            // one waits for its COMMIT (a slow writer's version is never collected).
-            Some(stored) if ts < last_commit && stored.committed.load(Ordering::Acquire) => {
-                // Kept in order of time: callers' clocks may disagree a little, so a time
-                // can be below the newest listed (then it goes before it, mostly at the end).
-                let position = superseded.partition_point(|&(at_ms, _)| at_ms <= now_ms);
-                superseded.insert(position, (now_ms, ts));
-                false
-            }
-            Some(_) => true,
-        });
-        if unmarked.spilled() && unmarked.len() <= unmarked.inline_size() {
-            unmarked.shrink_to_fit(); // back inline after a burst of writes in flight
-        }
+        self.mark_superseded(state, Some(now_ms));
+        let KeyState { versions, superseded, collected_max_ts, .. } = state;
         while let Some(&(superseded_at_ms, ts)) = superseded.front() {
             if now_ms.saturating_sub(superseded_at_ms) < self.grace_ms {
                 break;
@@ -522,16 +534,65 @@ impl Store {
             }
             // Only a committed version superseded by a newer commit is ever collected.
             assert!(ts < last_commit, "collecting version {ts}, not below lastCommit {last_commit}");
-            *collected_max_ts = (*collected_max_ts).max(ts);
-            let removed = versions.remove(&ts).expect("checked above");
-            self.forget_version_bytes(removed.version.value.len());
-            self.version_count.fetch_sub(1, Ordering::Relaxed);
-            self.versions_collected.fetch_add(1, Ordering::Relaxed);
+            self.remove_collected(versions, collected_max_ts, ts);
         }
         // A key at rest gives its queue's memory back (geometric: amortized O(1) per entry).
         if superseded.len() <= superseded.capacity() / 4 {
             superseded.shrink_to_fit();
         }
+    }
+
+    /// Walks the versions not yet seen superseded: a committed one below `lastCommit` is
+    /// superseded from now on. One alone in its write set is removed at once (no round 2 can
+    /// ask for it: module contract); another is queued as superseded at `now_ms`, or, without a
+    /// clock (COMMIT), left for the next call that has one. An uncommitted version waits for
+    /// its COMMIT (a slow writer's version is never collected). Called with the key's shard
+    /// write-locked.
+    fn mark_superseded(&self, state: &mut KeyState, now_ms: Option<u64>) {
+        let last_commit = state.last_commit.load(Ordering::Acquire);
+        let KeyState { versions, unmarked, superseded, collected_max_ts, .. } = state;
+        unmarked.retain(|&mut ts| {
+            let Some(stored) = versions.get(&ts) else {
+                return false; // aborted
+            };
+            if ts >= last_commit || !stored.committed.load(Ordering::Acquire) {
+                return true;
+            }
+            if stored.version.metadata.names_only_its_key() {
+                self.remove_collected(versions, collected_max_ts, ts);
+                return false;
+            }
+            let Some(now_ms) = now_ms else {
+                return true;
+            };
+            // Kept in order of time: callers' clocks may disagree a little, so a time can be
+            // below the newest listed (then it goes before it, mostly at the end).
+            match superseded.back() {
+                Some(&(newest_ms, _)) if newest_ms > now_ms => {
+                    let position = superseded.partition_point(|&(at_ms, _)| at_ms <= now_ms);
+                    superseded.insert(position, (now_ms, ts));
+                }
+                _ => superseded.push_back((now_ms, ts)),
+            }
+            false
+        });
+        if unmarked.spilled() && unmarked.len() <= unmarked.inline_size() {
+            unmarked.shrink_to_fit(); // back inline after a burst of writes in flight
+        }
+    }
+
+    /// Removes collected version `ts` (present) of a key and counts it.
+    fn remove_collected(
+        &self,
+        versions: &mut VersionMap<StoredVersion>,
+        collected_max_ts: &mut Timestamp,
+        ts: Timestamp,
+    ) {
+        *collected_max_ts = (*collected_max_ts).max(ts);
+        let removed = versions.remove(&ts).expect("a version present is collected");
+        self.forget_version_bytes(removed.version.value.len());
+        self.version_count.fetch_sub(1, Ordering::Relaxed);
+        self.versions_collected.fetch_add(1, Ordering::Relaxed);
     }
 
     fn forget_version_bytes(&self, bytes: usize) {
@@ -870,22 +931,68 @@ mod tests {
 
     #[test]
     fn superseded_versions_survive_the_grace_period_then_go() {
+        // Two-key transactions: a reader that got `b`'s version of one may ask for `a`'s.
         let store = Store::new(100);
-        prepare(&store, 1, &["a"], 0);
+        prepare(&store, 1, &["a", "b"], 0);
         store.commit(1);
-        prepare(&store, 2, &["a"], 10);
+        prepare(&store, 2, &["a", "b"], 10);
         store.commit(2);
         // Version 1 is marked superseded at t=50 and still readable within the grace period.
-        prepare(&store, 3, &["a"], 50);
+        prepare(&store, 3, &["a", "b"], 50);
         assert_eq!(store.get_at(b"a", 1).unwrap().ts, 1);
         store.commit(3);
-        prepare(&store, 4, &["a"], 149);
+        prepare(&store, 4, &["a", "b"], 149);
         assert!(store.get_at(b"a", 1).is_ok(), "still inside the grace period");
-        prepare(&store, 5, &["a"], 150);
+        prepare(&store, 5, &["a", "b"], 150);
         assert_eq!(store.get_at(b"a", 1).unwrap_err(), StoreError::VersionGone { ts: 1 });
         // The committed latest is never collected.
         assert_eq!(store.get_latest(b"a").unwrap().ts, 3);
-        assert_eq!(store.stats().versions_collected, 1);
+        assert_eq!(store.stats().versions_collected, 2, "version 1 of a and of b");
+    }
+
+    /// Issue 18 (memory per key): a version whose transaction wrote its key alone goes as soon
+    /// as a newer commit supersedes it (no reader's round 2 can name it), from the COMMIT
+    /// itself; a HIGHEST_OF read that could have wanted it refuses; a two-key version beside
+    /// it keeps its grace period, and so does one with no write set (RAMP-Small, NoCC).
+    #[test]
+    fn a_version_alone_in_its_write_set_goes_when_superseded() {
+        let store = Store::new(1_000);
+        prepare(&store, 1, &["a"], 0);
+        store.commit(1);
+        prepare(&store, 2, &["a"], 0);
+        assert_eq!(store.get_at(b"a", 1).unwrap().ts, 1, "the latest until 2 commits");
+        let held = store.get_latest(b"a").unwrap();
+        store.commit(2);
+        assert_eq!(store.get_at(b"a", 1).unwrap_err(), StoreError::VersionGone { ts: 1 });
+        assert_eq!(&*held.value, b"a@1", "a reader that got it keeps it");
+        assert_eq!((store.stats().versions, store.stats().versions_collected), (1, 1));
+        assert!(matches!(store.get_highest_of(b"a", &[1]), Err(StoreError::VersionGone { ts: 1 })));
+        // A two-key version superseded by a one-key one keeps its grace period.
+        prepare(&store, 3, &["a", "b"], 0);
+        store.commit(3);
+        assert_eq!(store.get_at(b"a", 2).unwrap_err(), StoreError::VersionGone { ts: 2 });
+        prepare(&store, 4, &["a"], 10);
+        store.commit(4);
+        prepare(&store, 5, &["a"], 10); // marks 3 superseded at 10
+        store.commit(5);
+        assert!(store.get_at(b"a", 4).is_err(), "one-key, gone at the commit of 5");
+        assert_eq!(store.get_at(b"a", 3).unwrap().ts, 3, "two-key: within the grace period");
+        prepare(&store, 6, &["a"], 1_010);
+        assert!(store.get_at(b"a", 3).is_err(), "past the grace period");
+        // No write set (RAMP-Small, NoCC): the grace period.
+        store.put(10, vec![(key("c"), b"x".to_vec().into())], 0).unwrap();
+        store.put(11, vec![(key("c"), b"y".to_vec().into())], 0).unwrap();
+        store.put(12, vec![(key("c"), b"z".to_vec().into())], 0).unwrap();
+        assert_eq!(store.get_at(b"c", 10).unwrap().ts, 10);
+        // A late COMMIT of an older one-key version leaves it superseded at once: it goes at
+        // the key's next write.
+        prepare(&store, 20, &["d"], 0);
+        prepare(&store, 21, &["d"], 0);
+        store.commit(21);
+        store.commit(20);
+        assert_eq!(store.get_at(b"d", 20).unwrap().ts, 20);
+        prepare(&store, 22, &["d"], 0);
+        assert!(store.get_at(b"d", 20).is_err());
     }
 
     /// Issue 15: "a key's old versions are freed only when it is written again". The sweep
@@ -1060,23 +1167,43 @@ mod tests {
     /// What the store must hold, computed the slow way: every version of every key with
     /// whether it is committed and since when it has been seen superseded (marked, as the
     /// store does, when the key is next prepared).
+    /// A version alone in its write set goes when first seen superseded, at a prepare of its
+    /// key or at a COMMIT that supersedes a latest version alone in its write set.
     #[derive(Default)]
     struct ModelKey {
-        versions: BTreeMap<Timestamp, (bool, Option<u64>)>,
+        /// ts -> (committed, seen superseded at, alone in its write set).
+        versions: BTreeMap<Timestamp, (bool, Option<u64>, bool)>,
         last_commit: Timestamp,
     }
 
     impl ModelKey {
         /// Version `ts` was (re)prepared at `now_ms`: mark, then collect.
-        fn prepared(&mut self, ts: Timestamp, now_ms: u64, grace_ms: u64) {
-            self.versions.entry(ts).or_insert((false, None));
+        fn prepared(&mut self, ts: Timestamp, alone: bool, now_ms: u64, grace_ms: u64) {
+            self.versions.insert(ts, (false, None, alone));
+            self.collect_alone();
             let last_commit = self.last_commit;
-            for (version_ts, (committed, seen)) in self.versions.iter_mut() {
+            for (version_ts, (committed, seen, _)) in self.versions.iter_mut() {
                 if *committed && *version_ts < last_commit && seen.is_none() {
                     *seen = Some(now_ms);
                 }
             }
-            self.versions.retain(|_, (_, seen)| seen.is_none_or(|seen| now_ms - seen < grace_ms));
+            self.versions.retain(|_, (_, seen, _)| seen.is_none_or(|seen| now_ms - seen < grace_ms));
+        }
+
+        fn committed(&mut self, ts: Timestamp) {
+            self.versions.get_mut(&ts).unwrap().0 = true;
+            let replaced = self.last_commit;
+            self.last_commit = self.last_commit.max(ts);
+            if ts > replaced && self.versions.get(&replaced).is_some_and(|&(_, _, alone)| alone) {
+                self.collect_alone();
+            }
+        }
+
+        fn collect_alone(&mut self) {
+            let last_commit = self.last_commit;
+            self.versions.retain(|&ts, &mut (committed, seen, alone)| {
+                !(alone && committed && ts < last_commit && seen.is_none())
+            });
         }
     }
 
@@ -1108,7 +1235,7 @@ mod tests {
                     }
                     prepare(&store, ts, &keys, now_ms);
                     for key in &keys {
-                        model.get_mut(key).unwrap().prepared(ts, now_ms, GRACE_MS);
+                        model.get_mut(key).unwrap().prepared(ts, keys.len() == 1, now_ms, GRACE_MS);
                     }
                     pending.push((ts, keys));
                 }
@@ -1116,9 +1243,7 @@ mod tests {
                     let (ts, keys) = pending.swap_remove(random.gen_range(0..pending.len()));
                     assert_eq!(store.commit(ts), keys.len(), "step {step}");
                     for key in keys {
-                        let entry = model.get_mut(key).unwrap();
-                        entry.versions.get_mut(&ts).unwrap().0 = true;
-                        entry.last_commit = entry.last_commit.max(ts);
+                        model.get_mut(key).unwrap().committed(ts);
                     }
                 }
                 8 if !pending.is_empty() => {
@@ -1135,7 +1260,7 @@ mod tests {
                         keys.iter().map(|text| (key(text), format!("{text}@{ts}").into_bytes().into())).collect();
                     store.prepare(ts, write_set(&keys), Arc::from([]), writes, now_ms).unwrap();
                     for key in &keys {
-                        model.get_mut(key).unwrap().prepared(ts, now_ms, GRACE_MS);
+                        model.get_mut(key).unwrap().prepared(ts, keys.len() == 1, now_ms, GRACE_MS);
                     }
                 }
                 _ => {}

@@ -14,9 +14,15 @@
 //! When a read command (GET, MGET, EXISTS) starts, the read commands right behind it that are
 //! already buffered join it in one `get_all` (up to [`BATCH_COMMANDS_MAX`] commands and
 //! `TXN_KEYS_MAX` keys); likewise SET and MSET in one `put_all` (up to
-//! [`WRITE_BATCH_KEYS_MAX`] keys). Each command still gets its own reply, in order. The batch is
-//! atomic as a whole: stronger than what Redis promises for a pipeline, and still an execution
-//! Redis allows (the commands back to back). Any other command (DEL, PING, HELLO, an error) ends
+//! [`WRITE_BATCH_KEYS_MAX`] keys). Each command still gets its own reply, in order. A batch of
+//! reads, or of writes with an MSET of several keys in it, is atomic as a whole: stronger than
+//! what Redis promises for a pipeline, and still an execution Redis allows (the commands back to
+//! back). A batch of one-key writes (SETs) is written as independent one-key writes at one
+//! timestamp (`Driver::begin_independent_writes`), each atomic alone, as in Redis: their
+//! versions are then alone in their write sets, which the servers free as soon as a newer
+//! write supersedes them instead of keeping them for the GC grace period (a pipeline of SETs
+//! otherwise grew memory by its whole volume for ten seconds: docs/performance.md, issue 18).
+//! Any other command (DEL, PING, HELLO, an error) ends
 //! a batch and runs alone. This is what lets a pipelining client get more than one transaction's
 //! worth of work per round trip.
 //!
@@ -841,17 +847,22 @@ impl EventLoop {
     }
 
     /// Starts one write for `first` and the write commands right behind it (see
-    /// [`EventLoop::begin_read_batch`]). Writing them in one transaction makes them atomic
-    /// together, which Redis does not promise but allows; a key written twice keeps the value of
-    /// the later command.
+    /// [`EventLoop::begin_read_batch`]). With an MSET of several keys among them, one
+    /// transaction makes them atomic together, which Redis does not promise but allows; one-key
+    /// writes only are independent writes (module header). A key written twice keeps the value
+    /// of the later command.
     fn begin_write_batch(&mut self, slot: usize, first: Request) {
         let mut pairs = Vec::new();
         let mut commands = 0;
+        let mut one_key_each = true;
         let mut next = Some(first);
         while let Some(request) = next.take() {
             match request {
                 Request::Set { key, value } => pairs.push((key, value)),
-                Request::MultiSet { pairs: more } => pairs.extend(more),
+                Request::MultiSet { pairs: more } => {
+                    one_key_each &= more.len() == 1;
+                    pairs.extend(more);
+                }
                 other => unreachable!("not a write command: {other:?}"),
             }
             commands += 1;
@@ -861,7 +872,10 @@ impl EventLoop {
                 _ => None,
             });
         }
-        self.begin_write(slot, pairs, Pending::Writes { commands });
+        match one_key_each && commands > 1 {
+            true => self.begin_independent_writes(slot, pairs, Pending::Writes { commands }),
+            false => self.begin_write(slot, pairs, Pending::Writes { commands }),
+        }
     }
 
     /// The next complete command in the connection's input, consumed, if `keys_of` accepts it
@@ -907,8 +921,17 @@ impl EventLoop {
     }
 
     fn begin_write(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending) {
+        self.begin_write_as(slot, pairs, pending, false);
+    }
+
+    fn begin_independent_writes(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending) {
+        self.begin_write_as(slot, pairs, pending, true);
+    }
+
+    fn begin_write_as(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending, independent: bool) {
         let session = self.connections[slot].as_ref().expect("open").session;
         let started = match self.driver() {
+            Some(driver) if independent => driver.begin_independent_writes(session, pairs).map(|_ts| ()),
             Some(driver) => driver.begin_write(session, pairs).map(|_ts| ()),
             None => return self.reply_unavailable(slot, pending.replies()),
         };

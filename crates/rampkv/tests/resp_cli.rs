@@ -317,6 +317,36 @@ fn pipelined_commands_are_answered_in_order_and_see_earlier_writes() {
     assert_eq!(String::from_utf8_lossy(&reply), String::from_utf8_lossy(&expected));
 }
 
+/// Issue 18 (memory per key): pipelined SETs are independent one-key writes, so the servers
+/// keep one version per key, not every version written through the GC grace period; pipelined
+/// MSETs of two keys stay atomic, and their superseded versions wait out the grace period. The
+/// values read back are the last ones written, in process and over TCP.
+#[test]
+fn pipelined_sets_keep_one_version_per_key_and_msets_stay_atomic() {
+    for stack in [Stack::start_in_process(4, 4), Stack::start(4, 4)] {
+        let mut stream = stack.connect();
+        let mut request = Vec::new();
+        for round in 0..160 {
+            request.extend_from_slice(format!("SET key{} v{round}\r\n", round % 10).as_bytes());
+        }
+        stream.write_all(&request).unwrap();
+        let reply = read_reply(&mut stream, 160 * b"+OK\r\n".len());
+        assert!(reply.chunks(5).all(|chunk| chunk == b"+OK\r\n"), "{}", String::from_utf8_lossy(&reply));
+        let versions =
+            |stack: &Stack| stack._group.cores().iter().map(|core| core.store().stats().versions).sum::<usize>();
+        assert_eq!(versions(&stack), 10, "one version per key: superseded ones went at once");
+        for index in 0..10 {
+            assert_eq!(cli(stack.port(), &["GET", &format!("key{index}")]), format!("v{}\n", 150 + index));
+        }
+        for round in 0..4 {
+            // One at a time: pipelined, they would be one transaction.
+            exchange(&mut stream, format!("MSET pair-a m{round} pair-b m{round}\r\n").as_bytes(), b"+OK\r\n");
+        }
+        assert_eq!(versions(&stack), 10 + 2 * 4, "two-key versions keep their grace period");
+        assert_eq!(cli(stack.port(), &["MGET", "pair-a", "pair-b"]), "m3\nm3\n");
+    }
+}
+
 /// A seeded random pipeline of reads, writes, deletes and other commands gets exactly the
 /// replies a sequential model predicts: batching consecutive reads or writes into one
 /// transaction keeps every command's reply and order. Set `RESP_PIPELINE_SEED` to replay.

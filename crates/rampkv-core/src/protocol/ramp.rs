@@ -716,9 +716,13 @@ pub struct WriteTxn {
     outstanding: usize,
     phase: WritePhase,
     /// One server holds every key: PREPARE_COMMIT, one round trip (RAMP algorithms only).
+    /// Independent writes are one-phase too: one PREPARE_COMMIT per key.
     one_phase: bool,
-    /// What every version of this transaction carries.
+    /// What every version of this transaction carries (independent writes: unused).
     metadata: Metadata,
+    /// Independent writes ([`WriteTxn::independent`]): each part's own metadata, a write set
+    /// of its one key. Empty otherwise.
+    part_metadata: Vec<Metadata>,
     options: TxnOptions,
 }
 
@@ -758,8 +762,37 @@ impl WriteTxn {
             phase: WritePhase::Prepare,
             one_phase,
             metadata,
+            part_metadata: Vec::new(),
             options,
         })
+    }
+
+    /// Plans `writes` as independent one-key writes sharing timestamp `ts` (RAMP-Fast; other
+    /// algorithms get [`WriteTxn::new`]): each key is its own PREPARE_COMMIT whose write set
+    /// names that key alone, all sent at once. Readers never repair one of these versions from
+    /// another, so the batch is not atomic as a whole (each write is), which is what Redis
+    /// promises for pipelined SETs; in exchange a server frees each version as soon as a newer
+    /// one supersedes it, instead of keeping it for the GC grace period (docs/architecture.md,
+    /// "versions alone in their write set"). A key written twice keeps its last value.
+    pub fn independent(
+        cluster: &Cluster,
+        ts: Timestamp,
+        writes: Vec<(Vec<u8>, Vec<u8>)>,
+        options: TxnOptions,
+    ) -> Result<WriteTxn, ProtocolError> {
+        if options.algorithm != Algorithm::RampFast {
+            return Self::new(cluster, ts, writes, options);
+        }
+        let mut txn = Self::new(cluster, ts, writes, options)?;
+        let writes: Vec<Write> = txn.parts.drain(..).flat_map(|(_, writes)| writes).collect();
+        txn.part_metadata = writes
+            .iter()
+            .map(|write| metadata_for(&options, std::slice::from_ref(&write.key)))
+            .collect::<Result<_, _>>()?;
+        txn.parts = writes.into_iter().map(|write| (cluster.server_of(&write.key), vec![write])).collect();
+        txn.acknowledged = vec![false; txn.parts.len()];
+        txn.one_phase = true;
+        Ok(txn)
     }
 
     /// The transaction's timestamp.
@@ -787,7 +820,11 @@ impl WriteTxn {
                     } else {
                         self.write_set.clone()
                     };
-                    let (ts, metadata) = (self.ts, self.metadata.clone());
+                    let metadata = match self.part_metadata.get(part) {
+                        Some(own) => own.clone(),
+                        None => self.metadata.clone(),
+                    };
+                    let ts = self.ts;
                     match self.one_phase {
                         true => Request::PrepareCommit { ts, metadata, write_set, writes },
                         false => Request::Prepare { ts, metadata, write_set, writes },

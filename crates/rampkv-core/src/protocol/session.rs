@@ -301,12 +301,38 @@ impl Sessions {
         wall_us: u64,
         posts: &mut Vec<Post>,
     ) -> Result<Timestamp, SessionError> {
+        self.begin_write_planned(session, build, false, now_us, wall_us, posts)
+    }
+
+    /// Starts independent one-key writes sharing one timestamp on an idle session
+    /// ([`WriteTxn::independent`]: not atomic together; RAMP-Fast only, other algorithms
+    /// write them as one transaction). Returns the timestamp.
+    pub fn begin_independent_writes(
+        &mut self,
+        session: usize,
+        writes: Vec<(Vec<u8>, Vec<u8>)>,
+        now_us: u64,
+        wall_us: u64,
+        posts: &mut Vec<Post>,
+    ) -> Result<Timestamp, SessionError> {
+        self.begin_write_planned(session, |_| writes, true, now_us, wall_us, posts)
+    }
+
+    fn begin_write_planned(
+        &mut self,
+        session: usize,
+        build: impl FnOnce(Timestamp) -> Vec<(Vec<u8>, Vec<u8>)>,
+        independent: bool,
+        now_us: u64,
+        wall_us: u64,
+        posts: &mut Vec<Post>,
+    ) -> Result<Timestamp, SessionError> {
         self.check_idle(session)?;
         let ts = self.sessions[session].clock.next(wall_us)?;
-        let txn = if self.options.algorithm == Algorithm::S2pl {
-            ActiveTxn::LockingWrite(LockingWriteTxn::new(&self.cluster, ts, build(ts))?)
-        } else {
-            ActiveTxn::Write(WriteTxn::new(&self.cluster, ts, build(ts), self.options)?)
+        let txn = match (self.options.algorithm, independent) {
+            (Algorithm::S2pl, _) => ActiveTxn::LockingWrite(LockingWriteTxn::new(&self.cluster, ts, build(ts))?),
+            (_, true) => ActiveTxn::Write(WriteTxn::independent(&self.cluster, ts, build(ts), self.options)?),
+            (_, false) => ActiveTxn::Write(WriteTxn::new(&self.cluster, ts, build(ts), self.options)?),
         };
         self.activate(session, txn, now_us, posts);
         Ok(ts)

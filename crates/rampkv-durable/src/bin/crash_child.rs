@@ -62,7 +62,10 @@ fn append_until(log: &Log, store: &Store, round: u64, thread: u64, deadline: Ins
         let put = round << 48 | (counter + 1) << 16 | thread;
         counter += 2;
         let writes = vec![(key_of(prepared), value_of(prepared))];
-        let write_set: Arc<[Key]> = Arc::from([key_of(prepared)]);
+        // A second key (written elsewhere, as far as this store knows), so that superseded
+        // versions keep the grace period the test's check relies on: a version alone in its
+        // write set goes as soon as it is superseded.
+        let write_set: Arc<[Key]> = Arc::from([key_of(prepared), Key::from(&b"elsewhere"[..])]);
         let metadata = StoredMetadata::WriteSet(Arc::clone(&write_set));
         store.prepare(prepared, metadata.clone(), Arc::clone(&write_set), writes.clone(), 0)?;
         let record = RecordRef::Prepare { ts: prepared, metadata: &metadata, write_set: &write_set, writes: &writes };

@@ -144,6 +144,22 @@ impl<T: ClientTransport> Driver<T> {
         self.begin_write_with(session, |_| writes)
     }
 
+    /// Starts independent one-key writes on an idle session, all at one timestamp and not
+    /// atomic together (RAMP-Fast; other algorithms write them as one transaction): what a
+    /// Redis pipeline of SETs promises, at the memory cost of single-key writes (each version
+    /// is freed as soon as it is superseded). Returns the timestamp.
+    pub fn begin_independent_writes(
+        &mut self,
+        session: usize,
+        writes: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Result<Timestamp, ClientError> {
+        self.revive();
+        let now_us = self.now_us();
+        let ts = self.sessions.begin_independent_writes(session, writes, now_us, wall_clock_us(), &mut self.posts)?;
+        self.post()?;
+        Ok(ts)
+    }
+
     /// Like [`Driver::begin_write`], with the writes built once the timestamp is known.
     pub fn begin_write_with(
         &mut self,

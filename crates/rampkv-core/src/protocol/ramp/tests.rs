@@ -270,3 +270,48 @@ fn a_write_on_one_server_is_one_prepare_commit_and_a_wider_one_two_phases() {
     write.start(&mut out);
     assert!(matches!(&out[..], [Outgoing { request: Request::Put { .. }, .. }]), "{out:?}");
 }
+
+/// Independent writes (pipelined Redis SETs): one PREPARE_COMMIT per key, all at once and at
+/// one timestamp, each carrying a write set of its own key alone (so no reader repairs one from
+/// another, and each version may go as soon as it is superseded); a key written twice keeps its
+/// last value; done when every key is acknowledged. Other algorithms get one transaction.
+#[test]
+fn independent_writes_are_one_prepare_commit_per_key_each_alone_in_its_write_set() {
+    let two = Cluster::with_servers(vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]).unwrap();
+    let mut writes: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..6).map(|index| (format!("k{index}").into_bytes(), vec![1u8])).collect();
+    writes.push((b"k0".to_vec(), vec![2u8]));
+    let ts = 1 << 16 | 4;
+    let mut write = WriteTxn::independent(&two, ts, writes.clone(), TxnOptions::default()).unwrap();
+    let mut out = Vec::new();
+    write.start(&mut out);
+    assert_eq!(out.len(), 6, "one request per distinct key: {out:?}");
+    for sent in &out {
+        let Request::PrepareCommit {
+            ts: sent_ts, metadata: Metadata::WriteSet(write_set), writes: sent_writes, ..
+        } = &sent.request
+        else {
+            panic!("a PREPARE_COMMIT with a write set: {sent:?}")
+        };
+        let [only] = &sent_writes[..] else { panic!("one write each: {sent_writes:?}") };
+        assert_eq!(*sent_ts, ts);
+        assert_eq!(write_set.iter().collect::<Vec<_>>(), vec![&only.key[..]], "its own key alone");
+        assert_eq!(sent.server, two.server_of(&only.key));
+        if only.key == b"k0" {
+            assert_eq!(only.value, vec![2u8], "the last value of a key written twice");
+        }
+    }
+    let mut more = Vec::new();
+    let (last, first) = out.split_last().unwrap();
+    for sent in first {
+        assert!(matches!(write.on_reply(sent.tag, Response::Ack, &mut more).unwrap(), Step::Pending));
+    }
+    assert!(matches!(write.on_reply(last.tag, Response::Ack, &mut more).unwrap(), Step::Done(_)));
+    assert!(more.is_empty(), "no COMMIT: {more:?}");
+
+    let options = TxnOptions { algorithm: Algorithm::RampSmall, ..TxnOptions::default() };
+    let mut write = WriteTxn::independent(&two, ts, writes, options).unwrap();
+    let mut out = Vec::new();
+    write.start(&mut out);
+    assert!(out.len() <= 2 && out.iter().all(|sent| matches!(sent.request, Request::Prepare { .. })), "{out:?}");
+}
