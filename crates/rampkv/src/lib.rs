@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 
 pub mod logging;
+pub mod pages;
 
 pub use rampkv_bench::{bench, chaos, checker, figures, history, progress};
 pub use rampkv_config as config;

@@ -635,6 +635,9 @@ fn watch_stdin() -> std::io::Result<()> {
 }
 
 fn main() -> ExitCode {
+    // Before any thread starts and before the stores grow: fresh huge pages stall the thread
+    // that touches them for milliseconds here (`rampkv::pages`).
+    rampkv::pages::disable_transparent_huge_pages();
     let cli = Cli::parse();
     rampkv::logging::init();
     match run(cli.command) {
