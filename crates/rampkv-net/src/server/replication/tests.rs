@@ -53,9 +53,12 @@ use rampkv_core::storage::Key;
 #[test]
 fn hello_answer_and_acknowledgement_round_trip_and_any_flipped_bit_is_refused() {
     let hello = encode_hello(3, 7, 11, 0);
-    assert_eq!(decode_hello(&hello), Some(Hello { primary: 3, epoch: 7, first: 11, catch_up: false }));
-    let catch_up = encode_hello(3, 7, 11, HELLO_CATCH_UP);
-    assert_eq!(decode_hello(&catch_up), Some(Hello { primary: 3, epoch: 7, first: 11, catch_up: true }));
+    let decoded = Hello { primary: 3, epoch: 7, first: 11, catch_up: false, log_region: false };
+    assert_eq!(decode_hello(&hello), Some(decoded));
+    let catch_up = encode_hello(3, 7, 11, HELLO_CATCH_UP | HELLO_LOG_REGION);
+    let decoded = Hello { primary: 3, epoch: 7, first: 11, catch_up: true, log_region: true };
+    assert_eq!(decode_hello(&catch_up), Some(decoded));
+    assert_eq!(decode_hello(&encode_hello(3, 7, 11, 4)), None, "an unknown flag");
     let answer = encode_answer(2, 99);
     assert_eq!(decode_answer(&answer), Some((2, 99)));
     let acknowledgement = encode_ack(42, false);
@@ -159,9 +162,21 @@ fn stale_epochs_gaps_and_records_of_another_epoch_are_refused() {
 
 #[test]
 fn a_replicator_releases_a_call_only_once_every_backup_acknowledged_it() {
+    replicator_releases_a_call_only_once_every_backup_holds_it(ReplicationMedium::Tcp);
+}
+
+/// One-sided: a call is released once it landed in both backups' log regions; the backups
+/// apply it (the apply lag is measured); a backup that goes away closes its region, and later
+/// calls are never released.
+#[test]
+fn a_one_sided_replicator_releases_a_call_once_it_landed_in_every_log_region() {
+    replicator_releases_a_call_only_once_every_backup_holds_it(ReplicationMedium::OneSided);
+}
+
+fn replicator_releases_a_call_only_once_every_backup_holds_it(medium: ReplicationMedium) {
     let (first, second) = (service(), service());
     let backups = vec![(1, first.address().to_string()), (2, second.address().to_string())];
-    let replicator = Replicator::start(0, 1, backups, None).unwrap();
+    let replicator = Replicator::start(0, 1, backups, None, medium).unwrap();
     let mut effects = Effects::default();
     effects.logged.push(rampkv_core::protocol::server::LogRecord::Put {
         ts: 1 << 20,
@@ -183,9 +198,23 @@ fn a_replicator_releases_a_call_only_once_every_backup_acknowledged_it() {
     assert_eq!(replicator.acknowledged(), LogPosition(2));
     for service in [&first, &second] {
         let copy = service.copy_of(0).unwrap();
+        // One-sided, the backup applies what it holds off the primary's path: soon, not at once.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while copy.applied() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert_eq!(copy.applied(), 2);
         assert!(copy.store().get_latest(b"k").is_some());
         assert_eq!(copy.store().stats().pending_transactions, 1, "the PREPARE is held prepared");
+    }
+    if medium == ReplicationMedium::OneSided {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while replicator.stats().apply_lag.count() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let stats = replicator.stats();
+        assert_eq!(stats.apply_lag.count(), 2, "one apply lag per backup for the call");
+        assert!(stats.apply_lag.quantile_us(1.0) > 0 && stats.apply_lag_us_max < 10_000_000);
     }
     // A backup that goes away: the link fails and later calls are never released.
     drop(second);
@@ -232,9 +261,20 @@ fn write_key(store: &Store, ts: u64, key: &str) {
 /// and from then on a write is released only once it is on the copy.
 #[test]
 fn a_catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync() {
+    catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync(ReplicationMedium::Tcp);
+}
+
+/// The same through the backup's log region (the snapshot, the records and the in-sync marker
+/// all travel in it).
+#[test]
+fn a_one_sided_catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync() {
+    catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync(ReplicationMedium::OneSided);
+}
+
+fn catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync(medium: ReplicationMedium) {
     let core = Arc::new(ServerCore::new(1_000));
     let service = service();
-    let replicator = Replicator::start(0, 3, Vec::new(), None).unwrap();
+    let replicator = Replicator::start(0, 3, Vec::new(), None, medium).unwrap();
     replicator.set_source(Arc::clone(&core));
     // The store applies a change before its record is appended (the contract).
     let write = |ts: u64, key: &str| {
@@ -271,6 +311,13 @@ fn a_catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync() {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert!(replicator.acknowledged() >= position);
+    if medium == ReplicationMedium::OneSided {
+        // Held (landed in the log region): applied soon after, off the primary's path.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while copy.store().get_latest(b"after").is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     assert!(copy.store().get_latest(b"after").is_some(), "a released write is on the in-sync copy");
 }
 
