@@ -1838,6 +1838,16 @@ impl Read for PrimaryStream {
     }
 }
 
+impl Drop for PrimaryStream {
+    /// The region closes before the connection does: a primary that sees the connection end
+    /// has had every later write refused as not held.
+    fn drop(&mut self) {
+        if let Some(log) = &mut self.log {
+            log.close();
+        }
+    }
+}
+
 impl Write for PrimaryStream {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         self.control.write(bytes)
