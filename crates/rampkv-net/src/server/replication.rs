@@ -788,11 +788,24 @@ impl Replicator {
     /// full on a link that holds no reply (which does not make writes wait); the part written
     /// is noted, and the batch goes to the queue for the link's thread to finish.
     fn write_direct(&self, link: &Link, queue: &mut LinkQueue, batch: &Batch, wait_ms: u64) -> bool {
-        let deadline = (wait_ms > 0).then(|| Instant::now() + Duration::from_millis(wait_ms));
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
         let Some(log) = queue.log.as_mut() else { return false };
         let mut written = 0;
         link.written.fetch_max(batch.last, Ordering::AcqRel);
-        match log.append(&batch.bytes, &mut written, deadline) {
+        // A full region is waited for in slices: a backup that died (its link fails when its
+        // connection ends) never frees room, and the write must not wait out the whole bound.
+        let slice = Duration::from_millis(REPLICATION_IO_TIMEOUT_MS);
+        let appended = loop {
+            let until = (wait_ms > 0).then(|| deadline.min(Instant::now() + slice));
+            match log.append(&batch.bytes, &mut written, until) {
+                Ok(false) if wait_ms > 0 && !link.failed() && Instant::now() < deadline => continue,
+                other => break other,
+            }
+        };
+        if link.failed() {
+            return true; // never held: the position stays out of reach
+        }
+        match appended {
             Ok(true) => landed(&self.shared, link, batch),
             Ok(false) if wait_ms > 0 => {
                 let (backup, address) = (link.backup, link.address.clone());

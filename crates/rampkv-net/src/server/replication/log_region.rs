@@ -17,8 +17,10 @@
 //!
 //! # When a backup *holds* a record
 //! Once the one-sided store of the message that ends it has completed into the backup's log
-//! region and the region was still open: the primary stores the message (its trailer last,
-//! release), runs a sequentially consistent fence and loads the close word; zero means held.
+//! region, the region was still open and the backup's process still there: the primary stores
+//! the message (its trailer last, release), runs a sequentially consistent fence and loads the
+//! close word (zero: open), then asks the backup's connection whether it ended (the write's
+//! completion status, [`LogSender::check_open`]).
 //! A backup closes its region (takes the copy over in a failover, refuses the stream, or its
 //! stream ends) by storing the close word, a sequentially consistent fence, and then reading
 //! what is complete in the ring (and applying it when it takes the copy over). The two fences
@@ -33,10 +35,10 @@
 //!   end), so every record held is in the copy a failover takes over.
 //! - The backup's process dies: its copy and the unapplied part of its ring are gone (the
 //!   region's file may outlive it; nothing reads it again: a restarted backup catches up from a
-//!   snapshot). A record that landed before the primary learnt of the death (the control
-//!   connection's end) counted as held, as a FaRM write that completed into a NIC whose machine
-//!   then failed: the write is then on the primary alone, one failure of its replica set, which
-//!   rejoin repairs (f failures at a time are promised, not more).
+//!   snapshot). The kernel ends its connection as it dies, so a write completing after that is
+//!   not held; one that completed just before counted as held, as a FaRM write that completed
+//!   into a NIC whose machine then failed: the write is then on the primary alone, one failure
+//!   of its replica set, which rejoin repairs (f failures at a time are promised, not more).
 //! - The host dies: every process with it (all servers here share one host: not survived).
 
 use std::net::TcpStream;
@@ -48,6 +50,7 @@ use rampkv_fabric::{
     Doorbell, Fabric, FabricError, FenceOrdering, LoadOrdering, OneSided, RegionDescriptor, RingAddresses, RingError,
     RingLayout, RingReceiver, RingSender, SendError, ShmFabric, ShmLocalRegion, ShmRemoteRegion, StoreOrdering, Words,
 };
+use rustix::event::{PollFd, PollFlags, Timespec};
 use serde::{Deserialize, Serialize};
 
 use crate::message::fabric::{read_json_line, write_json_line, Endpoint, FabricHandle, ServedRegion};
@@ -78,6 +81,12 @@ pub enum LogError {
     /// The backup closed its log region: it took the copy over, refused the stream, or ended it.
     #[error("the backup closed its log region (it took the copy over, or refused or ended the stream)")]
     Closed,
+    /// The write's completion reports the backup gone (its connection ended: the process died
+    /// or closed it).
+    #[error("the backup's connection ended: a write into its log region is not held")]
+    PeerGone,
+    #[error("asking the backup's connection whether it ended: {0}")]
+    Poll(std::io::Error),
 }
 
 /// The one JSON line either side sends on the control connection: its region.
@@ -115,6 +124,8 @@ pub(super) struct LogSender {
     sender: RingSender<ShmFabric, Arc<ShmLocalRegion>>,
     local: Arc<ShmLocalRegion>,
     log: ShmRemoteRegion,
+    /// The replication port's connection (a clone), whose end is the backup's.
+    control: TcpStream,
     /// Keeps the primary's region registered.
     _endpoint: Endpoint<ShmFabric>,
 }
@@ -129,7 +140,8 @@ impl LogSender {
         let log = map_peer(&fabric, control)?;
         let local = Arc::clone(&endpoint.region);
         let sender = RingSender::new(fabric, log.clone(), Arc::clone(&local), addresses())?;
-        Ok(LogSender { fabric, sender, local, log, _endpoint: endpoint })
+        let control = control.try_clone().map_err(LogError::Handshake)?;
+        Ok(LogSender { fabric, sender, local, log, control, _endpoint: endpoint })
     }
 
     /// Writes one message of at most `REPLICATION_LOG_MESSAGE_BYTES_MAX` from the front of
@@ -171,12 +183,24 @@ impl LogSender {
         Ok(true)
     }
 
-    /// Whether the backup's region was still open after everything written so far landed.
+    /// The completion of what was written so far: whether the backup's region was still open
+    /// after it landed, and its process still there. RDMA reports both in the write's
+    /// completion (a revoked region, or a reliable connection to a dead peer, completes in
+    /// error); here the close word is loaded after a fence (module docs), and the backup's
+    /// connection is asked whether it ended (one `poll` for POLLRDHUP, which the kernel raises
+    /// as soon as a process dies, even with acknowledgements still unread).
     pub(super) fn check_open(&self) -> Result<(), LogError> {
         self.local.fence(FenceOrdering::SeqCst);
-        match self.fabric.read_word(&self.log, CLOSE_OFFSET_BYTES, LoadOrdering::Acquire)? {
-            0 => Ok(()),
-            _ => Err(LogError::Closed),
+        if self.fabric.read_word(&self.log, CLOSE_OFFSET_BYTES, LoadOrdering::Acquire)? != 0 {
+            return Err(LogError::Closed);
+        }
+        let mut connection = [PollFd::new(&self.control, PollFlags::RDHUP)];
+        let ready = rustix::event::poll(&mut connection, Some(&Timespec { tv_sec: 0, tv_nsec: 0 }));
+        let ended = PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR;
+        match ready {
+            Ok(_) if connection[0].revents().intersects(ended) => Err(LogError::PeerGone),
+            Ok(_) => Ok(()),
+            Err(error) => Err(LogError::Poll(error.into())),
         }
     }
 }
