@@ -40,6 +40,19 @@ fn replicated(servers: usize, replicas: u32, medium: ReplicationMedium) -> (Serv
     (group, cluster)
 }
 
+/// One to four writes of round `round` to distinct keys among 64, in key order.
+fn random_writes(random: &mut rand::rngs::StdRng, round: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..random.gen_range(1..5))
+        .map(|_| {
+            let key = format!("k{}", random.gen_range(0..64)).into_bytes();
+            (key, format!("v{round}-{}", random.gen::<u32>()).into_bytes())
+        })
+        .collect();
+    pairs.sort();
+    pairs.dedup_by(|a, b| a.0 == b.0);
+    pairs
+}
+
 /// Over TCP a backup acknowledges what it applied: an acknowledged write is in every backup's
 /// copy at once.
 #[test]
@@ -49,15 +62,7 @@ fn every_acknowledged_write_is_already_applied_at_every_backup() {
         let (group, cluster) = replicated(servers, replicas, ReplicationMedium::Tcp);
         let mut client = Client::connect(&cluster).unwrap();
         for round in 0..40 {
-            let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..random.gen_range(1..5))
-                .map(|_| {
-                    let key = format!("k{}", random.gen_range(0..64)).into_bytes();
-                    (key, format!("v{round}-{}", random.gen::<u32>()).into_bytes())
-                })
-                .collect();
-            let mut unique = pairs.clone();
-            unique.sort();
-            unique.dedup_by(|a, b| a.0 == b.0);
+            let unique = random_writes(&mut random, round);
             let ts = client.put_all(unique.clone()).unwrap();
             // Acknowledged: no waiting from here on.
             for (key, value) in &unique {
@@ -103,15 +108,7 @@ fn every_acknowledged_write_is_in_the_copy_a_backup_takes_over_one_sided() {
         let mut client = Client::connect(&cluster).unwrap();
         let mut last: std::collections::BTreeMap<Vec<u8>, (u64, Vec<u8>)> = std::collections::BTreeMap::new();
         for round in 0..200 {
-            let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..random.gen_range(1..5))
-                .map(|_| {
-                    let key = format!("k{}", random.gen_range(0..64)).into_bytes();
-                    (key, format!("v{round}-{}", random.gen::<u32>()).into_bytes())
-                })
-                .collect();
-            let mut unique = pairs.clone();
-            unique.sort();
-            unique.dedup_by(|a, b| a.0 == b.0);
+            let unique = random_writes(&mut random, round);
             let ts = client.put_all(unique.clone()).unwrap();
             for (key, value) in unique {
                 last.insert(key, (ts, value));

@@ -78,8 +78,9 @@
 //!   8 u64 accepted: the last sequence number applied; stale epoch: the epoch it knows
 //!   16 u32 CRC32C of bytes [0, 16)           20 u32 reserved, zero
 //! (bit 1: then the log region handshake, one JSON line each way, `log_region`)
-//! then records, primary -> backup (over TCP, or written into the log region): log record frames (docs/persistence.md), lsn = sequence
-//! number, epoch = the primary's epoch when it appended (never older than the hello's),
+//! then records, primary -> backup (over TCP, or written into the log region): log record
+//! frames (docs/persistence.md), lsn = sequence number, epoch = the primary's epoch when it
+//! appended (never older than the hello's),
 //! synced_lsn = 0; and markers, which a record frame cannot be mistaken for (40 bytes):
 //!   0 u32 0xFFFF_FFFF (no record is that long)   4 u32 kind: 1 snapshot, 2 in sync
 //!   8 u64 snapshot: the first record after it; in sync: the record the backup holds up to
@@ -1291,8 +1292,14 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
                 link.changed.notify_all();
             }
         }
-        link.changed.notify_all();
-        shared.wake();
+        // Over TCP an acknowledgement makes room in the queue and releases replies. One-sided it
+        // does neither (the records were held once written): waking the link's thread and the
+        // front ends for it would cost two thread wake-ups per call for nothing, but while a
+        // catching-up link starts to count (which moves the watermark).
+        if shared.medium == ReplicationMedium::Tcp || link.catch_up.is_some() {
+            link.changed.notify_all();
+            shared.wake();
+        }
     }
 }
 

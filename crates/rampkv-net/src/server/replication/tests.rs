@@ -523,3 +523,29 @@ fn connect_to(address: std::net::SocketAddr) -> TcpStream {
     stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     stream
 }
+
+/// The apply-lag histogram: buckets tile the values without gaps, and a quantile is bounded
+/// from above by at most a quarter (plus one bucket's rounding at the bottom).
+#[test]
+fn the_apply_lag_histogram_bounds_each_quantile_from_above_within_a_quarter() {
+    for value in 0..131_072u64 {
+        let index = LagHistogram::bucket(value);
+        assert!(value < LagHistogram::upper_us(index), "{value} below its bucket's end");
+        assert!(index == 0 || value >= LagHistogram::upper_us(index - 1), "{value} above the previous bucket");
+    }
+    let mut histogram = LagHistogram::default();
+    assert_eq!(histogram.quantile_us(0.5), 0, "no lag counted");
+    for value in 0..10_000u64 {
+        histogram.record(value);
+    }
+    assert_eq!(histogram.count(), 10_000);
+    for quantile in [0.5, 0.9, 0.99, 0.999, 1.0] {
+        let exact = (quantile * 10_000.0).ceil() as u64 - 1;
+        let bound = histogram.quantile_us(quantile);
+        assert!(bound > exact && bound <= exact + exact / 4 + 2, "quantile {quantile}: {bound} for {exact}");
+    }
+    let mut merged = LagHistogram::default();
+    merged.add(&histogram);
+    merged.add(&histogram);
+    assert_eq!((merged.count(), merged.quantile_us(0.5)), (20_000, histogram.quantile_us(0.5)));
+}
