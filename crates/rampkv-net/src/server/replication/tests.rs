@@ -539,7 +539,7 @@ fn the_apply_lag_histogram_bounds_each_quantile_from_above_within_a_quarter() {
         histogram.record(value);
     }
     assert_eq!(histogram.count(), 10_000);
-    for quantile in [0.5, 0.9, 0.99, 0.999, 1.0] {
+    for quantile in [0.5f64, 0.9, 0.99, 0.999, 1.0] {
         let exact = (quantile * 10_000.0).ceil() as u64 - 1;
         let bound = histogram.quantile_us(quantile);
         assert!(bound > exact && bound <= exact + exact / 4 + 2, "quantile {quantile}: {bound} for {exact}");
