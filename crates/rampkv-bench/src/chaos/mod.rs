@@ -79,13 +79,6 @@ pub enum ChaosError {
         replicas - 1
     )]
     ReplicasKillAll { replicas: u32 },
-    /// `--replicas` above 1 with a killing nemesis over a one-sided transport: those clients
-    /// do not follow a failover yet (only TCP clients ask the configuration service).
-    #[error(
-        "--replicas {replicas} with --nemesis {nemesis} needs --transport tcp: the {transport} clients do not \
-         follow a failover yet (docs/replication.md)"
-    )]
-    FailoverTransport { replicas: u32, nemesis: &'static str, transport: &'static str },
     /// `--replicas` above 1 together with `--data-dir`: not built in the servers.
     #[error(
         "--replicas {replicas} with --data-dir: replication with persistence is not built yet (docs/replication.md)"
@@ -227,10 +220,6 @@ impl ChaosConfig {
         }
         if self.replicas > 1 && self.nemesis == NemesisKind::KillAll {
             return Err(ChaosError::ReplicasKillAll { replicas: self.replicas });
-        }
-        if self.replicas > 1 && self.nemesis != NemesisKind::None && self.transport != TransportKind::Tcp {
-            let (replicas, nemesis, transport) = (self.replicas, self.nemesis.name(), self.transport.name());
-            return Err(ChaosError::FailoverTransport { replicas, nemesis, transport });
         }
         if self.replicas > 1 && self.data_dir.is_some() {
             return Err(ChaosError::ReplicationWithDataDir { replicas: self.replicas });
@@ -469,11 +458,8 @@ fn run_workload_and_nemesis(
 ) -> Result<FaultPhase, ChaosError> {
     let is_interrupted = || interrupted.load(Ordering::Relaxed);
     let deadline = clock.origin() + config.duration;
-    let controls: Vec<String> =
-        (0..servers.count()).filter_map(|index| servers.control(index)).map(|address| address.to_string()).collect();
     let shared = WorkloadShared {
         cluster,
-        controls: &controls,
         transport: config.transport,
         keys: config.keys,
         txn_size: config.txn_size,
@@ -741,13 +727,6 @@ mod tests {
                 config.nemesis = NemesisKind::KillAll;
             },
             "not every server at once",
-        );
-        refused(
-            |config| {
-                config.replicas = 2;
-                config.transport = TransportKind::OneSided;
-            },
-            "needs --transport tcp",
         );
         refused(
             |config| {
