@@ -169,6 +169,24 @@ pub const FAILOVER_CLIENT_RETRY_MS_MAX: u64 = 10_000;
 /// Failover: the pause before the blocking client asks for the configuration again.
 pub const FAILOVER_RETRY_BACKOFF_MS: u64 = 50;
 
+/// One-sided replication: bytes of the log region's ring a backup registers for one primary's
+/// stream. It bounds the backup's apply lag: records landed in the ring and not yet applied
+/// never exceed it. A write that finds the ring full waits for the backup's apply (back-pressure
+/// on the primary), at most `REPLICATION_FULL_WAIT_MS_MAX`; then the backup is treated as failed.
+pub const REPLICATION_LOG_RING_BYTES: usize = 1 << 20;
+
+/// One-sided replication: the largest message the primary writes into a log region at once (a
+/// larger part of the stream is cut into several).
+pub const REPLICATION_LOG_MESSAGE_BYTES_MAX: usize = 64 << 10;
+
+/// One-sided replication: the bound on each read of the log region handshake (one JSON line each
+/// way on the replication port's connection, after the hello).
+pub const REPLICATION_LOG_HANDSHAKE_TIMEOUT_MS: u64 = 1_000;
+
+/// One-sided replication: the pause of a primary's link thread between two looks at a full log
+/// region, when it writes what waited (a snapshot, records queued before the link was up).
+pub const REPLICATION_LOG_FULL_BACKOFF_US: u64 = 50;
+
 /// Replication: most primaries' connections one backup service serves at once.
 pub const REPLICATION_CONNECTIONS_MAX: usize = 64;
 

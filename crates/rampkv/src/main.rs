@@ -39,8 +39,8 @@ use rampkv::server::durable::{cluster_data_dirs, DurabilityConfig};
 use rampkv::server::failover::FirstLease;
 use rampkv::server::front::FrontEnd;
 use rampkv::server::{
-    ConnectionLimits, Durability, FailoverOptions, ReplicationOptions, ReplicationPeers, ServerConfig, ServerGroup,
-    ServerOptions,
+    ConnectionLimits, Durability, FailoverOptions, ReplicationMedium, ReplicationOptions, ReplicationPeers,
+    ServerConfig, ServerGroup, ServerOptions,
 };
 
 /// Writes a line to stderr. A closed stderr (a reader that went away) is not an error worth a
@@ -125,17 +125,29 @@ enum Command {
         /// is killed with SIGKILL (the fault test, `rampkv chaos`, does).
         #[arg(long)]
         exit_on_stdin_eof: bool,
+        /// With `replicas` above 1 in the cluster file: how records reach the backups. tcp:
+        /// messages on the replication port; onesided: one-sided writes into a log region each
+        /// backup registers on the shared-memory fabric (FaRM's way; servers on one host).
+        /// Default: onesided when every server's `replicate` address is a loopback one (the
+        /// servers share this host's fabric), tcp otherwise. A backup takes either.
+        #[arg(long, value_name = "MEDIUM")]
+        replication_medium: Option<ReplicationMedium>,
     },
     /// Run a local cluster of several servers in this process and write its cluster file.
     Local {
         /// Number of servers.
         #[arg(long, default_value_t = 4)]
         servers: usize,
-        /// Copies of every partition (f + 1): server i's records are replicated synchronously,
-        /// over TCP, to the N - 1 servers after it, and a write is acknowledged only once every
-        /// backup applied it (docs/replication.md says what is promised). At most --servers.
+        /// Copies of every partition (f + 1): server i's records are replicated synchronously
+        /// to the N - 1 servers after it, and a write is acknowledged only once every backup
+        /// holds it (docs/replication.md says what is promised). At most --servers.
         #[arg(long, default_value_t = 1, value_name = "N")]
         replicas: u32,
+        /// With --replicas above 1: onesided (records written into a log region each backup
+        /// registers, held once landed, applied by the backup off the write's path) or tcp
+        /// (held once the backup applied it and said so).
+        #[arg(long, value_name = "MEDIUM", default_value = "onesided")]
+        replication_medium: ReplicationMedium,
         /// First port; server i listens on base-port + i (0: any free ports).
         #[arg(long, default_value_t = 0)]
         base_port: u16,
@@ -413,9 +425,13 @@ struct BenchArgs {
     servers: usize,
     /// Copies of every partition in the embedded cluster (1: no replication, the paper's
     /// configuration). With N > 1 every write is acknowledged once the N - 1 backups of its
-    /// partition applied it (synchronous replication over TCP; see docs/replication.md).
+    /// partition hold it (synchronous replication; see docs/replication.md).
     #[arg(long, default_value_t = 1, value_name = "N")]
     replicas: u32,
+    /// With --replicas above 1: how records reach the backups: onesided (written into a log
+    /// region each backup registers; the servers share this process) or tcp.
+    #[arg(long, value_name = "MEDIUM", default_value = "onesided")]
+    replication_medium: ReplicationMedium,
     /// Poller threads the embedded servers share.
     #[arg(long, default_value_t = 1)]
     server_threads: usize,
@@ -664,6 +680,7 @@ fn run(command: Command) -> Result<ExitCode> {
             timeout,
             persistence,
             exit_on_stdin_eof,
+            replication_medium,
         } => {
             if exit_on_stdin_eof {
                 watch_stdin().context("cannot watch standard input (--exit-on-stdin-eof)")?;
@@ -724,11 +741,17 @@ fn run(command: Command) -> Result<ExitCode> {
             let replication = match &membership {
                 // A server that holds nothing ships records to no backup until it is primary of
                 // something and a backup catches up from it; its port takes catching-up copies.
-                Some((file, index)) if file.replicas() > 1 => Some(ReplicationOptions {
-                    peers: Some(ReplicationPeers { first_index: *index, addresses: file.replicate_addresses()? }),
-                    rejoining: rejoined,
-                    ..ReplicationOptions::new(file.replicas())
-                }),
+                Some((file, index)) if file.replicas() > 1 => {
+                    let addresses = file.replicate_addresses()?;
+                    let medium = replication_medium
+                        .unwrap_or_else(|| ReplicationMedium::for_addresses(addresses.iter().map(String::as_str)));
+                    Some(ReplicationOptions {
+                        peers: Some(ReplicationPeers { first_index: *index, addresses }),
+                        rejoining: rejoined,
+                        medium,
+                        ..ReplicationOptions::new(file.replicas())
+                    })
+                }
                 _ => None,
             };
             if rejoined {
@@ -806,6 +829,7 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Local {
             servers,
             replicas,
+            replication_medium,
             base_port,
             cluster_file,
             resp_port,
@@ -819,7 +843,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 .map(|port| resp_auth.apply(GatewayConfig::new(SocketAddr::new(resp_bind, port))))
                 .transpose()?;
             let secret = secret.install()?;
-            let layout = LocalLayout { servers, replicas, base_port };
+            let layout = LocalLayout { servers, replicas, base_port, medium: replication_medium };
             run_local(layout, &cluster_file, resp, front.front(), secret, &persistence)
         }
         Command::Gateway { cluster, listen, resp_auth, secret } => {
@@ -888,7 +912,7 @@ fn run_local(
     secret: Option<Arc<SharedSecret>>,
     persistence: &PersistenceArgs,
 ) -> Result<ExitCode> {
-    let LocalLayout { servers, replicas, base_port } = layout;
+    let LocalLayout { servers, replicas, base_port, medium } = layout;
     if !(1..=64).contains(&servers) {
         bail!("--servers must be 1..=64, got {servers}");
     }
@@ -906,7 +930,7 @@ fn run_local(
         .durability()
         .map(|(dir, config)| Ok::<_, anyhow::Error>(Durability { dirs: cluster_data_dirs(&dir, servers)?, config }))
         .transpose()?;
-    let replication = (replicas != 1).then(|| ReplicationOptions::new(replicas));
+    let replication = (replicas != 1).then(|| ReplicationOptions { medium, ..ReplicationOptions::new(replicas) });
     let options = ServerOptions { secret, durability, replication, ..ServerOptions::default() };
     let mut group = spawn_servers(&configs, &options, "rampkv local").context("cannot start the local cluster")?;
     let mut cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())?
@@ -958,6 +982,7 @@ struct LocalLayout {
     servers: usize,
     replicas: u32,
     base_port: u16,
+    medium: ReplicationMedium,
 }
 
 /// `--replicas N` against `--servers`: refused before anything starts.
@@ -1059,6 +1084,7 @@ fn run_bench(args: BenchArgs) -> Result<ExitCode> {
         bloom: BloomParameters { bits: args.bloom_bits, hashes: args.bloom_hashes },
         servers: args.servers,
         replicas: args.replicas,
+        replication_medium: args.replication_medium,
         server_threads: args.server_threads,
         gc_grace_ms: args.gc_grace_ms,
         clients: args.clients,

@@ -43,7 +43,9 @@ use rampkv_net::message::BatchStats;
 use rampkv_net::recovery::RECOVERY_TIMEOUT_MS;
 use rampkv_net::server::durable::{cluster_data_dirs, DurabilityConfig, StartError};
 use rampkv_net::server::front::FrontEnd;
-use rampkv_net::server::{Durability, ReplicationOptions, Served, ServerConfig, ServerGroup, ServerOptions, Servers};
+use rampkv_net::server::{
+    Durability, ReplicationMedium, ReplicationOptions, Served, ServerConfig, ServerGroup, ServerOptions, Servers,
+};
 use rampkv_net::transport::interleave::{InterleaveOptions, InterleaveStats, Interleaving, Pacing};
 use rampkv_net::transport::local::LocalTransport;
 use rampkv_net::transport::onesided::{GetStarStats, OneSidedOptions};
@@ -146,8 +148,10 @@ pub struct BenchConfig {
     /// Servers of the embedded cluster (ignored with `cluster_file`).
     pub servers: usize,
     /// Copies of every partition in the embedded cluster (`--replicas`; 1: no replication):
-    /// writes are acknowledged once every backup applied them.
+    /// writes are acknowledged once every backup holds them.
     pub replicas: u32,
+    /// How the embedded servers' records reach their backups (`--replication-medium`).
+    pub replication_medium: ReplicationMedium,
     /// Poller threads the embedded servers share.
     pub server_threads: usize,
     /// How long the embedded servers keep superseded versions.
@@ -329,6 +333,7 @@ impl Default for BenchConfig {
             bloom: BloomParameters::default(),
             servers: 4,
             replicas: 1,
+            replication_medium: ReplicationMedium::default(),
             server_threads: 1,
             gc_grace_ms: GC_GRACE_MS,
             clients: 8,
@@ -533,11 +538,17 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
     result.set_probe(probe);
     result.replication = replication.map(|stats| report::ReplicationSummary {
         replicas: config.replicas,
+        medium: config.replication_medium.name(),
         records: stats.records,
         acks: stats.acks,
         ack_latency_us_mean: stats.ack_latency_us_mean(),
         ack_latency_us_max: stats.ack_latency_us_max,
         links_failed: stats.links_failed,
+        apply_lags: stats.apply_lag.count(),
+        apply_lag_us_p50: stats.apply_lag.quantile_us(0.50),
+        apply_lag_us_p99: stats.apply_lag.quantile_us(0.99),
+        apply_lag_us_p999: stats.apply_lag.quantile_us(0.999),
+        apply_lag_us_max: stats.apply_lag_us_max,
     });
     result.persistence = config.persistence.as_ref().map(|persistence| PersistenceSummary {
         policy: persistence.durability.policy.name(),
@@ -843,7 +854,9 @@ fn start_embedded_cluster(config: &BenchConfig) -> Result<Embedded, BenchError> 
             .persistence
             .as_ref()
             .map(|persistence| Durability { dirs: data_dirs[servers].to_vec(), config: persistence.durability });
-        let replication = (config.replicas != 1).then(|| ReplicationOptions::new(config.replicas));
+        let medium = config.replication_medium;
+        let replication =
+            (config.replicas != 1).then(|| ReplicationOptions { medium, ..ReplicationOptions::new(config.replicas) });
         let options = ServerOptions { durability, replication, ..ServerOptions::default() };
         let (group, recovered) = ServerGroup::start(&configs, &options).map_err(BenchError::Persistence)?;
         reports.extend(recovered);

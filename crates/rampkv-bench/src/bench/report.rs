@@ -157,31 +157,53 @@ pub struct BenchResult {
 }
 
 /// The embedded servers' synchronous replication over a run (`--replicas N`), summed over
-/// primaries: records shipped to every backup, and the time from a call's append to a
-/// backup's acknowledgement (network both ways and the backup's apply: the write cost).
+/// primaries: records shipped to every backup, and the time from a call's append to the
+/// point a backup holds it (the write cost: over TCP, network both ways and the backup's
+/// apply; one-sided, the write into its log region). One-sided, the apply lag: from the
+/// write to the primary's receipt of the backup's acknowledgement that it applied it
+/// (percentiles are bucket ends, 25% resolution).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ReplicationSummary {
     pub replicas: u32,
+    pub medium: &'static str,
     pub records: u64,
     pub acks: u64,
     pub ack_latency_us_mean: f64,
     pub ack_latency_us_max: u64,
     pub links_failed: u64,
+    pub apply_lags: u64,
+    pub apply_lag_us_p50: u64,
+    pub apply_lag_us_p99: u64,
+    pub apply_lag_us_p999: u64,
+    pub apply_lag_us_max: u64,
 }
 
 impl std::fmt::Display for ReplicationSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} copies: {} records shipped to each backup, {} acknowledgements, append to acknowledgement \
-             {:.0} us mean, {} us max; {} links failed",
+            "{} copies over {}: {} records shipped to each backup, {} held, append to held {:.0} us mean, {} us \
+             max; {} links failed",
             self.replicas,
+            self.medium,
             self.records,
             self.acks,
             self.ack_latency_us_mean,
             self.ack_latency_us_max,
             self.links_failed
-        )
+        )?;
+        if self.apply_lags > 0 {
+            write!(
+                f,
+                "; apply lag (write to applied) p50 <= {} us, p99 <= {} us, p99.9 <= {} us, max {} us over {} calls",
+                self.apply_lag_us_p50,
+                self.apply_lag_us_p99,
+                self.apply_lag_us_p999,
+                self.apply_lag_us_max,
+                self.apply_lags
+            )?;
+        }
+        Ok(())
     }
 }
 

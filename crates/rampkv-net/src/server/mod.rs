@@ -54,6 +54,7 @@ use durable::{DurabilityConfig, Journal};
 pub use poller::{ConnectionCounts, ConnectionLimits, Eviction};
 use poller::{ConnectionStats, Poller, ServerMedium};
 use rampkv_durable::{DurableError, RecoveryReport};
+pub use replication::ReplicationMedium;
 use replication::{BackupService, ReplicationStats, Replicator};
 use router::{Router, Wake};
 
@@ -503,7 +504,8 @@ pub struct Durability {
 
 /// Replication: every partition on `replicas` servers. Server `i` is the primary of its own
 /// partitions and ships their records to its backups, the `replicas - 1` servers after it
-/// (`rampkv_config::configuration::backups_of`), over TCP to their replication ports.
+/// (`rampkv_config::configuration::backups_of`), over `medium`: TCP to their replication
+/// ports, or one-sided writes into a log region each backup registers (`replication` module).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicationOptions {
     /// Copies of every partition (f + 1); 1 means no replication.
@@ -518,6 +520,9 @@ pub struct ReplicationOptions {
     /// started): they hold nothing, so their records go to no backup until failover opens
     /// catch-up links (rejoin); their replication ports take catching-up copies.
     pub rejoining: bool,
+    /// How records reach the backups (one-sided by default: an embedded cluster's servers share
+    /// the process, hence the host's fabric).
+    pub medium: ReplicationMedium,
 }
 
 /// The replication ports of a whole cluster, for a group that is part of it (`rampkv server`:
@@ -534,7 +539,13 @@ pub struct ReplicationPeers {
 impl ReplicationOptions {
     /// `replicas` copies in the cluster's first configuration, within the group.
     pub fn new(replicas: u32) -> Self {
-        Self { replicas, epoch: rampkv_config::configuration::FIRST_EPOCH, peers: None, rejoining: false }
+        Self {
+            replicas,
+            epoch: rampkv_config::configuration::FIRST_EPOCH,
+            peers: None,
+            rejoining: false,
+            medium: ReplicationMedium::default(),
+        }
     }
 }
 
@@ -812,7 +823,8 @@ fn start_replication(
                 .map(|backup| (usize::from(backup), addresses[usize::from(backup)].clone()))
                 .collect()
         };
-        let replicator = Replicator::start(primary as u16, replication.epoch, targets, options.secret.clone())
+        let secret = options.secret.clone();
+        let replicator = Replicator::start(primary as u16, replication.epoch, targets, secret, replication.medium)
             .map_err(StartError::Replication)?;
         replicators.push(Some(replicator));
     }

@@ -1,4 +1,6 @@
-//! Synchronous replication of a server's record stream to its backups, over TCP.
+//! Synchronous replication of a server's record stream to its backups, over TCP or one-sided
+//! into a log region each backup registers ([`ReplicationMedium`]; the one-sided medium is in
+//! `log_region`: FaRM's way, the backup applying off the primary's critical path).
 //!
 //! # Contract
 //! - The records are the ones persistence logs ([`Effects::logged`]: PREPARE, COMMIT, ABORT,
@@ -7,13 +9,18 @@
 //!   epoch and a CRC32C over header and payload). A primary numbers its records 1, 2, ... in
 //!   the order it appends them, and ships every record to every backup of its partitions
 //!   (placement: `rampkv_config::configuration::backups_of`).
-//! - A call's replies are held until **every** backup acknowledged the call's last record
+//! - A call's replies are held until **every** backup *holds* the call's last record
 //!   ([`Replicator::append`] sets `Effects::release_after`; [`Replicator::acknowledged`] is the
-//!   lowest sequence number every backup acknowledged). A backup acknowledges a record only once
-//!   it has applied it (and every record before it) to its copy of the primary's store, so an
-//!   acknowledged PREPARE or COMMIT is in the memory of f + 1 servers: its apply lag at the
-//!   moment of the acknowledgement is zero, and the time from append to acknowledgement (the
-//!   replication round trip, apply included) is measured ([`ReplicationStats`]).
+//!   lowest sequence number every backup holds), so an acknowledged PREPARE or COMMIT is in the
+//!   memory of f + 1 servers. Over TCP a backup holds a record once it acknowledged it, which it
+//!   does only once it has applied it (and every record before it) to its copy of the primary's
+//!   store: its apply lag at the acknowledgement is zero, and the time from append to
+//!   acknowledgement (the replication round trip, apply included) is measured. One-sided, a
+//!   backup holds a record once the primary's write of it completed into the backup's open log
+//!   region (`log_region` module docs); the backup applies it later, in order, and
+//!   acknowledges what it applied on the TCP connection: the time from the write to that
+//!   acknowledgement is the apply lag, bounded by the region (`REPLICATION_LOG_RING_BYTES`: a
+//!   full region makes the primary's writes wait) and measured ([`ReplicationStats`]).
 //! - A backup keeps one separate [`Store`] per primary it backs up ([`BackupStore`]): a backup
 //!   copy never mixes with the partitions the server itself serves, is never served to clients,
 //!   and is not touched by the server's recovery resolver (the primary's own records decide its
@@ -61,15 +68,19 @@
 //! hello, primary -> backup (32 bytes)
 //!   0 u32 magic "RKVR"   4 u16 version (2)   6 u16 primary (server index)
 //!   8 u64 epoch          16 u64 first sequence number the primary will send
-//!   24 u32 flags: bit 0 catch-up (a snapshot comes first, into a fresh copy); others 0
+//!   24 u32 flags: bit 0 catch-up (a snapshot comes first, into a fresh copy); bit 1 log
+//!               region (one-sided: what follows the answer travels through the backup's log
+//!               region, `log_region`); others 0
 //!   28 u32 CRC32C of bytes [0, 28)
 //! answer, backup -> primary (24 bytes)
 //!   0 u32 magic "RKVA"   4 u16 version (2)   6 u16 status: 0 accepted, 1 stale epoch,
 //!                                                  2 needs catching up, 3 malformed hello, 4 busy
 //!   8 u64 accepted: the last sequence number applied; stale epoch: the epoch it knows
 //!   16 u32 CRC32C of bytes [0, 16)           20 u32 reserved, zero
-//! then records, primary -> backup: log record frames (docs/persistence.md), lsn = sequence
-//! number, epoch = the primary's epoch when it appended (never older than the hello's),
+//! (bit 1: then the log region handshake, one JSON line each way, `log_region`)
+//! then records, primary -> backup (over TCP, or written into the log region): log record
+//! frames (docs/persistence.md), lsn = sequence number, epoch = the primary's epoch when it
+//! appended (never older than the hello's),
 //! synced_lsn = 0; and markers, which a record frame cannot be mistaken for (40 bytes):
 //!   0 u32 0xFFFF_FFFF (no record is that long)   4 u32 kind: 1 snapshot, 2 in sync
 //!   8 u64 snapshot: the first record after it; in sync: the record the backup holds up to
@@ -94,8 +105,10 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use rampkv_config::configuration::BOOTSTRAP_INCARNATION;
 use rampkv_core::limits::{
     GC_SWEEP_INTERVAL_MS, GC_SWEEP_KEYS_PER_TICK, REPLICATION_CONNECTIONS_MAX, REPLICATION_CONNECT_BACKOFF_MS,
-    REPLICATION_CONNECT_WAIT_MS_MAX, REPLICATION_FULL_WAIT_MS_MAX, REPLICATION_IO_TIMEOUT_MS, REPLICATION_READ_BYTES,
-    REPLICATION_SNAPSHOT_CHUNK_BYTES, REPLICATION_SNAPSHOT_WAIT_MS_MAX, REPLICATION_UNACKED_BYTES_MAX,
+    REPLICATION_CONNECT_WAIT_MS_MAX, REPLICATION_FULL_WAIT_MS_MAX, REPLICATION_IO_TIMEOUT_MS,
+    REPLICATION_LOG_FULL_BACKOFF_US, REPLICATION_LOG_HANDSHAKE_TIMEOUT_MS, REPLICATION_LOG_RING_BYTES,
+    REPLICATION_READ_BYTES, REPLICATION_SNAPSHOT_CHUNK_BYTES, REPLICATION_SNAPSHOT_WAIT_MS_MAX,
+    REPLICATION_UNACKED_BYTES_MAX,
 };
 use rampkv_core::protocol::server::{Effects, LogPosition, ServerCore};
 use rampkv_core::storage::{Store, StoreError, SweepCursor};
@@ -104,6 +117,10 @@ use rampkv_durable::record::{check_frame, encode_record, RECORD_HEADER_BYTES};
 use rampkv_durable::{apply_record, RecordError, RecordHeader, RecordRef};
 
 use crate::auth::{authenticate_client, AuthError, SharedSecret};
+
+mod log_region;
+pub use log_region::LogError;
+use log_region::{LogReceiver, LogSender};
 
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RKVR");
 const ANSWER_MAGIC: u32 = u32::from_le_bytes(*b"RKVA");
@@ -116,6 +133,7 @@ const MARKER_BYTES: usize = 40;
 const MARKER_SNAPSHOT: u32 = 1;
 const MARKER_IN_SYNC: u32 = 2;
 const HELLO_CATCH_UP: u32 = 1;
+const HELLO_LOG_REGION: u32 = 2;
 const VERSION: u16 = 2;
 // A marker is read where a record header would be, and no record's length is its first word.
 const _: () = assert!(MARKER_BYTES == RECORD_HEADER_BYTES && RECORD_PAYLOAD_BYTES_MAX < MARKER_LENGTH as usize);
@@ -154,6 +172,9 @@ pub enum ReplicationError {
     Removed { backup: usize },
     #[error("backup {backup} ({address}): a newer link of this primary took its place")]
     Superseded { backup: usize, address: String },
+    /// The one-sided medium: the log region could not be set up, was closed, or failed.
+    #[error("backup {backup} ({address}): log region: {error}")]
+    Log { backup: usize, address: String, error: LogError },
 }
 
 /// Why a backup refused (and closed) a primary's connection.
@@ -192,8 +213,133 @@ pub enum BackupRefusal {
     StoreRefused { primary: u16, lsn: u64, cause: StoreError },
     #[error("authentication: {0}")]
     Auth(AuthError),
+    #[error("log region of primary {primary}: {error}")]
+    Log { primary: u16, error: LogError },
     #[error(transparent)]
     Io(#[from] std::io::Error),
+}
+
+/// How a primary's records reach its backups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub enum ReplicationMedium {
+    /// Messages on the replication port's TCP connection; a backup holds a record once it
+    /// applied it and said so.
+    #[serde(rename = "tcp")]
+    Tcp,
+    /// One-sided writes into a log region the backup registered on the host's shared-memory
+    /// fabric (FaRM's way); a backup holds a record once the write completed into its open
+    /// region, and applies it off the primary's critical path. Needs the servers on one host.
+    #[default]
+    #[serde(rename = "onesided")]
+    OneSided,
+}
+
+impl ReplicationMedium {
+    /// The name the command line and the cluster file use.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplicationMedium::Tcp => "tcp",
+            ReplicationMedium::OneSided => "onesided",
+        }
+    }
+
+    /// The default for servers whose replication ports are `addresses`: one-sided when every
+    /// one is a loopback address (the servers share the host, hence its fabric), TCP otherwise
+    /// (a region on another host cannot be mapped).
+    pub fn for_addresses<'a>(addresses: impl IntoIterator<Item = &'a str>) -> ReplicationMedium {
+        let local = |address: &str| address.parse::<SocketAddr>().is_ok_and(|address| address.ip().is_loopback());
+        if addresses.into_iter().all(local) {
+            ReplicationMedium::OneSided
+        } else {
+            ReplicationMedium::Tcp
+        }
+    }
+}
+
+/// A replication medium's name that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("replication medium {0:?}: expected tcp or onesided")]
+pub struct UnknownMedium(pub String);
+
+impl std::str::FromStr for ReplicationMedium {
+    type Err = UnknownMedium;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "tcp" => Ok(ReplicationMedium::Tcp),
+            "onesided" => Ok(ReplicationMedium::OneSided),
+            other => Err(UnknownMedium(other.to_owned())),
+        }
+    }
+}
+
+/// A histogram of apply lags in µs: 4 buckets per power of two (25% resolution) up to
+/// `LAG_BUCKETS` buckets (about 131 ms; longer lags land in the last one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LagHistogram {
+    buckets: [u64; LAG_BUCKETS],
+}
+
+const LAG_BUCKETS: usize = 64;
+
+impl Default for LagHistogram {
+    fn default() -> Self {
+        Self { buckets: [0; LAG_BUCKETS] }
+    }
+}
+
+impl LagHistogram {
+    fn bucket(value_us: u64) -> usize {
+        if value_us < 4 {
+            return value_us as usize;
+        }
+        let octave = u64::from(63 - value_us.leading_zeros()); // at least 2
+        let sub = (value_us >> (octave - 2)) & 3;
+        (((octave - 1) * 4 + sub) as usize).min(LAG_BUCKETS - 1)
+    }
+
+    /// The first value above bucket `index`.
+    fn upper_us(index: usize) -> u64 {
+        if index < 4 {
+            return index as u64 + 1;
+        }
+        let (octave, sub) = (index as u64 / 4 + 1, index as u64 % 4);
+        (5 + sub) << (octave - 2)
+    }
+
+    /// Counts one lag.
+    pub fn record(&mut self, value_us: u64) {
+        self.buckets[Self::bucket(value_us)] += 1;
+    }
+
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &LagHistogram) {
+        for (mine, theirs) in self.buckets.iter_mut().zip(other.buckets.iter()) {
+            *mine += theirs;
+        }
+    }
+
+    /// Lags counted.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// An upper bound of the `quantile` (0..=1) lag, in µs (the end of its bucket; 0 if none).
+    pub fn quantile_us(&self, quantile: f64) -> u64 {
+        let count = self.count();
+        if count == 0 {
+            return 0;
+        }
+        let rank = ((quantile.clamp(0.0, 1.0) * count as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (index, bucket) in self.buckets.iter().enumerate() {
+            seen += bucket;
+            if seen >= rank {
+                return Self::upper_us(index);
+            }
+        }
+        Self::upper_us(LAG_BUCKETS - 1)
+    }
 }
 
 /// What one primary's replication did since it started.
@@ -210,6 +356,12 @@ pub struct ReplicationStats {
     pub ack_latency_us_max: u64,
     /// Links failed (a failed link holds the primary's writes for good).
     pub links_failed: u64,
+    /// One-sided: records' apply lag, from the write that landed them in a backup's log region
+    /// to the primary's receipt of the backup's acknowledgement that it applied them (an upper
+    /// bound: the acknowledgement's trip is included), per landed call.
+    #[serde(skip)]
+    pub apply_lag: LagHistogram,
+    pub apply_lag_us_max: u64,
 }
 
 impl ReplicationStats {
@@ -221,6 +373,8 @@ impl ReplicationStats {
         self.ack_latency_us_total += other.ack_latency_us_total;
         self.ack_latency_us_max = self.ack_latency_us_max.max(other.ack_latency_us_max);
         self.links_failed += other.links_failed;
+        self.apply_lag.add(&other.apply_lag);
+        self.apply_lag_us_max = self.apply_lag_us_max.max(other.apply_lag_us_max);
     }
 
     /// Mean time from append to a backup's acknowledgement, in µs.
@@ -244,11 +398,19 @@ struct Batch {
 
 #[derive(Default)]
 struct LinkQueue {
-    /// Batches not acknowledged yet, oldest first.
+    /// TCP: batches not acknowledged yet, oldest first. One-sided: batches not written into
+    /// the log region yet (a written one is held, and dropped).
     batches: VecDeque<Batch>,
-    /// Batches at the front already written to the socket.
+    /// TCP: batches at the front already written to the socket.
     written: usize,
     bytes: usize,
+    /// One-sided: the backup's log region, once the link is up.
+    log: Option<LogSender>,
+    /// One-sided: bytes of the front batch already in the log region.
+    front_written: usize,
+    /// One-sided: nothing waits to be written before a new batch (the link is up, a
+    /// catching-up backup's snapshot went, the queue is empty): `append` writes it itself.
+    direct: bool,
 }
 
 /// One backup of a primary: its queue, its writer and its acknowledgements.
@@ -272,6 +434,13 @@ struct Link {
     counted: AtomicBool,
     /// A catching-up backup's link (a snapshot first), else `None`.
     catch_up: Option<CatchUp>,
+    /// One-sided: the last record the backup said it applied, and when the calls not yet
+    /// applied landed (last record, time; oldest first; for the apply lag).
+    applied: AtomicU64,
+    landed: Mutex<VecDeque<(u64, Instant)>>,
+    /// One-sided: the last record whose write into the log region began (the backup cannot
+    /// have applied one after it).
+    written: AtomicU64,
 }
 
 /// The progress of a catching-up backup's link (module docs, "Rejoin").
@@ -325,6 +494,7 @@ impl Link {
 
 struct Shared {
     primary: u16,
+    medium: ReplicationMedium,
     /// The configuration epoch records are appended with (raised by failover as it learns).
     epoch: AtomicU64,
     secret: Option<Arc<SharedSecret>>,
@@ -370,8 +540,8 @@ impl std::fmt::Debug for Replicator {
 
 impl Replicator {
     /// Starts the links of primary `primary` (epoch `epoch`) to `backups` (server index and
-    /// replication address each): each connects (retrying up to `REPLICATION_CONNECT_WAIT_MS_MAX`),
-    /// authenticates with `secret` if any, and says hello.
+    /// replication address each) over `medium`: each connects (retrying up to
+    /// `REPLICATION_CONNECT_WAIT_MS_MAX`), authenticates with `secret` if any, and says hello.
     ///
     /// # Errors
     /// A thread could not be started.
@@ -380,9 +550,11 @@ impl Replicator {
         epoch: u64,
         backups: Vec<(usize, String)>,
         secret: Option<Arc<SharedSecret>>,
+        medium: ReplicationMedium,
     ) -> std::io::Result<Replicator> {
         let shared = Arc::new(Shared {
             primary,
+            medium,
             epoch: AtomicU64::new(epoch),
             secret,
             links: RwLock::new(Vec::new()),
@@ -445,6 +617,9 @@ impl Replicator {
                 incarnation,
                 counted: AtomicBool::new(counted),
                 catch_up: catch_up.map(|catch_up| CatchUp { point, ..catch_up }),
+                applied: AtomicU64::new(point - 1),
+                landed: Mutex::new(VecDeque::new()),
+                written: AtomicU64::new(point - 1),
             });
             let mut links = self.shared.links.write();
             // Links that hold nothing any more are dropped (a failed, counted one stays: its
@@ -575,6 +750,13 @@ impl Replicator {
         let wait_ms = if link.counted.load(Ordering::Acquire) { REPLICATION_FULL_WAIT_MS_MAX } else { 0 };
         let deadline = Instant::now() + Duration::from_millis(wait_ms);
         let mut queue = link.queue.lock();
+        if queue.direct
+            && queue.batches.is_empty()
+            && !link.failed()
+            && self.write_direct(link, &mut queue, &batch, wait_ms)
+        {
+            return;
+        }
         while queue.bytes + batch.bytes.len() > REPLICATION_UNACKED_BYTES_MAX && !queue.batches.is_empty() {
             if link.failed() || link.changed.wait_until(&mut queue, deadline).timed_out() {
                 break;
@@ -601,7 +783,47 @@ impl Replicator {
         link.changed.notify_all();
     }
 
-    /// The highest sequence number every backup still in a replica set acknowledged: replies
+    /// One-sided: writes `batch` into the log region at once (the link is up and nothing waits
+    /// before it), waiting for room up to `wait_ms` (a full region: back-pressure from the
+    /// backup's apply). True: written and held, or the link failed. False: the region stayed
+    /// full on a link that holds no reply (which does not make writes wait); the part written
+    /// is noted, and the batch goes to the queue for the link's thread to finish.
+    fn write_direct(&self, link: &Link, queue: &mut LinkQueue, batch: &Batch, wait_ms: u64) -> bool {
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        let Some(log) = queue.log.as_mut() else { return false };
+        let mut written = 0;
+        link.written.fetch_max(batch.last, Ordering::AcqRel);
+        // A full region is waited for in slices: a backup that died (its link fails when its
+        // connection ends) never frees room, and the write must not wait out the whole bound.
+        let slice = Duration::from_millis(REPLICATION_IO_TIMEOUT_MS);
+        let appended = loop {
+            let until = (wait_ms > 0).then(|| deadline.min(Instant::now() + slice));
+            match log.append(&batch.bytes, &mut written, until) {
+                Ok(false) if wait_ms > 0 && !link.failed() && Instant::now() < deadline => continue,
+                other => break other,
+            }
+        };
+        if link.failed() {
+            return true; // never held: the position stays out of reach
+        }
+        match appended {
+            Ok(true) => landed(&self.shared, link, batch),
+            Ok(false) if wait_ms > 0 => {
+                let (backup, address) = (link.backup, link.address.clone());
+                let bytes = REPLICATION_LOG_RING_BYTES;
+                link.fail(ReplicationError::TooFarBehind { backup, address, bytes, waited_ms: wait_ms }, &self.shared);
+            }
+            Ok(false) => {
+                queue.front_written = written;
+                queue.direct = false;
+                return false;
+            }
+            Err(error) => link.fail(log_error(link, error), &self.shared),
+        }
+        true
+    }
+
+    /// The highest sequence number every backup still in a replica set holds: replies
     /// held up to here may go.
     pub fn acknowledged(&self) -> LogPosition {
         loop {
@@ -686,13 +908,17 @@ impl Drop for Replicator {
 /// A link's life: connect, hello, (a catching-up backup's snapshot,) then write what is queued
 /// while a reader thread takes the acknowledgements.
 fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
-    let (mut stream, applied) = match connect(shared, link) {
+    let (mut stream, applied, log) = match connect(shared, link) {
         Ok(connected) => connected,
         Err(error) => return link.fail(error, shared),
     };
     if link.catch_up.is_none() {
         link.acked.store(applied, Ordering::Release);
+        link.applied.store(applied, Ordering::Release);
+        link.written.fetch_max(applied, Ordering::AcqRel);
     }
+    let one_sided = log.is_some();
+    link.queue.lock().log = log;
     let reader = match stream.try_clone() {
         Ok(reader) => reader,
         Err(error) => return link.fail(io_error(link, error), shared),
@@ -712,9 +938,21 @@ fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
         Err(error) => return link.fail(io_error(link, error), shared),
     };
     if let Some(catch_up) = &link.catch_up {
-        if let Err(error) = send_snapshot(shared, catch_up, &mut stream) {
+        let sent = if one_sided {
+            let deadline = Instant::now() + Duration::from_millis(REPLICATION_SNAPSHOT_WAIT_MS_MAX);
+            send_snapshot(shared, catch_up, &mut LogWriter { link, deadline })
+        } else {
+            send_snapshot(shared, catch_up, &mut stream)
+        };
+        if let Err(error) = sent {
             link.fail(io_error(link, error), shared);
         }
+    }
+    if one_sided {
+        write_log(shared, link);
+        let _ = stream.shutdown(Shutdown::Both);
+        let _ = reader.join();
+        return shared.wake();
     }
     let mut pending: Vec<Arc<[u8]>> = Vec::new();
     let marker_due = |link: &Link| {
@@ -760,7 +998,7 @@ fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
 
 /// A catching-up backup's snapshot: the marker, then the store in the snapshot file format,
 /// in chunks, then the empty chunk.
-fn send_snapshot(shared: &Shared, catch_up: &CatchUp, stream: &mut TcpStream) -> std::io::Result<()> {
+fn send_snapshot(shared: &Shared, catch_up: &CatchUp, stream: &mut impl Write) -> std::io::Result<()> {
     let Some(core) = shared.source.get() else {
         return Err(std::io::Error::other("no store to take a snapshot of"));
     };
@@ -781,12 +1019,12 @@ fn send_snapshot(shared: &Shared, catch_up: &CatchUp, stream: &mut TcpStream) ->
 
 /// Cuts what is written into chunks of at most `REPLICATION_SNAPSHOT_CHUNK_BYTES`, each sent
 /// after its length.
-struct ChunkWriter<'a> {
-    stream: &'a mut TcpStream,
+struct ChunkWriter<'a, W: Write> {
+    stream: &'a mut W,
     buffer: Vec<u8>,
 }
 
-impl Write for ChunkWriter<'_> {
+impl<W: Write> Write for ChunkWriter<'_, W> {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
         let room = REPLICATION_SNAPSHOT_CHUNK_BYTES - self.buffer.len();
         let taken = bytes.len().min(room);
@@ -811,9 +1049,144 @@ fn io_error(link: &Link, error: std::io::Error) -> ReplicationError {
     ReplicationError::Io { backup: link.backup, address: link.address.clone(), error }
 }
 
+fn log_error(link: &Link, error: LogError) -> ReplicationError {
+    ReplicationError::Log { backup: link.backup, address: link.address.clone(), error }
+}
+
+/// One-sided: most landed calls whose apply is awaited that a link remembers (each is in the
+/// log region until applied, and takes at least a record header there).
+const LANDED_TRACKED_MAX: usize = REPLICATION_LOG_RING_BYTES / RECORD_HEADER_BYTES;
+
+/// One-sided: `batch` is held by `link`'s backup (written into its open log region).
+fn landed(shared: &Shared, link: &Link, batch: &Batch) {
+    let now = Instant::now();
+    link.acked.fetch_max(batch.last, Ordering::AcqRel);
+    {
+        let mut landed = link.landed.lock();
+        if landed.len() >= LANDED_TRACKED_MAX {
+            landed.pop_front(); // its lag goes unmeasured; its record is held all the same
+        }
+        landed.push_back((batch.last, now));
+    }
+    let latency_us = now.duration_since(batch.queued_at).as_micros() as u64;
+    let mut stats = shared.stats.lock();
+    stats.acks += 1;
+    stats.ack_latency_us_total += latency_us;
+    stats.ack_latency_us_max = stats.ack_latency_us_max.max(latency_us);
+}
+
+/// One-sided: writes what waited into the log region (records queued before the link was up,
+/// behind a catching-up backup's snapshot, or behind a full region on a link that holds no
+/// reply), then lets `append` write directly; sends the in-sync marker when it is due.
+fn write_log(shared: &Shared, link: &Link) {
+    let mut stalled_since: Option<Instant> = None;
+    let marker_due = |link: &Link| {
+        link.catch_up.as_ref().is_some_and(|catch_up| catch_up.marker.load(Ordering::Acquire) == MARKER_DUE)
+    };
+    while !link.failed() {
+        let mut guard = link.queue.lock();
+        while guard.batches.is_empty() && !link.failed() && !marker_due(link) {
+            guard.direct = true;
+            link.changed.wait(&mut guard);
+        }
+        if link.failed() {
+            break;
+        }
+        let queue = &mut *guard;
+        let Some(log) = queue.log.as_mut() else { break };
+        if let Some(batch) = queue.batches.front().cloned() {
+            let mut back_off = false;
+            let mut written = queue.front_written;
+            link.written.fetch_max(batch.last, Ordering::AcqRel);
+            match log.append(&batch.bytes, &mut written, None) {
+                Ok(true) => {
+                    queue.batches.pop_front();
+                    queue.bytes -= batch.bytes.len();
+                    queue.front_written = 0;
+                    stalled_since = None;
+                    landed(shared, link, &batch);
+                    link.changed.notify_all();
+                    shared.wake();
+                }
+                Ok(false) => {
+                    if written > queue.front_written {
+                        stalled_since = None;
+                    }
+                    queue.front_written = written;
+                    let since = *stalled_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() > Duration::from_millis(REPLICATION_FULL_WAIT_MS_MAX) {
+                        let (backup, address) = (link.backup, link.address.clone());
+                        let (bytes, waited_ms) = (queue.bytes, REPLICATION_FULL_WAIT_MS_MAX);
+                        link.fail(ReplicationError::TooFarBehind { backup, address, bytes, waited_ms }, shared);
+                        break;
+                    }
+                    back_off = true;
+                }
+                Err(error) => link.fail(log_error(link, error), shared),
+            }
+            drop(guard);
+            if back_off {
+                std::thread::sleep(Duration::from_micros(REPLICATION_LOG_FULL_BACKOFF_US));
+            }
+            continue;
+        }
+        // The in-sync marker, with the queue empty: every record up to its point is written.
+        let Some(catch_up) = &link.catch_up else { continue };
+        if catch_up.marker.compare_exchange(MARKER_DUE, MARKER_SENT, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            let epoch = shared.epoch.load(Ordering::Acquire);
+            let marker = encode_marker(MARKER_IN_SYNC, catch_up.sync_point.load(Ordering::Acquire), epoch);
+            let deadline = Instant::now() + Duration::from_millis(REPLICATION_FULL_WAIT_MS_MAX);
+            match log.append(&marker, &mut 0, Some(deadline)) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let (backup, address) = (link.backup, link.address.clone());
+                    let waited_ms = REPLICATION_FULL_WAIT_MS_MAX;
+                    link.fail(ReplicationError::TooFarBehind { backup, address, bytes: 0, waited_ms }, shared);
+                }
+                Err(error) => link.fail(log_error(link, error), shared),
+            }
+        }
+    }
+}
+
+/// One-sided: writes a catching-up backup's snapshot into the log region, a message at a
+/// time, waiting (without the queue's lock: writes queue meanwhile) while the region is full.
+struct LogWriter<'a> {
+    link: &'a Link,
+    deadline: Instant,
+}
+
+impl Write for LogWriter<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        loop {
+            {
+                let mut queue = self.link.queue.lock();
+                if self.link.failed() {
+                    return Err(std::io::Error::new(ErrorKind::BrokenPipe, "the link failed"));
+                }
+                let Some(log) = queue.log.as_mut() else {
+                    return Err(std::io::Error::new(ErrorKind::NotConnected, "no log region"));
+                };
+                let taken = log.write_message(bytes, None).map_err(std::io::Error::other)?;
+                if taken > 0 || bytes.is_empty() {
+                    return Ok(taken);
+                }
+            }
+            if Instant::now() > self.deadline {
+                return Err(std::io::Error::new(ErrorKind::TimedOut, "the log region stayed full"));
+            }
+            std::thread::sleep(Duration::from_micros(REPLICATION_LOG_FULL_BACKOFF_US));
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Connects to the backup (retrying while it is not there yet), authenticates, says hello;
 /// returns the stream and the last record the backup applied.
-fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64), ReplicationError> {
+fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64, Option<LogSender>), ReplicationError> {
     let deadline = Instant::now() + Duration::from_millis(REPLICATION_CONNECT_WAIT_MS_MAX);
     let address: SocketAddr = link
         .address
@@ -839,19 +1212,29 @@ fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64), Replication
         })?;
     }
     stream.set_read_timeout(Some(Duration::from_secs(1))).map_err(|error| io_error(link, error))?;
-    let (first, flags) = match &link.catch_up {
+    let (first, mut flags) = match &link.catch_up {
         Some(catch_up) => (catch_up.point, HELLO_CATCH_UP),
         None => (link.queue.lock().batches.front().map_or(1, |batch| batch.first), 0),
     };
+    if shared.medium == ReplicationMedium::OneSided {
+        flags |= HELLO_LOG_REGION;
+    }
     let epoch = shared.epoch.load(Ordering::Acquire);
     let hello = encode_hello(shared.primary, epoch, first, flags);
     stream.write_all(&hello).map_err(|error| io_error(link, error))?;
     let mut answer = [0u8; ANSWER_BYTES];
     stream.read_exact(&mut answer).map_err(|error| io_error(link, error))?;
-    stream.set_read_timeout(None).map_err(|error| io_error(link, error))?;
     let (backup, address) = (link.backup, link.address.clone());
     match decode_answer(&answer) {
-        Some((0, applied)) => Ok((stream, applied)),
+        Some((0, applied)) => {
+            let log = if flags & HELLO_LOG_REGION != 0 {
+                Some(LogSender::connect(&mut stream).map_err(|error| log_error(link, error))?)
+            } else {
+                None
+            };
+            stream.set_read_timeout(None).map_err(|error| io_error(link, error))?;
+            Ok((stream, applied, log))
+        }
         Some((1, known)) => Err(ReplicationError::StaleEpoch { backup, address, epoch, known }),
         Some((2, applied)) => Err(ReplicationError::NeedsCatchUp { backup, address, applied, first }),
         Some((3, _)) => Err(ReplicationError::HelloRefused { backup, address }),
@@ -883,29 +1266,12 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
             catch_up.marker.store(MARKER_ACKNOWLEDGED, Ordering::Release);
             continue;
         }
-        let now = Instant::now();
-        let (mut acks, mut total_us, mut max_us) = (0u64, 0u64, 0u64);
-        {
-            let mut queue = link.queue.lock();
-            let sent_last =
-                queue.written.checked_sub(1).and_then(|index| queue.batches.get(index)).map_or(0, |batch| batch.last);
-            if applied < link.acked.load(Ordering::Acquire)
-                || applied > sent_last.max(link.acked.load(Ordering::Acquire))
-            {
-                drop(queue);
-                return link.fail(malformed("acknowledgement (out of range)"), shared);
-            }
-            while queue.batches.front().is_some_and(|batch| batch.last <= applied) {
-                if let Some(batch) = queue.batches.pop_front() {
-                    queue.bytes -= batch.bytes.len();
-                    queue.written -= 1;
-                    let latency_us = now.duration_since(batch.queued_at).as_micros() as u64;
-                    acks += 1;
-                    total_us += latency_us;
-                    max_us = max_us.max(latency_us);
-                }
-            }
-            link.acked.store(applied, Ordering::Release);
+        let taken = match shared.medium {
+            ReplicationMedium::Tcp => take_acknowledgement(shared, link, applied),
+            ReplicationMedium::OneSided => take_applied(shared, link, applied),
+        };
+        if let Err(error) = taken {
+            return link.fail(error, shared);
         }
         if let Some(catch_up) = &link.catch_up {
             // A catching-up backup acknowledges nothing before it applied its snapshot.
@@ -926,15 +1292,78 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
                 link.changed.notify_all();
             }
         }
-        link.changed.notify_all();
-        if acks > 0 {
-            let mut stats = shared.stats.lock();
-            stats.acks += acks;
-            stats.ack_latency_us_total += total_us;
-            stats.ack_latency_us_max = stats.ack_latency_us_max.max(max_us);
+        // Over TCP an acknowledgement makes room in the queue and releases replies. One-sided it
+        // does neither (the records were held once written): waking the link's thread and the
+        // front ends for it would cost two thread wake-ups per call for nothing, but while a
+        // catching-up link starts to count (which moves the watermark).
+        if shared.medium == ReplicationMedium::Tcp || link.catch_up.is_some() {
+            link.changed.notify_all();
+            shared.wake();
         }
-        shared.wake();
     }
+}
+
+/// TCP: the backup applied (and so holds) every record up to `applied`: drops the batches it
+/// covers and measures their round trip.
+fn take_acknowledgement(shared: &Shared, link: &Link, applied: u64) -> Result<(), ReplicationError> {
+    let now = Instant::now();
+    let (mut acks, mut total_us, mut max_us) = (0u64, 0u64, 0u64);
+    {
+        let mut queue = link.queue.lock();
+        let sent_last =
+            queue.written.checked_sub(1).and_then(|index| queue.batches.get(index)).map_or(0, |batch| batch.last);
+        if applied < link.acked.load(Ordering::Acquire) || applied > sent_last.max(link.acked.load(Ordering::Acquire)) {
+            let (backup, address) = (link.backup, link.address.clone());
+            return Err(ReplicationError::Malformed { backup, address, what: "acknowledgement (out of range)" });
+        }
+        while queue.batches.front().is_some_and(|batch| batch.last <= applied) {
+            if let Some(batch) = queue.batches.pop_front() {
+                queue.bytes -= batch.bytes.len();
+                queue.written -= 1;
+                let latency_us = now.duration_since(batch.queued_at).as_micros() as u64;
+                acks += 1;
+                total_us += latency_us;
+                max_us = max_us.max(latency_us);
+            }
+        }
+        link.acked.store(applied, Ordering::Release);
+    }
+    if acks > 0 {
+        let mut stats = shared.stats.lock();
+        stats.acks += acks;
+        stats.ack_latency_us_total += total_us;
+        stats.ack_latency_us_max = stats.ack_latency_us_max.max(max_us);
+    }
+    Ok(())
+}
+
+/// One-sided: the backup applied every record up to `applied` (it held them since they
+/// landed): measures the apply lag of the calls that covers.
+fn take_applied(shared: &Shared, link: &Link, applied: u64) -> Result<(), ReplicationError> {
+    let now = Instant::now();
+    if applied < link.applied.load(Ordering::Acquire) || applied > link.written.load(Ordering::Acquire) {
+        let (backup, address) = (link.backup, link.address.clone());
+        return Err(ReplicationError::Malformed { backup, address, what: "acknowledgement (out of range)" });
+    }
+    link.applied.store(applied, Ordering::Release);
+    let mut lags = LagHistogram::default();
+    let mut lag_us_max = 0;
+    {
+        let mut landed = link.landed.lock();
+        while landed.front().is_some_and(|&(last, _)| last <= applied) {
+            if let Some((_, at)) = landed.pop_front() {
+                let lag_us = now.duration_since(at).as_micros() as u64;
+                lags.record(lag_us);
+                lag_us_max = lag_us_max.max(lag_us);
+            }
+        }
+    }
+    if lags.count() > 0 {
+        let mut stats = shared.stats.lock();
+        stats.apply_lag.add(&lags);
+        stats.apply_lag_us_max = stats.apply_lag_us_max.max(lag_us_max);
+    }
+    Ok(())
 }
 
 fn encode_hello(primary: u16, epoch: u64, first: u64, flags: u32) -> [u8; HELLO_BYTES] {
@@ -957,6 +1386,7 @@ struct Hello {
     epoch: u64,
     first: u64,
     catch_up: bool,
+    log_region: bool,
 }
 
 fn decode_hello(hello: &[u8; HELLO_BYTES]) -> Option<Hello> {
@@ -964,12 +1394,13 @@ fn decode_hello(hello: &[u8; HELLO_BYTES]) -> Option<Hello> {
     let valid = u32_at(hello, 0) == HELLO_MAGIC
         && u16_at(hello, 4) == VERSION
         && u32_at(hello, 28) == crc32c::crc32c(&hello[0..28])
-        && flags & !HELLO_CATCH_UP == 0;
+        && flags & !(HELLO_CATCH_UP | HELLO_LOG_REGION) == 0;
     valid.then(|| Hello {
         primary: u16_at(hello, 6),
         epoch: u64_at(hello, 8),
         first: u64_at(hello, 16),
         catch_up: flags & HELLO_CATCH_UP != 0,
+        log_region: flags & HELLO_LOG_REGION != 0,
     })
 }
 
@@ -1316,7 +1747,7 @@ impl Incoming {
         &mut self,
         shared: &BackupShared,
         fenced: Option<&AtomicBool>,
-        stream: &mut TcpStream,
+        stream: &mut PrimaryStream,
         needed: usize,
     ) -> std::io::Result<bool> {
         if self.start > 0 && self.bytes.len() - self.start < needed {
@@ -1327,7 +1758,7 @@ impl Incoming {
             if shared.stop.load(Ordering::Acquire) {
                 return Err(std::io::Error::new(ErrorKind::Interrupted, "backup service stopped"));
             }
-            if fenced.is_some_and(|fenced| fenced.load(Ordering::Acquire)) {
+            if fenced.is_some_and(|fenced| fenced.load(Ordering::Acquire)) && !stream.close_for_takeover() {
                 return Err(std::io::Error::new(ErrorKind::Interrupted, "the primary was failed over"));
             }
             let end = self.bytes.len();
@@ -1355,14 +1786,107 @@ impl Incoming {
     }
 }
 
+/// A primary's stream as a backup reads it: the replication port's connection and, one-sided,
+/// the log region the stream arrives in. Answers and acknowledgements go on the connection.
+struct PrimaryStream {
+    control: TcpStream,
+    log: Option<LogReceiver>,
+}
+
+impl PrimaryStream {
+    /// The primary was failed over. One-sided: closes the log region (a write landing from now
+    /// on is not held) and returns true, as what landed before may be held and must still be
+    /// read and applied (reads then stop once the region is drained). TCP: false, the stream
+    /// stops here (nothing unapplied was acknowledged).
+    fn close_for_takeover(&mut self) -> bool {
+        match &mut self.log {
+            Some(log) => {
+                log.close();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn one_sided(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// One-sided: whether the primary closed the connection (looked at without waiting).
+    fn control_gone(&mut self) -> std::io::Result<bool> {
+        self.control.set_nonblocking(true)?;
+        let read = self.control.read(&mut [0u8; 64]);
+        self.control.set_nonblocking(false)?;
+        Ok(match read {
+            Ok(0) => true,
+            Ok(_) => false, // nothing is expected on it; ignored
+            Err(error) => !matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted),
+        })
+    }
+}
+
+impl Read for PrimaryStream {
+    /// TCP: the connection. One-sided: the log region, waiting at most one read timeout
+    /// (`WouldBlock` then); the end of the stream once the primary closed the connection and
+    /// everything that had landed was read; `Interrupted` once a region closed for a takeover
+    /// is drained.
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let Some(log) = &mut self.log else { return self.control.read(out) };
+        let invalid = |error: LogError| std::io::Error::new(ErrorKind::InvalidData, error);
+        let read = log.read(out, Duration::ZERO).map_err(invalid)?;
+        if read > 0 {
+            return Ok(read);
+        }
+        if log.is_closed() {
+            return Err(std::io::Error::new(
+                ErrorKind::Interrupted,
+                "the primary was failed over (its log is drained)",
+            ));
+        }
+        let read = log.read(out, Duration::from_millis(REPLICATION_IO_TIMEOUT_MS)).map_err(invalid)?;
+        if read > 0 {
+            return Ok(read);
+        }
+        if self.control_gone()? {
+            // What landed before the primary went is held: it is read before the end.
+            return match &mut self.log {
+                Some(log) => log.read(out, Duration::ZERO).map_err(invalid),
+                None => Ok(0),
+            };
+        }
+        Err(ErrorKind::WouldBlock.into())
+    }
+}
+
+impl Drop for PrimaryStream {
+    /// The region closes before the connection does: a primary that sees the connection end
+    /// has had every later write refused as not held.
+    fn drop(&mut self) {
+        if let Some(log) = &mut self.log {
+            log.close();
+        }
+    }
+}
+
+impl Write for PrimaryStream {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.control.write(bytes)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.control.flush()
+    }
+}
+
 /// One primary's stream: authentication, hello, then records applied in order, each run of
 /// them acknowledged once applied.
-fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), BackupRefusal> {
-    let _ = stream.set_nodelay(true);
-    stream.set_read_timeout(Some(Duration::from_millis(REPLICATION_IO_TIMEOUT_MS)))?;
+fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), BackupRefusal> {
+    let _ = control.set_nodelay(true);
+    control.set_read_timeout(Some(Duration::from_millis(REPLICATION_IO_TIMEOUT_MS)))?;
     if let Some(secret) = &shared.secret {
-        crate::auth::authenticate_server_blocking(&mut stream, secret).map_err(BackupRefusal::Auth)?;
+        crate::auth::authenticate_server_blocking(&mut control, secret).map_err(BackupRefusal::Auth)?;
     }
+    let mut stream = PrimaryStream { control, log: None };
     let mut incoming = Incoming { bytes: Vec::with_capacity(REPLICATION_READ_BYTES), start: 0 };
     if !incoming.fill(shared, None, &mut stream, HELLO_BYTES)? {
         return Ok(()); // connected and left (the acceptor's own wake-up does)
@@ -1370,7 +1894,7 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
     let mut hello = [0u8; HELLO_BYTES];
     hello.copy_from_slice(&incoming.pending()[..HELLO_BYTES]);
     incoming.consume(HELLO_BYTES);
-    let Some(Hello { primary, epoch, first, catch_up }) = decode_hello(&hello) else {
+    let Some(Hello { primary, epoch, first, catch_up, log_region }) = decode_hello(&hello) else {
         stream.write_all(&encode_answer(3, 0))?;
         return Err(BackupRefusal::MalformedHello);
     };
@@ -1426,6 +1950,17 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
     }
     copy.epoch.store(epoch, Ordering::Release);
     stream.write_all(&encode_answer(0, applied))?;
+    if log_region {
+        // The primary sends its region only once it read the answer: nothing else is pending.
+        if !incoming.pending().is_empty() {
+            return Err(BackupRefusal::MalformedHello);
+        }
+        let handshake = Duration::from_millis(REPLICATION_LOG_HANDSHAKE_TIMEOUT_MS);
+        stream.control.set_read_timeout(Some(handshake))?;
+        let log = LogReceiver::accept(&mut stream.control).map_err(|error| BackupRefusal::Log { primary, error })?;
+        stream.control.set_read_timeout(Some(Duration::from_millis(REPLICATION_IO_TIMEOUT_MS)))?;
+        stream.log = Some(log);
+    }
     let mut acked = applied;
     let mut awaiting_snapshot = catch_up;
     loop {
@@ -1487,8 +2022,10 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
             }
             let record = frame.record().map_err(|cause| BackupRefusal::BadRecord { primary, lsn, cause })?;
             // Checked with the stream held: the takeover waits for it, so every record applied
-            // here is in the copy it takes over, and none after.
-            if copy.fenced.load(Ordering::Acquire) {
+            // here is in the copy it takes over, and none after. One-sided, a record read from
+            // the log region may be held: the region was closed when the takeover began and
+            // is read to its end (`PrimaryStream::close_for_takeover`) before the copy goes.
+            if copy.fenced.load(Ordering::Acquire) && !stream.one_sided() {
                 return Err(BackupRefusal::Fenced { primary });
             }
             let now_ms = shared.clock.elapsed().as_millis() as u64;
@@ -1516,7 +2053,7 @@ fn receive_snapshot(
     shared: &BackupShared,
     copy: &BackupStore,
     incoming: &mut Incoming,
-    stream: &mut TcpStream,
+    stream: &mut PrimaryStream,
     covers: u64,
 ) -> Result<(), BackupRefusal> {
     let primary = copy.primary;
@@ -1557,7 +2094,7 @@ struct SnapshotReader<'a> {
     incoming: &'a mut Incoming,
     shared: &'a BackupShared,
     fenced: &'a AtomicBool,
-    stream: &'a mut TcpStream,
+    stream: &'a mut PrimaryStream,
     chunk_left: usize,
     ended: bool,
     deadline: Instant,

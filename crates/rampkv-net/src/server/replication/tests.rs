@@ -53,9 +53,12 @@ use rampkv_core::storage::Key;
 #[test]
 fn hello_answer_and_acknowledgement_round_trip_and_any_flipped_bit_is_refused() {
     let hello = encode_hello(3, 7, 11, 0);
-    assert_eq!(decode_hello(&hello), Some(Hello { primary: 3, epoch: 7, first: 11, catch_up: false }));
-    let catch_up = encode_hello(3, 7, 11, HELLO_CATCH_UP);
-    assert_eq!(decode_hello(&catch_up), Some(Hello { primary: 3, epoch: 7, first: 11, catch_up: true }));
+    let decoded = Hello { primary: 3, epoch: 7, first: 11, catch_up: false, log_region: false };
+    assert_eq!(decode_hello(&hello), Some(decoded));
+    let catch_up = encode_hello(3, 7, 11, HELLO_CATCH_UP | HELLO_LOG_REGION);
+    let decoded = Hello { primary: 3, epoch: 7, first: 11, catch_up: true, log_region: true };
+    assert_eq!(decode_hello(&catch_up), Some(decoded));
+    assert_eq!(decode_hello(&encode_hello(3, 7, 11, 4)), None, "an unknown flag");
     let answer = encode_answer(2, 99);
     assert_eq!(decode_answer(&answer), Some((2, 99)));
     let acknowledgement = encode_ack(42, false);
@@ -159,9 +162,21 @@ fn stale_epochs_gaps_and_records_of_another_epoch_are_refused() {
 
 #[test]
 fn a_replicator_releases_a_call_only_once_every_backup_acknowledged_it() {
+    replicator_releases_a_call_only_once_every_backup_holds_it(ReplicationMedium::Tcp);
+}
+
+/// One-sided: a call is released once it landed in both backups' log regions; the backups
+/// apply it (the apply lag is measured); a backup that goes away closes its region, and later
+/// calls are never released.
+#[test]
+fn a_one_sided_replicator_releases_a_call_once_it_landed_in_every_log_region() {
+    replicator_releases_a_call_only_once_every_backup_holds_it(ReplicationMedium::OneSided);
+}
+
+fn replicator_releases_a_call_only_once_every_backup_holds_it(medium: ReplicationMedium) {
     let (first, second) = (service(), service());
     let backups = vec![(1, first.address().to_string()), (2, second.address().to_string())];
-    let replicator = Replicator::start(0, 1, backups, None).unwrap();
+    let replicator = Replicator::start(0, 1, backups, None, medium).unwrap();
     let mut effects = Effects::default();
     effects.logged.push(rampkv_core::protocol::server::LogRecord::Put {
         ts: 1 << 20,
@@ -183,9 +198,23 @@ fn a_replicator_releases_a_call_only_once_every_backup_acknowledged_it() {
     assert_eq!(replicator.acknowledged(), LogPosition(2));
     for service in [&first, &second] {
         let copy = service.copy_of(0).unwrap();
+        // One-sided, the backup applies what it holds off the primary's path: soon, not at once.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while copy.applied() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert_eq!(copy.applied(), 2);
         assert!(copy.store().get_latest(b"k").is_some());
         assert_eq!(copy.store().stats().pending_transactions, 1, "the PREPARE is held prepared");
+    }
+    if medium == ReplicationMedium::OneSided {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while replicator.stats().apply_lag.count() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let stats = replicator.stats();
+        assert_eq!(stats.apply_lag.count(), 2, "one apply lag per backup for the call");
+        assert!(stats.apply_lag.quantile_us(1.0) > 0 && stats.apply_lag_us_max < 10_000_000);
     }
     // A backup that goes away: the link fails and later calls are never released.
     drop(second);
@@ -232,9 +261,20 @@ fn write_key(store: &Store, ts: u64, key: &str) {
 /// and from then on a write is released only once it is on the copy.
 #[test]
 fn a_catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync() {
+    catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync(ReplicationMedium::Tcp);
+}
+
+/// The same through the backup's log region (the snapshot, the records and the in-sync marker
+/// all travel in it).
+#[test]
+fn a_one_sided_catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync() {
+    catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync(ReplicationMedium::OneSided);
+}
+
+fn catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync(medium: ReplicationMedium) {
     let core = Arc::new(ServerCore::new(1_000));
     let service = service();
-    let replicator = Replicator::start(0, 3, Vec::new(), None).unwrap();
+    let replicator = Replicator::start(0, 3, Vec::new(), None, medium).unwrap();
     replicator.set_source(Arc::clone(&core));
     // The store applies a change before its record is appended (the contract).
     let write = |ts: u64, key: &str| {
@@ -271,6 +311,13 @@ fn a_catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync() {
         std::thread::sleep(Duration::from_millis(1));
     }
     assert!(replicator.acknowledged() >= position);
+    if medium == ReplicationMedium::OneSided {
+        // Held (landed in the log region): applied soon after, off the primary's path.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while copy.store().get_latest(b"after").is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
     assert!(copy.store().get_latest(b"after").is_some(), "a released write is on the in-sync copy");
 }
 
@@ -339,4 +386,166 @@ fn a_catch_up_stream_with_bad_input_is_refused_and_its_copy_never_current() {
     let copy = service.copy_of(5).expect("current after the in-sync marker");
     assert!(copy.store().get_latest(b"x").is_some() && copy.store().get_latest(b"k19").is_some());
     assert!(service.stats().connections_refused >= 5);
+}
+
+/// A primary's one-sided stream played by the test: a hello asking for a log region (answered
+/// accepted), then the region handshake.
+fn log_hello(service: &BackupService, primary: u16, epoch: u64, first: u64) -> (TcpStream, LogSender) {
+    let mut stream = connect(service);
+    stream.write_all(&encode_hello(primary, epoch, first, HELLO_LOG_REGION)).unwrap();
+    let mut answer = [0u8; ANSWER_BYTES];
+    stream.read_exact(&mut answer).unwrap();
+    assert_eq!(decode_answer(&answer).map(|(status, _)| status), Some(0), "accepted");
+    let log = LogSender::connect(&mut stream).unwrap();
+    (stream, log)
+}
+
+/// Writes `bytes` into the log region (waiting for room up to 5 s): whether they are held.
+fn land(log: &mut LogSender, bytes: &[u8]) -> Result<bool, LogError> {
+    log.append(bytes, &mut 0, Some(Instant::now() + Duration::from_secs(5)))
+}
+
+/// One-sided, the same checks as over TCP: records applied in order and acknowledged; a
+/// record with a bad checksum, or of an older epoch than its stream's hello, closes the stream
+/// and its log region (a later write is not held) and is never applied.
+#[test]
+fn one_sided_records_are_applied_in_order_and_a_bad_checksum_or_an_old_epoch_closes_the_stream() {
+    let service = service();
+    let (mut stream, mut log) = log_hello(&service, 0, 1, 1);
+    let mut burst = put(1, 1, "a");
+    burst.extend(put(2, 1, "b"));
+    assert!(land(&mut log, &burst).unwrap(), "held once landed");
+    let mut acknowledged = ack(&mut stream);
+    if acknowledged < 2 {
+        acknowledged = ack(&mut stream);
+    }
+    assert_eq!(acknowledged, 2, "applied and acknowledged");
+    let copy = service.copy_of(0).unwrap();
+    assert!(copy.store().get_latest(b"a").is_some() && copy.store().get_latest(b"b").is_some());
+    let mut damaged = put(3, 1, "c");
+    let last = damaged.len() - 1;
+    damaged[last] ^= 0x40; // in the payload: the header still checks, the CRC does not
+    let _ = land(&mut log, &damaged); // may land before the backup reads it: then it is refused
+    assert!(closed(&mut stream), "a record with a bad checksum closes the stream");
+    assert!(matches!(land(&mut log, &put(4, 1, "d")), Err(LogError::Closed)), "and its region");
+    assert_eq!(copy.applied(), 2, "nothing applied past the damage");
+    assert!(copy.store().get_latest(b"c").is_none());
+    // A record of an older epoch than the hello's (a deposed primary's).
+    let (mut stale, mut log) = log_hello(&service, 3, 2, 1);
+    let _ = land(&mut log, &put(1, 1, "x"));
+    assert!(closed(&mut stale), "a record of an old epoch closes the stream");
+    assert!(matches!(land(&mut log, &put(2, 2, "y")), Err(LogError::Closed)));
+    assert_eq!(service.copy_of(3).unwrap().applied(), 0, "never applied");
+    assert!(service.stats().connections_refused >= 2);
+}
+
+/// Failover over the one-sided medium: records land in the log region while the backup takes
+/// the copy over. Every record whose write counted as held before the takeover is in the copy
+/// it takes (the region is closed, then drained), a write after the close is not held, nothing
+/// is applied once the takeover returned, and the old epoch's hello is refused.
+#[test]
+fn taking_a_copy_over_drains_its_log_region_and_no_later_write_is_held() {
+    let service = service();
+    let (stream, mut log) = log_hello(&service, 4, 1, 1);
+    // The backup's acknowledgements are read (a full socket would stall its apply).
+    let mut acknowledgements = stream.try_clone().unwrap();
+    let reader =
+        std::thread::spawn(move || while acknowledgements.read(&mut [0u8; 4096]).is_ok_and(|read| read > 0) {});
+    let writer = std::thread::spawn(move || {
+        let mut held = 0;
+        for lsn in 1..=1_000_000u64 {
+            match land(&mut log, &put(lsn, 1, &format!("k{lsn}"))) {
+                Ok(true) => held = lsn,
+                Ok(false) => panic!("the region stayed full for 5 s at record {lsn}"),
+                Err(LogError::Closed) => return (held, lsn),
+                Err(other) => panic!("record {lsn}: {other}"),
+            }
+        }
+        (held, 0)
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while service.copy_of(4).map_or(0, |copy| copy.applied()) < 100 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let copy = service.take_over(4, 2).expect("the primary streamed");
+    let applied = copy.applied();
+    let (held, refused) = writer.join().unwrap();
+    assert!(refused > 0, "a write after the takeover is not held");
+    assert!(applied >= held, "every held record is in the copy: {held} held, {applied} applied");
+    for lsn in (1..=held).step_by(97).chain([held]) {
+        assert!(copy.store().get_latest(format!("k{lsn}").as_bytes()).is_some(), "record {lsn} held, in the copy");
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(copy.applied(), applied, "nothing applied after the takeover returned");
+    let mut again = connect(&service);
+    assert_eq!(hello(&mut again, 4, 1, applied + 1), (1, 2), "a hello of the old epoch is refused");
+    drop(stream);
+    reader.join().unwrap();
+}
+
+/// The apply lag's bound: a backup that does not apply fills its log region, and then the
+/// primary's writes wait (back-pressure) and give up at their deadline; what the backup
+/// consumes is written again, and a closed region makes the next write not held.
+#[test]
+fn a_full_log_region_holds_the_primary_back_until_the_backup_consumes() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let backup = std::thread::spawn(move || {
+        let (mut control, _) = listener.accept().unwrap();
+        control.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let receiver = LogReceiver::accept(&mut control).unwrap();
+        (control, receiver)
+    });
+    let mut control = connect_to(address);
+    let mut log = LogSender::connect(&mut control).unwrap();
+    let (_control, mut receiver) = backup.join().unwrap();
+    let message = vec![7u8; 4096];
+    let mut landed = 0;
+    while log.append(&message, &mut 0, None).unwrap() {
+        landed += 1;
+    }
+    assert!(landed > 0 && landed * message.len() <= REPLICATION_LOG_RING_BYTES, "{landed} messages in the region");
+    let soon = Instant::now() + Duration::from_millis(20);
+    assert!(!log.append(&message, &mut 0, Some(soon)).unwrap(), "full: the write waits, then gives up");
+    // The backup consumes a quarter of the region (credit returns in quarters): room again.
+    let mut out = vec![0u8; message.len()];
+    for _ in 0..=REPLICATION_LOG_RING_BYTES / 4 / message.len() {
+        assert_eq!(receiver.read(&mut out, Duration::from_secs(1)).unwrap(), message.len());
+        assert!(out.iter().all(|&byte| byte == 7));
+    }
+    assert!(land(&mut log, &message).unwrap(), "written once the backup consumed");
+    receiver.close();
+    assert!(matches!(land(&mut log, &message), Err(LogError::Closed)), "a closed region holds nothing");
+}
+
+fn connect_to(address: std::net::SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    stream
+}
+
+/// The apply-lag histogram: buckets tile the values without gaps, and a quantile is bounded
+/// from above by at most a quarter (plus one bucket's rounding at the bottom).
+#[test]
+fn the_apply_lag_histogram_bounds_each_quantile_from_above_within_a_quarter() {
+    for value in 0..131_072u64 {
+        let index = LagHistogram::bucket(value);
+        assert!(value < LagHistogram::upper_us(index), "{value} below its bucket's end");
+        assert!(index == 0 || value >= LagHistogram::upper_us(index - 1), "{value} above the previous bucket");
+    }
+    let mut histogram = LagHistogram::default();
+    assert_eq!(histogram.quantile_us(0.5), 0, "no lag counted");
+    for value in 0..10_000u64 {
+        histogram.record(value);
+    }
+    assert_eq!(histogram.count(), 10_000);
+    for quantile in [0.5f64, 0.9, 0.99, 0.999, 1.0] {
+        let exact = (quantile * 10_000.0).ceil() as u64 - 1;
+        let bound = histogram.quantile_us(quantile);
+        assert!(bound > exact && bound <= exact + exact / 4 + 2, "quantile {quantile}: {bound} for {exact}");
+    }
+    let mut merged = LagHistogram::default();
+    merged.add(&histogram);
+    merged.add(&histogram);
+    assert_eq!((merged.count(), merged.quantile_us(0.5)), (20_000, histogram.quantile_us(0.5)));
 }
