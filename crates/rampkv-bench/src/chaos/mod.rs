@@ -71,11 +71,11 @@ pub enum ChaosError {
     RangeOrder { setting: &'static str, min_ms: u64, max_ms: u64 },
     #[error("--transport {transport} is not available to chaos runs (its clients call servers in their own process)")]
     TransportUnsupported { transport: &'static str },
-    /// `--replicas` above 1 with `--nemesis kill-all`: replication survives f failures at a
-    /// time, not the whole cluster (that is persistence's job, which is not combined with it).
+    /// `--replicas` above 1 with `--nemesis kill-all` and no `--data-dir`: replication survives
+    /// f failures at a time, not the whole cluster (that is persistence's job).
     #[error(
         "--replicas {replicas} with --nemesis kill-all: replicas survive {} failure(s) at a time, not every \
-         server at once; use --nemesis kill-one",
+         server at once; use --nemesis kill-one, or --data-dir",
         replicas - 1
     )]
     ReplicasKillAll { replicas: u32 },
@@ -86,11 +86,6 @@ pub enum ChaosError {
          follow a failover yet (docs/replication.md)"
     )]
     FailoverTransport { replicas: u32, nemesis: &'static str, transport: &'static str },
-    /// `--replicas` above 1 together with `--data-dir`: not built in the servers.
-    #[error(
-        "--replicas {replicas} with --data-dir: replication with persistence is not built yet (docs/replication.md)"
-    )]
-    ReplicationWithDataDir { replicas: u32 },
     #[error(
         "--data-dir: `{} server` has no --data-dir option (a build without persistence), so a run would test \
          servers that keep nothing",
@@ -225,15 +220,12 @@ impl ChaosConfig {
         if self.transport == TransportKind::InProcess {
             return Err(ChaosError::TransportUnsupported { transport: self.transport.name() });
         }
-        if self.replicas > 1 && self.nemesis == NemesisKind::KillAll {
+        if self.replicas > 1 && self.nemesis == NemesisKind::KillAll && self.data_dir.is_none() {
             return Err(ChaosError::ReplicasKillAll { replicas: self.replicas });
         }
         if self.replicas > 1 && self.nemesis != NemesisKind::None && self.transport != TransportKind::Tcp {
             let (replicas, nemesis, transport) = (self.replicas, self.nemesis.name(), self.transport.name());
             return Err(ChaosError::FailoverTransport { replicas, nemesis, transport });
-        }
-        if self.replicas > 1 && self.data_dir.is_some() {
-            return Err(ChaosError::ReplicationWithDataDir { replicas: self.replicas });
         }
         Ok(())
     }
@@ -748,14 +740,6 @@ mod tests {
                 config.transport = TransportKind::OneSided;
             },
             "needs --transport tcp",
-        );
-        refused(
-            |config| {
-                config.replicas = 2;
-                config.nemesis = NemesisKind::None;
-                config.data_dir = Some(PathBuf::from("unused"));
-            },
-            "replication with persistence is not built",
         );
         refused(|config| config.txn_size = 17, "--txn-size must be 1..=16");
         refused(|config| config.clients = 2, "--clients must be 3..=256");

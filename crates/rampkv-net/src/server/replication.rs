@@ -103,6 +103,7 @@ use rampkv_durable::limits::RECORD_PAYLOAD_BYTES_MAX;
 use rampkv_durable::record::{check_frame, encode_record, RECORD_HEADER_BYTES};
 use rampkv_durable::{apply_record, RecordError, RecordHeader, RecordRef};
 
+use super::durable::{CopyJournal, DurabilityConfig, Journal, RestoredCopy};
 use crate::auth::{authenticate_client, AuthError, SharedSecret};
 
 const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RKVR");
@@ -115,11 +116,12 @@ const MARKER_LENGTH: u32 = u32::MAX;
 const MARKER_BYTES: usize = 40;
 const MARKER_SNAPSHOT: u32 = 1;
 const MARKER_IN_SYNC: u32 = 2;
+const MARKER_DELTA: u32 = 3;
 const HELLO_CATCH_UP: u32 = 1;
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
 // A marker is read where a record header would be, and no record's length is its first word.
 const _: () = assert!(MARKER_BYTES == RECORD_HEADER_BYTES && RECORD_PAYLOAD_BYTES_MAX < MARKER_LENGTH as usize);
-const HELLO_BYTES: usize = 32;
+const HELLO_BYTES: usize = 40;
 const ANSWER_BYTES: usize = 24;
 const ACK_BYTES: usize = 16;
 
@@ -210,6 +212,12 @@ pub struct ReplicationStats {
     pub ack_latency_us_max: u64,
     /// Links failed (a failed link holds the primary's writes for good).
     pub links_failed: u64,
+    /// Catching-up backups sent a snapshot of the store, and the versions those held.
+    pub catch_up_snapshots: u64,
+    pub catch_up_snapshot_versions: u64,
+    /// Catching-up backups sent only the records they missed (a delta), and those records.
+    pub catch_up_deltas: u64,
+    pub catch_up_delta_records: u64,
 }
 
 impl ReplicationStats {
@@ -221,6 +229,10 @@ impl ReplicationStats {
         self.ack_latency_us_total += other.ack_latency_us_total;
         self.ack_latency_us_max = self.ack_latency_us_max.max(other.ack_latency_us_max);
         self.links_failed += other.links_failed;
+        self.catch_up_snapshots += other.catch_up_snapshots;
+        self.catch_up_snapshot_versions += other.catch_up_snapshot_versions;
+        self.catch_up_deltas += other.catch_up_deltas;
+        self.catch_up_delta_records += other.catch_up_delta_records;
     }
 
     /// Mean time from append to a backup's acknowledgement, in µs.
@@ -284,6 +296,22 @@ struct CatchUp {
     sync_point: AtomicU64,
     /// The in-sync marker: `MARKER_*` states below.
     marker: AtomicU8,
+    /// A recovered primary's first link: it holds replies from the start (nothing before its
+    /// point was acknowledged in this process), in sync once its snapshot is applied.
+    counted_from_start: bool,
+}
+
+impl CatchUp {
+    fn new(point: u64, opened_in: u64, counted_from_start: bool) -> CatchUp {
+        let sync_point = AtomicU64::new(u64::MAX);
+        CatchUp { point, opened_in, sync_point, marker: AtomicU8::new(MARKER_NOT_DUE), counted_from_start }
+    }
+
+    /// The same, joining at `point`.
+    fn at(self, point: u64) -> CatchUp {
+        let sync_point = if self.counted_from_start { point - 1 } else { u64::MAX };
+        CatchUp { point, sync_point: AtomicU64::new(sync_point), ..self }
+    }
 }
 
 const MARKER_NOT_DUE: u8 = 0;
@@ -335,12 +363,55 @@ struct Shared {
     sequencer: Mutex<(u64, Vec<u8>)>,
     /// The store a catching-up backup's snapshot is taken of.
     source: OnceLock<Arc<ServerCore>>,
+    /// The stream's identity and its last records (module docs, "Delta").
+    backlog: Mutex<Backlog>,
     /// Bumped whenever a link starts to count ([`Replicator::acknowledged`] reads it).
     membership: AtomicU64,
     stop: AtomicBool,
     stats: Mutex<ReplicationStats>,
     wake: OnceLock<Box<dyn Fn() + Send + Sync>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// The identity of a primary's stream and its last records, for catching-up backups that hold
+/// a prefix of it (module docs, "Delta").
+struct Backlog {
+    /// Random; new whenever the store took what no record describes (a process start, an
+    /// adopted copy): a backup's copy of another stream is no prefix of this one.
+    stream: u64,
+    /// The last batches appended, oldest first, at most `max_bytes` of them (0: none kept).
+    batches: VecDeque<Batch>,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+/// How a primary's stream starts ([`Replicator::start_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamStart {
+    /// The first record's sequence number (a server with a data directory numbers its records
+    /// as its log does: the log's next LSN).
+    pub first: u64,
+    /// Bytes of the last records kept for catching-up backups' deltas (0: none).
+    pub backlog_bytes: usize,
+    /// The store is not empty (recovered from its files): every backup gets a snapshot first,
+    /// and its link holds the primary's replies from the start.
+    pub snapshot_first: bool,
+}
+
+impl Default for StreamStart {
+    fn default() -> Self {
+        StreamStart { first: 1, backlog_bytes: 0, snapshot_first: false }
+    }
+}
+
+/// A random non-zero stream identity.
+fn new_stream_id() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::getrandom(&mut bytes).is_err() {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        bytes = (now.as_nanos() as u64 ^ u64::from(std::process::id())).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes).max(1)
 }
 
 impl Shared {
@@ -381,13 +452,33 @@ impl Replicator {
         backups: Vec<(usize, String)>,
         secret: Option<Arc<SharedSecret>>,
     ) -> std::io::Result<Replicator> {
+        Self::start_with(primary, epoch, backups, secret, StreamStart::default(), None)
+    }
+
+    /// [`Replicator::start`] with its stream's start (`start`) and the store catching-up
+    /// backups' snapshots are taken of (`source`; needed from the start with
+    /// `start.snapshot_first`, else it may be set later).
+    ///
+    /// # Errors
+    /// A thread could not be started.
+    pub fn start_with(
+        primary: u16,
+        epoch: u64,
+        backups: Vec<(usize, String)>,
+        secret: Option<Arc<SharedSecret>>,
+        start: StreamStart,
+        source: Option<Arc<ServerCore>>,
+    ) -> std::io::Result<Replicator> {
+        let backlog =
+            Backlog { stream: new_stream_id(), batches: VecDeque::new(), bytes: 0, max_bytes: start.backlog_bytes };
         let shared = Arc::new(Shared {
             primary,
             epoch: AtomicU64::new(epoch),
             secret,
             links: RwLock::new(Vec::new()),
-            sequencer: Mutex::new((1, Vec::new())),
+            sequencer: Mutex::new((start.first.max(1), Vec::new())),
             source: OnceLock::new(),
+            backlog: Mutex::new(backlog),
             membership: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             stats: Mutex::new(ReplicationStats::default()),
@@ -395,9 +486,14 @@ impl Replicator {
             threads: Mutex::new(Vec::new()),
         });
         let replicator = Replicator { shared };
+        if let Some(source) = source {
+            replicator.set_source(source);
+        }
         for (backup, address) in backups {
-            // The cluster's first configuration counts these backups in sync from the start.
-            replicator.add_link(backup, address, BOOTSTRAP_INCARNATION, None)?;
+            // The cluster's first configuration counts these backups in sync from the start
+            // (a recovered store's links hold replies from the start, after a snapshot).
+            let catch_up = start.snapshot_first.then(|| CatchUp::new(0, epoch, true));
+            replicator.add_link(backup, address, BOOTSTRAP_INCARNATION, catch_up)?;
         }
         Ok(replicator)
     }
@@ -412,12 +508,7 @@ impl Replicator {
         if self.shared.source.get().is_none() {
             return Err(std::io::Error::other("replication: no store to take a catching-up backup's snapshot of"));
         }
-        let catch_up = CatchUp {
-            point: 0,
-            opened_in: self.shared.epoch.load(Ordering::Acquire),
-            sync_point: AtomicU64::new(u64::MAX),
-            marker: AtomicU8::new(MARKER_NOT_DUE),
-        };
+        let catch_up = CatchUp::new(0, self.shared.epoch.load(Ordering::Acquire), false);
         self.add_link(backup, address, incarnation, Some(catch_up))
     }
 
@@ -428,7 +519,7 @@ impl Replicator {
         incarnation: u64,
         catch_up: Option<CatchUp>,
     ) -> std::io::Result<()> {
-        let counted = catch_up.is_none();
+        let counted = catch_up.as_ref().is_none_or(|catch_up| catch_up.counted_from_start);
         let link = {
             // The link joins at the next sequence number: it gets every record from there on.
             let sequencer = self.shared.sequencer.lock();
@@ -444,7 +535,7 @@ impl Replicator {
                 removed: AtomicBool::new(false),
                 incarnation,
                 counted: AtomicBool::new(counted),
-                catch_up: catch_up.map(|catch_up| CatchUp { point, ..catch_up }),
+                catch_up: catch_up.map(|catch_up| catch_up.at(point)),
             });
             let mut links = self.shared.links.write();
             // Links that hold nothing any more are dropped (a failed, counted one stays: its
@@ -473,6 +564,17 @@ impl Replicator {
                 Err(error)
             }
         }
+    }
+
+    /// The store took what no record describes (failover adopted a copy into it): a backup's
+    /// copy of the stream so far is no prefix of it any more, so the stream gets a new identity
+    /// (and its backlog is dropped). Links already streaming are unaffected.
+    pub(crate) fn new_lineage(&self) {
+        let _sequencer = self.shared.sequencer.lock();
+        let mut backlog = self.shared.backlog.lock();
+        backlog.stream = new_stream_id();
+        backlog.batches.clear();
+        backlog.bytes = 0;
     }
 
     /// Sets the store catching-up backups' snapshots are taken of (the primary's).
@@ -527,6 +629,14 @@ impl Replicator {
     /// `effects.release_after` to the last one's sequence number. After a link failed that
     /// position is never reached (the replies are held).
     pub fn append(&self, effects: &mut Effects) {
+        self.append_journaled(effects, None);
+    }
+
+    /// [`Replicator::append`] of a server with a data directory: each record is appended to
+    /// `journal` first, under the sequencer lock, so that the stream numbers its records as
+    /// the log does (the stream started at the log's next LSN; nothing else appends to it).
+    /// After a failure of the log nothing more is shipped and the position is never reached.
+    pub(crate) fn append_journaled(&self, effects: &mut Effects, journal: Option<&Journal>) {
         if effects.logged.is_empty() {
             return;
         }
@@ -536,7 +646,16 @@ impl Replicator {
         buffer.clear();
         let first = *next;
         let epoch = self.shared.epoch.load(Ordering::Acquire);
+        let mut journal_failed = false;
         for record in effects.logged.drain(..) {
+            if let Some(journal) = journal {
+                let lsn = journal.append_record(&record);
+                debug_assert!(lsn.is_none_or(|lsn| lsn == *next), "the log and the stream number records alike");
+                if lsn != Some(*next) {
+                    journal_failed = true;
+                    break;
+                }
+            }
             let header = RecordHeader { lsn: *next, epoch, synced_lsn: 0 };
             if let Err(error) = encode_record(header, RecordRef::from(&record), buffer) {
                 debug_assert!(false, "the store took what the codec refuses: {error}");
@@ -548,19 +667,32 @@ impl Replicator {
             *next += 1;
         }
         let last = *next - 1;
-        let position = LogPosition(if last >= first { last } else { u64::MAX });
+        let position = LogPosition(if last >= first && !journal_failed { last } else { u64::MAX });
         if last >= first {
             let batch = Batch { first, last, bytes: Arc::from(buffer.as_slice()), queued_at: Instant::now() };
             let bytes = batch.bytes.len();
             for link in links.iter() {
                 self.push(link, batch.clone());
             }
+            let mut backlog = self.shared.backlog.lock();
+            if backlog.max_bytes > 0 {
+                backlog.bytes += bytes;
+                backlog.batches.push_back(batch);
+                while backlog.bytes > backlog.max_bytes {
+                    let Some(oldest) = backlog.batches.pop_front() else { break };
+                    backlog.bytes -= oldest.bytes.len();
+                }
+            }
+            drop(backlog);
             let mut stats = self.shared.stats.lock();
             stats.records += last + 1 - first;
             stats.bytes += bytes as u64;
         }
         drop(links);
         drop(sequencer);
+        if let Some(journal) = journal {
+            journal.appended();
+        }
         effects.release_after = Some(effects.release_after.map_or(position, |earlier| earlier.max(position)));
     }
 
@@ -686,7 +818,7 @@ impl Drop for Replicator {
 /// A link's life: connect, hello, (a catching-up backup's snapshot,) then write what is queued
 /// while a reader thread takes the acknowledgements.
 fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
-    let (mut stream, applied) = match connect(shared, link) {
+    let (mut stream, applied, lineage) = match connect(shared, link) {
         Ok(connected) => connected,
         Err(error) => return link.fail(error, shared),
     };
@@ -712,7 +844,11 @@ fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
         Err(error) => return link.fail(io_error(link, error), shared),
     };
     if let Some(catch_up) = &link.catch_up {
-        if let Err(error) = send_snapshot(shared, catch_up, &mut stream) {
+        let sent = match queue_delta(shared, link, catch_up, applied, lineage) {
+            Some(first) => stream.write_all(&encode_marker(MARKER_DELTA, first, shared.epoch.load(Ordering::Acquire))),
+            None => send_snapshot(shared, catch_up, &mut stream),
+        };
+        if let Err(error) = sent {
             link.fail(io_error(link, error), shared);
         }
     }
@@ -758,6 +894,53 @@ fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
     shared.wake();
 }
 
+/// A catching-up backup that holds records up to `held` of this stream (`lineage`, its identity
+/// when the hello was sent) gets only the records after them, when the backlog still has every
+/// one (module docs, "Delta"): they are put at the front of the link's queue, before the
+/// records from its point on, and the first one's number is returned (for the delta marker).
+/// `None`: a snapshot is due.
+fn queue_delta(shared: &Shared, link: &Link, catch_up: &CatchUp, held: u64, lineage: u64) -> Option<u64> {
+    let point = catch_up.point;
+    if held == 0 || held >= point {
+        return None;
+    }
+    let backlog = shared.backlog.lock();
+    let first_kept = backlog.batches.front().map_or(point, |batch| batch.first);
+    if backlog.stream != lineage || first_kept > held + 1 {
+        return None;
+    }
+    let now = Instant::now();
+    let missed: Vec<Batch> = backlog
+        .batches
+        .iter()
+        .filter(|batch| batch.last > held && batch.first < point)
+        .map(|batch| Batch { queued_at: now, ..batch.clone() })
+        .collect();
+    drop(backlog);
+    let records = point - 1 - held;
+    let mut queue = link.queue.lock();
+    debug_assert_eq!(queue.written, 0, "the delta goes before anything the link wrote");
+    for batch in missed.into_iter().rev() {
+        queue.bytes += batch.bytes.len();
+        queue.batches.push_front(batch);
+    }
+    link.acked.store(held, Ordering::Release);
+    drop(queue);
+    let mut stats = shared.stats.lock();
+    stats.catch_up_deltas += 1;
+    stats.catch_up_delta_records += records;
+    drop(stats);
+    let versions = shared.source.get().map_or(0, |core| core.store().stats().versions);
+    log::warn!(
+        "replication: primary {} sent a catching-up backup a delta of {records} records ({} to {}) instead of a \
+         snapshot of its store ({versions} versions)",
+        shared.primary,
+        held + 1,
+        point - 1
+    );
+    Some(held + 1)
+}
+
 /// A catching-up backup's snapshot: the marker, then the store in the snapshot file format,
 /// in chunks, then the empty chunk.
 fn send_snapshot(shared: &Shared, catch_up: &CatchUp, stream: &mut TcpStream) -> std::io::Result<()> {
@@ -769,6 +952,10 @@ fn send_snapshot(shared: &Shared, catch_up: &CatchUp, stream: &mut TcpStream) ->
     let mut chunks = ChunkWriter { stream, buffer: Vec::with_capacity(REPLICATION_SNAPSHOT_CHUNK_BYTES) };
     let counts = rampkv_durable::snapshot::write_to(&mut chunks, core.store(), catch_up.point - 1, epoch)?;
     chunks.stream.write_all(&0u32.to_le_bytes())?;
+    let mut stats = shared.stats.lock();
+    stats.catch_up_snapshots += 1;
+    stats.catch_up_snapshot_versions += counts.versions;
+    drop(stats);
     log::warn!(
         "replication: primary {} sent a catching-up backup its snapshot at record {} ({} keys, {} versions)",
         shared.primary,
@@ -812,8 +999,9 @@ fn io_error(link: &Link, error: std::io::Error) -> ReplicationError {
 }
 
 /// Connects to the backup (retrying while it is not there yet), authenticates, says hello;
-/// returns the stream and the last record the backup applied.
-fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64), ReplicationError> {
+/// returns the stream, the last record the backup applied (a catching-up backup: the last one
+/// it holds of this stream, 0 for none) and the stream's identity the hello named.
+fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64, u64), ReplicationError> {
     let deadline = Instant::now() + Duration::from_millis(REPLICATION_CONNECT_WAIT_MS_MAX);
     let address: SocketAddr = link
         .address
@@ -844,14 +1032,15 @@ fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64), Replication
         None => (link.queue.lock().batches.front().map_or(1, |batch| batch.first), 0),
     };
     let epoch = shared.epoch.load(Ordering::Acquire);
-    let hello = encode_hello(shared.primary, epoch, first, flags);
+    let lineage = shared.backlog.lock().stream;
+    let hello = encode_hello(&Hello { primary: shared.primary, epoch, first, stream: lineage, catch_up: flags != 0 });
     stream.write_all(&hello).map_err(|error| io_error(link, error))?;
     let mut answer = [0u8; ANSWER_BYTES];
     stream.read_exact(&mut answer).map_err(|error| io_error(link, error))?;
     stream.set_read_timeout(None).map_err(|error| io_error(link, error))?;
     let (backup, address) = (link.backup, link.address.clone());
     match decode_answer(&answer) {
-        Some((0, applied)) => Ok((stream, applied)),
+        Some((0, applied)) => Ok((stream, applied, lineage)),
         Some((1, known)) => Err(ReplicationError::StaleEpoch { backup, address, epoch, known }),
         Some((2, applied)) => Err(ReplicationError::NeedsCatchUp { backup, address, applied, first }),
         Some((3, _)) => Err(ReplicationError::HelloRefused { backup, address }),
@@ -937,16 +1126,18 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
     }
 }
 
-fn encode_hello(primary: u16, epoch: u64, first: u64, flags: u32) -> [u8; HELLO_BYTES] {
+fn encode_hello(fields: &Hello) -> [u8; HELLO_BYTES] {
     let mut hello = [0u8; HELLO_BYTES];
     hello[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
     hello[4..6].copy_from_slice(&VERSION.to_le_bytes());
-    hello[6..8].copy_from_slice(&primary.to_le_bytes());
-    hello[8..16].copy_from_slice(&epoch.to_le_bytes());
-    hello[16..24].copy_from_slice(&first.to_le_bytes());
-    hello[24..28].copy_from_slice(&flags.to_le_bytes());
-    let crc = crc32c::crc32c(&hello[0..28]);
-    hello[28..32].copy_from_slice(&crc.to_le_bytes());
+    hello[6..8].copy_from_slice(&fields.primary.to_le_bytes());
+    hello[8..16].copy_from_slice(&fields.epoch.to_le_bytes());
+    hello[16..24].copy_from_slice(&fields.first.to_le_bytes());
+    hello[24..32].copy_from_slice(&fields.stream.to_le_bytes());
+    let flags = if fields.catch_up { HELLO_CATCH_UP } else { 0 };
+    hello[32..36].copy_from_slice(&flags.to_le_bytes());
+    let crc = crc32c::crc32c(&hello[0..36]);
+    hello[36..40].copy_from_slice(&crc.to_le_bytes());
     hello
 }
 
@@ -956,19 +1147,22 @@ struct Hello {
     primary: u16,
     epoch: u64,
     first: u64,
+    /// The stream's identity (module docs, "Delta").
+    stream: u64,
     catch_up: bool,
 }
 
 fn decode_hello(hello: &[u8; HELLO_BYTES]) -> Option<Hello> {
-    let flags = u32_at(hello, 24);
+    let flags = u32_at(hello, 32);
     let valid = u32_at(hello, 0) == HELLO_MAGIC
         && u16_at(hello, 4) == VERSION
-        && u32_at(hello, 28) == crc32c::crc32c(&hello[0..28])
+        && u32_at(hello, 36) == crc32c::crc32c(&hello[0..36])
         && flags & !HELLO_CATCH_UP == 0;
     valid.then(|| Hello {
         primary: u16_at(hello, 6),
         epoch: u64_at(hello, 8),
         first: u64_at(hello, 16),
+        stream: u64_at(hello, 24),
         catch_up: flags & HELLO_CATCH_UP != 0,
     })
 }
@@ -990,7 +1184,7 @@ fn decode_marker(marker: &[u8]) -> Option<(u32, u64, u64)> {
     let marker = marker.get(..MARKER_BYTES)?;
     let kind = u32_at(marker, 4);
     let valid = u32_at(marker, 0) == MARKER_LENGTH
-        && matches!(kind, MARKER_SNAPSHOT | MARKER_IN_SYNC)
+        && matches!(kind, MARKER_SNAPSHOT | MARKER_IN_SYNC | MARKER_DELTA)
         && u64_at(marker, 24) == 0
         && u32_at(marker, 32) == crc32c::crc32c(&marker[0..32])
         && u32_at(marker, 36) == MARKER_MAGIC;
@@ -1063,6 +1257,11 @@ pub struct BackupStore {
     /// This server took the copy over (failover): no record of the primary is applied again.
     fenced: AtomicBool,
     sweep: Mutex<(SweepCursor, u64)>,
+    /// The identity of the primary's stream it is a prefix of (0: none yet, or a snapshot is
+    /// being loaded into it).
+    stream: AtomicU64,
+    /// Its files, when the backup has a data directory.
+    journal: Mutex<Option<CopyJournal>>,
 }
 
 impl BackupStore {
@@ -1108,8 +1307,84 @@ impl BackupStore {
             streaming: Mutex::new(()),
             fenced: AtomicBool::new(false),
             sweep: Mutex::new((SweepCursor::default(), 0)),
+            stream: AtomicU64::new(0),
+            journal: Mutex::new(None),
         }
     }
+
+    fn restored(copy: RestoredCopy, gc_grace_ms: u64) -> BackupStore {
+        let RestoredCopy { primary, stream, store, journal, applied, epoch } = copy;
+        BackupStore {
+            store,
+            applied: AtomicU64::new(applied),
+            stream: AtomicU64::new(stream),
+            journal: Mutex::new(Some(journal)),
+            ..BackupStore::new(primary, epoch, gc_grace_ms)
+        }
+    }
+
+    /// Whether a catch-up hello of stream `stream` in epoch `epoch` may continue this copy
+    /// rather than start a fresh one: it is a prefix of that stream, nobody streams into it.
+    fn resumable(&self, stream: u64, epoch: u64) -> bool {
+        self.stream.load(Ordering::Acquire) == stream
+            && self.applied() > 0
+            && self.epoch() <= epoch
+            && !self.fenced.load(Ordering::Acquire)
+            && self.streaming.try_lock().is_some()
+    }
+
+    /// Drops its files (the copy is dropped, replaced, or no prefix of its stream any more).
+    fn discard_journal(&self) {
+        if let Some(journal) = self.journal.lock().take() {
+            journal.remove();
+        }
+    }
+
+    /// Starts its files as a copy of stream `stream` holding every record up to `covers`.
+    fn start_journal(&self, persistence: Option<&CopyPersistence>, stream: u64, covers: u64) {
+        self.discard_journal();
+        self.stream.store(stream, Ordering::Release);
+        let Some(persistence) = persistence else { return };
+        let (root, config) = (&persistence.root, &persistence.config);
+        match CopyJournal::create(root, config, self.primary, stream, &self.store, covers, self.epoch()) {
+            Ok(journal) => *self.journal.lock() = Some(journal),
+            Err(error) => log::warn!("replication: the copy of primary {} is not kept on disk: {error}", self.primary),
+        }
+    }
+
+    /// Appends record `lsn` of `epoch` to its files; a copy whose files fail is no longer kept.
+    fn journal_record(&self, lsn: u64, epoch: u64, record: RecordRef<'_>) {
+        let mut journal = self.journal.lock();
+        if let Some(Err(error)) = journal.as_ref().map(|journal| journal.append(lsn, epoch, record)) {
+            log::warn!("replication: the copy of primary {} is no longer kept on disk: {error}", self.primary);
+            if let Some(journal) = journal.take() {
+                journal.remove();
+            }
+        }
+    }
+
+    /// Writes what its files were given (once per acknowledged burst).
+    fn flush_journal(self: &Arc<Self>) {
+        let mut journal = self.journal.lock();
+        if let Some(Err(error)) = journal.as_mut().map(|journal| journal.flush(self, BackupStore::store)) {
+            log::warn!("replication: the copy of primary {} is no longer kept on disk: {error}", self.primary);
+            if let Some(journal) = journal.take() {
+                journal.remove();
+            }
+        }
+    }
+}
+
+/// Where a backup keeps its copies on disk, and how.
+#[derive(Debug, Clone)]
+pub struct CopyPersistence {
+    /// `copies` in the server's data directory.
+    pub root: std::path::PathBuf,
+    pub config: DurabilityConfig,
+    /// The server restarted into a running cluster: the copies found are loaded (their primaries
+    /// may send only what they missed). Otherwise (the cluster starts) they are removed: every
+    /// primary's stream is new.
+    pub restore: bool,
 }
 
 /// What a backup service did since it started.
@@ -1126,6 +1401,9 @@ pub struct BackupStats {
 
 struct BackupShared {
     gc_grace_ms: u64,
+    persistence: Option<CopyPersistence>,
+    /// Copies loaded from the data directory at start, not caught up yet.
+    restored: Mutex<Vec<Arc<BackupStore>>>,
     secret: Option<Arc<SharedSecret>>,
     clock: Instant,
     stores: Mutex<HashMap<u16, Copies>>,
@@ -1161,9 +1439,41 @@ impl BackupService {
         gc_grace_ms: u64,
         secret: Option<Arc<SharedSecret>>,
     ) -> std::io::Result<BackupService> {
+        Self::start_durable(listener, gc_grace_ms, secret, None)
+    }
+
+    /// [`BackupService::start`], keeping the copies on disk as `persistence` says.
+    ///
+    /// # Errors
+    /// As [`BackupService::start`].
+    pub fn start_durable(
+        listener: TcpListener,
+        gc_grace_ms: u64,
+        secret: Option<Arc<SharedSecret>>,
+        persistence: Option<CopyPersistence>,
+    ) -> std::io::Result<BackupService> {
         let address = listener.local_addr()?;
+        let restored = match &persistence {
+            Some(persistence) if persistence.restore => {
+                CopyJournal::restore(&persistence.root, &persistence.config, gc_grace_ms)
+                    .into_iter()
+                    .map(|copy| Arc::new(BackupStore::restored(copy, gc_grace_ms)))
+                    .collect()
+            }
+            Some(persistence) => {
+                if let Err(error) = std::fs::remove_dir_all(&persistence.root) {
+                    if error.kind() != ErrorKind::NotFound {
+                        return Err(error);
+                    }
+                }
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
         let shared = Arc::new(BackupShared {
             gc_grace_ms,
+            persistence,
+            restored: Mutex::new(restored),
             secret,
             clock: Instant::now(),
             stores: Mutex::new(HashMap::new()),
@@ -1370,7 +1680,7 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
     let mut hello = [0u8; HELLO_BYTES];
     hello.copy_from_slice(&incoming.pending()[..HELLO_BYTES]);
     incoming.consume(HELLO_BYTES);
-    let Some(Hello { primary, epoch, first, catch_up }) = decode_hello(&hello) else {
+    let Some(Hello { primary, epoch, first, stream: lineage, catch_up }) = decode_hello(&hello) else {
         stream.write_all(&encode_answer(3, 0))?;
         return Err(BackupRefusal::MalformedHello);
     };
@@ -1387,11 +1697,24 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
             match refused {
                 Some(known) => Err(known),
                 None => {
-                    let fresh = Arc::new(BackupStore::new(primary, epoch, shared.gc_grace_ms));
-                    if let Some(older) = copies.staging.replace(Arc::clone(&fresh)) {
-                        older.fenced.store(true, Ordering::Release); // its stream ends
+                    // A copy of this very stream (loaded from disk, or a catch-up cut short)
+                    // goes on from where it is (module docs, "Delta").
+                    let mut restored = shared.restored.lock();
+                    let resumed =
+                        restored.iter().position(|copy| copy.primary == primary && copy.resumable(lineage, epoch));
+                    let copy = match (resumed, &copies.staging) {
+                        (Some(index), _) => restored.swap_remove(index),
+                        (None, Some(staging)) if staging.resumable(lineage, epoch) => Arc::clone(staging),
+                        _ => Arc::new(BackupStore::new(primary, epoch, shared.gc_grace_ms)),
+                    };
+                    drop(restored);
+                    if let Some(older) = copies.staging.replace(Arc::clone(&copy)) {
+                        if !Arc::ptr_eq(&older, &copy) {
+                            older.fenced.store(true, Ordering::Release); // its stream ends
+                            older.discard_journal();
+                        }
                     }
-                    Ok(fresh)
+                    Ok(copy)
                 }
             }
         } else {
@@ -1420,9 +1743,13 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
         return Err(BackupRefusal::StaleEpoch { primary, epoch, known });
     }
     let applied = copy.applied();
-    if !catch_up && first > applied + 1 {
+    let other_stream = copy.stream.load(Ordering::Acquire) != lineage && applied > 0;
+    if !catch_up && (first > applied + 1 || other_stream) {
         stream.write_all(&encode_answer(2, applied))?;
         return Err(BackupRefusal::NeedsCatchUp { primary, first, applied });
+    }
+    if !catch_up && copy.stream.load(Ordering::Acquire) != lineage {
+        copy.start_journal(shared.persistence.as_ref(), lineage, applied); // a new, empty copy
     }
     copy.epoch.store(epoch, Ordering::Release);
     stream.write_all(&encode_answer(0, applied))?;
@@ -1439,11 +1766,27 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
                 return Err(BackupRefusal::BadMarker { primary });
             };
             incoming.consume(MARKER_BYTES);
-            if kind == MARKER_SNAPSHOT {
+            if kind == MARKER_DELTA {
+                // Only the records after what this copy holds of the stream follow.
+                if !awaiting_snapshot || applied == 0 || value != applied + 1 {
+                    return Err(BackupRefusal::BadMarker { primary });
+                }
+                awaiting_snapshot = false;
+                log::warn!("replication: primary {primary} sends the records from {value} on (a delta)");
+                stream.write_all(&encode_ack(applied, false))?;
+            } else if kind == MARKER_SNAPSHOT {
                 if !awaiting_snapshot || value != first || value == 0 {
                     return Err(BackupRefusal::BadMarker { primary });
                 }
+                if copy.applied() > 0 {
+                    // The primary could not send a delta: the copy starts over.
+                    copy.discard_journal();
+                    copy.stream.store(0, Ordering::Release);
+                    copy.store.clear();
+                    copy.applied.store(0, Ordering::Release);
+                }
                 receive_snapshot(shared, &copy, &mut incoming, &mut stream, value - 1)?;
+                copy.start_journal(shared.persistence.as_ref(), lineage, value - 1);
                 awaiting_snapshot = false;
                 // The primary counts this link from its first acknowledgement on.
                 stream.write_all(&encode_ack(value - 1, false))?;
@@ -1457,8 +1800,19 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
                 if !copies.staging.as_ref().is_some_and(|staging| Arc::ptr_eq(staging, &copy)) {
                     return Err(BackupRefusal::BadMarker { primary }); // a newer catch-up replaced it
                 }
-                copies.current = copies.staging.take();
+                let older = std::mem::replace(&mut copies.current, copies.staging.take());
                 drop(stores);
+                if let Some(older) = older.filter(|older| !Arc::ptr_eq(older, &copy)) {
+                    older.discard_journal();
+                }
+                // Copies of older streams of this primary are of no use any more.
+                let stale: Vec<Arc<BackupStore>> = {
+                    let mut restored = shared.restored.lock();
+                    let (stale, kept) = restored.drain(..).partition(|restored| restored.primary == primary);
+                    *restored = kept;
+                    stale
+                };
+                stale.iter().for_each(|stale| stale.discard_journal());
                 log::warn!("replication: the copy of primary {primary} caught up (in sync at record {value})");
                 stream.write_all(&encode_ack(value, true))?;
             }
@@ -1492,6 +1846,7 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
                 return Err(BackupRefusal::Fenced { primary });
             }
             let now_ms = shared.clock.elapsed().as_millis() as u64;
+            copy.journal_record(lsn, frame.header.epoch, record.as_ref());
             match apply_record(&copy.store, record, now_ms) {
                 Ok(()) => shared.stats.lock().records_applied += 1,
                 Err(StoreError::Aborted { .. }) => shared.stats.lock().records_refused += 1,
@@ -1504,6 +1859,7 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
         // Acknowledge once what arrived is applied: one acknowledgement per burst.
         let applied = copy.applied();
         if applied > acked && incoming.pending().is_empty() {
+            copy.flush_journal();
             stream.write_all(&encode_ack(applied, false))?;
             acked = applied;
         }

@@ -13,6 +13,9 @@ fn service() -> BackupService {
     BackupService::start(TcpListener::bind("127.0.0.1:0").unwrap(), 1_000, None).unwrap()
 }
 
+/// The stream identity the tests' hand-made primaries name.
+const STREAM: u64 = 0x5eed;
+
 fn connect(service: &BackupService) -> TcpStream {
     let stream = TcpStream::connect(service.address()).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
@@ -20,7 +23,7 @@ fn connect(service: &BackupService) -> TcpStream {
 }
 
 fn hello(stream: &mut TcpStream, primary: u16, epoch: u64, first: u64) -> (u16, u64) {
-    stream.write_all(&encode_hello(primary, epoch, first, 0)).unwrap();
+    stream.write_all(&encode_hello(&Hello { primary, epoch, first, stream: STREAM, catch_up: false })).unwrap();
     let mut answer = [0u8; ANSWER_BYTES];
     stream.read_exact(&mut answer).unwrap();
     decode_answer(&answer).expect("a well-formed answer")
@@ -52,10 +55,14 @@ use rampkv_core::storage::Key;
 
 #[test]
 fn hello_answer_and_acknowledgement_round_trip_and_any_flipped_bit_is_refused() {
-    let hello = encode_hello(3, 7, 11, 0);
-    assert_eq!(decode_hello(&hello), Some(Hello { primary: 3, epoch: 7, first: 11, catch_up: false }));
-    let catch_up = encode_hello(3, 7, 11, HELLO_CATCH_UP);
-    assert_eq!(decode_hello(&catch_up), Some(Hello { primary: 3, epoch: 7, first: 11, catch_up: true }));
+    let fields = Hello { primary: 3, epoch: 7, first: 11, stream: 0x1234_5678_9abc, catch_up: false };
+    let hello = encode_hello(&fields);
+    assert_eq!(decode_hello(&hello).as_ref(), Some(&fields));
+    let catch_up = encode_hello(&Hello { catch_up: true, ..fields });
+    assert_eq!(
+        decode_hello(&catch_up),
+        Some(Hello { primary: 3, epoch: 7, first: 11, stream: 0x1234_5678_9abc, catch_up: true })
+    );
     let answer = encode_answer(2, 99);
     assert_eq!(decode_answer(&answer), Some((2, 99)));
     let acknowledgement = encode_ack(42, false);
@@ -284,10 +291,12 @@ fn ack_of(stream: &mut TcpStream) -> (u64, bool) {
 /// one chunk, then the end of the snapshot.
 fn catch_up(service: &BackupService, primary: u16, first: u64, snapshot: &[u8]) -> TcpStream {
     let mut stream = connect(service);
-    stream.write_all(&encode_hello(primary, 2, first, HELLO_CATCH_UP)).unwrap();
+    stream.write_all(&encode_hello(&Hello { primary, epoch: 2, first, stream: STREAM, catch_up: true })).unwrap();
     let mut answer = [0u8; ANSWER_BYTES];
     stream.read_exact(&mut answer).unwrap();
-    assert_eq!(decode_answer(&answer), Some((0, 0)), "a catch-up hello makes a fresh copy");
+    // 0: a fresh copy; more: a copy of this stream cut short goes on (it may still get a
+    // snapshot, which starts it over).
+    assert!(matches!(decode_answer(&answer), Some((0, _))), "a catch-up hello is accepted");
     stream.write_all(&encode_marker(MARKER_SNAPSHOT, first, 2)).unwrap();
     let _ = stream.write_all(&(snapshot.len() as u32).to_le_bytes());
     let _ = stream.write_all(snapshot);
@@ -318,7 +327,9 @@ fn a_catch_up_stream_with_bad_input_is_refused_and_its_copy_never_current() {
         assert!(service.copy_of(5).is_none(), "{what}: the copy is not current");
     }
     let mut record_first = connect(&service);
-    record_first.write_all(&encode_hello(5, 2, 5, HELLO_CATCH_UP)).unwrap();
+    record_first
+        .write_all(&encode_hello(&Hello { primary: 5, epoch: 2, first: 5, stream: STREAM, catch_up: true }))
+        .unwrap();
     let mut answer = [0u8; ANSWER_BYTES];
     record_first.read_exact(&mut answer).unwrap();
     record_first.write_all(&put(5, 2, "x")).unwrap();
@@ -328,7 +339,7 @@ fn a_catch_up_stream_with_bad_input_is_refused_and_its_copy_never_current() {
     early.write_all(&encode_marker(MARKER_IN_SYNC, 9, 2)).unwrap();
     assert!(closed(&mut early), "an in-sync marker past what was applied");
     assert!(service.copy_of(5).is_none());
-    // A good one.
+    // A good one (a snapshot again, though the copy cut short holds up to record 4).
     let mut good = catch_up(&service, 5, 5, &snapshot);
     assert_eq!(ack_of(&mut good), (4, false));
     good.write_all(&put(5, 2, "x")).unwrap();
@@ -339,4 +350,81 @@ fn a_catch_up_stream_with_bad_input_is_refused_and_its_copy_never_current() {
     let copy = service.copy_of(5).expect("current after the in-sync marker");
     assert!(copy.store().get_latest(b"x").is_some() && copy.store().get_latest(b"k19").is_some());
     assert!(service.stats().connections_refused >= 5);
+}
+
+/// Restart with a data directory (module docs, "Delta"): a backup that kept its copy on disk
+/// and restarted is sent only the records it missed by a primary whose stream it holds a
+/// prefix of; once the primary's store took what no record describes (an adopted copy: a new
+/// stream identity) it gets a snapshot instead. Either way it ends in sync with every write.
+#[test]
+fn a_restarted_backup_with_its_copy_on_disk_gets_only_the_records_it_missed() {
+    let root = tempfile::tempdir().unwrap();
+    let persistence = |restore| {
+        let config = DurabilityConfig::default();
+        Some(CopyPersistence { root: root.path().join(super::super::durable::COPIES_DIR), config, restore })
+    };
+    let start = |restore| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        BackupService::start_durable(listener, 1_000, None, persistence(restore)).unwrap()
+    };
+    let core = Arc::new(ServerCore::new(1_000));
+    let backup = start(false);
+    let stream = StreamStart { first: 1, backlog_bytes: 1 << 20, snapshot_first: false };
+    let backups = vec![(1, backup.address().to_string())];
+    let replicator = Replicator::start_with(0, 3, backups, None, stream, Some(Arc::clone(&core))).unwrap();
+    let write = |index: u64| {
+        let key = format!("key{index}");
+        write_key(core.store(), (index + 1) << 20, &key);
+        let mut effects = Effects::default();
+        effects.logged.push(rampkv_core::protocol::server::LogRecord::Put {
+            ts: (index + 1) << 20,
+            writes: vec![(Key::from(key.as_bytes()), Box::from(key.as_bytes()))],
+        });
+        replicator.append(&mut effects);
+        effects.release_after.expect("a record was appended")
+    };
+    let wait = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(done(), "{what}");
+    };
+    let position = (0..100).fold(LogPosition(0), |_, index| write(index));
+    wait("the backup acknowledged the first 100 records", &|| replicator.acknowledged() >= position);
+    // The backup dies; the configuration removes it; the primary writes on without it.
+    drop(backup);
+    replicator.retain_backups(&[]);
+    (100..150).for_each(|index| {
+        write(index);
+    });
+    let restarted = start(true);
+    replicator.add_catch_up(1, restarted.address().to_string(), 7).unwrap();
+    (150..170).for_each(|index| {
+        write(index);
+    });
+    wait("the restarted backup got in sync", &|| replicator.in_sync(1, 7, 3));
+    let stats = replicator.stats();
+    assert_eq!((stats.catch_up_deltas, stats.catch_up_snapshots), (1, 0), "{stats:?}");
+    assert_eq!(stats.catch_up_delta_records, 50, "the 50 records it missed, not the store: {stats:?}");
+    let copy = restarted.copy_of(0).expect("current once in sync");
+    wait("every write is on the copy", &|| copy.applied() == 170);
+    for index in 0..170 {
+        assert!(copy.store().get_latest(format!("key{index}").as_bytes()).is_some(), "key{index}");
+    }
+    // The primary adopts a copy (data no record describes): the next restart needs a snapshot.
+    drop(copy);
+    drop(restarted);
+    replicator.retain_backups(&[]);
+    replicator.new_lineage();
+    write_key(core.store(), 1_000 << 20, "adopted");
+    write(170);
+    let again = start(true);
+    replicator.add_catch_up(1, again.address().to_string(), 8).unwrap();
+    wait("the backup restarted again got in sync", &|| replicator.in_sync(1, 8, 3));
+    let stats = replicator.stats();
+    assert_eq!((stats.catch_up_deltas, stats.catch_up_snapshots), (1, 1), "{stats:?}");
+    let copy = again.copy_of(0).expect("current once in sync");
+    assert!(copy.store().get_latest(b"adopted").is_some(), "the snapshot holds the adopted data");
+    assert!(copy.store().get_latest(b"key170").is_some());
 }
