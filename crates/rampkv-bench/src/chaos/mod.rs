@@ -420,6 +420,7 @@ fn run_in(
         unavailability: outcome::longest_unavailability(&records, 0, end_ns),
         max_unavailable_ms: config.max_unavailable_ms,
         history: Some(history_path),
+        catch_ups: catch_ups_of(work.path(), config.servers),
         kept_directory: None,
         passed: false,
         failures: Vec::new(),
@@ -434,6 +435,17 @@ fn run_in(
         report.kept_directory = work.keep();
     }
     Ok(report)
+}
+
+/// The catch-ups the servers' logs in `work` report (a log that cannot be read counts none).
+fn catch_ups_of(work: &Path, servers: usize) -> outcome::CatchUps {
+    let mut catch_ups = outcome::CatchUps::default();
+    for index in 0..servers {
+        if let Ok(text) = std::fs::read_to_string(work.join(format!("server-{index}.log"))) {
+            catch_ups.add_log(&text);
+        }
+    }
+    catch_ups
 }
 
 /// What the workload and the nemesis did until the deadline.

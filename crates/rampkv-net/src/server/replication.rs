@@ -1836,7 +1836,8 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
             return Err(BackupRefusal::OutOfOrder { primary, found: lsn, expected });
         }
         if lsn == expected {
-            if frame.header.epoch < epoch {
+            // A delta's records (before the hello's first) were appended in earlier epochs.
+            if frame.header.epoch < epoch && lsn >= first {
                 return Err(BackupRefusal::WrongEpoch { primary, lsn, found: frame.header.epoch, epoch });
             }
             let record = frame.record().map_err(|cause| BackupRefusal::BadRecord { primary, lsn, cause })?;
