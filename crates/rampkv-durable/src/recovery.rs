@@ -294,6 +294,39 @@ pub fn open(dir: &Path, options: &OpenOptions, store: &Store) -> Result<(Log, Re
     Ok((Log::start(start)?, report))
 }
 
+/// Moves every file of the data directory `dir` but its lock into its subdirectory `aside`
+/// (replacing what an earlier call left there), under the directory's lock: a server that must
+/// not use its store any more keeps it for inspection. Returns how many files were moved.
+///
+/// # Errors
+/// `Locked` (a running server uses `dir`: nothing is moved); I/O errors.
+pub fn set_aside(dir: &Path, aside: &str) -> Result<usize, DurableError> {
+    if !dir.exists() {
+        return Ok(0);
+    }
+    let _lock = DirLock::acquire(dir)?;
+    let entries = std::fs::read_dir(dir).map_err(DurableError::io("list", dir))?;
+    let files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.is_file() && path.file_name().is_some_and(|name| name != crate::files::LOCK_FILE))
+        .collect();
+    if files.is_empty() {
+        return Ok(0);
+    }
+    let target = dir.join(aside);
+    if target.exists() {
+        std::fs::remove_dir_all(&target).map_err(DurableError::io("remove", &target))?;
+    }
+    std::fs::create_dir_all(&target).map_err(DurableError::io("create", &target))?;
+    for path in &files {
+        let name = path.file_name().unwrap_or_default();
+        std::fs::rename(path, target.join(name)).map_err(DurableError::io("move", path))?;
+    }
+    crate::files::sync_dir(dir)?;
+    Ok(files.len())
+}
+
 /// Creates the data directory `dir` (which must hold no log and no snapshot) for `store`, whose
 /// contents already stand for every record up to `lsn` (of epoch `epoch`): writes a snapshot
 /// of it at `lsn`, then starts the log at `lsn + 1`. What a replication backup does with a copy

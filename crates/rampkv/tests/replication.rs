@@ -164,9 +164,15 @@ fn a_replicated_group_with_data_directories_restarts_from_its_files_and_refills_
     client.put_all(vec![(b"after".to_vec(), b"restart".to_vec())]).unwrap();
     let stats = group.servers().replication_stats().unwrap();
     assert_eq!(stats.catch_up_snapshots, 3, "each backup got its primary's recovered store: {stats:?}");
+    // Each backup makes its new copy current once its primary's in-sync marker arrives.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let current = |primary: usize| group.backups()[(primary + 1) % 3].copy_of(primary as u16);
+    while (0..3).any(|primary| current(primary).is_none()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     for key in keys.iter().chain([&b"after".to_vec()]) {
         let primary = cluster.server_of(key);
-        let copy = group.backups()[(primary + 1) % 3].copy_of(primary as u16).expect("in sync");
+        let copy = current(primary).expect("in sync");
         assert!(copy.store().get_latest(key).is_some(), "{:?} is on its backup again", String::from_utf8_lossy(key));
     }
 }
@@ -282,4 +288,46 @@ fn a_primary_process_acknowledges_no_write_its_killed_backup_does_not_hold() {
     assert_eq!(put(1, &first), 1, "acknowledged while the backup lives");
     processes.kill(1); // server 0's only backup
     assert_eq!(put(2, &second), 0, "a write was acknowledged without its backup");
+}
+
+/// A server restarted into a running cluster (rejoining) had its partitions failed over: its
+/// files may hold writes the cluster never acknowledged, so its store is set aside
+/// (`superseded/`) and starts empty, and its directory is marked; a later start of a whole new
+/// cluster on that directory (which would serve its partitions from files that lack what their
+/// successors acknowledged) is refused with a clear error.
+#[test]
+fn a_rejoining_server_sets_its_store_aside_and_its_directory_is_refused_for_a_fresh_cluster() {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dirs: Vec<_> = (0..2).map(|index| dir.path().join(format!("server-{index}"))).collect();
+    let start = |rejoining: bool| {
+        let durability = Durability { dirs: dirs.clone(), config: DurabilityConfig::default() };
+        let replication = ReplicationOptions { rejoining, ..ReplicationOptions::new(2) };
+        let options =
+            ServerOptions { durability: Some(durability), replication: Some(replication), ..ServerOptions::default() };
+        ServerGroup::start(&vec![ServerConfig::new(localhost); 2], &options)
+    };
+    let (mut group, _) = start(false).unwrap();
+    let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())
+        .unwrap()
+        .with_replicas(2)
+        .unwrap();
+    group.start_recovery(cluster.clone(), 0, 1_000).unwrap();
+    let mut client = Client::connect(&cluster).unwrap();
+    for index in 0..20 {
+        client.put_all(vec![(format!("key{index}").into_bytes(), b"value".to_vec())]).unwrap();
+    }
+    drop(client);
+    drop(group);
+    let (group, reports) = start(true).unwrap();
+    assert!(reports.iter().all(|report| report.last_lsn == 0), "the stores start empty: {reports:?}");
+    assert!(group.cores().iter().all(|core| core.store().stats().keys == 0));
+    for dir in &dirs {
+        let aside = std::fs::read_dir(dir.join("superseded")).unwrap().filter_map(Result::ok);
+        assert!(aside.into_iter().any(|entry| entry.file_name().to_string_lossy().ends_with(".log")), "{dir:?}");
+    }
+    drop(group);
+    let error = start(false).unwrap_err();
+    assert!(matches!(error, StartError::FailedOverDataDir { .. }), "{error}");
+    assert!(error.to_string().contains("were failed over"), "{error}");
 }

@@ -104,8 +104,13 @@ pub enum StartError {
     ReplicaCount { replicas: u32 },
     #[error("{replicas} replicas need at least {replicas} servers (each copy of a partition on a server of its own), got {servers}")]
     TooFewServersForReplicas { replicas: u32, servers: usize },
-    #[error("data directory {}: cannot set the files of a failed-over store aside: {cause}", dir.display())]
-    SetAside { dir: PathBuf, cause: std::io::Error },
+    #[error(
+        "data directory {}: this server's partitions were failed over to other servers while it was down, so its \
+         files do not hold them; a cluster that starts over (every server restarted) would serve them from here \
+         without the writes acknowledged since: not started (restart it while the cluster runs: it rejoins)",
+        dir.display()
+    )]
+    FailedOverDataDir { dir: PathBuf },
     #[error("failover serves one server per group (a `rampkv server` process), got {servers}, or it joined a cluster already")]
     FailoverGroup { servers: usize },
     #[error("cannot start replication: {0}")]
@@ -405,6 +410,10 @@ impl Drop for Journal {
 /// Where (under its data directory) a server restarted into a running cluster sets the files
 /// of its failed-over store aside.
 pub const SUPERSEDED_DIR: &str = "superseded";
+
+/// A file a server restarted into a running cluster leaves in its data directory: its
+/// cluster-file partitions are served (and their writes kept) elsewhere since.
+pub const FAILED_OVER_MARKER: &str = "FAILED-OVER";
 
 /// The directory (under a server's data directory) holding the copies it keeps as a backup.
 pub const COPIES_DIR: &str = "copies";

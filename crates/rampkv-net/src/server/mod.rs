@@ -50,7 +50,7 @@ use crate::item_slots::Publisher;
 use crate::message::tcp::TcpServer;
 use crate::recovery::{spawn_resolver, Resolver};
 pub use durable::StartError;
-use durable::{DurabilityConfig, Journal, SUPERSEDED_DIR};
+use durable::{DurabilityConfig, Journal, FAILED_OVER_MARKER, SUPERSEDED_DIR};
 pub use poller::{ConnectionCounts, ConnectionLimits, Eviction};
 use poller::{ConnectionStats, Poller, ServerMedium};
 use rampkv_durable::{DurableError, RecoveryReport};
@@ -738,9 +738,22 @@ fn open_journals(
     if data_dirs.len() != configs.len() {
         return Err(StartError::DirectoryCount { servers: configs.len(), directories: data_dirs.len() });
     }
-    if rejoining {
-        for dir in data_dirs {
-            set_aside(dir).map_err(|cause| StartError::SetAside { dir: dir.clone(), cause })?;
+    for dir in data_dirs {
+        let marker = dir.join(FAILED_OVER_MARKER);
+        if rejoining {
+            let moved = rampkv_durable::set_aside(dir, SUPERSEDED_DIR)
+                .map_err(|cause| StartError::Recovery { dir: dir.clone(), cause })?;
+            if moved > 0 {
+                log::warn!(
+                    "data directory {}: restarted into a running cluster: the store of the process that died is \
+                     set aside in {SUPERSEDED_DIR}/",
+                    dir.display()
+                );
+            }
+            std::fs::write(&marker, b"this server's partitions were failed over to other servers\n")
+                .map_err(|cause| StartError::Layout { dir: dir.clone(), cause })?;
+        } else if marker.exists() {
+            return Err(StartError::FailedOverDataDir { dir: dir.clone() });
         }
     }
     let config = &durability.config;
@@ -762,34 +775,6 @@ fn open_journals(
         reports.push(report);
     }
     Ok((journals, reports))
-}
-
-/// Moves the files of `dir` (not its directories) into `dir/superseded/`.
-fn set_aside(dir: &std::path::Path) -> std::io::Result<()> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(error) => return Err(error),
-    };
-    let files: Vec<_> = entries.filter_map(Result::ok).filter(|entry| entry.path().is_file()).collect();
-    if files.is_empty() {
-        return Ok(());
-    }
-    let aside = dir.join(SUPERSEDED_DIR);
-    match std::fs::remove_dir_all(&aside) {
-        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
-        _ => {}
-    }
-    std::fs::create_dir_all(&aside)?;
-    for entry in files {
-        std::fs::rename(entry.path(), aside.join(entry.file_name()))?;
-    }
-    log::warn!(
-        "data directory {}: restarted into a running cluster: the store of the process that died is set aside in {}",
-        dir.display(),
-        aside.display()
-    );
-    Ok(())
 }
 
 /// Binds every server's replication port (the peers' address for it, or its listen address

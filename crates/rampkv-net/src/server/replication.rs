@@ -342,6 +342,20 @@ impl Link {
         self.failure.get().is_some()
     }
 
+    /// What its acknowledgements release: a recovered primary's first link releases nothing
+    /// of this process until the backup made its copy current (a failover meanwhile would take
+    /// over the older copy, without the writes released).
+    fn releases_up_to(&self) -> u64 {
+        match &self.catch_up {
+            Some(catch_up)
+                if catch_up.counted_from_start && catch_up.marker.load(Ordering::SeqCst) != MARKER_ACKNOWLEDGED =>
+            {
+                catch_up.point - 1
+            }
+            _ => self.acked.load(Ordering::SeqCst),
+        }
+    }
+
     fn catches_up(&self, backup: usize, incarnation: u64, since: u64) -> bool {
         self.backup == backup
             && self.incarnation == incarnation
@@ -747,7 +761,7 @@ impl Replicator {
                 .read()
                 .iter()
                 .filter(|link| !link.removed.load(Ordering::SeqCst) && link.counted.load(Ordering::SeqCst))
-                .map(|link| link.acked.load(Ordering::SeqCst))
+                .map(|link| link.releases_up_to())
                 .min();
             if self.shared.membership.load(Ordering::SeqCst) == membership {
                 return LogPosition(lowest.unwrap_or(u64::MAX));
@@ -1070,6 +1084,7 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
                 return link.fail(malformed("in-sync acknowledgement (no such marker)"), shared);
             }
             catch_up.marker.store(MARKER_ACKNOWLEDGED, Ordering::Release);
+            shared.wake(); // a recovered primary's replies held for it may go
             continue;
         }
         let now = Instant::now();
@@ -1757,6 +1772,14 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
     let mut awaiting_snapshot = catch_up;
     loop {
         sweep(shared, &copy);
+        // Acknowledge once what arrived is applied: one acknowledgement per burst (also after a
+        // marker: records it followed in the same burst are acknowledged before waiting).
+        let applied = copy.applied();
+        if applied > acked && incoming.pending().is_empty() {
+            copy.flush_journal();
+            stream.write_all(&encode_ack(applied, false))?;
+            acked = applied;
+        }
         // One record (its header says how long it is) or one marker.
         if !incoming.fill(shared, Some(&copy.fenced), &mut stream, RECORD_HEADER_BYTES)? {
             return Ok(()); // the primary stopped between records
@@ -1857,13 +1880,6 @@ fn serve_primary(shared: &BackupShared, mut stream: TcpStream) -> Result<(), Bac
             copy.applied.store(lsn, Ordering::Release);
         } // below `expected`: sent again after a reconnection, already applied
         incoming.consume(length);
-        // Acknowledge once what arrived is applied: one acknowledgement per burst.
-        let applied = copy.applied();
-        if applied > acked && incoming.pending().is_empty() {
-            copy.flush_journal();
-            stream.write_all(&encode_ack(applied, false))?;
-            acked = applied;
-        }
     }
 }
 
