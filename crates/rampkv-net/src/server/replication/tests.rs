@@ -429,3 +429,79 @@ fn a_restarted_backup_with_its_copy_on_disk_gets_only_the_records_it_missed() {
     assert!(copy.store().get_latest(b"adopted").is_some(), "the snapshot holds the adopted data");
     assert!(copy.store().get_latest(b"key170").is_some());
 }
+
+/// Measurement (docs/performance.md, "Catching up after a restart"): a backup of a primary
+/// holding `RAMPKV_CATCH_UP_KEYS` keys (default 100,000, 100-byte values) restarts having
+/// missed `RAMPKV_CATCH_UP_MISSED` writes (default 20,000); the time to load its copy from disk
+/// and to get in sync with a delta, against a fresh backup's snapshot catch-up. Run with
+/// `cargo test --release -p rampkv-net catch_up_size_and_time -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a test"]
+fn catch_up_size_and_time_delta_against_snapshot() {
+    let number =
+        |name: &str, default: u64| std::env::var(name).ok().and_then(|text| text.parse().ok()).unwrap_or(default);
+    let (keys, missed) = (number("RAMPKV_CATCH_UP_KEYS", 100_000), number("RAMPKV_CATCH_UP_MISSED", 20_000));
+    let root = tempfile::tempdir().unwrap();
+    let start = |restore: bool, persistent: bool| {
+        let config = DurabilityConfig { policy: rampkv_durable::FsyncPolicy::Everysec, ..DurabilityConfig::default() };
+        let root = root.path().join(super::super::durable::COPIES_DIR);
+        let persistence = persistent.then_some(CopyPersistence { root, config, restore });
+        BackupService::start_durable(TcpListener::bind("127.0.0.1:0").unwrap(), 60_000, None, persistence).unwrap()
+    };
+    let core = Arc::new(ServerCore::new(60_000));
+    let backup = start(false, true);
+    let stream =
+        StreamStart { first: 1, backlog_bytes: rampkv_core::limits::REPLICATION_BACKLOG_BYTES, snapshot_first: false };
+    let backups = vec![(1, backup.address().to_string())];
+    let replicator = Replicator::start_with(0, 3, backups, None, stream, Some(Arc::clone(&core))).unwrap();
+    let value = vec![b'v'; 100];
+    let write = |index: u64| {
+        let ts = (index + 1) << 20;
+        let key = Key::from(format!("key{:07}", index % keys).into_bytes());
+        core.store().put(ts, vec![(key.clone(), Box::from(value.as_slice()))], 0).unwrap();
+        let mut effects = Effects::default();
+        effects.logged.push(rampkv_core::protocol::server::LogRecord::Put {
+            ts,
+            writes: vec![(key, Box::from(value.as_slice()))],
+        });
+        replicator.append(&mut effects);
+        effects.release_after.unwrap()
+    };
+    let wait = |done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while !done() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(done());
+    };
+    let last = (0..keys).fold(LogPosition(0), |_, index| write(index));
+    wait(&|| replicator.acknowledged() >= last);
+    drop(backup);
+    replicator.retain_backups(&[]);
+    (keys..keys + missed).for_each(|index| {
+        write(index);
+    });
+    let versions = core.store().stats().versions;
+    let started = Instant::now();
+    let restarted = start(true, true);
+    let loaded_ms = started.elapsed().as_millis();
+    let started = Instant::now();
+    replicator.add_catch_up(1, restarted.address().to_string(), 7).unwrap();
+    wait(&|| replicator.in_sync(1, 7, 3));
+    let delta_ms = started.elapsed().as_millis();
+    let delta = replicator.stats();
+    drop(restarted);
+    replicator.retain_backups(&[]);
+    let fresh = start(false, false);
+    let started = Instant::now();
+    replicator.add_catch_up(1, fresh.address().to_string(), 8).unwrap();
+    wait(&|| replicator.in_sync(1, 8, 3));
+    let snapshot_ms = started.elapsed().as_millis();
+    let snapshot = replicator.stats();
+    println!(
+        "{keys} keys, {versions} versions in the primary's store, {missed} writes missed: restart loaded its copy \
+         from disk in {loaded_ms} ms, then a delta of {} records in sync in {delta_ms} ms; a fresh backup's \
+         snapshot of {} versions in sync in {snapshot_ms} ms",
+        delta.catch_up_delta_records, snapshot.catch_up_snapshot_versions
+    );
+}
