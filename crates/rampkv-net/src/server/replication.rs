@@ -46,6 +46,20 @@
 //! fails before it is counted holds nothing and is replaced; once counted it is failed for
 //! good, as any other.
 //!
+//! # Delta: a restarted backup that kept its copy on disk
+//! With a data directory a backup keeps each copy on disk (`super::durable::CopyJournal`: a
+//! snapshot at the copy's base point, then a log numbered as the primary's stream), and a
+//! primary's stream has an identity (random; new at each start, and whenever failover adopts a
+//! copy into the store: data no record describes) and keeps its last
+//! `REPLICATION_BACKLOG_BYTES` of records. A restarted backup loads its copies; a catch-up hello
+//! names the stream, and the backup answers with the last record it holds of *that* stream (0:
+//! none). When the backlog still has every record after it, the primary puts them at the front
+//! of the link's queue and sends a *delta* marker instead of a snapshot: the copy goes on from
+//! where it is, through the same counting and in-sync steps as above. A copy of a stream is a
+//! prefix of the primary's history (every record of the stream was applied to the primary's
+//! store before it was appended), so it holds nothing the primary does not; a stream identity
+//! that changed, a backlog that lost the records, or no copy on disk: a snapshot, as before.
+//!
 //! # Fault model (what is built today)
 //! A link that fails (the backup died, refused, or stayed `REPLICATION_FULL_WAIT_MS_MAX` behind)
 //! is failed for good: the primary's later writes are held until a committed configuration
@@ -58,21 +72,25 @@
 //!
 //! # Wire (replication port, all integers little-endian)
 //! ```text
-//! hello, primary -> backup (32 bytes)
-//!   0 u32 magic "RKVR"   4 u16 version (2)   6 u16 primary (server index)
+//! hello, primary -> backup (40 bytes)
+//!   0 u32 magic "RKVR"   4 u16 version (3)   6 u16 primary (server index)
 //!   8 u64 epoch          16 u64 first sequence number the primary will send
-//!   24 u32 flags: bit 0 catch-up (a snapshot comes first, into a fresh copy); others 0
-//!   28 u32 CRC32C of bytes [0, 28)
+//!   24 u64 the stream's identity ("Delta")
+//!   32 u32 flags: bit 0 catch-up (a snapshot or a delta comes first); others 0
+//!   36 u32 CRC32C of bytes [0, 36)
 //! answer, backup -> primary (24 bytes)
-//!   0 u32 magic "RKVA"   4 u16 version (2)   6 u16 status: 0 accepted, 1 stale epoch,
+//!   0 u32 magic "RKVA"   4 u16 version (3)   6 u16 status: 0 accepted, 1 stale epoch,
 //!                                                  2 needs catching up, 3 malformed hello, 4 busy
-//!   8 u64 accepted: the last sequence number applied; stale epoch: the epoch it knows
+//!   8 u64 accepted: the last sequence number applied (catch-up: the last one it holds of
+//!         that stream, 0 for none); stale epoch: the epoch it knows
 //!   16 u32 CRC32C of bytes [0, 16)           20 u32 reserved, zero
 //! then records, primary -> backup: log record frames (docs/persistence.md), lsn = sequence
-//! number, epoch = the primary's epoch when it appended (never older than the hello's),
+//! number, epoch = the primary's epoch when it appended (never older than the hello's, but a
+//! delta's records before the hello's first sequence number keep their older epochs),
 //! synced_lsn = 0; and markers, which a record frame cannot be mistaken for (40 bytes):
-//!   0 u32 0xFFFF_FFFF (no record is that long)   4 u32 kind: 1 snapshot, 2 in sync
-//!   8 u64 snapshot: the first record after it; in sync: the record the backup holds up to
+//!   0 u32 0xFFFF_FFFF (no record is that long)   4 u32 kind: 1 snapshot, 2 in sync, 3 delta
+//!   8 u64 snapshot: the first record after it; in sync: the record the backup holds up to;
+//!         delta: the first record that follows (the one after what the answer said it holds)
 //!   16 u64 epoch   24 u64 reserved, zero   32 u32 CRC32C of bytes [0, 32)   36 u32 magic "RKVM"
 //! a snapshot marker is followed by the snapshot (rampkv_durable's snapshot file format) in
 //! chunks: u32 length (1..=REPLICATION_SNAPSHOT_CHUNK_BYTES) then the bytes; length 0 ends it
