@@ -722,6 +722,17 @@ fn check_replication(replication: &ReplicationOptions, group: usize) -> Result<(
     Ok(())
 }
 
+/// A random non-zero identity (the kernel's random source; the clock if it fails): process
+/// incarnations, replication stream identities.
+pub(crate) fn random_id() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::getrandom(&mut bytes).is_err() {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        bytes = (now.as_nanos() as u64 ^ u64::from(std::process::id())).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes).max(1)
+}
+
 /// Opens (recovers) every server's data directory, in parallel as separate processes would.
 /// `rejoining` (replication: restarted into a running cluster, which failed its partitions over
 /// to their backups): the store its files hold is superseded and may hold writes the cluster

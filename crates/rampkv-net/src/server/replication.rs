@@ -438,12 +438,7 @@ impl Default for StreamStart {
 
 /// A random non-zero stream identity.
 fn new_stream_id() -> u64 {
-    let mut bytes = [0u8; 8];
-    if getrandom::getrandom(&mut bytes).is_err() {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        bytes = (now.as_nanos() as u64 ^ u64::from(std::process::id())).to_le_bytes();
-    }
-    u64::from_le_bytes(bytes).max(1)
+    super::random_id()
 }
 
 impl Shared {
