@@ -101,7 +101,13 @@ struct Shared {
     /// Per server: a hello came from it since its writer last looked (it is reachable again).
     peer_returned: Vec<AtomicBool>,
     authenticator: Option<Arc<dyn PortAuthenticator>>,
+    /// Told the end of the lease this server serves under, whenever the view changes
+    /// ([`ConfigNode::watch_serving_lease`]).
+    lease_watchers: Mutex<Vec<LeaseWatcher>>,
 }
+
+/// A watcher of the serving lease's end ([`ConfigNode::watch_serving_lease`]).
+pub type LeaseWatcher = Box<dyn Fn(u64) + Send + Sync>;
 
 enum Event {
     Message(ServerId, Message),
@@ -200,6 +206,7 @@ impl ConfigNode {
             next_connection: AtomicU64::new(0),
             peer_returned: initial.servers().iter().map(|_| AtomicBool::new(false)).collect(),
             authenticator: settings.authenticator,
+            lease_watchers: Mutex::new(Vec::new()),
         });
         let (events, event_queue) = mpsc::sync_channel(CONFIG_EVENT_QUEUE_MAX);
         let mut threads = Vec::new();
@@ -275,6 +282,26 @@ impl ConfigNode {
     /// (`ConfigCore::report_backup_caught_up`). Repeat it until the configuration shows it.
     pub fn report_backup_caught_up(&self, partition: u32, server: ServerId, incarnation: u64) {
         let _ = self.events.try_send(Event::CaughtUp(partition, server, incarnation));
+    }
+
+    /// When the lease this server serves under ends, by its clock: its lease's end while the
+    /// newest configuration it knows names this process (its incarnation) the primary of at
+    /// least one partition, 0 otherwise (never granted, deposed, a restarted process not
+    /// admitted yet). Until then no other server is the primary of a partition this server is
+    /// the primary of (the configuration service waits a lapsed lease out before it promotes a
+    /// backup): what a one-sided reader of this server's memory checks (GET\* lease words).
+    pub fn serving_lease_end_ns(&self) -> u64 {
+        serving_lease_end_ns(&self.shared)
+    }
+
+    /// Calls `watcher` with [`ConfigNode::serving_lease_end_ns`] now and after every change of
+    /// the node's view (each lease grant, each configuration), from the node's driver thread:
+    /// it must be quick (a store). Calls are serialized, and the value of the last call is
+    /// always the current one.
+    pub fn watch_serving_lease(&self, watcher: LeaseWatcher) {
+        let mut watchers = self.shared.lease_watchers.lock();
+        watcher(serving_lease_end_ns(&self.shared));
+        watchers.push(watcher);
     }
 
     /// The Raft leader this node knows of.
@@ -388,6 +415,27 @@ fn publish(shared: &Shared, core: &ConfigCore) {
     drop(view);
     if changed {
         shared.changed.notify_all();
+    }
+    let watchers = shared.lease_watchers.lock();
+    if !watchers.is_empty() {
+        // Read under the watchers' lock: two calls never cross, the last one says what is now.
+        let end_ns = serving_lease_end_ns(shared);
+        for watcher in watchers.iter() {
+            watcher(end_ns);
+        }
+    }
+}
+
+fn serving_lease_end_ns(shared: &Shared) -> u64 {
+    let view = shared.view.lock();
+    let configuration = &view.configuration;
+    let me = shared.me;
+    let primary = configuration.is_admitted(me, shared.incarnation)
+        && configuration.replica_sets().iter().any(|set| set.primary == Some(me));
+    if primary {
+        view.lease_expires_ns
+    } else {
+        0
     }
 }
 

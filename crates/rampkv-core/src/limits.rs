@@ -315,6 +315,15 @@ pub const ITEM_SLOTS_MAX: usize = 1 << 22;
 /// GET\*: largest item region (slots x slot bytes) of one server.
 pub const ITEM_REGION_BYTES_MAX: usize = 1 << 30;
 
+/// GET\*: a round-1 read from a server's item slots is accepted only if, read after the slots,
+/// the host's monotonic clock is at least this far before the end of the lease the server
+/// wrote into its item region (its lease word): otherwise the read goes to the server as GET+,
+/// whose lease gate answers. Processes of one host share that clock, so there the check would
+/// hold without a margin; 1 ms (a third of a percent of the 300 ms lease) is a guard. A
+/// deployment across hosts must make it cover the clocks' drift over a lease, as FaRM does
+/// (docs/replication.md).
+pub const GETSTAR_LEASE_MARGIN_US: u64 = 1_000;
+
 /// GET\*: most entries in a client transport's address cache (key -> server and slot). When
 /// full, an arbitrary entry is evicted for a new one.
 pub const ADDRESS_CACHE_ENTRIES_MAX: usize = 1 << 18;

@@ -7,6 +7,7 @@
 //! byte formats and the ordering argument are in `docs/fabric.md`.
 //!
 //! # Layout
+//! - [`clock`]: the host's monotonic clock, shared by its processes (GET\* lease words).
 //! - [`fabric`]: the [`Fabric`] (control path: register, describe, map) and [`OneSided`] (data
 //!   path: read, write, compare-and-swap, fetch-add, word read/write, wake) traits, region
 //!   descriptors and the layer's error.
@@ -27,6 +28,7 @@
 #[cfg(not(target_os = "linux"))]
 compile_error!("rampkv-fabric needs Linux: /dev/shm regions and futex doorbells");
 
+pub mod clock;
 pub mod fabric;
 pub mod limits;
 pub mod memory;

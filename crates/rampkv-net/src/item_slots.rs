@@ -23,6 +23,19 @@
 //!   back to GET+ when it is set. An aborted (recovered) prepare leaves it set until the next
 //!   newer commit.
 //!
+//! # The lease word (fencing GET\* reads of a deposed primary)
+//! After the last slot, at [`lease_word_offset`], the region holds one 8-byte word: the end,
+//! on the host's monotonic clock (`rampkv_fabric::clock`), of the lease this server serves
+//! under ([`LEASE_WORD_UNLEASED`] without one: never granted, deposed, not admitted), or
+//! [`LEASE_WORD_NOT_NEEDED`] for a server without a configuration service (no replication, or
+//! an embedded cluster: nothing can depose it). The server stores it atomically at every grant
+//! and change of configuration its node learns; a client accepts slots only while the clock
+//! is before it (`transport::onesided`). A stopped or cut-off primary cannot renew: its word
+//! ends before the configuration service promotes a backup, so no client reads its slots once
+//! a successor may have taken a write. Slots of partitions the server was deposed of are
+//! invalidated when it learns it ([`Publisher::invalidate_all`]), so that a server that becomes
+//! primary again (a word in the future again) serves none of them.
+//!
 //! # Staleness and GC
 //! A slot lags `lastCommit` by at most the handling of one COMMIT (the publish follows the
 //! store's commit in the same call), far less than the GC grace period (`GC_GRACE_MS`), so a
@@ -43,6 +56,34 @@ use rampkv_core::protocol::server::Effects;
 use rampkv_core::storage::{Key, Store};
 use rampkv_core::types::Timestamp;
 use rampkv_core::wire::Encoder;
+
+/// Lease word: the server holds no lease (never granted, lapsed as its node last knew, deposed,
+/// a restarted process not admitted yet): every GET\* read falls back to GET+. What a freshly
+/// registered region says until its server writes otherwise.
+pub const LEASE_WORD_UNLEASED: u64 = 0;
+
+/// Lease word: the server needs no lease (it runs without a configuration service, so no
+/// configuration can depose it): GET\* reads trust its slots as they are, with no clock read.
+pub const LEASE_WORD_NOT_NEEDED: u64 = u64::MAX;
+
+/// Bytes of the lease line after the last slot: the lease word and zeros, one cache line of its
+/// own (a slot write never shares a line with it).
+pub const LEASE_LINE_BYTES: usize = 64;
+
+/// Where the lease word of a region of `slots` slots of `slot_bytes` is: the first 64-byte
+/// boundary at or after the last slot's end. `None` if it overflows.
+pub fn lease_word_offset(slots: usize, slot_bytes: usize) -> Option<usize> {
+    slots.checked_mul(slot_bytes)?.checked_next_multiple_of(LEASE_LINE_BYTES)
+}
+
+/// The lease word for a lease ending at `end_ns` on the host's monotonic clock (0: no lease).
+pub fn lease_word_of(end_ns: u64) -> u64 {
+    match end_ns {
+        0 => LEASE_WORD_UNLEASED,
+        // Never the "not needed" value, whatever the clock says.
+        end_ns => end_ns.min(LEASE_WORD_NOT_NEEDED - 1),
+    }
+}
 
 /// How many slots of what size a server's item region has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -92,7 +133,7 @@ impl ItemSlotConfig {
 
 /// What a client needs to read a server's slots: the region (mapped read-only) and the slot
 /// geometry. Travels in the write-poll control handshake (`ServerReply::Accepted`). Slot `i`
-/// starts at byte `i * slot_bytes`.
+/// starts at byte `i * slot_bytes`; the lease word at [`lease_word_offset`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ItemRegionInfo {
     /// The item region (access `ReadOnly`).
@@ -147,6 +188,11 @@ pub trait Publisher: Send + Sync + std::fmt::Debug {
     fn apply(&self, store: &Store, effects: &Effects);
     /// A GET_LOCATE key's slot, publishing its latest committed version first if needed.
     fn locate(&self, store: &Store, key: &[u8]) -> Option<u32>;
+    /// Stores the region's lease word (see the module docs), atomically.
+    fn set_lease_word(&self, word: u64);
+    /// Invalidates every slot and forgets them all (the server was deposed of partitions whose
+    /// keys it published): each key is published again on its next commit or GET_LOCATE.
+    fn invalidate_all(&self);
 }
 
 /// One server's item region and its slot table.
@@ -154,6 +200,8 @@ pub struct ItemSlots<F: FabricHandle = ShmFabric> {
     region: Arc<F::LocalRegion>,
     info: ItemRegionInfo,
     config: ItemSlotConfig,
+    /// Byte offset of the lease word.
+    lease_word_offset: usize,
     table: Mutex<SlotTable>,
 }
 
@@ -175,13 +223,31 @@ impl<F: FabricHandle> Publisher for ItemSlots<F> {
     fn locate(&self, store: &Store, key: &[u8]) -> Option<u32> {
         ItemSlots::locate(self, store, key)
     }
+    fn set_lease_word(&self, word: u64) {
+        self.region.store(self.lease_word_offset / 8, word, StoreOrdering::Release);
+    }
+    fn invalidate_all(&self) {
+        let mut table = self.table.lock();
+        let SlotTable { entries, free, next_unused, writer, .. } = &mut *table;
+        for (_, entry) in entries.drain() {
+            // Cannot fail: the slot is inside the region (checked when it was assigned).
+            let _ = writer.set_flags(&*self.region, self.offset(entry.index), self.config.slot_bytes, 0);
+        }
+        free.clear();
+        *next_unused = 0;
+    }
 }
 
 impl<F: FabricHandle> ItemSlots<F> {
-    /// Registers an item region (read-only for peers) of `config.slots` slots.
+    /// Registers an item region (read-only for peers) of `config.slots` slots and the lease
+    /// line; its lease word says [`LEASE_WORD_UNLEASED`] until the server sets it.
     pub fn register(fabric: &F, name: &str, config: ItemSlotConfig) -> Result<Self, ItemSlotsError> {
         config.validate()?;
-        let region = fabric.register(name, config.slots * config.slot_bytes, Access::ReadOnly)?;
+        let (slots, slot_bytes) = (config.slots, config.slot_bytes);
+        // Validated: slots x slot_bytes is at most ITEM_REGION_BYTES_MAX, far from overflowing.
+        let lease_word_offset =
+            lease_word_offset(slots, slot_bytes).ok_or(ItemSlotsError::RegionTooLarge { slots, slot_bytes })?;
+        let region = fabric.register(name, lease_word_offset + LEASE_LINE_BYTES, Access::ReadOnly)?;
         let info = ItemRegionInfo {
             region: fabric.describe(&region),
             slot_bytes: config.slot_bytes as u64,
@@ -195,7 +261,9 @@ impl<F: FabricHandle> ItemSlots<F> {
             metadata: Vec::with_capacity(256),
             stats: ItemSlotStats::default(),
         };
-        Ok(Self { region: Arc::new(region), info, config, table: Mutex::new(table) })
+        let slots = Self { region: Arc::new(region), info, config, lease_word_offset, table: Mutex::new(table) };
+        slots.set_lease_word(LEASE_WORD_UNLEASED);
+        Ok(slots)
     }
 
     /// The descriptor clients map.
@@ -445,6 +513,43 @@ mod tests {
         assert!(read(&fabric, &remote, &slots, b"a").unwrap().2, "newer prepared");
         assert_eq!(served.commit(20), 1, "what recovery calls");
         assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (20, b"twenty".to_vec(), false));
+    }
+
+    #[test]
+    fn the_lease_word_follows_the_slots_and_invalidating_all_serves_no_old_slot() {
+        use rampkv_fabric::{LoadOrdering, OneSided};
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 3, slot_bytes: 136 });
+        // 3 x 136 = 408 bytes of slots: the lease word is on the next 64-byte boundary.
+        let offset = lease_word_offset(3, 136).unwrap();
+        assert_eq!(offset, 448);
+        assert!(fabric.remote_len_bytes(&remote) >= offset + LEASE_LINE_BYTES);
+        let word = || fabric.read_word(&remote, offset, LoadOrdering::Acquire).unwrap();
+        assert_eq!(word(), LEASE_WORD_UNLEASED, "a new region says unleased until its server says otherwise");
+        slots.set_lease_word(lease_word_of(123_456_789));
+        assert_eq!(word(), 123_456_789);
+        slots.set_lease_word(lease_word_of(0));
+        assert_eq!(word(), LEASE_WORD_UNLEASED);
+        assert_eq!(lease_word_of(u64::MAX), LEASE_WORD_NOT_NEEDED - 1, "a lease end never reads as not needed");
+        slots.set_lease_word(LEASE_WORD_NOT_NEEDED);
+        assert_eq!(word(), LEASE_WORD_NOT_NEEDED);
+        let store = Store::new(1_000);
+        for (ts, key) in [(10, &b"a"[..]), (11, b"b")] {
+            prepare(&store, ts, key, b"value");
+            store.commit(ts);
+        }
+        slots.publish_committed(&store, [&b"a"[..], b"b"]);
+        let indexes = [slots.slot_of(b"a").unwrap(), slots.slot_of(b"b").unwrap()];
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap().0, 10);
+        slots.invalidate_all();
+        assert_eq!((slots.slot_of(b"a"), slots.stats().used), (None, 0), "every slot forgotten");
+        for (index, key) in indexes.iter().zip([&b"a"[..], b"b"]) {
+            let mut buffer = vec![0; 136];
+            let old = read_slot(&fabric, &remote, *index as usize * 136, 136, key, &mut buffer);
+            assert!(matches!(old, Err(SlotReadError::NotValid)), "slot {index} still serves: {old:?}");
+        }
+        assert_eq!(word(), LEASE_WORD_NOT_NEEDED, "the lease word is not a slot");
+        assert_eq!(slots.locate(&store, b"b"), Some(0), "published again on demand");
+        assert_eq!(read(&fabric, &remote, &slots, b"b").unwrap().0, 11);
     }
 
     #[test]

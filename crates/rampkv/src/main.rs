@@ -527,7 +527,7 @@ struct ChaosArgs {
     secret: SecretArgs,
     /// Copies of every partition: the servers replicate, fail over and rejoin (configuration
     /// service); the nemesis then kills only while every partition has its full replica set
-    /// (it waits for a server to catch up). Above 1: kill-one or none, over --transport tcp.
+    /// (it waits for a server to catch up). Above 1: kill-one or none.
     #[arg(long, default_value_t = 1)]
     replicas: u32,
     /// How long the workload runs (e.g. 60s, 2m).

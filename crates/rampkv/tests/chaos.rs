@@ -170,9 +170,6 @@ fn failures_replication_does_not_survive_and_a_used_data_directory_are_refused_c
     let (output, _, _) = chaos(&["--replicas", "2", "--nemesis", "kill-all", "--duration", "1s"]);
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("not every server at once"), "{}", describe(&output));
-    let (output, _, _) = chaos(&["--replicas", "2", "--transport", "onesided", "--duration", "1s"]);
-    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("needs --transport tcp"), "{}", describe(&output));
     let directory = tempfile::tempdir().unwrap();
     std::fs::write(directory.path().join("leftover"), b"x").unwrap();
     let (output, _, _) =
@@ -311,6 +308,24 @@ fn replicated_server_processes_serve_a_clean_history() {
 /// replica set is whole again after the run.
 #[test]
 fn kill_one_with_two_replicas_fails_over_rejoins_and_loses_nothing() {
+    kill_one_with_two_replicas_over("tcp", "13");
+}
+
+/// The same over GET\* (one-sided reads of item slots, everything else over the write-poll
+/// rings): the workload rebuilds its transport for the primaries the configuration service
+/// names now when a server is down or answers `NotPrimary`, as over TCP.
+#[test]
+fn kill_one_with_two_replicas_over_onesided_follows_the_failover() {
+    kill_one_with_two_replicas_over("onesided", "14");
+}
+
+/// The same over remote-fetch RPC (its own front end).
+#[test]
+fn kill_one_with_two_replicas_over_rfrpc_follows_the_failover() {
+    kill_one_with_two_replicas_over("rfrpc", "15");
+}
+
+fn kill_one_with_two_replicas_over(transport: &str, seed: &str) {
     let (output, report, harness_pid) = chaos(&[
         "--servers",
         "3",
@@ -318,6 +333,8 @@ fn kill_one_with_two_replicas_fails_over_rejoins_and_loses_nothing() {
         "2",
         "--nemesis",
         "kill-one",
+        "--transport",
+        transport,
         "--duration",
         "8s",
         "--kill-interval",
@@ -325,7 +342,7 @@ fn kill_one_with_two_replicas_fails_over_rejoins_and_loses_nothing() {
         "--restart-after",
         "300ms..600ms",
         "--seed",
-        "13",
+        seed,
     ]);
     let report = report.unwrap_or_else(|| panic!("{}", describe(&output)));
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 #[allow(dead_code)] // this binary uses only the request-by-request helper
 mod common;
 
-use rampkv::client::{current_front_addresses, Client, ClientError, Driver, TxnResult};
+use rampkv::client::{connect, current_front_addresses, Client, ClientError, Connector, Driver, TxnResult};
 use rampkv::cluster::{Cluster, Front};
 use rampkv::transport::onesided::OneSidedOptions;
 use rampkv::transport::{
@@ -417,4 +417,135 @@ fn fabric_clients_rebuilt_from_the_current_primaries_go_on_after_a_primary_is_ki
             killed.elapsed().as_millis()
         );
     }
+}
+
+/// The blocking client over a fabric transport follows a failover by itself, as over TCP
+/// (`Client::connect_with` and a `client::connect` function): a write after its primary was
+/// killed with SIGKILL succeeds without an error (the client rebuilds its transport for the
+/// current primaries and tries again), and a read returns it.
+#[test]
+fn fabric_clients_follow_a_killed_primary_by_themselves() {
+    write_through_a_kill("onesided", connect::onesided, Front::Ring);
+    write_through_a_kill("sendrecv", connect::sendrecv, Front::Ring);
+    write_through_a_kill("rfrpc", connect::rfrpc, Front::RfRpc);
+}
+
+fn write_through_a_kill<T: ClientTransport>(name: &str, connector: Connector<T>, front: Front) {
+    let directory = tempfile::tempdir().unwrap();
+    let (cluster, mut processes) = start_with_front(directory.path(), 3, Some(front));
+    let mut keys = keys_of(&cluster, 0, 2);
+    keys.extend(keys_of(&cluster, 1, 1));
+    let with = |value: &str| -> Vec<(Vec<u8>, Vec<u8>)> {
+        keys.iter().map(|key| (key.clone(), value.as_bytes().to_vec())).collect()
+    };
+    // On a failure, the servers' logs say what they did.
+    let failed = |what: &str, error: ClientError| -> ! {
+        let mut logs = String::new();
+        for entry in std::fs::read_dir(directory.path()).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|extension| extension == "log") {
+                logs += &format!("--- {}\n{}", entry.path().display(), std::fs::read_to_string(entry.path()).unwrap());
+            }
+        }
+        panic!("{name}: {what} failed: {error}\n{logs}")
+    };
+    let mut client = Client::connect_with(&cluster, connector).unwrap_or_else(|error| failed("connecting", error));
+    client.put_all(with("first")).unwrap_or_else(|error| failed("the first write", error));
+    let read = client.get_all(keys.clone()).unwrap_or_else(|error| failed("the first read", error));
+    assert!(read.items.iter().all(|item| item.value == b"first"), "{name}: {read:?}");
+    processes.kill(0);
+    let killed = Instant::now();
+    client.put_all(with("second")).unwrap_or_else(|error| failed("the write after the kill", error));
+    println!("{name}: the write after the kill took {} ms", killed.elapsed().as_millis());
+    let read = client.get_all(keys.clone()).unwrap_or_else(|error| failed("the read after the kill", error));
+    assert!(read.items.iter().all(|item| item.value == b"second"), "{name}: {read:?}");
+}
+
+/// GET\* reads trust a lease (FaRM's way): a primary stopped with SIGSTOP keeps its item
+/// region mapped in its clients and its control connections open, so a GET\* client that had
+/// cached its slots would go on reading them one-sidedly, never sending it a request that
+/// its lease gate could refuse. The region's lease word ends with the lease it could not renew
+/// (before the configuration service promoted the backup), so after the backup took over and
+/// acknowledged a newer write, that client's reads of the key, while the old primary is
+/// stopped and after it resumes (before and after it learns it is deposed), return the new
+/// value or an error, never the old one; and a client rebuilt for the current primaries reads
+/// the new value from the new primary's slots.
+#[test]
+fn a_getstar_client_never_reads_a_stopped_deposed_primarys_slots() {
+    let directory = tempfile::tempdir().unwrap();
+    let (cluster, mut processes) = start_with_front(directory.path(), 3, Some(Front::Ring));
+    let key = keys_of(&cluster, 0, 1).remove(0);
+    let mut client = Client::connect(&cluster).unwrap();
+    client.put_all(vec![(key.clone(), b"old".to_vec())]).unwrap();
+    let getstar = || {
+        let controls = current_front_addresses(&cluster, Front::Ring).unwrap();
+        let transport = OneSidedClientTransport::connect(&controls, OneSidedOptions::default()).unwrap();
+        Driver::connect(transport, cluster.clone(), 1).unwrap()
+    };
+    let read = |driver: &mut Driver<OneSidedClientTransport>| {
+        finish(driver, |driver| driver.begin_read(0, vec![key.clone()])).map(|result| match result {
+            TxnResult::Read(read) => read.items[0].value.clone(),
+            TxnResult::Write(_) => panic!("a read finished as a write"),
+        })
+    };
+    let mut cached = getstar();
+    for _ in 0..2 {
+        assert_eq!(read(&mut cached).unwrap(), b"old");
+    }
+    let stats = cached.transport().getstar_stats().unwrap();
+    assert!(stats.hits >= 1, "the old primary's slot was not read one-sidedly: {stats:?}");
+    processes.signal(0, "-STOP");
+    let stopped = Instant::now();
+    client.put_all(vec![(key.clone(), b"new".to_vec())]).expect("the write after the failover failed");
+    println!("the write after the primary stopped took {} ms", stopped.elapsed().as_millis());
+    // While it is stopped: a read from its slots would be one-sided, at once; it must not
+    // happen. The fallback request sits unanswered in the stopped server's ring meanwhile.
+    cached.begin_read(0, vec![key.clone()]).unwrap();
+    let mut completions = Vec::new();
+    let until = Instant::now() + Duration::from_millis(800);
+    while completions.is_empty() && Instant::now() < until {
+        cached.step(Some(Duration::from_millis(20)), &mut completions).unwrap();
+    }
+    let check = |result: &Result<Vec<u8>, String>, when: &str| {
+        if let Ok(value) = result {
+            assert_ne!(value, b"old", "{when}: the deposed primary's slot was read");
+        }
+        println!("{when}: {result:?}");
+    };
+    let mut results: Vec<Result<Vec<u8>, String>> = completions
+        .drain(..)
+        .map(|completion| match completion.result {
+            Ok(TxnResult::Read(read)) => Ok(read.items[0].value.clone()),
+            Ok(TxnResult::Write(_)) => panic!("a read finished as a write"),
+            Err(error) => Err(error.to_string()),
+        })
+        .collect();
+    processes.signal(0, "-CONT");
+    if results.is_empty() {
+        // It answers the fallback once resumed: its lease has lapsed, so its gate refuses.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while completions.is_empty() && Instant::now() < deadline {
+            cached.step(Some(Duration::from_millis(20)), &mut completions).unwrap();
+        }
+        results.extend(completions.drain(..).map(|completion| match completion.result {
+            Ok(TxnResult::Read(read)) => Ok(read.items[0].value.clone()),
+            Ok(TxnResult::Write(_)) => panic!("a read finished as a write"),
+            Err(error) => Err(error.to_string()),
+        }));
+    }
+    assert_eq!(results.len(), 1, "the read while stopped never finished");
+    check(&results[0], "read while the old primary was stopped");
+    // Resumed, whether or not it has learned yet that it is deposed.
+    check(&read(&mut cached), "read just after it resumed");
+    std::thread::sleep(Duration::from_millis(500));
+    check(&read(&mut cached), "read 500 ms after it resumed");
+    let stats = cached.transport().getstar_stats().unwrap();
+    assert!(stats.fallback_unleased >= 1, "no read was refused for want of a lease: {stats:?}");
+    // A client of the current primaries reads the new value, one-sidedly the second time.
+    let mut rebuilt = getstar();
+    for _ in 0..2 {
+        assert_eq!(read(&mut rebuilt).unwrap(), b"new");
+    }
+    let stats = rebuilt.transport().getstar_stats().unwrap();
+    assert!(stats.hits >= 1, "the new primary's slots were not read: {stats:?}");
+    processes.kill(0);
 }

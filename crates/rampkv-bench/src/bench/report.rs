@@ -384,7 +384,7 @@ impl fmt::Display for BenchResult {
         if let Some(getstar) = &self.getstar {
             writeln!(
                 f,
-                "  GET*: {} of {} round-1 GETs from slots ({:.1}%), {} slots read, {} torn retries; fallbacks: {} miss, {} torn, {} wrong key, {} not valid, {} corrupt, {} newer prepared; {} evictions, {} cache fills",
+                "  GET*: {} of {} round-1 GETs from slots ({:.1}%), {} slots read, {} torn retries; fallbacks: {} miss, {} torn, {} wrong key, {} not valid, {} corrupt, {} newer prepared, {} unleased; {} evictions, {} cache fills",
                 getstar.hits,
                 getstar.eligible_gets,
                 getstar.hits as f64 * 100.0 / getstar.eligible_gets.max(1) as f64,
@@ -396,6 +396,7 @@ impl fmt::Display for BenchResult {
                 getstar.fallback_not_valid,
                 getstar.fallback_corrupt,
                 getstar.fallback_newer_prepared,
+                getstar.fallback_unleased,
                 getstar.evictions,
                 getstar.cache_fills
             )?;

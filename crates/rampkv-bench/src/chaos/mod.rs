@@ -79,13 +79,6 @@ pub enum ChaosError {
         replicas - 1
     )]
     ReplicasKillAll { replicas: u32 },
-    /// `--replicas` above 1 with a killing nemesis over a one-sided transport: those clients
-    /// do not follow a failover yet (only TCP clients ask the configuration service).
-    #[error(
-        "--replicas {replicas} with --nemesis {nemesis} needs --transport tcp: the {transport} clients do not \
-         follow a failover yet (docs/replication.md)"
-    )]
-    FailoverTransport { replicas: u32, nemesis: &'static str, transport: &'static str },
     #[error(
         "--data-dir: `{} server` has no --data-dir option (a build without persistence), so a run would test \
          servers that keep nothing",
@@ -222,10 +215,6 @@ impl ChaosConfig {
         }
         if self.replicas > 1 && self.nemesis == NemesisKind::KillAll && self.data_dir.is_none() {
             return Err(ChaosError::ReplicasKillAll { replicas: self.replicas });
-        }
-        if self.replicas > 1 && self.nemesis != NemesisKind::None && self.transport != TransportKind::Tcp {
-            let (replicas, nemesis, transport) = (self.replicas, self.nemesis.name(), self.transport.name());
-            return Err(ChaosError::FailoverTransport { replicas, nemesis, transport });
         }
         Ok(())
     }
@@ -473,11 +462,8 @@ fn run_workload_and_nemesis(
 ) -> Result<FaultPhase, ChaosError> {
     let is_interrupted = || interrupted.load(Ordering::Relaxed);
     let deadline = clock.origin() + config.duration;
-    let controls: Vec<String> =
-        (0..servers.count()).filter_map(|index| servers.control(index)).map(|address| address.to_string()).collect();
     let shared = WorkloadShared {
         cluster,
-        controls: &controls,
         transport: config.transport,
         keys: config.keys,
         txn_size: config.txn_size,
@@ -745,13 +731,6 @@ mod tests {
                 config.nemesis = NemesisKind::KillAll;
             },
             "not every server at once",
-        );
-        refused(
-            |config| {
-                config.replicas = 2;
-                config.transport = TransportKind::OneSided;
-            },
-            "needs --transport tcp",
         );
         refused(|config| config.txn_size = 17, "--txn-size must be 1..=16");
         refused(|config| config.clients = 2, "--clients must be 3..=256");

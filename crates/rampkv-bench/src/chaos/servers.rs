@@ -109,11 +109,6 @@ impl Servers {
         self.servers[index].address
     }
 
-    /// The control address of server `index`'s front end, if it has one.
-    pub fn control(&self, index: usize) -> Option<SocketAddr> {
-        self.servers[index].control
-    }
-
     /// The pid of server `index`, while it runs.
     pub fn pid(&self, index: usize) -> Option<u32> {
         self.servers[index].process.as_ref().map(Child::id)

@@ -33,12 +33,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rampkv_core::cluster::Cluster;
-use rampkv_net::client::{ClientError, Completion, Driver, TxnResult};
-use rampkv_net::transport::onesided::OneSidedOptions;
-use rampkv_net::transport::{
-    ClientTransport, OneSidedClientTransport, RfRpcClientTransport, SendRecvClientTransport, TcpClientTransport,
-    WritePollClientTransport,
-};
+use rampkv_net::client::{connect, ClientError, Completion, Driver, TxnResult};
+use rampkv_net::transport::ClientTransport;
 use rampkv_ycsb::Random;
 use serde::Serialize;
 
@@ -54,8 +50,6 @@ use crate::limits::{
 #[derive(Debug)]
 pub(super) struct WorkloadShared<'a> {
     pub cluster: &'a Cluster,
-    /// The servers' front-end control addresses (one-sided transports).
-    pub controls: &'a [String],
     pub transport: TransportKind,
     pub keys: u64,
     pub txn_size: usize,
@@ -119,21 +113,15 @@ pub(super) fn run_thread(
 ) -> ThreadResult {
     let worker = Worker::new(shared, thread, sessions, feed);
     let cluster = shared.cluster;
-    let controls = shared.controls;
-    // The one place that names transports: each connects a fresh transport to every server.
+    // The one place that names transports: each connects a fresh transport to the servers
+    // serving each server's partitions now (with replication: the primaries the configuration
+    // service names, so that a transport rebuilt after a failover reaches them).
     match shared.transport {
-        // With replication, to the current primaries (the configuration service says which).
-        TransportKind::Tcp => worker.run(|| {
-            let addresses = rampkv_net::client::current_addresses(cluster)?;
-            TcpClientTransport::connect(&addresses).map_err(ClientError::from)
-        }),
-        TransportKind::WritePoll => {
-            worker.run(|| WritePollClientTransport::connect(controls).map_err(ClientError::from))
-        }
-        TransportKind::SendRecv => worker.run(|| SendRecvClientTransport::connect(controls).map_err(ClientError::from)),
-        TransportKind::OneSided => worker
-            .run(|| OneSidedClientTransport::connect(controls, OneSidedOptions::default()).map_err(ClientError::from)),
-        TransportKind::RfRpc => worker.run(|| RfRpcClientTransport::connect(controls).map_err(ClientError::from)),
+        TransportKind::Tcp => worker.run(|| connect::tcp(cluster)),
+        TransportKind::WritePoll => worker.run(|| connect::writepoll(cluster)),
+        TransportKind::SendRecv => worker.run(|| connect::sendrecv(cluster)),
+        TransportKind::OneSided => worker.run(|| connect::onesided(cluster)),
+        TransportKind::RfRpc => worker.run(|| connect::rfrpc(cluster)),
         // Refused when the configuration is validated: there are no in-process servers here.
         TransportKind::InProcess => unreachable!("the chaos configuration refuses --transport inprocess"),
     }

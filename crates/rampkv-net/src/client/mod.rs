@@ -6,7 +6,11 @@ pub use driver::{Completion, Driver, TxnResult, DRIVER_SESSIONS_MAX};
 
 use std::time::Duration;
 
-use crate::transport::{TcpClientTransport, TransportError};
+use crate::transport::onesided::OneSidedOptions;
+use crate::transport::{
+    ClientTransport, OneSidedClientTransport, RfRpcClientTransport, SendRecvClientTransport, TcpClientTransport,
+    TransportError, WritePollClientTransport,
+};
 use rampkv_config::configuration::Configuration;
 use rampkv_core::cluster::{Cluster, Front};
 use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_RETRY_BACKOFF_MS};
@@ -155,6 +159,41 @@ pub fn current_front_addresses(cluster: &Cluster, front: Front) -> Result<Vec<St
         .collect())
 }
 
+/// [`Connector`]s of every transport that reaches server processes: each connects to the
+/// servers serving each server's partitions now ([`current_addresses`] for TCP,
+/// [`current_front_addresses`] for the fabric transports, whose front ends the cluster file
+/// must name), so that a [`Client`] built with one follows a failover.
+pub mod connect {
+    use super::*;
+
+    /// TCP.
+    pub fn tcp(cluster: &Cluster) -> Result<TcpClientTransport, ClientError> {
+        Ok(TcpClientTransport::connect(&current_addresses(cluster)?)?)
+    }
+
+    /// Write-poll rings (the `ring` front end).
+    pub fn writepoll(cluster: &Cluster) -> Result<WritePollClientTransport, ClientError> {
+        Ok(WritePollClientTransport::connect(&current_front_addresses(cluster, Front::Ring)?)?)
+    }
+
+    /// Send/recv (the `ring` front end).
+    pub fn sendrecv(cluster: &Cluster) -> Result<SendRecvClientTransport, ClientError> {
+        Ok(SendRecvClientTransport::connect(&current_front_addresses(cluster, Front::Ring)?)?)
+    }
+
+    /// GET\* over item slots, the rest over write-poll rings (the `ring` front end), default
+    /// options.
+    pub fn onesided(cluster: &Cluster) -> Result<OneSidedClientTransport, ClientError> {
+        let controls = current_front_addresses(cluster, Front::Ring)?;
+        Ok(OneSidedClientTransport::connect(&controls, OneSidedOptions::default())?)
+    }
+
+    /// Remote-fetch RPC (the `rfrpc` front end).
+    pub fn rfrpc(cluster: &Cluster) -> Result<RfRpcClientTransport, ClientError> {
+        Ok(RfRpcClientTransport::connect(&current_front_addresses(cluster, Front::RfRpc)?)?)
+    }
+}
+
 /// Whether every partition has its primary and all its in-sync backups (a fault harness kills
 /// a server only then: f failures at a time). True without replication.
 ///
@@ -177,7 +216,9 @@ impl From<SessionError> for ClientError {
     }
 }
 
-/// A blocking client: one transaction at a time over TCP.
+/// A blocking client: one transaction at a time, over TCP ([`Client::connect`]) or any transport
+/// a [`Connector`] builds ([`Client::connect_with`] and the [`connect`] functions: the fabric
+/// transports of a cluster file that names their front ends).
 ///
 /// ```no_run
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -197,17 +238,36 @@ impl From<SessionError> for ClientError {
 /// with a new timestamp; the failed attempt, if it prepared anywhere, is resolved by
 /// cooperative termination (its values are the same).
 #[derive(Debug)]
-pub struct Client {
-    driver: Driver<TcpClientTransport>,
+pub struct Client<T: ClientTransport = TcpClientTransport> {
+    driver: Driver<T>,
     cluster: Cluster,
     options: Option<TxnOptions>,
+    connect: Connector<T>,
 }
 
+/// Builds a transport to the servers serving a cluster's partitions now (with replication: the
+/// current primaries); a [`Client`] calls it again after a failover.
+pub type Connector<T> = fn(&Cluster) -> Result<T, ClientError>;
+
 impl Client {
-    /// Connects to every server of `cluster` (with replication: to the current primaries).
+    /// Connects over TCP to every server of `cluster` (with replication: to the current
+    /// primaries).
     pub fn connect(cluster: &Cluster) -> Result<Client, ClientError> {
-        let transport = TcpClientTransport::connect(&current_addresses(cluster)?)?;
-        Ok(Client { driver: Driver::connect(transport, cluster.clone(), 1)?, cluster: cluster.clone(), options: None })
+        Client::connect_with(cluster, connect::tcp)
+    }
+}
+
+impl<T: ClientTransport> Client<T> {
+    /// Connects with the transport `connect` builds (e.g. [`connect::onesided`]), and builds
+    /// it again to follow a failover.
+    pub fn connect_with(cluster: &Cluster, connect: Connector<T>) -> Result<Client<T>, ClientError> {
+        let driver = Driver::connect(connect(cluster)?, cluster.clone(), 1)?;
+        Ok(Client { driver, cluster: cluster.clone(), options: None, connect })
+    }
+
+    /// The transport (its counters: GET\* statistics, batching).
+    pub fn transport(&self) -> &T {
+        self.driver.transport()
     }
 
     /// Runs `attempt` and, with replication, tries again after a failover-related failure
@@ -241,8 +301,7 @@ impl Client {
     }
 
     fn reconnect(&mut self) -> Result<(), ClientError> {
-        let transport = TcpClientTransport::connect(&current_addresses(&self.cluster)?)?;
-        let mut driver = Driver::connect(transport, self.cluster.clone(), 1)?;
+        let mut driver = Driver::connect((self.connect)(&self.cluster)?, self.cluster.clone(), 1)?;
         if let Some(options) = &self.options {
             driver.set_txn_options(*options);
         }

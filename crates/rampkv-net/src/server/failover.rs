@@ -52,7 +52,7 @@ use rampkv_config::core::StartMode;
 use rampkv_config::error::ConfigError;
 use rampkv_config::limits::CONFIG_LOG_ENTRIES_KEPT_MAX;
 use rampkv_config::node::{ConfigNode, NodeSettings};
-use rampkv_config::timing::{MonotonicClock, Timing};
+use rampkv_config::timing::{Clock, Timing};
 use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::{FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_REJOIN_POLL_MS, REPLICATION_CATCH_UP_RETRY_MS};
 use rampkv_core::protocol::server::PartitionGate;
@@ -165,13 +165,25 @@ pub fn start_config_node(
         mode,
         incarnation,
         timing: Timing::default(),
-        clock: Arc::new(MonotonicClock::new()),
+        clock: Arc::new(HostClock),
         listener: None,
         log_entries_kept: CONFIG_LOG_ENTRIES_KEPT_MAX,
         authenticator,
     })?;
     let holds_own = mode == StartMode::Bootstrap;
     Ok((Arc::new(LeaseGate::new(Arc::new(node), cluster, me, holds_own)), mode))
+}
+
+/// The node's clock: the host's monotonic clock (`rampkv_fabric::clock`), so that the lease
+/// end it computes is a time the clients of this host can compare with their own reading (the
+/// lease word of the item region, GET\*).
+#[derive(Debug)]
+struct HostClock;
+
+impl Clock for HostClock {
+    fn now_ns(&self) -> u64 {
+        rampkv_fabric::clock::monotonic_ns()
+    }
 }
 
 /// A random non-zero incarnation.
@@ -300,11 +312,12 @@ impl Agent {
             replicator.set_epoch(epoch);
         }
         let mut adopted: HashMap<ServerId, (usize, u128)> = HashMap::new();
+        let mut deposed = false;
         for partition in 0..configuration.partition_count() {
             let Some(ready) = self.gate.ready.get(partition as usize) else { continue };
             if !is_mine(configuration.primary_of(partition)) {
                 // Deposed, or never primary: what its store holds of the partition may be old.
-                ready.store(false, Ordering::Release);
+                deposed |= ready.swap(false, Ordering::AcqRel);
                 continue;
             }
             if ready.load(Ordering::Acquire) {
@@ -324,6 +337,15 @@ impl Agent {
                 }
             }
             ready.store(true, Ordering::Release);
+        }
+        if deposed {
+            // Its slots hold versions of partitions it no longer serves: a client must not
+            // read them if this server's lease word is ever in the future again (primary of
+            // another partition later). Its lease word already says unleased (the node learned
+            // this configuration first); keys it still serves are published again on demand.
+            if let Some(slots) = self.servers.served()[0].item_slots() {
+                slots.invalidate_all();
+            }
         }
         for (source, (keys, took_ms)) in adopted {
             log::warn!(

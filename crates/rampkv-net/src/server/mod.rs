@@ -231,6 +231,9 @@ pub struct Servers {
     /// With failover: the data address serving each server's cluster-file partitions now
     /// (`None`: the cluster file's addresses).
     routes: parking_lot::RwLock<Option<Vec<String>>>,
+    /// With failover: the lease gate of the group's one server, whose serving lease its item
+    /// region's lease word follows (unset: the word says no lease is needed).
+    lease_gate: OnceLock<Arc<failover::LeaseGate>>,
 }
 
 impl Servers {
@@ -260,7 +263,16 @@ impl Servers {
             .collect();
         let connection_stats = ConnectionStats::default();
         let routes = parking_lot::RwLock::new(None);
-        Self { served, cores, router: Router::default(), clock: Instant::now(), secret, connection_stats, routes }
+        Self {
+            served,
+            cores,
+            router: Router::default(),
+            clock: Instant::now(),
+            secret,
+            connection_stats,
+            routes,
+            lease_gate: OnceLock::new(),
+        }
     }
 
     /// The data address serving each server's partitions now (failover), if known.
@@ -388,10 +400,25 @@ impl Servers {
     }
 
     /// Attaches item slots to server `index` (a fabric front end with GET\* does). Fails if it
-    /// has some already.
+    /// has some already. Their lease word follows the server's serving lease from now on, with
+    /// failover (the configuration node's driver stores it at every change); without, it says
+    /// no lease is needed.
     pub fn attach_item_slots(&self, index: usize, slots: Arc<dyn Publisher>) -> std::io::Result<()> {
         let served = self.served.get(index).ok_or_else(|| std::io::Error::other("no such server"))?;
-        served.slots.set(slots).map_err(|_| std::io::Error::other("a server already has item slots"))
+        served.slots.set(Arc::clone(&slots)).map_err(|_| std::io::Error::other("a server already has item slots"))?;
+        match self.lease_gate.get() {
+            Some(gate) => {
+                // Weak: the node outlives front ends, whose regions must go with them.
+                let slots = Arc::downgrade(&slots);
+                gate.node().watch_serving_lease(Box::new(move |end_ns| {
+                    if let Some(slots) = slots.upgrade() {
+                        slots.set_lease_word(crate::item_slots::lease_word_of(end_ns));
+                    }
+                }));
+            }
+            None => slots.set_lease_word(crate::item_slots::LEASE_WORD_NOT_NEEDED),
+        }
+        Ok(())
     }
 }
 
@@ -600,6 +627,10 @@ impl ServerGroup {
             None => None,
         };
         let servers = Servers::with_journals(cores, journals, replicators, options.secret.clone());
+        if let Some((failover, _)) = &failover {
+            // Set before any front end attaches item slots (they are attached to a started group).
+            let _ = servers.lease_gate.set(Arc::clone(&failover.gate));
+        }
         let failover = match failover {
             Some((options, backup)) => Some(
                 failover::Failover::spawn(

@@ -21,6 +21,18 @@
 //! committed the newer version by then. Off by default: the slot's version is committed and
 //! any committed version is a valid round-1 answer for RAMP.
 //!
+//! # Reads trust a lease (a deposed primary that is still alive)
+//! With failover, a server's item region ends with a lease word (`crate::item_slots`): the end
+//! of the lease it serves under, on the host's monotonic clock. Every GET\* read loads it
+//! (one atomic 8-byte load per request, before the slots) and, unless it says no lease is
+//! needed, reads the clock *after* the slots: the read is accepted only if that reading is
+//! [`GETSTAR_LEASE_MARGIN_US`] or more before the end. Every slot was then read before the end
+//! of the server's lease, while no other server could be the primary of its partitions (the
+//! configuration service promotes a backup only after a lease lapsed, on its own clock with a
+//! drift margin). Otherwise the request goes to the server as GET_LOCATE (GET+), without
+//! evicting anything: a deposed server's lease gate refuses it with `NotPrimary`, which makes
+//! the client follow the failover; a server whose renewal was merely late answers it.
+//!
 //! # Why round 1 from a slot is correct
 //! A slot only ever holds a committed version with the metadata it was written with
 //! (`crate::item_slots`), and RAMP's round 1 may return any committed version. Round 2 asks
@@ -32,15 +44,17 @@ use std::time::{Duration, Instant};
 
 use ahash::AHashMap as HashMap;
 use rampkv_fabric::slot::SLOT_BYTES_MIN;
-use rampkv_fabric::{read_slot, Access, FabricError, SlotReadError};
+use rampkv_fabric::{read_slot, Access, FabricError, LoadOrdering, SlotReadError};
 use serde::Serialize;
 
 use super::{ClientTransport, ServerEvent, Transport, TransportError};
-use crate::item_slots::ItemRegionInfo;
+use crate::item_slots::{lease_word_offset, ItemRegionInfo, LEASE_LINE_BYTES, LEASE_WORD_NOT_NEEDED};
 use crate::message::fabric::FabricClient;
 use crate::message::fabric::FabricHandle;
 use crate::message::ring::Ring;
-use rampkv_core::limits::{ADDRESS_CACHE_ENTRIES_MAX, ITEM_REGION_BYTES_MAX, WRITEPOLL_SLEEP_MS_MAX};
+use rampkv_core::limits::{
+    ADDRESS_CACHE_ENTRIES_MAX, GETSTAR_LEASE_MARGIN_US, ITEM_REGION_BYTES_MAX, WRITEPOLL_SLEEP_MS_MAX,
+};
 use rampkv_core::wire::{Decoder, GetItem, Metadata, Request, Response, Selector, VersionItem};
 
 /// Options of the one-sided transport.
@@ -84,6 +98,9 @@ pub struct GetStarStats {
     pub fallback_corrupt: u64,
     /// ... because the newer-prepared bit was set and the option is on.
     pub fallback_newer_prepared: u64,
+    /// ... because the server's lease word did not cover the read (no lease, or it ends within
+    /// `GETSTAR_LEASE_MARGIN_US` of the clock read after the slots).
+    pub fallback_unleased: u64,
     /// Address-cache entries evicted after a failed slot check.
     pub evictions: u64,
     /// Address-cache entries learnt (new or changed) from GET_LOCATE replies.
@@ -103,6 +120,7 @@ impl GetStarStats {
         self.fallback_not_valid += other.fallback_not_valid;
         self.fallback_corrupt += other.fallback_corrupt;
         self.fallback_newer_prepared += other.fallback_newer_prepared;
+        self.fallback_unleased += other.fallback_unleased;
         self.evictions += other.evictions;
         self.cache_fills += other.cache_fills;
     }
@@ -115,6 +133,7 @@ impl GetStarStats {
             + self.fallback_not_valid
             + self.fallback_corrupt
             + self.fallback_newer_prepared
+            + self.fallback_unleased
     }
 }
 
@@ -127,6 +146,7 @@ enum Fallback {
     NotValid,
     Corrupt,
     NewerPrepared,
+    Unleased,
 }
 
 /// Why an announced item region cannot be read (input from the server).
@@ -149,6 +169,8 @@ struct ItemRegion<R> {
     remote: R,
     slot_bytes: usize,
     slots: u32,
+    /// Byte offset of the lease word (after the last slot).
+    lease_word_offset: usize,
 }
 
 /// Where a key's slot is.
@@ -273,6 +295,12 @@ impl<F: FabricHandle> GetStarTransport<F> {
         let Some(region) = self.regions.get(server).and_then(Option::as_ref) else {
             return Err(Fallback::Miss);
         };
+        // The lease word first, the clock after the slots (module docs). A word that cannot be
+        // read (it can: the region was checked to hold it) counts as no lease.
+        let lease_end = self
+            .fabric
+            .read_word(&region.remote, region.lease_word_offset, LoadOrdering::Acquire)
+            .unwrap_or(crate::item_slots::LEASE_WORD_UNLEASED);
         let mut versions = Vec::with_capacity(items.len());
         for item in items {
             let Some(location) = self.cache.get(&item.key) else {
@@ -308,6 +336,9 @@ impl<F: FabricHandle> GetStarTransport<F> {
             self.stats.evictions += u64::from(self.cache.evict(&item.key));
             return Err(failure);
         }
+        if !lease_covers(lease_end) {
+            return Err(Fallback::Unleased);
+        }
         Ok(versions)
     }
 
@@ -342,6 +373,7 @@ impl<F: FabricHandle> GetStarTransport<F> {
             Fallback::NotValid => &mut self.stats.fallback_not_valid,
             Fallback::Corrupt => &mut self.stats.fallback_corrupt,
             Fallback::NewerPrepared => &mut self.stats.fallback_newer_prepared,
+            Fallback::Unleased => &mut self.stats.fallback_unleased,
         };
         *counter += 1;
     }
@@ -363,12 +395,14 @@ fn map_item_region<F: FabricHandle>(
     let too_large = || ItemRegionError::TooLarge { slots: slots_wire, slot_bytes: slot_bytes_wire };
     let slots = u32::try_from(slots_wire).map_err(|_| too_large())?;
     let region_bytes = (slots as usize).checked_mul(slot_bytes).filter(|&bytes| bytes <= ITEM_REGION_BYTES_MAX);
-    match region_bytes {
-        Some(bytes) if bytes as u64 <= info.region.len_bytes => {}
+    // The slots, then the lease line.
+    let lease_word = region_bytes.and_then(|_| lease_word_offset(slots as usize, slot_bytes));
+    let lease_word_offset = match lease_word {
+        Some(offset) if (offset + LEASE_LINE_BYTES) as u64 <= info.region.len_bytes => offset,
         _ => return Err(too_large()),
-    }
+    };
     let remote = fabric.map(&info.region)?;
-    Ok(ItemRegion { remote, slot_bytes, slots })
+    Ok(ItemRegion { remote, slot_bytes, slots, lease_word_offset })
 }
 
 /// The reply entry a server would send for `selector` from a verified slot's fields; `None`
@@ -384,6 +418,13 @@ fn decode_slot_version(ts: u64, metadata: &[u8], value: &[u8], selector: &Select
         Selector::LatestTimestamp => VersionItem { ts, value: Vec::new(), metadata: Metadata::None },
         _ => VersionItem { ts, value: value.to_vec(), metadata },
     })
+}
+
+/// Whether slots read under a lease word of `lease_end` may be trusted now (read the clock only
+/// after the slots: module docs).
+fn lease_covers(lease_end: u64) -> bool {
+    lease_end == LEASE_WORD_NOT_NEEDED
+        || rampkv_fabric::clock::monotonic_ns().saturating_add(GETSTAR_LEASE_MARGIN_US * 1_000) < lease_end
 }
 
 fn round_one(items: &[GetItem]) -> bool {
@@ -527,6 +568,17 @@ mod tests {
             let refused = map_item_region(&fabric, &info);
             assert!(refused.is_err(), "{info:?} was accepted");
         }
+    }
+
+    #[test]
+    fn slots_are_trusted_only_before_the_lease_ends_by_more_than_the_margin() {
+        let margin_ns = GETSTAR_LEASE_MARGIN_US * 1_000;
+        let now = rampkv_fabric::clock::monotonic_ns();
+        assert!(lease_covers(LEASE_WORD_NOT_NEEDED), "no lease needed: trusted without a clock");
+        assert!(!lease_covers(crate::item_slots::LEASE_WORD_UNLEASED));
+        assert!(!lease_covers(now), "a lease that ended");
+        assert!(!lease_covers(now + margin_ns / 2), "within the margin");
+        assert!(lease_covers(now + margin_ns + 10_000_000_000), "a lease ten seconds ahead");
     }
 
     #[test]
