@@ -135,6 +135,11 @@ pub const CLUSTER_REPLICAS_MAX: u32 = 8;
 /// acknowledged yet. A write that finds the link this far behind waits for room, at most
 /// `REPLICATION_FULL_WAIT_MS_MAX`; a backup that stays behind that long is treated as failed.
 pub const REPLICATION_UNACKED_BYTES_MAX: usize = 64 << 20;
+/// Bytes of a primary's last records kept (with a data directory) so that a restarted backup
+/// whose copy holds a prefix of the stream is sent only the records it missed (a delta) rather
+/// than a snapshot of the store. Half the unacknowledged bound: the delta goes into the
+/// catching-up link's queue, which holds at most `REPLICATION_UNACKED_BYTES_MAX`.
+pub const REPLICATION_BACKLOG_BYTES: usize = REPLICATION_UNACKED_BYTES_MAX / 2;
 
 /// Replication: the longest a write waits for room on a backup's link (see above).
 pub const REPLICATION_FULL_WAIT_MS_MAX: u64 = 5_000;

@@ -37,6 +37,8 @@ pub enum DurableError {
     ReplayRefused { file: PathBuf, offset: u64, lsn: Lsn, cause: StoreError },
     #[error("{file}: damaged snapshot at byte offset {offset}: {cause}")]
     CorruptSnapshot { file: PathBuf, offset: u64, cause: SnapshotDamage },
+    #[error("{}: holds a log or a snapshot already", dir.display())]
+    DirectoryNotEmpty { dir: PathBuf },
     #[error("recovery needs an empty store")]
     StoreNotEmpty,
     #[error("invalid record: {0}")]

@@ -42,7 +42,7 @@ const SEGMENT_SUFFIX: &str = ".log";
 const SNAPSHOT_PREFIX: &str = "snapshot-";
 const SNAPSHOT_SUFFIX: &str = ".snap";
 const TEMPORARY_SUFFIX: &str = ".tmp";
-const LOCK_FILE: &str = "LOCK";
+pub(crate) const LOCK_FILE: &str = "LOCK";
 
 /// A decoded file header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

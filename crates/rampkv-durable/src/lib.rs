@@ -51,5 +51,5 @@ pub mod snapshot;
 pub use error::{DurableError, FileHeaderError, SnapshotDamage};
 pub use log::{FsyncPolicy, Log, LogStats};
 pub use record::{Lsn, Record, RecordError, RecordHeader, RecordRef, Writes};
-pub use recovery::{apply_record, open, Cut, CutReason, InDoubt, OpenOptions, RecoveryReport};
+pub use recovery::{apply_record, create_at, open, set_aside, Cut, CutReason, InDoubt, OpenOptions, RecoveryReport};
 pub use snapshot::{LoadedSnapshot, SnapshotCounts, SnapshotJob, SnapshotReport};

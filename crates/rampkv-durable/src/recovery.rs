@@ -294,6 +294,67 @@ pub fn open(dir: &Path, options: &OpenOptions, store: &Store) -> Result<(Log, Re
     Ok((Log::start(start)?, report))
 }
 
+/// Moves every file of the data directory `dir` but its lock into its subdirectory `aside`
+/// (replacing what an earlier call left there), under the directory's lock: a server that must
+/// not use its store any more keeps it for inspection. Returns how many files were moved.
+///
+/// # Errors
+/// `Locked` (a running server uses `dir`: nothing is moved); I/O errors.
+pub fn set_aside(dir: &Path, aside: &str) -> Result<usize, DurableError> {
+    if !dir.exists() {
+        return Ok(0);
+    }
+    let _lock = DirLock::acquire(dir)?;
+    let entries = std::fs::read_dir(dir).map_err(DurableError::io("list", dir))?;
+    let files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.is_file() && path.file_name().is_some_and(|name| name != crate::files::LOCK_FILE))
+        .collect();
+    if files.is_empty() {
+        return Ok(0);
+    }
+    let target = dir.join(aside);
+    if target.exists() {
+        std::fs::remove_dir_all(&target).map_err(DurableError::io("remove", &target))?;
+    }
+    std::fs::create_dir_all(&target).map_err(DurableError::io("create", &target))?;
+    for path in &files {
+        let name = path.file_name().unwrap_or_default();
+        std::fs::rename(path, target.join(name)).map_err(DurableError::io("move", path))?;
+    }
+    crate::files::sync_dir(dir)?;
+    Ok(files.len())
+}
+
+/// Creates the data directory `dir` (which must hold no log and no snapshot) for `store`, whose
+/// contents already stand for every record up to `lsn` (of epoch `epoch`): writes a snapshot
+/// of it at `lsn`, then starts the log at `lsn + 1`. What a replication backup does with a copy
+/// it received as a snapshot (or starts empty, `lsn` 0): its log then numbers records as its
+/// primary does, and a restart finds the copy at the last record it holds.
+///
+/// # Errors
+/// `Locked`, I/O errors; `DirectoryNotEmpty` when `dir` holds a log or a snapshot.
+pub fn create_at(dir: &Path, options: &OpenOptions, store: &Store, lsn: Lsn, epoch: u64) -> Result<Log, DurableError> {
+    std::fs::create_dir_all(dir).map_err(DurableError::io("create", dir))?;
+    let lock = DirLock::acquire(dir)?;
+    let listing = list(dir)?;
+    if !listing.segments.is_empty() || !listing.snapshots.is_empty() {
+        return Err(DurableError::DirectoryNotEmpty { dir: dir.to_path_buf() });
+    }
+    snapshot::write(dir, store, lsn, epoch)?;
+    let start = Start {
+        dir: dir.to_path_buf(),
+        policy: options.policy,
+        segment_bytes_target: options.segment_bytes_target,
+        waiting_bytes_max: options.waiting_bytes_max,
+        next_lsn: lsn + 1,
+        epoch,
+        lock,
+    };
+    Log::start(start)
+}
+
 /// Applies one record to `store` with the store's own operations, as it was applied when
 /// first made: recovery replays the log with it, and a replication backup applies the records
 /// its primary ships. `now_ms` dates what it stores (the store's clock).

@@ -1,7 +1,8 @@
 //! Synchronous replication in an embedded group (issue 16, phase 2): every write a client saw
 //! acknowledged is already applied in the memory of every backup of its partition, with the
-//! value the primary holds; backups hold only their primaries' partitions; and a group asked
-//! for more copies than servers, or replication with a data directory, is refused.
+//! value the primary holds; backups hold only their primaries' partitions; a group asked for
+//! more copies than servers is refused; with data directories a restarted group comes back
+//! from its files and refills its backups.
 //!
 //! Randomized: the keys and values come from a seeded generator whose seed is printed (replay:
 //! `RAMPKV_TEST_SEED=<seed>`).
@@ -173,13 +174,70 @@ fn bad_replication_settings_are_refused_before_anything_starts() {
     assert!(error.to_string().contains("3 replicas need at least 3 servers"), "{error}");
     let error = ServerGroup::start(&configs, &options(0)).unwrap_err();
     assert!(matches!(error, StartError::ReplicaCount { replicas: 0 }), "{error}");
+}
+
+/// Replication with a data directory (issue 17, item 5): each server logs what it applies as a
+/// primary and keeps its copies as a backup on disk; stopped and started again on the same
+/// directories (the whole cluster: every stream is new), each server recovers its store from
+/// its own files and sends each backup a snapshot of it first, whose link holds the primary's
+/// replies from the start: every write reads back and the backups hold it again.
+#[test]
+fn a_replicated_group_with_data_directories_restarts_from_its_files_and_refills_its_backups() {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let durability =
-        Durability { dirs: vec![dir.path().join("a"), dir.path().join("b")], config: DurabilityConfig::default() };
-    let both = ServerOptions { durability: Some(durability), ..options(2) };
-    let error = ServerGroup::start(&configs, &both).unwrap_err();
-    assert!(matches!(error, StartError::ReplicationWithDataDir), "{error}");
-    assert!(!dir.path().join("a").exists(), "refused before any directory was opened");
+    let dirs: Vec<_> = (0..3).map(|index| dir.path().join(format!("server-{index}"))).collect();
+    let config = DurabilityConfig { policy: rampkv::durable::FsyncPolicy::Always, ..DurabilityConfig::default() };
+    let start = || {
+        let durability = Durability { dirs: dirs.clone(), config };
+        let options = ServerOptions {
+            durability: Some(durability),
+            replication: Some(ReplicationOptions::new(2)),
+            ..ServerOptions::default()
+        };
+        let (mut group, reports) = ServerGroup::start(&vec![ServerConfig::new(localhost); 3], &options).unwrap();
+        assert_eq!(reports.len(), 3, "one recovery report per server");
+        let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())
+            .unwrap()
+            .with_replicas(2)
+            .unwrap();
+        group.start_recovery(cluster.clone(), 0, 1_000).unwrap();
+        (group, cluster, reports)
+    };
+    let keys: Vec<Vec<u8>> = (0..60).map(|index| format!("key{index}").into_bytes()).collect();
+    let (group, cluster, _) = start();
+    let mut client = Client::connect(&cluster).unwrap();
+    for key in &keys {
+        client.put_all(vec![(key.clone(), key.clone())]).unwrap();
+    }
+    for primary in 0..3 {
+        let copies = dirs[(primary + 1) % 3].join("copies");
+        let kept = std::fs::read_dir(&copies).unwrap().filter_map(Result::ok).count();
+        assert_eq!(kept, 1, "server {} keeps its copy of server {primary} on disk", (primary + 1) % 3);
+    }
+    drop(client);
+    drop(group);
+    let (group, cluster, reports) = start();
+    assert!(reports.iter().all(|report| report.last_lsn > 0), "every store came back from its files");
+    let mut client = Client::connect(&cluster).unwrap();
+    let read = client.get_all(keys.clone()).unwrap();
+    assert_eq!(read.items.len(), keys.len());
+    for (key, item) in keys.iter().zip(&read.items) {
+        assert_eq!((&item.key, &item.value), (key, key), "{:?} read back", String::from_utf8_lossy(key));
+    }
+    client.put_all(vec![(b"after".to_vec(), b"restart".to_vec())]).unwrap();
+    let stats = group.servers().replication_stats().unwrap();
+    assert_eq!(stats.catch_up_snapshots, 3, "each backup got its primary's recovered store: {stats:?}");
+    // Each backup makes its new copy current once its primary's in-sync marker arrives.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let current = |primary: usize| group.backups()[(primary + 1) % 3].copy_of(primary as u16);
+    while (0..3).any(|primary| current(primary).is_none()) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    for key in keys.iter().chain([&b"after".to_vec()]) {
+        let primary = cluster.server_of(key);
+        let copy = current(primary).expect("in sync");
+        assert!(copy.store().get_latest(key).is_some(), "{:?} is on its backup again", String::from_utf8_lossy(key));
+    }
 }
 
 #[test]
@@ -301,4 +359,46 @@ fn a_primary_process_acknowledges_no_write_its_killed_backup_does_not_hold() {
     assert_eq!(put(1, &first), 1, "acknowledged while the backup lives");
     processes.kill(1); // server 0's only backup
     assert_eq!(put(2, &second), 0, "a write was acknowledged without its backup");
+}
+
+/// A server restarted into a running cluster (rejoining) had its partitions failed over: its
+/// files may hold writes the cluster never acknowledged, so its store is set aside
+/// (`superseded/`) and starts empty, and its directory is marked; a later start of a whole new
+/// cluster on that directory (which would serve its partitions from files that lack what their
+/// successors acknowledged) is refused with a clear error.
+#[test]
+fn a_rejoining_server_sets_its_store_aside_and_its_directory_is_refused_for_a_fresh_cluster() {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dirs: Vec<_> = (0..2).map(|index| dir.path().join(format!("server-{index}"))).collect();
+    let start = |rejoining: bool| {
+        let durability = Durability { dirs: dirs.clone(), config: DurabilityConfig::default() };
+        let replication = ReplicationOptions { rejoining, ..ReplicationOptions::new(2) };
+        let options =
+            ServerOptions { durability: Some(durability), replication: Some(replication), ..ServerOptions::default() };
+        ServerGroup::start(&vec![ServerConfig::new(localhost); 2], &options)
+    };
+    let (mut group, _) = start(false).unwrap();
+    let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect())
+        .unwrap()
+        .with_replicas(2)
+        .unwrap();
+    group.start_recovery(cluster.clone(), 0, 1_000).unwrap();
+    let mut client = Client::connect(&cluster).unwrap();
+    for index in 0..20 {
+        client.put_all(vec![(format!("key{index}").into_bytes(), b"value".to_vec())]).unwrap();
+    }
+    drop(client);
+    drop(group);
+    let (group, reports) = start(true).unwrap();
+    assert!(reports.iter().all(|report| report.last_lsn == 0), "the stores start empty: {reports:?}");
+    assert!(group.cores().iter().all(|core| core.store().stats().keys == 0));
+    for dir in &dirs {
+        let aside = std::fs::read_dir(dir.join("superseded")).unwrap().filter_map(Result::ok);
+        assert!(aside.into_iter().any(|entry| entry.file_name().to_string_lossy().ends_with(".log")), "{dir:?}");
+    }
+    drop(group);
+    let error = start(false).unwrap_err();
+    assert!(matches!(error, StartError::FailedOverDataDir { .. }), "{error}");
+    assert!(error.to_string().contains("were failed over"), "{error}");
 }

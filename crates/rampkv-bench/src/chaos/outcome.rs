@@ -234,11 +234,47 @@ pub struct ChaosReport {
     /// The history file; `None` when it went with the working directory of a run that passed
     /// (`--history FILE` keeps it).
     pub history: Option<PathBuf>,
+    /// What the primaries sent catching-up backups, as their logs say (replication).
+    pub catch_ups: CatchUps,
     /// The run's working directory (cluster file, server logs), kept when the run failed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept_directory: Option<PathBuf>,
     pub passed: bool,
     pub failures: Vec<Failure>,
+}
+
+/// The catch-ups the servers' logs report: snapshots of a primary's store, and deltas (only
+/// the records a restarted backup with its copy on disk missed, docs/replication.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CatchUps {
+    pub snapshots: u64,
+    /// Versions the snapshots held, in all.
+    pub snapshot_versions: u64,
+    pub deltas: u64,
+    /// Records the deltas held, in all, and the versions the primaries' stores held then (what
+    /// snapshots instead would have sent).
+    pub delta_records: u64,
+    pub delta_store_versions: u64,
+}
+
+impl CatchUps {
+    /// Counts the catch-up lines of a server's log (`rampkv_net::server::replication`'s).
+    pub fn add_log(&mut self, text: &str) {
+        let number_after = |line: &str, marker: &str| -> Option<u64> {
+            let rest = &line[line.find(marker)? + marker.len()..];
+            rest.split(|character: char| !character.is_ascii_digit()).next()?.parse().ok()
+        };
+        for line in text.lines() {
+            if line.contains("sent a catching-up backup its snapshot") {
+                self.snapshots += 1;
+                self.snapshot_versions += number_after(line, "keys, ").unwrap_or(0);
+            } else if line.contains("sent a catching-up backup a delta of ") {
+                self.deltas += 1;
+                self.delta_records += number_after(line, "a delta of ").unwrap_or(0);
+                self.delta_store_versions += number_after(line, "snapshot of its store (").unwrap_or(0);
+            }
+        }
+    }
 }
 
 impl ChaosReport {
@@ -434,6 +470,29 @@ impl ChaosReport {
 }
 
 #[cfg(test)]
+mod catch_up_tests {
+    use super::CatchUps;
+
+    #[test]
+    fn catch_up_lines_of_server_logs_are_counted() {
+        let log = "rampkv: warning: replication: primary 0 sent a catching-up backup its snapshot at record 1708 \
+                   (574 keys, 2326 versions)\n\
+                   rampkv: warning: replication: primary 1 sent a catching-up backup a delta of 302 records (960 to \
+                   1261) instead of a snapshot of its store (1055 versions)\nunrelated line\n";
+        let mut catch_ups = CatchUps::default();
+        catch_ups.add_log(log);
+        let expected = CatchUps {
+            snapshots: 1,
+            snapshot_versions: 2326,
+            deltas: 1,
+            delta_records: 302,
+            delta_store_versions: 1055,
+        };
+        assert_eq!(catch_ups, expected);
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
 
@@ -509,6 +568,7 @@ mod tests {
             unavailability: Unavailability { longest_ms, ..Unavailability::default() },
             max_unavailable_ms: Some(1_000),
             history: None,
+            catch_ups: CatchUps::default(),
             kept_directory: None,
             passed: false,
             failures: Vec::new(),

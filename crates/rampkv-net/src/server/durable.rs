@@ -39,12 +39,13 @@
 //!   bytes, the log goes on.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use rampkv_core::protocol::server::{Effects, LogPosition, ServerCore};
+use rampkv_core::protocol::server::{Effects, LogPosition, LogRecord, ServerCore};
+use rampkv_core::storage::Store;
 use rampkv_durable::limits::{LOG_FULL_WAIT_MS_MAX, SNAPSHOT_EVERY_BYTES_DEFAULT};
 use rampkv_durable::{
     DurableError, FsyncPolicy, Log, LogStats, OpenOptions, RecordRef, RecoveryReport, SnapshotJob, SnapshotReport,
@@ -104,11 +105,12 @@ pub enum StartError {
     #[error("{replicas} replicas need at least {replicas} servers (each copy of a partition on a server of its own), got {servers}")]
     TooFewServersForReplicas { replicas: u32, servers: usize },
     #[error(
-        "replication together with a data directory is not built yet: a restarted server's files are older than \
-         the copies the configuration moved elsewhere (it catches up from the current primary instead); use one or \
-         the other"
+        "data directory {}: this server's partitions were failed over to other servers while it was down, so its \
+         files do not hold them; a cluster that starts over (every server restarted) would serve them from here \
+         without the writes acknowledged since: not started (restart it while the cluster runs: it rejoins)",
+        dir.display()
     )]
-    ReplicationWithDataDir,
+    FailedOverDataDir { dir: PathBuf },
     #[error("failover serves one server per group (a `rampkv server` process), got {servers}, or it joined a cluster already")]
     FailoverGroup { servers: usize },
     #[error("cannot start replication: {0}")]
@@ -200,6 +202,8 @@ pub struct Journal {
     snapshot_every_bytes: u64,
     /// Log bytes written (since the start) when the last snapshot was started.
     snapshot_mark: AtomicU64,
+    /// A snapshot is due whatever was written ([`Journal::snapshot_soon`]).
+    snapshot_due: AtomicBool,
     snapshots: Mutex<Snapshots>,
     /// The first failure: nothing appended after it is acknowledged.
     failure: OnceLock<Arc<DurableError>>,
@@ -227,6 +231,7 @@ impl Journal {
             core,
             snapshot_every_bytes: config.snapshot_every_bytes,
             snapshot_mark: AtomicU64::new(0),
+            snapshot_due: AtomicBool::new(false),
             snapshots: Mutex::new(Snapshots::default()),
             failure: OnceLock::new(),
         };
@@ -241,15 +246,11 @@ impl Journal {
         if effects.logged.is_empty() {
             return;
         }
-        let wait = Duration::from_millis(LOG_FULL_WAIT_MS_MAX);
         let mut last = None;
         for record in effects.logged.drain(..) {
-            if self.failure.get().is_some() {
-                break;
-            }
-            match self.log.append_timeout(EPOCH, RecordRef::from(&record), wait) {
-                Ok(lsn) => last = Some(lsn),
-                Err(error) => self.fail(error),
+            match self.append_record(&record) {
+                Some(lsn) => last = Some(lsn),
+                None => break,
             }
         }
         let position = match (self.failure.get(), last) {
@@ -257,6 +258,40 @@ impl Journal {
             _ => LogPosition(u64::MAX), // never durable: held for good
         };
         effects.release_after = Some(effects.release_after.map_or(position, |earlier| earlier.max(position)));
+        self.maybe_snapshot();
+    }
+
+    /// Appends one record; its LSN, or `None` after a failure (nothing more is appended). The
+    /// caller then calls [`Journal::appended`] once for the batch.
+    pub(crate) fn append_record(&self, record: &LogRecord) -> Option<u64> {
+        if self.failure.get().is_some() {
+            return None;
+        }
+        let wait = Duration::from_millis(LOG_FULL_WAIT_MS_MAX);
+        match self.log.append_timeout(EPOCH, RecordRef::from(record), wait) {
+            Ok(lsn) => Some(lsn),
+            Err(error) => {
+                self.fail(error);
+                None
+            }
+        }
+    }
+
+    /// After a batch of [`Journal::append_record`]s: a snapshot may be due.
+    pub(crate) fn appended(&self) {
+        self.maybe_snapshot();
+    }
+
+    /// The last LSN appended (0: none): a replicated server's stream numbers its records on.
+    pub fn last_lsn(&self) -> u64 {
+        self.log.last_lsn()
+    }
+
+    /// The store took what the log does not describe (failover adopted a copy into it): a
+    /// snapshot is started now (or as soon as the running one ends, at a later append), so
+    /// that a restart finds the adopted data.
+    pub(crate) fn snapshot_soon(&self) {
+        self.snapshot_due.store(true, Ordering::Relaxed);
         self.maybe_snapshot();
     }
 
@@ -331,7 +366,8 @@ impl Journal {
     /// Starts a background snapshot once enough log was written since the last one.
     fn maybe_snapshot(&self) {
         let written = self.log.stats().bytes;
-        if written < self.snapshot_mark.load(Ordering::Relaxed).saturating_add(self.snapshot_every_bytes) {
+        let due = self.snapshot_due.load(Ordering::Relaxed);
+        if !due && written < self.snapshot_mark.load(Ordering::Relaxed).saturating_add(self.snapshot_every_bytes) {
             return;
         }
         // Another front end checking at the same moment starts it.
@@ -341,6 +377,7 @@ impl Journal {
             return;
         }
         self.snapshot_mark.store(written, Ordering::Relaxed);
+        self.snapshot_due.store(false, Ordering::Relaxed);
         match self.log.snapshot_in_background(Arc::clone(&self.core), ServerCore::store) {
             Ok(job) => snapshots.running = Some(job),
             Err(error) => snapshots.last_error = Some(Arc::new(error)),
@@ -368,6 +405,174 @@ impl Drop for Journal {
     fn drop(&mut self) {
         self.snapshots.get_mut().collect(true);
     }
+}
+
+/// Where (under its data directory) a server restarted into a running cluster sets the files
+/// of its failed-over store aside.
+pub const SUPERSEDED_DIR: &str = "superseded";
+
+/// A file a server restarted into a running cluster leaves in its data directory: its
+/// cluster-file partitions are served (and their writes kept) elsewhere since.
+pub const FAILED_OVER_MARKER: &str = "FAILED-OVER";
+
+/// The directory (under a server's data directory) holding the copies it keeps as a backup.
+pub const COPIES_DIR: &str = "copies";
+
+/// The log and snapshots of one backup copy of a primary's stream (replication with a data
+/// directory): the copy is written as its server's own store is, numbered as the primary
+/// numbered its records, so that after a restart the copy says which record of which stream
+/// it holds up to, and its primary can send only the records after it (docs/replication.md,
+/// "Restart with a data directory"). The backup's acknowledgements do not wait for it: the
+/// copy's files are a base for catching up, never the only copy of an acknowledged write.
+#[derive(Debug)]
+pub struct CopyJournal {
+    log: Log,
+    snapshot_every_bytes: u64,
+    snapshot_mark: u64,
+    running: Option<SnapshotJob>,
+}
+
+/// A copy found in a backup's data directory at its start.
+#[derive(Debug)]
+pub struct RestoredCopy {
+    pub primary: u16,
+    /// The identity of the stream it is a prefix of.
+    pub stream: u64,
+    pub store: Store,
+    pub journal: CopyJournal,
+    /// The last record it holds, and its epoch.
+    pub applied: u64,
+    pub epoch: u64,
+}
+
+impl CopyJournal {
+    /// Starts the files of a copy of `primary`'s stream `stream` in a new directory under
+    /// `root`: a snapshot of `store` (which holds every record up to `covers`), then a log from
+    /// `covers + 1` on.
+    ///
+    /// # Errors
+    /// The directory cannot be made or written.
+    pub fn create(
+        root: &Path,
+        config: &DurabilityConfig,
+        primary: u16,
+        stream: u64,
+        store: &Store,
+        covers: u64,
+        epoch: u64,
+    ) -> Result<CopyJournal, DurableError> {
+        let mut tag = [0u8; 4];
+        let _ = getrandom::getrandom(&mut tag);
+        let dir = root.join(format!("primary-{primary}-{stream:016x}-{:08x}", u32::from_le_bytes(tag)));
+        let log = rampkv_durable::create_at(&dir, &copy_options(config), store, covers, epoch)?;
+        Ok(CopyJournal { log, snapshot_every_bytes: config.snapshot_every_bytes, snapshot_mark: 0, running: None })
+    }
+
+    /// Loads every copy kept under `root` (copies superseded by a newer one of the same stream,
+    /// and copies that cannot be read, are removed: their primary sends a snapshot instead).
+    pub fn restore(root: &Path, config: &DurabilityConfig, gc_grace_ms: u64) -> Vec<RestoredCopy> {
+        let Ok(entries) = std::fs::read_dir(root) else { return Vec::new() };
+        let mut restored: Vec<RestoredCopy> = Vec::new();
+        for entry in entries.filter_map(Result::ok) {
+            let dir = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let mut parts = name.strip_prefix("primary-").unwrap_or_default().split('-');
+            let primary = parts.next().and_then(|part| part.parse::<u16>().ok());
+            let stream = parts.next().and_then(|part| u64::from_str_radix(part, 16).ok());
+            let (Some(primary), Some(stream)) = (primary, stream) else { continue };
+            let store = Store::new(gc_grace_ms);
+            match rampkv_durable::open(&dir, &copy_options(config), &store) {
+                Ok((log, report)) if report.last_lsn > 0 => {
+                    log::warn!(
+                        "replication: restored a copy of primary {primary} (stream {stream:016x}) up to record {}: {report}",
+                        report.last_lsn
+                    );
+                    let journal = CopyJournal {
+                        log,
+                        snapshot_every_bytes: config.snapshot_every_bytes,
+                        snapshot_mark: 0,
+                        running: None,
+                    };
+                    let (applied, epoch) = (report.last_lsn, report.last_epoch);
+                    restored.push(RestoredCopy { primary, stream, store, journal, applied, epoch });
+                }
+                Ok((log, _)) => CopyJournal { log, snapshot_every_bytes: 0, snapshot_mark: 0, running: None }.remove(),
+                Err(error @ DurableError::Locked { .. }) => {
+                    log::warn!("replication: cannot restore the copy in {}: {error}; left alone", dir.display());
+                }
+                Err(error) => {
+                    log::warn!("replication: cannot restore the copy in {}: {error}; removed", dir.display());
+                    let _ = std::fs::remove_dir_all(&dir);
+                }
+            }
+        }
+        // Of two copies of one stream, the one further along is kept.
+        restored.sort_by_key(|copy| (copy.primary, copy.stream, std::cmp::Reverse(copy.applied)));
+        let mut kept: Vec<RestoredCopy> = Vec::new();
+        for copy in restored {
+            if kept.last().is_some_and(|last| (last.primary, last.stream) == (copy.primary, copy.stream)) {
+                copy.journal.remove();
+            } else {
+                kept.push(copy);
+            }
+        }
+        kept
+    }
+
+    /// Appends record `lsn` (as its primary numbered it) of `epoch`.
+    ///
+    /// # Errors
+    /// The log failed, or numbers it otherwise (the copy's files are then no prefix of the
+    /// stream and must be removed).
+    pub fn append(&self, lsn: u64, epoch: u64, record: RecordRef<'_>) -> Result<(), DurableError> {
+        let appended = self.log.append_timeout(epoch, record, Duration::from_millis(LOG_FULL_WAIT_MS_MAX))?;
+        if appended != lsn {
+            return Err(DurableError::NotAppended { lsn, last_lsn: appended });
+        }
+        Ok(())
+    }
+
+    /// Writes what was appended (made durable as the policy says), and starts a snapshot of the
+    /// copy `owner` once enough log was written since the last one.
+    ///
+    /// # Errors
+    /// The log failed.
+    pub fn flush<T: Send + Sync + 'static>(
+        &mut self,
+        owner: &Arc<T>,
+        store_of: fn(&T) -> &Store,
+    ) -> Result<(), DurableError> {
+        self.log.flush()?;
+        let written = self.log.stats().bytes;
+        if written >= self.snapshot_mark.saturating_add(self.snapshot_every_bytes) {
+            if self.running.as_ref().is_some_and(SnapshotJob::is_finished) {
+                if let Some(Err(error)) = self.running.take().map(SnapshotJob::join) {
+                    log::warn!("replication: a snapshot of a backup copy failed: {error}");
+                }
+            }
+            if self.running.is_none() {
+                self.snapshot_mark = written;
+                self.running = Some(self.log.snapshot_in_background(Arc::clone(owner), store_of)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the log and deletes the copy's directory (the copy was dropped or replaced).
+    pub fn remove(mut self) {
+        if let Some(job) = self.running.take() {
+            let _ = job.join();
+        }
+        let dir = self.log.dir().to_path_buf();
+        let _ = self.log.close();
+        if let Err(error) = std::fs::remove_dir_all(&dir) {
+            log::warn!("replication: cannot remove the dropped copy {}: {error}", dir.display());
+        }
+    }
+}
+
+fn copy_options(config: &DurabilityConfig) -> OpenOptions {
+    OpenOptions { policy: config.policy, truncate_corrupt: true, ..OpenOptions::default() }
 }
 
 #[cfg(test)]

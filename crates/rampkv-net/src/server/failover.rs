@@ -186,14 +186,9 @@ impl Clock for HostClock {
     }
 }
 
-/// A random non-zero incarnation (the kernel's random source; the clock if it fails).
+/// A random non-zero incarnation.
 fn random_incarnation() -> u64 {
-    let mut bytes = [0u8; 8];
-    if getrandom::getrandom(&mut bytes).is_err() {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        bytes = (now.as_nanos() as u64 ^ u64::from(std::process::id())).to_le_bytes();
-    }
-    u64::from_le_bytes(bytes).max(1)
+    super::random_id()
 }
 
 /// The data address serving each server's cluster-file partitions in `configuration` (the

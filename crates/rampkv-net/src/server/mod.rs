@@ -39,7 +39,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use rampkv_core::cluster::Cluster;
-use rampkv_core::limits::GC_GRACE_MS;
+use rampkv_core::limits::{GC_GRACE_MS, REPLICATION_BACKLOG_BYTES};
 use rampkv_core::protocol::server::{Effects, LogPosition, Now, Reply, ServerCore};
 use rampkv_core::protocol::ConnectionId;
 use rampkv_core::types::{wall_clock_us, Timestamp};
@@ -50,12 +50,12 @@ use crate::item_slots::Publisher;
 use crate::message::tcp::TcpServer;
 use crate::recovery::{spawn_resolver, Resolver};
 pub use durable::StartError;
-use durable::{DurabilityConfig, Journal};
+use durable::{DurabilityConfig, Journal, FAILED_OVER_MARKER, SUPERSEDED_DIR};
 pub use poller::{ConnectionCounts, ConnectionLimits, Eviction};
 use poller::{ConnectionStats, Poller, ServerMedium};
 use rampkv_durable::{DurableError, RecoveryReport};
 pub use replication::ReplicationMedium;
-use replication::{BackupService, ReplicationStats, Replicator};
+use replication::{BackupService, ReplicationStats, Replicator, StreamStart};
 use router::{Router, Wake};
 
 /// Settings of one server.
@@ -82,7 +82,8 @@ pub struct Served {
     slots: OnceLock<Arc<dyn Publisher>>,
     /// Its log, when it has a data directory.
     journal: Option<Journal>,
-    /// Its links to its backups, when the group replicates (never with a journal).
+    /// Its links to its backups, when the group replicates (with a journal too: records are
+    /// logged, then shipped, numbered alike).
     replicator: Option<Replicator>,
 }
 
@@ -144,10 +145,10 @@ impl Served {
     /// Appends what the call changed to the log, or ships it to the backups (if the server has
     /// either); its replies then wait for `effects.release_after`.
     fn log(&self, effects: &mut Effects) {
-        if let Some(journal) = &self.journal {
-            journal.append(effects);
-        } else if let Some(replicator) = &self.replicator {
-            replicator.append(effects);
+        match (&self.journal, &self.replicator) {
+            (journal, Some(replicator)) => replicator.append_journaled(effects, journal.as_ref()),
+            (Some(journal), None) => journal.append(effects),
+            (None, None) => {}
         }
     }
 
@@ -165,7 +166,8 @@ impl Served {
     /// up to here may go (everything, without either).
     pub fn durable_position(&self) -> LogPosition {
         match (&self.journal, &self.replicator) {
-            (Some(journal), _) => journal.durable_position(),
+            (Some(journal), Some(replicator)) => journal.durable_position().min(replicator.acknowledged()),
+            (Some(journal), None) => journal.durable_position(),
             (None, Some(replicator)) => replicator.acknowledged(),
             (None, None) => LogPosition(u64::MAX),
         }
@@ -197,7 +199,15 @@ impl Served {
     pub fn adopt(&self, copy: &rampkv_core::storage::Store, now_ms: u64) -> usize {
         let publishing = self.slots.get().is_some();
         let mut keys = Vec::new();
+        // What it takes is described by no record: catching-up backups' copies of the stream so
+        // far lack it (a new stream identity), and the log needs a snapshot to hold it.
+        if let Some(replicator) = &self.replicator {
+            replicator.new_lineage();
+        }
         let count = self.core.store().absorb(copy, now_ms, publishing.then_some(&mut keys));
+        if let Some(journal) = &self.journal {
+            journal.snapshot_soon();
+        }
         if publishing {
             let mut effects = Effects::default();
             effects.set_publishing(true);
@@ -303,8 +313,9 @@ impl Servers {
                 }
             };
             if let Some(journal) = &served.journal {
-                journal.set_wake(wake);
-            } else if let Some(replicator) = &served.replicator {
+                journal.set_wake(wake.clone());
+            }
+            if let Some(replicator) = &served.replicator {
                 replicator.set_wake(wake);
             }
             if let Some(replicator) = &served.replicator {
@@ -606,14 +617,15 @@ impl ServerGroup {
             configs.iter().map(|config| Arc::new(ServerCore::new(config.gc_grace_ms))).collect();
         let replication = options.replication.as_ref().filter(|replication| replication.replicas != 1);
         if let Some(replication) = replication {
-            check_replication(replication, configs.len(), options.durability.is_some())?;
+            check_replication(replication, configs.len())?;
         }
+        let rejoining = replication.is_some_and(|replication| replication.rejoining);
         let (journals, reports) = match &options.durability {
-            Some(durability) => open_journals(configs, &cores, durability)?,
+            Some(durability) => open_journals(configs, &cores, durability, rejoining)?,
             None => (cores.iter().map(|_| None).collect(), Vec::new()),
         };
         let (backups, replicators) = match replication {
-            Some(replication) => start_replication(configs, replication, options)?,
+            Some(replication) => start_replication(configs, replication, options, &journals, &cores)?,
             None => (Vec::new(), cores.iter().map(|_| None).collect()),
         };
         let limits = options.limits;
@@ -735,7 +747,7 @@ fn start_failover<'a>(
 }
 
 /// Replication's own checks of a group's start (the cluster file's are the same, earlier).
-fn check_replication(replication: &ReplicationOptions, group: usize, durable: bool) -> Result<(), StartError> {
+fn check_replication(replication: &ReplicationOptions, group: usize) -> Result<(), StartError> {
     let replicas = replication.replicas;
     if replicas == 0 || replicas > rampkv_core::limits::CLUSTER_REPLICAS_MAX {
         return Err(StartError::ReplicaCount { replicas });
@@ -749,21 +761,53 @@ fn check_replication(replication: &ReplicationOptions, group: usize, durable: bo
     if replicas as usize > servers {
         return Err(StartError::TooFewServersForReplicas { replicas, servers });
     }
-    if durable {
-        return Err(StartError::ReplicationWithDataDir);
-    }
     Ok(())
 }
 
+/// A random non-zero identity (the kernel's random source; the clock if it fails): process
+/// incarnations, replication stream identities.
+pub(crate) fn random_id() -> u64 {
+    let mut bytes = [0u8; 8];
+    if getrandom::getrandom(&mut bytes).is_err() {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        bytes = (now.as_nanos() as u64 ^ u64::from(std::process::id())).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes).max(1)
+}
+
 /// Opens (recovers) every server's data directory, in parallel as separate processes would.
+/// `rejoining` (replication: restarted into a running cluster, which failed its partitions over
+/// to their backups): the store its files hold is superseded and may hold writes the cluster
+/// never acknowledged (held for a backup that never got them); they are set aside
+/// (`superseded/`, the previous such set removed) and the store starts empty. The copies it
+/// kept as a backup (`copies/`) are what it catches up from (docs/replication.md).
 fn open_journals(
     configs: &[ServerConfig],
     cores: &[Arc<ServerCore>],
     durability: &Durability,
+    rejoining: bool,
 ) -> Result<(Vec<Option<Journal>>, Vec<RecoveryReport>), StartError> {
     let data_dirs = &durability.dirs;
     if data_dirs.len() != configs.len() {
         return Err(StartError::DirectoryCount { servers: configs.len(), directories: data_dirs.len() });
+    }
+    for dir in data_dirs {
+        let marker = dir.join(FAILED_OVER_MARKER);
+        if rejoining {
+            let moved = rampkv_durable::set_aside(dir, SUPERSEDED_DIR)
+                .map_err(|cause| StartError::Recovery { dir: dir.clone(), cause })?;
+            if moved > 0 {
+                log::warn!(
+                    "data directory {}: restarted into a running cluster: the store of the process that died is \
+                     set aside in {SUPERSEDED_DIR}/",
+                    dir.display()
+                );
+            }
+            std::fs::write(&marker, b"this server's partitions were failed over to other servers\n")
+                .map_err(|cause| StartError::Layout { dir: dir.clone(), cause })?;
+        } else if marker.exists() {
+            return Err(StartError::FailedOverDataDir { dir: dir.clone() });
+        }
     }
     let config = &durability.config;
     let opened: Vec<_> = std::thread::scope(|scope| {
@@ -793,6 +837,8 @@ fn start_replication(
     configs: &[ServerConfig],
     replication: &ReplicationOptions,
     options: &ServerOptions,
+    journals: &[Option<Journal>],
+    cores: &[Arc<ServerCore>],
 ) -> Result<(Vec<BackupService>, Vec<Option<Replicator>>), StartError> {
     let first_index = replication.peers.as_ref().map_or(0, |peers| peers.first_index);
     let mut backups = Vec::with_capacity(configs.len());
@@ -805,7 +851,12 @@ fn start_replication(
             }
         };
         let listener = std::net::TcpListener::bind(bind).map_err(StartError::Replication)?;
-        let service = BackupService::start(listener, config.gc_grace_ms, options.secret.clone())
+        let persistence = options.durability.as_ref().and_then(|durability| {
+            let dir = durability.dirs.get(offset)?;
+            let (config, restore) = (durability.config, replication.rejoining);
+            Some(replication::CopyPersistence { root: dir.join(durable::COPIES_DIR), config, restore })
+        });
+        let service = BackupService::start_durable(listener, config.gc_grace_ms, options.secret.clone(), persistence)
             .map_err(StartError::Replication)?;
         backups.push(service);
     }
@@ -823,9 +874,28 @@ fn start_replication(
                 .map(|backup| (usize::from(backup), addresses[usize::from(backup)].clone()))
                 .collect()
         };
+        // With a data directory the stream numbers records as the log does, keeps a backlog
+        // for restarted backups' deltas, and a recovered store goes to every backup first.
+        let start = match journals.get(primary - first_index).and_then(Option::as_ref) {
+            Some(journal) => StreamStart {
+                first: journal.last_lsn() + 1,
+                backlog_bytes: REPLICATION_BACKLOG_BYTES,
+                snapshot_first: journal.last_lsn() > 0,
+            },
+            None => StreamStart::default(),
+        };
         let secret = options.secret.clone();
-        let replicator = Replicator::start(primary as u16, replication.epoch, targets, secret, replication.medium)
-            .map_err(StartError::Replication)?;
+        let source = cores.get(primary - first_index).cloned();
+        let replicator = Replicator::start_with(
+            primary as u16,
+            replication.epoch,
+            targets,
+            secret,
+            replication.medium,
+            start,
+            source,
+        )
+        .map_err(StartError::Replication)?;
         replicators.push(Some(replicator));
     }
     Ok((backups, replicators))

@@ -53,6 +53,20 @@
 //! fails before it is counted holds nothing and is replaced; once counted it is failed for
 //! good, as any other.
 //!
+//! # Delta: a restarted backup that kept its copy on disk
+//! With a data directory a backup keeps each copy on disk (`super::durable::CopyJournal`: a
+//! snapshot at the copy's base point, then a log numbered as the primary's stream), and a
+//! primary's stream has an identity (random; new at each start, and whenever failover adopts a
+//! copy into the store: data no record describes) and keeps its last
+//! `REPLICATION_BACKLOG_BYTES` of records. A restarted backup loads its copies; a catch-up hello
+//! names the stream, and the backup answers with the last record it holds of *that* stream (0:
+//! none). When the backlog still has every record after it, the primary puts them at the front
+//! of the link's queue and sends a *delta* marker instead of a snapshot: the copy goes on from
+//! where it is, through the same counting and in-sync steps as above. A copy of a stream is a
+//! prefix of the primary's history (every record of the stream was applied to the primary's
+//! store before it was appended), so it holds nothing the primary does not; a stream identity
+//! that changed, a backlog that lost the records, or no copy on disk: a snapshot, as before.
+//!
 //! # Fault model (what is built today)
 //! A link that fails (the backup died, refused, or stayed `REPLICATION_FULL_WAIT_MS_MAX` behind)
 //! is failed for good: the primary's later writes are held until a committed configuration
@@ -65,25 +79,29 @@
 //!
 //! # Wire (replication port, all integers little-endian)
 //! ```text
-//! hello, primary -> backup (32 bytes)
-//!   0 u32 magic "RKVR"   4 u16 version (2)   6 u16 primary (server index)
+//! hello, primary -> backup (40 bytes)
+//!   0 u32 magic "RKVR"   4 u16 version (3)   6 u16 primary (server index)
 //!   8 u64 epoch          16 u64 first sequence number the primary will send
-//!   24 u32 flags: bit 0 catch-up (a snapshot comes first, into a fresh copy); bit 1 log
-//!               region (one-sided: what follows the answer travels through the backup's log
+//!   24 u64 the stream's identity ("Delta")
+//!   32 u32 flags: bit 0 catch-up (a snapshot or a delta comes first); bit 1 log region
+//!               (one-sided: what follows the answer travels through the backup's log
 //!               region, `log_region`); others 0
-//!   28 u32 CRC32C of bytes [0, 28)
+//!   36 u32 CRC32C of bytes [0, 36)
 //! answer, backup -> primary (24 bytes)
-//!   0 u32 magic "RKVA"   4 u16 version (2)   6 u16 status: 0 accepted, 1 stale epoch,
+//!   0 u32 magic "RKVA"   4 u16 version (3)   6 u16 status: 0 accepted, 1 stale epoch,
 //!                                                  2 needs catching up, 3 malformed hello, 4 busy
-//!   8 u64 accepted: the last sequence number applied; stale epoch: the epoch it knows
+//!   8 u64 accepted: the last sequence number applied (catch-up: the last one it holds of
+//!         that stream, 0 for none); stale epoch: the epoch it knows
 //!   16 u32 CRC32C of bytes [0, 16)           20 u32 reserved, zero
 //! (bit 1: then the log region handshake, one JSON line each way, `log_region`)
 //! then records, primary -> backup (over TCP, or written into the log region): log record
 //! frames (docs/persistence.md), lsn = sequence number, epoch = the primary's epoch when it
-//! appended (never older than the hello's),
+//! appended (never older than the hello's, but a delta's records before the hello's first
+//! sequence number keep their older epochs),
 //! synced_lsn = 0; and markers, which a record frame cannot be mistaken for (40 bytes):
-//!   0 u32 0xFFFF_FFFF (no record is that long)   4 u32 kind: 1 snapshot, 2 in sync
-//!   8 u64 snapshot: the first record after it; in sync: the record the backup holds up to
+//!   0 u32 0xFFFF_FFFF (no record is that long)   4 u32 kind: 1 snapshot, 2 in sync, 3 delta
+//!   8 u64 snapshot: the first record after it; in sync: the record the backup holds up to;
+//!         delta: the first record that follows (the one after what the answer said it holds)
 //!   16 u64 epoch   24 u64 reserved, zero   32 u32 CRC32C of bytes [0, 32)   36 u32 magic "RKVM"
 //! a snapshot marker is followed by the snapshot (rampkv_durable's snapshot file format) in
 //! chunks: u32 length (1..=REPLICATION_SNAPSHOT_CHUNK_BYTES) then the bytes; length 0 ends it
@@ -116,6 +134,7 @@ use rampkv_durable::limits::RECORD_PAYLOAD_BYTES_MAX;
 use rampkv_durable::record::{check_frame, encode_record, RECORD_HEADER_BYTES};
 use rampkv_durable::{apply_record, RecordError, RecordHeader, RecordRef};
 
+use super::durable::{CopyJournal, DurabilityConfig, Journal, RestoredCopy};
 use crate::auth::{authenticate_client, AuthError, SharedSecret};
 
 mod log_region;
@@ -132,12 +151,13 @@ const MARKER_LENGTH: u32 = u32::MAX;
 const MARKER_BYTES: usize = 40;
 const MARKER_SNAPSHOT: u32 = 1;
 const MARKER_IN_SYNC: u32 = 2;
+const MARKER_DELTA: u32 = 3;
 const HELLO_CATCH_UP: u32 = 1;
 const HELLO_LOG_REGION: u32 = 2;
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
 // A marker is read where a record header would be, and no record's length is its first word.
 const _: () = assert!(MARKER_BYTES == RECORD_HEADER_BYTES && RECORD_PAYLOAD_BYTES_MAX < MARKER_LENGTH as usize);
-const HELLO_BYTES: usize = 32;
+const HELLO_BYTES: usize = 40;
 const ANSWER_BYTES: usize = 24;
 const ACK_BYTES: usize = 16;
 
@@ -362,6 +382,12 @@ pub struct ReplicationStats {
     #[serde(skip)]
     pub apply_lag: LagHistogram,
     pub apply_lag_us_max: u64,
+    /// Catching-up backups sent a snapshot of the store, and the versions those held.
+    pub catch_up_snapshots: u64,
+    pub catch_up_snapshot_versions: u64,
+    /// Catching-up backups sent only the records they missed (a delta), and those records.
+    pub catch_up_deltas: u64,
+    pub catch_up_delta_records: u64,
 }
 
 impl ReplicationStats {
@@ -375,6 +401,10 @@ impl ReplicationStats {
         self.links_failed += other.links_failed;
         self.apply_lag.add(&other.apply_lag);
         self.apply_lag_us_max = self.apply_lag_us_max.max(other.apply_lag_us_max);
+        self.catch_up_snapshots += other.catch_up_snapshots;
+        self.catch_up_snapshot_versions += other.catch_up_snapshot_versions;
+        self.catch_up_deltas += other.catch_up_deltas;
+        self.catch_up_delta_records += other.catch_up_delta_records;
     }
 
     /// Mean time from append to a backup's acknowledgement, in µs.
@@ -453,6 +483,22 @@ struct CatchUp {
     sync_point: AtomicU64,
     /// The in-sync marker: `MARKER_*` states below.
     marker: AtomicU8,
+    /// A recovered primary's first link: it holds replies from the start (nothing before its
+    /// point was acknowledged in this process), in sync once its snapshot is applied.
+    counted_from_start: bool,
+}
+
+impl CatchUp {
+    fn new(point: u64, opened_in: u64, counted_from_start: bool) -> CatchUp {
+        let sync_point = AtomicU64::new(u64::MAX);
+        CatchUp { point, opened_in, sync_point, marker: AtomicU8::new(MARKER_NOT_DUE), counted_from_start }
+    }
+
+    /// The same, joining at `point`.
+    fn at(self, point: u64) -> CatchUp {
+        let sync_point = if self.counted_from_start { point - 1 } else { u64::MAX };
+        CatchUp { point, sync_point: AtomicU64::new(sync_point), ..self }
+    }
 }
 
 const MARKER_NOT_DUE: u8 = 0;
@@ -483,6 +529,20 @@ impl Link {
         self.failure.get().is_some()
     }
 
+    /// What its acknowledgements release: a recovered primary's first link releases nothing
+    /// of this process until the backup made its copy current (a failover meanwhile would take
+    /// over the older copy, without the writes released).
+    fn releases_up_to(&self) -> u64 {
+        match &self.catch_up {
+            Some(catch_up)
+                if catch_up.counted_from_start && catch_up.marker.load(Ordering::SeqCst) != MARKER_ACKNOWLEDGED =>
+            {
+                catch_up.point - 1
+            }
+            _ => self.acked.load(Ordering::SeqCst),
+        }
+    }
+
     fn catches_up(&self, backup: usize, incarnation: u64, since: u64) -> bool {
         self.backup == backup
             && self.incarnation == incarnation
@@ -505,12 +565,50 @@ struct Shared {
     sequencer: Mutex<(u64, Vec<u8>)>,
     /// The store a catching-up backup's snapshot is taken of.
     source: OnceLock<Arc<ServerCore>>,
+    /// The stream's identity and its last records (module docs, "Delta").
+    backlog: Mutex<Backlog>,
     /// Bumped whenever a link starts to count ([`Replicator::acknowledged`] reads it).
     membership: AtomicU64,
     stop: AtomicBool,
     stats: Mutex<ReplicationStats>,
     wake: OnceLock<Box<dyn Fn() + Send + Sync>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// The identity of a primary's stream and its last records, for catching-up backups that hold
+/// a prefix of it (module docs, "Delta").
+struct Backlog {
+    /// Random; new whenever the store took what no record describes (a process start, an
+    /// adopted copy): a backup's copy of another stream is no prefix of this one.
+    stream: u64,
+    /// The last batches appended, oldest first, at most `max_bytes` of them (0: none kept).
+    batches: VecDeque<Batch>,
+    bytes: usize,
+    max_bytes: usize,
+}
+
+/// How a primary's stream starts ([`Replicator::start_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamStart {
+    /// The first record's sequence number (a server with a data directory numbers its records
+    /// as its log does: the log's next LSN).
+    pub first: u64,
+    /// Bytes of the last records kept for catching-up backups' deltas (0: none).
+    pub backlog_bytes: usize,
+    /// The store is not empty (recovered from its files): every backup gets a snapshot first,
+    /// and its link holds the primary's replies from the start.
+    pub snapshot_first: bool,
+}
+
+impl Default for StreamStart {
+    fn default() -> Self {
+        StreamStart { first: 1, backlog_bytes: 0, snapshot_first: false }
+    }
+}
+
+/// A random non-zero stream identity.
+fn new_stream_id() -> u64 {
+    super::random_id()
 }
 
 impl Shared {
@@ -552,14 +650,35 @@ impl Replicator {
         secret: Option<Arc<SharedSecret>>,
         medium: ReplicationMedium,
     ) -> std::io::Result<Replicator> {
+        Self::start_with(primary, epoch, backups, secret, medium, StreamStart::default(), None)
+    }
+
+    /// [`Replicator::start`] with its stream's start (`start`) and the store catching-up
+    /// backups' snapshots are taken of (`source`; needed from the start with
+    /// `start.snapshot_first`, else it may be set later).
+    ///
+    /// # Errors
+    /// A thread could not be started.
+    pub fn start_with(
+        primary: u16,
+        epoch: u64,
+        backups: Vec<(usize, String)>,
+        secret: Option<Arc<SharedSecret>>,
+        medium: ReplicationMedium,
+        start: StreamStart,
+        source: Option<Arc<ServerCore>>,
+    ) -> std::io::Result<Replicator> {
+        let backlog =
+            Backlog { stream: new_stream_id(), batches: VecDeque::new(), bytes: 0, max_bytes: start.backlog_bytes };
         let shared = Arc::new(Shared {
             primary,
             medium,
             epoch: AtomicU64::new(epoch),
             secret,
             links: RwLock::new(Vec::new()),
-            sequencer: Mutex::new((1, Vec::new())),
+            sequencer: Mutex::new((start.first.max(1), Vec::new())),
             source: OnceLock::new(),
+            backlog: Mutex::new(backlog),
             membership: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             stats: Mutex::new(ReplicationStats::default()),
@@ -567,9 +686,14 @@ impl Replicator {
             threads: Mutex::new(Vec::new()),
         });
         let replicator = Replicator { shared };
+        if let Some(source) = source {
+            replicator.set_source(source);
+        }
         for (backup, address) in backups {
-            // The cluster's first configuration counts these backups in sync from the start.
-            replicator.add_link(backup, address, BOOTSTRAP_INCARNATION, None)?;
+            // The cluster's first configuration counts these backups in sync from the start
+            // (a recovered store's links hold replies from the start, after a snapshot).
+            let catch_up = start.snapshot_first.then(|| CatchUp::new(0, epoch, true));
+            replicator.add_link(backup, address, BOOTSTRAP_INCARNATION, catch_up)?;
         }
         Ok(replicator)
     }
@@ -584,12 +708,7 @@ impl Replicator {
         if self.shared.source.get().is_none() {
             return Err(std::io::Error::other("replication: no store to take a catching-up backup's snapshot of"));
         }
-        let catch_up = CatchUp {
-            point: 0,
-            opened_in: self.shared.epoch.load(Ordering::Acquire),
-            sync_point: AtomicU64::new(u64::MAX),
-            marker: AtomicU8::new(MARKER_NOT_DUE),
-        };
+        let catch_up = CatchUp::new(0, self.shared.epoch.load(Ordering::Acquire), false);
         self.add_link(backup, address, incarnation, Some(catch_up))
     }
 
@@ -600,7 +719,7 @@ impl Replicator {
         incarnation: u64,
         catch_up: Option<CatchUp>,
     ) -> std::io::Result<()> {
-        let counted = catch_up.is_none();
+        let counted = catch_up.as_ref().is_none_or(|catch_up| catch_up.counted_from_start);
         let link = {
             // The link joins at the next sequence number: it gets every record from there on.
             let sequencer = self.shared.sequencer.lock();
@@ -616,7 +735,7 @@ impl Replicator {
                 removed: AtomicBool::new(false),
                 incarnation,
                 counted: AtomicBool::new(counted),
-                catch_up: catch_up.map(|catch_up| CatchUp { point, ..catch_up }),
+                catch_up: catch_up.map(|catch_up| catch_up.at(point)),
                 applied: AtomicU64::new(point - 1),
                 landed: Mutex::new(VecDeque::new()),
                 written: AtomicU64::new(point - 1),
@@ -648,6 +767,17 @@ impl Replicator {
                 Err(error)
             }
         }
+    }
+
+    /// The store took what no record describes (failover adopted a copy into it): a backup's
+    /// copy of the stream so far is no prefix of it any more, so the stream gets a new identity
+    /// (and its backlog is dropped). Links already streaming are unaffected.
+    pub(crate) fn new_lineage(&self) {
+        let _sequencer = self.shared.sequencer.lock();
+        let mut backlog = self.shared.backlog.lock();
+        backlog.stream = new_stream_id();
+        backlog.batches.clear();
+        backlog.bytes = 0;
     }
 
     /// Sets the store catching-up backups' snapshots are taken of (the primary's).
@@ -702,6 +832,14 @@ impl Replicator {
     /// `effects.release_after` to the last one's sequence number. After a link failed that
     /// position is never reached (the replies are held).
     pub fn append(&self, effects: &mut Effects) {
+        self.append_journaled(effects, None);
+    }
+
+    /// [`Replicator::append`] of a server with a data directory: each record is appended to
+    /// `journal` first, under the sequencer lock, so that the stream numbers its records as
+    /// the log does (the stream started at the log's next LSN; nothing else appends to it).
+    /// After a failure of the log nothing more is shipped and the position is never reached.
+    pub(crate) fn append_journaled(&self, effects: &mut Effects, journal: Option<&Journal>) {
         if effects.logged.is_empty() {
             return;
         }
@@ -711,7 +849,16 @@ impl Replicator {
         buffer.clear();
         let first = *next;
         let epoch = self.shared.epoch.load(Ordering::Acquire);
+        let mut journal_failed = false;
         for record in effects.logged.drain(..) {
+            if let Some(journal) = journal {
+                let lsn = journal.append_record(&record);
+                debug_assert!(lsn.is_none_or(|lsn| lsn == *next), "the log and the stream number records alike");
+                if lsn != Some(*next) {
+                    journal_failed = true;
+                    break;
+                }
+            }
             let header = RecordHeader { lsn: *next, epoch, synced_lsn: 0 };
             if let Err(error) = encode_record(header, RecordRef::from(&record), buffer) {
                 debug_assert!(false, "the store took what the codec refuses: {error}");
@@ -723,19 +870,32 @@ impl Replicator {
             *next += 1;
         }
         let last = *next - 1;
-        let position = LogPosition(if last >= first { last } else { u64::MAX });
+        let position = LogPosition(if last >= first && !journal_failed { last } else { u64::MAX });
         if last >= first {
             let batch = Batch { first, last, bytes: Arc::from(buffer.as_slice()), queued_at: Instant::now() };
             let bytes = batch.bytes.len();
             for link in links.iter() {
                 self.push(link, batch.clone());
             }
+            let mut backlog = self.shared.backlog.lock();
+            if backlog.max_bytes > 0 {
+                backlog.bytes += bytes;
+                backlog.batches.push_back(batch);
+                while backlog.bytes > backlog.max_bytes {
+                    let Some(oldest) = backlog.batches.pop_front() else { break };
+                    backlog.bytes -= oldest.bytes.len();
+                }
+            }
+            drop(backlog);
             let mut stats = self.shared.stats.lock();
             stats.records += last + 1 - first;
             stats.bytes += bytes as u64;
         }
         drop(links);
         drop(sequencer);
+        if let Some(journal) = journal {
+            journal.appended();
+        }
         effects.release_after = Some(effects.release_after.map_or(position, |earlier| earlier.max(position)));
     }
 
@@ -837,7 +997,7 @@ impl Replicator {
                 .read()
                 .iter()
                 .filter(|link| !link.removed.load(Ordering::SeqCst) && link.counted.load(Ordering::SeqCst))
-                .map(|link| link.acked.load(Ordering::SeqCst))
+                .map(|link| link.releases_up_to())
                 .min();
             if self.shared.membership.load(Ordering::SeqCst) == membership {
                 return LogPosition(lowest.unwrap_or(u64::MAX));
@@ -908,7 +1068,7 @@ impl Drop for Replicator {
 /// A link's life: connect, hello, (a catching-up backup's snapshot,) then write what is queued
 /// while a reader thread takes the acknowledgements.
 fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
-    let (mut stream, applied, log) = match connect(shared, link) {
+    let (mut stream, applied, lineage, log) = match connect(shared, link) {
         Ok(connected) => connected,
         Err(error) => return link.fail(error, shared),
     };
@@ -938,11 +1098,17 @@ fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
         Err(error) => return link.fail(io_error(link, error), shared),
     };
     if let Some(catch_up) = &link.catch_up {
-        let sent = if one_sided {
-            let deadline = Instant::now() + Duration::from_millis(REPLICATION_SNAPSHOT_WAIT_MS_MAX);
-            send_snapshot(shared, catch_up, &mut LogWriter { link, deadline })
-        } else {
-            send_snapshot(shared, catch_up, &mut stream)
+        let deadline = Instant::now() + Duration::from_millis(REPLICATION_SNAPSHOT_WAIT_MS_MAX);
+        let sent = match (queue_delta(shared, link, catch_up, applied, lineage), one_sided) {
+            (Some(first), one_sided) => {
+                let marker = encode_marker(MARKER_DELTA, first, shared.epoch.load(Ordering::Acquire));
+                match one_sided {
+                    true => LogWriter { link, deadline }.write_all(&marker),
+                    false => stream.write_all(&marker),
+                }
+            }
+            (None, true) => send_snapshot(shared, catch_up, &mut LogWriter { link, deadline }),
+            (None, false) => send_snapshot(shared, catch_up, &mut stream),
         };
         if let Err(error) = sent {
             link.fail(io_error(link, error), shared);
@@ -996,6 +1162,55 @@ fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
     shared.wake();
 }
 
+/// A catching-up backup that holds records up to `held` of this stream (`lineage`, its identity
+/// when the hello was sent) gets only the records after them, when the backlog still has every
+/// one (module docs, "Delta"): they are put at the front of the link's queue, before the
+/// records from its point on, and the first one's number is returned (for the delta marker).
+/// `None`: a snapshot is due.
+fn queue_delta(shared: &Shared, link: &Link, catch_up: &CatchUp, held: u64, lineage: u64) -> Option<u64> {
+    let point = catch_up.point;
+    if held == 0 || held >= point {
+        return None;
+    }
+    let backlog = shared.backlog.lock();
+    let first_kept = backlog.batches.front().map_or(point, |batch| batch.first);
+    if backlog.stream != lineage || first_kept > held + 1 {
+        return None;
+    }
+    let now = Instant::now();
+    let missed: Vec<Batch> = backlog
+        .batches
+        .iter()
+        .filter(|batch| batch.last > held && batch.first < point)
+        .map(|batch| Batch { queued_at: now, ..batch.clone() })
+        .collect();
+    drop(backlog);
+    let records = point - 1 - held;
+    let mut queue = link.queue.lock();
+    debug_assert_eq!(queue.written, 0, "the delta goes before anything the link wrote");
+    for batch in missed.into_iter().rev() {
+        queue.bytes += batch.bytes.len();
+        queue.batches.push_front(batch);
+    }
+    link.acked.store(held, Ordering::Release);
+    // One-sided, the backup acknowledges what it applied from `held` on (not from the point).
+    link.applied.store(held, Ordering::Release);
+    drop(queue);
+    let mut stats = shared.stats.lock();
+    stats.catch_up_deltas += 1;
+    stats.catch_up_delta_records += records;
+    drop(stats);
+    let versions = shared.source.get().map_or(0, |core| core.store().stats().versions);
+    log::warn!(
+        "replication: primary {} sent a catching-up backup a delta of {records} records ({} to {}) instead of a \
+         snapshot of its store ({versions} versions)",
+        shared.primary,
+        held + 1,
+        point - 1
+    );
+    Some(held + 1)
+}
+
 /// A catching-up backup's snapshot: the marker, then the store in the snapshot file format,
 /// in chunks, then the empty chunk.
 fn send_snapshot(shared: &Shared, catch_up: &CatchUp, stream: &mut impl Write) -> std::io::Result<()> {
@@ -1007,6 +1222,10 @@ fn send_snapshot(shared: &Shared, catch_up: &CatchUp, stream: &mut impl Write) -
     let mut chunks = ChunkWriter { stream, buffer: Vec::with_capacity(REPLICATION_SNAPSHOT_CHUNK_BYTES) };
     let counts = rampkv_durable::snapshot::write_to(&mut chunks, core.store(), catch_up.point - 1, epoch)?;
     chunks.stream.write_all(&0u32.to_le_bytes())?;
+    let mut stats = shared.stats.lock();
+    stats.catch_up_snapshots += 1;
+    stats.catch_up_snapshot_versions += counts.versions;
+    drop(stats);
     log::warn!(
         "replication: primary {} sent a catching-up backup its snapshot at record {} ({} keys, {} versions)",
         shared.primary,
@@ -1185,8 +1404,10 @@ impl Write for LogWriter<'_> {
 }
 
 /// Connects to the backup (retrying while it is not there yet), authenticates, says hello;
-/// returns the stream and the last record the backup applied.
-fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64, Option<LogSender>), ReplicationError> {
+/// returns the stream, the last record the backup applied (a catching-up backup: the last one
+/// it holds of this stream, 0 for none), the stream's identity the hello named and, one-sided,
+/// the backup's log region.
+fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64, u64, Option<LogSender>), ReplicationError> {
     let deadline = Instant::now() + Duration::from_millis(REPLICATION_CONNECT_WAIT_MS_MAX);
     let address: SocketAddr = link
         .address
@@ -1220,7 +1441,15 @@ fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64, Option<LogSe
         flags |= HELLO_LOG_REGION;
     }
     let epoch = shared.epoch.load(Ordering::Acquire);
-    let hello = encode_hello(shared.primary, epoch, first, flags);
+    let lineage = shared.backlog.lock().stream;
+    let hello = encode_hello(&Hello {
+        primary: shared.primary,
+        epoch,
+        first,
+        stream: lineage,
+        catch_up: flags & HELLO_CATCH_UP != 0,
+        log_region: flags & HELLO_LOG_REGION != 0,
+    });
     stream.write_all(&hello).map_err(|error| io_error(link, error))?;
     let mut answer = [0u8; ANSWER_BYTES];
     stream.read_exact(&mut answer).map_err(|error| io_error(link, error))?;
@@ -1233,7 +1462,7 @@ fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64, Option<LogSe
                 None
             };
             stream.set_read_timeout(None).map_err(|error| io_error(link, error))?;
-            Ok((stream, applied, log))
+            Ok((stream, applied, lineage, log))
         }
         Some((1, known)) => Err(ReplicationError::StaleEpoch { backup, address, epoch, known }),
         Some((2, applied)) => Err(ReplicationError::NeedsCatchUp { backup, address, applied, first }),
@@ -1264,6 +1493,7 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
                 return link.fail(malformed("in-sync acknowledgement (no such marker)"), shared);
             }
             catch_up.marker.store(MARKER_ACKNOWLEDGED, Ordering::Release);
+            shared.wake(); // a recovered primary's replies held for it may go
             continue;
         }
         let taken = match shared.medium {
@@ -1366,16 +1596,18 @@ fn take_applied(shared: &Shared, link: &Link, applied: u64) -> Result<(), Replic
     Ok(())
 }
 
-fn encode_hello(primary: u16, epoch: u64, first: u64, flags: u32) -> [u8; HELLO_BYTES] {
+fn encode_hello(fields: &Hello) -> [u8; HELLO_BYTES] {
     let mut hello = [0u8; HELLO_BYTES];
     hello[0..4].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
     hello[4..6].copy_from_slice(&VERSION.to_le_bytes());
-    hello[6..8].copy_from_slice(&primary.to_le_bytes());
-    hello[8..16].copy_from_slice(&epoch.to_le_bytes());
-    hello[16..24].copy_from_slice(&first.to_le_bytes());
-    hello[24..28].copy_from_slice(&flags.to_le_bytes());
-    let crc = crc32c::crc32c(&hello[0..28]);
-    hello[28..32].copy_from_slice(&crc.to_le_bytes());
+    hello[6..8].copy_from_slice(&fields.primary.to_le_bytes());
+    hello[8..16].copy_from_slice(&fields.epoch.to_le_bytes());
+    hello[16..24].copy_from_slice(&fields.first.to_le_bytes());
+    hello[24..32].copy_from_slice(&fields.stream.to_le_bytes());
+    let flags = if fields.catch_up { HELLO_CATCH_UP } else { 0 } | if fields.log_region { HELLO_LOG_REGION } else { 0 };
+    hello[32..36].copy_from_slice(&flags.to_le_bytes());
+    let crc = crc32c::crc32c(&hello[0..36]);
+    hello[36..40].copy_from_slice(&crc.to_le_bytes());
     hello
 }
 
@@ -1385,20 +1617,23 @@ struct Hello {
     primary: u16,
     epoch: u64,
     first: u64,
+    /// The stream's identity (module docs, "Delta").
+    stream: u64,
     catch_up: bool,
     log_region: bool,
 }
 
 fn decode_hello(hello: &[u8; HELLO_BYTES]) -> Option<Hello> {
-    let flags = u32_at(hello, 24);
+    let flags = u32_at(hello, 32);
     let valid = u32_at(hello, 0) == HELLO_MAGIC
         && u16_at(hello, 4) == VERSION
-        && u32_at(hello, 28) == crc32c::crc32c(&hello[0..28])
+        && u32_at(hello, 36) == crc32c::crc32c(&hello[0..36])
         && flags & !(HELLO_CATCH_UP | HELLO_LOG_REGION) == 0;
     valid.then(|| Hello {
         primary: u16_at(hello, 6),
         epoch: u64_at(hello, 8),
         first: u64_at(hello, 16),
+        stream: u64_at(hello, 24),
         catch_up: flags & HELLO_CATCH_UP != 0,
         log_region: flags & HELLO_LOG_REGION != 0,
     })
@@ -1421,7 +1656,7 @@ fn decode_marker(marker: &[u8]) -> Option<(u32, u64, u64)> {
     let marker = marker.get(..MARKER_BYTES)?;
     let kind = u32_at(marker, 4);
     let valid = u32_at(marker, 0) == MARKER_LENGTH
-        && matches!(kind, MARKER_SNAPSHOT | MARKER_IN_SYNC)
+        && matches!(kind, MARKER_SNAPSHOT | MARKER_IN_SYNC | MARKER_DELTA)
         && u64_at(marker, 24) == 0
         && u32_at(marker, 32) == crc32c::crc32c(&marker[0..32])
         && u32_at(marker, 36) == MARKER_MAGIC;
@@ -1494,6 +1729,11 @@ pub struct BackupStore {
     /// This server took the copy over (failover): no record of the primary is applied again.
     fenced: AtomicBool,
     sweep: Mutex<(SweepCursor, u64)>,
+    /// The identity of the primary's stream it is a prefix of (0: none yet, or a snapshot is
+    /// being loaded into it).
+    stream: AtomicU64,
+    /// Its files, when the backup has a data directory.
+    journal: Mutex<Option<CopyJournal>>,
 }
 
 impl BackupStore {
@@ -1539,8 +1779,84 @@ impl BackupStore {
             streaming: Mutex::new(()),
             fenced: AtomicBool::new(false),
             sweep: Mutex::new((SweepCursor::default(), 0)),
+            stream: AtomicU64::new(0),
+            journal: Mutex::new(None),
         }
     }
+
+    fn restored(copy: RestoredCopy, gc_grace_ms: u64) -> BackupStore {
+        let RestoredCopy { primary, stream, store, journal, applied, epoch } = copy;
+        BackupStore {
+            store,
+            applied: AtomicU64::new(applied),
+            stream: AtomicU64::new(stream),
+            journal: Mutex::new(Some(journal)),
+            ..BackupStore::new(primary, epoch, gc_grace_ms)
+        }
+    }
+
+    /// Whether a catch-up hello of stream `stream` in epoch `epoch` may continue this copy
+    /// rather than start a fresh one: it is a prefix of that stream, nobody streams into it.
+    fn resumable(&self, stream: u64, epoch: u64) -> bool {
+        self.stream.load(Ordering::Acquire) == stream
+            && self.applied() > 0
+            && self.epoch() <= epoch
+            && !self.fenced.load(Ordering::Acquire)
+            && self.streaming.try_lock().is_some()
+    }
+
+    /// Drops its files (the copy is dropped, replaced, or no prefix of its stream any more).
+    fn discard_journal(&self) {
+        if let Some(journal) = self.journal.lock().take() {
+            journal.remove();
+        }
+    }
+
+    /// Starts its files as a copy of stream `stream` holding every record up to `covers`.
+    fn start_journal(&self, persistence: Option<&CopyPersistence>, stream: u64, covers: u64) {
+        self.discard_journal();
+        self.stream.store(stream, Ordering::Release);
+        let Some(persistence) = persistence else { return };
+        let (root, config) = (&persistence.root, &persistence.config);
+        match CopyJournal::create(root, config, self.primary, stream, &self.store, covers, self.epoch()) {
+            Ok(journal) => *self.journal.lock() = Some(journal),
+            Err(error) => log::warn!("replication: the copy of primary {} is not kept on disk: {error}", self.primary),
+        }
+    }
+
+    /// Appends record `lsn` of `epoch` to its files; a copy whose files fail is no longer kept.
+    fn journal_record(&self, lsn: u64, epoch: u64, record: RecordRef<'_>) {
+        let mut journal = self.journal.lock();
+        if let Some(Err(error)) = journal.as_ref().map(|journal| journal.append(lsn, epoch, record)) {
+            log::warn!("replication: the copy of primary {} is no longer kept on disk: {error}", self.primary);
+            if let Some(journal) = journal.take() {
+                journal.remove();
+            }
+        }
+    }
+
+    /// Writes what its files were given (once per acknowledged burst).
+    fn flush_journal(self: &Arc<Self>) {
+        let mut journal = self.journal.lock();
+        if let Some(Err(error)) = journal.as_mut().map(|journal| journal.flush(self, BackupStore::store)) {
+            log::warn!("replication: the copy of primary {} is no longer kept on disk: {error}", self.primary);
+            if let Some(journal) = journal.take() {
+                journal.remove();
+            }
+        }
+    }
+}
+
+/// Where a backup keeps its copies on disk, and how.
+#[derive(Debug, Clone)]
+pub struct CopyPersistence {
+    /// `copies` in the server's data directory.
+    pub root: std::path::PathBuf,
+    pub config: DurabilityConfig,
+    /// The server restarted into a running cluster: the copies found are loaded (their primaries
+    /// may send only what they missed). Otherwise (the cluster starts) they are removed: every
+    /// primary's stream is new.
+    pub restore: bool,
 }
 
 /// What a backup service did since it started.
@@ -1557,6 +1873,9 @@ pub struct BackupStats {
 
 struct BackupShared {
     gc_grace_ms: u64,
+    persistence: Option<CopyPersistence>,
+    /// Copies loaded from the data directory at start, not caught up yet.
+    restored: Mutex<Vec<Arc<BackupStore>>>,
     secret: Option<Arc<SharedSecret>>,
     clock: Instant,
     stores: Mutex<HashMap<u16, Copies>>,
@@ -1592,9 +1911,41 @@ impl BackupService {
         gc_grace_ms: u64,
         secret: Option<Arc<SharedSecret>>,
     ) -> std::io::Result<BackupService> {
+        Self::start_durable(listener, gc_grace_ms, secret, None)
+    }
+
+    /// [`BackupService::start`], keeping the copies on disk as `persistence` says.
+    ///
+    /// # Errors
+    /// As [`BackupService::start`].
+    pub fn start_durable(
+        listener: TcpListener,
+        gc_grace_ms: u64,
+        secret: Option<Arc<SharedSecret>>,
+        persistence: Option<CopyPersistence>,
+    ) -> std::io::Result<BackupService> {
         let address = listener.local_addr()?;
+        let restored = match &persistence {
+            Some(persistence) if persistence.restore => {
+                CopyJournal::restore(&persistence.root, &persistence.config, gc_grace_ms)
+                    .into_iter()
+                    .map(|copy| Arc::new(BackupStore::restored(copy, gc_grace_ms)))
+                    .collect()
+            }
+            Some(persistence) => {
+                if let Err(error) = std::fs::remove_dir_all(&persistence.root) {
+                    if error.kind() != ErrorKind::NotFound {
+                        return Err(error);
+                    }
+                }
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
         let shared = Arc::new(BackupShared {
             gc_grace_ms,
+            persistence,
+            restored: Mutex::new(restored),
             secret,
             clock: Instant::now(),
             stores: Mutex::new(HashMap::new()),
@@ -1894,7 +2245,7 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
     let mut hello = [0u8; HELLO_BYTES];
     hello.copy_from_slice(&incoming.pending()[..HELLO_BYTES]);
     incoming.consume(HELLO_BYTES);
-    let Some(Hello { primary, epoch, first, catch_up, log_region }) = decode_hello(&hello) else {
+    let Some(Hello { primary, epoch, first, stream: lineage, catch_up, log_region }) = decode_hello(&hello) else {
         stream.write_all(&encode_answer(3, 0))?;
         return Err(BackupRefusal::MalformedHello);
     };
@@ -1911,11 +2262,24 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
             match refused {
                 Some(known) => Err(known),
                 None => {
-                    let fresh = Arc::new(BackupStore::new(primary, epoch, shared.gc_grace_ms));
-                    if let Some(older) = copies.staging.replace(Arc::clone(&fresh)) {
-                        older.fenced.store(true, Ordering::Release); // its stream ends
+                    // A copy of this very stream (loaded from disk, or a catch-up cut short)
+                    // goes on from where it is (module docs, "Delta").
+                    let mut restored = shared.restored.lock();
+                    let resumed =
+                        restored.iter().position(|copy| copy.primary == primary && copy.resumable(lineage, epoch));
+                    let copy = match (resumed, &copies.staging) {
+                        (Some(index), _) => restored.swap_remove(index),
+                        (None, Some(staging)) if staging.resumable(lineage, epoch) => Arc::clone(staging),
+                        _ => Arc::new(BackupStore::new(primary, epoch, shared.gc_grace_ms)),
+                    };
+                    drop(restored);
+                    if let Some(older) = copies.staging.replace(Arc::clone(&copy)) {
+                        if !Arc::ptr_eq(&older, &copy) {
+                            older.fenced.store(true, Ordering::Release); // its stream ends
+                            older.discard_journal();
+                        }
                     }
-                    Ok(fresh)
+                    Ok(copy)
                 }
             }
         } else {
@@ -1944,9 +2308,13 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
         return Err(BackupRefusal::StaleEpoch { primary, epoch, known });
     }
     let applied = copy.applied();
-    if !catch_up && first > applied + 1 {
+    let other_stream = copy.stream.load(Ordering::Acquire) != lineage && applied > 0;
+    if !catch_up && (first > applied + 1 || other_stream) {
         stream.write_all(&encode_answer(2, applied))?;
         return Err(BackupRefusal::NeedsCatchUp { primary, first, applied });
+    }
+    if !catch_up && copy.stream.load(Ordering::Acquire) != lineage {
+        copy.start_journal(shared.persistence.as_ref(), lineage, applied); // a new, empty copy
     }
     copy.epoch.store(epoch, Ordering::Release);
     stream.write_all(&encode_answer(0, applied))?;
@@ -1965,6 +2333,14 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
     let mut awaiting_snapshot = catch_up;
     loop {
         sweep(shared, &copy);
+        // Acknowledge once what arrived is applied: one acknowledgement per burst (also after a
+        // marker: records it followed in the same burst are acknowledged before waiting).
+        let applied = copy.applied();
+        if applied > acked && incoming.pending().is_empty() {
+            copy.flush_journal();
+            stream.write_all(&encode_ack(applied, false))?;
+            acked = applied;
+        }
         // One record (its header says how long it is) or one marker.
         if !incoming.fill(shared, Some(&copy.fenced), &mut stream, RECORD_HEADER_BYTES)? {
             return Ok(()); // the primary stopped between records
@@ -1974,11 +2350,27 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
                 return Err(BackupRefusal::BadMarker { primary });
             };
             incoming.consume(MARKER_BYTES);
-            if kind == MARKER_SNAPSHOT {
+            if kind == MARKER_DELTA {
+                // Only the records after what this copy holds of the stream follow.
+                if !awaiting_snapshot || applied == 0 || value != applied + 1 {
+                    return Err(BackupRefusal::BadMarker { primary });
+                }
+                awaiting_snapshot = false;
+                log::warn!("replication: primary {primary} sends the records from {value} on (a delta)");
+                stream.write_all(&encode_ack(applied, false))?;
+            } else if kind == MARKER_SNAPSHOT {
                 if !awaiting_snapshot || value != first || value == 0 {
                     return Err(BackupRefusal::BadMarker { primary });
                 }
+                if copy.applied() > 0 {
+                    // The primary could not send a delta: the copy starts over.
+                    copy.discard_journal();
+                    copy.stream.store(0, Ordering::Release);
+                    copy.store.clear();
+                    copy.applied.store(0, Ordering::Release);
+                }
                 receive_snapshot(shared, &copy, &mut incoming, &mut stream, value - 1)?;
+                copy.start_journal(shared.persistence.as_ref(), lineage, value - 1);
                 awaiting_snapshot = false;
                 // The primary counts this link from its first acknowledgement on.
                 stream.write_all(&encode_ack(value - 1, false))?;
@@ -1992,8 +2384,19 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
                 if !copies.staging.as_ref().is_some_and(|staging| Arc::ptr_eq(staging, &copy)) {
                     return Err(BackupRefusal::BadMarker { primary }); // a newer catch-up replaced it
                 }
-                copies.current = copies.staging.take();
+                let older = std::mem::replace(&mut copies.current, copies.staging.take());
                 drop(stores);
+                if let Some(older) = older.filter(|older| !Arc::ptr_eq(older, &copy)) {
+                    older.discard_journal();
+                }
+                // Copies of older streams of this primary are of no use any more.
+                let stale: Vec<Arc<BackupStore>> = {
+                    let mut restored = shared.restored.lock();
+                    let (stale, kept) = restored.drain(..).partition(|restored| restored.primary == primary);
+                    *restored = kept;
+                    stale
+                };
+                stale.iter().for_each(|stale| stale.discard_journal());
                 log::warn!("replication: the copy of primary {primary} caught up (in sync at record {value})");
                 stream.write_all(&encode_ack(value, true))?;
             }
@@ -2017,7 +2420,8 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
             return Err(BackupRefusal::OutOfOrder { primary, found: lsn, expected });
         }
         if lsn == expected {
-            if frame.header.epoch < epoch {
+            // A delta's records (before the hello's first) were appended in earlier epochs.
+            if frame.header.epoch < epoch && lsn >= first {
                 return Err(BackupRefusal::WrongEpoch { primary, lsn, found: frame.header.epoch, epoch });
             }
             let record = frame.record().map_err(|cause| BackupRefusal::BadRecord { primary, lsn, cause })?;
@@ -2029,6 +2433,7 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
                 return Err(BackupRefusal::Fenced { primary });
             }
             let now_ms = shared.clock.elapsed().as_millis() as u64;
+            copy.journal_record(lsn, frame.header.epoch, record.as_ref());
             match apply_record(&copy.store, record, now_ms) {
                 Ok(()) => shared.stats.lock().records_applied += 1,
                 Err(StoreError::Aborted { .. }) => shared.stats.lock().records_refused += 1,
@@ -2038,12 +2443,6 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
             copy.applied.store(lsn, Ordering::Release);
         } // below `expected`: sent again after a reconnection, already applied
         incoming.consume(length);
-        // Acknowledge once what arrived is applied: one acknowledgement per burst.
-        let applied = copy.applied();
-        if applied > acked && incoming.pending().is_empty() {
-            stream.write_all(&encode_ack(applied, false))?;
-            acked = applied;
-        }
     }
 }
 
