@@ -180,6 +180,14 @@ pub const FAILOVER_RETRY_BACKOFF_MS: u64 = 50;
 /// on the primary), at most `REPLICATION_FULL_WAIT_MS_MAX`; then the backup is treated as failed.
 pub const REPLICATION_LOG_RING_BYTES: usize = 1 << 20;
 
+/// One-sided replication: how often a backup's stream thread looks at its log region for records
+/// that landed (it applies them all at once). It never sleeps on the region's doorbell, so a
+/// primary's write wakes nothing; the interval adds to the apply lag, not to a write's latency
+/// (a record is held once it landed), and bounds the wake-ups of an idle stream to
+/// 1 s / interval. The ring (`REPLICATION_LOG_RING_BYTES`) takes far more than one interval's
+/// records at any rate this machine writes.
+pub const REPLICATION_APPLY_POLL_US: u64 = 500;
+
 /// One-sided replication: the largest message the primary writes into a log region at once (a
 /// larger part of the stream is cut into several).
 pub const REPLICATION_LOG_MESSAGE_BYTES_MAX: usize = 64 << 10;

@@ -122,11 +122,11 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 use rampkv_config::configuration::BOOTSTRAP_INCARNATION;
 use rampkv_core::limits::{
-    GC_SWEEP_INTERVAL_MS, GC_SWEEP_KEYS_PER_TICK, REPLICATION_CONNECTIONS_MAX, REPLICATION_CONNECT_BACKOFF_MS,
-    REPLICATION_CONNECT_WAIT_MS_MAX, REPLICATION_FULL_WAIT_MS_MAX, REPLICATION_IO_TIMEOUT_MS,
-    REPLICATION_LOG_FULL_BACKOFF_US, REPLICATION_LOG_HANDSHAKE_TIMEOUT_MS, REPLICATION_LOG_RING_BYTES,
-    REPLICATION_READ_BYTES, REPLICATION_SNAPSHOT_CHUNK_BYTES, REPLICATION_SNAPSHOT_WAIT_MS_MAX,
-    REPLICATION_UNACKED_BYTES_MAX,
+    GC_SWEEP_INTERVAL_MS, GC_SWEEP_KEYS_PER_TICK, REPLICATION_APPLY_POLL_US, REPLICATION_CONNECTIONS_MAX,
+    REPLICATION_CONNECT_BACKOFF_MS, REPLICATION_CONNECT_WAIT_MS_MAX, REPLICATION_FULL_WAIT_MS_MAX,
+    REPLICATION_IO_TIMEOUT_MS, REPLICATION_LOG_FULL_BACKOFF_US, REPLICATION_LOG_HANDSHAKE_TIMEOUT_MS,
+    REPLICATION_LOG_RING_BYTES, REPLICATION_READ_BYTES, REPLICATION_SNAPSHOT_CHUNK_BYTES,
+    REPLICATION_SNAPSHOT_WAIT_MS_MAX, REPLICATION_UNACKED_BYTES_MAX,
 };
 use rampkv_core::protocol::server::{Effects, LogPosition, ServerCore};
 use rampkv_core::storage::{Store, StoreError, SweepCursor};
@@ -2177,31 +2177,34 @@ impl PrimaryStream {
 }
 
 impl Read for PrimaryStream {
-    /// TCP: the connection. One-sided: the log region, waiting at most one read timeout
-    /// (`WouldBlock` then); the end of the stream once the primary closed the connection and
-    /// everything that had landed was read; `Interrupted` once a region closed for a takeover
-    /// is drained.
+    /// TCP: the connection. One-sided: the log region, looked at every
+    /// `REPLICATION_APPLY_POLL_US` for at most one read timeout (`WouldBlock` then); the end of
+    /// the stream once the primary closed the connection and everything that had landed was
+    /// read; `Interrupted` once a region closed for a takeover is drained.
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         let Some(log) = &mut self.log else { return self.control.read(out) };
         let invalid = |error: LogError| std::io::Error::new(ErrorKind::InvalidData, error);
-        let read = log.read(out, Duration::ZERO).map_err(invalid)?;
-        if read > 0 {
-            return Ok(read);
-        }
-        if log.is_closed() {
-            return Err(std::io::Error::new(
-                ErrorKind::Interrupted,
-                "the primary was failed over (its log is drained)",
-            ));
-        }
-        let read = log.read(out, Duration::from_millis(REPLICATION_IO_TIMEOUT_MS)).map_err(invalid)?;
-        if read > 0 {
-            return Ok(read);
+        let deadline = Instant::now() + Duration::from_millis(REPLICATION_IO_TIMEOUT_MS);
+        loop {
+            let read = log.read(out).map_err(invalid)?;
+            if read > 0 {
+                return Ok(read);
+            }
+            if log.is_closed() {
+                return Err(std::io::Error::new(
+                    ErrorKind::Interrupted,
+                    "the primary was failed over (its log is drained)",
+                ));
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_micros(REPLICATION_APPLY_POLL_US));
         }
         if self.control_gone()? {
             // What landed before the primary went is held: it is read before the end.
             return match &mut self.log {
-                Some(log) => log.read(out, Duration::ZERO).map_err(invalid),
+                Some(log) => log.read(out).map_err(invalid),
                 None => Ok(0),
             };
         }
