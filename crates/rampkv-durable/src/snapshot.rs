@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use rampkv_core::storage::{Key, KeyVersions, Store, StoredMetadata, Version};
+use rampkv_core::storage::{Key, KeyVersions, PendingTxn, Store, StoredMetadata, Version};
 use rampkv_core::types::{Timestamp, TIMESTAMP_INITIAL};
 use rampkv_core::wire::{Decoder, Encoder, Metadata, WireError, WriteSet};
 
@@ -174,9 +174,14 @@ impl Log {
 /// unnecessary (older snapshots beyond `SNAPSHOTS_KEPT`, and log segments that the oldest kept
 /// snapshot covers).
 pub(crate) fn write(dir: &Path, store: &Store, lsn: Lsn, epoch: u64) -> Result<SnapshotReport, DurableError> {
+    write_image(dir, &StoreImage::of(store), lsn, epoch)
+}
+
+/// [`write`] of an image taken of the store.
+fn write_image(dir: &Path, image: &StoreImage, lsn: Lsn, epoch: u64) -> Result<SnapshotReport, DurableError> {
     let started = Instant::now();
     let temporary = temporary_snapshot_path(dir, lsn);
-    let (counts, bytes) = match write_temporary(&temporary, store, FileHeader { lsn, epoch }) {
+    let (counts, bytes) = match write_temporary(&temporary, image, FileHeader { lsn, epoch }) {
         Ok(written) => written,
         Err(error) => {
             // Best effort: a leftover is also deleted at the next start.
@@ -192,7 +197,11 @@ pub(crate) fn write(dir: &Path, store: &Store, lsn: Lsn, epoch: u64) -> Result<S
 }
 
 /// Writes and fsyncs the snapshot file at `temporary`; returns its counts and length.
-fn write_temporary(temporary: &Path, store: &Store, header: FileHeader) -> Result<(SnapshotCounts, u64), DurableError> {
+fn write_temporary(
+    temporary: &Path,
+    image: &StoreImage,
+    header: FileHeader,
+) -> Result<(SnapshotCounts, u64), DurableError> {
     let file = File::options()
         .write(true)
         .create(true)
@@ -200,7 +209,7 @@ fn write_temporary(temporary: &Path, store: &Store, header: FileHeader) -> Resul
         .open(temporary)
         .map_err(DurableError::io("create", temporary))?;
     let mut writer = EntryWriter { out: BufWriter::with_capacity(SNAPSHOT_IO_BUFFER_BYTES, file), scratch: Vec::new() };
-    let counts = writer.write_store(store, header).map_err(DurableError::io("write", temporary))?;
+    let counts = writer.write_store(image, header).map_err(DurableError::io("write", temporary))?;
     writer.out.flush().map_err(DurableError::io("write", temporary))?;
     let file = writer.out.into_inner().map_err(|error| DurableError::io("write", temporary)(error.into_error()))?;
     file.sync_all().map_err(DurableError::io("fsync", temporary))?;
@@ -244,7 +253,7 @@ fn drop_covered(dir: &Path) -> Result<Vec<PathBuf>, DurableError> {
 /// What `out` returns.
 pub fn write_to<W: Write>(out: W, store: &Store, lsn: Lsn, epoch: u64) -> std::io::Result<SnapshotCounts> {
     let mut writer = EntryWriter { out, scratch: Vec::new() };
-    let counts = writer.write_store(store, FileHeader { lsn, epoch })?;
+    let counts = writer.write_store(&StoreImage::of(store), FileHeader { lsn, epoch })?;
     writer.out.flush()?;
     Ok(counts)
 }
@@ -261,37 +270,55 @@ pub fn load_from<R: Read>(input: R, source: &Path, store: &Store, now_ms: u64) -
     load_entries(input, source, store, now_ms)
 }
 
+/// What a snapshot writes of a store, taken under its locks one shard at a time (each key's
+/// versions shared, not copied), so that encoding and writing it out holds no lock: every key
+/// with its versions, then the pending transactions and the aborted ones (in this order, as
+/// the module docs' argument for a live store's copy has it). It costs a key's bytes and one
+/// pointer per version while the snapshot is written.
+struct StoreImage {
+    keys: Vec<KeyVersions>,
+    pending: Vec<(Timestamp, PendingTxn)>,
+    aborted: Vec<Timestamp>,
+}
+
+impl StoreImage {
+    fn of(store: &Store) -> StoreImage {
+        let keys = (0..store.shard_count()).flat_map(|shard| store.shard_versions(shard)).collect();
+        let pending = store.stale_pending(u64::MAX);
+        let aborted = store.aborted_transactions();
+        StoreImage { keys, pending, aborted }
+    }
+}
+
 struct EntryWriter<W: Write> {
     out: W,
     scratch: Vec<u8>,
 }
 
 impl<W: Write> EntryWriter<W> {
-    fn write_store(&mut self, store: &Store, header: FileHeader) -> std::io::Result<SnapshotCounts> {
+    fn write_store(&mut self, image: &StoreImage, header: FileHeader) -> std::io::Result<SnapshotCounts> {
         self.out.write_all(&header.encode(SNAPSHOT_MAGIC))?;
         let mut counts = SnapshotCounts::default();
-        for shard in 0..store.shard_count() {
-            for entry in store.shard_versions(shard) {
-                self.entry(KIND_KEY, |encoder| {
-                    encoder.key(&entry.key);
-                    encoder.u64(entry.collected_max_ts);
-                    encoder.count(entry.versions.len());
+        for entry in &image.keys {
+            self.entry(KIND_KEY, |encoder| {
+                encoder.key(&entry.key);
+                encoder.u64(entry.collected_max_ts);
+                encoder.count(entry.versions.len());
+            })?;
+            for (version, committed) in &entry.versions {
+                self.entry(KIND_VERSION, |encoder| {
+                    encoder.u64(version.ts);
+                    encoder.u8(u8::from(*committed));
+                    version.metadata.as_wire().encode(encoder);
+                    encoder.bytes(&version.value);
                 })?;
-                for (version, committed) in &entry.versions {
-                    self.entry(KIND_VERSION, |encoder| {
-                        encoder.u64(version.ts);
-                        encoder.u8(u8::from(*committed));
-                        version.metadata.as_wire().encode(encoder);
-                        encoder.bytes(&version.value);
-                    })?;
-                }
-                counts.keys += 1;
-                counts.versions += entry.versions.len() as u64;
             }
+            counts.keys += 1;
+            counts.versions += entry.versions.len() as u64;
         }
-        for (ts, pending) in store.stale_pending(u64::MAX) {
+        for (ts, pending) in &image.pending {
             self.entry(KIND_PENDING, |encoder| {
-                encoder.u64(ts);
+                encoder.u64(*ts);
                 encoder.count(pending.write_set.len());
                 for key in pending.write_set.iter() {
                     encoder.key(key);
@@ -299,7 +326,7 @@ impl<W: Write> EntryWriter<W> {
             })?;
             counts.pending += 1;
         }
-        for ts in store.aborted_transactions() {
+        for &ts in &image.aborted {
             self.entry(KIND_ABORTED, |encoder| encoder.u64(ts))?;
             counts.aborted += 1;
         }

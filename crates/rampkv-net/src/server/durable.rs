@@ -33,10 +33,15 @@
 //!   leaves the store changed in memory but not durable. The replies that depend on it are held
 //!   for good (never acknowledged), [`Journal::failure`] reports it, and the server must stop
 //!   and recover from its files (`rampkv server` exits).
-//! - Snapshots: once `snapshot_every_bytes` of log were written since the last one started, a
-//!   snapshot of the live store is written in the background (the log it covers is then
-//!   dropped); a failed snapshot is kept for the statistics and tried again after as many
-//!   bytes, the log goes on.
+//! - Snapshots: once the log written since the last one started is at least
+//!   `snapshot_every_bytes` *and* at least as long as the last snapshot written, a snapshot of
+//!   the live store is written in the background (the log it covers is then dropped); a failed
+//!   snapshot is kept for the statistics and tried again after as many bytes, the log goes on.
+//!   The second bound is Redis's `auto-aof-rewrite-percentage 100`: a store whose snapshot is
+//!   larger than `snapshot_every_bytes` (its superseded versions are kept through the GC grace)
+//!   is not rewritten more often than the log grows by its size, so snapshots never cost more
+//!   bytes written than the log itself, and a start replays at most about one snapshot's worth
+//!   of log past the newest snapshot ([`snapshot_due`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -202,6 +207,8 @@ pub struct Journal {
     snapshot_every_bytes: u64,
     /// Log bytes written (since the start) when the last snapshot was started.
     snapshot_mark: AtomicU64,
+    /// Bytes of the last snapshot written (0: none yet).
+    snapshot_bytes: AtomicU64,
     /// A snapshot is due whatever was written ([`Journal::snapshot_soon`]).
     snapshot_due: AtomicBool,
     snapshots: Mutex<Snapshots>,
@@ -231,6 +238,7 @@ impl Journal {
             core,
             snapshot_every_bytes: config.snapshot_every_bytes,
             snapshot_mark: AtomicU64::new(0),
+            snapshot_bytes: AtomicU64::new(report.snapshot.as_ref().map_or(0, |snapshot| snapshot.bytes)),
             snapshot_due: AtomicBool::new(false),
             snapshots: Mutex::new(Snapshots::default()),
             failure: OnceLock::new(),
@@ -367,7 +375,8 @@ impl Journal {
     fn maybe_snapshot(&self) {
         let written = self.log.stats().bytes;
         let due = self.snapshot_due.load(Ordering::Relaxed);
-        if !due && written < self.snapshot_mark.load(Ordering::Relaxed).saturating_add(self.snapshot_every_bytes) {
+        let since = written.saturating_sub(self.snapshot_mark.load(Ordering::Relaxed));
+        if !due && !snapshot_due(since, self.snapshot_every_bytes, self.snapshot_bytes.load(Ordering::Relaxed)) {
             return;
         }
         // Another front end checking at the same moment starts it.
@@ -375,6 +384,13 @@ impl Journal {
         snapshots.collect(false);
         if snapshots.running.is_some() {
             return;
+        }
+        if let Some(last) = &snapshots.last {
+            // The snapshot that finished since the check above may put the next one further.
+            self.snapshot_bytes.store(last.bytes, Ordering::Relaxed);
+            if !due && !snapshot_due(since, self.snapshot_every_bytes, last.bytes) {
+                return;
+            }
         }
         self.snapshot_mark.store(written, Ordering::Relaxed);
         self.snapshot_due.store(false, Ordering::Relaxed);
@@ -429,6 +445,8 @@ pub struct CopyJournal {
     log: Log,
     snapshot_every_bytes: u64,
     snapshot_mark: u64,
+    /// Bytes of the last snapshot written (0: none yet).
+    snapshot_bytes: u64,
     running: Option<SnapshotJob>,
 }
 
@@ -465,7 +483,13 @@ impl CopyJournal {
         let _ = getrandom::getrandom(&mut tag);
         let dir = root.join(format!("primary-{primary}-{stream:016x}-{:08x}", u32::from_le_bytes(tag)));
         let log = rampkv_durable::create_at(&dir, &copy_options(config), store, covers, epoch)?;
-        Ok(CopyJournal { log, snapshot_every_bytes: config.snapshot_every_bytes, snapshot_mark: 0, running: None })
+        Ok(CopyJournal {
+            log,
+            snapshot_every_bytes: config.snapshot_every_bytes,
+            snapshot_mark: 0,
+            snapshot_bytes: 0,
+            running: None,
+        })
     }
 
     /// Loads every copy kept under `root` (copies superseded by a newer one of the same stream,
@@ -491,12 +515,16 @@ impl CopyJournal {
                         log,
                         snapshot_every_bytes: config.snapshot_every_bytes,
                         snapshot_mark: 0,
+                        snapshot_bytes: report.snapshot.as_ref().map_or(0, |snapshot| snapshot.bytes),
                         running: None,
                     };
                     let (applied, epoch) = (report.last_lsn, report.last_epoch);
                     restored.push(RestoredCopy { primary, stream, store, journal, applied, epoch });
                 }
-                Ok((log, _)) => CopyJournal { log, snapshot_every_bytes: 0, snapshot_mark: 0, running: None }.remove(),
+                Ok((log, _)) => {
+                    CopyJournal { log, snapshot_every_bytes: 0, snapshot_mark: 0, snapshot_bytes: 0, running: None }
+                        .remove()
+                }
                 Err(error @ DurableError::Locked { .. }) => {
                     log::warn!("replication: cannot restore the copy in {}: {error}; left alone", dir.display());
                 }
@@ -544,16 +572,20 @@ impl CopyJournal {
     ) -> Result<(), DurableError> {
         self.log.flush()?;
         let written = self.log.stats().bytes;
-        if written >= self.snapshot_mark.saturating_add(self.snapshot_every_bytes) {
-            if self.running.as_ref().is_some_and(SnapshotJob::is_finished) {
-                if let Some(Err(error)) = self.running.take().map(SnapshotJob::join) {
-                    log::warn!("replication: a snapshot of a backup copy failed: {error}");
-                }
+        let since = written.saturating_sub(self.snapshot_mark);
+        if !snapshot_due(since, self.snapshot_every_bytes, self.snapshot_bytes) {
+            return Ok(());
+        }
+        if self.running.as_ref().is_some_and(SnapshotJob::is_finished) {
+            match self.running.take().map(SnapshotJob::join) {
+                Some(Err(error)) => log::warn!("replication: a snapshot of a backup copy failed: {error}"),
+                Some(Ok(report)) => self.snapshot_bytes = report.bytes,
+                None => {}
             }
-            if self.running.is_none() {
-                self.snapshot_mark = written;
-                self.running = Some(self.log.snapshot_in_background(Arc::clone(owner), store_of)?);
-            }
+        }
+        if self.running.is_none() && snapshot_due(since, self.snapshot_every_bytes, self.snapshot_bytes) {
+            self.snapshot_mark = written;
+            self.running = Some(self.log.snapshot_in_background(Arc::clone(owner), store_of)?);
         }
         Ok(())
     }
@@ -569,6 +601,13 @@ impl CopyJournal {
             log::warn!("replication: cannot remove the dropped copy {}: {error}", dir.display());
         }
     }
+}
+
+/// Whether a snapshot is due after `since` bytes of log were written since the last one
+/// started: at least `every_bytes` (`--snapshot-every-bytes`) and at least the last snapshot's
+/// size `last_bytes` (module docs: a snapshot never costs more bytes than the log it covers).
+fn snapshot_due(since: u64, every_bytes: u64, last_bytes: u64) -> bool {
+    since >= every_bytes.max(last_bytes)
 }
 
 fn copy_options(config: &DurabilityConfig) -> OpenOptions {
