@@ -619,6 +619,66 @@ mod tests {
     use super::*;
     use rampkv_core::limits::GC_GRACE_MS;
     use rampkv_core::protocol::server::LogRecord;
+    use rampkv_core::storage::Key;
+
+    /// The rule of when a snapshot is due: at least `--snapshot-every-bytes` of log since the
+    /// last one started, and at least the last snapshot's size.
+    #[test]
+    fn a_snapshot_is_due_once_the_log_grew_by_the_bound_and_by_the_last_snapshots_size() {
+        let mib = 1 << 20;
+        assert!(!snapshot_due(mib - 1, mib, 0), "below the bound");
+        assert!(snapshot_due(mib, mib, 0), "no snapshot yet: the bound alone");
+        assert!(snapshot_due(mib, mib, mib / 2), "a small snapshot: the bound");
+        assert!(!snapshot_due(2 * mib, mib, 3 * mib), "a larger snapshot: its size");
+        assert!(snapshot_due(3 * mib, mib, 3 * mib));
+    }
+
+    /// A journal whose store snapshots larger than `snapshot_every_bytes` writes its next
+    /// snapshot only once the log grew by that snapshot's size, not after every
+    /// `snapshot_every_bytes`: snapshots never write more than the log (module docs).
+    #[test]
+    fn a_large_store_is_snapshotted_again_only_after_as_much_log() {
+        let dir = tempfile::tempdir().expect("a scratch directory");
+        let every = 256 * 1024;
+        let config =
+            DurabilityConfig { policy: FsyncPolicy::No, snapshot_every_bytes: every, ..DurabilityConfig::default() };
+        let core = Arc::new(ServerCore::new(GC_GRACE_MS));
+        let (journal, _) = Journal::open(dir.path(), &config, Arc::clone(&core)).expect("open");
+        // About 1 MiB of versions the log does not describe (as a copy adopted by failover).
+        for index in 0..256u64 {
+            let key = Key::from(format!("big{index}").as_bytes());
+            core.store().put(index + 1, vec![(key, vec![7u8; 4096].into_boxed_slice())], 0).expect("stored");
+        }
+        journal.snapshot_now().expect("the first snapshot");
+        let first = journal.stats().last_snapshot.expect("written").bytes;
+        assert!(first > 4 * every, "the store's snapshot ({first} bytes) is larger than the bound");
+        let written = journal.stats().log.bytes;
+        journal.snapshot_mark.store(written, Ordering::Relaxed);
+        journal.snapshot_bytes.store(first, Ordering::Relaxed);
+        // Log records of 8 KiB each (small PUTs of a few keys), flushed as a server does.
+        let mut ts = 1_000;
+        let mut append_log = |bytes: u64| {
+            let target = journal.stats().log.bytes + bytes;
+            while journal.stats().log.bytes < target {
+                ts += 1;
+                let key = Key::from(format!("k{}", ts % 16).as_bytes());
+                let mut effects = Effects::default();
+                effects.logged.push(LogRecord::Put { ts, writes: vec![(key, vec![1u8; 8192].into_boxed_slice())] });
+                journal.append(&mut effects);
+                journal.flush();
+            }
+        };
+        append_log(2 * every);
+        let started = journal.snapshots.lock().running.is_some();
+        assert!(!started, "twice the bound but less than the snapshot: none started");
+        assert_eq!(journal.stats().snapshots_written, 1);
+        append_log(first);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while journal.stats().snapshots_written < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(journal.stats().snapshots_written, 2, "as much log as the last snapshot: the next one");
+    }
 
     /// With `always`, a call that logged only a COMMIT holds its reply until the COMMIT record
     /// is fsynced, as every other call: releasing it once the record is only written could

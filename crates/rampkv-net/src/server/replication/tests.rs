@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rampkv_core::storage::StoredMetadata;
 
@@ -550,6 +550,39 @@ fn a_full_log_region_holds_the_primary_back_until_the_backup_consumes() {
     assert!(land(&mut log, &message).unwrap(), "written once the backup consumed");
     receiver.close();
     assert!(matches!(land(&mut log, &message), Err(LogError::Closed)), "a closed region holds nothing");
+}
+
+/// A backup reads whatever landed in its log region in one read (a burst: applied and
+/// acknowledged once), across message boundaries, and a read of an empty region returns
+/// nothing at once (it polls; nobody rings it).
+#[test]
+fn a_backup_reads_a_burst_of_messages_at_once() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let backup = std::thread::spawn(move || {
+        let (mut control, _) = listener.accept().unwrap();
+        control.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let receiver = LogReceiver::accept(&mut control).unwrap();
+        (control, receiver)
+    });
+    let mut control = connect_to(address);
+    let mut log = LogSender::connect(&mut control).unwrap();
+    let (_control, mut receiver) = backup.join().unwrap();
+    let mut out = vec![0u8; 64 * 1024];
+    let started = Instant::now();
+    assert_eq!(receiver.read(&mut out).unwrap(), 0, "nothing landed");
+    assert!(started.elapsed() < Duration::from_millis(50), "an empty region is not waited on");
+    for byte in 1..=3u8 {
+        assert!(land(&mut log, &vec![byte; 1000]).unwrap());
+    }
+    assert_eq!(receiver.read(&mut out).unwrap(), 3000, "three messages in one read");
+    assert!(out[..1000].iter().all(|&b| b == 1) && out[1000..2000].iter().all(|&b| b == 2));
+    assert!(out[2000..3000].iter().all(|&b| b == 3));
+    // A read smaller than what landed takes its part; the next read the rest.
+    assert!(land(&mut log, &[9u8; 1500]).unwrap());
+    assert_eq!(receiver.read(&mut out[..1000]).unwrap(), 1000);
+    assert_eq!(receiver.read(&mut out).unwrap(), 500);
+    assert_eq!(receiver.read(&mut out).unwrap(), 0);
 }
 
 fn connect_to(address: std::net::SocketAddr) -> TcpStream {
