@@ -522,17 +522,7 @@ fn taking_a_copy_over_drains_its_log_region_and_no_later_write_is_held() {
 /// consumes is written again, and a closed region makes the next write not held.
 #[test]
 fn a_full_log_region_holds_the_primary_back_until_the_backup_consumes() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    let backup = std::thread::spawn(move || {
-        let (mut control, _) = listener.accept().unwrap();
-        control.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let receiver = LogReceiver::accept(&mut control).unwrap();
-        (control, receiver)
-    });
-    let mut control = connect_to(address);
-    let mut log = LogSender::connect(&mut control).unwrap();
-    let (_control, mut receiver) = backup.join().unwrap();
+    let (_connections, mut log, mut receiver) = log_region_pair();
     let message = vec![7u8; 4096];
     let mut landed = 0;
     while log.append(&message, &mut 0, None).unwrap() {
@@ -557,17 +547,7 @@ fn a_full_log_region_holds_the_primary_back_until_the_backup_consumes() {
 /// nothing at once (it polls; nobody rings it).
 #[test]
 fn a_backup_reads_a_burst_of_messages_at_once() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let address = listener.local_addr().unwrap();
-    let backup = std::thread::spawn(move || {
-        let (mut control, _) = listener.accept().unwrap();
-        control.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let receiver = LogReceiver::accept(&mut control).unwrap();
-        (control, receiver)
-    });
-    let mut control = connect_to(address);
-    let mut log = LogSender::connect(&mut control).unwrap();
-    let (_control, mut receiver) = backup.join().unwrap();
+    let (_connections, mut log, mut receiver) = log_region_pair();
     let mut out = vec![0u8; 64 * 1024];
     let started = Instant::now();
     assert_eq!(receiver.read(&mut out).unwrap(), 0, "nothing landed");
@@ -583,6 +563,23 @@ fn a_backup_reads_a_burst_of_messages_at_once() {
     assert_eq!(receiver.read(&mut out[..1000]).unwrap(), 1000);
     assert_eq!(receiver.read(&mut out).unwrap(), 500);
     assert_eq!(receiver.read(&mut out).unwrap(), 0);
+}
+
+/// A primary's log sender and a backup's log region, set up over a loopback connection (kept
+/// open by the returned pair of streams: its end would mean the backup went away).
+fn log_region_pair() -> ((TcpStream, TcpStream), LogSender, LogReceiver) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    let backup = std::thread::spawn(move || {
+        let (mut control, _) = listener.accept().unwrap();
+        control.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let receiver = LogReceiver::accept(&mut control).unwrap();
+        (control, receiver)
+    });
+    let mut control = connect_to(address);
+    let log = LogSender::connect(&mut control).unwrap();
+    let (backup_control, receiver) = backup.join().unwrap();
+    ((control, backup_control), log, receiver)
 }
 
 fn connect_to(address: std::net::SocketAddr) -> TcpStream {
