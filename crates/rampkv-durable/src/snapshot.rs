@@ -32,6 +32,21 @@
 //! copy is written to a temporary file, fsynced, renamed and the directory fsynced: a crash
 //! leaves either the previous snapshots or the new one complete, never a half file under a
 //! snapshot name.
+//!
+//! # What a file snapshot leaves out
+//! A snapshot file keeps, of each key, its newest committed version and every version still
+//! prepared; the committed versions the newest supersedes are left out and the key's
+//! `collected_max_ts` raised past them, exactly as if garbage collection had collected them
+//! as the snapshot was taken. Such versions are kept in a live store only through the GC grace
+//! period, for reads in flight (a round-2 read of an older version, a RAMP-Small or -Hybrid
+//! read's `HIGHEST_OF`): after a restart those reads are gone or get `VersionGone` and restart,
+//! as after a collection; and a transaction in doubt at another server that asks about one
+//! learns what it learns of a collected one (docs/persistence.md, "Why a COMMIT waits for its
+//! fsync"). Without it a write-heavy store's snapshot held every version of the last 10 s
+//! (larger than the log it replaced) and cost more than the log itself. Replay after the
+//! snapshot can bring such versions back (records after `lsn`); the next collection takes them
+//! again. The catch-up stream of a backup ([`write_to`]) keeps every version: the copy it makes
+//! may serve in-flight reads after a failover.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -174,7 +189,7 @@ impl Log {
 /// unnecessary (older snapshots beyond `SNAPSHOTS_KEPT`, and log segments that the oldest kept
 /// snapshot covers).
 pub(crate) fn write(dir: &Path, store: &Store, lsn: Lsn, epoch: u64) -> Result<SnapshotReport, DurableError> {
-    write_image(dir, &StoreImage::of(store), lsn, epoch)
+    write_image(dir, &StoreImage::of(store).without_superseded(), lsn, epoch)
 }
 
 /// [`write`] of an image taken of the store.
@@ -287,6 +302,28 @@ impl StoreImage {
         let pending = store.stale_pending(u64::MAX);
         let aborted = store.aborted_transactions();
         StoreImage { keys, pending, aborted }
+    }
+
+    /// The image a file snapshot keeps (module docs, "What a file snapshot leaves out"): each
+    /// key's committed versions older than its newest committed one are left out, as garbage
+    /// collection would have collected them, and the key's `collected_max_ts` says so.
+    fn without_superseded(mut self) -> StoreImage {
+        for entry in &mut self.keys {
+            let Some(newest) = entry.versions.iter().filter(|(_, committed)| *committed).map(|(v, _)| v.ts).max()
+            else {
+                continue;
+            };
+            let mut collected = entry.collected_max_ts;
+            entry.versions.retain(|(version, committed)| {
+                let superseded = *committed && version.ts < newest;
+                if superseded {
+                    collected = collected.max(version.ts);
+                }
+                !superseded
+            });
+            entry.collected_max_ts = collected;
+        }
+        self
     }
 }
 

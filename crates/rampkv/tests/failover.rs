@@ -37,7 +37,27 @@ impl Processes {
         let pid = self.0[index].as_ref().expect("a running process").id().to_string();
         let status = Command::new("kill").args([signal, &pid]).status().unwrap();
         assert!(status.success(), "kill {signal} {pid}");
+        if signal == "-STOP" {
+            // kill(2) returns once the signal is sent; a thread running on the other core stops
+            // a moment later. Wait until every thread is stopped: a request sent before would
+            // still be served (as happened once under load).
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !all_threads_stopped(&pid) {
+                assert!(Instant::now() < deadline, "process {pid} did not stop");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in /proc/PID/task/TID/stat).
+fn all_threads_stopped(pid: &str) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.filter_map(Result::ok).all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T'))
+    })
 }
 
 impl Drop for Processes {

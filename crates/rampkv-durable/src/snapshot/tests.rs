@@ -1,6 +1,7 @@
 use proptest::prelude::*;
 
 use super::*;
+use rampkv_core::storage::StoreError;
 
 fn key(text: &str) -> Key {
     text.as_bytes().into()
@@ -36,6 +37,10 @@ fn written(store: &Store) -> (tempfile::TempDir, PathBuf) {
     (dir, report.path)
 }
 
+/// A file snapshot gives back every key's newest committed version, every prepared version
+/// (its transaction pending), lastCommit and the aborted transactions; the committed versions
+/// the newest supersedes are left out as collected (a `HIGHEST_OF` read that could need one
+/// refuses rather than answer below it).
 #[test]
 fn a_snapshot_loads_back_what_was_written() {
     let store = sample_store();
@@ -44,17 +49,45 @@ fn a_snapshot_loads_back_what_was_written() {
     let loaded = load(&path, &loaded_into, 0).unwrap();
     assert_eq!((loaded.lsn, loaded.epoch), (77, 5));
     assert_eq!(loaded.counts.keys, 2);
-    assert_eq!(loaded_into.stats(), store.stats());
     assert_eq!(loaded_into.stale_pending(u64::MAX).len(), 5);
+    let newest = store.last_commit(b"a");
+    assert_eq!(newest, 19);
     for ts in 1..=20u64 {
         let original = store.get_at(b"a", ts).map(|version| (version.value.clone(), version.metadata.clone()));
         let copy = loaded_into.get_at(b"a", ts).map(|version| (version.value.clone(), version.metadata.clone()));
-        assert_eq!(original, copy, "version {ts}");
+        let superseded = matches!(ts % 4, 2 | 3) && ts < newest;
+        if superseded {
+            assert!(original.is_ok() && copy.is_err(), "version {ts} is superseded: left out");
+            assert!(
+                matches!(loaded_into.get_highest_of(b"a", &[ts]), Err(StoreError::VersionGone { .. })),
+                "version {ts}: reads that could need it restart"
+            );
+        } else {
+            assert_eq!(original, copy, "version {ts}");
+        }
     }
-    assert_eq!(loaded_into.last_commit(b"a"), store.last_commit(b"a"));
+    assert_eq!(loaded.counts.versions, 2 * (1 + 5), "per key: the newest committed and five prepared");
+    assert_eq!(loaded_into.last_commit(b"a"), newest);
+    assert_eq!(loaded_into.get_latest(b"a").map(|version| version.ts), Some(newest));
     let mut aborted = loaded_into.aborted_transactions();
     aborted.sort();
     assert_eq!(aborted, [1, 5, 9, 13, 17]);
+}
+
+/// The catch-up stream of a backup ([`write_to`]) keeps every version, superseded ones too.
+#[test]
+fn a_catch_up_stream_keeps_every_version() {
+    let store = sample_store();
+    let mut bytes = Vec::new();
+    let counts = write_to(&mut bytes, &store, 77, 5).unwrap();
+    let loaded_into = Store::new(1_000_000);
+    load_from(&bytes[..], Path::new("stream"), &loaded_into, 0).unwrap();
+    assert_eq!(loaded_into.stats(), store.stats());
+    assert_eq!(counts.versions, store.stats().versions as u64);
+    for ts in 1..=20u64 {
+        let original = store.get_at(b"a", ts).map(|version| version.value.clone());
+        assert_eq!(loaded_into.get_at(b"a", ts).map(|version| version.value.clone()), original, "version {ts}");
+    }
 }
 
 #[test]
