@@ -38,10 +38,10 @@
 //!   the live store is written in the background (the log it covers is then dropped); a failed
 //!   snapshot is kept for the statistics and tried again after as many bytes, the log goes on.
 //!   The second bound is Redis's `auto-aof-rewrite-percentage 100`: a store whose snapshot is
-//!   larger than `snapshot_every_bytes` (its superseded versions are kept through the GC grace)
-//!   is not rewritten more often than the log grows by its size, so snapshots never cost more
-//!   bytes written than the log itself, and a start replays at most about one snapshot's worth
-//!   of log past the newest snapshot ([`snapshot_due`]).
+//!   larger than `snapshot_every_bytes` (a million keys of 1 KiB is about 1 GB) is not
+//!   rewritten more often than the log grows by its size, so snapshots never cost more bytes
+//!   written than the log itself, and a start replays at most about one snapshot's worth of
+//!   log past the newest snapshot ([`snapshot_due`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
