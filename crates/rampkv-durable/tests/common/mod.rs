@@ -178,30 +178,36 @@ pub type VersionImage = (bool, Box<[u8]>, StoredMetadata);
 /// One key as compared: its versions by timestamp, lastCommit, the latest version's ts.
 pub type KeyImage = (BTreeMap<Timestamp, VersionImage>, Timestamp, Timestamp);
 
-/// Everything a store holds that a restart must give back.
+/// What a store holds: `keys`, `pending` and `aborted` are what a restart must give back;
+/// `superseded` it may give back in part or not at all.
 #[derive(Debug, PartialEq, Eq)]
 pub struct StoreImage {
+    /// Every key's versions but the committed ones its newest committed version supersedes,
+    /// lastCommit and the latest version.
     pub keys: BTreeMap<Key, KeyImage>,
     /// ts -> (keys here, write set)
     pub pending: BTreeMap<Timestamp, (BTreeSet<Key>, Vec<Key>)>,
     pub aborted: BTreeSet<Timestamp>,
+    /// The superseded committed versions: a file snapshot leaves them out as collected, replay
+    /// after it may bring some back.
+    pub superseded: BTreeMap<(Key, Timestamp), VersionImage>,
 }
 
-/// What a restart must give back of `store`: every key's versions but the committed ones its
-/// newest committed version supersedes (a file snapshot leaves those out as collected, replay
-/// may bring some back: `superseded_versions`), lastCommit and the latest version, the pending
-/// and aborted transactions.
 pub fn image(store: &Store) -> StoreImage {
     let mut keys = BTreeMap::new();
+    let mut superseded = BTreeMap::new();
     for shard in 0..store.shard_count() {
         for entry in store.shard_versions(shard) {
             let last_commit = store.last_commit(&entry.key);
-            let versions = entry
-                .versions
-                .iter()
-                .filter(|(version, committed)| !(*committed && version.ts < last_commit))
-                .map(|(version, committed)| (version.ts, (*committed, version.value.clone(), version.metadata.clone())))
-                .collect();
+            let mut versions = BTreeMap::new();
+            for (version, committed) in &entry.versions {
+                let image = (*committed, version.value.clone(), version.metadata.clone());
+                if *committed && version.ts < last_commit {
+                    superseded.insert((entry.key.clone(), version.ts), image);
+                } else {
+                    versions.insert(version.ts, image);
+                }
+            }
             let latest = store.get_latest(&entry.key).map_or(0, |version| version.ts);
             keys.insert(entry.key.clone(), (versions, last_commit, latest));
         }
@@ -212,41 +218,23 @@ pub fn image(store: &Store) -> StoreImage {
         .map(|(ts, pending)| (ts, (pending.keys.into_iter().collect(), pending.write_set.to_vec())))
         .collect();
     let aborted = store.aborted_transactions().into_iter().collect();
-    StoreImage { keys, pending, aborted }
+    StoreImage { keys, pending, aborted, superseded }
 }
 
-/// Asserts that two stores hold the same versions, lastCommit, latest versions, pending and
-/// aborted transactions (with a readable first difference).
+/// Asserts that a recovered store gives back what a restart must of the live one: the same
+/// versions (superseded ones aside), lastCommit, latest versions, pending and aborted
+/// transactions; and that every superseded version it holds (replayed after its snapshot) is
+/// one the live store holds, the same (with a readable first difference).
 pub fn assert_same_store(live: &Store, recovered: &Store) {
-    // A superseded version the recovered store holds (replayed after its snapshot) is one the
-    // live store holds too, the same.
-    let live_superseded = superseded_versions(live);
-    for (key, ts, version) in superseded_versions(recovered) {
-        let found = live_superseded.iter().find(|(k, t, _)| *k == key && *t == ts).map(|(_, _, version)| version);
-        assert_eq!(found, Some(&version), "superseded version {ts} of {}", String::from_utf8_lossy(&key));
-    }
     let (live, recovered) = (image(live), image(recovered));
+    for ((key, ts), version) in &recovered.superseded {
+        let found = live.superseded.get(&(key.clone(), *ts));
+        assert_eq!(found, Some(version), "superseded version {ts} of {}", String::from_utf8_lossy(key));
+    }
     for (key, state) in &live.keys {
         assert_eq!(recovered.keys.get(key), Some(state), "key {}", String::from_utf8_lossy(key));
     }
     assert_eq!(live.keys.len(), recovered.keys.len(), "number of keys");
     assert_eq!(live.pending, recovered.pending, "pending transactions");
     assert_eq!(live.aborted, recovered.aborted, "aborted transactions");
-}
-
-/// Every committed version of `store` that a newer committed version of its key supersedes.
-pub fn superseded_versions(store: &Store) -> Vec<(Key, Timestamp, VersionImage)> {
-    let mut found = Vec::new();
-    for shard in 0..store.shard_count() {
-        for entry in store.shard_versions(shard) {
-            let last_commit = store.last_commit(&entry.key);
-            for (version, committed) in &entry.versions {
-                if *committed && version.ts < last_commit {
-                    let image = (true, version.value.clone(), version.metadata.clone());
-                    found.push((entry.key.clone(), version.ts, image));
-                }
-            }
-        }
-    }
-    found
 }
