@@ -116,12 +116,16 @@ impl StoredMetadata {
 }
 
 /// One stored version of a key.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Version {
     pub ts: Timestamp,
     pub value: Box<[u8]>,
     pub metadata: StoredMetadata,
 }
+
+/// The versions a PREPARE or PUT stored, each with its key, in the order of its writes, shared
+/// with the store ([`Store::prepare_keeping`]).
+pub type StoredWrites = Vec<(Key, Arc<Version>)>;
 
 /// Why the store refused an operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -243,6 +247,21 @@ impl Store {
         writes: Vec<(Key, Box<[u8]>)>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
+        self.prepare_keeping(ts, metadata, write_set, writes, now_ms, None)
+    }
+
+    /// [`Store::prepare`], and when `stored` is given, each version stored is pushed to it in
+    /// the order of `writes` (shared, not copied: what a server's log encodes). Nothing is
+    /// pushed when the prepare is refused.
+    pub fn prepare_keeping(
+        &self,
+        ts: Timestamp,
+        metadata: StoredMetadata,
+        write_set: Arc<[Key]>,
+        writes: Vec<(Key, Box<[u8]>)>,
+        now_ms: u64,
+        mut stored: Option<&mut StoredWrites>,
+    ) -> Result<(), StoreError> {
         validate_prepare(ts, &metadata, &writes)?;
         if self.aborted.lock().contains_key(&ts) {
             return Err(StoreError::Aborted { ts });
@@ -251,6 +270,9 @@ impl Store {
         for (key, value) in writes {
             let value_bytes = value.len();
             let version = Arc::new(Version { ts, value, metadata: metadata.clone() });
+            if let Some(stored) = stored.as_deref_mut() {
+                stored.push((key.clone(), Arc::clone(&version)));
+            }
             let mut shard = self.shard(&key).write();
             if !shard.contains_key(&key) {
                 shard.insert(key.clone(), KeyState::default());
@@ -353,7 +375,18 @@ impl Store {
     /// Stores `writes` of transaction `ts` and makes them visible at once, key by key, with no
     /// metadata: NoCC, which promises no atomicity across keys.
     pub fn put(&self, ts: Timestamp, writes: Vec<(Key, Box<[u8]>)>, now_ms: u64) -> Result<(), StoreError> {
-        self.prepare(ts, StoredMetadata::None, Arc::from([]), writes, now_ms)?;
+        self.put_keeping(ts, writes, now_ms, None)
+    }
+
+    /// [`Store::put`], pushing each version stored to `stored` as [`Store::prepare_keeping`].
+    pub fn put_keeping(
+        &self,
+        ts: Timestamp,
+        writes: Vec<(Key, Box<[u8]>)>,
+        now_ms: u64,
+        stored: Option<&mut StoredWrites>,
+    ) -> Result<(), StoreError> {
+        self.prepare_keeping(ts, StoredMetadata::None, Arc::from([]), writes, now_ms, stored)?;
         self.commit(ts);
         Ok(())
     }
@@ -619,6 +652,45 @@ pub struct KeyVersions {
     pub versions: Vec<(Arc<Version>, bool)>,
 }
 
+/// Which committed versions [`Store::shard_versions`] copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Superseded {
+    /// Every version (a backup's catch-up copy: the exact store).
+    Keep,
+    /// A key's committed versions older than its newest committed one are left out, as if
+    /// garbage collection had collected them when the copy was taken, and the key's
+    /// `collected_max_ts` is raised past them, as a collection raises it: a read that would
+    /// need one is refused, never answered wrongly (a snapshot file). Leaving them out under
+    /// the shard's lock, not after, spares a shared pointer per version of the copy.
+    LeaveOut,
+}
+
+/// One key's copy (called under its shard's lock).
+fn key_versions(key: &Key, state: &KeyState, superseded: Superseded) -> KeyVersions {
+    let copy = |stored: &StoredVersion| (Arc::clone(&stored.version), stored.committed.load(Ordering::Acquire));
+    let mut collected_max_ts = state.collected_max_ts;
+    let versions = match superseded {
+        Superseded::Keep => state.versions.values().map(copy).collect(),
+        Superseded::LeaveOut => {
+            // Newest first: every committed version past the first committed one is left out.
+            let mut newest_committed_seen = false;
+            let mut kept: Vec<(Arc<Version>, bool)> = Vec::new();
+            for stored in state.versions.values().rev() {
+                let committed = stored.committed.load(Ordering::Acquire);
+                if committed && newest_committed_seen {
+                    collected_max_ts = collected_max_ts.max(stored.version.ts);
+                    continue;
+                }
+                newest_committed_seen |= committed;
+                kept.push(copy(stored));
+            }
+            kept.reverse();
+            kept
+        }
+    };
+    KeyVersions { key: key.clone(), collected_max_ts, versions }
+}
+
 /// Persistence support: copying the store out shard by shard, and loading it back.
 ///
 /// # Why a snapshot taken under concurrent writes is enough
@@ -643,23 +715,12 @@ impl Store {
     /// Every key of shard `shard` with its versions, copied under the shard's read lock (the
     /// versions are shared, not copied: a snapshot holds them while it writes them out).
     /// Returns nothing for a shard index out of range.
-    pub fn shard_versions(&self, shard: usize) -> Vec<KeyVersions> {
+    pub fn shard_versions(&self, shard: usize, superseded: Superseded) -> Vec<KeyVersions> {
         let Some(shard) = self.shards.get(shard) else {
             return Vec::new();
         };
         let shard = shard.read();
-        shard
-            .iter()
-            .map(|(key, state)| KeyVersions {
-                key: key.clone(),
-                collected_max_ts: state.collected_max_ts,
-                versions: state
-                    .versions
-                    .values()
-                    .map(|stored| (Arc::clone(&stored.version), stored.committed.load(Ordering::Acquire)))
-                    .collect(),
-            })
-            .collect()
+        shard.iter().map(|(key, state)| key_versions(key, state, superseded)).collect()
     }
 
     /// The transactions recovery aborted here and still remembers.
@@ -1355,12 +1416,37 @@ mod tests {
         assert!(store.stats().versions_collected > 0);
     }
 
+    /// A copy for a snapshot file leaves out exactly the committed versions below the newest
+    /// committed one (prepared ones stay, above or below it) and says so in
+    /// `collected_max_ts`; a catch-up copy keeps every version.
+    #[test]
+    fn a_copy_leaves_out_superseded_versions_only_when_asked() {
+        let store = Store::new(1_000);
+        for (ts, commit) in [(10, true), (20, true), (15, false), (30, true), (40, false)] {
+            prepare(&store, ts, &["a", "b"], 0);
+            if commit {
+                store.commit(ts);
+            }
+        }
+        let copy_of_a = |superseded| {
+            let entries = (0..store.shard_count()).flat_map(|shard| store.shard_versions(shard, superseded));
+            let entry = entries.into_iter().find(|entry| entry.key == key("a")).expect("a is stored");
+            let versions: Vec<(Timestamp, bool)> =
+                entry.versions.iter().map(|(version, committed)| (version.ts, *committed)).collect();
+            (versions, entry.collected_max_ts)
+        };
+        let all = vec![(10, true), (15, false), (20, true), (30, true), (40, false)];
+        assert_eq!(copy_of_a(Superseded::Keep), (all, 0));
+        assert_eq!(copy_of_a(Superseded::LeaveOut), (vec![(15, false), (30, true), (40, false)], 20));
+        assert_eq!(store.stats().versions, 10, "copying changes nothing");
+    }
+
     /// Copies `store` into a new store through the snapshot functions, as a restart would.
     fn copy_through_restore(store: &Store) -> Store {
         let copy = Store::new(1_000);
         let mut uncommitted: HashMap<Timestamp, Vec<Key>> = HashMap::default();
         for shard in 0..store.shard_count() {
-            for entry in store.shard_versions(shard) {
+            for entry in store.shard_versions(shard, Superseded::Keep) {
                 for (version, committed) in &entry.versions {
                     if !committed {
                         uncommitted.entry(version.ts).or_default().push(entry.key.clone());
@@ -1400,7 +1486,7 @@ mod tests {
         keys.sort();
         assert_eq!(keys, vec![key("a"), key("b"), key("c")]);
         assert_eq!(copy.stats().versions, 0);
-        assert_eq!(copy.shard_versions(0).len() + copy.stale_pending(u64::MAX).len(), 0);
+        assert_eq!(copy.shard_versions(0, Superseded::Keep).len() + copy.stale_pending(u64::MAX).len(), 0);
         assert!(copy.aborted_transactions().is_empty());
         assert_eq!(store.stats().versions, copied_versions + held_versions);
         assert_eq!(&*store.get_latest(b"a").unwrap().value, b"a@20");

@@ -113,7 +113,7 @@ fn appends(settings: &Settings) -> Result<(), Failure> {
                             counter += 1;
                             let ts = counter << 16 | thread;
                             let writes = vec![(key_of(counter % 100_000), value.clone())];
-                            let lsn = log.append(0, RecordRef::Put { ts, writes: &writes })?;
+                            let lsn = log.append(0, RecordRef::Put { ts, writes: (&writes).into() })?;
                             log.wait_durable(lsn, Duration::from_secs(30))?;
                             acknowledged.fetch_add(1, Ordering::Relaxed);
                         }
@@ -159,7 +159,7 @@ fn restart(settings: &Settings) -> Result<(), Failure> {
     for number in 0..settings.keys {
         let writes = vec![(key_of(number), value.clone())];
         store.put(number + 1, writes.clone(), 0)?;
-        log.append_timeout(0, RecordRef::Put { ts: number + 1, writes: &writes }, Duration::from_secs(30))?;
+        log.append_timeout(0, RecordRef::Put { ts: number + 1, writes: (&writes).into() }, Duration::from_secs(30))?;
     }
     log.close()?;
     println!("log written: {:.2} s", started.elapsed().as_secs_f64());
@@ -184,7 +184,7 @@ fn restart(settings: &Settings) -> Result<(), Failure> {
     // A second snapshot makes the first the oldest kept one, which drops the log it covers.
     let writes = vec![(key_of(0), value.clone())];
     store.put(settings.keys + 1, writes.clone(), 0)?;
-    log.append(0, RecordRef::Put { ts: settings.keys + 1, writes: &writes })?;
+    log.append(0, RecordRef::Put { ts: settings.keys + 1, writes: (&writes).into() })?;
     let second = log.write_snapshot(&store)?;
     println!("second snapshot: {:.2} s; dropped {} files", second.duration_ms as f64 / 1e3, second.dropped.len());
     log.close()?;

@@ -50,6 +50,6 @@ pub mod snapshot;
 
 pub use error::{DurableError, FileHeaderError, SnapshotDamage};
 pub use log::{FsyncPolicy, Log, LogStats};
-pub use record::{Lsn, Record, RecordError, RecordHeader, RecordRef, Writes};
+pub use record::{Lsn, Record, RecordError, RecordHeader, RecordRef, Writes, WritesRef};
 pub use recovery::{apply_record, create_at, open, set_aside, Cut, CutReason, InDoubt, OpenOptions, RecoveryReport};
 pub use snapshot::{LoadedSnapshot, SnapshotCounts, SnapshotJob, SnapshotReport};

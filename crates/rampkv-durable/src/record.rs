@@ -41,7 +41,7 @@ use std::sync::Arc;
 
 use rampkv_core::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use rampkv_core::protocol::server::LogRecord;
-use rampkv_core::storage::{Key, StoredMetadata};
+use rampkv_core::storage::{Key, StoredMetadata, Version};
 use rampkv_core::types::{Timestamp, TIMESTAMP_INITIAL};
 use rampkv_core::wire::{Decoder, Encoder, Metadata, WireError, WriteSet, BLOOM_BYTES_MAX};
 
@@ -110,10 +110,49 @@ pub enum Record {
 /// A store operation, borrowed (what encoding takes, so a caller encodes without copies).
 #[derive(Debug, Clone, Copy)]
 pub enum RecordRef<'a> {
-    Prepare { ts: Timestamp, metadata: &'a StoredMetadata, write_set: &'a [Key], writes: &'a [(Key, Box<[u8]>)] },
+    Prepare { ts: Timestamp, metadata: &'a StoredMetadata, write_set: &'a [Key], writes: WritesRef<'a> },
     Commit { ts: Timestamp },
     Abort { ts: Timestamp },
-    Put { ts: Timestamp, writes: &'a [(Key, Box<[u8]>)] },
+    Put { ts: Timestamp, writes: WritesRef<'a> },
+}
+
+/// The writes of a record to encode, borrowed: (key, value) pairs as decoded or built, or the
+/// versions a server stored (its log encodes them where the store keeps them).
+#[derive(Debug, Clone, Copy)]
+pub enum WritesRef<'a> {
+    Values(&'a [(Key, Box<[u8]>)]),
+    Stored(&'a [(Key, Arc<Version>)]),
+}
+
+impl<'a> WritesRef<'a> {
+    fn len(&self) -> usize {
+        match self {
+            WritesRef::Values(writes) => writes.len(),
+            WritesRef::Stored(writes) => writes.len(),
+        }
+    }
+
+    /// Each key with its value, in order.
+    fn pairs(self) -> impl Iterator<Item = (&'a Key, &'a [u8])> {
+        let (values, stored) = match self {
+            WritesRef::Values(writes) => (writes, &[][..]),
+            WritesRef::Stored(writes) => (&[][..], writes),
+        };
+        let values = values.iter().map(|(key, value)| (key, &value[..]));
+        values.chain(stored.iter().map(|(key, version)| (key, &version.value[..])))
+    }
+}
+
+impl<'a> From<&'a [(Key, Box<[u8]>)]> for WritesRef<'a> {
+    fn from(writes: &'a [(Key, Box<[u8]>)]) -> Self {
+        WritesRef::Values(writes)
+    }
+}
+
+impl<'a> From<&'a Writes> for WritesRef<'a> {
+    fn from(writes: &'a Writes) -> Self {
+        WritesRef::Values(writes)
+    }
 }
 
 impl Record {
@@ -121,11 +160,11 @@ impl Record {
     pub fn as_ref(&self) -> RecordRef<'_> {
         match self {
             Record::Prepare { ts, metadata, write_set, writes } => {
-                RecordRef::Prepare { ts: *ts, metadata, write_set, writes }
+                RecordRef::Prepare { ts: *ts, metadata, write_set, writes: writes.into() }
             }
             Record::Commit { ts } => RecordRef::Commit { ts: *ts },
             Record::Abort { ts } => RecordRef::Abort { ts: *ts },
-            Record::Put { ts, writes } => RecordRef::Put { ts: *ts, writes },
+            Record::Put { ts, writes } => RecordRef::Put { ts: *ts, writes: writes.into() },
         }
     }
 
@@ -141,11 +180,11 @@ impl<'a> From<&'a LogRecord> for RecordRef<'a> {
     fn from(record: &'a LogRecord) -> Self {
         match record {
             LogRecord::Prepare { ts, metadata, write_set, writes } => {
-                RecordRef::Prepare { ts: *ts, metadata, write_set, writes }
+                RecordRef::Prepare { ts: *ts, metadata, write_set, writes: WritesRef::Stored(writes) }
             }
             LogRecord::Commit { ts } => RecordRef::Commit { ts: *ts },
             LogRecord::Abort { ts } => RecordRef::Abort { ts: *ts },
-            LogRecord::Put { ts, writes } => RecordRef::Put { ts: *ts, writes },
+            LogRecord::Put { ts, writes } => RecordRef::Put { ts: *ts, writes: WritesRef::Stored(writes) },
         }
     }
 }
@@ -179,10 +218,10 @@ impl RecordRef<'_> {
             RecordRef::Prepare { metadata, write_set, writes, .. } => {
                 validate_metadata(metadata)?;
                 validate_keys(write_set.iter(), "write set")?;
-                validate_writes(writes)
+                validate_writes(*writes)
             }
             RecordRef::Commit { .. } | RecordRef::Abort { .. } => Ok(()),
-            RecordRef::Put { writes, .. } => validate_writes(writes),
+            RecordRef::Put { writes, .. } => validate_writes(*writes),
         }
     }
 
@@ -200,10 +239,10 @@ impl RecordRef<'_> {
                         encoder.key(key);
                     }
                 }
-                encode_writes(writes, encoder);
+                encode_writes(*writes, encoder);
             }
             RecordRef::Commit { .. } | RecordRef::Abort { .. } => {}
-            RecordRef::Put { writes, .. } => encode_writes(writes, encoder),
+            RecordRef::Put { writes, .. } => encode_writes(*writes, encoder),
         }
     }
 }
@@ -231,12 +270,17 @@ fn validate_metadata(metadata: &StoredMetadata) -> Result<(), RecordError> {
     }
 }
 
-fn validate_writes(writes: &[(Key, Box<[u8]>)]) -> Result<(), RecordError> {
-    if writes.is_empty() {
+fn validate_writes(writes: WritesRef<'_>) -> Result<(), RecordError> {
+    if writes.len() == 0 {
         return Err(RecordError::Invalid("a record with no writes"));
     }
-    validate_keys(writes.iter().map(|(key, _)| key), "writes")?;
-    for (_, value) in writes {
+    if writes.len() > TXN_KEYS_MAX {
+        return Err(WireError::FieldTooLarge { what: "writes", length: writes.len(), max: TXN_KEYS_MAX }.into());
+    }
+    for (key, value) in writes.pairs() {
+        if key.len() > KEY_BYTES_MAX {
+            return Err(WireError::FieldTooLarge { what: "key", length: key.len(), max: KEY_BYTES_MAX }.into());
+        }
         if value.len() > VALUE_BYTES_MAX {
             return Err(WireError::FieldTooLarge { what: "value", length: value.len(), max: VALUE_BYTES_MAX }.into());
         }
@@ -244,9 +288,9 @@ fn validate_writes(writes: &[(Key, Box<[u8]>)]) -> Result<(), RecordError> {
     Ok(())
 }
 
-fn encode_writes(writes: &[(Key, Box<[u8]>)], encoder: &mut Encoder<'_>) {
+fn encode_writes(writes: WritesRef<'_>, encoder: &mut Encoder<'_>) {
     encoder.count(writes.len());
-    for (key, value) in writes {
+    for (key, value) in writes.pairs() {
         encoder.key(key);
         encoder.bytes(value);
     }

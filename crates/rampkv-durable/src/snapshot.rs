@@ -57,7 +57,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use rampkv_core::storage::{Key, KeyVersions, PendingTxn, Store, StoredMetadata, Version};
+use rampkv_core::storage::{Key, KeyVersions, PendingTxn, Store, StoredMetadata, Superseded, Version};
 use rampkv_core::types::{Timestamp, TIMESTAMP_INITIAL};
 use rampkv_core::wire::{Decoder, Encoder, Metadata, WireError, WriteSet};
 
@@ -189,7 +189,7 @@ impl Log {
 /// unnecessary (older snapshots beyond `SNAPSHOTS_KEPT`, and log segments that the oldest kept
 /// snapshot covers).
 pub(crate) fn write(dir: &Path, store: &Store, lsn: Lsn, epoch: u64) -> Result<SnapshotReport, DurableError> {
-    write_image(dir, &StoreImage::of(store).without_superseded(), lsn, epoch)
+    write_image(dir, &StoreImage::of(store, Superseded::LeaveOut), lsn, epoch)
 }
 
 /// [`write`] of an image taken of the store.
@@ -268,7 +268,7 @@ fn drop_covered(dir: &Path) -> Result<Vec<PathBuf>, DurableError> {
 /// What `out` returns.
 pub fn write_to<W: Write>(out: W, store: &Store, lsn: Lsn, epoch: u64) -> std::io::Result<SnapshotCounts> {
     let mut writer = EntryWriter { out, scratch: Vec::new() };
-    let counts = writer.write_store(&StoreImage::of(store), FileHeader { lsn, epoch })?;
+    let counts = writer.write_store(&StoreImage::of(store, Superseded::Keep), FileHeader { lsn, epoch })?;
     writer.out.flush()?;
     Ok(counts)
 }
@@ -297,33 +297,13 @@ struct StoreImage {
 }
 
 impl StoreImage {
-    fn of(store: &Store) -> StoreImage {
-        let keys = (0..store.shard_count()).flat_map(|shard| store.shard_versions(shard)).collect();
+    /// `superseded`: `LeaveOut` for a file (module docs, "What a file snapshot leaves out"),
+    /// `Keep` for a catch-up stream.
+    fn of(store: &Store, superseded: Superseded) -> StoreImage {
+        let keys = (0..store.shard_count()).flat_map(|shard| store.shard_versions(shard, superseded)).collect();
         let pending = store.stale_pending(u64::MAX);
         let aborted = store.aborted_transactions();
         StoreImage { keys, pending, aborted }
-    }
-
-    /// The image a file snapshot keeps (module docs, "What a file snapshot leaves out"): each
-    /// key's committed versions older than its newest committed one are left out, as garbage
-    /// collection would have collected them, and the key's `collected_max_ts` says so.
-    fn without_superseded(mut self) -> StoreImage {
-        for entry in &mut self.keys {
-            let Some(newest) = entry.versions.iter().filter(|(_, committed)| *committed).map(|(v, _)| v.ts).max()
-            else {
-                continue;
-            };
-            let mut collected = entry.collected_max_ts;
-            entry.versions.retain(|(version, committed)| {
-                let superseded = *committed && version.ts < newest;
-                if superseded {
-                    collected = collected.max(version.ts);
-                }
-                !superseded
-            });
-            entry.collected_max_ts = collected;
-        }
-        self
     }
 }
 

@@ -34,7 +34,7 @@ fn concurrent_appenders_share_fsyncs_and_every_acknowledged_record_survives_a_re
                 for round in 0..ROUNDS {
                     barrier.wait();
                     let ts = round << 16 | thread;
-                    let lsn = log.append(0, RecordRef::Put { ts, writes: &put_writes(ts) }).unwrap();
+                    let lsn = log.append(0, RecordRef::Put { ts, writes: (&put_writes(ts)).into() }).unwrap();
                     log.wait_durable(lsn, WAIT).unwrap();
                     assert!(log.durable_lsn() >= lsn);
                     acknowledged.push((lsn, ts));
@@ -70,7 +70,7 @@ fn every_policy_makes_records_durable_and_a_clean_close_keeps_them_all() {
         let (log, _, _) = reopen(dir.path(), &options(policy));
         let mut last = 0;
         for ts in 1..=500 {
-            last = log.append(3, RecordRef::Put { ts, writes: &put_writes(ts) }).unwrap();
+            last = log.append(3, RecordRef::Put { ts, writes: (&put_writes(ts)).into() }).unwrap();
         }
         log.wait_durable(last, WAIT).unwrap();
         assert_eq!(log.durable_lsn(), 500, "{policy}");
@@ -87,7 +87,7 @@ fn every_policy_makes_records_durable_and_a_clean_close_keeps_them_all() {
 fn everysec_fsyncs_written_records_within_about_a_second_without_new_appends() {
     let dir = test_dir();
     let (log, _, _) = reopen(dir.path(), &options(FsyncPolicy::Everysec));
-    let lsn = log.append(0, RecordRef::Put { ts: 1, writes: &put_writes(1) }).unwrap();
+    let lsn = log.append(0, RecordRef::Put { ts: 1, writes: (&put_writes(1)).into() }).unwrap();
     log.wait_durable(lsn, WAIT).unwrap();
     let deadline = std::time::Instant::now() + WAIT;
     while log.stats().fsyncs == 0 {
@@ -138,12 +138,12 @@ fn a_full_log_refuses_appends_and_append_timeout_makes_room() {
     let mut appended = Vec::new();
     for ts in 1..=2_000u64 {
         let writes = vec![(key(&format!("k{ts}")), value.clone())];
-        match log.append(0, RecordRef::Put { ts, writes: &writes }) {
+        match log.append(0, RecordRef::Put { ts, writes: (&writes).into() }) {
             Ok(lsn) => appended.push(lsn),
             Err(DurableError::LogFull { waiting_bytes, max }) => {
                 assert!(waiting_bytes <= max);
                 refused += 1;
-                let lsn = log.append_timeout(0, RecordRef::Put { ts, writes: &writes }, WAIT).unwrap();
+                let lsn = log.append_timeout(0, RecordRef::Put { ts, writes: (&writes).into() }, WAIT).unwrap();
                 appended.push(lsn);
             }
             Err(other) => panic!("{other}"),
@@ -164,7 +164,7 @@ fn segments_rotate_and_a_reopen_reads_them_all_in_order() {
     let (log, _, _) = reopen(dir.path(), &options);
     for ts in 1..=1_000 {
         // One group per record (a segment is closed only between groups).
-        let lsn = log.append(0, RecordRef::Put { ts, writes: &put_writes(ts) }).unwrap();
+        let lsn = log.append(0, RecordRef::Put { ts, writes: (&put_writes(ts)).into() }).unwrap();
         log.wait_durable(lsn, WAIT).unwrap();
     }
     log.close().unwrap();
@@ -184,7 +184,7 @@ fn closed_segments_are_fsynced_in_the_background_even_with_policy_no() {
     let options = OpenOptions { segment_bytes_target: 4096, ..options(FsyncPolicy::No) };
     let (log, _, _) = reopen(dir.path(), &options);
     for ts in 1..=200 {
-        let lsn = log.append(0, RecordRef::Put { ts, writes: &put_writes(ts) }).unwrap();
+        let lsn = log.append(0, RecordRef::Put { ts, writes: (&put_writes(ts)).into() }).unwrap();
         log.wait_durable(lsn, WAIT).unwrap();
     }
     let deadline = std::time::Instant::now() + WAIT;
@@ -210,7 +210,7 @@ fn segments_are_allocated_beforehand_and_their_zeros_end_the_log_at_a_start() {
     let mut ts = 0;
     let mut put = |log: &rampkv_durable::Log| {
         ts += 1;
-        let lsn = log.append(0, RecordRef::Put { ts, writes: &put_writes(ts) }).unwrap();
+        let lsn = log.append(0, RecordRef::Put { ts, writes: (&put_writes(ts)).into() }).unwrap();
         log.wait_durable(lsn, WAIT).unwrap();
     };
     // Three segments, waiting each time for the next one to be prepared before the current

@@ -23,7 +23,7 @@ fn write_puts(dir: &Path, options: &OpenOptions, count: u64) -> Vec<PathBuf> {
     for ts in 1..=count {
         let value = format!("value {ts} ").repeat(1 + ts as usize % 7);
         let writes = vec![(key(&format!("k{}", ts % 10)), value.into_bytes().into())];
-        let lsn = log.append(0, RecordRef::Put { ts, writes: &writes }).unwrap();
+        let lsn = log.append(0, RecordRef::Put { ts, writes: (&writes).into() }).unwrap();
         log.wait_durable(lsn, WAIT).unwrap();
     }
     log.close().unwrap();
@@ -266,7 +266,8 @@ fn transactions_prepared_and_never_decided_are_reported_in_doubt() {
         let writes = vec![(key("a"), Box::from(&b"1"[..])), (key("b"), Box::from(&b"2"[..]))];
         let metadata = StoredMetadata::None;
         store.prepare(ts, metadata.clone(), Arc::clone(&write_set), writes.clone(), 0).unwrap();
-        log.append(0, RecordRef::Prepare { ts, metadata: &metadata, write_set: &write_set, writes: &writes }).unwrap();
+        log.append(0, RecordRef::Prepare { ts, metadata: &metadata, write_set: &write_set, writes: (&writes).into() })
+            .unwrap();
     }
     store.commit(10);
     log.append(0, RecordRef::Commit { ts: 10 }).unwrap();

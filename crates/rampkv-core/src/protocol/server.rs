@@ -46,7 +46,7 @@ use crate::limits::{
     CLIENT_IDS_MAX, GC_SWEEP_INTERVAL_MS, GC_SWEEP_KEYS_PER_TICK, KEY_BYTES_MAX, PREPARED_ABANDON_MS, TXN_KEYS_MAX,
     VALUE_BYTES_MAX,
 };
-use crate::storage::{InvalidPrepare, Key, Store, StoreError, StoredMetadata, SweepCursor, Version};
+use crate::storage::{InvalidPrepare, Key, Store, StoreError, StoredMetadata, StoredWrites, SweepCursor, Version};
 use crate::types::{check_client_timestamp, Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::response::{append_versions_frame, append_versions_located_frame, append_versions_locked_frame};
 use crate::wire::{
@@ -146,14 +146,23 @@ pub struct LogPosition(pub u64);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogRecord {
     /// Versions stored prepared (a RAMP PREPARE), with the transaction's whole write set.
-    Prepare { ts: Timestamp, metadata: StoredMetadata, write_set: Arc<[Key]>, writes: Vec<(Key, Box<[u8]>)> },
+    /// `writes` are the versions stored, shared with the store (the log copies no value).
+    Prepare { ts: Timestamp, metadata: StoredMetadata, write_set: Arc<[Key]>, writes: StoredWrites },
     /// Transaction `ts` made visible (a no-op for one not prepared here: logged all the same,
     /// so that its reply waits for every record before it).
     Commit { ts: Timestamp },
     /// Transaction `ts` aborted here: its prepared versions dropped, a late PREPARE refused.
     Abort { ts: Timestamp },
     /// Versions stored and made visible at once (NoCC PUT, S2PL COMMIT_LOCKED).
-    Put { ts: Timestamp, writes: Vec<(Key, Box<[u8]>)> },
+    Put { ts: Timestamp, writes: StoredWrites },
+}
+
+impl LogRecord {
+    /// A PUT of `writes` held by no store (tests, tools): each value in a version of its own.
+    pub fn put(ts: Timestamp, writes: Vec<(Key, Box<[u8]>)>) -> LogRecord {
+        let stored = |(key, value)| (key, Arc::new(Version { ts, value, metadata: StoredMetadata::None }));
+        LogRecord::Put { ts, writes: writes.into_iter().map(stored).collect() }
+    }
 }
 
 /// What serving a request caused besides its own reply. Reused across calls: the caller
@@ -593,11 +602,11 @@ impl ServerCore {
         effects: &mut Effects,
     ) -> Result<(), StoreError> {
         let keys = effects.publishing.then(|| staged_keys(&writes));
-        let logged = effects.logging.then(|| writes.clone());
-        self.store.put(ts, writes, now_ms)?;
+        let mut stored = StoredWrites::new();
+        self.store.put_keeping(ts, writes, now_ms, effects.logging.then_some(&mut stored))?;
         effects.note_committed(keys.into_iter().flatten());
-        if let Some(writes) = logged {
-            effects.logged.push(LogRecord::Put { ts, writes });
+        if effects.logging {
+            effects.logged.push(LogRecord::Put { ts, writes: stored });
         }
         Ok(())
     }
@@ -660,10 +669,11 @@ impl ServerCore {
         now_ms: u64,
         effects: &mut Effects,
     ) -> Result<(), StoreError> {
-        let logged = effects.logging.then(|| (metadata.clone(), Arc::clone(&write_set), writes.clone()));
-        self.store.prepare(ts, metadata, write_set, writes, now_ms)?;
-        if let Some((metadata, write_set, writes)) = logged {
-            effects.logged.push(LogRecord::Prepare { ts, metadata, write_set, writes });
+        let logged = effects.logging.then(|| (metadata.clone(), Arc::clone(&write_set)));
+        let mut stored = StoredWrites::new();
+        self.store.prepare_keeping(ts, metadata, write_set, writes, now_ms, logged.is_some().then_some(&mut stored))?;
+        if let Some((metadata, write_set)) = logged {
+            effects.logged.push(LogRecord::Prepare { ts, metadata, write_set, writes: stored });
         }
         Ok(())
     }
@@ -987,6 +997,9 @@ mod tests {
         effects.set_logging(true);
         let write = |key: &str| Write { key: key.as_bytes().to_vec(), value: b"v".to_vec() };
         let key = |name: &str| Key::from(name.as_bytes());
+        let version = |name: &str, ts: Timestamp, metadata: StoredMetadata| {
+            (key(name), Arc::new(Version { ts, value: Box::from(&b"v"[..]), metadata }))
+        };
         let mut logged = |request: Request| {
             effects.clear();
             core.handle(ConnectionId::default(), request, 1, Now::default(), &mut effects);
@@ -999,13 +1012,13 @@ mod tests {
         let expected = LogRecord::Prepare {
             ts: 5,
             metadata: StoredMetadata::WriteSet(Arc::clone(&keys)),
+            writes: vec![version("a", 5, StoredMetadata::WriteSet(Arc::clone(&keys)))],
             write_set: keys,
-            writes: vec![(key("a"), Box::from(&b"v"[..]))],
         };
         assert_eq!(prepared, vec![expected]);
         assert_eq!(logged(Request::Commit { ts: 5 }), vec![LogRecord::Commit { ts: 5 }]);
         let put = logged(Request::Put { ts: 7, writes: vec![write("c")] });
-        assert_eq!(put, vec![LogRecord::Put { ts: 7, writes: vec![(key("c"), Box::from(&b"v"[..]))] }]);
+        assert_eq!(put, vec![LogRecord::Put { ts: 7, writes: vec![version("c", 7, StoredMetadata::None)] }]);
         // Unknown here: marked aborted, and the mark is logged; asked again, nothing new.
         assert_eq!(logged(Request::Status { ts: 9, keys: vec![b"d".to_vec()] }), vec![LogRecord::Abort { ts: 9 }]);
         assert_eq!(logged(Request::Status { ts: 9, keys: vec![b"d".to_vec()] }), vec![]);
@@ -1020,7 +1033,7 @@ mod tests {
         // S2PL: the staged writes are logged as a PUT at COMMIT_LOCKED, not when staged.
         assert_eq!(logged(Request::LockWrite { ts: 11, writes: vec![write("f")] }), vec![]);
         let committed = logged(Request::CommitLocked { ts: 11 });
-        assert_eq!(committed, vec![LogRecord::Put { ts: 11, writes: vec![(key("f"), Box::from(&b"v"[..]))] }]);
+        assert_eq!(committed, vec![LogRecord::Put { ts: 11, writes: vec![version("f", 11, StoredMetadata::None)] }]);
         let mut aborted = Effects::default();
         aborted.set_logging(true);
         core.abort(13, 0, &mut aborted);

@@ -88,7 +88,7 @@ impl<V> VersionMap<V> {
     }
 
     /// In timestamp order.
-    pub(super) fn values(&self) -> impl Iterator<Item = &V> {
+    pub(super) fn values(&self) -> impl DoubleEndedIterator<Item = &V> {
         self.entries.iter().map(|(_, value)| value)
     }
 }

@@ -68,13 +68,14 @@ fn append_until(log: &Log, store: &Store, round: u64, thread: u64, deadline: Ins
         let write_set: Arc<[Key]> = Arc::from([key_of(prepared), Key::from(&b"elsewhere"[..])]);
         let metadata = StoredMetadata::WriteSet(Arc::clone(&write_set));
         store.prepare(prepared, metadata.clone(), Arc::clone(&write_set), writes.clone(), 0)?;
-        let record = RecordRef::Prepare { ts: prepared, metadata: &metadata, write_set: &write_set, writes: &writes };
+        let record =
+            RecordRef::Prepare { ts: prepared, metadata: &metadata, write_set: &write_set, writes: (&writes).into() };
         durable(log, "P", prepared, record)?;
         store.commit(prepared);
         durable(log, "C", prepared, RecordRef::Commit { ts: prepared })?;
         let writes = vec![(key_of(put), value_of(put))];
         store.put(put, writes.clone(), 0)?;
-        durable(log, "U", put, RecordRef::Put { ts: put, writes: &writes })?;
+        durable(log, "U", put, RecordRef::Put { ts: put, writes: (&writes).into() })?;
     }
     Ok(())
 }

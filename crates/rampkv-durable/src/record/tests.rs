@@ -85,10 +85,10 @@ fn the_encoder_refuses_what_the_decoder_would_refuse_and_appends_nothing() {
         (0..=TXN_KEYS_MAX).map(|index| (key(&index.to_string()), Box::from(&b""[..]))).collect();
     let refused = [
         RecordRef::Commit { ts: 0 },
-        RecordRef::Put { ts: 1, writes: &[] },
-        RecordRef::Put { ts: 1, writes: &too_long },
-        RecordRef::Put { ts: 1, writes: &too_big },
-        RecordRef::Put { ts: 1, writes: &too_many },
+        RecordRef::Put { ts: 1, writes: WritesRef::Values(&[]) },
+        RecordRef::Put { ts: 1, writes: (&too_long).into() },
+        RecordRef::Put { ts: 1, writes: (&too_big).into() },
+        RecordRef::Put { ts: 1, writes: (&too_many).into() },
     ];
     for record in refused {
         assert!(encode_record(header(1), record, &mut bytes).is_err(), "{record:?}");

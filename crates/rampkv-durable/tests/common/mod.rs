@@ -115,7 +115,7 @@ impl Workload {
                 let writes: Vec<(Key, Box<[u8]>)> =
                     self.some_keys().into_iter().map(|key| (key.clone(), self.value(&key, ts))).collect();
                 store.put(ts, writes.clone(), 0).expect("put");
-                Some(log.append(0, RecordRef::Put { ts, writes: &writes }).expect("append"))
+                Some(log.append(0, RecordRef::Put { ts, writes: (&writes).into() }).expect("append"))
             }
             16 => {
                 // A STATUS probe of a transaction never prepared here marks it aborted.
@@ -167,7 +167,7 @@ impl Workload {
             })
             .collect();
         store.prepare(ts, metadata.clone(), Arc::clone(&write_set), writes.clone(), 0).expect("prepare");
-        let record = RecordRef::Prepare { ts, metadata: &metadata, write_set: &write_set, writes: &writes };
+        let record = RecordRef::Prepare { ts, metadata: &metadata, write_set: &write_set, writes: (&writes).into() };
         log.append(0, record).expect("append")
     }
 }
@@ -197,7 +197,7 @@ pub fn image(store: &Store) -> StoreImage {
     let mut keys = BTreeMap::new();
     let mut superseded = BTreeMap::new();
     for shard in 0..store.shard_count() {
-        for entry in store.shard_versions(shard) {
+        for entry in store.shard_versions(shard, rampkv_core::storage::Superseded::Keep) {
             let last_commit = store.last_commit(&entry.key);
             let mut versions = BTreeMap::new();
             for (version, committed) in &entry.versions {

@@ -663,7 +663,7 @@ mod tests {
                 ts += 1;
                 let key = Key::from(format!("k{}", ts % 16).as_bytes());
                 let mut effects = Effects::default();
-                effects.logged.push(LogRecord::Put { ts, writes: vec![(key, vec![1u8; 8192].into_boxed_slice())] });
+                effects.logged.push(LogRecord::put(ts, vec![(key, vec![1u8; 8192].into_boxed_slice())]));
                 journal.append(&mut effects);
                 journal.flush();
             }

@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use rampkv_core::storage::StoredMetadata;
+use rampkv_core::storage::{StoredMetadata, Version};
 
 use super::*;
 
@@ -35,7 +35,7 @@ fn put(lsn: u64, epoch: u64, key: &str) -> Vec<u8> {
     let writes = vec![(Key::from(key.as_bytes()), Box::from(b"value".as_slice()))];
     let mut frame = Vec::new();
     let header = RecordHeader { lsn, epoch, synced_lsn: 0 };
-    encode_record(header, RecordRef::Put { ts: 1 << 20 | lsn, writes: &writes }, &mut frame).unwrap();
+    encode_record(header, RecordRef::Put { ts: 1 << 20 | lsn, writes: (&writes).into() }, &mut frame).unwrap();
     frame
 }
 
@@ -190,15 +190,18 @@ fn replicator_releases_a_call_only_once_every_backup_holds_it(medium: Replicatio
     let backups = vec![(1, first.address().to_string()), (2, second.address().to_string())];
     let replicator = Replicator::start(0, 1, backups, None, medium).unwrap();
     let mut effects = Effects::default();
-    effects.logged.push(rampkv_core::protocol::server::LogRecord::Put {
-        ts: 1 << 20,
-        writes: vec![(Key::from(b"k".as_slice()), Box::from(b"v".as_slice()))],
-    });
+    effects.logged.push(rampkv_core::protocol::server::LogRecord::put(
+        1 << 20,
+        vec![(Key::from(b"k".as_slice()), Box::from(b"v".as_slice()))],
+    ));
     effects.logged.push(rampkv_core::protocol::server::LogRecord::Prepare {
         ts: 2 << 20,
         metadata: StoredMetadata::None,
         write_set: Arc::from(vec![Key::from(b"p".as_slice())]),
-        writes: vec![(Key::from(b"p".as_slice()), Box::from(b"w".as_slice()))],
+        writes: vec![(
+            Key::from(b"p".as_slice()),
+            Arc::new(Version { ts: 2 << 20, value: Box::from(b"w".as_slice()), metadata: StoredMetadata::None }),
+        )],
     });
     replicator.append(&mut effects);
     assert!(effects.logged.is_empty());
@@ -292,10 +295,10 @@ fn catching_up_backup_gets_a_snapshot_then_the_records_and_becomes_in_sync(mediu
     let write = |ts: u64, key: &str| {
         write_key(core.store(), ts, key);
         let mut effects = Effects::default();
-        effects.logged.push(rampkv_core::protocol::server::LogRecord::Put {
+        effects.logged.push(rampkv_core::protocol::server::LogRecord::put(
             ts,
-            writes: vec![(Key::from(key.as_bytes()), Box::from(key.as_bytes()))],
-        });
+            vec![(Key::from(key.as_bytes()), Box::from(key.as_bytes()))],
+        ));
         replicator.append(&mut effects);
         effects.release_after.expect("a record was appended")
     };
@@ -640,10 +643,10 @@ fn a_restarted_backup_with_its_copy_on_disk_gets_only_the_records_it_missed() {
         let key = format!("key{index}");
         write_key(core.store(), (index + 1) << 20, &key);
         let mut effects = Effects::default();
-        effects.logged.push(rampkv_core::protocol::server::LogRecord::Put {
-            ts: (index + 1) << 20,
-            writes: vec![(Key::from(key.as_bytes()), Box::from(key.as_bytes()))],
-        });
+        effects.logged.push(rampkv_core::protocol::server::LogRecord::put(
+            (index + 1) << 20,
+            vec![(Key::from(key.as_bytes()), Box::from(key.as_bytes()))],
+        ));
         replicator.append(&mut effects);
         effects.release_after.expect("a record was appended")
     };
@@ -729,10 +732,9 @@ fn catch_up_size_and_time_delta_against_snapshot() {
         let key = Key::from(format!("key{:07}", index % keys).into_bytes());
         core.store().put(ts, vec![(key.clone(), Box::from(value.as_slice()))], 0).unwrap();
         let mut effects = Effects::default();
-        effects.logged.push(rampkv_core::protocol::server::LogRecord::Put {
-            ts,
-            writes: vec![(key, Box::from(value.as_slice()))],
-        });
+        effects
+            .logged
+            .push(rampkv_core::protocol::server::LogRecord::put(ts, vec![(key, Box::from(value.as_slice()))]));
         replicator.append(&mut effects);
         effects.release_after.unwrap()
     };
