@@ -672,19 +672,30 @@ fn key_versions(key: &Key, state: &KeyState, superseded: Superseded) -> KeyVersi
     let versions = match superseded {
         Superseded::Keep => state.versions.values().map(copy).collect(),
         Superseded::LeaveOut => {
-            // Newest first: every committed version past the first committed one is left out.
-            let mut newest_committed_seen = false;
-            let mut kept: Vec<(Arc<Version>, bool)> = Vec::new();
-            for stored in state.versions.values().rev() {
-                let committed = stored.committed.load(Ordering::Acquire);
-                if committed && newest_committed_seen {
-                    collected_max_ts = collected_max_ts.max(stored.version.ts);
-                    continue;
-                }
-                newest_committed_seen |= committed;
-                kept.push(copy(stored));
+            // What is kept is listed in `unmarked` (every uncommitted version, and every one at
+            // or above lastCommit, is: `mark_superseded` keeps them there), so the copy costs
+            // the few versions in flight, not the thousands a key written often holds through
+            // the grace period. lastCommit is the newest committed version's timestamp (the
+            // latest is never collected).
+            let last_commit = state.last_commit.load(Ordering::Acquire);
+            let mut listed: SmallVec<[Timestamp; 8]> = state.unmarked.iter().copied().collect();
+            listed.sort_unstable();
+            let kept = listed
+                .into_iter()
+                .filter_map(|ts| state.versions.get(&ts))
+                .filter(|stored| stored.version.ts >= last_commit || !stored.committed.load(Ordering::Acquire))
+                .map(copy)
+                .collect();
+            // The newest version left out: the newest committed one below lastCommit.
+            let newest_left_out = state
+                .versions
+                .values()
+                .rev()
+                .skip_while(|stored| stored.version.ts >= last_commit)
+                .find(|stored| stored.committed.load(Ordering::Acquire));
+            if let Some(stored) = newest_left_out {
+                collected_max_ts = collected_max_ts.max(stored.version.ts);
             }
-            kept.reverse();
             kept
         }
     };
@@ -1268,6 +1279,37 @@ mod tests {
         }
     }
 
+    /// A snapshot file's copy of every key is its full copy without the committed versions
+    /// below the newest committed one, with `collected_max_ts` raised past them (the rule as
+    /// stated, applied to every version).
+    fn assert_leave_out_is_the_rule(store: &Store, step: usize) {
+        for shard in 0..store.shard_count() {
+            let full = store.shard_versions(shard, Superseded::Keep);
+            let left = store.shard_versions(shard, Superseded::LeaveOut);
+            assert_eq!(full.len(), left.len(), "step {step}");
+            for (full, left) in full.into_iter().zip(left) {
+                assert_eq!(full.key, left.key, "step {step}");
+                let newest = full.versions.iter().filter(|(_, committed)| *committed).map(|(v, _)| v.ts).max();
+                let superseded = |ts: Timestamp, committed: bool| committed && newest.is_some_and(|newest| ts < newest);
+                let collected = full
+                    .versions
+                    .iter()
+                    .filter(|(version, committed)| superseded(version.ts, *committed))
+                    .map(|(version, _)| version.ts)
+                    .fold(full.collected_max_ts, Timestamp::max);
+                let kept: Vec<(Timestamp, bool)> = full
+                    .versions
+                    .iter()
+                    .filter(|(version, committed)| !superseded(version.ts, *committed))
+                    .map(|(version, committed)| (version.ts, *committed))
+                    .collect();
+                let found: Vec<(Timestamp, bool)> =
+                    left.versions.iter().map(|(version, committed)| (version.ts, *committed)).collect();
+                assert_eq!((found, left.collected_max_ts), (kept, collected), "step {step} key {:?}", full.key);
+            }
+        }
+    }
+
     #[test]
     fn latest_and_collection_match_a_model_under_out_of_order_commits_and_aborts() {
         use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -1354,6 +1396,7 @@ mod tests {
                 versions += entry.versions.len();
             }
             assert_eq!(store.stats().versions, versions, "step {step}");
+            assert_leave_out_is_the_rule(&store, step);
         }
         assert!(store.stats().versions_collected > 100, "the run collected versions");
     }
