@@ -11,9 +11,10 @@
 //! ```
 //!
 //! # Names
-//! `segment-<first LSN, 20 digits>.log` (allocated as `segment-next.log.tmp`, then renamed),
-//! `snapshot-<LSN, 20 digits>.snap` (written as `….snap.tmp`, then renamed), `LOCK`. Zero-padded numbers sort as text in LSN order. Other
-//! files are left alone.
+//! `segment-<first LSN, 20 digits>.log` (allocated as `segment-next.log.tmp`, or recycled
+//! from `segment-recycled.log.tmp`, then renamed), `snapshot-<LSN, 20 digits>.snap` (written
+//! as `….snap.tmp`, then renamed), `LOCK`. Zero-padded numbers sort as text in LSN order.
+//! Other files are left alone.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
@@ -105,6 +106,13 @@ pub fn prepared_segment_path(dir: &Path) -> PathBuf {
     dir.join(format!("{SEGMENT_PREFIX}next{SEGMENT_SUFFIX}{TEMPORARY_SUFFIX}"))
 }
 
+/// A segment a snapshot covers, kept to become a later segment instead of being deleted: its
+/// pages are still in the page cache and its blocks written, so the log writes over them
+/// without allocating either (recovery: `Replay::stale_tail`). Deleted at start.
+pub fn recycled_segment_path(dir: &Path) -> PathBuf {
+    dir.join(format!("{SEGMENT_PREFIX}recycled{SEGMENT_SUFFIX}{TEMPORARY_SUFFIX}"))
+}
+
 /// Where a snapshot is written before it is complete.
 pub fn temporary_snapshot_path(dir: &Path, lsn: Lsn) -> PathBuf {
     dir.join(format!("{SNAPSHOT_PREFIX}{lsn:020}{SNAPSHOT_SUFFIX}{TEMPORARY_SUFFIX}"))
@@ -118,6 +126,8 @@ pub struct DirListing {
     pub temporaries: Vec<PathBuf>,
     /// A allocated segment prepared and not used (it holds no record).
     pub prepared_segment: Option<PathBuf>,
+    /// A segment kept for reuse (its records were covered by a snapshot).
+    pub recycled_segment: Option<PathBuf>,
 }
 
 /// Lists `dir`.
@@ -129,6 +139,8 @@ pub fn list(dir: &Path) -> Result<DirListing, DurableError> {
         let Some(name) = entry.file_name().to_str().map(str::to_owned) else { continue };
         if entry.path() == prepared_segment_path(dir) {
             listing.prepared_segment = Some(entry.path());
+        } else if entry.path() == recycled_segment_path(dir) {
+            listing.recycled_segment = Some(entry.path());
         } else if name.starts_with(SNAPSHOT_PREFIX) && name.ends_with(TEMPORARY_SUFFIX) {
             listing.temporaries.push(entry.path());
         } else if let Some(lsn) = numbered(&name, SEGMENT_PREFIX, SEGMENT_SUFFIX) {

@@ -58,7 +58,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::DurableError;
-use crate::files::{prepared_segment_path, segment_path, sync_dir, DirLock, FileHeader, SEGMENT_MAGIC};
+use crate::files::{
+    prepared_segment_path, recycled_segment_path, segment_path, sync_dir, DirLock, FileHeader, SEGMENT_MAGIC,
+};
 use crate::limits::{EVERYSEC_SYNC_INTERVAL_MS, LOG_BUFFER_RETAINED_BYTES, SEGMENT_FIRST_PREALLOCATED_BYTES};
 use crate::record::{encode_record, Lsn, RecordHeader, RecordRef};
 
@@ -129,6 +131,8 @@ pub struct LogStats {
     pub last_lsn: Lsn,
     /// The durable watermark.
     pub durable_lsn: Lsn,
+    /// Segments made of a recycled one (a segment a snapshot covered) rather than a new file.
+    pub segments_recycled: u64,
 }
 
 impl LogStats {
@@ -210,6 +214,7 @@ pub(crate) struct Shared {
     bytes: AtomicU64,
     groups: AtomicU64,
     fsyncs: AtomicU64,
+    segments_recycled: AtomicU64,
     pub(crate) snapshot_running: AtomicBool,
     /// The next segment, allocated in the background by the preparer thread.
     prepared: Mutex<Prepared>,
@@ -232,12 +237,15 @@ struct Prepared {
     closing: bool,
 }
 
-/// A file of `bytes` bytes allocated (reading as zeros) and fsynced, under a temporary name.
+/// A file of `bytes` bytes allocated (reading as zeros, or as a recycled segment's old
+/// records) and fsynced, under a temporary name.
 #[derive(Debug)]
 struct PreparedFile {
     file: File,
     path: PathBuf,
     bytes: u64,
+    /// Made of the recycled segment.
+    recycled: bool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -283,7 +291,7 @@ impl Log {
         let first_bytes = segment_bytes_target.min(SEGMENT_FIRST_PREALLOCATED_BYTES);
         // A file system that cannot allocate ahead (or a full disk) gets a segment that grows
         // with its writes, as the preparer's failures do.
-        let segment = match prepare_file(&prepared_segment_path(&dir), first_bytes, &|| false) {
+        let segment = match prepare_file(&prepared_segment_path(&dir), first_bytes, None, &|| false) {
             Ok(first) => Segment::install(&dir, first, next_lsn, epoch)?,
             Err(_) => Segment::create(&dir, next_lsn, epoch)?,
         };
@@ -321,6 +329,7 @@ impl Log {
             bytes: AtomicU64::new(0),
             groups: AtomicU64::new(0),
             fsyncs: AtomicU64::new(0),
+            segments_recycled: AtomicU64::new(0),
             snapshot_running: AtomicBool::new(false),
             prepared: Mutex::new(Prepared { file: None, wanted: false, closing: false }),
             preparer: Condvar::new(),
@@ -489,6 +498,7 @@ impl Log {
             fsyncs: shared.fsyncs.load(Ordering::Relaxed),
             last_lsn: self.last_lsn(),
             durable_lsn: self.durable_lsn(),
+            segments_recycled: shared.segments_recycled.load(Ordering::Relaxed),
         }
     }
 
@@ -556,9 +566,9 @@ struct Segment {
     /// Where the next group goes: the header and the records written so far.
     bytes: u64,
     /// The file's length when it was installed: the bytes after `bytes` up to here were
-    /// allocated (and fsynced) beforehand and read as zeros, so a write there does not grow
-    /// the file and an `fdatasync` of it has no file size to commit. 0 for a segment not
-    /// allocated ahead.
+    /// allocated (and fsynced) beforehand and read as zeros or, in a recycled segment, as the
+    /// records of an older segment, so a write there does not grow the file and an
+    /// `fdatasync` of it has no file size to commit. 0 for a segment not allocated ahead.
     preallocated: u64,
 }
 
@@ -582,7 +592,7 @@ impl Segment {
     /// between leaves the temporary file (deleted at start) or a segment of a header and zeros
     /// (no records).
     fn install(dir: &Path, prepared: PreparedFile, first_lsn: Lsn, epoch: u64) -> Result<Segment, DurableError> {
-        let PreparedFile { file, path: temporary, bytes } = prepared;
+        let PreparedFile { file, path: temporary, bytes, .. } = prepared;
         let path = segment_path(dir, first_lsn);
         let header = FileHeader { lsn: first_lsn, epoch }.encode(SEGMENT_MAGIC);
         file.write_all_at(&header, 0).and_then(|()| file.sync_data()).map_err(DurableError::io("write", &temporary))?;
@@ -591,8 +601,9 @@ impl Segment {
         Ok(Segment { file: Arc::new(file), path, bytes: header.len() as u64, preallocated: bytes })
     }
 
-    /// Closing: drops the zeros after the last record (recovery would take them as the end of
-    /// the log anyway; a cleanly closed segment is exactly its records).
+    /// Closing: drops the zeros (or a recycled segment's old records) after the last record
+    /// (recovery would take them as the end of the log anyway; a cleanly closed segment is
+    /// exactly its records).
     fn cut_zero_tail(&self) -> Result<(), Failure> {
         if self.preallocated <= self.bytes {
             return Ok(());
@@ -604,18 +615,30 @@ impl Segment {
     }
 }
 
-/// Creates a file of `bytes` bytes at `path` (replacing a leftover), allocated (`fallocate`:
-/// blocks reserved, reading as zeros) and fsynced with its size; gives up (the file removed)
-/// if `halted()` says so first.
-fn prepare_file(path: &Path, bytes: u64, halted: &dyn Fn() -> bool) -> std::io::Result<PreparedFile> {
+/// Makes a file of at least `bytes` bytes at `path` (replacing a leftover), allocated
+/// (`fallocate`: blocks reserved, reading as zeros) and fsynced with its size; gives up (the
+/// file removed) if `halted()` says so first. With `recycled` (the recycled segment's path)
+/// and such a file there, that file is renamed to `path` and used, its old records left in
+/// place (the log writes over them; recovery tells them from its own: `Replay::stale_tail`),
+/// extended to `bytes` if it is shorter.
+fn prepare_file(
+    path: &Path,
+    bytes: u64,
+    recycled: Option<&Path>,
+    halted: &dyn Fn() -> bool,
+) -> std::io::Result<PreparedFile> {
     let prepare = || {
-        let file = File::options().write(true).create(true).truncate(true).open(path)?;
+        let reused = recycled.is_some_and(|recycled| std::fs::rename(recycled, path).is_ok());
+        let file = File::options().write(true).create(true).truncate(!reused).open(path)?;
         if halted() {
             return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "the log is closing"));
         }
-        fs4::FileExt::allocate(&file, bytes)?;
+        let length = file.metadata()?.len();
+        if length < bytes {
+            fs4::FileExt::allocate(&file, bytes)?;
+        }
         file.sync_all()?;
-        Ok(PreparedFile { file, path: path.to_path_buf(), bytes })
+        Ok(PreparedFile { file, path: path.to_path_buf(), bytes: length.max(bytes), recycled: reused })
     };
     prepare().inspect_err(|_| {
         let _ = std::fs::remove_file(path);
@@ -623,12 +646,14 @@ fn prepare_file(path: &Path, bytes: u64, halted: &dyn Fn() -> bool) -> std::io::
 }
 
 /// The preparer: keeps one allocated segment of `segment_bytes_target` bytes ready for the
-/// writer's next rotation, so that no writer waits for a file to be filled. A failed
+/// writer's next rotation, so that no writer waits for a file to be filled; the recycled
+/// segment a snapshot left, when there is one (`prepare_file`). A failed
 /// preparation (a full disk) is not an error of the log: the next segment is then created
 /// empty and grows with its writes, as without preparation (and the preparer tries again
 /// after that rotation).
 fn run_preparer(shared: &Shared) {
     let path = prepared_segment_path(&shared.dir);
+    let recycled = recycled_segment_path(&shared.dir);
     let closing = || shared.prepared.lock().closing;
     loop {
         {
@@ -642,7 +667,7 @@ fn run_preparer(shared: &Shared) {
                 return;
             }
         }
-        let made = prepare_file(&path, shared.segment_bytes_target, &closing);
+        let made = prepare_file(&path, shared.segment_bytes_target, Some(&recycled), &closing);
         let mut prepared = shared.prepared.lock();
         prepared.wanted = false;
         match made {
@@ -786,7 +811,12 @@ fn rotate(shared: &Shared, writer: &mut WriterState, group: &Group) -> Result<()
         shared.prepared_ready.store(false, Ordering::Release);
         shared.prepare_asked.store(false, Ordering::Release);
         match prepared.file.take() {
-            Some(file) => Segment::install(&shared.dir, file, group.first_lsn, group.epoch),
+            Some(file) => {
+                if file.recycled {
+                    shared.segments_recycled.fetch_add(1, Ordering::Relaxed);
+                }
+                Segment::install(&shared.dir, file, group.first_lsn, group.epoch)
+            }
             None => Segment::create(&shared.dir, group.first_lsn, group.epoch),
         }
     };

@@ -247,8 +247,8 @@ pub fn open(dir: &Path, options: &OpenOptions, store: &Store) -> Result<(Log, Re
         std::fs::remove_file(&path).map_err(DurableError::io("remove", &path))?;
         report.removed_temporaries.push(path);
     }
-    // Zeros only, not worth a line of the report.
-    if let Some(path) = listing.prepared_segment {
+    // Zeros, or records a snapshot covers: not worth a line of the report.
+    for path in listing.prepared_segment.into_iter().chain(listing.recycled_segment) {
         std::fs::remove_file(&path).map_err(DurableError::io("remove", &path))?;
     }
     for (_, path) in listing.snapshots.iter().rev() {
@@ -342,6 +342,11 @@ pub fn create_at(dir: &Path, options: &OpenOptions, store: &Store, lsn: Lsn, epo
     if !listing.segments.is_empty() || !listing.snapshots.is_empty() {
         return Err(DurableError::DirectoryNotEmpty { dir: dir.to_path_buf() });
     }
+    // Old records of another log: never to be written over by this one (their LSNs are not
+    // below this log's).
+    for path in listing.prepared_segment.into_iter().chain(listing.recycled_segment) {
+        std::fs::remove_file(&path).map_err(DurableError::io("remove", &path))?;
+    }
     snapshot::write(dir, store, lsn, epoch)?;
     let start = Start {
         dir: dir.to_path_buf(),
@@ -430,6 +435,9 @@ impl Replay<'_> {
             let frame = match check_frame(&bytes[offset..]) {
                 Ok(frame) => frame,
                 Err(_) if self.zero_tail(index, &bytes, offset, expected)? => return Ok(SegmentEnd::Complete),
+                Err(_) if self.stale_tail(index, &bytes, offset, header.lsn, expected)? => {
+                    return Ok(SegmentEnd::Complete)
+                }
                 Err(cause) => match self.damage(index, &bytes, offset, expected, cause)? {
                     Some((resume_offset, resume_lsn)) => {
                         (offset, expected) = (resume_offset, resume_lsn);
@@ -438,6 +446,9 @@ impl Replay<'_> {
                     None => return Ok(SegmentEnd::Cut),
                 },
             };
+            if frame.header.lsn < header.lsn && self.stale_tail(index, &bytes, offset, header.lsn, expected)? {
+                return Ok(SegmentEnd::Complete);
+            }
             if frame.header.lsn != expected {
                 let error = DurableError::LsnOutOfOrder {
                     file: path.clone(),
@@ -473,6 +484,50 @@ impl Replay<'_> {
         }
         if !self.is_last(index) {
             return Ok(self.segments[index + 1].0 == expected);
+        }
+        let path = &self.segments[index].1;
+        let file = File::options().write(true).open(path).map_err(DurableError::io("open", path))?;
+        file.set_len(offset as u64).and_then(|()| file.sync_all()).map_err(DurableError::io("truncate", path))?;
+        Ok(true)
+    }
+
+    /// Whether the segment ends at `offset` with bytes the writer never wrote there (a recycled
+    /// segment's older records: the log writes over them), as [`Replay::zero_tail`] for zeros:
+    /// no whole record at or past `expected` follows in the segment (else a hole before one is
+    /// damage or a torn write, decided as before), and
+    /// - the next segment starts at `expected`: the writer moved on to it after LSN
+    ///   `expected - 1`, so nothing after that record here was written by it; or
+    /// - this is the last segment, the bytes at `offset` are not a record the writer began (its
+    ///   header would carry `expected`: a torn write, cut and reported as before), and a whole
+    ///   record with an LSN below `first_lsn`, the segment's first, lies after `offset`: no
+    ///   record written into this segment has one (LSNs only grow), so it is an older
+    ///   segment's. The older bytes are cut without a report. Without such a record (the
+    ///   writer stopped inside an older record's bytes) they are cut as a torn tail is, and
+    ///   reported (no record of this log is in them).
+    fn stale_tail(
+        &mut self,
+        index: usize,
+        bytes: &[u8],
+        offset: usize,
+        first_lsn: Lsn,
+        expected: Lsn,
+    ) -> Result<bool, DurableError> {
+        if scan_after(bytes, offset, expected).records > 0 {
+            return Ok(false);
+        }
+        if !self.is_last(index) {
+            return Ok(self.segments[index + 1].0 == expected);
+        }
+        let lsn_at = |position: usize| {
+            bytes.get(position + 16..position + 24).map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes")))
+        };
+        if lsn_at(offset).is_none_or(|lsn| lsn == expected) {
+            return Ok(false);
+        }
+        let older = (offset..bytes.len())
+            .any(|position| check_frame(&bytes[position..]).is_ok_and(|frame| frame.header.lsn < first_lsn));
+        if !older {
+            return Ok(false);
         }
         let path = &self.segments[index].1;
         let file = File::options().write(true).open(path).map_err(DurableError::io("open", path))?;
@@ -625,7 +680,8 @@ impl Replay<'_> {
         let segments = self.segments;
         for (first_lsn, path) in &segments[index + 1..] {
             let bytes = std::fs::read(path).map_err(DurableError::io("read", path))?;
-            let (length, records) = (bytes.len() as u64, scan_after(&bytes, FILE_HEADER_BYTES - 1, 1).records);
+            // From its first LSN on: a recycled segment's older records are not counted.
+            let (length, records) = (bytes.len() as u64, scan_after(&bytes, FILE_HEADER_BYTES - 1, *first_lsn).records);
             std::fs::remove_file(path).map_err(DurableError::io("remove", path))?;
             let first_lsn_dropped = *first_lsn;
             let cut = Cut {

@@ -63,7 +63,8 @@ use rampkv_core::wire::{Decoder, Encoder, Metadata, WireError, WriteSet};
 
 use crate::error::{DurableError, SnapshotDamage};
 use crate::files::{
-    list, snapshot_path, sync_dir, temporary_snapshot_path, FileHeader, FILE_HEADER_BYTES, SNAPSHOT_MAGIC,
+    list, recycled_segment_path, snapshot_path, sync_dir, temporary_snapshot_path, FileHeader, FILE_HEADER_BYTES,
+    SNAPSHOT_MAGIC,
 };
 use crate::limits::{SNAPSHOTS_KEPT, SNAPSHOT_ENTRY_BYTES_MAX, SNAPSHOT_IO_BUFFER_BYTES};
 use crate::log::{Log, Shared};
@@ -234,7 +235,9 @@ fn write_temporary(
 
 /// Deletes snapshots beyond the newest `SNAPSHOTS_KEPT`, and segments whose every record the
 /// oldest kept snapshot covers (a segment is covered when the next one starts at or before the
-/// snapshot's LSN + 1; the last segment, being written, never is).
+/// snapshot's LSN + 1; the last segment, being written, never is). The newest covered segment
+/// is renamed to the recycled segment's name instead, when none is kept yet: the log's preparer
+/// makes its next segment of it.
 fn drop_covered(dir: &Path) -> Result<Vec<PathBuf>, DurableError> {
     let listing = list(dir)?;
     let mut dropped = Vec::new();
@@ -245,13 +248,23 @@ fn drop_covered(dir: &Path) -> Result<Vec<PathBuf>, DurableError> {
     }
     if listing.snapshots.len() >= SNAPSHOTS_KEPT {
         let covered_lsn = listing.snapshots[kept_from].0;
-        for pair in listing.segments.windows(2) {
+        let mut recycle = listing.recycled_segment.is_none();
+        let mut segments = Vec::new();
+        // Newest first: the one kept for reuse is the most recently written (its pages the
+        // likeliest to be cached).
+        for pair in listing.segments.windows(2).rev() {
             let ((_, path), (next_first_lsn, _)) = (&pair[0], &pair[1]);
             if *next_first_lsn <= covered_lsn + 1 {
-                std::fs::remove_file(path).map_err(DurableError::io("remove", path))?;
-                dropped.push(path.clone());
+                if std::mem::take(&mut recycle) {
+                    let recycled = recycled_segment_path(dir);
+                    std::fs::rename(path, &recycled).map_err(DurableError::io("rename", path))?;
+                } else {
+                    std::fs::remove_file(path).map_err(DurableError::io("remove", path))?;
+                }
+                segments.push(path.clone());
             }
         }
+        dropped.extend(segments.into_iter().rev());
     }
     if !dropped.is_empty() {
         sync_dir(dir)?;

@@ -561,6 +561,7 @@ pub fn run(config: &BenchConfig) -> Result<BenchResult, BenchError> {
         mean_group_records: log_window.mean_group_records,
         records_per_fsync: log_window.records_per_fsync,
         snapshots_written: log_window.snapshots_written,
+        segments_recycled: log_window.segments_recycled,
     });
     Ok(result)
 }
@@ -796,6 +797,7 @@ struct LogTotals {
     groups: u64,
     fsyncs: u64,
     snapshots: u64,
+    segments_recycled: u64,
 }
 
 /// What the logs did over a window.
@@ -805,6 +807,7 @@ struct LogWindow {
     mean_group_records: f64,
     records_per_fsync: f64,
     snapshots_written: u64,
+    segments_recycled: u64,
 }
 
 impl LogTotals {
@@ -818,6 +821,7 @@ impl LogTotals {
             mean_group_records: if groups == 0 { 0.0 } else { records as f64 / groups as f64 },
             records_per_fsync: if fsyncs == 0 { 0.0 } else { records as f64 / fsyncs as f64 },
             snapshots_written: self.snapshots - before.snapshots,
+            segments_recycled: self.segments_recycled - before.segments_recycled,
         }
     }
 }
@@ -829,6 +833,7 @@ fn log_stats(groups: &[ServerGroup]) -> LogTotals {
         groups: sum.groups + stats.log.groups,
         fsyncs: sum.fsyncs + stats.log.fsyncs,
         snapshots: sum.snapshots + stats.snapshots_written,
+        segments_recycled: sum.segments_recycled + stats.log.segments_recycled,
     })
 }
 

@@ -226,6 +226,8 @@ pub struct PersistenceSummary {
     /// Records per fsync: with `always`, the benefit of group commit.
     pub records_per_fsync: f64,
     pub snapshots_written: u64,
+    /// Log segments made of recycled ones (covered by a snapshot) rather than new files.
+    pub segments_recycled: u64,
 }
 
 impl std::fmt::Display for PersistenceSummary {
@@ -233,13 +235,14 @@ impl std::fmt::Display for PersistenceSummary {
         write!(
             f,
             "appendfsync {}: {:.0} records/s, {:.0} fsyncs/s, {:.1} records per write, {:.1} records per fsync, {} \
-             snapshots; start {} ms ({} records replayed, {} keys from snapshots, {} cuts)",
+             snapshots, {} segments recycled; start {} ms ({} records replayed, {} keys from snapshots, {} cuts)",
             self.policy,
             self.records_per_s,
             self.fsyncs_per_s,
             self.mean_group_records,
             self.records_per_fsync,
             self.snapshots_written,
+            self.segments_recycled,
             self.start_ms,
             self.records_replayed,
             self.snapshot_keys_loaded,

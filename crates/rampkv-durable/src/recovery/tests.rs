@@ -102,3 +102,91 @@ fn damage_in_an_older_segment_is_torn_unless_a_later_record_vouches_for_it() {
         }
     }
 }
+
+/// Segment bytes: a header for `first`, then PUTs for `lsns` (a value of 300 bytes in a segment
+/// starting at LSN 1, 200 otherwise, so that old and new records never line up), each
+/// stamped `synced_lsn` `stamp`; returns the bytes and where each record starts.
+fn segment_of_puts(first: Lsn, lsns: std::ops::RangeInclusive<Lsn>, stamp: Lsn) -> (Vec<u8>, Vec<usize>) {
+    let value_bytes = if first == 1 { 300 } else { 200 };
+    let mut bytes = FileHeader { lsn: first, epoch: 0 }.encode(SEGMENT_MAGIC).to_vec();
+    let mut starts = Vec::new();
+    for lsn in lsns {
+        starts.push(bytes.len());
+        let writes: crate::record::Writes = vec![(Box::from(&b"key"[..]), vec![b'v'; value_bytes].into_boxed_slice())];
+        let header = RecordHeader { lsn, epoch: 0, synced_lsn: stamp };
+        encode_record(header, RecordRef::Put { ts: lsn << 8, writes: (&writes).into() }, &mut bytes).unwrap();
+    }
+    (bytes, starts)
+}
+
+/// A segment recycled from an older one: `old` (a whole older segment) with the header and
+/// records of `new` written over its start, as the log writes over a recycled segment.
+fn written_over(old: &[u8], new: &[u8]) -> Vec<u8> {
+    let mut bytes = old.to_vec();
+    bytes[..new.len()].copy_from_slice(new);
+    bytes
+}
+
+#[test]
+fn a_recycled_segments_older_records_end_the_log_without_a_cut() {
+    // Segment 1..=20, then segment 21.. recycled from a copy of it (older records, LSNs 1..=20,
+    // after the new ones): the new records are replayed, the old ones are not records of this
+    // log and are dropped without a report, whether the new ones end inside an old record or
+    // none was written yet (an old record right after the header).
+    for new_records in [5u64, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, _) = segment_of_puts(1, 1..=20, 0);
+        std::fs::write(segment_path(dir.path(), 1), &old).unwrap();
+        let (new, _) = segment_of_puts(21, 21..=20 + new_records, 0);
+        let recycled = segment_path(dir.path(), 21);
+        std::fs::write(&recycled, written_over(&old, &new)).unwrap();
+        let store = Store::new(1_000);
+        let (log, report) = open(dir.path(), &OpenOptions::default(), &store).unwrap();
+        assert_eq!(report.last_lsn, 20 + new_records, "{report:?}");
+        assert!(report.cuts.is_empty(), "{:?}", report.cuts);
+        if new_records > 0 {
+            assert_eq!(std::fs::read(&recycled).unwrap().len(), new.len(), "cut to its own records");
+        } // (else the log starts a new segment 21 in its place)
+        log.close().unwrap();
+    }
+}
+
+#[test]
+fn a_recycled_segment_still_reports_torn_writes_and_refuses_damage_in_the_middle() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, _) = segment_of_puts(1, 1..=20, 0);
+    std::fs::write(segment_path(dir.path(), 1), &old).unwrap();
+    // Torn: record 26 begun (its header carries LSN 26) and cut short by the old bytes.
+    let (new, starts) = segment_of_puts(21, 21..=26, 0);
+    let torn = &new[..starts[5] + 60];
+    let recycled = segment_path(dir.path(), 21);
+    std::fs::write(&recycled, written_over(&old, torn)).unwrap();
+    let (log, report) = open(dir.path(), &OpenOptions::default(), &Store::new(1_000)).unwrap();
+    assert_eq!(report.last_lsn, 25);
+    assert_eq!(report.cuts.len(), 1, "{:?}", report.cuts);
+    assert!(matches!(report.cuts[0].reason, CutReason::TornTail(_)));
+    assert_eq!(report.cuts[0].offset, starts[5] as u64);
+    log.close().unwrap();
+    // Damage in the middle: record 23 broken, records after it stamped as written once it was
+    // fsynced: corruption, as in a segment that was never recycled.
+    let (mut new, starts) = segment_of_puts(21, 21..=25, 24);
+    new[starts[2] + 4] ^= 0xFF;
+    std::fs::write(&recycled, written_over(&old, &new)).unwrap();
+    let error = open(dir.path(), &OpenOptions::default(), &Store::new(1_000)).unwrap_err();
+    assert!(matches!(error, DurableError::CorruptLog { lsn: 23, .. }), "{error}");
+}
+
+#[test]
+fn a_closed_recycled_segment_ends_where_the_next_one_begins() {
+    // Rotation leaves the closed segment's tail as it was: old records, then the next segment.
+    let dir = tempfile::tempdir().unwrap();
+    let (old, _) = segment_of_puts(1, 1..=20, 0);
+    std::fs::write(segment_path(dir.path(), 1), &old).unwrap();
+    let (new, _) = segment_of_puts(21, 21..=25, 0);
+    std::fs::write(segment_path(dir.path(), 21), written_over(&old, &new)).unwrap();
+    let (next, _) = segment_of_puts(26, 26..=30, 0);
+    std::fs::write(segment_path(dir.path(), 26), &next).unwrap();
+    let (log, report) = open(dir.path(), &OpenOptions::default(), &Store::new(1_000)).unwrap();
+    assert_eq!((report.last_lsn, report.cuts.len()), (30, 0), "{report:?}");
+    log.close().unwrap();
+}
