@@ -20,6 +20,10 @@
 //!   and records dropped. Such records were never fsynced, so never acknowledged under
 //!   `always`. (Closed segments are fsynced in the background with `everysec` and `no`, so
 //!   after a power cut an older segment may have a hole that a later one does not vouch for.)
+//! - Older bytes after a segment's last record (a recycled segment is written over an older
+//!   one) end the segment as zeros do, when no valid record at or past the LSN expected follows
+//!   and the next segment starts at that LSN, or, in the last segment, when no record was begun
+//!   there and a whole record older than the segment follows (`Replay::stale_tail`).
 //! - Any other damage is **corruption**: an error naming the file and offset, unless
 //!   `truncate_corrupt` is set, which cuts the log there (and deletes later segments) and
 //!   reports what it dropped. Damage in records the snapshot covers is skipped over when a
