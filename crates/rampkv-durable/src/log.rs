@@ -629,6 +629,13 @@ fn prepare_file(
 ) -> std::io::Result<PreparedFile> {
     let prepare = || {
         let reused = recycled.is_some_and(|recycled| std::fs::rename(recycled, path).is_ok());
+        if reused {
+            // The rename made durable before the writer puts a new header on the file: else a
+            // crash could leave it under the covered segment's name (the snapshot's rename not
+            // yet synced either) with another segment's header, which a start refuses.
+            let dir = path.parent().unwrap_or(Path::new("."));
+            File::open(dir).and_then(|handle| handle.sync_all())?;
+        }
         let file = File::options().write(true).create(true).truncate(!reused).open(path)?;
         if halted() {
             return Err(std::io::Error::new(std::io::ErrorKind::Interrupted, "the log is closing"));
