@@ -367,6 +367,13 @@ fn u32_at(bytes: &[u8], offset: usize) -> u32 {
     u32::from_le_bytes(array)
 }
 
+/// The LSN field of the record header at the start of `bytes`, whether or not the record
+/// checks (`None`: too short to hold it): recovery tells a record the writer began from other
+/// bytes with it.
+pub(crate) fn header_lsn(bytes: &[u8]) -> Option<Lsn> {
+    (bytes.len() >= 24).then(|| u64_at(bytes, 16))
+}
+
 /// Checks the frame at the start of `bytes` (its header, its length against the bytes present
 /// and its checksum) without decoding the payload: recovery scans with it.
 ///

@@ -50,7 +50,7 @@ use crate::error::{DurableError, FileHeaderError};
 use crate::files::{list, segment_path, DirLock, FileHeader, FILE_HEADER_BYTES, SEGMENT_MAGIC};
 use crate::limits::{LOG_WAITING_BYTES_MAX, SEGMENT_BYTES_TARGET};
 use crate::log::{FsyncPolicy, Log, Start};
-use crate::record::{check_frame, Frame, Lsn, Record, RecordError};
+use crate::record::{check_frame, header_lsn, Frame, Lsn, Record, RecordError};
 use crate::snapshot::{self, LoadedSnapshot};
 
 /// How to open a data directory.
@@ -439,7 +439,7 @@ impl Replay<'_> {
             let frame = match check_frame(&bytes[offset..]) {
                 Ok(frame) => frame,
                 Err(_) if self.zero_tail(index, &bytes, offset, expected)? => return Ok(SegmentEnd::Complete),
-                Err(_) if self.stale_tail(index, &bytes, offset, header.lsn, expected)? => {
+                Err(_) if self.stale_tail(index, &bytes, offset, header.lsn, expected, false)? => {
                     return Ok(SegmentEnd::Complete)
                 }
                 Err(cause) => match self.damage(index, &bytes, offset, expected, cause)? {
@@ -450,7 +450,7 @@ impl Replay<'_> {
                     None => return Ok(SegmentEnd::Cut),
                 },
             };
-            if frame.header.lsn < header.lsn && self.stale_tail(index, &bytes, offset, header.lsn, expected)? {
+            if frame.header.lsn < header.lsn && self.stale_tail(index, &bytes, offset, header.lsn, expected, true)? {
                 return Ok(SegmentEnd::Complete);
             }
             if frame.header.lsn != expected {
@@ -486,12 +486,17 @@ impl Replay<'_> {
         if bytes[offset..].iter().any(|&byte| byte != 0) {
             return Ok(false);
         }
+        self.ends_at(index, offset, expected)
+    }
+
+    /// For a segment whose records end at `offset`: whether the log goes on at `expected`
+    /// (the next segment starts there), or, for the last segment, true once what follows
+    /// `offset` is cut from the file (not records: nothing reported).
+    fn ends_at(&mut self, index: usize, offset: usize, expected: Lsn) -> Result<bool, DurableError> {
         if !self.is_last(index) {
             return Ok(self.segments[index + 1].0 == expected);
         }
-        let path = &self.segments[index].1;
-        let file = File::options().write(true).open(path).map_err(DurableError::io("open", path))?;
-        file.set_len(offset as u64).and_then(|()| file.sync_all()).map_err(DurableError::io("truncate", path))?;
+        truncate(&self.segments[index].1, offset as u64)?;
         Ok(true)
     }
 
@@ -508,6 +513,8 @@ impl Replay<'_> {
     ///   segment's. The older bytes are cut without a report. Without such a record (the
     ///   writer stopped inside an older record's bytes) they are cut as a torn tail is, and
     ///   reported (no record of this log is in them).
+    ///
+    /// `older_at_offset`: the bytes at `offset` are a whole record older than the segment.
     fn stale_tail(
         &mut self,
         index: usize,
@@ -515,28 +522,20 @@ impl Replay<'_> {
         offset: usize,
         first_lsn: Lsn,
         expected: Lsn,
+        older_at_offset: bool,
     ) -> Result<bool, DurableError> {
-        if scan_after(bytes, offset, expected).records > 0 {
+        let after = scan_after(bytes, offset, expected);
+        if after.records > 0 {
             return Ok(false);
         }
-        if !self.is_last(index) {
-            return Ok(self.segments[index + 1].0 == expected);
+        if self.is_last(index) {
+            let begun = header_lsn(&bytes[offset..]).is_none_or(|lsn| lsn == expected);
+            let older = older_at_offset || after.lowest_older_lsn.is_some_and(|lsn| lsn < first_lsn);
+            if begun || !older {
+                return Ok(false);
+            }
         }
-        let lsn_at = |position: usize| {
-            bytes.get(position + 16..position + 24).map(|word| u64::from_le_bytes(word.try_into().expect("8 bytes")))
-        };
-        if lsn_at(offset).is_none_or(|lsn| lsn == expected) {
-            return Ok(false);
-        }
-        let older = (offset..bytes.len())
-            .any(|position| check_frame(&bytes[position..]).is_ok_and(|frame| frame.header.lsn < first_lsn));
-        if !older {
-            return Ok(false);
-        }
-        let path = &self.segments[index].1;
-        let file = File::options().write(true).open(path).map_err(DurableError::io("open", path))?;
-        file.set_len(offset as u64).and_then(|()| file.sync_all()).map_err(DurableError::io("truncate", path))?;
-        Ok(true)
+        self.ends_at(index, offset, expected)
     }
 
     /// A segment starting at `first_lsn` must continue the log, or jump only over LSNs the
@@ -672,8 +671,7 @@ impl Replay<'_> {
     ) -> Result<(), DurableError> {
         let segments = self.segments;
         let path = &segments[index].1;
-        let file = File::options().write(true).open(path).map_err(DurableError::io("open", path))?;
-        file.set_len(offset).and_then(|()| file.sync_all()).map_err(DurableError::io("truncate", path))?;
+        truncate(path, offset)?;
         let bytes_dropped = length - offset;
         let cut = Cut { file: path.clone(), offset, bytes_dropped, records_dropped, first_lsn_dropped, reason };
         self.report.cuts.push(cut);
@@ -710,11 +708,21 @@ struct After {
     max_synced_lsn: Option<Lsn>,
     /// The first one: offset and LSN.
     first: Option<(usize, Lsn)>,
+    /// The lowest LSN of the valid records passed over for being below `expected` (a recycled
+    /// segment's older records).
+    lowest_older_lsn: Option<Lsn>,
 }
 
-/// Scans `bytes` after damage at `offset` for valid records with an LSN at least `expected`:
-/// byte by byte until one checks, then record by record (a value that happens to hold a
-/// record's bytes is inside a record already checked, so it is never taken for one).
+/// Cuts the file at `path` to `length` bytes, fsynced.
+fn truncate(path: &Path, length: u64) -> Result<(), DurableError> {
+    let file = File::options().write(true).open(path).map_err(DurableError::io("open", path))?;
+    file.set_len(length).and_then(|()| file.sync_all()).map_err(DurableError::io("truncate", path))
+}
+
+/// Scans `bytes` after damage at `offset` for valid records with an LSN at least `expected`
+/// (noting the lowest LSN of the valid ones below it): byte by byte until one checks, then
+/// record by record (a value that happens to hold a record's bytes is inside a record already
+/// checked, so it is never taken for one).
 fn scan_after(bytes: &[u8], offset: usize, expected: Lsn) -> After {
     let mut after = After::default();
     let mut position = offset + 1;
@@ -735,7 +743,12 @@ fn scan_after(bytes: &[u8], offset: usize, expected: Lsn) -> After {
                 after.first.get_or_insert((position, frame.header.lsn));
                 position += frame.len();
             }
-            _ => position += 1,
+            Ok(frame) => {
+                let lsn = frame.header.lsn;
+                after.lowest_older_lsn = Some(after.lowest_older_lsn.map_or(lsn, |lowest| lowest.min(lsn)));
+                position += 1;
+            }
+            Err(_) => position += 1,
         }
     }
     after
