@@ -164,7 +164,12 @@ fn numbered(name: &str, prefix: &str, suffix: &str) -> Option<Lsn> {
 
 /// Makes the directory's entries (created, renamed, removed files) durable.
 pub fn sync_dir(dir: &Path) -> Result<(), DurableError> {
-    File::open(dir).and_then(|handle| handle.sync_all()).map_err(DurableError::io("fsync directory", dir))
+    fsync_dir(dir).map_err(DurableError::io("fsync directory", dir))
+}
+
+/// [`sync_dir`] for a caller that reports `std::io::Error`s.
+pub(crate) fn fsync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir).and_then(|handle| handle.sync_all())
 }
 
 /// The exclusive lock on a data directory, held while the value lives (the kernel releases it

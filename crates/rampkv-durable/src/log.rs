@@ -59,7 +59,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::error::DurableError;
 use crate::files::{
-    prepared_segment_path, recycled_segment_path, segment_path, sync_dir, DirLock, FileHeader, SEGMENT_MAGIC,
+    fsync_dir, prepared_segment_path, recycled_segment_path, segment_path, sync_dir, DirLock, FileHeader, SEGMENT_MAGIC,
 };
 use crate::limits::{EVERYSEC_SYNC_INTERVAL_MS, LOG_BUFFER_RETAINED_BYTES, SEGMENT_FIRST_PREALLOCATED_BYTES};
 use crate::record::{encode_record, Lsn, RecordHeader, RecordRef};
@@ -633,8 +633,7 @@ fn prepare_file(
             // The rename made durable before the writer puts a new header on the file: else a
             // crash could leave it under the covered segment's name (the snapshot's rename not
             // yet synced either) with another segment's header, which a start refuses.
-            let dir = path.parent().unwrap_or(Path::new("."));
-            File::open(dir).and_then(|handle| handle.sync_all())?;
+            fsync_dir(path.parent().unwrap_or(Path::new(".")))?;
         }
         let file = File::options().write(true).create(true).truncate(!reused).open(path)?;
         if halted() {

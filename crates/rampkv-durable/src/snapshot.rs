@@ -190,14 +190,10 @@ impl Log {
 /// unnecessary (older snapshots beyond `SNAPSHOTS_KEPT`, and log segments that the oldest kept
 /// snapshot covers).
 pub(crate) fn write(dir: &Path, store: &Store, lsn: Lsn, epoch: u64) -> Result<SnapshotReport, DurableError> {
-    write_image(dir, &StoreImage::of(store, Superseded::LeaveOut), lsn, epoch)
-}
-
-/// [`write`] of an image taken of the store.
-fn write_image(dir: &Path, image: &StoreImage, lsn: Lsn, epoch: u64) -> Result<SnapshotReport, DurableError> {
+    let image = StoreImage::of(store, Superseded::LeaveOut);
     let started = Instant::now();
     let temporary = temporary_snapshot_path(dir, lsn);
-    let (counts, bytes) = match write_temporary(&temporary, image, FileHeader { lsn, epoch }) {
+    let (counts, bytes) = match write_temporary(&temporary, &image, FileHeader { lsn, epoch }) {
         Ok(written) => written,
         Err(error) => {
             // Best effort: a leftover is also deleted at the next start.
