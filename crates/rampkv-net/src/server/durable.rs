@@ -204,11 +204,7 @@ impl Snapshots {
 pub struct Journal {
     log: Log,
     core: Arc<ServerCore>,
-    snapshot_every_bytes: u64,
-    /// Log bytes written (since the start) when the last snapshot was started.
-    snapshot_mark: AtomicU64,
-    /// Bytes of the last snapshot written (0: none yet).
-    snapshot_bytes: AtomicU64,
+    schedule: SnapshotSchedule,
     /// A snapshot is due whatever was written ([`Journal::snapshot_soon`]).
     snapshot_due: AtomicBool,
     snapshots: Mutex<Snapshots>,
@@ -236,9 +232,7 @@ impl Journal {
         let journal = Journal {
             log,
             core,
-            snapshot_every_bytes: config.snapshot_every_bytes,
-            snapshot_mark: AtomicU64::new(0),
-            snapshot_bytes: AtomicU64::new(report.snapshot.as_ref().map_or(0, |snapshot| snapshot.bytes)),
+            schedule: SnapshotSchedule::recovered(config.snapshot_every_bytes, &report),
             snapshot_due: AtomicBool::new(false),
             snapshots: Mutex::new(Snapshots::default()),
             failure: OnceLock::new(),
@@ -375,8 +369,7 @@ impl Journal {
     fn maybe_snapshot(&self) {
         let written = self.log.stats().bytes;
         let due = self.snapshot_due.load(Ordering::Relaxed);
-        let since = written.saturating_sub(self.snapshot_mark.load(Ordering::Relaxed));
-        if !due && !snapshot_due(since, self.snapshot_every_bytes, self.snapshot_bytes.load(Ordering::Relaxed)) {
+        if !due && !self.schedule.due(written) {
             return;
         }
         // Another front end checking at the same moment starts it.
@@ -387,12 +380,12 @@ impl Journal {
         }
         if let Some(last) = &snapshots.last {
             // The snapshot that finished since the check above may put the next one further.
-            self.snapshot_bytes.store(last.bytes, Ordering::Relaxed);
-            if !due && !snapshot_due(since, self.snapshot_every_bytes, last.bytes) {
+            self.schedule.finished(last.bytes);
+            if !due && !self.schedule.due(written) {
                 return;
             }
         }
-        self.snapshot_mark.store(written, Ordering::Relaxed);
+        self.schedule.started(written);
         self.snapshot_due.store(false, Ordering::Relaxed);
         match self.log.snapshot_in_background(Arc::clone(&self.core), ServerCore::store) {
             Ok(job) => snapshots.running = Some(job),
@@ -443,10 +436,7 @@ pub const COPIES_DIR: &str = "copies";
 #[derive(Debug)]
 pub struct CopyJournal {
     log: Log,
-    snapshot_every_bytes: u64,
-    snapshot_mark: u64,
-    /// Bytes of the last snapshot written (0: none yet).
-    snapshot_bytes: u64,
+    schedule: SnapshotSchedule,
     running: Option<SnapshotJob>,
 }
 
@@ -483,13 +473,7 @@ impl CopyJournal {
         let _ = getrandom::getrandom(&mut tag);
         let dir = root.join(format!("primary-{primary}-{stream:016x}-{:08x}", u32::from_le_bytes(tag)));
         let log = rampkv_durable::create_at(&dir, &copy_options(config), store, covers, epoch)?;
-        Ok(CopyJournal {
-            log,
-            snapshot_every_bytes: config.snapshot_every_bytes,
-            snapshot_mark: 0,
-            snapshot_bytes: 0,
-            running: None,
-        })
+        Ok(CopyJournal { log, schedule: SnapshotSchedule::new(config.snapshot_every_bytes, 0), running: None })
     }
 
     /// Loads every copy kept under `root` (copies superseded by a newer one of the same stream,
@@ -511,20 +495,12 @@ impl CopyJournal {
                         "replication: restored a copy of primary {primary} (stream {stream:016x}) up to record {}: {report}",
                         report.last_lsn
                     );
-                    let journal = CopyJournal {
-                        log,
-                        snapshot_every_bytes: config.snapshot_every_bytes,
-                        snapshot_mark: 0,
-                        snapshot_bytes: report.snapshot.as_ref().map_or(0, |snapshot| snapshot.bytes),
-                        running: None,
-                    };
+                    let schedule = SnapshotSchedule::recovered(config.snapshot_every_bytes, &report);
+                    let journal = CopyJournal { log, schedule, running: None };
                     let (applied, epoch) = (report.last_lsn, report.last_epoch);
                     restored.push(RestoredCopy { primary, stream, store, journal, applied, epoch });
                 }
-                Ok((log, _)) => {
-                    CopyJournal { log, snapshot_every_bytes: 0, snapshot_mark: 0, snapshot_bytes: 0, running: None }
-                        .remove()
-                }
+                Ok((log, _)) => CopyJournal { log, schedule: SnapshotSchedule::new(0, 0), running: None }.remove(),
                 Err(error @ DurableError::Locked { .. }) => {
                     log::warn!("replication: cannot restore the copy in {}: {error}; left alone", dir.display());
                 }
@@ -572,19 +548,18 @@ impl CopyJournal {
     ) -> Result<(), DurableError> {
         self.log.flush()?;
         let written = self.log.stats().bytes;
-        let since = written.saturating_sub(self.snapshot_mark);
-        if !snapshot_due(since, self.snapshot_every_bytes, self.snapshot_bytes) {
+        if !self.schedule.due(written) {
             return Ok(());
         }
         if self.running.as_ref().is_some_and(SnapshotJob::is_finished) {
             match self.running.take().map(SnapshotJob::join) {
                 Some(Err(error)) => log::warn!("replication: a snapshot of a backup copy failed: {error}"),
-                Some(Ok(report)) => self.snapshot_bytes = report.bytes,
+                Some(Ok(report)) => self.schedule.finished(report.bytes),
                 None => {}
             }
         }
-        if self.running.is_none() && snapshot_due(since, self.snapshot_every_bytes, self.snapshot_bytes) {
-            self.snapshot_mark = written;
+        if self.running.is_none() && self.schedule.due(written) {
+            self.schedule.started(written);
             self.running = Some(self.log.snapshot_in_background(Arc::clone(owner), store_of)?);
         }
         Ok(())
@@ -600,6 +575,45 @@ impl CopyJournal {
         if let Err(error) = std::fs::remove_dir_all(&dir) {
             log::warn!("replication: cannot remove the dropped copy {}: {error}", dir.display());
         }
+    }
+}
+
+/// When a journal (or a copy's) writes its next snapshot (module docs), from the log bytes
+/// written since the start. Atomics: a server's front ends check it concurrently.
+#[derive(Debug)]
+struct SnapshotSchedule {
+    every_bytes: u64,
+    /// Log bytes written (since the start) when the last snapshot was started.
+    mark: AtomicU64,
+    /// Bytes of the last snapshot written (0: none yet).
+    last_bytes: AtomicU64,
+}
+
+impl SnapshotSchedule {
+    /// For a log just opened, whose last snapshot written has `last_bytes` bytes (0: none).
+    fn new(every_bytes: u64, last_bytes: u64) -> Self {
+        SnapshotSchedule { every_bytes, mark: AtomicU64::new(0), last_bytes: AtomicU64::new(last_bytes) }
+    }
+
+    /// For a log opened by recovery: the snapshot it loaded, if any, is the last one written.
+    fn recovered(every_bytes: u64, report: &RecoveryReport) -> Self {
+        Self::new(every_bytes, report.snapshot.as_ref().map_or(0, |snapshot| snapshot.bytes))
+    }
+
+    /// Whether a snapshot is due once the log has `written` bytes ([`snapshot_due`]).
+    fn due(&self, written: u64) -> bool {
+        let since = written.saturating_sub(self.mark.load(Ordering::Relaxed));
+        snapshot_due(since, self.every_bytes, self.last_bytes.load(Ordering::Relaxed))
+    }
+
+    /// A snapshot was started with the log at `written` bytes.
+    fn started(&self, written: u64) {
+        self.mark.store(written, Ordering::Relaxed);
+    }
+
+    /// The last snapshot written has `bytes` bytes.
+    fn finished(&self, bytes: u64) {
+        self.last_bytes.store(bytes, Ordering::Relaxed);
     }
 }
 
@@ -653,8 +667,8 @@ mod tests {
         let first = journal.stats().last_snapshot.expect("written").bytes;
         assert!(first > 4 * every, "the store's snapshot ({first} bytes) is larger than the bound");
         let written = journal.stats().log.bytes;
-        journal.snapshot_mark.store(written, Ordering::Relaxed);
-        journal.snapshot_bytes.store(first, Ordering::Relaxed);
+        journal.schedule.started(written);
+        journal.schedule.finished(first);
         // Log records of 8 KiB each (small PUTs of a few keys), flushed as a server does.
         let mut ts = 1_000;
         let mut append_log = |bytes: u64| {
