@@ -242,24 +242,26 @@ impl LogReceiver {
     pub(super) fn read(&mut self, out: &mut [u8]) -> Result<usize, LogError> {
         let mut count = 0;
         while count < out.len() {
-            if self.leftover_start == self.leftover.len() && !self.take_message()? {
-                break;
+            let room = out.len() - count;
+            if self.leftover_start < self.leftover.len() {
+                let taken = room.min(self.leftover.len() - self.leftover_start);
+                out[count..count + taken]
+                    .copy_from_slice(&self.leftover[self.leftover_start..self.leftover_start + taken]);
+                self.leftover_start += taken;
+                count += taken;
+                continue;
             }
-            let taken = (out.len() - count).min(self.leftover.len() - self.leftover_start);
-            out[count..count + taken].copy_from_slice(&self.leftover[self.leftover_start..self.leftover_start + taken]);
-            self.leftover_start += taken;
+            let Some(message) = self.receiver.poll()? else { break };
+            // Straight from the ring into `out`; only what does not fit is kept for the next read.
+            let body = message.body();
+            let taken = room.min(body.len());
+            out[count..count + taken].copy_from_slice(&body[..taken]);
             count += taken;
+            self.leftover.clear();
+            self.leftover.extend_from_slice(&body[taken..]);
+            self.leftover_start = 0;
         }
         Ok(count)
-    }
-
-    /// Moves the next complete message, if any, into the leftover buffer.
-    fn take_message(&mut self) -> Result<bool, LogError> {
-        let Some(message) = self.receiver.poll()? else { return Ok(false) };
-        self.leftover.clear();
-        self.leftover.extend_from_slice(message.body());
-        self.leftover_start = 0;
-        Ok(true)
     }
 
     /// Closes the region: a message landing from now on is not held (module docs). What is in
