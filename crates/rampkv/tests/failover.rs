@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[allow(dead_code)] // this binary uses only the request-by-request helper
+#[allow(dead_code)] // this binary uses only the request-by-request and free-address helpers
 mod common;
 
 use rampkv::client::{connect, current_front_addresses, Client, ClientError, Connector, Driver, TxnResult};
@@ -71,10 +71,6 @@ impl Drop for Processes {
     }
 }
 
-fn free_address() -> String {
-    format!("127.0.0.1:{}", std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
-}
-
 /// A replicated cluster of `servers` processes, started and ready (every server took its
 /// first lease: it listens only then).
 fn start(directory: &Path, servers: usize) -> (Cluster, Processes) {
@@ -89,15 +85,17 @@ fn start_with_front(directory: &Path, servers: usize, front: Option<Front>) -> (
 /// As [`start_with_front`], the servers replicating over `medium` (`--replication-medium`;
 /// None: the default, onesided for these loopback addresses).
 fn start_with(directory: &Path, servers: usize, front: Option<Front>, medium: Option<&str>) -> (Cluster, Processes) {
-    let data: Vec<String> = (0..servers).map(|_| free_address()).collect();
-    let controls: Vec<String> = (0..servers).map(|_| free_address()).collect();
+    // Data, control, replication and configuration addresses, all distinct.
+    let mut addresses = common::free_addresses(4 * servers).into_iter();
+    let mut next = || addresses.by_ref().take(servers).collect::<Vec<String>>();
+    let (data, controls, replicate, config) = (next(), next(), next(), next());
     let cluster = Cluster::with_servers(data.clone())
         .unwrap()
         .with_replicas(2)
         .unwrap()
-        .with_replicate_addresses((0..servers).map(|_| free_address()).collect())
+        .with_replicate_addresses(replicate)
         .unwrap()
-        .with_config_addresses((0..servers).map(|_| free_address()).collect())
+        .with_config_addresses(config)
         .unwrap();
     let cluster = match front {
         Some(front) => cluster.with_fronts(front, controls.clone()).unwrap(),

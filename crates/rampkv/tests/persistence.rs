@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-#[allow(dead_code)] // this binary uses only the request-by-request helper
+#[allow(dead_code)] // this binary uses only the request-by-request and free-address helpers
 mod common;
 
 use common::ask;
@@ -443,12 +443,6 @@ impl Drop for ServerProcess {
     }
 }
 
-/// Two loopback addresses free right now (bound and released; the servers bind them next).
-fn free_addresses() -> [String; 2] {
-    let listeners = [(); 2].map(|()| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port"));
-    listeners.map(|listener| listener.local_addr().expect("bound").to_string())
-}
-
 /// Why a COMMIT's reply waits for its record to be fsynced (docs/persistence.md, "Why a COMMIT
 /// waits for its fsync"): a transaction committed on both of its servers, whose COMMIT record
 /// server 0 then loses, while server 1, still running, has collected its version (a later
@@ -461,7 +455,7 @@ fn free_addresses() -> [String; 2] {
 fn a_commit_record_lost_once_the_other_server_collected_the_transaction_means_an_abort() {
     const GC_GRACE_MS: u64 = 100;
     let dir = tempfile::tempdir().unwrap();
-    let addresses = free_addresses();
+    let addresses = common::free_addresses(2);
     let text: String = addresses.iter().map(|address| format!("[[servers]]\naddress = \"{address}\"\n")).collect();
     std::fs::write(dir.path().join("cluster.toml"), text).unwrap();
     let cluster = Cluster::from_file(&dir.path().join("cluster.toml")).expect("cluster file");

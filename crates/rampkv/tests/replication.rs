@@ -7,6 +7,9 @@
 //! Randomized: the keys and values come from a seeded generator whose seed is printed (replay:
 //! `RAMPKV_TEST_SEED=<seed>`).
 
+#[allow(dead_code)] // this binary uses only the free-address helper
+mod common;
+
 use std::net::SocketAddr;
 
 use rampkv::client::Client;
@@ -297,10 +300,6 @@ impl Drop for Processes {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// Between `rampkv server` processes (the cluster file's `replicas = 2` and `replicate`
 /// addresses): writes are acknowledged while the backup lives; once the backup process is
 /// killed with SIGKILL, a write to its primary is not acknowledged (it would exist on one
@@ -308,8 +307,9 @@ fn free_port() -> u16 {
 #[test]
 fn a_primary_process_acknowledges_no_write_its_killed_backup_does_not_hold() {
     let directory = tempfile::tempdir().unwrap();
-    let data: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
-    let replicate: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", free_port())).collect();
+    let mut addresses = common::free_addresses(4);
+    let replicate = addresses.split_off(2);
+    let data = addresses;
     let cluster = Cluster::with_servers(data.clone())
         .unwrap()
         .with_replicas(2)

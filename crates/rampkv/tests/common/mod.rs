@@ -251,3 +251,13 @@ pub fn ask(transport: &mut TcpClientTransport, server: usize, id: u64, request: 
     }
     reply.expect("a reply within 10 s")
 }
+
+/// `count` distinct loopback addresses free right now: all bound at once, then released for
+/// the servers to bind. (Bound and released one at a time, the kernel may hand the same port
+/// out twice, and a server then fails to start with "Address already in use".)
+#[allow(dead_code)] // only the tests that start server processes
+pub fn free_addresses(count: usize) -> Vec<String> {
+    let listeners: Vec<std::net::TcpListener> =
+        (0..count).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port")).collect();
+    listeners.iter().map(|listener| listener.local_addr().expect("bound").to_string()).collect()
+}
