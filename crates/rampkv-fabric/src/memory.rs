@@ -203,7 +203,7 @@ impl<W: Words> MemoryFabric<W> {
         for (index, words) in lines {
             let start = (index - first_index) * WORD_BYTES;
             let end = (start + words * WORD_BYTES).min(src.len());
-            words::copy_in(&*remote.words, index, &src[start..end]);
+            remote.words.copy_in(index, &src[start..end]);
             if faults.next() % 4 == 0 {
                 std::thread::yield_now();
             }

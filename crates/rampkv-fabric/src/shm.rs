@@ -246,6 +246,10 @@ impl Words for Mapping {
     fn copy_out(&self, first_index: usize, dst: &mut [u8]) {
         words::copy_out_atomics(self.all_words(), first_index, dst)
     }
+    fn copy_in(&self, first_index: usize, src: &[u8]) {
+        self.assert_writable();
+        words::copy_in_atomics(self.all_words(), first_index, src)
+    }
 }
 
 impl Words for ShmLocalRegion {
@@ -279,6 +283,9 @@ impl Words for ShmLocalRegion {
     }
     fn copy_out(&self, first_index: usize, dst: &mut [u8]) {
         self.mapping.copy_out(first_index, dst)
+    }
+    fn copy_in(&self, first_index: usize, src: &[u8]) {
+        self.mapping.copy_in(first_index, src)
     }
 }
 

@@ -17,7 +17,8 @@
 //! 40              K     key, zero-padded to K = pad8(key_len)
 //! 40+K            M     metadata, zero-padded to M = pad8(metadata_len)
 //! 40+K+M          V     value, zero-padded to V = pad8(value_len)
-//! 40+K+M+V        8     checksum: XXH3-64 of bytes [0, 40+K+M+V) (seq included)
+//! 40+K+M+V        8     checksum: XXH3-64 of bytes [0, 24) (seq, ts, flags) XOR XXH3-64 of
+//!                       bytes [24, 40+K+M+V) (lengths, key, metadata, value)
 //! 48+K+M+V        8     seq copy: equal to the seq word of a completed write
 //! ```
 //!
@@ -54,6 +55,9 @@ pub const SLOT_TS_OFFSET_BYTES: usize = 8;
 pub const SLOT_FLAGS_OFFSET_BYTES: usize = 16;
 /// Byte offset of the key length (u32).
 pub const SLOT_KEY_LEN_OFFSET_BYTES: usize = 24;
+/// Where the lengths start: the checksum hashes the header words before it (seq, ts, flags)
+/// apart from everything after.
+const SLOT_LENGTHS_OFFSET_BYTES: usize = SLOT_KEY_LEN_OFFSET_BYTES;
 /// Byte offset of the value length (u32).
 pub const SLOT_VALUE_LEN_OFFSET_BYTES: usize = 28;
 /// Byte offset of the metadata length (u32).
@@ -113,8 +117,27 @@ impl SlotLayout {
     }
 }
 
+/// The slot checksum of an image's bytes before the trailer: XXH3-64 of the header's first
+/// three words (seq, ts, flags) XOR XXH3-64 of the rest (lengths, key, metadata, value). Split
+/// so that the writer can change seq and flags (the newer-prepared mark) without hashing or
+/// even reading the body again: it recovers the body's hash from the stored checksum
+/// ([`SlotWriter::set_flags`]).
 fn checksum(image: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(image)
+    head_hash(&image[..SLOT_LENGTHS_OFFSET_BYTES]) ^ xxhash_rust::xxh3::xxh3_64(&image[SLOT_LENGTHS_OFFSET_BYTES..])
+}
+
+/// XXH3-64 of the header's seq, ts and flags words (24 bytes).
+fn head_hash(head: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(head)
+}
+
+/// [`head_hash`] of these words.
+fn head_hash_of(seq: u64, ts: u64, flags: u64) -> u64 {
+    let mut head = [0u8; SLOT_LENGTHS_OFFSET_BYTES];
+    head[..8].copy_from_slice(&seq.to_le_bytes());
+    head[8..16].copy_from_slice(&ts.to_le_bytes());
+    head[16..].copy_from_slice(&flags.to_le_bytes());
+    head_hash(&head)
 }
 
 fn word_at(image: &[u8], offset_bytes: usize) -> u64 {
@@ -254,28 +277,29 @@ impl SlotWriter {
         debug_assert!(lengths_fit, "lengths below SLOT_BYTES_MAX fit in u32");
         let seq = next_seq(region.load(first_index + SEQ_INDEX, LoadOrdering::Relaxed));
         let image = &mut self.image[..layout.total_bytes];
-        image.fill(0);
         image[0..8].copy_from_slice(&seq.to_le_bytes());
         image[8..16].copy_from_slice(&ts.to_le_bytes());
         image[16..24].copy_from_slice(&flags.to_le_bytes());
         image[24..28].copy_from_slice(&(key.len() as u32).to_le_bytes());
         image[28..32].copy_from_slice(&(value.len() as u32).to_le_bytes());
         image[32..36].copy_from_slice(&(metadata.len() as u32).to_le_bytes());
-        image[layout.key.clone()].copy_from_slice(key);
-        image[layout.metadata.clone()].copy_from_slice(metadata);
-        image[layout.value.clone()].copy_from_slice(value);
+        image[36..40].fill(0);
+        // Each field is followed by its zero padding (the scratch buffer holds older images).
+        for (field, bytes) in [(&layout.key, key), (&layout.metadata, metadata), (&layout.value, value)] {
+            image[field.clone()].copy_from_slice(bytes);
+            image[field.end..field.start + padded_bytes(bytes.len())].fill(0);
+        }
         seal(image, &layout, seq);
-        let words = image.len() / WORD_BYTES;
-        write_locked(region, first_index, seq, |region| {
-            for word in 1..words {
-                region.store(first_index + word, word_at(image, word * WORD_BYTES), StoreOrdering::Relaxed);
-            }
-        });
+        write_locked(region, first_index, seq, |region| region.copy_in(first_index + 1, &image[WORD_BYTES..]));
         Ok(seq)
     }
 
     /// Replaces the flags of the version in the slot (e.g. sets `SLOT_FLAG_NEWER_PREPARED` at
     /// PREPARE), under the seqlock and with a fresh checksum; returns the new sequence number.
+    ///
+    /// Reads five words of the slot, not its body: the body's hash is the stored checksum with
+    /// the old head's hash taken out ([`checksum`]), so the new checksum needs only the new
+    /// head's. Stores flags, checksum and seq copy.
     ///
     /// # Errors
     /// `NotPublished` if the slot holds no version; otherwise as `publish`.
@@ -289,30 +313,27 @@ impl SlotWriter {
         let first_index = self.check_target(region, offset_bytes, capacity_bytes, flags)?;
         let capacity = capacity_bytes.min(self.image.len());
         // Only this writer stores into the slot, so relaxed loads of it return our own last
-        // stores: a consistent image.
-        region.copy_out(first_index, &mut self.image[..capacity]);
-        let image = &mut self.image[..capacity];
-        let current_seq = word_at(image, SLOT_SEQ_OFFSET_BYTES);
+        // stores: one consistent image.
+        let load = |byte_offset: usize| region.load(first_index + byte_offset / WORD_BYTES, LoadOrdering::Relaxed);
+        let current_seq = load(SLOT_SEQ_OFFSET_BYTES);
+        let (lengths, metadata_len) = (load(SLOT_KEY_LEN_OFFSET_BYTES), load(SLOT_METADATA_LEN_OFFSET_BYTES));
         let layout = SlotLayout::new(
-            u32_at(image, SLOT_KEY_LEN_OFFSET_BYTES) as usize,
-            u32_at(image, SLOT_METADATA_LEN_OFFSET_BYTES) as usize,
-            u32_at(image, SLOT_VALUE_LEN_OFFSET_BYTES) as usize,
+            (lengths & 0xffff_ffff) as usize,
+            (metadata_len & 0xffff_ffff) as usize,
+            (lengths >> 32) as usize,
         );
         if current_seq == 0 || layout.total_bytes > capacity {
             return Err(SlotWriteError::NotPublished);
         }
-        let image = &mut image[..layout.total_bytes];
+        let (ts, old_flags) = (load(SLOT_TS_OFFSET_BYTES), load(SLOT_FLAGS_OFFSET_BYTES));
+        let body_hash = load(layout.checksum_offset_bytes) ^ head_hash_of(current_seq, ts, old_flags);
         let seq = next_seq(current_seq);
-        image[0..8].copy_from_slice(&seq.to_le_bytes());
-        image[16..24].copy_from_slice(&flags.to_le_bytes());
-        seal(image, &layout, seq);
+        let checksum = body_hash ^ head_hash_of(seq, ts, flags);
         let trailer_index = first_index + layout.checksum_offset_bytes / WORD_BYTES;
-        let (checksum, seq_copy) =
-            (word_at(image, layout.checksum_offset_bytes), word_at(image, layout.checksum_offset_bytes + WORD_BYTES));
         write_locked(region, first_index, seq, |region| {
             region.store(first_index + FLAGS_INDEX, flags, StoreOrdering::Relaxed);
             region.store(trailer_index, checksum, StoreOrdering::Relaxed);
-            region.store(trailer_index + 1, seq_copy, StoreOrdering::Relaxed);
+            region.store(trailer_index + 1, seq, StoreOrdering::Relaxed);
         });
         Ok(seq)
     }
@@ -613,7 +634,8 @@ mod tests {
         assert_eq!(&image[40..48], b"key\0\0\0\0\0");
         assert_eq!(&image[48..56], b"meta!\0\0\0");
         assert_eq!(&image[56..64], b"v\0\0\0\0\0\0\0");
-        assert_eq!(&image[64..72], &xxhash_rust::xxh3::xxh3_64(&image[..64]).to_le_bytes());
+        let (head, body) = (xxhash_rust::xxh3::xxh3_64(&image[..24]), xxhash_rust::xxh3::xxh3_64(&image[24..64]));
+        assert_eq!(&image[64..72], &(head ^ body).to_le_bytes());
         assert_eq!(&image[72..80], &2u64.to_le_bytes());
         // Nothing before the slot was touched.
         assert_eq!(bytes_of(&words, 0..64), vec![0u8; 64]);
@@ -648,6 +670,20 @@ mod tests {
         let view = read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf).unwrap();
         assert!(view.newer_prepared());
         assert_eq!((view.value(), view.ts(), view.seq()), (&b"value"[..], 5, 4));
+        // The head (here the flags) is checksummed too: the old flags under the new checksum,
+        // what a read torn between the two writes would see, is rejected.
+        let flags_index = SLOT_FLAGS_OFFSET_BYTES / WORD_BYTES;
+        local.store(flags_index, SLOT_FLAG_VALID, StoreOrdering::Relaxed);
+        assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::Torn { .. })));
+        local.store(flags_index, SLOT_FLAG_VALID | SLOT_FLAG_NEWER_PREPARED, StoreOrdering::Relaxed);
+        // A mark on a slot republished with another body still checks.
+        writer.publish(&local, 0, CAPACITY, b"k", 6, b"meta", b"a longer value than before", SLOT_FLAG_VALID).unwrap();
+        writer.set_flags(&local, 0, CAPACITY, SLOT_FLAG_VALID | SLOT_FLAG_NEWER_PREPARED).unwrap();
+        let view = read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf).unwrap();
+        assert_eq!(
+            (view.value(), view.metadata(), view.ts(), view.newer_prepared()),
+            (&b"a longer value than before"[..], &b"meta"[..], 6, true)
+        );
         writer.set_flags(&local, 0, CAPACITY, 0).unwrap();
         assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::NotValid)));
     }

@@ -92,6 +92,31 @@ pub trait Words {
             tail.copy_from_slice(&word[..tail.len()]);
         }
     }
+
+    /// Stores `src` into words from `first_index` on with relaxed stores, in no promised
+    /// order; a partial last word is zero-padded. Panics if the range leaves the memory.
+    /// Std-backed memories override this with one range check for the whole copy (it is the
+    /// hot loop of every one-sided write and every item-slot publication).
+    fn copy_in(&self, first_index: usize, src: &[u8]) {
+        let mut chunks = src.chunks_exact(WORD_BYTES);
+        let mut index = first_index;
+        for chunk in chunks.by_ref() {
+            self.store(index, word_of(chunk), StoreOrdering::Relaxed);
+            index += 1;
+        }
+        let tail = chunks.remainder();
+        if !tail.is_empty() {
+            self.store(index, word_of(tail), StoreOrdering::Relaxed);
+        }
+    }
+}
+
+/// The little-endian word of up to 8 bytes, zero-padded.
+#[inline]
+fn word_of(bytes: &[u8]) -> u64 {
+    let mut word = [0u8; WORD_BYTES];
+    word[..bytes.len()].copy_from_slice(bytes);
+    u64::from_le_bytes(word)
 }
 
 impl<T: Words + ?Sized> Words for &T {
@@ -122,6 +147,9 @@ impl<T: Words + ?Sized> Words for &T {
     fn copy_out(&self, first_index: usize, dst: &mut [u8]) {
         (**self).copy_out(first_index, dst)
     }
+    fn copy_in(&self, first_index: usize, src: &[u8]) {
+        (**self).copy_in(first_index, src)
+    }
 }
 
 impl<T: Words + ?Sized> Words for Arc<T> {
@@ -151,6 +179,9 @@ impl<T: Words + ?Sized> Words for Arc<T> {
     }
     fn copy_out(&self, first_index: usize, dst: &mut [u8]) {
         (**self).copy_out(first_index, dst)
+    }
+    fn copy_in(&self, first_index: usize, src: &[u8]) {
+        (**self).copy_in(first_index, src)
     }
 }
 
@@ -228,6 +259,9 @@ impl Words for HeapWords {
     fn copy_out(&self, first_index: usize, dst: &mut [u8]) {
         copy_out_atomics(&self.words, first_index, dst)
     }
+    fn copy_in(&self, first_index: usize, src: &[u8]) {
+        copy_in_atomics(&self.words, first_index, src)
+    }
 }
 
 /// Rounds `bytes` up to a whole number of words.
@@ -279,22 +313,17 @@ pub(crate) fn copy_out_atomics(words: &[AtomicU64], first_index: usize, dst: &mu
     }
 }
 
-/// Stores `src` into words starting at `first_index` with relaxed stores; a partial last word
-/// is zero-padded. The range must have been checked.
-pub(crate) fn copy_in<W: Words + ?Sized>(words: &W, first_index: usize, src: &[u8]) {
+/// `Words::copy_in` over a slice of std atomics: one range check, then relaxed stores in a
+/// tight loop (a partial last word zero-padded).
+pub(crate) fn copy_in_atomics(words: &[AtomicU64], first_index: usize, src: &[u8]) {
+    let words = &words[first_index..first_index + src.len().div_ceil(WORD_BYTES)];
     let mut chunks = src.chunks_exact(WORD_BYTES);
-    let mut index = first_index;
-    for chunk in chunks.by_ref() {
-        let mut word = [0u8; WORD_BYTES];
-        word.copy_from_slice(chunk);
-        words.store(index, u64::from_le_bytes(word), StoreOrdering::Relaxed);
-        index += 1;
+    for (word, chunk) in words.iter().zip(chunks.by_ref()) {
+        word.store(word_of(chunk), Ordering::Relaxed);
     }
     let tail = chunks.remainder();
-    if !tail.is_empty() {
-        let mut word = [0u8; WORD_BYTES];
-        word[..tail.len()].copy_from_slice(tail);
-        words.store(index, u64::from_le_bytes(word), StoreOrdering::Relaxed);
+    if let Some(last) = words.last().filter(|_| !tail.is_empty()) {
+        last.store(word_of(tail), Ordering::Relaxed);
     }
 }
 
@@ -323,7 +352,7 @@ pub fn write_bytes<W: Words + ?Sized>(
 ) -> Result<(), FabricError> {
     check_writable(access)?;
     let first_index = check_range(words, offset_bytes, src.len())?;
-    copy_in(words, first_index, src);
+    words.copy_in(first_index, src);
     Ok(())
 }
 
