@@ -332,9 +332,11 @@ impl<F: FabricHandle> ItemSlots<F> {
             return table.entries.get(key).map(|entry| entry.index);
         };
         let SlotTable { entries, free, next_unused, writer, metadata, stats } = table;
-        if let Some(entry) = entries.get(key) {
-            if version.ts <= entry.ts {
-                return Some(entry.index);
+        // One lookup here and one to record the publish (the key is copied only for a new entry).
+        let existing = entries.get(key).map(|entry| (entry.index, entry.ts, entry.prepared_max));
+        if let Some((index, ts, _)) = existing {
+            if version.ts <= ts {
+                return Some(index);
             }
         }
         metadata.clear();
@@ -349,8 +351,8 @@ impl<F: FabricHandle> ItemSlots<F> {
             }
             return None;
         }
-        let index = match entries.get(key) {
-            Some(entry) => entry.index,
+        let index = match existing {
+            Some((index, _, _)) => index,
             None => match free.pop() {
                 Some(index) => index,
                 None if (*next_unused as usize) < self.config.slots => {
@@ -366,7 +368,7 @@ impl<F: FabricHandle> ItemSlots<F> {
         // Only committed versions are published, and a slot's version only grows.
         debug_assert!(version.ts <= store.last_commit(key), "publishing an uncommitted version");
         assert!((index as usize) < self.config.slots, "slot {index} outside the region");
-        let prepared_max = entries.get(key).map_or(0, |entry| entry.prepared_max);
+        let prepared_max = existing.map_or(0, |(_, _, prepared_max)| prepared_max);
         let flags = SLOT_FLAG_VALID | if prepared_max > version.ts { SLOT_FLAG_NEWER_PREPARED } else { 0 };
         let published = writer.publish(
             &*self.region,
@@ -380,16 +382,22 @@ impl<F: FabricHandle> ItemSlots<F> {
         );
         if published.is_err() {
             // Checked above; a failure here leaves the slot as it was (nothing was written).
-            if !entries.contains_key(key) {
+            if existing.is_none() {
                 free.push(index);
             }
-            return entries.get(key).map(|entry| entry.index);
+            return existing.map(|(index, _, _)| index);
         }
         stats.publishes += 1;
-        let entry = entries.entry(key.into()).or_insert(SlotEntry { index, ts: 0, prepared_max: 0, flags: 0 });
-        assert!(entry.ts < version.ts && entry.index == index, "a slot went back or moved");
-        entry.ts = version.ts;
-        entry.flags = flags;
+        match entries.get_mut(key) {
+            Some(entry) => {
+                assert!(entry.ts < version.ts && entry.index == index, "a slot went back or moved");
+                entry.ts = version.ts;
+                entry.flags = flags;
+            }
+            None => {
+                entries.insert(key.into(), SlotEntry { index, ts: version.ts, prepared_max: 0, flags });
+            }
+        }
         Some(index)
     }
 
