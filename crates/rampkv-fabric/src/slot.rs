@@ -17,8 +17,9 @@
 //! 40              K     key, zero-padded to K = pad8(key_len)
 //! 40+K            M     metadata, zero-padded to M = pad8(metadata_len)
 //! 40+K+M          V     value, zero-padded to V = pad8(value_len)
-//! 40+K+M+V        8     checksum: XXH3-64 of bytes [0, 24) (seq, ts, flags) XOR XXH3-64 of
-//!                       bytes [24, 40+K+M+V) (lengths, key, metadata, value)
+//! 40+K+M+V        8     checksum: XXH3-64 of bytes [0, 24) (seq, ts, flags with bit 0
+//!                       cleared) XOR XXH3-64 of bytes [24, 40+K+M+V) (lengths, key,
+//!                       metadata, value)
 //! 48+K+M+V        8     seq copy: equal to the seq word of a completed write
 //! ```
 //!
@@ -118,26 +119,24 @@ impl SlotLayout {
 }
 
 /// The slot checksum of an image's bytes before the trailer: XXH3-64 of the header's first
-/// three words (seq, ts, flags) XOR XXH3-64 of the rest (lengths, key, metadata, value). Split
-/// so that the writer can change seq and flags (the newer-prepared mark) without hashing or
-/// even reading the body again: it recovers the body's hash from the stored checksum
-/// ([`SlotWriter::set_flags`]).
+/// three words (seq, ts, flags without the newer-prepared bit) XOR XXH3-64 of the rest
+/// (lengths, key, metadata, value). Split so that the writer can change seq and flags without
+/// hashing or even reading the body again: it recovers the body's hash from the stored
+/// checksum ([`SlotWriter::set_flags`]). The newer-prepared bit is left out because it is set
+/// by one store outside the seqlock ([`SlotWriter::mark_newer_prepared`]).
 fn checksum(image: &[u8]) -> u64 {
-    head_hash(&image[..SLOT_LENGTHS_OFFSET_BYTES]) ^ xxhash_rust::xxh3::xxh3_64(&image[SLOT_LENGTHS_OFFSET_BYTES..])
+    let head = |offset_bytes| word_at(image, offset_bytes);
+    head_hash_of(head(SLOT_SEQ_OFFSET_BYTES), head(SLOT_TS_OFFSET_BYTES), head(SLOT_FLAGS_OFFSET_BYTES))
+        ^ xxhash_rust::xxh3::xxh3_64(&image[SLOT_LENGTHS_OFFSET_BYTES..])
 }
 
-/// XXH3-64 of the header's seq, ts and flags words (24 bytes).
-fn head_hash(head: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(head)
-}
-
-/// [`head_hash`] of these words.
+/// XXH3-64 of the header's seq, ts and flags words (24 bytes), the newer-prepared bit cleared.
 fn head_hash_of(seq: u64, ts: u64, flags: u64) -> u64 {
     let mut head = [0u8; SLOT_LENGTHS_OFFSET_BYTES];
     head[..8].copy_from_slice(&seq.to_le_bytes());
     head[8..16].copy_from_slice(&ts.to_le_bytes());
-    head[16..].copy_from_slice(&flags.to_le_bytes());
-    head_hash(&head)
+    head[16..].copy_from_slice(&(flags & !SLOT_FLAG_NEWER_PREPARED).to_le_bytes());
+    xxhash_rust::xxh3::xxh3_64(&head)
 }
 
 fn word_at(image: &[u8], offset_bytes: usize) -> u64 {
@@ -336,6 +335,29 @@ impl SlotWriter {
             region.store(trailer_index + 1, seq, StoreOrdering::Relaxed);
         });
         Ok(seq)
+    }
+
+    /// Sets `SLOT_FLAG_NEWER_PREPARED` on the valid version in the slot (a PREPARE of a newer
+    /// one) with one store of the flags word, outside the seqlock: the bit is advisory and
+    /// outside the checksum, so a reader racing the store sees the slot with or without it, both
+    /// whole versions. No reader retries, and the store touches one cache line.
+    ///
+    /// # Errors
+    /// `NotPublished` if the slot holds no valid version; `InvalidCapacity` or `Fabric` for a
+    /// bad range.
+    pub fn mark_newer_prepared<W: Words + ?Sized>(
+        &mut self,
+        region: &W,
+        offset_bytes: usize,
+        capacity_bytes: usize,
+    ) -> Result<(), SlotWriteError> {
+        let first_index = self.check_target(region, offset_bytes, capacity_bytes, SLOT_FLAG_VALID)?;
+        let flags = region.load(first_index + FLAGS_INDEX, LoadOrdering::Relaxed);
+        if region.load(first_index + SEQ_INDEX, LoadOrdering::Relaxed) == 0 || flags & SLOT_FLAG_VALID == 0 {
+            return Err(SlotWriteError::NotPublished);
+        }
+        region.store(first_index + FLAGS_INDEX, flags | SLOT_FLAG_NEWER_PREPARED, StoreOrdering::Relaxed);
+        Ok(())
     }
 
     fn check_target<W: Words + ?Sized>(
@@ -670,12 +692,18 @@ mod tests {
         let view = read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf).unwrap();
         assert!(view.newer_prepared());
         assert_eq!((view.value(), view.ts(), view.seq()), (&b"value"[..], 5, 4));
-        // The head (here the flags) is checksummed too: the old flags under the new checksum,
-        // what a read torn between the two writes would see, is rejected.
-        let flags_index = SLOT_FLAGS_OFFSET_BYTES / WORD_BYTES;
-        local.store(flags_index, SLOT_FLAG_VALID, StoreOrdering::Relaxed);
-        assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::Torn { .. })));
-        local.store(flags_index, SLOT_FLAG_VALID | SLOT_FLAG_NEWER_PREPARED, StoreOrdering::Relaxed);
+        // The head is checksummed too: another ts or the valid bit under this checksum, what a
+        // read torn between two writes could see, is rejected.
+        let (ts_index, flags_index) = (SLOT_TS_OFFSET_BYTES / WORD_BYTES, SLOT_FLAGS_OFFSET_BYTES / WORD_BYTES);
+        for (index, changed) in [(ts_index, 6), (flags_index, SLOT_FLAG_NEWER_PREPARED)] {
+            let good = local.load(index, LoadOrdering::Relaxed);
+            local.store(index, changed, StoreOrdering::Relaxed);
+            assert!(matches!(
+                read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf),
+                Err(SlotReadError::Torn { .. })
+            ));
+            local.store(index, good, StoreOrdering::Relaxed);
+        }
         // A mark on a slot republished with another body still checks.
         writer.publish(&local, 0, CAPACITY, b"k", 6, b"meta", b"a longer value than before", SLOT_FLAG_VALID).unwrap();
         writer.set_flags(&local, 0, CAPACITY, SLOT_FLAG_VALID | SLOT_FLAG_NEWER_PREPARED).unwrap();
@@ -686,6 +714,30 @@ mod tests {
         );
         writer.set_flags(&local, 0, CAPACITY, 0).unwrap();
         assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::NotValid)));
+    }
+
+    #[test]
+    fn the_newer_prepared_mark_is_one_store_outside_the_seqlock_and_the_checksum() {
+        let (fabric, local, remote) = setup();
+        let mut writer = SlotWriter::new(CAPACITY);
+        let mut buf = vec![0u8; CAPACITY];
+        assert!(matches!(writer.mark_newer_prepared(&local, 0, CAPACITY), Err(SlotWriteError::NotPublished)));
+        writer.publish(&local, 0, CAPACITY, b"k", 5, b"w", b"value", SLOT_FLAG_VALID).unwrap();
+        let before = bytes_of(&local, 0..CAPACITY);
+        writer.mark_newer_prepared(&local, 0, CAPACITY).unwrap();
+        let after = bytes_of(&local, 0..CAPACITY);
+        // Only the flags word changed (seq and checksum did not), and the slot still checks.
+        let changed: Vec<usize> = (0..CAPACITY / WORD_BYTES)
+            .filter(|word| before[word * WORD_BYTES..][..WORD_BYTES] != after[word * WORD_BYTES..][..WORD_BYTES])
+            .collect();
+        assert_eq!(changed, vec![SLOT_FLAGS_OFFSET_BYTES / WORD_BYTES]);
+        let view = read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf).unwrap();
+        assert_eq!((view.value(), view.ts(), view.seq(), view.newer_prepared()), (&b"value"[..], 5, 2, true));
+        // A republish clears it; an invalidated slot cannot be marked.
+        writer.publish(&local, 0, CAPACITY, b"k", 6, b"w", b"newer", SLOT_FLAG_VALID).unwrap();
+        assert!(!read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf).unwrap().newer_prepared());
+        writer.set_flags(&local, 0, CAPACITY, 0).unwrap();
+        assert!(matches!(writer.mark_newer_prepared(&local, 0, CAPACITY), Err(SlotWriteError::NotPublished)));
     }
 
     #[test]

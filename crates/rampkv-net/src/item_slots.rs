@@ -17,7 +17,8 @@
 //!   slot never keeps serving an old version while a newer one is committed: a stale slot
 //!   could outlive the GC grace period of the versions its metadata points a round-2 read to.
 //! - **Newer version prepared** (the paper's "invalid bit"): PREPARE of a version newer than
-//!   the slot's sets `SLOT_FLAG_NEWER_PREPARED`; a republish sets it only if a prepared version
+//!   the slot's sets `SLOT_FLAG_NEWER_PREPARED` (one store of the flags word, outside the
+//!   seqlock and the checksum: docs/fabric.md); a republish sets it only if a prepared version
 //!   newer than the published one is still known (`prepared_max`). The bit is advisory: the
 //!   slot still holds a committed version. Clients ignore it unless their option says to fall
 //!   back to GET+ when it is set. An aborted (recovered) prepare leaves it set until the next
@@ -312,7 +313,7 @@ impl<F: FabricHandle> ItemSlots<F> {
             entry.prepared_max = entry.prepared_max.max(ts);
             if entry.flags & SLOT_FLAG_NEWER_PREPARED == 0 {
                 let flags = SLOT_FLAG_VALID | SLOT_FLAG_NEWER_PREPARED;
-                if writer.set_flags(&*self.region, self.offset(entry.index), self.config.slot_bytes, flags).is_ok() {
+                if writer.mark_newer_prepared(&*self.region, self.offset(entry.index), self.config.slot_bytes).is_ok() {
                     entry.flags = flags;
                     stats.newer_prepared_marks += 1;
                 }
