@@ -293,8 +293,9 @@ impl SlotWriter {
         Ok(seq)
     }
 
-    /// Replaces the flags of the version in the slot (e.g. sets `SLOT_FLAG_NEWER_PREPARED` at
-    /// PREPARE), under the seqlock and with a fresh checksum; returns the new sequence number.
+    /// Replaces the flags of the version in the slot (e.g. clears `SLOT_FLAG_VALID` to
+    /// invalidate it), under the seqlock and with a fresh checksum; returns the new sequence
+    /// number. (A PREPARE's newer-prepared mark is [`SlotWriter::mark_newer_prepared`].)
     ///
     /// Reads five words of the slot, not its body: the body's hash is the stored checksum with
     /// the old head's hash taken out ([`checksum`]), so the new checksum needs only the new
