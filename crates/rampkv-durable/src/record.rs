@@ -132,14 +132,17 @@ impl<'a> WritesRef<'a> {
         }
     }
 
+    /// Write `index`: its key and value.
+    fn pair(self, index: usize) -> (&'a Key, &'a [u8]) {
+        match self {
+            WritesRef::Values(writes) => (&writes[index].0, &writes[index].1),
+            WritesRef::Stored(writes) => (&writes[index].0, &writes[index].1.value),
+        }
+    }
+
     /// Each key with its value, in order.
-    fn pairs(self) -> impl Iterator<Item = (&'a Key, &'a [u8])> {
-        let (values, stored) = match self {
-            WritesRef::Values(writes) => (writes, &[][..]),
-            WritesRef::Stored(writes) => (&[][..], writes),
-        };
-        let values = values.iter().map(|(key, value)| (key, &value[..]));
-        values.chain(stored.iter().map(|(key, version)| (key, &version.value[..])))
+    fn pairs(self) -> impl ExactSizeIterator<Item = (&'a Key, &'a [u8])> {
+        (0..self.len()).map(move |index| self.pair(index))
     }
 }
 
@@ -274,13 +277,8 @@ fn validate_writes(writes: WritesRef<'_>) -> Result<(), RecordError> {
     if writes.len() == 0 {
         return Err(RecordError::Invalid("a record with no writes"));
     }
-    if writes.len() > TXN_KEYS_MAX {
-        return Err(WireError::FieldTooLarge { what: "writes", length: writes.len(), max: TXN_KEYS_MAX }.into());
-    }
-    for (key, value) in writes.pairs() {
-        if key.len() > KEY_BYTES_MAX {
-            return Err(WireError::FieldTooLarge { what: "key", length: key.len(), max: KEY_BYTES_MAX }.into());
-        }
+    validate_keys(writes.pairs().map(|(key, _)| key), "writes")?;
+    for (_, value) in writes.pairs() {
         if value.len() > VALUE_BYTES_MAX {
             return Err(WireError::FieldTooLarge { what: "value", length: value.len(), max: VALUE_BYTES_MAX }.into());
         }
