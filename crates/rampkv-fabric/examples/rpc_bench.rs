@@ -109,16 +109,19 @@ fn request(key: usize, request_bytes: usize, out: &mut Vec<u8>) {
     out.resize(request_bytes.max(8), 0);
 }
 
+/// What the server thread can fail with (sent back to the main thread).
+type ThreadError = Box<dyn std::error::Error + Send + Sync>;
+
 struct Server {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<std::result::Result<(), String>>,
+    thread: JoinHandle<std::result::Result<(), ThreadError>>,
 }
 
 impl Server {
     fn stop(self) -> Result<()> {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().map_err(|_| "server thread panicked")??;
-        Ok(())
+        let served = self.thread.join().map_err(|_| "server thread panicked")?;
+        served.map_err(|error| -> Box<dyn Error> { error })
     }
 }
 
@@ -140,18 +143,18 @@ fn connect(fabric: ShmFabric, tag: &str, config: RpcConfig, values: Arc<Vec<Vec<
     )?;
     let stop = Arc::new(AtomicBool::new(false));
     let thread_stop = Arc::clone(&stop);
-    let thread = std::thread::spawn(move || -> std::result::Result<(), String> {
-        let doorbell = Doorbell::new(Arc::clone(&server_region), 0).map_err(|e| e.to_string())?;
+    let thread = std::thread::spawn(move || -> std::result::Result<(), ThreadError> {
+        let doorbell = Doorbell::new(Arc::clone(&server_region), 0)?;
         let mut replies = EntryList::new();
         while !thread_stop.load(Ordering::Relaxed) {
             let _ = doorbell.wait_until(|| endpoint.has_pending(), Duration::from_millis(10));
-            let Some(request) = endpoint.server_recv().map_err(|e| e.to_string())? else { continue };
+            let Some(request) = endpoint.server_recv()? else { continue };
             replies.clear();
             for entry in request.entries.iter() {
                 let key = entry.get(..8).map_or(0, |bytes| u64::from_le_bytes(bytes.try_into().unwrap_or([0; 8])));
                 replies.push(&values[key as usize % KEYS]);
             }
-            endpoint.server_send(&replies).map_err(|e| e.to_string())?;
+            endpoint.server_send(&replies)?;
         }
         Ok(())
     });

@@ -13,7 +13,7 @@ mod workload;
 use workload::TxnSource;
 
 pub use report::{BenchResult, LatencySummary, MachineInfo, PersistenceSummary, ReplicationSummary, RoundTwoSummary};
-pub use workload::Workload;
+pub use workload::{Workload, WorkloadNameError};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -27,10 +27,28 @@ pub enum Workload {
     YcsbReadRatio,
 }
 
+/// Why `--workload NAME` names no workload.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkloadNameError {
+    /// YCSB E: range scans.
+    #[error(
+        "YCSB workload E is range scans, which rampkv does not have (keys are hash-partitioned and a \
+         transaction names every key it reads)"
+    )]
+    RangeScans,
+    /// None of the names (lowercased, trimmed).
+    #[error("unknown workload {name:?}; choose micro, micro-zipfian, ycsb-read-ratio, or YCSB a, b, c, d, f")]
+    Unknown { name: String },
+}
+
 impl Workload {
     /// Parses `micro`, `micro-zipfian`, `ycsb-read-ratio`, or a YCSB workload letter `a`..`f`
     /// (also `ycsb-a`).
-    pub fn from_name(name: &str) -> Result<Workload, String> {
+    ///
+    /// # Errors
+    /// [`WorkloadNameError`]: YCSB E (range scans), or a name that is none of these.
+    pub fn from_name(name: &str) -> Result<Workload, WorkloadNameError> {
         let name = name.trim().to_ascii_lowercase();
         match name.as_str() {
             "micro" | "micro-uniform" => return Ok(Workload::Micro { zipfian: false }),
@@ -40,13 +58,9 @@ impl Workload {
         }
         let letter = name.strip_prefix("ycsb-").unwrap_or(&name);
         match letter {
-            "e" => Err("YCSB workload E is range scans, which rampkv does not have (keys are \
-                        hash-partitioned and a transaction names every key it reads)"
-                .into()),
+            "e" => Err(WorkloadNameError::RangeScans),
             "a" | "b" | "c" | "d" | "f" => Ok(Workload::Ycsb { name: letter.chars().next().expect("one letter") }),
-            _ => Err(format!(
-                "unknown workload {name:?}; choose micro, micro-zipfian, ycsb-read-ratio, or YCSB a, b, c, d, f"
-            )),
+            _ => Err(WorkloadNameError::Unknown { name }),
         }
     }
 
@@ -181,8 +195,11 @@ mod tests {
         assert_eq!(Workload::from_name("micro-zipfian"), Ok(Workload::Micro { zipfian: true }));
         assert_eq!(Workload::from_name("ycsb-b"), Ok(Workload::Ycsb { name: 'b' }));
         assert_eq!(Workload::from_name("F"), Ok(Workload::Ycsb { name: 'f' }));
-        assert!(Workload::from_name("e").unwrap_err().contains("range scans"));
-        assert!(Workload::from_name("z").unwrap_err().contains("unknown workload"));
+        assert_eq!(Workload::from_name("ycsb-e"), Err(WorkloadNameError::RangeScans));
+        assert!(Workload::from_name("e").unwrap_err().to_string().contains("range scans"));
+        let unknown = Workload::from_name("Z").unwrap_err();
+        assert_eq!(unknown, WorkloadNameError::Unknown { name: "z".to_owned() });
+        assert!(unknown.to_string().contains("unknown workload \"z\""), "{unknown}");
         assert_eq!(Workload::from_name("ycsb-read-ratio"), Ok(Workload::YcsbReadRatio));
     }
 

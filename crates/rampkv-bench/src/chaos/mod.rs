@@ -94,7 +94,7 @@ pub enum ChaosError {
     #[error("cannot {what}{}: {error}", path.as_ref().map(|path| format!(" ({})", path.display())).unwrap_or_default())]
     Io { what: &'static str, path: Option<PathBuf>, error: std::io::Error },
     #[error("network namespaces are unavailable: {why}")]
-    NamespacesUnavailable { why: String },
+    NamespacesUnavailable { why: NamespacesFault },
     #[error("`{command}` failed ({status}): {stderr}")]
     CommandFailed { command: String, status: String, stderr: String },
     #[error("`{command}` did not finish in {timeout_ms} ms")]
@@ -119,6 +119,21 @@ pub enum ChaosError {
     FinalRead { timeout_ms: u64, last_error: Option<ClientError> },
     #[error("interrupted")]
     Interrupted,
+}
+
+/// What stopped `--network namespaces` (asked for by name, so the run stops).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NamespacesFault {
+    /// Creating namespaces, veth pairs and a bridge takes root.
+    #[error("not running as root")]
+    NotRoot,
+    /// The `ip` command (or another) could not be started.
+    #[error("cannot run `{command}`: {error}")]
+    CannotRun { command: String, error: std::io::Error },
+    /// A step of the set-up failed: a command refused, timed out, or a namespace could not be entered.
+    #[error(transparent)]
+    Setup(Box<ChaosError>),
 }
 
 /// Everything that defines a chaos run.

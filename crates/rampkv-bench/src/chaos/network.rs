@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::ChaosError;
+use super::{ChaosError, NamespacesFault};
 use crate::limits::{CHAOS_COMMAND_TIMEOUT_MS, CHAOS_SERVERS_MAX};
 
 /// Prefix of every namespace a chaos run makes.
@@ -150,7 +150,7 @@ impl Network {
                 // Asked for by name: whatever stopped them (a command failing, a kernel or
                 // container refusing) is reported as namespaces being unavailable, with why.
                 Err(error) if choice == NetworkChoice::Namespaces => {
-                    return Err(ChaosError::NamespacesUnavailable { why: error.to_string() })
+                    return Err(ChaosError::NamespacesUnavailable { why: NamespacesFault::Setup(Box::new(error)) })
                 }
                 Err(error) => {
                     network.tear_down();
@@ -246,7 +246,7 @@ impl Network {
 
     fn make_namespaces(&mut self, servers: usize) -> Result<(), ChaosError> {
         if !rustix::process::geteuid().is_root() {
-            return Err(ChaosError::NamespacesUnavailable { why: "not running as root".to_owned() });
+            return Err(ChaosError::NamespacesUnavailable { why: NamespacesFault::NotRoot });
         }
         remove_stale_namespaces();
         let hub = self.hub_namespace();
@@ -337,7 +337,9 @@ fn ip_output(args: &[&str]) -> Result<String, ChaosError> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|error| ChaosError::NamespacesUnavailable { why: format!("cannot run `{command_line}`: {error}") })?;
+        .map_err(|error| ChaosError::NamespacesUnavailable {
+            why: NamespacesFault::CannotRun { command: command_line.clone(), error },
+        })?;
     let deadline = Instant::now() + Duration::from_millis(CHAOS_COMMAND_TIMEOUT_MS);
     let status = loop {
         match child.try_wait() {

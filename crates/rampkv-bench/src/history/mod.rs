@@ -104,13 +104,13 @@ enum RecordKind {
 }
 
 impl TryFrom<RecordFields> for Record {
-    type Error = String;
+    type Error = RecordFault;
 
-    fn try_from(fields: RecordFields) -> Result<Self, String> {
+    fn try_from(fields: RecordFields) -> Result<Self, RecordFault> {
         match fields.kind {
             RecordKind::Write => Ok(Record::Write(WriteRecord {
                 client: fields.client,
-                ts: fields.ts.ok_or("a write record needs field `ts`")?,
+                ts: fields.ts.ok_or(RecordFault::MissingField { kind: "write", field: "ts" })?,
                 keys: fields.keys,
                 start_ns: fields.start_ns,
                 end_ns: fields.end_ns,
@@ -119,7 +119,7 @@ impl TryFrom<RecordFields> for Record {
             RecordKind::Read => Ok(Record::Read(ReadRecord {
                 client: fields.client,
                 keys: fields.keys,
-                reads: fields.reads.ok_or("a read record needs field `reads`")?,
+                reads: fields.reads.ok_or(RecordFault::MissingField { kind: "read", field: "reads" })?,
                 value_ts: fields.value_ts,
                 round1: fields.round1,
                 round2: fields.round2,
@@ -208,7 +208,7 @@ pub enum HistoryError {
     /// A caller asked to append a record that breaks the format's rules; nothing of that batch
     /// was written.
     #[error("refusing to append an invalid record to history file {}: {reason}", path.display())]
-    InvalidRecord { path: PathBuf, reason: String },
+    InvalidRecord { path: PathBuf, reason: RecordFault },
     /// Reading the history failed at the operating-system level.
     #[error("cannot read {origin} at line {line}: {error}")]
     Read { origin: String, line: u64, error: io::Error },
@@ -217,11 +217,47 @@ pub enum HistoryError {
     LineTooLong { origin: String, line: u64, bytes_max: usize },
     /// A line is not a valid record: bad JSON, a missing or mistyped field, or a broken rule.
     #[error("{origin}:{line}: malformed history record: {reason}")]
-    Malformed { origin: String, line: u64, reason: String },
+    Malformed { origin: String, line: u64, reason: RecordFault },
     /// The last line has no newline and is not a record: cut short by a writer that died
     /// (a benchmark killed while its history streamed out). The checker leaves it out.
     #[error("{origin}:{line}: last line cut short ({bytes} bytes, no newline): {reason}")]
-    CutLastLine { origin: String, line: u64, bytes: u64, reason: String },
+    CutLastLine { origin: String, line: u64, bytes: u64, reason: RecordFault },
+}
+
+/// What is wrong with one record: not JSON of the format, or a rule of the format broken.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordFault {
+    /// Not JSON, or JSON that is not a record: a missing or mistyped field, an unknown type.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// A field the record's type needs is absent.
+    #[error("a {kind} record needs field `{field}`")]
+    MissingField { kind: &'static str, field: &'static str },
+    /// The transaction ends before it starts.
+    #[error("end_ns {end_ns} is before start_ns {start_ns}")]
+    EndBeforeStart { start_ns: u64, end_ns: u64 },
+    /// A write at timestamp 0, which names every key's initial value.
+    #[error("a write cannot have ts 0, which names the initial value")]
+    WriteAtInitialTs,
+    /// `reads` names a key the read did not ask for.
+    #[error("\"reads\" has key {key:?}, which is not in \"keys\"")]
+    ReadOfKeyNotAsked { key: String },
+    /// `value_ts` names a key with no `reads` entry.
+    #[error("\"value_ts\" has key {key:?}, which is not in \"reads\"")]
+    ValueTsOfKeyNotRead { key: String },
+    /// An ok read lacks the `reads` entry of a key it asked for.
+    #[error("an ok read has no \"reads\" entry for key {key:?}")]
+    OkReadMissingKey { key: String },
+    /// `round1` does not have one entry per key asked for.
+    #[error("\"round1\" has {entries} entries for {keys} keys")]
+    RoundOneCount { entries: usize, keys: usize },
+    /// `round2` without `round1`.
+    #[error("\"round2\" needs \"round1\"")]
+    RoundTwoWithoutRoundOne,
+    /// `round2` names a key the read did not ask for.
+    #[error("\"round2\" has key {key:?}, which is not in \"keys\"")]
+    RoundTwoKeyNotAsked { key: String },
 }
 
 impl Record {
@@ -252,8 +288,8 @@ impl Record {
     /// Checks the rules of the format that JSON types alone cannot express.
     ///
     /// # Errors
-    /// A human-readable description of the first broken rule.
-    pub fn validate(&self) -> Result<(), String> {
+    /// The first broken rule.
+    pub fn validate(&self) -> Result<(), RecordFault> {
         match self {
             Record::Write(write) => write.validate(),
             Record::Read(read) => read.validate(),
@@ -273,11 +309,11 @@ impl WriteRecord {
     /// initial value of every key and is never written.
     ///
     /// # Errors
-    /// A description of the first broken rule.
-    pub fn validate(&self) -> Result<(), String> {
+    /// The first broken rule.
+    pub fn validate(&self) -> Result<(), RecordFault> {
         validate_times(self.start_ns, self.end_ns)?;
         if self.ts == TIMESTAMP_INITIAL {
-            return Err("a write cannot have ts 0, which names the initial value".to_owned());
+            return Err(RecordFault::WriteAtInitialTs);
         }
         Ok(())
     }
@@ -291,20 +327,20 @@ impl ReadRecord {
     /// `round2` comes only with `round1`.
     ///
     /// # Errors
-    /// A description of the first broken rule.
-    pub fn validate(&self) -> Result<(), String> {
+    /// The first broken rule.
+    pub fn validate(&self) -> Result<(), RecordFault> {
         self.validate_rounds()?;
         validate_times(self.start_ns, self.end_ns)?;
         let asked: BTreeSet<&str> = self.keys.iter().map(String::as_str).collect();
         if let Some(key) = self.reads.keys().find(|key| !asked.contains(key.as_str())) {
-            return Err(format!("\"reads\" has key {key:?}, which is not in \"keys\""));
+            return Err(RecordFault::ReadOfKeyNotAsked { key: key.clone() });
         }
         if let Some(key) = self.value_ts.keys().find(|key| !self.reads.contains_key(*key)) {
-            return Err(format!("\"value_ts\" has key {key:?}, which is not in \"reads\""));
+            return Err(RecordFault::ValueTsOfKeyNotRead { key: key.clone() });
         }
         if self.ok {
             if let Some(key) = asked.iter().find(|key| !self.reads.contains_key(**key)) {
-                return Err(format!("an ok read has no \"reads\" entry for key {key:?}"));
+                return Err(RecordFault::OkReadMissingKey { key: (*key).to_owned() });
             }
         }
         Ok(())
@@ -332,19 +368,19 @@ impl ReadRecord {
         Self { client, keys, reads, value_ts, round1, round2, start_ns, end_ns, ok: true }
     }
 
-    fn validate_rounds(&self) -> Result<(), String> {
+    fn validate_rounds(&self) -> Result<(), RecordFault> {
         match &self.round1 {
             Some(round1) if round1.len() != self.keys.len() => {
-                return Err(format!("\"round1\" has {} entries for {} keys", round1.len(), self.keys.len()));
+                return Err(RecordFault::RoundOneCount { entries: round1.len(), keys: self.keys.len() });
             }
             Some(_) => {}
-            None if !self.round2.is_empty() => return Err("\"round2\" needs \"round1\"".to_owned()),
+            None if !self.round2.is_empty() => return Err(RecordFault::RoundTwoWithoutRoundOne),
             None => {}
         }
         // `reads` (a map) names every key of an ok read: a quick test before the linear one.
         let asked = |key: &String| self.reads.contains_key(key) || self.keys.contains(key);
         if let Some(key) = self.round2.iter().find(|key| !asked(key)) {
-            return Err(format!("\"round2\" has key {key:?}, which is not in \"keys\""));
+            return Err(RecordFault::RoundTwoKeyNotAsked { key: key.clone() });
         }
         Ok(())
     }
@@ -356,9 +392,9 @@ impl ReadRecord {
     }
 }
 
-fn validate_times(start_ns: u64, end_ns: u64) -> Result<(), String> {
+fn validate_times(start_ns: u64, end_ns: u64) -> Result<(), RecordFault> {
     if end_ns < start_ns {
-        return Err(format!("end_ns {end_ns} is before start_ns {start_ns}"));
+        return Err(RecordFault::EndBeforeStart { start_ns, end_ns });
     }
     Ok(())
 }
@@ -557,9 +593,9 @@ impl HistorySink {
         // About 160 bytes per line for small transactions; a hint, not a bound.
         let mut batch = Vec::with_capacity(records.len() * 160);
         for record in records {
-            let invalid = |reason: String| HistoryError::InvalidRecord { path: self.path.clone(), reason };
+            let invalid = |reason: RecordFault| HistoryError::InvalidRecord { path: self.path.clone(), reason };
             record.validate().map_err(invalid)?;
-            serde_json::to_writer(&mut batch, record).map_err(|error| invalid(error.to_string()))?;
+            serde_json::to_writer(&mut batch, record).map_err(|error| invalid(error.into()))?;
             batch.push(b'\n');
         }
         Ok(batch)
@@ -625,11 +661,11 @@ impl<R: BufRead> HistoryReader<R> {
         // Only the last line of the input can lack its newline.
         let cut = self.buffer.last() != Some(&b'\n');
         let bytes = self.buffer.len() as u64;
-        let malformed = |reason: String| match cut {
+        let malformed = |reason: RecordFault| match cut {
             true => HistoryError::CutLastLine { origin: origin.clone(), line, bytes, reason },
             false => HistoryError::Malformed { origin: origin.clone(), line, reason },
         };
-        let record: Record = serde_json::from_slice(&self.buffer).map_err(|error| malformed(error.to_string()))?;
+        let record: Record = serde_json::from_slice(&self.buffer).map_err(|error| malformed(error.into()))?;
         record.validate().map_err(malformed)?;
         Ok(NumberedRecord { line: self.line, record })
     }
@@ -818,6 +854,31 @@ mod tests {
             let error = parse_history(line.as_bytes()).expect_err(line);
             let message = error.to_string();
             assert!(message.contains(expected), "{line}\n  gave: {message}");
+        }
+    }
+
+    #[test]
+    fn each_broken_rule_is_its_own_fault() {
+        let mut write = write_record(1, 0, &["a"]);
+        assert!(matches!(Record::Write(write.clone()).validate(), Err(RecordFault::WriteAtInitialTs)));
+        write.ts = 3;
+        write.end_ns = write.start_ns.wrapping_sub(1);
+        let fault = Record::Write(write).validate().expect_err("ends before it starts");
+        assert!(matches!(fault, RecordFault::EndBeforeStart { .. }), "{fault}");
+        let line = r#"{"type":"read","client":1,"keys":["a"],"reads":{"a":1},"round1":[1,2],"start_ns":1,"end_ns":2,"ok":true}"#;
+        // Each line ends with its newline: only a last line without one is read as cut short.
+        match parse_history(format!("{line}\n").as_bytes()).expect_err(line) {
+            HistoryError::Malformed { line: 1, reason: RecordFault::RoundOneCount { entries: 2, keys: 1 }, .. } => {}
+            other => panic!("{other}"),
+        }
+        let line = r#"{"type":"read","client":1,"keys":["a"],"reads":{"a":1},"round2":["a"],"start_ns":1,"end_ns":2,"ok":true}"#;
+        match parse_history(format!("{line}\n").as_bytes()).expect_err(line) {
+            HistoryError::Malformed { reason: RecordFault::RoundTwoWithoutRoundOne, .. } => {}
+            other => panic!("{other}"),
+        }
+        match parse_history(&b"{not json"[..]).expect_err("not JSON") {
+            HistoryError::CutLastLine { reason: RecordFault::Json(_), .. } => {}
+            other => panic!("{other}"),
         }
     }
 
@@ -1056,7 +1117,7 @@ mod tests {
         let sink = HistorySink::create(&path).expect("create");
         let batch = [Record::Write(write_record(1, 5, &["a"])), Record::Write(write_record(1, 0, &["a"]))];
         let error = sink.append(&batch).expect_err("ts 0 is invalid");
-        assert!(matches!(error, HistoryError::InvalidRecord { .. }));
+        assert!(matches!(error, HistoryError::InvalidRecord { reason: RecordFault::WriteAtInitialTs, .. }), "{error}");
         assert!(error.to_string().contains("history.jsonl"), "{error}");
         sink.flush().expect("flush");
         assert_eq!(read_history(&path).expect("read back"), Vec::new());
