@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use super::{run, BenchConfig, BenchError, BenchResult, TransportKind};
+use super::{run, BenchConfig, BenchError, BenchResult, ConfigError, TransportKind};
 
 /// Runs `config` over each of `transports` (the transport in `config` is ignored), in order.
 /// `on_result` sees each result as it comes (for progress output).
@@ -20,9 +20,8 @@ pub fn run_each(
     mut on_result: impl FnMut(&BenchResult),
 ) -> Result<Vec<BenchResult>, BenchError> {
     if config.cluster_file.is_some() {
-        return Err(BenchError::Config(
-            "--compare runs the embedded cluster (the one-sided transports need it); drop --cluster".into(),
-        ));
+        let why = "runs the embedded cluster (the one-sided transports need it); drop --cluster";
+        return Err(ConfigError::NotTogether { what: "--compare", why }.into());
     }
     let mut results = Vec::with_capacity(transports.len());
     for &transport in transports {

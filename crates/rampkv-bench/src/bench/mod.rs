@@ -360,12 +360,51 @@ impl Default for BenchConfig {
     }
 }
 
+/// A benchmark setting out of its range, or settings that do not go together.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A whole-number setting outside `min..=max`.
+    #[error("{flag} must be {min}..={max}, got {got}")]
+    OutOfRange { flag: &'static str, min: u64, max: u64, got: u64 },
+    /// A whole-number setting outside `1..=` another setting (named).
+    #[error("{flag} must be 1..={bound}, got {got}")]
+    AboveOther { flag: &'static str, bound: &'static str, got: u64 },
+    #[error("--keys must be txn-size..={max}, got {got}")]
+    Keys { max: u64, got: u64 },
+    #[error("--value-size must be {min}..={max} (values carry the writer's timestamp), got {got}")]
+    ValueSize { min: usize, max: usize, got: usize },
+    #[error("--read-ratio must be within 0..=1, got {0}")]
+    ReadRatio(f64),
+    #[error("--duration must be within (0, 24h], got {0}s")]
+    Duration(f64),
+    #[error("--txns must be at least 1")]
+    NoTransactions,
+    #[error("--replicas {replicas} needs at least {replicas} servers (each copy on a server of its own), got --servers {servers}")]
+    ReplicasAboveServers { replicas: u32, servers: usize },
+    /// Two settings that do not go together (`what` and why, fixed texts).
+    #[error("{what} {why}")]
+    NotTogether { what: &'static str, why: &'static str },
+    /// The network model's settings.
+    #[error(transparent)]
+    Network(#[from] rampkv_net::transport::interleave::InterleaveError),
+    /// The workload generator refused its settings or ran out.
+    #[error("workload: {0}")]
+    Workload(#[from] rampkv_ycsb::Error),
+    /// No YCSB workload has this letter.
+    #[error("unknown YCSB workload {0}")]
+    UnknownYcsb(char),
+    /// The item slots cannot be sized for the widest transaction's metadata.
+    #[error(transparent)]
+    Metadata(#[from] rampkv_core::protocol::ProtocolError),
+}
+
 /// Why a benchmark could not run.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BenchError {
     #[error("invalid benchmark configuration: {0}")]
-    Config(String),
+    Config(#[from] ConfigError),
     #[error("invalid benchmark configuration: {0}")]
     Bloom(#[from] rampkv_core::protocol::bloom::BloomError),
     #[error("invalid benchmark configuration: {0}")]
@@ -387,74 +426,80 @@ pub enum BenchError {
 impl BenchConfig {
     /// Checks every field before anything starts.
     pub fn validate(&self) -> Result<(), BenchError> {
-        let fail = |why: String| Err(BenchError::Config(why));
+        let fail = |error: ConfigError| Err(BenchError::Config(error));
+        let not_together = |what, why| fail(ConfigError::NotTogether { what, why });
         self.bloom.validate()?;
         if self.persistence.is_some() && self.cluster_file.is_some() {
-            return fail("--data-dir is for the embedded cluster's servers: not with --cluster".into());
+            return not_together("--data-dir", "is for the embedded cluster's servers: not with --cluster");
         }
         if self.replicas != 1 {
             if self.cluster_file.is_some() {
-                return fail("--replicas is for the embedded cluster: an external cluster's file says its own".into());
+                return not_together(
+                    "--replicas",
+                    "is for the embedded cluster: an external cluster's file says its own",
+                );
             }
             if self.replicas == 0 || self.replicas > CLUSTER_REPLICAS_MAX {
-                return fail(format!("--replicas must be 1..={CLUSTER_REPLICAS_MAX}, got {}", self.replicas));
+                let (max, got) = (u64::from(CLUSTER_REPLICAS_MAX), u64::from(self.replicas));
+                return fail(ConfigError::OutOfRange { flag: "--replicas", min: 1, max, got });
             }
             if self.replicas as usize > self.servers {
-                return fail(format!(
-                    "--replicas {} needs at least {} servers (each copy on a server of its own), got --servers {}",
-                    self.replicas, self.replicas, self.servers
-                ));
+                return fail(ConfigError::ReplicasAboveServers { replicas: self.replicas, servers: self.servers });
             }
             if self.server_threads != 1 {
-                return fail("--replicas with --server-threads above 1 is not built (the backups must be in the primaries' group)".into());
+                return not_together(
+                    "--replicas",
+                    "with --server-threads above 1 is not built (the backups must be in the primaries' group)",
+                );
             }
             if self.persistence.is_some() {
-                return fail(
-                    "--replicas with --data-dir is not built yet (a backup cannot catch up with a recovered log)"
-                        .into(),
+                return not_together(
+                    "--replicas",
+                    "with --data-dir is not built yet (a backup cannot catch up with a recovered log)",
                 );
             }
         }
         if self.transport == TransportKind::InProcess && self.cluster_file.is_some() {
-            return fail("--transport inprocess calls the embedded cluster's servers: not with --cluster".into());
+            return not_together("--transport inprocess", "calls the embedded cluster's servers: not with --cluster");
         }
         self.item_slots.validate()?;
         if let Some(options) = self.network.options(self.cluster_file.is_some(), self.seed, 0) {
-            options.validate().map_err(|error| BenchError::Config(error.to_string()))?;
+            options.validate().map_err(ConfigError::from)?;
         }
         if self.cluster_file.is_none() && !(1..=64).contains(&self.servers) {
-            return fail(format!("--servers must be 1..=64, got {}", self.servers));
+            return fail(ConfigError::OutOfRange { flag: "--servers", min: 1, max: 64, got: self.servers as u64 });
         }
         if self.server_threads == 0 || self.server_threads > self.servers.max(1) {
-            return fail(format!("--server-threads must be 1..=servers, got {}", self.server_threads));
+            let got = self.server_threads as u64;
+            return fail(ConfigError::AboveOther { flag: "--server-threads", bound: "servers", got });
         }
         if !(1..=BENCH_CLIENTS_MAX).contains(&self.clients) {
-            return fail(format!("--clients must be 1..={BENCH_CLIENTS_MAX}, got {}", self.clients));
+            let (max, got) = (BENCH_CLIENTS_MAX as u64, self.clients as u64);
+            return fail(ConfigError::OutOfRange { flag: "--clients", min: 1, max, got });
         }
         if self.client_threads == 0 || self.client_threads > self.clients {
-            return fail(format!("--client-threads must be 1..=clients, got {}", self.client_threads));
+            let got = self.client_threads as u64;
+            return fail(ConfigError::AboveOther { flag: "--client-threads", bound: "clients", got });
         }
         if !(1..=TXN_KEYS_MAX).contains(&self.txn_size) {
-            return fail(format!("--txn-size must be 1..={TXN_KEYS_MAX}, got {}", self.txn_size));
+            let (max, got) = (TXN_KEYS_MAX as u64, self.txn_size as u64);
+            return fail(ConfigError::OutOfRange { flag: "--txn-size", min: 1, max, got });
         }
         if !(0.0..=1.0).contains(&self.read_ratio) {
-            return fail(format!("--read-ratio must be within 0..=1, got {}", self.read_ratio));
+            return fail(ConfigError::ReadRatio(self.read_ratio));
         }
         if self.keys < self.txn_size as u64 || self.keys > BENCH_KEYS_MAX {
-            return fail(format!("--keys must be txn-size..={BENCH_KEYS_MAX}, got {}", self.keys));
+            return fail(ConfigError::Keys { max: BENCH_KEYS_MAX, got: self.keys });
         }
         if !(history::CHECK_VALUE_PREFIX_LEN..=VALUE_BYTES_MAX).contains(&self.value_size) {
-            return fail(format!(
-                "--value-size must be {}..={VALUE_BYTES_MAX} (values carry the writer's timestamp), got {}",
-                history::CHECK_VALUE_PREFIX_LEN,
-                self.value_size
-            ));
+            let (min, max) = (history::CHECK_VALUE_PREFIX_LEN, VALUE_BYTES_MAX);
+            return fail(ConfigError::ValueSize { min, max, got: self.value_size });
         }
         match self.stop_after {
             StopAfter::Duration { seconds } if !(seconds > 0.0 && seconds <= 86_400.0) => {
-                fail(format!("--duration must be within (0, 24h], got {seconds}s"))
+                fail(ConfigError::Duration(seconds))
             }
-            StopAfter::Transactions { count: 0 } => fail("--txns must be at least 1".into()),
+            StopAfter::Transactions { count: 0 } => fail(ConfigError::NoTransactions),
             _ => Ok(()),
         }
     }
@@ -665,7 +710,8 @@ fn embedded_control_addresses(fronts: &[FrontEnd]) -> Vec<String> {
 pub fn probe_alone(config: &BenchConfig) -> Result<ProbeResult, BenchError> {
     config.validate()?;
     if config.cluster_file.is_some() {
-        return Err(BenchError::Config("the probe alone starts its own cluster: not with --cluster".into()));
+        let why = "alone starts its own cluster: not with --cluster";
+        return Err(ConfigError::NotTogether { what: "the probe", why }.into());
     }
     let (cluster, embedded, fronts, _) = start_embedded_cluster(config)?;
     let local_servers = embedded.iter().map(|group| Arc::clone(group.servers())).collect();
@@ -1040,8 +1086,7 @@ fn run_client_thread<T: ClientTransport>(
 ) -> Result<ThreadTotals, BenchError> {
     match config.network.options(config.cluster_file.is_some(), config.seed, context.thread) {
         Some(options) => {
-            let transport =
-                Interleaving::new(transport, options).map_err(|error| BenchError::Config(error.to_string()))?;
+            let transport = Interleaving::new(transport, options).map_err(ConfigError::from)?;
             run_sessions(config, transport, cluster, context)
         }
         None => run_sessions(config, transport, cluster, context),
@@ -1302,6 +1347,38 @@ fn load_phase(config: &BenchConfig, cluster: &Cluster, shared: &Shared) -> Resul
         }
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod config_tests {
+    use super::*;
+
+    #[test]
+    fn each_setting_out_of_range_is_a_typed_config_error_with_the_flag_named() {
+        let refused = |config: BenchConfig| match config.validate() {
+            Err(BenchError::Config(error)) => error,
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        let error = refused(BenchConfig { servers: 0, ..BenchConfig::default() });
+        assert!(matches!(error, ConfigError::OutOfRange { flag: "--servers", min: 1, max: 64, got: 0 }), "{error}");
+        assert_eq!(error.to_string(), "--servers must be 1..=64, got 0");
+        let error = refused(BenchConfig { clients: 4, client_threads: 5, ..BenchConfig::default() });
+        assert_eq!(error.to_string(), "--client-threads must be 1..=clients, got 5");
+        let error = refused(BenchConfig { read_ratio: 1.5, ..BenchConfig::default() });
+        assert!(matches!(error, ConfigError::ReadRatio(ratio) if ratio == 1.5), "{error}");
+        let error = refused(BenchConfig { stop_after: StopAfter::Transactions { count: 0 }, ..BenchConfig::default() });
+        assert!(matches!(error, ConfigError::NoTransactions), "{error}");
+        let error = refused(BenchConfig { replicas: 3, servers: 2, ..BenchConfig::default() });
+        assert!(matches!(error, ConfigError::ReplicasAboveServers { replicas: 3, servers: 2 }), "{error}");
+        let external = BenchConfig {
+            transport: TransportKind::InProcess,
+            cluster_file: Some("cluster.toml".into()),
+            ..BenchConfig::default()
+        };
+        let error = refused(external);
+        assert!(matches!(error, ConfigError::NotTogether { what: "--transport inprocess", .. }), "{error}");
+        assert!(error.to_string().ends_with("not with --cluster"), "{error}");
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use rampkv_ycsb::{
     Txn, TxnGenerator,
 };
 
-use super::{BenchConfig, BenchError};
+use super::{BenchConfig, BenchError, ConfigError};
 use rampkv_core::limits::ITEM_REGION_BYTES_MAX;
 use rampkv_core::protocol::ramp::{metadata_for, TxnOptions};
 
@@ -78,9 +78,9 @@ impl Workload {
     fn ycsb_config(config: &BenchConfig) -> Result<Option<CoreWorkloadConfig>, BenchError> {
         let mut core = match config.workload {
             Workload::Micro { .. } => return Ok(None),
-            Workload::Ycsb { name } => BuiltinWorkload::from_name(&name.to_string())
-                .ok_or_else(|| BenchError::Config(format!("unknown YCSB workload {name}")))?
-                .config(),
+            Workload::Ycsb { name } => {
+                BuiltinWorkload::from_name(&name.to_string()).ok_or(ConfigError::UnknownYcsb(name))?.config()
+            }
             Workload::YcsbReadRatio => {
                 let mut core = BuiltinWorkload::A.config();
                 let read = config.read_ratio;
@@ -119,9 +119,7 @@ impl BenchConfig {
         let key_bytes = Workload::key_bytes_max(self)?;
         let options = TxnOptions { algorithm: self.algorithm, bloom: self.bloom, mutant_skip_repair: false };
         let widest_write_set = vec![vec![0u8; key_bytes]; self.txn_size];
-        let metadata_bytes = metadata_for(&options, &widest_write_set)
-            .map_err(|error| BenchError::Config(error.to_string()))?
-            .encoded_bytes();
+        let metadata_bytes = metadata_for(&options, &widest_write_set).map_err(ConfigError::from)?.encoded_bytes();
         let fitted = rampkv_fabric::slot_bytes(key_bytes, metadata_bytes, self.value_size);
         let region_cap = ITEM_REGION_BYTES_MAX / self.item_slots.slots.max(1) / 8 * 8;
         Ok(fitted.min(region_cap))
@@ -136,7 +134,7 @@ pub(crate) enum TxnSource {
 
 impl TxnSource {
     pub(crate) fn new(config: &BenchConfig, seed: u64) -> Result<TxnSource, BenchError> {
-        let invalid = |error: rampkv_ycsb::Error| BenchError::Config(error.to_string());
+        let invalid = ConfigError::Workload;
         match config.workload {
             Workload::Micro { zipfian } => {
                 let distribution =
@@ -163,7 +161,7 @@ impl TxnSource {
         let Some(core) = Workload::ycsb_config(config)? else {
             return Ok(None);
         };
-        let invalid = |error: rampkv_ycsb::Error| BenchError::Config(error.to_string());
+        let invalid = ConfigError::Workload;
         let workload = CoreWorkload::new(core, config.seed).map_err(invalid)?;
         Ok(Some(TxnGenerator::new(workload, config.txn_size).map_err(invalid)?))
     }
@@ -173,7 +171,7 @@ impl TxnSource {
             TxnSource::Micro(generator) => generator.next_txn(txn),
             TxnSource::Ycsb(generator) => generator.next_txn(txn),
         };
-        result.map_err(|error| BenchError::Config(format!("workload: {error}")))
+        result.map_err(|error| ConfigError::Workload(error).into())
     }
 
     /// Tells the generator a transaction finished (YCSB's acknowledged inserts).
