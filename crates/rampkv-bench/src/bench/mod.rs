@@ -420,7 +420,9 @@ pub enum BenchError {
     #[error(transparent)]
     History(#[from] history::HistoryError),
     #[error("client thread failed: {0}")]
-    Thread(String),
+    Thread(std::io::Error),
+    #[error("client thread failed: a client thread panicked")]
+    ThreadPanicked,
 }
 
 impl BenchConfig {
@@ -676,7 +678,7 @@ fn spawn_client_threads(
             })
         })
         .collect::<Result<_, _>>()
-        .map_err(|error| BenchError::Thread(error.to_string()))
+        .map_err(BenchError::Thread)
 }
 
 /// Waits for every client thread; returns their totals merged and the first error (after
@@ -693,7 +695,7 @@ fn join_client_threads(threads: Vec<ClientThreadHandle>, shared: &Shared) -> (Th
             }
             Err(_) => {
                 shared.stop.store(true, Ordering::Release);
-                first_error.get_or_insert(BenchError::Thread("a client thread panicked".into()));
+                first_error.get_or_insert(BenchError::ThreadPanicked);
             }
         }
     }
