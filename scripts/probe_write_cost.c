@@ -62,7 +62,8 @@ int main(int argc, char **argv) {
     double rate = atof(argv[4]);
     const char *path = argv[5];
     int by_pwrite = strcmp(mode, "pwrite") == 0, by_mmap = strcmp(mode, "mmap") == 0;
-    if ((!by_pwrite && !by_mmap && strcmp(mode, "memory") != 0) || chunk == 0 || chunk > SEGMENT_BYTES / 2 ||
+    int to_file = by_pwrite || by_mmap;
+    if ((!to_file && strcmp(mode, "memory") != 0) || chunk == 0 || chunk > SEGMENT_BYTES / 2 ||
         total <= 0 || rate <= 0) {
         fprintf(stderr, "bad arguments\n");
         return 2;
@@ -97,19 +98,20 @@ int main(int argc, char **argv) {
         offset += chunk;
         double at = now_seconds();
         if (chunks % PACE_EVERY_CHUNKS == 0) {
-            double due = started + (double)done / (rate * 1e6);
-            if (due > at) {
-                struct timespec pause = {(time_t)(due - at), (long)((due - at - (double)(time_t)(due - at)) * 1e9)};
+            double ahead = started + (double)done / (rate * 1e6) - at;
+            if (ahead > 0) {
+                time_t whole = (time_t)ahead;
+                struct timespec pause = {whole, (long)((ahead - (double)whole) * 1e9)};
                 nanosleep(&pause, NULL);
             }
             at = now_seconds();
         }
-        if (at - last_sync >= 1.0 && !(!by_pwrite && !by_mmap)) {
+        if (to_file && at - last_sync >= 1.0) {
             if (fdatasync(fd) != 0) fail("fdatasync");
             last_sync = at;
         }
     }
-    if ((by_pwrite || by_mmap) && fdatasync(fd) != 0) fail("fdatasync");
+    if (to_file && fdatasync(fd) != 0) fail("fdatasync");
     double elapsed = now_seconds() - started;
     long long busy = busy_ticks() - busy_before;
     double cpu = (double)busy / (double)sysconf(_SC_CLK_TCK);
