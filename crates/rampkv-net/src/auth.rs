@@ -161,7 +161,15 @@ pub fn client_secret() -> Option<Arc<SharedSecret>> {
 
 /// `AUTH_BYTES` random bytes from the kernel.
 pub fn random_token() -> std::io::Result<[u8; AUTH_BYTES]> {
-    crate::message::fabric::random_bytes()
+    random_bytes()
+}
+
+/// `N` random bytes from the kernel (challenges, nonces: here and in the fabric's control
+/// handshake).
+pub(crate) fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    getrandom::getrandom(&mut bytes).map_err(std::io::Error::other)?;
+    Ok(bytes)
 }
 
 /// Why a client's authentication failed.

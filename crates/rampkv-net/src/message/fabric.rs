@@ -45,7 +45,7 @@ use rampkv_fabric::{
 use serde::{Deserialize, Serialize};
 
 use super::{Channel, ChannelError};
-use crate::auth::{ProofLabel, SharedSecret};
+use crate::auth::{random_bytes, ProofLabel, SharedSecret};
 use crate::item_slots::ItemRegionInfo;
 use crate::transport::{ClientMedium, OpenMedium};
 use rampkv_core::limits::{
@@ -125,13 +125,6 @@ impl Drop for ServedRegion {
     fn drop(&mut self) {
         served_regions().remove(&self.0);
     }
-}
-
-/// `N` random bytes from the kernel (challenges, nonces).
-pub(crate) fn random_bytes<const N: usize>() -> std::io::Result<[u8; N]> {
-    let mut bytes = [0u8; N];
-    getrandom::getrandom(&mut bytes).map_err(std::io::Error::other)?;
-    Ok(bytes)
 }
 
 /// 32 bytes of the control handshake (a challenge, a nonce, a proof), as lower-case hex on the
