@@ -48,9 +48,10 @@ use std::sync::Arc;
 use ahash::AHashMap as HashMap;
 use parking_lot::Mutex;
 use rampkv_fabric::slot::{SLOT_BYTES_MIN, SLOT_FLAG_NEWER_PREPARED, SLOT_FLAG_VALID};
-use rampkv_fabric::{slot_bytes, Access, FabricError, RegionDescriptor, ShmFabric, SlotWriter, StoreOrdering, Words};
+use rampkv_fabric::{slot_bytes, Access, FabricError, ShmFabric, SlotWriter, StoreOrdering, Words};
 use serde::{Deserialize, Serialize};
 
+use crate::message::control::ItemRegionInfo;
 use crate::message::fabric::FabricHandle;
 use rampkv_core::limits::{ITEM_REGION_BYTES_MAX, ITEM_SLOTS_DEFAULT, ITEM_SLOTS_MAX, ITEM_SLOT_BYTES_DEFAULT};
 use rampkv_core::protocol::server::Effects;
@@ -130,19 +131,6 @@ impl ItemSlotConfig {
             _ => Err(ItemSlotsError::RegionTooLarge { slots, slot_bytes }),
         }
     }
-}
-
-/// What a client needs to read a server's slots: the region (mapped read-only) and the slot
-/// geometry. Travels in the write-poll control handshake (`ServerReply::Accepted`). Slot `i`
-/// starts at byte `i * slot_bytes`; the lease word at [`lease_word_offset`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ItemRegionInfo {
-    /// The item region (access `ReadOnly`).
-    pub region: RegionDescriptor,
-    /// Bytes per slot.
-    pub slot_bytes: u64,
-    /// Slots in the region.
-    pub slots: u64,
 }
 
 /// Counters of a server's item slots.

@@ -298,7 +298,7 @@ fn connect_driver(
 ) -> Result<GatewayDriver, ClientError> {
     let transport = match in_process {
         Some(servers) => {
-            let wake = Arc::clone(waker) as Arc<dyn rampkv_net::server::router::Wake>;
+            let wake = Arc::clone(waker) as Arc<dyn rampkv_net::message::Wake>;
             SharedPollTransport::InProcess(LocalTransport::new(&servers.groups, Some(wake)))
         }
         None => SharedPollTransport::connect(registry, cluster.servers())?,

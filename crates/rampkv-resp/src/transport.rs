@@ -23,9 +23,9 @@ use mio::{Registry, Token};
 
 use rampkv_core::wire::{Request, Response};
 use rampkv_net::message::tcp::TcpChannel;
-use rampkv_net::message::{Channel, ChannelError};
+use rampkv_net::message::{Channel, ChannelError, ClientMedium};
 use rampkv_net::transport::local::LocalTransport;
-use rampkv_net::transport::{ClientMedium, ClientTransport, ServerEvent, Transport, TransportError};
+use rampkv_net::transport::{ClientTransport, ServerEvent, Transport, TransportError};
 
 /// Longest sleep between the attempts of a blocking poll (the HELLO at connect time).
 const BLOCKING_POLL_SLEEP: Duration = Duration::from_millis(1);

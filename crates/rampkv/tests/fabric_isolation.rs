@@ -19,9 +19,8 @@ use common::{assert_closed, put_get_round_trip};
 use rampkv::client::Driver;
 use rampkv::cluster::{Cluster, Front};
 use rampkv::item_slots::ItemSlotConfig;
-use rampkv::message::fabric::{
-    ControlHello, ControlReply, ControlResponse, MediumKind, Refusal, CONTROL_VERSION, HEADER_BYTES,
-};
+use rampkv::message::control::{ControlHello, ControlReply, ControlResponse, MediumKind, Refusal, CONTROL_VERSION};
+use rampkv::message::fabric::HEADER_BYTES;
 use rampkv::server::front::FrontEnd;
 use rampkv::server::{ServerConfig, ServerGroup};
 use rampkv::transport::WritePollClientTransport;

@@ -20,11 +20,15 @@
 //! a poller's doorbell or epoll wait is built on. A medium-specific `Medium` opens channels
 //! (connect or accept, with the handshake) and waits on all of them at once.
 
+pub mod control;
 pub mod fabric;
 pub mod rfrpc;
 pub mod ring;
 pub mod sendrecv;
 pub mod tcp;
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use rampkv_core::limits::STREAM_BUFFER_KEEP_BYTES;
 use rampkv_core::wire::{FrameHeader, WireError, FRAME_HEADER_BYTES};
@@ -52,7 +56,7 @@ pub enum ChannelError {
     #[error(transparent)]
     Rpc(#[from] RpcError),
     #[error("the server refused the connection: {0}")]
-    Refused(#[from] fabric::Refusal),
+    Refused(#[from] control::Refusal),
     #[error("the server answered for another medium")]
     WrongMedium,
     /// The binary port's authentication step failed (the server's words, or its proof).
@@ -119,6 +123,74 @@ pub trait Channel {
     fn peer_address(&self) -> Option<std::net::SocketAddr> {
         None
     }
+}
+
+/// The client's side of one medium: opens its channels (with the handshake) and waits on all of
+/// them at once.
+pub trait ClientMedium: Sized {
+    type Channel: Channel;
+
+    /// Connects to server `server` at `address` (its TCP or control address).
+    fn connect(&mut self, server: usize, address: &str) -> Result<Self::Channel, ChannelError>;
+
+    /// Blocks up to `timeout` (None: indefinitely, or a medium's slice) until a channel may be
+    /// readable or writable (`None`: a server whose connection is down). Returns true if it
+    /// timed out.
+    fn wait(&mut self, channels: &mut [Option<Self::Channel>], timeout: Option<Duration>)
+        -> Result<bool, ChannelError>;
+}
+
+/// A medium a client sets up on its own (TCP with its own poller, a fabric with its own region).
+pub trait OpenMedium: ClientMedium {
+    /// The client's side for `servers` servers (a fabric client registers its region).
+    fn open(servers: usize) -> Result<Self, ChannelError>;
+}
+
+/// What a medium reports to its poller.
+#[derive(Debug)]
+pub enum FrontEvent<C> {
+    /// A new connection of server `server`, in `slot`.
+    Open { slot: usize, server: usize, channel: C },
+    /// The connection in `slot` is gone (its peer left); the slot may be reused once released.
+    Closed { slot: usize },
+    /// epoll readiness of the connection in `slot`.
+    Ready { slot: usize, readable: bool, writable: bool, finished: bool },
+    /// Any connection may have work (a doorbell woke the poller): look at each.
+    AllReady,
+}
+
+/// The server's side of one medium.
+pub trait ServerMedium: Send + 'static {
+    type Channel: Channel + Send;
+
+    /// The wake-up of this poller, for its inbox in the group's router.
+    fn waker(&self) -> Arc<dyn Wake>;
+
+    /// Blocks up to `timeout` until something may be ready (`ready` is the poller's own
+    /// condition: a connection's channel, the inbox, the stop flag), and reports it in `events`.
+    fn wait(
+        &mut self,
+        timeout: Duration,
+        ready: impl Fn() -> bool,
+        events: &mut Vec<FrontEvent<Self::Channel>>,
+    ) -> std::io::Result<()>;
+
+    /// The poller closed the connection in `slot` (a fault, its end, or shutdown): tell the peer.
+    fn close(&mut self, slot: usize, channel: Self::Channel);
+
+    /// The slot of a connection reported `Closed` may be handed out again.
+    fn release(&mut self, _slot: usize) {}
+
+    /// Whether the medium authenticated its connections before opening them (the fabric's
+    /// control handshake does); otherwise, with a shared secret, each connection runs the
+    /// binary port's authentication step first.
+    const AUTHENTICATES: bool = false;
+}
+
+/// How a front end is woken when replies arrive in its inbox (a server medium's epoll waker or
+/// doorbell; an in-process client's condition variable). The server's router calls it.
+pub trait Wake: Send + Sync {
+    fn wake(&self);
 }
 
 /// How a channel that batches frames into calls did (summed over channels and threads).

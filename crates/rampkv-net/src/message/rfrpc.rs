@@ -28,7 +28,8 @@ use rampkv_fabric::rpc::{
 };
 use rampkv_fabric::{RingAddresses, RingLayout};
 
-use super::fabric::{check_control, FabricHandle, FabricKind, Link, MediumKind, ServedRegion, DOORBELL_OFFSET_BYTES};
+use super::control::MediumKind;
+use super::fabric::{check_control, FabricHandle, FabricKind, Link, ServedRegion, DOORBELL_OFFSET_BYTES};
 use super::{frame_bytes_at, BatchStats, Channel, ChannelError, Leftover};
 use rampkv_core::limits::{RFRPC_BATCH_LATENCY_LIMIT_US, RFRPC_REPLY_SLOT_BYTES, RFRPC_RING_BYTES};
 

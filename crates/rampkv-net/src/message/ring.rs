@@ -19,7 +19,8 @@ use rampkv_fabric::{
     LoadOrdering, RingAddresses, RingLayout, RingReceiver, RingSender, SendError, StoreOrdering, Words,
 };
 
-use super::fabric::{check_control, FabricHandle, FabricKind, Link, MediumKind, ServedRegion, DOORBELL_OFFSET_BYTES};
+use super::control::MediumKind;
+use super::fabric::{check_control, FabricHandle, FabricKind, Link, ServedRegion, DOORBELL_OFFSET_BYTES};
 use super::{send_messages, Channel, ChannelError, Leftover};
 use rampkv_core::limits::{WRITEPOLL_MESSAGE_BYTES_MAX, WRITEPOLL_RING_BYTES};
 

@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use rampkv_fabric::{PostError, QueueAddresses, QueueLayout, ReceiveQueue, SendQueue, StoreOrdering};
 
-use super::fabric::{check_control, FabricHandle, FabricKind, Link, MediumKind, ServedRegion, DOORBELL_OFFSET_BYTES};
+use super::control::MediumKind;
+use super::fabric::{check_control, FabricHandle, FabricKind, Link, ServedRegion, DOORBELL_OFFSET_BYTES};
 use super::{send_messages, Channel, ChannelError, Leftover};
 use rampkv_core::limits::{SENDRECV_BUFFER_BYTES, SENDRECV_QUEUE_DEPTH};
 

@@ -29,11 +29,8 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 
-use super::{Channel, ChannelError};
+use super::{Channel, ChannelError, ClientMedium, FrontEvent, OpenMedium, ServerMedium, Wake};
 use crate::auth::{authenticate_client, SharedSecret};
-use crate::server::poller::{FrontEvent, ServerMedium};
-use crate::server::router::Wake;
-use crate::transport::{ClientMedium, OpenMedium};
 use rampkv_core::limits::{
     FRAME_BODY_BYTES_MAX, POLL_SPIN_CHECK_US, POLL_SPIN_US, SERVER_CONNECTIONS_MAX, SERVER_CONNECTIONS_PER_ADDRESS_MAX,
     STREAM_BUFFER_KEEP_BYTES, STREAM_READ_CHUNK_BYTES,

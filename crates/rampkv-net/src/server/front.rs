@@ -59,20 +59,20 @@ use rampkv_core::limits::{
 };
 use rampkv_fabric::{Doorbell, ShmFabric, Words};
 
-use super::poller::{FrontEvent, ServerMedium};
-use super::router::Wake;
 use super::{PollerThread, ServerGroup, Servers};
 use crate::auth::{ProofLabel, SharedSecret};
-use crate::item_slots::{ItemRegionInfo, ItemSlotConfig, ItemSlots, Publisher};
+use crate::item_slots::{ItemSlotConfig, ItemSlots, Publisher};
+use crate::message::control::{
+    ControlHello, ControlReply, ControlResponse, ControlToken, ItemRegionInfo, MediumKind, Refusal, CONTROL_VERSION,
+};
 use crate::message::fabric::{
-    unique_region_name, write_json_line, ControlHello, ControlReply, ControlResponse, ControlToken, Endpoint,
-    FabricHandle, FabricKind, Link, MediumKind, Refusal, ServedRegion, CONTROL_VERSION, DOORBELL_OFFSET_BYTES,
+    unique_region_name, write_json_line, Endpoint, FabricHandle, FabricKind, Link, ServedRegion, DOORBELL_OFFSET_BYTES,
     HEADER_BYTES,
 };
 use crate::message::rfrpc::{RfRpc, RfRpcServerChannel};
 use crate::message::ring::{Ring, RingChannel};
 use crate::message::sendrecv::{QueueChannel, SendRecv};
-use crate::message::{Channel, ChannelError};
+use crate::message::{Channel, ChannelError, FrontEvent, ServerMedium, Wake};
 use rampkv_core::limits::CONTROL_CHALLENGE_BYTES;
 use rampkv_fabric::Doorbells;
 

@@ -48,15 +48,16 @@ use rampkv_core::wire::Request;
 use crate::auth::SharedSecret;
 use crate::item_slots::Publisher;
 use crate::message::tcp::TcpServer;
+use crate::message::{ServerMedium, Wake};
 use crate::recovery::{spawn_resolver, Resolver};
 pub use durable::StartError;
 use durable::{DurabilityConfig, Journal, FAILED_OVER_MARKER, SUPERSEDED_DIR};
 pub use poller::{ConnectionCounts, ConnectionLimits, Eviction};
-use poller::{ConnectionStats, Poller, ServerMedium};
+use poller::{ConnectionStats, Poller};
 use rampkv_durable::{DurableError, RecoveryReport};
 pub use replication::ReplicationMedium;
 use replication::{BackupService, ReplicationStats, Replicator, StreamStart};
-use router::{Router, Wake};
+use router::Router;
 
 /// Settings of one server.
 #[derive(Debug, Clone)]

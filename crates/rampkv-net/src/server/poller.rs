@@ -54,10 +54,10 @@ use rampkv_core::protocol::server::{Addressed, Effects, LogPosition, Now, Reply}
 use rampkv_core::protocol::ConnectionId;
 use rampkv_core::wire::{AuthFrame, FrameHeader, Request, Response};
 
-use super::router::{Inbox, Wake};
+use super::router::Inbox;
 use super::{Served, Servers};
 use crate::auth::{AuthStep, ServerAuth};
-use crate::message::{walk_frames, Channel, ChannelError, FrameFault, OutBuffer};
+use crate::message::{walk_frames, Channel, ChannelError, FrameFault, FrontEvent, OutBuffer, ServerMedium};
 
 /// The bounds a front end holds its connections to (module docs). The defaults are the
 /// constants of `limits.rs`; tests shorten the timeouts.
@@ -180,47 +180,6 @@ impl ConnectionStats {
             self.held_bytes.fetch_sub((before - after) as u64, Ordering::Relaxed);
         }
     }
-}
-
-/// What a medium reports to its poller.
-#[derive(Debug)]
-pub enum FrontEvent<C> {
-    /// A new connection of server `server`, in `slot`.
-    Open { slot: usize, server: usize, channel: C },
-    /// The connection in `slot` is gone (its peer left); the slot may be reused once released.
-    Closed { slot: usize },
-    /// epoll readiness of the connection in `slot`.
-    Ready { slot: usize, readable: bool, writable: bool, finished: bool },
-    /// Any connection may have work (a doorbell woke the poller): look at each.
-    AllReady,
-}
-
-/// The server's side of one medium.
-pub trait ServerMedium: Send + 'static {
-    type Channel: Channel + Send;
-
-    /// The wake-up of this poller, for its inbox in the group's router.
-    fn waker(&self) -> Arc<dyn Wake>;
-
-    /// Blocks up to `timeout` until something may be ready (`ready` is the poller's own
-    /// condition: a connection's channel, the inbox, the stop flag), and reports it in `events`.
-    fn wait(
-        &mut self,
-        timeout: Duration,
-        ready: impl Fn() -> bool,
-        events: &mut Vec<FrontEvent<Self::Channel>>,
-    ) -> std::io::Result<()>;
-
-    /// The poller closed the connection in `slot` (a fault, its end, or shutdown): tell the peer.
-    fn close(&mut self, slot: usize, channel: Self::Channel);
-
-    /// The slot of a connection reported `Closed` may be handed out again.
-    fn release(&mut self, _slot: usize) {}
-
-    /// Whether the medium authenticated its connections before opening them (the fabric's
-    /// control handshake does); otherwise, with a shared secret, each connection runs the
-    /// binary port's authentication step first.
-    const AUTHENTICATES: bool = false;
 }
 
 /// A reply held behind the log.

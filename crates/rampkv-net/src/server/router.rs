@@ -16,10 +16,7 @@ use parking_lot::{Mutex, RwLock};
 use rampkv_core::protocol::server::Addressed;
 use rampkv_core::protocol::ConnectionId;
 
-/// How a front end is woken when replies arrive in its inbox.
-pub trait Wake: Send + Sync {
-    fn wake(&self);
-}
+use crate::message::Wake;
 
 /// Replies routed to one front end.
 pub struct Inbox {

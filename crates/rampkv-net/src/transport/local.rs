@@ -25,7 +25,8 @@ use rampkv_core::protocol::ConnectionId;
 use rampkv_core::wire::{Request, Response};
 
 use super::{ClientTransport, TransportError};
-use crate::server::router::{Inbox, Signal, Wake};
+use crate::message::Wake;
+use crate::server::router::{Inbox, Signal};
 use crate::server::Servers;
 
 /// Longest a `poll` with nothing to deliver sleeps before it looks again.

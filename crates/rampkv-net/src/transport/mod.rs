@@ -45,7 +45,7 @@ use crate::message::rfrpc::RfRpc;
 use crate::message::ring::Ring;
 use crate::message::sendrecv::SendRecv;
 use crate::message::tcp::TcpClient;
-use crate::message::{walk_frames, BatchStats, Channel, ChannelError, FrameFault, OutBuffer};
+use crate::message::{walk_frames, BatchStats, Channel, ChannelError, ClientMedium, FrameFault, OpenMedium, OutBuffer};
 
 /// TCP: one socket per server.
 pub type TcpClientTransport = Transport<TcpClient>;
@@ -156,27 +156,6 @@ pub trait ClientTransport {
     fn interleave_stats(&self) -> Option<interleave::InterleaveStats> {
         None
     }
-}
-
-/// The client's side of one medium: opens its channels (with the handshake) and waits on all of
-/// them at once.
-pub trait ClientMedium: Sized {
-    type Channel: Channel;
-
-    /// Connects to server `server` at `address` (its TCP or control address).
-    fn connect(&mut self, server: usize, address: &str) -> Result<Self::Channel, ChannelError>;
-
-    /// Blocks up to `timeout` (None: indefinitely, or a medium's slice) until a channel may be
-    /// readable or writable (`None`: a server whose connection is down). Returns true if it
-    /// timed out.
-    fn wait(&mut self, channels: &mut [Option<Self::Channel>], timeout: Option<Duration>)
-        -> Result<bool, ChannelError>;
-}
-
-/// A medium a client sets up on its own (TCP with its own poller, a fabric with its own region).
-pub trait OpenMedium: ClientMedium {
-    /// The client's side for `servers` servers (a fabric client registers its region).
-    fn open(servers: usize) -> Result<Self, ChannelError>;
 }
 
 /// The client transport over any medium: per server a channel (while it is up) and the frames

@@ -48,7 +48,8 @@ use rampkv_fabric::{read_slot, Access, FabricError, LoadOrdering, SlotReadError}
 use serde::Serialize;
 
 use super::{ClientTransport, ServerEvent, Transport, TransportError};
-use crate::item_slots::{lease_word_offset, ItemRegionInfo, LEASE_LINE_BYTES, LEASE_WORD_NOT_NEEDED};
+use crate::item_slots::{lease_word_offset, LEASE_LINE_BYTES, LEASE_WORD_NOT_NEEDED};
+use crate::message::control::ItemRegionInfo;
 use crate::message::fabric::FabricClient;
 use crate::message::fabric::FabricHandle;
 use crate::message::ring::Ring;
