@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::server::Servers;
+use crate::server::{ServerGroup, Servers};
 use crate::transport::{ClientTransport, ServerEvent, TcpClientTransport};
 use rampkv_core::cluster::Cluster;
 use rampkv_core::storage::PendingTxn;
@@ -78,6 +78,32 @@ pub fn participants(cluster: &Cluster, own: usize, write_set: &[Box<[u8]>]) -> V
         }
     }
     participants
+}
+
+/// Starts cooperative termination on a running [`ServerGroup`]. A trait of this layer rather
+/// than a method of the group: the resolver is a client of the other servers (it asks them over
+/// [`TcpClientTransport`]), which the server layer below knows nothing of. Bring it into scope
+/// (`use rampkv_net::recovery::StartRecovery`) and call `group.start_recovery(..)`.
+pub trait StartRecovery {
+    /// Starts cooperative termination for these servers, which are servers
+    /// `first_index..first_index + count` of `cluster`: transactions prepared longer than
+    /// `timeout_ms` ago and not committed are resolved with the other participants. From now on
+    /// each server also refuses requests for keys outside its partitions and HELLOs from
+    /// clients whose cluster file differs (`ServerCore::join_cluster`).
+    ///
+    /// # Errors
+    /// Servers not all in `cluster`, a server given its cluster twice, or a resolver thread that
+    /// cannot be spawned.
+    fn start_recovery(&mut self, cluster: Cluster, first_index: usize, timeout_ms: u64) -> std::io::Result<()>;
+}
+
+impl StartRecovery for ServerGroup {
+    fn start_recovery(&mut self, cluster: Cluster, first_index: usize, timeout_ms: u64) -> std::io::Result<()> {
+        self.join_cluster(&cluster, first_index)?;
+        let resolver = spawn_resolver(Arc::clone(self.servers()), first_index, cluster, timeout_ms)?;
+        self.keep_resolver(Box::new(resolver));
+        Ok(())
+    }
 }
 
 /// A running resolver; stops when dropped.

@@ -32,7 +32,7 @@ use rampkv::limits::GC_GRACE_MS;
 use rampkv::progress::{Goal, ProgressBar};
 use rampkv::protocol::bloom::BloomParameters;
 use rampkv::protocol::ramp::Algorithm;
-use rampkv::recovery::RECOVERY_TIMEOUT_MS;
+use rampkv::recovery::{StartRecovery, RECOVERY_TIMEOUT_MS};
 use rampkv::resp::auth::Users;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::durable::{cluster_data_dirs, DurabilityConfig};

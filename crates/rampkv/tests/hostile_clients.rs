@@ -15,6 +15,7 @@ use rampkv::client::{Client, ClientError, Driver};
 use rampkv::cluster::Cluster;
 use rampkv::limits::{FRAME_BODY_BYTES_MAX, STREAM_READ_CHUNK_BYTES};
 use rampkv::message::tcp::TcpClient;
+use rampkv::recovery::StartRecovery;
 use rampkv::server::{ConnectionCounts, ConnectionLimits, ServerConfig, ServerGroup, ServerOptions};
 use rampkv::transport::Transport;
 use rampkv::types::{wall_clock_us, CLIENT_ID_BITS};

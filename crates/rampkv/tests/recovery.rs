@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use rampkv::client::Client;
 use rampkv::cluster::Cluster;
+use rampkv::recovery::StartRecovery;
 use rampkv::server::{ServerConfig, ServerGroup};
 use rampkv::transport::ClientTransport;
 use rampkv::transport::TcpClientTransport;

@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 
 use rampkv::client::Client;
 use rampkv::cluster::Cluster;
+use rampkv::recovery::StartRecovery;
 use rampkv::server::durable::{DurabilityConfig, StartError};
 use rampkv::server::{Durability, ReplicationMedium, ReplicationOptions, ServerConfig, ServerGroup, ServerOptions};
 use rampkv::transport::{ClientTransport, TcpClientTransport};

@@ -40,7 +40,7 @@ use rampkv_durable::RecoveryReport;
 use rampkv_net::client::{ClientError, Completion, Driver, TxnResult};
 use rampkv_net::item_slots::ItemSlotConfig;
 use rampkv_net::message::BatchStats;
-use rampkv_net::recovery::RECOVERY_TIMEOUT_MS;
+use rampkv_net::recovery::{StartRecovery, RECOVERY_TIMEOUT_MS};
 use rampkv_net::server::durable::{cluster_data_dirs, DurabilityConfig, StartError};
 use rampkv_net::server::front::FrontEnd;
 use rampkv_net::server::{

@@ -49,7 +49,6 @@ use crate::auth::SharedSecret;
 use crate::item_slots::Publisher;
 use crate::message::tcp::TcpServer;
 use crate::message::{ServerMedium, Wake};
-use crate::recovery::{spawn_resolver, Resolver};
 pub use durable::StartError;
 use durable::{DurabilityConfig, Journal, FAILED_OVER_MARKER, SUPERSEDED_DIR};
 pub use poller::{ConnectionCounts, ConnectionLimits, Eviction};
@@ -566,8 +565,10 @@ impl ReplicationOptions {
 pub struct ServerGroup {
     addresses: Vec<SocketAddr>,
     servers: Arc<Servers>,
-    /// Stopped before the poller: it talks to these servers.
-    resolver: Option<Resolver>,
+    /// Cooperative termination's resolver, started by the layer above (`recovery`, a client of
+    /// the other servers), which hands it over to be kept: dropping it stops it. Stopped before
+    /// the poller: it talks to these servers.
+    resolver: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
     poller: PollerThread,
     /// The replication ports of the servers (empty without replication).
     backups: Vec<BackupService>,
@@ -661,12 +662,11 @@ impl ServerGroup {
         Ok((ServerGroup { addresses, servers, resolver: None, poller, backups, failover }, reports))
     }
 
-    /// Starts cooperative termination for these servers, which are servers
-    /// `first_index..first_index + count` of `cluster`: transactions prepared longer than
-    /// `timeout_ms` ago and not committed are resolved with the other participants. From now on
-    /// each server also refuses requests for keys outside its partitions and HELLOs from
-    /// clients whose cluster file differs (`ServerCore::join_cluster`).
-    pub fn start_recovery(&mut self, cluster: Cluster, first_index: usize, timeout_ms: u64) -> std::io::Result<()> {
+    /// Joins these servers, which are servers `first_index..first_index + count` of `cluster`,
+    /// to it: from now on each server refuses requests for keys outside its partitions and
+    /// HELLOs from clients whose cluster file differs (`ServerCore::join_cluster`). The first
+    /// step of starting cooperative termination (`recovery::StartRecovery`).
+    pub(crate) fn join_cluster(&self, cluster: &Cluster, first_index: usize) -> std::io::Result<()> {
         if first_index + self.servers.served.len() > cluster.servers().len() {
             return Err(std::io::Error::other("these servers are not all in the cluster"));
         }
@@ -676,8 +676,13 @@ impl ServerGroup {
                 return Err(std::io::Error::other("a server was given its cluster twice"));
             }
         }
-        self.resolver = Some(spawn_resolver(Arc::clone(&self.servers), first_index, cluster, timeout_ms)?);
         Ok(())
+    }
+
+    /// Keeps `resolver` (cooperative termination's thread over these servers, replacing one
+    /// kept before) until the group stops: it is dropped, which stops it, before the poller.
+    pub(crate) fn keep_resolver(&mut self, resolver: Box<dyn std::fmt::Debug + Send + Sync>) {
+        self.resolver = Some(resolver);
     }
 
     /// The bound address of every server, in configuration order.
