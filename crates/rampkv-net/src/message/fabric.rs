@@ -1,5 +1,6 @@
 //! What the fabric adapters (ring, send/recv, RF-RPC) share: the fabric handle, a side's own
-//! region, the control handshake, and the client medium.
+//! region, the client's side of the control handshake (its lines are in [`super::control`]),
+//! and the client medium.
 //!
 //! # Regions
 //! A client registers one region: a 64-byte header (the doorbell of its poller, at offset 0),
@@ -17,10 +18,10 @@
 //! its slot and says so ([`ControlResponse`]); the server maps the client's region (only if it is
 //! not one of the server's own), reads the challenge back, registers the connection's region,
 //! builds its end and answers ([`ControlReply::Accepted`]: the connection's region and slot, its
-//! doorbell region, GET\*'s item region), or refuses with a typed [`Refusal`] at any step. The
-//! control connection stays open: its end tells the server the client is gone (the slot is
-//! freed), and the server shutting it down tells the client it was dropped. Byte formats:
-//! `docs/wire.md`.
+//! doorbell region, GET\*'s item region), or refuses with a typed
+//! [`Refusal`](super::control::Refusal) at any step. The control connection stays open: its end
+//! tells the server the client is gone (the slot is freed), and the server shutting it down
+//! tells the client it was dropped. Byte formats: `docs/wire.md`.
 //!
 //! # Fault model
 //! A region descriptor and an offset from the peer are input from outside: the fabric checks the

@@ -1,24 +1,29 @@
 //! The message layer (eRPC's shape): one small [`Channel`] trait that moves bursts of whole
-//! wire frames over one connection, and one adapter per medium. The client transport
-//! ([`crate::transport::Transport`]) and the server front end ([`crate::server::poller`]) are
-//! written once over it; a new medium (a verbs backend, a replication link) is one adapter.
+//! wire frames over one connection, the two sides of a medium that open channels
+//! ([`ClientMedium`], [`ServerMedium`], woken through [`Wake`]), and one adapter per medium. The
+//! client transport (`transport::Transport`) and the server front end (`server::poller`), in the
+//! layers above, are written once over it; a new medium (a verbs backend, a replication link)
+//! is one adapter. No code here imports from those layers.
 //!
 //! # Layout
+//! - [`control`]: the lines of the fabric's control handshake (no I/O): hello, challenge,
+//!   verdict, typed refusal, and the item region a server announces.
 //! - [`tcp`]: sockets (a byte stream: frames may be cut anywhere).
 //! - [`ring`]: GET+/PUT+ message rings written one-sidedly (whole frames per message).
 //! - [`sendrecv`]: two-sided send/recv with posted receive buffers and a completion queue.
 //! - [`rfrpc`]: remote-fetch RPC: requests into the server's ring, replies fetched from its slot.
-//! - [`fabric`]: what the fabric adapters share: the client's region and doorbell, the server
-//!   connection regions and doorbell region, and the control handshake (TCP, JSON lines with a
-//!   challenge, like rdma-cm).
+//! - [`fabric`]: what the fabric adapters share: the fabric handle, the client's region and
+//!   doorbell, the server connection regions and doorbell region, and the client's side of the
+//!   control handshake (TCP, JSON lines with a challenge, like rdma-cm).
 //!
 //! # The contract of a channel
 //! `send` takes whole frames from the front of what it is offered, as many as the medium accepts
 //! now without blocking (a stream may take any prefix); `receive` hands what arrived to a
 //! consumer that takes whole frames and may stop early (back-pressure), and offers the rest again
 //! first next time; `readable`/`writable` are cheap readiness checks (one load on a fabric) that
-//! a poller's doorbell or epoll wait is built on. A medium-specific `Medium` opens channels
-//! (connect or accept, with the handshake) and waits on all of them at once.
+//! a poller's doorbell or epoll wait is built on. A medium's [`ClientMedium`] or
+//! [`ServerMedium`] opens channels (connect or accept, with the handshake) and waits on all of
+//! them at once.
 
 pub mod control;
 pub mod fabric;

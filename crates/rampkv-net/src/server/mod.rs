@@ -4,15 +4,15 @@
 //! own TCP listener) and the TCP front end, one [`poller::Poller`] thread for every connection of
 //! every server of the group. A fabric front end ([`front::FrontEnd`]: write-poll rings,
 //! send/recv queue pairs, RF-RPC) serves the same servers with the same poller code over the
-//! fabric, and an in-process client ([`crate::transport::local`]) calls them directly. What they
+//! fabric, and an in-process client (`transport::local`, a layer above) calls them directly. What they
 //! share is [`Servers`]: the cores, their item slots (GET\*), the group's clock (prepares are
 //! stamped with it; recovery measures staleness with it) and the [`router::Router`] that carries
 //! S2PL's deferred replies between them.
 //!
 //! # Layout
 //! - [`router`]: inboxes and wake-ups of the front ends; deferred replies go to their owner's.
-//! - [`poller`]: the front end, generic over a [`poller::ServerMedium`] (TCP: epoll; fabric:
-//!   the doorbell).
+//! - [`poller`]: the front end, generic over a [`ServerMedium`] of the message layer (TCP:
+//!   epoll; fabric: the doorbell).
 //! - [`front`]: the fabric front end (its region, its control thread and handshake).
 //! - [`durable`]: a server's log and snapshots (a data directory): recovery before serving,
 //!   records appended after each call, replies held until durable.
