@@ -1,0 +1,188 @@
+//! Pipelines: the read or write commands already buffered behind the first one join its
+//! transaction, and what a connection then waits on ([`Pending`]).
+//!
+//! # Pipelines
+//! When a read command (GET, MGET, EXISTS) starts, the read commands right behind it that are
+//! already buffered join it in one `get_all` (up to [`BATCH_COMMANDS_MAX`] commands and
+//! `TXN_KEYS_MAX` keys); likewise SET and MSET in one `put_all` (up to
+//! [`WRITE_BATCH_KEYS_MAX`] keys). Each command still gets its own reply, in order. A batch of
+//! reads, or of writes with an MSET of several keys in it, is atomic as a whole: stronger than
+//! what Redis promises for a pipeline, and still an execution Redis allows (the commands back to
+//! back). A batch of one-key writes (SETs) is written as independent one-key writes at one
+//! timestamp (`Driver::begin_independent_writes`), each atomic alone, as in Redis: their
+//! versions are then alone in their write sets, which the servers free as soon as a newer
+//! write supersedes them instead of keeping them for the GC grace period (a pipeline of SETs
+//! otherwise grew memory by its whole volume for ten seconds: docs/performance.md, issue 18).
+//! Any other command (DEL, PING, HELLO, an error) ends a batch and runs alone. This is what lets
+//! a pipelining client get more than one transaction's worth of work per round trip.
+
+use super::event_loop::EventLoop;
+use super::{BATCH_COMMANDS_MAX, WRITE_BATCH_KEYS_MAX};
+use crate::command::{parse_request, Request};
+use rampkv_core::limits::TXN_KEYS_MAX;
+use rampkv_net::client::ClientError;
+
+/// One read command of a batch; its keys are the next ones of the batch's read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ReadCommand {
+    Get,
+    MultiGet { keys: usize },
+    Exists { keys: usize },
+}
+
+/// The commands a connection waits on; says how to answer the transaction's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Pending {
+    /// Consecutive GET, MGET and EXISTS commands read by one `get_all`, in order.
+    Reads(Vec<ReadCommand>),
+    /// Consecutive SET and MSET commands written by one `put_all`: `commands` OK replies.
+    Writes { commands: usize },
+    /// DEL, first step: reading the keys to count the present ones.
+    DeleteRead,
+    /// DEL, second step: writing the tombstones; `removed` keys were present.
+    DeleteWrite { removed: i64 },
+}
+
+impl EventLoop {
+    /// Starts one read for `first` and the read commands right behind it in the connection's
+    /// input (pipelined), as long as they are complete, consecutive and fit one transaction.
+    pub(super) fn begin_read_batch(&mut self, slot: usize, first: Request) {
+        let mut keys = Vec::new();
+        let mut commands = Vec::new();
+        let mut next = Some(first);
+        while let Some(request) = next.take() {
+            let (command, more) = match request {
+                Request::Get { key } => (ReadCommand::Get, vec![key]),
+                Request::MultiGet { keys } => (ReadCommand::MultiGet { keys: keys.len() }, keys),
+                Request::Exists { keys } => (ReadCommand::Exists { keys: keys.len() }, keys),
+                other => unreachable!("not a read command: {other:?}"),
+            };
+            keys.extend(more);
+            commands.push(command);
+            next = self.next_batchable(slot, keys.len(), TXN_KEYS_MAX, commands.len(), |request| match request {
+                Request::Get { .. } => Some(1),
+                Request::MultiGet { keys } | Request::Exists { keys } => Some(keys.len()),
+                _ => None,
+            });
+        }
+        self.begin_read(slot, keys, Pending::Reads(commands));
+    }
+
+    /// Starts one write for `first` and the write commands right behind it (see
+    /// [`EventLoop::begin_read_batch`]). With an MSET of several keys among them, one
+    /// transaction makes them atomic together, which Redis does not promise but allows; one-key
+    /// writes only are independent writes (module header). A key written twice keeps the value
+    /// of the later command.
+    pub(super) fn begin_write_batch(&mut self, slot: usize, first: Request) {
+        let mut pairs = Vec::new();
+        let mut commands = 0;
+        let mut one_key_each = true;
+        let mut next = Some(first);
+        while let Some(request) = next.take() {
+            match request {
+                Request::Set { key, value } => pairs.push((key, value)),
+                Request::MultiSet { pairs: more } => {
+                    one_key_each &= more.len() == 1;
+                    pairs.extend(more);
+                }
+                other => unreachable!("not a write command: {other:?}"),
+            }
+            commands += 1;
+            next = self.next_batchable(slot, pairs.len(), WRITE_BATCH_KEYS_MAX, commands, |request| match request {
+                Request::Set { .. } => Some(1),
+                Request::MultiSet { pairs } => Some(pairs.len()),
+                _ => None,
+            });
+        }
+        match one_key_each && commands > 1 {
+            true => self.begin_independent_writes(slot, pairs, Pending::Writes { commands }),
+            false => self.begin_write(slot, pairs, Pending::Writes { commands }),
+        }
+    }
+
+    /// The next complete command in the connection's input, consumed, if `keys_of` accepts it
+    /// (returns its key count) and the batch stays within `keys_max` keys and
+    /// [`BATCH_COMMANDS_MAX`] commands. A command that does not fit stays in the input for later.
+    fn next_batchable(
+        &mut self,
+        slot: usize,
+        keys: usize,
+        keys_max: usize,
+        commands: usize,
+        keys_of: impl Fn(&Request) -> Option<usize>,
+    ) -> Option<Request> {
+        if commands >= BATCH_COMMANDS_MAX {
+            return None;
+        }
+        let connection = self.connections[slot].as_mut()?;
+        let Ok(Some((args, consumed))) =
+            self.parser.parse_within(connection.incoming.pending(), connection.request_limits())
+        else {
+            return None;
+        };
+        if args.is_empty() {
+            return None;
+        }
+        let request = parse_request(&args, connection.permissions);
+        let fits = keys_of(&request).is_some_and(|more| keys + more <= keys_max);
+        if !fits {
+            return None; // parsed again when its turn comes
+        }
+        connection.incoming.consume(consumed);
+        self.stats.commands_processed += 1;
+        Some(request)
+    }
+
+    pub(super) fn begin_read(&mut self, slot: usize, keys: Vec<Vec<u8>>, pending: Pending) {
+        let session = self.connections[slot].as_ref().expect("open").session;
+        let started = match self.driver() {
+            Some(driver) => driver.begin_read(session, keys),
+            None => return self.reply_unavailable(slot, pending.replies()),
+        };
+        self.on_begin(slot, session, started, pending);
+    }
+
+    pub(super) fn begin_write(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending) {
+        self.begin_write_as(slot, pairs, pending, false);
+    }
+
+    fn begin_independent_writes(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending) {
+        self.begin_write_as(slot, pairs, pending, true);
+    }
+
+    fn begin_write_as(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending, independent: bool) {
+        let session = self.connections[slot].as_ref().expect("open").session;
+        let started = match self.driver() {
+            Some(driver) if independent => driver.begin_independent_writes(session, pairs).map(|_ts| ()),
+            Some(driver) => driver.begin_write(session, pairs).map(|_ts| ()),
+            None => return self.reply_unavailable(slot, pending.replies()),
+        };
+        self.on_begin(slot, session, started, pending);
+    }
+
+    fn on_begin(&mut self, slot: usize, session: usize, started: Result<(), ClientError>, pending: Pending) {
+        match started {
+            Ok(()) => {
+                debug_assert!(!self.sessions[session].in_flight);
+                self.sessions[session].in_flight = true;
+                self.connections[slot].as_mut().expect("open").pending = Some(pending);
+            }
+            Err(error @ ClientError::Transport(_)) => {
+                self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies());
+                self.fail_driver(error);
+            }
+            Err(error) => self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies()),
+        }
+    }
+}
+
+impl Pending {
+    /// How many commands wait on the transaction: each gets a reply, an error included.
+    pub(super) fn replies(&self) -> usize {
+        match self {
+            Pending::Reads(commands) => commands.len(),
+            Pending::Writes { commands } => *commands,
+            Pending::DeleteRead | Pending::DeleteWrite { .. } => 1,
+        }
+    }
+}

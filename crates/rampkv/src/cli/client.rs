@@ -1,0 +1,67 @@
+//! `rampkv put` and `rampkv get`: one atomic write or read of a few keys, through a client of
+//! the cluster file's servers.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Args;
+
+use rampkv::client::Client;
+use rampkv::cluster::Cluster;
+
+use super::args::SecretArgs;
+use super::output::out;
+use super::parse::parse_pair;
+
+#[derive(Debug, Args)]
+pub(crate) struct PutArgs {
+    /// KEY=VALUE pairs.
+    #[arg(required = true)]
+    pairs: Vec<String>,
+    #[arg(long)]
+    cluster: PathBuf,
+    #[command(flatten)]
+    secret: SecretArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct GetArgs {
+    #[arg(required = true)]
+    keys: Vec<String>,
+    #[arg(long)]
+    cluster: PathBuf,
+    #[command(flatten)]
+    secret: SecretArgs,
+}
+
+/// Writes the pairs in one transaction and prints its timestamp.
+pub(crate) fn put(args: PutArgs) -> Result<ExitCode> {
+    let PutArgs { pairs, cluster, secret } = args;
+    secret.install()?;
+    let pairs = pairs.iter().map(|pair| parse_pair(pair)).collect::<Result<Vec<_>>>()?;
+    let cluster = Cluster::from_file(&cluster)?;
+    let ts = Client::connect(&cluster)?.put_all(pairs)?;
+    out!("OK ts={ts}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Reads the keys in one transaction and prints `KEY=VALUE`, or `KEY (nil)` for a key never
+/// written. Unlike the other output, a closed stdout is an error here.
+pub(crate) fn get(args: GetArgs) -> Result<ExitCode> {
+    let GetArgs { keys, cluster, secret } = args;
+    secret.install()?;
+    let cluster = Cluster::from_file(&cluster)?;
+    let outcome = Client::connect(&cluster)?.get_all(keys.into_iter().map(String::into_bytes).collect())?;
+    let mut stdout = std::io::stdout().lock();
+    for item in outcome.items {
+        let key = String::from_utf8_lossy(&item.key);
+        if item.ts == 0 {
+            writeln!(stdout, "{key} (nil)")?;
+        } else {
+            writeln!(stdout, "{key}={}", String::from_utf8_lossy(&item.value))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
