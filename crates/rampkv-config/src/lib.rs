@@ -14,12 +14,15 @@
 //! - `client`: asking nodes for the configuration; bootstrap or rejoin.
 //! - `timing`: timing settings and clocks (a manual clock for tests); `limits`: every bound.
 //! - `error`: the crate's error enum.
+//! - `codec`: little-endian writing and bounded reading (above `error`).
+//! - `ids`: `ServerId`, at the bottom: the errors and the configuration both name servers.
 pub mod auth;
 pub mod client;
 mod codec;
 pub mod configuration;
 pub mod core;
 pub mod error;
+mod ids;
 pub mod limits;
 pub mod node;
 pub mod storage;
