@@ -310,8 +310,22 @@ fn cluster_view(rng: &mut SmallRng) -> Option<rampkv::wire::ClusterView> {
     rng.gen_bool(0.5).then(|| rampkv::wire::ClusterView { partitions: rng.gen(), server_index: rng.gen() })
 }
 
+/// An expiry word: mostly none, sometimes a deadline, a deletion or (in replies) reclaimed.
+fn expiry_word(rng: &mut SmallRng, reclaimed: bool) -> u64 {
+    let word = match rng.gen_range(0..4) {
+        0 | 1 => 0,
+        2 => 1,
+        _ => rng.gen_range(0..=rampkv::types::Expiry::DEADLINE_MS_MAX),
+    };
+    if reclaimed && word != 0 && rng.gen_bool(0.3) {
+        word | rampkv::types::Expiry::RECLAIMED_BIT
+    } else {
+        word
+    }
+}
+
 fn writes(rng: &mut SmallRng) -> Vec<Write> {
-    (0..rng.gen_range(0..5)).map(|_| Write { key: bytes(rng, 12), value: bytes(rng, 40) }).collect()
+    (0..rng.gen_range(0..5)).map(|_| Write::expiring(bytes(rng, 12), bytes(rng, 40), expiry_word(rng, false))).collect()
 }
 
 fn get_items(rng: &mut SmallRng) -> Vec<GetItem> {
@@ -347,7 +361,8 @@ fn request(rng: &mut SmallRng, variant: usize) -> Request {
 }
 
 fn version(rng: &mut SmallRng) -> VersionItem {
-    VersionItem { ts: rng.gen(), value: bytes(rng, 40), metadata: metadata(rng) }
+    let (ts, value, metadata) = (rng.gen(), bytes(rng, 40), metadata(rng));
+    VersionItem { ts, value, metadata, expiry: rampkv::types::Expiry::from_word(expiry_word(rng, true)) }
 }
 
 fn response(rng: &mut SmallRng, variant: usize) -> Response {

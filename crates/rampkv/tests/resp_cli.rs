@@ -941,8 +941,7 @@ fn protected_mode_refuses_an_open_gateway_on_a_non_loopback_address() {
 fn forge_put(server: &str, ts: u64, key: &[u8]) {
     use rampkv::wire::{FrameHeader, Request, Write as WireWrite, FRAME_HEADER_BYTES};
     let mut frame = Vec::new();
-    Request::Put { ts, writes: vec![WireWrite { key: key.to_vec(), value: b"forged".to_vec() }] }
-        .encode_frame(1, &mut frame);
+    Request::Put { ts, writes: vec![WireWrite::new(key.to_vec(), b"forged".to_vec())] }.encode_frame(1, &mut frame);
     let mut stream = TcpStream::connect(server).unwrap();
     stream.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
     stream.write_all(&frame).unwrap();

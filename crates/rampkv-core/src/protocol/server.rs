@@ -46,9 +46,13 @@ use crate::limits::{
     CLIENT_IDS_MAX, GC_SWEEP_INTERVAL_MS, GC_SWEEP_KEYS_PER_TICK, KEY_BYTES_MAX, PREPARED_ABANDON_MS, TXN_KEYS_MAX,
     VALUE_BYTES_MAX,
 };
-use crate::storage::{InvalidPrepare, Key, Store, StoreError, StoredMetadata, StoredWrites, SweepCursor, Version};
-use crate::types::{check_client_timestamp, Timestamp, TIMESTAMP_INITIAL};
-use crate::wire::response::{append_versions_frame, append_versions_located_frame, append_versions_locked_frame};
+use crate::storage::{
+    InvalidPrepare, Key, Store, StoreError, StoreWrite, StoredMetadata, StoredWrites, SweepClock, SweepCursor, Version,
+};
+use crate::types::{check_client_timestamp, unix_ms_of_wall_clock_us, Expiry, Timestamp, TIMESTAMP_INITIAL};
+use crate::wire::response::{
+    append_versions_frame, append_versions_located_frame, append_versions_locked_frame, EntryRef,
+};
 use crate::wire::{
     ClusterView, ErrorCode, GetItem, Metadata, MetadataRef, Request, Response, Selector, TxnState, VersionItem, Write,
     WriteSet,
@@ -158,9 +162,10 @@ pub enum LogRecord {
 }
 
 impl LogRecord {
-    /// A PUT of `writes` held by no store (tests, tools): each value in a version of its own.
+    /// A PUT of `writes` held by no store (tests, tools): each value in a version of its own,
+    /// that never expires.
     pub fn put(ts: Timestamp, writes: Vec<(Key, Box<[u8]>)>) -> LogRecord {
-        let stored = |(key, value)| (key, Arc::new(Version { ts, value, metadata: StoredMetadata::None }));
+        let stored = |(key, value)| (key, Arc::new(Version::new(ts, value, StoredMetadata::None)));
         LogRecord::Put { ts, writes: writes.into_iter().map(stored).collect() }
     }
 }
@@ -175,6 +180,10 @@ pub struct Effects {
     pub committed: Vec<Key>,
     /// Keys of which a newer version was prepared, with its timestamp (only when publishing).
     pub prepared: Vec<(Timestamp, Key)>,
+    /// Keys the sweep removed after reclaiming them (expired), with the timestamp of their
+    /// last version (only when publishing): their item slots go, unless a newer version has
+    /// been published since.
+    pub reclaimed: Vec<(Timestamp, Key)>,
     /// Every reply of this call waits until the log is durable up to here (`None`: at once).
     pub release_after: Option<LogPosition>,
     /// The changes this call made to the store, in the order made (only when logging).
@@ -217,6 +226,7 @@ impl Effects {
         self.replies.clear();
         self.committed.clear();
         self.prepared.clear();
+        self.reclaimed.clear();
         self.logged.clear();
         self.release_after = None;
     }
@@ -351,14 +361,20 @@ impl ServerCore {
     /// and, on a server without a cluster file (no recovery will resolve them), ends the
     /// prepared transactions older than the abandon timeout: their versions are dropped and a
     /// late COMMIT gets an error. With a cluster file, cooperative termination resolves them.
-    /// Returns the keys swept (0: not its time, or another front end is sweeping).
-    pub fn tick(&self, now_ms: u64) -> usize {
+    /// The same sweep reclaims expired keys by the server's wall clock (`now.wall_clock_us`; 0:
+    /// none is); the keys it removed go to `effects.reclaimed` when publishing (their item slots
+    /// are freed). Returns the keys swept (0: not its time, or another front end is sweeping).
+    pub fn tick(&self, now: Now, effects: &mut Effects) -> usize {
+        let now_ms = now.monotonic_ms;
         let Some(mut sweep) = self.sweep.try_lock() else { return 0 };
         if now_ms < sweep.next_ms {
             return 0;
         }
         sweep.next_ms = now_ms + GC_SWEEP_INTERVAL_MS;
-        let swept = self.store.sweep(&mut sweep.cursor, GC_SWEEP_KEYS_PER_TICK, now_ms);
+        let unix_ms = if now.wall_clock_us == 0 { 0 } else { unix_ms_of_wall_clock_us(now.wall_clock_us) };
+        let clock = SweepClock { monotonic_ms: now_ms, unix_ms };
+        let removed = effects.publishing.then_some(&mut effects.reclaimed);
+        let swept = self.store.sweep(&mut sweep.cursor, GC_SWEEP_KEYS_PER_TICK, clock, removed);
         if self.ownership.get().is_none() {
             let abandon_ms = self.prepared_abandon_ms.load(Ordering::Relaxed);
             if let Some(prepared_before_ms) = now_ms.checked_sub(abandon_ms) {
@@ -494,7 +510,7 @@ impl ServerCore {
                 if let Err(error) = validate_writes(&writes) {
                     return plain(Response::bad_request(error.to_string()));
                 }
-                let keys = writes.iter().map(|(key, _)| key.clone()).collect();
+                let keys = staged_keys(&writes);
                 let decisions =
                     self.locks.lock().request(ts, LockMode::Exclusive, connection, request_id, keys, writes, now_ms);
                 self.decide(decisions, connection, request_id, effects)
@@ -597,7 +613,7 @@ impl ServerCore {
     fn put(
         &self,
         ts: Timestamp,
-        writes: Vec<(Key, Box<[u8]>)>,
+        writes: Vec<StoreWrite>,
         now_ms: u64,
         effects: &mut Effects,
     ) -> Result<(), StoreError> {
@@ -649,8 +665,8 @@ impl ServerCore {
         let (metadata, write_set) = stored_write_set(metadata, write_set);
         let writes = stored_writes(writes);
         let whole = !write_set.is_empty()
-            && write_set.iter().all(|key| writes.iter().any(|(written, _)| written == key))
-            && writes.iter().all(|(written, _)| write_set.contains(written));
+            && write_set.iter().all(|key| writes.iter().any(|written| written.key == *key))
+            && writes.iter().all(|written| write_set.contains(&written.key));
         if !whole {
             return Err(StoreError::InvalidPrepare(InvalidPrepare::NotWholeWriteSet));
         }
@@ -665,7 +681,7 @@ impl ServerCore {
         ts: Timestamp,
         metadata: StoredMetadata,
         write_set: Arc<[Key]>,
-        writes: Vec<(Key, Box<[u8]>)>,
+        writes: Vec<StoreWrite>,
         now_ms: u64,
         effects: &mut Effects,
     ) -> Result<(), StoreError> {
@@ -794,8 +810,8 @@ impl ServerCore {
 }
 
 /// The keys of `writes` (copied before the writes move into the store).
-fn staged_keys(writes: &[(Key, Box<[u8]>)]) -> Vec<Key> {
-    writes.iter().map(|(key, _)| key.clone()).collect()
+fn staged_keys(writes: &[StoreWrite]) -> Vec<Key> {
+    writes.iter().map(|write| write.key.clone()).collect()
 }
 
 /// An answer as a client decodes it from a reply frame. A stored write set was checked against
@@ -811,17 +827,20 @@ fn owned_item(answer: &Answer) -> Result<VersionItem, crate::wire::WireError> {
                 StoredMetadata::WriteSet(keys) => Metadata::WriteSet(WriteSet::from_keys(keys)?),
                 StoredMetadata::Bloom(bits) => Metadata::Bloom(bits.to_vec()),
             },
+            expiry: version.expiry,
         },
-        Answer::TimestampOnly(ts) => VersionItem { ts: *ts, value: Vec::new(), metadata: Metadata::None },
-        Answer::Initial => VersionItem { ts: TIMESTAMP_INITIAL, value: Vec::new(), metadata: Metadata::None },
+        Answer::TimestampOnly(ts) => VersionItem::new(*ts, Vec::new(), Metadata::None),
+        Answer::Initial => VersionItem::new(TIMESTAMP_INITIAL, Vec::new(), Metadata::None),
     })
 }
 
-fn answer_entries(answers: &[Answer]) -> impl ExactSizeIterator<Item = (Timestamp, &[u8], MetadataRef<'_, Key>)> {
+/// The entries of a reply, borrowed from the stored versions. A LATEST_TS answer carries no
+/// expiry: RAMP-Small's round 1 judges nothing, its round 2 returns the versions themselves.
+fn answer_entries(answers: &[Answer]) -> impl ExactSizeIterator<Item = EntryRef<'_, Key>> + Clone {
     answers.iter().map(|answer| match answer {
-        Answer::Version(version) => (version.ts, &*version.value, version.metadata.as_wire()),
-        Answer::TimestampOnly(ts) => (*ts, &[][..], MetadataRef::None),
-        Answer::Initial => (TIMESTAMP_INITIAL, &[][..], MetadataRef::None),
+        Answer::Version(version) => (version.ts, &*version.value, version.metadata.as_wire(), version.expiry.to_word()),
+        Answer::TimestampOnly(ts) => (*ts, &[][..], MetadataRef::None, 0),
+        Answer::Initial => (TIMESTAMP_INITIAL, &[][..], MetadataRef::None, 0),
     })
 }
 
@@ -842,15 +861,20 @@ pub enum WriteLimitError {
         "a key of {key_bytes} or value of {value_bytes} bytes over the limits ({KEY_BYTES_MAX}, {VALUE_BYTES_MAX})"
     )]
     TooLarge { key_bytes: usize, value_bytes: usize },
+    #[error("a write's expiry {word:#x} is marked reclaimed, which only a server sets")]
+    ReclaimedExpiry { word: u64 },
 }
 
 /// The limits a write must meet before it touches the lock table or the store.
-fn validate_writes(writes: &[(Key, Box<[u8]>)]) -> Result<(), WriteLimitError> {
+fn validate_writes(writes: &[StoreWrite]) -> Result<(), WriteLimitError> {
     if writes.is_empty() || writes.len() > TXN_KEYS_MAX {
         return Err(WriteLimitError::Count { count: writes.len() });
     }
-    match writes.iter().find(|(key, value)| key.len() > KEY_BYTES_MAX || value.len() > VALUE_BYTES_MAX) {
-        Some((key, value)) => Err(WriteLimitError::TooLarge { key_bytes: key.len(), value_bytes: value.len() }),
+    if let Some(write) = writes.iter().find(|write| write.expiry.is_reclaimed()) {
+        return Err(WriteLimitError::ReclaimedExpiry { word: write.expiry.to_word() });
+    }
+    match writes.iter().find(|write| write.key.len() > KEY_BYTES_MAX || write.value.len() > VALUE_BYTES_MAX) {
+        Some(write) => Err(WriteLimitError::TooLarge { key_bytes: write.key.len(), value_bytes: write.value.len() }),
         None => Ok(()),
     }
 }
@@ -874,8 +898,15 @@ fn stored_write_set(metadata: Metadata, write_set: Vec<Vec<u8>>) -> (StoredMetad
     (metadata, write_set)
 }
 
-fn stored_writes(writes: Vec<Write>) -> Vec<(Key, Box<[u8]>)> {
-    writes.into_iter().map(|write| (write.key.into_boxed_slice(), write.value.into_boxed_slice())).collect()
+fn stored_writes(writes: Vec<Write>) -> Vec<StoreWrite> {
+    writes
+        .into_iter()
+        .map(|write| StoreWrite {
+            key: write.key.into_boxed_slice(),
+            value: write.value.into_boxed_slice(),
+            expiry: Expiry::from_word(write.expires_at_ms),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -891,7 +922,7 @@ mod tests {
         let core = ServerCore::new(10);
         let mut effects = Effects::default();
         let now = Now { monotonic_ms: 1, wall_clock_us: 50_000_000 };
-        let write = || vec![Write { key: b"k".to_vec(), value: b"forged".to_vec() }];
+        let write = || vec![Write::new(b"k".to_vec(), b"forged".to_vec())];
         let honest = (now.wall_clock_us << 16) | 3;
         let forged = [0, u64::MAX, (now.wall_clock_us << 16), ((now.wall_clock_us + 1_000_001) << 16) | 3];
         for ts in forged {
@@ -960,7 +991,7 @@ mod tests {
             ts,
             metadata: Metadata::None,
             write_set: Vec::new(),
-            writes: vec![Write { key: key.to_vec(), value: b"v".to_vec() }],
+            writes: vec![Write::new(key.to_vec(), b"v".to_vec())],
         };
         let not_primary = |reply: Option<Reply>| {
             matches!(reply, Some(Reply::Response(Response::Error { code: ErrorCode::NotPrimary, .. })))
@@ -995,10 +1026,10 @@ mod tests {
         let core = ServerCore::new(10);
         let mut effects = Effects::default();
         effects.set_logging(true);
-        let write = |key: &str| Write { key: key.as_bytes().to_vec(), value: b"v".to_vec() };
+        let write = |key: &str| Write::new(key.as_bytes().to_vec(), b"v".to_vec());
         let key = |name: &str| Key::from(name.as_bytes());
         let version = |name: &str, ts: Timestamp, metadata: StoredMetadata| {
-            (key(name), Arc::new(Version { ts, value: Box::from(&b"v"[..]), metadata }))
+            (key(name), Arc::new(Version::new(ts, Box::from(&b"v"[..]), metadata)))
         };
         let mut logged = |request: Request| {
             effects.clear();
@@ -1058,7 +1089,7 @@ mod tests {
         let core = ServerCore::new(10);
         let mut effects = Effects::new(true);
         effects.set_logging(true);
-        let write = |key: &str| Write { key: key.as_bytes().to_vec(), value: key.as_bytes().to_vec() };
+        let write = |key: &str| Write::new(key.as_bytes().to_vec(), key.as_bytes().to_vec());
         let key = |name: &str| Key::from(name.as_bytes());
         let mut handle = |request: Request| {
             effects.clear();
@@ -1117,7 +1148,7 @@ mod tests {
         let mut handle = |request, monotonic_ms| {
             core.handle(ConnectionId::default(), request, 1, Now { monotonic_ms, wall_clock_us: 0 }, &mut effects)
         };
-        let write = |key: &str, value: &str| Write { key: key.as_bytes().to_vec(), value: value.as_bytes().to_vec() };
+        let write = |key: &str, value: &str| Write::new(key.as_bytes().to_vec(), value.as_bytes().to_vec());
         let prepares = [
             (
                 5,

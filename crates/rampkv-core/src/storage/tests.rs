@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::storage::SweepClock;
 use crate::wire::TxnState;
 
 fn key(text: &str) -> Key {
@@ -174,9 +175,9 @@ fn a_sweep_collects_superseded_versions_of_keys_not_written_again() {
     }
     assert_eq!(store.stats().versions, 3, "superseded, within the grace period");
     let mut cursor = SweepCursor::default();
-    store.sweep(&mut cursor, usize::MAX, 50);
+    store.sweep(&mut cursor, usize::MAX, SweepClock::monotonic(50), None);
     assert_eq!(store.stats().versions, 3, "still within the grace period");
-    store.sweep(&mut cursor, usize::MAX, 150);
+    store.sweep(&mut cursor, usize::MAX, SweepClock::monotonic(150), None);
     assert_eq!((store.stats().versions, store.stats().versions_collected), (1, 2));
     assert_eq!(store.get_latest(b"k").unwrap().ts, 3, "the latest stays");
 
@@ -190,7 +191,7 @@ fn a_sweep_collects_superseded_versions_of_keys_not_written_again() {
     let mut cursor = SweepCursor::default();
     let mut visits = Vec::new();
     while many.stats().versions > 3_000 {
-        let visited = many.sweep(&mut cursor, 1_024, 1);
+        let visited = many.sweep(&mut cursor, 1_024, SweepClock::monotonic(1), None);
         assert!(visited <= 1_024);
         visits.push(visited);
         assert!(visits.len() <= 4, "a pass of 3,000 keys takes 3 sweeps of 1,024: {visits:?}");
@@ -210,8 +211,8 @@ fn a_key_at_rest_holds_no_more_than_its_version() {
         store.put(ts, vec![(key("a"), b"x".to_vec().into())], 0).unwrap();
     }
     let mut cursor = SweepCursor::default();
-    store.sweep(&mut cursor, usize::MAX, 0);
-    store.sweep(&mut cursor, usize::MAX, 100);
+    store.sweep(&mut cursor, usize::MAX, SweepClock::monotonic(0), None);
+    store.sweep(&mut cursor, usize::MAX, SweepClock::monotonic(100), None);
     let shard = store.shard(b"a").read();
     let state = shard.get(&b"a"[..]).unwrap();
     assert_eq!((store.stats().versions, state.versions.capacity()), (1, 1));
@@ -668,7 +669,7 @@ fn a_restored_pending_transaction_names_only_keys_holding_its_prepared_version()
     let committed = KeyVersions {
         key: key("a"),
         collected_max_ts: 0,
-        versions: vec![(Arc::new(Version { ts: 7, value: b"a@7".to_vec().into(), metadata: write_set(&["a"]) }), true)],
+        versions: vec![(Arc::new(Version::new(7, b"a@7".to_vec().into(), write_set(&["a"]))), true)],
     };
     store.restore_key(committed, 0);
     assert_eq!(store.restore_pending(7, vec![key("a"), key("z")], Arc::from([key("a")]), 0), 0);

@@ -129,7 +129,7 @@ use rampkv_core::limits::{
     REPLICATION_SNAPSHOT_WAIT_MS_MAX, REPLICATION_UNACKED_BYTES_MAX,
 };
 use rampkv_core::protocol::server::{Effects, LogPosition, ServerCore};
-use rampkv_core::storage::{Store, StoreError, SweepCursor};
+use rampkv_core::storage::{Store, StoreError, SweepClock, SweepCursor};
 use rampkv_durable::limits::RECORD_PAYLOAD_BYTES_MAX;
 use rampkv_durable::record::{check_frame, encode_record, RECORD_HEADER_BYTES};
 use rampkv_durable::{apply_record, RecordError, RecordHeader, RecordRef};
@@ -2551,13 +2551,16 @@ impl Read for SnapshotReader<'_> {
     }
 }
 
-/// Collects superseded versions of a copy, as the server's own sweep does for its store.
+/// Collects superseded versions of a copy, and reclaims its expired keys by this server's
+/// wall clock, as the server's own sweep does for its store (reclaiming is logged nowhere: each
+/// copy does it by itself).
 fn sweep(shared: &BackupShared, copy: &BackupStore) {
     let now_ms = shared.clock.elapsed().as_millis() as u64;
     let mut sweep = copy.sweep.lock();
     if now_ms >= sweep.1 {
         sweep.1 = now_ms + GC_SWEEP_INTERVAL_MS;
-        copy.store.sweep(&mut sweep.0, GC_SWEEP_KEYS_PER_TICK, now_ms);
+        let clock = SweepClock { monotonic_ms: now_ms, unix_ms: rampkv_core::types::wall_clock_unix_ms() };
+        copy.store.sweep(&mut sweep.0, GC_SWEEP_KEYS_PER_TICK, clock, None);
     }
 }
 

@@ -76,13 +76,12 @@ fn as_versions(results: &[Option<PlainVersion>]) -> Vec<Option<VersionItem>> {
     results
         .iter()
         .map(|result| {
-            result.as_ref().map(|(ts, write_set)| VersionItem {
-                ts: *ts,
-                value: Vec::new(),
-                metadata: match write_set {
+            result.as_ref().map(|(ts, write_set)| {
+                let metadata = match write_set {
                     Some(keys) => Metadata::WriteSet(WriteSet::from_keys(keys).unwrap()),
                     None => Metadata::Bloom(vec![0xFF; 8]),
-                },
+                };
+                VersionItem::new(*ts, Vec::new(), metadata)
             })
         })
         .collect()
@@ -172,10 +171,8 @@ fn a_read_txn_repairs_from_a_compact_write_set() {
     assert_eq!(out.len(), 1);
     let tag = out[0].tag;
     out.clear();
-    let version = |ts: Timestamp, write_set: &[&[u8]]| VersionItem {
-        ts,
-        value: ts.to_le_bytes().to_vec(),
-        metadata: Metadata::WriteSet(WriteSet::from_keys(write_set).unwrap()),
+    let version = |ts: Timestamp, write_set: &[&[u8]]| {
+        VersionItem::new(ts, ts.to_le_bytes().to_vec(), Metadata::WriteSet(WriteSet::from_keys(write_set).unwrap()))
     };
     // x and z written together at 20; the reader saw z's older version 10.
     let items = vec![version(20, &[b"x", b"z"]), version(5, &[b"y"]), version(10, &[b"z"])];
@@ -204,10 +201,8 @@ fn a_read_txn_repairs_from_a_compact_write_set() {
 fn round_one_is_reported_per_attempt() {
     let cluster = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
     let keys: Vec<Vec<u8>> = vec![b"x".to_vec(), b"z".to_vec()];
-    let version = |ts: Timestamp, write_set: &[&[u8]]| VersionItem {
-        ts,
-        value: ts.to_le_bytes().to_vec(),
-        metadata: Metadata::WriteSet(WriteSet::from_keys(write_set).unwrap()),
+    let version = |ts: Timestamp, write_set: &[&[u8]]| {
+        VersionItem::new(ts, ts.to_le_bytes().to_vec(), Metadata::WriteSet(WriteSet::from_keys(write_set).unwrap()))
     };
     let mut read = ReadTxn::new(&cluster, keys, TxnOptions::default()).unwrap();
     let mut out = Vec::new();
@@ -237,7 +232,8 @@ fn round_one_is_reported_per_attempt() {
 fn a_write_on_one_server_is_one_prepare_commit_and_a_wider_one_two_phases() {
     let one = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
     let two = Cluster::with_servers(vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]).unwrap();
-    let writes = |count: usize| (0..count).map(|index| (format!("k{index}").into_bytes(), vec![1u8])).collect();
+    let writes =
+        |count: usize| (0..count).map(|index| (format!("k{index}").into_bytes(), vec![1u8])).collect::<Vec<_>>();
     for algorithm in [Algorithm::RampFast, Algorithm::RampSmall, Algorithm::RampHybrid] {
         let options = TxnOptions { algorithm, ..TxnOptions::default() };
         let mut write = WriteTxn::new(&one, 1 << 16 | 1, writes(3), options).unwrap();
