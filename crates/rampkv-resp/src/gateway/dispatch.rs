@@ -1,7 +1,8 @@
 //! Command dispatch: what one command of a connection does ([`EventLoop::execute`]). Replies
 //! that need no transaction (PING, QUIT, AUTH, HELLO, INFO, CLIENT, ACL WHOAMI, errors) are
 //! made here and appended to the connection's output; GET, MGET, EXISTS, SET and MSET start a
-//! batch (`batch`); DEL reads its keys, then writes tombstones for the present ones.
+//! batch (`batch`), and so do TTL, PTTL, SETEX, PSETEX and SET with an expiry; DEL reads its
+//! keys, then writes a deletion of each.
 //!
 //! # Contract
 //! A connection runs one command at a time: `execute` is called only for a connection with
@@ -28,6 +29,7 @@ use crate::codec::Frame;
 use crate::command::Request;
 use crate::value;
 use rampkv_core::protocol::ReadOutcome;
+use rampkv_core::wire::Write;
 
 impl EventLoop {
     /// Runs one command of connection `slot` (which has none pending).
@@ -40,6 +42,8 @@ impl EventLoop {
                 return self.begin_read_batch(slot, request)
             }
             Request::Set { .. } | Request::MultiSet { .. } => return self.begin_write_batch(slot, request),
+            Request::SetExpiring { .. } => return self.begin_write_batch(slot, request),
+            Request::TimeToLive { .. } => return self.begin_read_batch(slot, request),
             Request::Delete { keys } => return self.begin_read(slot, keys, Pending::DeleteRead),
             Request::Reply(frame) => frame,
             Request::Quit => {
@@ -92,18 +96,19 @@ impl EventLoop {
         connection.outgoing.append(|out| reply.encode(protocol, out));
     }
 
-    /// DEL's second step: tombstones for every key in one write; the reply counts the distinct
-    /// keys that were present.
+    /// DEL's second step: a deletion of every key in one write (`Write::delete`: a version that
+    /// has already expired, which the servers reclaim); the reply counts the distinct keys that
+    /// were present.
     pub(super) fn delete_present(&mut self, slot: usize, outcome: ReadOutcome) {
         let mut distinct = AHashSet::with_capacity(outcome.items.len());
         let mut removed = 0;
         for item in &outcome.items {
-            if distinct.insert(&item.key[..]) && value::decode(item.ts, &item.value).is_some() {
+            if distinct.insert(&item.key[..]) && value::of_item(item).is_some() {
                 removed += 1;
             }
         }
-        let tombstones = distinct.into_iter().map(|key| (key.to_vec(), value::tombstone())).collect();
-        self.begin_write(slot, tombstones, Pending::DeleteWrite { removed });
+        let deletions = distinct.into_iter().map(|key| Write::delete(key.to_vec())).collect();
+        self.begin_expiring_writes(slot, deletions, Pending::DeleteWrite { removed }, false);
         self.enqueue(slot);
     }
 }

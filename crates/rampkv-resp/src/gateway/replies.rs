@@ -4,8 +4,9 @@
 use super::batch::ReadCommand;
 use super::event_loop::{EventLoop, Stats};
 use crate::codec::{self, Frame, Protocol};
+use crate::command::TtlUnit;
 use crate::{value, REDIS_COMPATIBLE_VERSION};
-use rampkv_core::protocol::ReadOutcome;
+use rampkv_core::protocol::{ReadItem, ReadOutcome};
 use rampkv_net::client::ClientError;
 
 impl EventLoop {
@@ -46,8 +47,8 @@ pub(super) fn write_read_replies(
     commands: &[ReadCommand],
     outcome: &ReadOutcome,
 ) {
-    let mut items = outcome.items.iter().map(|item| value::decode(item.ts, &item.value));
-    let write_value = |out: &mut Vec<u8>, value: Option<&[u8]>| match value {
+    let mut items = outcome.items.iter();
+    let write_value = |out: &mut Vec<u8>, item: &ReadItem| match value::of_item(item) {
         Some(bytes) => codec::write_bulk(out, bytes),
         None => codec::write_null(out, protocol),
     };
@@ -56,17 +57,39 @@ pub(super) fn write_read_replies(
             ReadCommand::Get => write_value(out, items.next().expect("one item per key")),
             ReadCommand::MultiGet { keys } => {
                 codec::write_array_header(out, keys);
-                for value in items.by_ref().take(keys) {
-                    write_value(out, value);
+                for item in items.by_ref().take(keys) {
+                    write_value(out, item);
                 }
             }
             ReadCommand::Exists { keys } => {
-                let present = items.by_ref().take(keys).filter(Option::is_some).count();
+                let present = items.by_ref().take(keys).filter(|item| value::of_item(item).is_some()).count();
                 codec::write_integer(out, present as i64);
+            }
+            ReadCommand::TimeToLive(unit) => {
+                let item = items.next().expect("one item per key");
+                codec::write_integer(out, time_to_live(item, outcome.read_at_ms, unit));
             }
         }
     }
     debug_assert!(items.next().is_none(), "every item answered");
+}
+
+/// TTL's and PTTL's answer for a key a read returned, judged at the read's instant
+/// (`read_at_ms`): -2 absent, -1 no expiry, else the time left, in milliseconds or in seconds
+/// rounded to the nearest (as Redis 7.0).
+fn time_to_live(item: &ReadItem, read_at_ms: u64, unit: TtlUnit) -> i64 {
+    if value::of_item(item).is_none() {
+        return -2;
+    }
+    if item.expires_at_ms == 0 {
+        return -1;
+    }
+    // A present version that expires was judged at `read_at_ms`: its deadline is after it.
+    let left_ms = i64::try_from(item.expires_at_ms.saturating_sub(read_at_ms)).unwrap_or(i64::MAX);
+    match unit {
+        TtlUnit::Milliseconds => left_ms,
+        TtlUnit::Seconds => left_ms.saturating_add(500) / 1_000,
+    }
 }
 
 /// HELLO's reply: a map in RESP3, a flat array of names and values in RESP2.
