@@ -141,6 +141,7 @@ fn start_node(
         listener: Some(listener),
         log_entries_kept,
         authenticator: None,
+        state_dir: None,
     })
     .unwrap()
 }
