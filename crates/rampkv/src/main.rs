@@ -714,8 +714,14 @@ fn run(command: Command) -> Result<ExitCode> {
             // rejoining it after a restart).
             let failover = match &membership {
                 Some((file, index)) if file.replicas() > 1 && file.config_addresses().is_ok() => {
-                    let (gate, mode) = rampkv::server::failover::start_config_node(file, *index, secret.clone())
-                        .context("cannot start the configuration service")?;
+                    let data_dir = durability.as_ref().and_then(|durability| durability.dirs.first());
+                    let (gate, mode) = rampkv::server::failover::start_config_node(
+                        file,
+                        *index,
+                        secret.clone(),
+                        data_dir.map(|d| d.as_path()),
+                    )
+                    .context("cannot start the configuration service")?;
                     Some((FailoverOptions { gate, cluster: file.clone(), index: *index }, mode))
                 }
                 _ => None,
