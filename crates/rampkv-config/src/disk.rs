@@ -70,8 +70,9 @@ const CHECKSUM_BYTES: usize = 8;
 pub enum StateProblem {
     /// redb's own error: the file cannot be opened, read or written (I/O, locked by another
     /// process, pages that do not check).
+    /// (Boxed: redb's error is large, and this one is rare.)
     #[error("{0}")]
-    Database(#[from] redb::Error),
+    Database(Box<redb::Error>),
     /// The directory cannot be made.
     #[error("{0}")]
     Directory(std::io::Error),
@@ -191,7 +192,7 @@ impl DiskState {
         // redb checks what it reads and reports damage as errors; should it panic on a file
         // damaged in a way it did not foresee, that is bad input, not a reason to crash.
         let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let database = create(&builder).map_err(|error| StateProblem::Database(error.into()))?;
+            let database = create(&builder).map_err(|error| StateProblem::Database(Box::new(error.into())))?;
             let loaded = load(&database)?;
             Ok::<_, StateProblem>((database, loaded))
         }));
@@ -233,7 +234,7 @@ impl DiskState {
     }
 
     fn commit(&self, change: &Change<'_>, create: bool) -> Result<(), ConfigError> {
-        let database = |error: redb::Error| self.failed(StateProblem::Database(error));
+        let database = |error: redb::Error| self.failed(StateProblem::Database(Box::new(error)));
         let transaction = self.database.begin_write().map_err(|error| database(error.into()))?;
         {
             let mut entries = transaction.open_table(ENTRIES).map_err(|error| database(error.into()))?;
@@ -300,7 +301,7 @@ fn parsed<M: protobuf::Message>(key: &str, payload: &[u8]) -> Result<M, StatePro
 
 /// Reads the whole state (`None`: none was created), checking every value and how they fit.
 fn load(database: &Database) -> Result<Option<Loaded>, StateProblem> {
-    let database_error = |error: redb::Error| StateProblem::Database(error);
+    let database_error = |error: redb::Error| StateProblem::Database(Box::new(error));
     let transaction = database.begin_read().map_err(|error| database_error(error.into()))?;
     let meta = match transaction.open_table(META) {
         Ok(meta) => meta,

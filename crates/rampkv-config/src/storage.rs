@@ -581,3 +581,31 @@ mod durable_tests {
         assert!(rolled_back > 0, "no torn commit was detected and rolled back (seed {seed})");
     }
 }
+
+#[cfg(test)]
+mod bounded_tests {
+    use super::*;
+
+    /// Bound everything: a long run of appends, commits and compactions (what a node does as
+    /// changes commit) leaves the file no larger than a short one; redb reuses freed pages.
+    #[test]
+    fn the_state_file_stays_bounded_over_a_long_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = RaftStore::create(dir.path(), vec![1, 2, 3], vec![7; 256], true).unwrap();
+        let path = dir.path().join(crate::disk::STATE_FILE);
+        let mut sizes = Vec::new();
+        for index in 1..=1_500u64 {
+            let entry = Entry { index, term: 1, data: vec![index as u8; 64].into(), ..Default::default() };
+            let hard_state = HardState { term: 1, vote: 1, commit: index - 1, ..Default::default() };
+            store.persist(&[entry], Some(&hard_state)).unwrap();
+            store.set_commit(index).unwrap();
+            if index % 100 == 0 {
+                store.compact(index - 50, vec![index as u8; 256]).unwrap();
+                sizes.push(std::fs::metadata(&path).unwrap().len());
+            }
+        }
+        println!("file size every 100 entries: {sizes:?}");
+        let (early, late) = (sizes[2], *sizes.last().unwrap());
+        assert!(late <= early, "the file grew from {early} to {late} bytes");
+    }
+}
