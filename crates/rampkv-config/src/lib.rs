@@ -8,6 +8,7 @@
 //! - `core`: one node without I/O: raft-rs plus leases, heartbeats and the failure detector.
 //! - `storage`: the Raft log behind raft-rs's `Storage`, in memory and, with a directory, on disk.
 //! - `disk`: the node's Raft state on disk (one redb file; every change fsynced before it is used).
+//! - `crash_medium` (tests only): a crash-simulating storage medium under redb.
 //! - `wire`: checksummed, bounded frames of the configuration port.
 //! - `node`: a node over TCP (threads, peers) and the API a server uses (`lease_valid`, ...).
 //! - `auth`: the seam through which the server layer makes every connection prove the shared
