@@ -78,6 +78,10 @@ pub enum ConfigError {
     /// No configuration-service address answered.
     #[error("no configuration service answered (asked {asked} addresses; last error: {last})")]
     NoneAnswered { asked: usize, last: String },
+    /// The node's Raft state on disk (`crate::disk`, the file named) cannot be read or written,
+    /// or what it holds is damaged or belongs to another cluster.
+    #[error("configuration-service state {}: {problem}", path.display())]
+    State { path: std::path::PathBuf, problem: crate::disk::StateProblem },
     /// raft-rs refused an operation (its own message: foreign text).
     #[error("raft: {message}")]
     Raft { message: String },
