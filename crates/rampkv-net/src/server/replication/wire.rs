@@ -6,7 +6,7 @@
 //! hello, primary -> backup (40 bytes)
 //!   0 u32 magic "RKVR"   4 u16 version (3)   6 u16 primary (server index)
 //!   8 u64 epoch          16 u64 first sequence number the primary will send
-//!   24 u64 the stream's identity ("Delta")
+//!   24 u64 the stream's identity (`delta`)
 //!   32 u32 flags: bit 0 catch-up (a snapshot or a delta comes first); bit 1 log region
 //!               (one-sided: what follows the answer travels through the backup's log
 //!               region, `log_region`); others 0
