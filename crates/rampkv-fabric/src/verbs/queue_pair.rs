@@ -153,7 +153,7 @@ pub struct QueuePairOptions {
     pub completion_channel: bool,
     /// Local ACK timeout exponent (4.096 µs * 2^n per attempt; 1 to 31).
     pub timeout_exponent: u8,
-    /// Transport retries before `RETRY_EXC_ERR` (0 to 7).
+    /// Transport retries before `RETRY_EXC_ERR` (0 to 6; Soft-RoCE takes 7 as "forever").
     pub retry_count: u8,
     /// Receiver-not-ready retries (0 to 6; 7, "forever", is refused: it could hang).
     pub rnr_retry: u8,
@@ -195,8 +195,8 @@ impl QueuePairOptions {
         if self.timeout_exponent == 0 || self.timeout_exponent > 31 {
             return invalid("timeout_exponent must be 1 to 31 (0 would mean: wait forever)");
         }
-        if self.retry_count > 7 {
-            return invalid("retry_count must be 0 to 7");
+        if self.retry_count > 6 {
+            return invalid("retry_count must be 0 to 6 (7 means retry forever on Soft-RoCE)");
         }
         if self.rnr_retry > 6 {
             return invalid("rnr_retry must be 0 to 6 (7 means retry forever)");
@@ -1410,7 +1410,7 @@ mod tests {
             QueuePairOptions { signal_interval: defaults.send_depth + 1, ..defaults.clone() },
             QueuePairOptions { signal_interval: 0, ..defaults.clone() },
             QueuePairOptions { timeout_exponent: 0, ..defaults.clone() },
-            QueuePairOptions { retry_count: 8, ..defaults.clone() },
+            QueuePairOptions { retry_count: 7, ..defaults.clone() },
             QueuePairOptions { rnr_retry: 7, ..defaults.clone() },
             QueuePairOptions { min_rnr_timer: 32, ..defaults.clone() },
         ];
