@@ -29,11 +29,13 @@
 //!   exchange over any control channel.
 //!
 //! # Layout
-//! - [`ffi`](self): the C declarations and the run-time loader (all FFI types are private).
+//! - `ffi`: the C declarations and the run-time loader (all FFI types are private).
 //! - `device`: device discovery, ports, GID choice, [`Context`] (an opened device and port).
 //! - `region`: [`ProtectionDomain`], [`MemoryRegion`], [`RegionAccess`], [`RemoteRegion`].
-//! - `queue_pair`: [`QueuePair`] (RC), [`QueuePairOptions`], [`Endpoint`], [`SendBatch`],
-//!   [`Completion`].
+//! - `endpoint`: [`Endpoint`] (what peers exchange to connect) and [`QueuePairOptions`].
+//! - `queue_pair`: [`QueuePair`] (RC): connect, post receives, poll and wait with a bound.
+//! - `batch`: [`SendBatch`]: READ, WRITE, atomics and SEND posted together, one doorbell.
+//! - `completion`: [`Completion`], sequence numbers, the regions pinned by outstanding requests.
 //! - `limits`: every bound of this module.
 //!
 //! # Fault model
@@ -43,19 +45,22 @@
 //! no authentication (the control channel that carries the values must).
 #![deny(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc, clippy::missing_errors_doc)]
 
+mod batch;
+mod completion;
 mod device;
+mod endpoint;
 mod ffi;
 pub mod limits;
 mod queue_pair;
 mod region;
 
+pub use batch::SendBatch;
+pub use completion::{Completion, CompletionKind, WorkQueue, WorkRange};
 pub use device::{
     choose_gid, devices, Context, DeviceSelection, DeviceSummary, GidEntry, GidKind, LinkLayer, PortInfo, PortSummary,
 };
-pub use queue_pair::{
-    Completion, CompletionKind, Endpoint, QueuePair, QueuePairOptions, QueuePairState, ReceiveBuffer, SendBatch,
-    WorkQueue, WorkRange,
-};
+pub use endpoint::{Endpoint, QueuePairOptions};
+pub use queue_pair::{QueuePair, QueuePairState, ReceiveBuffer};
 pub use region::{MemoryRegion, ProtectionDomain, RegionAccess, RemoteRegion};
 
 /// The status of a failed work completion (`enum ibv_wc_status`).
