@@ -8,7 +8,8 @@
 #                            by a virtual Ethernet wire, each with an rxe0 device on its eth0
 #   rdma-lab.sh up --one     boot one guest, host "a", with rxe0 on a dummy netdev (10.99.0.1):
 #                            processes in it talk through rxe's loopback; 2 vCPUs
-#   rdma-lab.sh a CMD...     run CMD (bash) on host a, in the caller's directory; print its
+#   rdma-lab.sh a CMD...     run CMD (bash) on host a, in the caller's directory (or / where
+#                            the guest has its own: /tmp, /run, /dev/shm); print its
 #                            output, exit with its status. Options before CMD:
 #                              --background   start CMD and return (prints its pid and output file)
 #                              --timeout S    kill CMD after S seconds (default 600)
@@ -16,7 +17,8 @@
 #   rdma-lab.sh status       which guests run
 #   rdma-lab.sh down         power the guests off (QEMU processes are ended by their PIDs)
 #   rdma-lab.sh test         boot, run the project's lab checks, print a summary line last,
-#                            power off; every step and the whole run are bounded by timeouts
+#                            power off; every step and the whole run (RAMPKV_LAB_TEST_S,
+#                            default 1500) are bounded by timeouts
 #
 # How it works. A guest runs Debian bookworm's stock kernel with a busybox initramfs whose only
 # job is to mount the HOST's / read-only over virtio-9p (with a tmpfs overlay for writes), so
@@ -44,6 +46,7 @@ export DEBIAN_FRONTEND=noninteractive
 BOOT_S=180
 JOB_S=600
 SHUTDOWN_S=20
+TEST_S=${RAMPKV_LAB_TEST_S:-1500} # the whole of `test`, build included
 PACKAGES=(qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils libibverbs-dev perftest
   busybox-static iproute2 kmod cpio)
 
@@ -433,7 +436,11 @@ two_guest_steps() {
 
 lab_test() {
   local started=$SECONDS
-  trap 'down >/dev/null 2>&1 || true' EXIT
+  # A watchdog bounds the whole run; the EXIT trap powers the guests off however it ends.
+  (sleep "$TEST_S" && say "test: over ${TEST_S} s, stopping" && kill -TERM $$) 2>/dev/null &
+  local watchdog=$!
+  trap 'kill "$watchdog" 2>/dev/null; down >/dev/null 2>&1 || true' EXIT
+  trap 'exit 124' TERM INT
   setup
   step "host: build the verbs test binaries" build_binaries
   [ "$FAILED" = 0 ] || { echo "rdma-lab: $PASSED passed, $FAILED failed"; return 1; }
