@@ -437,10 +437,17 @@ two_guest_steps() {
 lab_test() {
   local started=$SECONDS
   # A watchdog bounds the whole run; the EXIT trap powers the guests off however it ends.
-  (sleep "$TEST_S" && say "test: over ${TEST_S} s, stopping" && kill -TERM $$) 2>/dev/null &
-  local watchdog=$!
-  trap 'kill "$watchdog" 2>/dev/null; down >/dev/null 2>&1 || true' EXIT
-  trap 'exit 124' TERM INT
+  # It sleeps in 1 s steps with its output closed, so that nothing it leaves behind holds the
+  # caller's pipe open, and it ends by itself when this script does.
+  (
+    exec >/dev/null 2>&1
+    end=$((SECONDS + TEST_S))
+    while [ $SECONDS -lt $end ]; do sleep 1; kill -0 $$ || exit 0; done
+    kill -TERM $$
+  ) &
+  LAB_WATCHDOG=$! # global: the EXIT trap runs after this function has returned
+  trap 'kill "${LAB_WATCHDOG:-}" 2>/dev/null || true; down >/dev/null 2>&1 || true' EXIT
+  trap 'say "test: stopped after ${SECONDS} s (bound ${TEST_S} s, or interrupted)"; exit 124' TERM INT
   setup
   step "host: build the verbs test binaries" build_binaries
   [ "$FAILED" = 0 ] || { echo "rdma-lab: $PASSED passed, $FAILED failed"; return 1; }
