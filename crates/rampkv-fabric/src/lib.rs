@@ -24,6 +24,9 @@
 //!   a receive queue, the sender (playing the receiving NIC) places each message into the next
 //!   posted buffer and appends a completion the receiver polls.
 //! - [`limits`]: every bound of the crate.
+//! - [`verbs`]: real RDMA through libibverbs, loaded at run time (devices, registered regions,
+//!   RC queue pairs, batched READ/WRITE/atomics/SEND, completions); the lab that runs it on
+//!   Soft-RoCE is `scripts/rdma-lab.sh`.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("rampkv-fabric needs Linux: /dev/shm regions and futex doorbells");
@@ -37,6 +40,7 @@ pub mod rpc;
 pub mod sendrecv;
 pub mod shm;
 pub mod slot;
+pub mod verbs;
 pub mod words;
 
 pub use fabric::{Access, Fabric, FabricError, OneSided, RegionDescriptor};
