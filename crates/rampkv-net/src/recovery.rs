@@ -14,6 +14,10 @@
 //!   when they ask.
 //! - an unreachable participant leaves the transaction for the next scan.
 //!
+//! A server decides only the transactions whose keys here it serves now: with failover, a
+//! deposed primary's store may hold a PREPARE its successor never received, and only the
+//! partition's current primary may decide it (`ResolverThread::resolve`).
+//!
 //! Readers never wait for any of this: a prepared version is invisible until committed, and a
 //! round-2 read asks only for versions some participant has committed, which recovery commits.
 //! The resolution must happen well within the GC grace period (a committed version is kept at
@@ -177,8 +181,17 @@ impl ResolverThread {
         }
     }
 
-    /// Decides transaction `ts` prepared on core `offset`, and applies the decision.
+    /// Decides transaction `ts` prepared on core `offset`, and applies the decision. Only while
+    /// the core serves every key the transaction prepared there: a deposed primary (failover)
+    /// may hold a PREPARE its successor never received, and committing it at the other
+    /// participants (they still have it prepared: "prepared everywhere") would make half of a
+    /// transaction visible whose other half no served copy holds. The successor decides
+    /// instead (it answers "unknown" for what it never received, which aborts it).
     fn resolve(&mut self, offset: usize, ts: Timestamp, pending: &PendingTxn) -> Verdict {
+        let core = &self.servers.cores()[offset];
+        if !pending.keys.iter().all(|key| core.serves_key(key)) {
+            return Verdict::Undecided;
+        }
         let participants = participants(&self.cluster, self.first_index + offset, &pending.write_set);
         let states: Vec<Option<TxnState>> = participants
             .iter()

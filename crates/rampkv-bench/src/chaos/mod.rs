@@ -1,12 +1,14 @@
 //! `rampkv chaos`: a fault test in Jepsen's manner. Real server processes, a workload recording
-//! its history, a nemesis that kills servers with SIGKILL and restarts them, and at the end the
-//! checker, a read-back of every key against the last acknowledged write, and the longest
-//! window in which nothing completed. See `docs/reliability.md`.
+//! its history, a nemesis that kills servers with SIGKILL and restarts them, pauses primaries
+//! with SIGSTOP or cuts them off from the other servers (and resumes or heals them), and at the
+//! end the checker, a read-back of every key against the last acknowledged write, and the
+//! longest window in which nothing completed. See `docs/reliability.md`.
 //!
 //! # Layout
-//! - [`network`]: each server in a network namespace of its own (as root), or loopback.
-//! - [`servers`]: the `rampkv server` processes: start, readiness, SIGKILL, restart, and a
-//!   guard that kills them all by pid on any exit path.
+//! - [`network`]: each server in a network namespace of its own (as root), or loopback; the
+//!   partitions of one server from the others.
+//! - [`servers`]: the `rampkv server` processes: start, readiness, SIGKILL, SIGSTOP and
+//!   SIGCONT, restart, and a guard that kills them all by pid on any exit path.
 //! - [`nemesis`]: the fault schedule (a function of the seed) and the thread that carries it out.
 //! - [`workload`]: client threads that survive broken connections and record every transaction.
 //! - [`outcome`]: lost acknowledged writes, unavailability, the report and its verdict.
@@ -14,8 +16,10 @@
 //! # Contract
 //! [`run`] returns a [`ChaosReport`] whose `passed` is true only when the checker's verdict is
 //! clean (no anomaly, and races enough to show it could have caught one), no acknowledged
-//! write was lost, the run acknowledged writes and returned reads, and
-//! (if asked) the longest window without a completed transaction is within bounds. Every
+//! write was lost, the run acknowledged writes and returned reads,
+//! (if asked) the longest window without a completed transaction is within bounds, and with
+//! replication every replica set is whole at the end, every paused or cut-off primary was
+//! deposed, and (when such a deposed primary stayed reachable) no read was stale. Every
 //! thread, process, namespace and wait of the run is bounded; everything it started is gone
 //! when it returns, whatever the path (error, panic, Ctrl-C through `interrupted`).
 //!
@@ -93,6 +97,11 @@ pub enum ChaosError {
     DataDirNotEmpty { path: PathBuf },
     #[error("cannot {what}{}: {error}", path.as_ref().map(|path| format!(" ({})", path.display())).unwrap_or_default())]
     Io { what: &'static str, path: Option<PathBuf>, error: std::io::Error },
+    #[error(
+        "--nemesis partition cuts a server off inside the run's network namespaces, which need root and `ip netns`{}",
+        why.as_ref().map(|why| format!(": {why}")).unwrap_or_else(|| " (--network loopback)".to_owned())
+    )]
+    PartitionNeedsNamespaces { why: Option<String> },
     #[error("network namespaces are unavailable: {why}")]
     NamespacesUnavailable { why: NamespacesFault },
     #[error("`{command}` failed ({status}): {stderr}")]
@@ -235,6 +244,9 @@ impl ChaosConfig {
         if self.replicas > 1 && self.nemesis == NemesisKind::KillAll {
             return Err(ChaosError::ReplicasKillAll { replicas: self.replicas });
         }
+        if self.nemesis == NemesisKind::Partition && self.network == NetworkChoice::Loopback {
+            return Err(ChaosError::PartitionNeedsNamespaces { why: None });
+        }
         Ok(())
     }
 }
@@ -359,6 +371,12 @@ fn run_in(
         network.mode().label(),
         network.fallback.as_ref().map(|why| format!(" (no namespaces: {why})")).unwrap_or_default()
     ));
+    if config.nemesis == NemesisKind::Partition && mode == NetworkMode::Loopback {
+        return Err(ChaosError::PartitionNeedsNamespaces { why: network_fallback });
+    }
+    if config.nemesis == NemesisKind::Mixed && mode == NetworkMode::Loopback {
+        log("rampkv chaos: no partitions on loopback (they need network namespaces): mixed draws kill-one and pause");
+    }
     // From here on this thread, and every thread it starts, is on the client side.
     let client_side = network.enter_client()?;
     let (cluster, cluster_file) = write_cluster_file(config, &network, work.path())?;
@@ -416,6 +434,10 @@ fn run_in(
         keys: config.keys,
         duration_ms: config.duration.as_millis() as u64,
         kills: timeline.iter().filter(|event| event.action == Action::Kill).count() as u64,
+        pauses: timeline.iter().filter(|event| event.action == Action::Pause).count() as u64,
+        partitions: timeline.iter().filter(|event| event.action == Action::Partition).count() as u64,
+        deposed_ms_max: faults.nemesis.deposed_ms_max,
+        not_deposed: faults.nemesis.not_deposed,
         kills_skipped: faults.nemesis.skipped,
         replica_wait_ms_max: faults.nemesis.replica_wait_ms_max,
         replica_sets_restored,
@@ -499,12 +521,20 @@ fn run_workload_and_nemesis(
         // Set when this scope is left, by a panic too: the nemesis stops at once.
         let stop_on_exit = SetOnDrop(&stop);
         let (stop, shared) = (&stop, &shared);
-        // f failures at a time: with replication, a kill waits until every partition has its
+        // f failures at a time: with replication, a fault waits until every partition has its
         // full replica set again (the configuration service says so).
-        let may_kill = move || rampkv_net::client::full_replica_sets(cluster).unwrap_or(false);
+        let may_fault = move || rampkv_net::client::full_replica_sets(cluster).unwrap_or(false);
+        let primaries = move |around: Option<usize>| primaries_now(cluster, around);
         let nemesis = scope.spawn(move || {
-            let environment =
-                nemesis::Environment { network, clock, stop, interrupted: &is_interrupted, log, may_kill: &may_kill };
+            let environment = nemesis::Environment {
+                network,
+                clock,
+                stop,
+                interrupted: &is_interrupted,
+                log,
+                may_fault: &may_fault,
+                primaries: (config.replicas > 1).then_some(&primaries as nemesis::Primaries<'_>),
+            };
             nemesis::run(config.nemesis, schedule, servers, &environment)
         });
         let workers: Vec<_> = (0..config.client_threads)
@@ -540,6 +570,18 @@ fn run_workload_and_nemesis(
         return Err(ChaosError::Interrupted);
     }
     Ok(FaultPhase { nemesis, totals, witnesses })
+}
+
+/// The servers the configuration service names primary of some partition now, asking every
+/// node but `around`'s (`None`: no node answered).
+fn primaries_now(cluster: &Cluster, around: Option<usize>) -> Option<Vec<usize>> {
+    let asked = rampkv_net::client::newest_configuration_asking(cluster, |server| Some(server) != around);
+    let configuration = asked.ok()??;
+    let mut primaries: Vec<usize> =
+        configuration.replica_sets().iter().filter_map(|set| set.primary).map(usize::from).collect();
+    primaries.sort_unstable();
+    primaries.dedup();
+    Some(primaries)
 }
 
 /// Every key the workload may have written: the small key space, and the witness keys each

@@ -90,6 +90,19 @@ impl ClientError {
 /// # Errors
 /// [`ClientError::Configuration`] when no node answered (with the last error).
 pub fn newest_configuration(cluster: &Cluster) -> Result<Option<Configuration>, ClientError> {
+    newest_configuration_asking(cluster, |_| true)
+}
+
+/// [`newest_configuration`], asking only the nodes of the servers `ask` picks (by cluster-file
+/// index): a fault harness asks around a server it stopped or cut off, whose node cannot know
+/// the newest configuration and would cost every question its timeout.
+///
+/// # Errors
+/// As [`newest_configuration`] (none asked: `Ok(None)`).
+pub fn newest_configuration_asking(
+    cluster: &Cluster,
+    ask: impl Fn(usize) -> bool,
+) -> Result<Option<Configuration>, ClientError> {
     let Ok(config_addresses) = cluster.config_addresses() else { return Ok(None) };
     if cluster.replicas() == 1 {
         return Ok(None);
@@ -100,7 +113,7 @@ pub fn newest_configuration(cluster: &Cluster) -> Result<Option<Configuration>, 
     let mut last = None;
     // The secret this process's clients prove on the data ports opens the config port too.
     let authenticator = crate::auth::client_secret().map(crate::auth::ConfigPortAuth);
-    for address in &config_addresses {
+    for (_, address) in config_addresses.iter().enumerate().filter(|(server, _)| ask(*server)) {
         let authenticator = authenticator.as_ref().map(|auth| auth as &dyn rampkv_config::auth::PortAuthenticator);
         match rampkv_config::client::ask(address, cluster_id, timeout, authenticator) {
             Ok(answer) => {
