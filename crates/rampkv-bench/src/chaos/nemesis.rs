@@ -25,9 +25,10 @@ use std::time::{Duration, Instant};
 use rampkv_ycsb::Random;
 use serde::Serialize;
 
+use super::clock::RunClock;
+use super::error::ChaosError;
 use super::network::Network;
 use super::servers::Servers;
-use super::{ChaosError, RunClock};
 use crate::limits::{CHAOS_POLL_INTERVAL_MS, CHAOS_REPLICA_WAIT_MS_MAX, CHAOS_SLEEP_STEP_MS};
 
 /// Which faults a run injects.
