@@ -1,6 +1,6 @@
 //! The configuration service's errors: one enum for the layer.
 
-use crate::configuration::ServerId;
+use crate::ids::ServerId;
 
 /// Why a configuration, a change, a message or a node was refused.
 #[derive(Debug, thiserror::Error)]
