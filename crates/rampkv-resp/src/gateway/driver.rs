@@ -147,6 +147,7 @@ impl EventLoop {
                 out.append(|out| write_read_replies(out, protocol, &commands, &outcome));
             }
             (Pending::DeleteRead, Ok(TxnResult::Read(outcome))) => return self.delete_present(slot, outcome),
+            (Pending::Exec(plan), Ok(result)) => return self.exec_finished(slot, plan, result),
             (Pending::Writes { commands }, Ok(TxnResult::Write(_))) => out.append(|out| {
                 for _ in 0..commands {
                     codec::write_simple(out, b"OK");

@@ -49,6 +49,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::batch::Pending;
 use super::driver::GatewayDriver;
+use super::multi::MultiState;
 use super::{GatewayError, InProcessServers, IN_FLIGHT_POLL_TIMEOUT};
 use crate::auth::{Permissions, UserId, Users};
 use crate::codec::{self, Protocol, RequestLimits, RequestParser};
@@ -84,6 +85,8 @@ pub(super) struct Connection {
     pub(super) incoming: StreamBuffer,
     pub(super) outgoing: StreamBuffer,
     pub(super) pending: Option<Pending>,
+    /// Between MULTI and EXEC: the queued commands (`multi`); dropped with the connection.
+    pub(super) multi: Option<MultiState>,
     /// The socket had no more bytes at the last read (edge-triggered: read again after an event).
     pub(super) read_drained: bool,
     /// epoll reported the peer's end of stream: read until EOF rather than stopping at a short read.
@@ -267,7 +270,8 @@ impl EventLoop {
     /// Counts what connection `slot` holds now into the gateway's total.
     fn account(&mut self, slot: usize) {
         let Some(connection) = self.connections[slot].as_mut() else { return };
-        let held = connection.incoming.held_bytes() + connection.outgoing.held_bytes();
+        let queued = connection.multi.as_ref().map_or(0, MultiState::held_bytes);
+        let held = connection.incoming.held_bytes() + connection.outgoing.held_bytes() + queued;
         self.held_total = self.held_total - connection.held_bytes + held;
         connection.held_bytes = held;
     }
@@ -376,6 +380,7 @@ impl EventLoop {
             incoming: StreamBuffer::default(),
             outgoing: StreamBuffer::default(),
             pending: None,
+            multi: None,
             read_drained: false,
             peer_finished: false,
             input_closed: false,

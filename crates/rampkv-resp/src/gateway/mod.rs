@@ -19,12 +19,15 @@
 //! - `dispatch`: what one command does (`EventLoop::execute`): a reply made in place (PING,
 //!   AUTH, HELLO, INFO, CLIENT ...) or a transaction started; DEL's two steps. A new command
 //!   goes here (*Authentication*).
+//! - `multi`: MULTI / EXEC / DISCARD / WATCH: a connection's queue and its EXEC as one RAMP
+//!   transaction, read-only or write-only.
 //! - `batch`: pipelines: the consecutive reads or writes that join one transaction, and what
 //!   a connection waits on (*Pipelines*).
 //! - `driver`: the cluster side: connecting, stepping and reconnecting the driver, answering
 //!   finished transactions, failing the commands of a broken driver (*Fault model* of the
 //!   cluster).
-//! - `replies`: reply writers: errors, a batch of reads, HELLO's map, INFO's text.
+//! - `replies`: reply writers: errors, read commands' replies, HELLO's map.
+//! - `info`: INFO's sections, from the gateway, its cluster file and in-process servers.
 //!
 //! # Protected mode
 //! A gateway that anyone could use (no password for `default`) refuses to listen on an address
@@ -35,6 +38,8 @@ mod batch;
 mod dispatch;
 mod driver;
 mod event_loop;
+mod info;
+mod multi;
 mod replies;
 
 use std::net::SocketAddr;
@@ -68,6 +73,20 @@ pub const BATCH_COMMANDS_MAX: usize = 64;
 /// (docs/resp.md): MSET of 4 keys with `-P 16` ran at 32-39k/s merged up to 64 keys and 27k/s up
 /// to 16, but MGET of 4 keys with `-P 16` over the versions written ran at 27-30k/s and 51-59k/s.
 pub const WRITE_BATCH_KEYS_MAX: usize = 16;
+
+/// Most commands a connection may queue between MULTI and EXEC. An EXEC runs at most
+/// `TXN_KEYS_MAX` distinct keys, so a longer queue can only repeat keys or hold connection
+/// commands; Redis clients' transactions are a handful of commands.
+pub const MULTI_QUEUED_COMMANDS_MAX: usize = 1024;
+
+/// Most bytes (keys, values, a fixed overhead per command) a connection may queue between
+/// MULTI and EXEC: one largest MSET (`TXN_KEYS_MAX` values of 64 KiB) fits, twice that does
+/// not. Counted in the gateway's byte budget as well.
+pub const MULTI_QUEUED_BYTES_MAX: usize = 32 * 1024 * 1024;
+
+/// INFO's replication section lists the placement of at most this many partitions (a cluster
+/// may have 65,536), then how many it left out.
+pub const INFO_PARTITION_LINES_MAX: u32 = 256;
 
 /// Least time between two attempts to reconnect a failed driver.
 pub const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
