@@ -18,11 +18,11 @@
 //! a pipelining client get more than one transaction's worth of work per round trip.
 
 use super::event_loop::EventLoop;
+use super::failover::TxnInput;
 use super::multi::ExecPlan;
 use super::{BATCH_COMMANDS_MAX, WRITE_BATCH_KEYS_MAX};
 use crate::command::{parse_request, Request};
 use rampkv_core::limits::TXN_KEYS_MAX;
-use rampkv_net::client::ClientError;
 
 /// One read command of a batch; its keys are the next ones of the batch's read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,45 +153,15 @@ impl EventLoop {
     }
 
     pub(super) fn begin_read(&mut self, slot: usize, keys: Vec<Vec<u8>>, pending: Pending) {
-        let session = self.connections[slot].as_ref().expect("open").session;
-        let started = match self.driver() {
-            Some(driver) => driver.begin_read(session, keys),
-            None => return self.reply_unavailable(slot, pending.replies()),
-        };
-        self.on_begin(slot, session, started, pending);
+        self.begin_transaction(slot, TxnInput::Read(keys), pending);
     }
 
     pub(super) fn begin_write(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending) {
-        self.begin_write_as(slot, pairs, pending, false);
+        self.begin_transaction(slot, TxnInput::Write(pairs), pending);
     }
 
     fn begin_independent_writes(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending) {
-        self.begin_write_as(slot, pairs, pending, true);
-    }
-
-    fn begin_write_as(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending, independent: bool) {
-        let session = self.connections[slot].as_ref().expect("open").session;
-        let started = match self.driver() {
-            Some(driver) if independent => driver.begin_independent_writes(session, pairs).map(|_ts| ()),
-            Some(driver) => driver.begin_write(session, pairs).map(|_ts| ()),
-            None => return self.reply_unavailable(slot, pending.replies()),
-        };
-        self.on_begin(slot, session, started, pending);
-    }
-
-    fn on_begin(&mut self, slot: usize, session: usize, started: Result<(), ClientError>, pending: Pending) {
-        match started {
-            Ok(()) => {
-                debug_assert!(!self.sessions[session].in_flight);
-                self.sessions[session].in_flight = true;
-                self.connections[slot].as_mut().expect("open").pending = Some(pending);
-            }
-            Err(error @ ClientError::Transport(_)) => {
-                self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies());
-                self.fail_driver(error);
-            }
-            Err(error) => self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies()),
-        }
+        self.begin_transaction(slot, TxnInput::IndependentWrites(pairs), pending);
     }
 }
 
