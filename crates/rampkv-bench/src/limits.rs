@@ -1,5 +1,6 @@
 //! Bounds of the benchmark tooling, in one place.
 
+use rampkv_config::limits::{DEFAULT_CLOCK_DRIFT_PPM, DEFAULT_LEASE_MS};
 use rampkv_core::limits::TXN_TIMEOUT_MS;
 
 /// How long a streamed history may sit written but not flushed: the file a killed run leaves
@@ -122,6 +123,21 @@ pub const CHAOS_REPLICA_WAIT_MS_MAX: u64 = 20_000;
 
 /// Shortest kill interval accepted: a server needs some time to come back between kills.
 pub const CHAOS_KILL_INTERVAL_MS_MIN: u64 = 100;
+
+/// Chaos: the shortest pause or partition. A server's lease ends `lease * (1 - drift)` after
+/// the heartbeat that bought it, and the configuration service may depose it only
+/// `lease * (1 + drift)` after that heartbeat arrived: a fault shorter than that could end
+/// before its victim is even suspected. 200 ms on top leave the failover time to start.
+pub const CHAOS_FAULT_HOLD_MS_MIN: u64 = DEFAULT_LEASE_MS * (1_000_000 + DEFAULT_CLOCK_DRIFT_PPM) / 1_000_000 + 200;
+
+/// Chaos: the longest a pause or partition is held waiting for the configuration service to
+/// depose its victim (a failover takes under a second: docs/replication.md, "Timing"); the
+/// fault then ends all the same and the run fails.
+pub const CHAOS_FAULT_HOLD_MS_MAX: u64 = 10_000;
+
+/// Chaos: how often the nemesis asks the configuration service whether a paused or cut-off
+/// server was deposed.
+pub const CHAOS_DEPOSED_POLL_MS: u64 = 50;
 
 /// Examples of lost acknowledged writes a chaos report lists (all are counted).
 pub const CHAOS_LOST_EXAMPLES_MAX: usize = 10;

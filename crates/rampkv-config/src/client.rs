@@ -19,7 +19,10 @@ pub struct ConfigAnswer {
     pub configuration: Configuration,
     /// The Raft leader the node knows of.
     pub leader: Option<ServerId>,
-    /// The node's Raft commit index (0: the cluster has committed nothing it knows of).
+    /// The node's Raft commit index, once it has known a leader since it started (0: the group
+    /// has committed nothing it knows of in this run; a node restarted from its directory
+    /// answers 0 until a leader is elected, so that a server restarting with the whole cluster
+    /// is not taken for one that restarted alone into a running cluster).
     pub commit_index: u64,
 }
 

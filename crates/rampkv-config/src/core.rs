@@ -26,7 +26,8 @@
 //! the change is in flight; grants after the change carry the new configuration.
 //!
 //! # Fault model
-//! Crash-stop nodes that may restart (with an empty log: `StartMode::Rejoin`), messages lost,
+//! Crash-stop nodes that may restart (from the Raft state their directory kept:
+//! `StartMode::Restart`; or with an empty log: `StartMode::Rejoin`), messages lost,
 //! delayed, duplicated or reordered, network partitions, clocks whose rates differ by at most
 //! `clock_drift_ppm`. Peers are members of the cluster: frames are checked, and Raft messages
 //! that would make raft-rs panic are refused, but a member that lies inside well-formed Raft
@@ -45,7 +46,7 @@ use crate::limits::{
     CONFIG_PROPOSAL_TIMEOUT_MS, CONFIG_RAFT_ENTRIES_PER_MESSAGE_MAX, CONFIG_READ_INDEX_TIMEOUT_MS,
     CONFIG_STARTUP_GRACE_MS,
 };
-use crate::storage::RaftStore;
+use crate::storage::{into_disk_failure, RaftStore};
 use crate::timing::Timing;
 use crate::wire::{Heartbeat, LeaseGrant, Message};
 
@@ -60,6 +61,11 @@ pub enum StartMode {
     /// until it has caught up with a leader's commit (a vote it cast before the restart is
     /// forgotten; voting again in that term could elect two leaders).
     Rejoin,
+    /// From the Raft state its directory kept (`RaftStore::open`): its term, vote, log and
+    /// snapshot survived, so it votes at once, as any Raft node restarted from stable storage,
+    /// whether the others kept running or the whole group restarts. (A node that was still
+    /// catching up after a `Rejoin` when it stopped stays gated: the store keeps that too.)
+    Restart,
 }
 
 /// What a node is started with.
@@ -161,6 +167,11 @@ pub struct ConfigCore {
     /// partition's primary, a backup's) and that are not yet in sync.
     caught_up_pending: Vec<(ServerId, u64, u32)>,
     election: ElectionTimeouts,
+    /// This node has known a Raft leader since it started (a node restarted from its directory
+    /// holds a commit index of its last run until then: [`ConfigCore::leader_seen`]).
+    leader_seen: bool,
+    /// A write of the Raft state failed: the node stopped (fail-stop, [`ConfigCore::failure`]).
+    failure: Option<ConfigError>,
 }
 
 impl std::fmt::Debug for ConfigCore {
@@ -178,17 +189,43 @@ fn raft_id(server: ServerId) -> u64 {
     u64::from(server) + 1
 }
 
+/// The Raft voters of a group of `servers` nodes (every server votes).
+pub fn raft_voters(servers: usize) -> Vec<u64> {
+    (0..servers).map(|server| raft_id(server as ServerId)).collect()
+}
+
 impl ConfigCore {
-    /// A node of the cluster whose first configuration is `initial`, at time `now_ns`.
+    /// A node of the cluster whose first configuration is `initial`, at time `now_ns`, with its
+    /// Raft state in memory (`Bootstrap` or `Rejoin`).
     pub fn new(settings: CoreSettings, initial: Configuration, now_ns: u64) -> Result<ConfigCore, ConfigError> {
+        let store = RaftStore::new(raft_voters(initial.servers().len()), initial.encode());
+        ConfigCore::with_store(settings, initial, store, now_ns)
+    }
+
+    /// A node over `store`: a new one (`RaftStore::new`, or `RaftStore::create` in a directory)
+    /// for `Bootstrap` and `Rejoin`, the state a directory kept (`RaftStore::open`) for
+    /// `Restart`. A restarting node's configuration is its snapshot's with the committed entries
+    /// after it applied again: at least the configuration it had applied when it stopped.
+    ///
+    /// # Errors
+    /// Bad settings or configuration; a `Restart` without kept state, or with the state of
+    /// another cluster or group of voters ([`ConfigError::State`]).
+    pub fn with_store(
+        settings: CoreSettings,
+        initial: Configuration,
+        store: RaftStore,
+        now_ns: u64,
+    ) -> Result<ConfigCore, ConfigError> {
         settings.timing.validate()?;
         initial.validate()?;
         let servers = initial.servers().len();
         if usize::from(settings.me) >= servers {
             return Err(ConfigError::UnknownServer { server: settings.me, servers });
         }
-        let voters = (0..servers as ServerId).map(raft_id).collect();
-        let store = RaftStore::new(voters, initial.encode());
+        let restart = settings.mode == StartMode::Restart;
+        let configuration = ConfigCore::kept_configuration(&store, &initial, restart)?;
+        // A fresh store on disk records whether the node votes, for its next restart.
+        debug_assert!(restart || !store.is_durable() || store.votes() == (settings.mode == StartMode::Bootstrap));
         let config = raft::Config {
             id: raft_id(settings.me),
             election_tick: settings.timing.election_ticks,
@@ -204,31 +241,35 @@ impl ConfigCore {
         };
         config.validate().map_err(|error| ConfigError::Raft { message: error.to_string() })?;
         let logger = slog::Logger::root(slog::Discard, slog::o!());
-        let raft =
-            RawNode::new(&config, store, &logger).map_err(|error| ConfigError::Raft { message: error.to_string() })?;
+        let applied = store.snapshot_parts().0.index;
         let vote_gate = match settings.mode {
             StartMode::Bootstrap => VoteGate::Open,
-            StartMode::Rejoin => VoteGate::Closed { target: None },
+            StartMode::Restart if store.votes() => VoteGate::Open,
+            StartMode::Rejoin | StartMode::Restart => VoteGate::Closed { target: None },
         };
+        let raft =
+            RawNode::new(&config, store, &logger).map_err(|error| ConfigError::Raft { message: error.to_string() })?;
         let mut core = ConfigCore {
             me: settings.me,
             incarnation: settings.incarnation,
             timing: settings.timing,
             log_entries_kept: settings.log_entries_kept,
             raft,
-            configuration: Arc::new(initial),
+            configuration: Arc::new(configuration),
             version: 0,
             lease_expires_ns: 0,
             outbox: Vec::new(),
             heard_admitted_ns: vec![0; servers],
             heard_any: vec![(0, 0); servers],
             heard_ever: vec![false; servers],
+            // A restarting node may be one of a whole cluster coming back one by one: the
+            // same grace as at the first start.
             startup: match settings.mode {
-                StartMode::Bootstrap => Some(None),
+                StartMode::Bootstrap | StartMode::Restart => Some(None),
                 StartMode::Rejoin => None,
             },
             leader: None,
-            applied: 0,
+            applied,
             next_tick_ns: now_ns + settings.timing.tick_ns(),
             next_heartbeat_ns: now_ns,
             vote_gate,
@@ -239,9 +280,62 @@ impl ConfigCore {
                 role: StateRole::Follower,
                 drawn: 0,
             },
+            leader_seen: false,
+            failure: None,
         };
         core.redraw_election_timeout();
+        if restart {
+            // Applies the committed entries after the snapshot (raft-rs hands them over in the
+            // first Ready), so the node starts from the configuration it had.
+            core.drive(now_ns);
+            if let Some(failure) = core.failure.take() {
+                return Err(failure);
+            }
+        }
         Ok(core)
+    }
+
+    /// The configuration a node starts from: `initial` for a new store; for a restart, the
+    /// configuration of the kept snapshot, checked to be of this cluster and voters.
+    fn kept_configuration(
+        store: &RaftStore,
+        initial: &Configuration,
+        restart: bool,
+    ) -> Result<Configuration, ConfigError> {
+        let path =
+            || store.path().map_or_else(|| std::path::PathBuf::from("(in memory)"), std::path::Path::to_path_buf);
+        let refused = |problem| ConfigError::State { path: path(), problem };
+        if restart != store.is_restored() {
+            return Err(refused(if restart {
+                crate::error::StateProblem::NoState
+            } else {
+                crate::error::StateProblem::HoldsState
+            }));
+        }
+        if !restart {
+            return Ok(initial.clone());
+        }
+        let (metadata, data) = store.snapshot_parts();
+        let configuration = Configuration::decode(data).map_err(|_| {
+            refused(crate::error::StateProblem::Damaged { key: "snapshot_data".into(), problem: "not a configuration" })
+        })?;
+        if configuration.cluster_id() != initial.cluster_id() {
+            return Err(refused(crate::error::StateProblem::OtherCluster {
+                problem: format!(
+                    "cluster id {:#018x}, the cluster file's is {:#018x}",
+                    configuration.cluster_id(),
+                    initial.cluster_id()
+                ),
+            }));
+        }
+        let mut voters = metadata.get_conf_state().voters.clone();
+        voters.sort_unstable();
+        if voters != raft_voters(initial.servers().len()) {
+            return Err(refused(crate::error::StateProblem::OtherCluster {
+                problem: format!("Raft voters {voters:?}, {} servers in the cluster file", initial.servers().len()),
+            }));
+        }
+        Ok(configuration)
     }
 
     /// Draws the Raft election timeout anew when raft-rs did (its term or role changed, or its
@@ -312,6 +406,35 @@ impl ConfigCore {
         matches!(self.vote_gate, VoteGate::Open)
     }
 
+    /// Whether this node has known a Raft leader since it started. Until then the commit index
+    /// of a node restarted from its directory is its last run's, which says nothing of whether
+    /// the group is running now (`client::start_mode` asks exactly that).
+    pub fn leader_seen(&self) -> bool {
+        self.leader_seen
+    }
+
+    /// Why the node stopped: a write of its Raft state failed (`ConfigError::State`). It then
+    /// sends nothing, takes nothing, grants and holds no lease: a node that cannot keep its
+    /// state must not vote or acknowledge again (fail-stop; the others go on without it).
+    pub fn failure(&self) -> Option<&ConfigError> {
+        self.failure.as_ref()
+    }
+
+    /// A store write failed. A disk failure stops the node; a refusal (a change that does not
+    /// fit the log, which left the store as it was) is returned to the caller.
+    fn on_store_error(&mut self, error: raft::Error) -> Option<raft::Error> {
+        match into_disk_failure(error) {
+            Ok(failure) => {
+                self.failure = Some(failure);
+                self.outbox.clear();
+                self.lease_expires_ns = 0;
+                self.leader = None;
+                None
+            }
+            Err(refusal) => Some(refusal),
+        }
+    }
+
     /// When the caller should call [`ConfigCore::tick`] next, at the latest.
     pub fn next_deadline_ns(&self) -> u64 {
         self.next_tick_ns.min(self.next_heartbeat_ns)
@@ -319,6 +442,7 @@ impl ConfigCore {
 
     /// Messages to send: (destination server, message).
     pub fn take_outbox(&mut self) -> Vec<(ServerId, Message)> {
+        debug_assert!(self.failure.is_none() || self.outbox.is_empty(), "a stopped node sends nothing");
         std::mem::take(&mut self.outbox)
     }
 
@@ -333,6 +457,9 @@ impl ConfigCore {
     /// does not hold (the primary is who knows that: it holds the replies). Reported to the
     /// leader with every heartbeat until the configuration shows it in sync.
     pub fn report_backup_caught_up(&mut self, partition: u32, server: ServerId, incarnation: u64, now_ns: u64) {
+        if self.failure.is_some() {
+            return;
+        }
         let report = (server, incarnation, partition);
         if !self.caught_up_pending.contains(&report) && partition < self.configuration.partition_count() {
             self.caught_up_pending.push(report);
@@ -346,7 +473,7 @@ impl ConfigCore {
     /// message was a snapshot, for which raft-rs would otherwise wait forever.
     pub fn report_undelivered(&mut self, to: ServerId, snapshot: bool, now_ns: u64) {
         let id = raft_id(to);
-        if to == self.me || self.raft.raft.prs().get(id).is_none() {
+        if to == self.me || self.raft.raft.prs().get(id).is_none() || self.failure.is_some() {
             return;
         }
         if snapshot {
@@ -360,7 +487,7 @@ impl ConfigCore {
     /// known; raft-rs probes from the snapshot on and sends it again if the peer lacks it.
     pub fn report_snapshot_sent(&mut self, to: ServerId, now_ns: u64) {
         let id = raft_id(to);
-        if to == self.me || self.raft.raft.prs().get(id).is_none() {
+        if to == self.me || self.raft.raft.prs().get(id).is_none() || self.failure.is_some() {
             return;
         }
         self.raft.report_snapshot(id, raft::SnapshotStatus::Finish);
@@ -369,6 +496,9 @@ impl ConfigCore {
 
     /// Advances time: Raft ticks, heartbeats, the leader's duties.
     pub fn tick(&mut self, now_ns: u64) {
+        if self.failure.is_some() {
+            return;
+        }
         if now_ns >= self.next_tick_ns {
             // One Raft tick per call even if the caller was late: a descheduled node should
             // not fire several election timeouts at once (Raft timing is only for liveness).
@@ -392,6 +522,9 @@ impl ConfigCore {
     /// the connection.
     pub fn receive(&mut self, from: ServerId, message: Message, now_ns: u64) -> Result<(), ConfigError> {
         let violation = |problem| ConfigError::ProtocolViolation { peer: format!("server {from}"), problem };
+        if self.failure.is_some() {
+            return Ok(());
+        }
         match message {
             Message::Raft(raft_message) => {
                 self.check_raft_message(from, &raft_message).map_err(violation)?;
@@ -579,8 +712,17 @@ impl ConfigCore {
         self.version += 1;
     }
 
-    /// Processes everything raft-rs has ready: send, store, apply.
+    /// Processes everything raft-rs has ready: store, send, apply.
+    ///
+    /// Raft's rule, that term, vote and log are stable before the messages that reveal them
+    /// leave, holds because every store write below returns only once it is on disk and every
+    /// message goes to the outbox, which the caller sends after this returns. The committed
+    /// entries are applied after the write of the same Ready (with its commit index), so a
+    /// node's configuration never runs ahead of what it would apply again after a restart.
     fn drive(&mut self, now_ns: u64) {
+        if self.failure.is_some() {
+            return;
+        }
         // Every event that can change the term or the role (a tick, a message) ends here.
         self.redraw_election_timeout();
         // Each pass consumes one Ready; raft-rs produces a bounded number per event.
@@ -593,15 +735,22 @@ impl ConfigCore {
             if !ready.snapshot().is_empty() {
                 let snapshot = ready.snapshot().clone();
                 self.install_snapshot(snapshot);
+                if self.failure.is_some() {
+                    return;
+                }
+            }
+            let persisted = self.raft.mut_store().persist(ready.entries(), ready.hs());
+            if let Err(error) = persisted {
+                // raft-rs only hands us appendable entries; a refusal would be our bug.
+                if let Some(refusal) = self.on_store_error(error) {
+                    panic!("raft-rs appends continue the log: {refusal}");
+                }
+                return;
             }
             let committed = ready.take_committed_entries();
             self.apply(committed, now_ns);
-            if !ready.entries().is_empty() {
-                // raft-rs only hands us appendable entries; an error would be our bug.
-                self.raft.mut_store().append(ready.entries()).expect("raft-rs appends continue the log");
-            }
-            if let Some(hard_state) = ready.hs() {
-                self.raft.mut_store().set_hard_state(hard_state.clone());
+            if self.failure.is_some() {
+                return;
             }
             if let Some(soft_state) = ready.ss() {
                 self.on_role(soft_state.raft_state, now_ns);
@@ -610,11 +759,20 @@ impl ConfigCore {
             self.send_raft(ready.take_persisted_messages());
             let mut light = self.raft.advance(ready);
             if let Some(commit) = light.commit_index() {
-                self.raft.mut_store().set_commit(commit);
+                if let Err(error) = self.raft.mut_store().set_commit(commit) {
+                    if let Some(refusal) = self.on_store_error(error) {
+                        panic!("setting the commit index is never refused: {refusal}");
+                    }
+                    return;
+                }
             }
             self.send_raft(light.take_messages());
             self.apply(light.take_committed_entries(), now_ns);
+            if self.failure.is_some() {
+                return;
+            }
             self.raft.advance_apply();
+            self.leader_seen |= self.raft.raft.leader_id != raft::INVALID_ID;
             for state in read_states {
                 self.on_read_state(&state.request_ctx, now_ns);
             }
@@ -644,13 +802,20 @@ impl ConfigCore {
 
     fn install_snapshot(&mut self, snapshot: eraftpb::Snapshot) {
         let index = snapshot.get_metadata().index;
-        if let Ok(configuration) = Configuration::decode(&snapshot.data) {
-            if configuration.cluster_id() == self.configuration.cluster_id() {
-                self.install(configuration);
+        let configuration = Configuration::decode(&snapshot.data)
+            .ok()
+            .filter(|configuration| configuration.cluster_id() == self.configuration.cluster_id());
+        match self.raft.mut_store().apply_snapshot(snapshot) {
+            Ok(()) => self.applied = self.applied.max(index),
+            Err(error) => {
+                // Out of date: the store is as it was, the configuration may still be newer.
+                if self.on_store_error(error).is_none() {
+                    return;
+                }
             }
         }
-        if self.raft.mut_store().apply_snapshot(snapshot).is_ok() {
-            self.applied = self.applied.max(index);
+        if let Some(configuration) = configuration {
+            self.install(configuration);
         }
     }
 
@@ -670,6 +835,13 @@ impl ConfigCore {
         }
         if let VoteGate::Closed { target: Some(target) } = self.vote_gate {
             if self.applied >= target {
+                // On disk before the gate opens: a restart must not open it earlier.
+                if let Err(error) = self.raft.mut_store().set_votes() {
+                    if let Some(refusal) = self.on_store_error(error) {
+                        panic!("marking a node as voting is never refused: {refusal}");
+                    }
+                    return;
+                }
                 self.vote_gate = VoteGate::Open;
             }
         }
@@ -688,8 +860,11 @@ impl ConfigCore {
             return;
         }
         let state = self.configuration.encode();
-        // Applied entries are committed; compacting them cannot fail but would only cost memory.
-        let _ = self.raft.mut_store().compact(self.applied, state);
+        // Applied entries are committed: compacting them is not refused (were it, the entries
+        // would only cost room); a disk failure stops the node.
+        if let Err(error) = self.raft.mut_store().compact(self.applied, state) {
+            let _ = self.on_store_error(error);
+        }
     }
 
     fn on_role(&mut self, role: StateRole, now_ns: u64) {

@@ -6,7 +6,9 @@
 //! # Layout
 //! - `configuration`: the replicated state, its changes (each one epoch), placement, encoding.
 //! - `core`: one node without I/O: raft-rs plus leases, heartbeats and the failure detector.
-//! - `storage`: the Raft log behind raft-rs's `Storage` (in memory; the seam for a durable log).
+//! - `storage`: the Raft log behind raft-rs's `Storage`, in memory and, with a directory, on disk.
+//! - `disk`: the node's Raft state on disk (one redb file; every change fsynced before it is used).
+//! - `crash_medium` (tests only): a crash-simulating storage medium under redb.
 //! - `wire`: checksummed, bounded frames of the configuration port.
 //! - `node`: a node over TCP (threads, peers) and the API a server uses (`lease_valid`, ...).
 //! - `auth`: the seam through which the server layer makes every connection prove the shared
@@ -21,6 +23,9 @@ pub mod client;
 mod codec;
 pub mod configuration;
 pub mod core;
+#[cfg(test)]
+mod crash_medium;
+pub mod disk;
 pub mod error;
 mod ids;
 pub mod limits;

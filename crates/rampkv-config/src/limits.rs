@@ -55,6 +55,10 @@ pub const CONFIG_READ_INDEX_TIMEOUT_MS: u64 = 500;
 /// snapshot (the configuration itself), so memory stays bounded over any run.
 pub const CONFIG_LOG_ENTRIES_KEPT_MAX: u64 = 256;
 
+/// Cache of a node's Raft state file (redb's page cache; the state is a configuration and a
+/// few hundred small entries, far below it).
+pub const CONFIG_STATE_CACHE_BYTES: usize = 4 * 1024 * 1024;
+
 /// Most changes in one configuration change (one epoch): a change is per (partition, server).
 pub const CONFIG_CHANGES_MAX: usize = 1 << 20;
 
@@ -80,3 +84,6 @@ pub const DEFAULT_ELECTION_TICKS: usize = 10;
 
 /// Default interval of the Raft leader's own heartbeats, in ticks.
 pub const DEFAULT_RAFT_HEARTBEAT_TICKS: usize = 2;
+
+/// The layout version of a node's Raft state on disk, written in `meta.format` (`disk.rs`).
+pub const STATE_FORMAT: u32 = 1;

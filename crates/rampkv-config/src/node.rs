@@ -27,11 +27,19 @@
 //! (`ConfigCore::report_snapshot_sent`): without these reports a lost snapshot leaves the
 //! leader waiting for it forever, and a follower that missed appends is probed only at the next
 //! heartbeat answer. A restarted peer's node is caught up this way within tens of ms of its
-//! restart; until then it does not vote (docs/replication.md, "Raft state in memory").
+//! restart; one without kept state does not vote until then (docs/replication.md, "Raft state
+//! on disk").
+//!
+//! # Raft state on disk
+//! With `NodeSettings::state_dir` the node keeps its Raft state there (`crate::disk`) and, when
+//! the directory holds state, restarts from it whatever `mode` says ([`StartMode::Restart`]): a
+//! node that kept its vote and log never starts over. A write that fails stops the node
+//! (`ConfigCore::failure`; logged, [`ConfigNode::failure`]); its lease ends with it.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::Arc;
@@ -42,13 +50,16 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::auth::PortAuthenticator;
 use crate::configuration::{Configuration, ServerId};
-use crate::core::{ConfigCore, CoreSettings, StartMode};
+use crate::core::{raft_voters, ConfigCore, CoreSettings, StartMode};
+use crate::disk::Opened;
+use crate::error::StateProblem;
 use crate::error::{ConfigError, RefusalReason};
 use crate::limits::{
     CONFIG_CONNECTIONS_MAX, CONFIG_CONNECT_TIMEOUT_MS, CONFIG_EVENT_QUEUE_MAX, CONFIG_FRAME_BODY_BYTES_MAX,
     CONFIG_HANDSHAKES_MAX, CONFIG_HANDSHAKE_TIMEOUT_MS, CONFIG_IO_TIMEOUT_MS, CONFIG_PEER_QUEUE_MESSAGES_MAX,
     CONFIG_RECONNECT_BACKOFF_MS, CONFIG_WRITE_TIMEOUT_MS,
 };
+use crate::storage::RaftStore;
 use crate::timing::{Clock, Timing};
 use crate::wire::{encode_frame, read_frame, Message, MAGIC};
 use rampkv_core::wire::{AuthFrame, FrameHeader, Response, FRAME_HEADER_BYTES};
@@ -60,6 +71,8 @@ pub struct NodeSettings {
     /// The cluster's first configuration (`Configuration::initial` of the cluster file).
     pub initial: Configuration,
     /// Bootstrap with the cluster, or rejoin a running one after a restart ([`crate::client::start_mode`]).
+    /// With a `state_dir` that holds Raft state the node restarts from it whatever this says
+    /// ([`ConfigNode::start_mode`] tells how it started); `Restart` demands such a directory.
     pub mode: StartMode,
     /// This process's incarnation: `BOOTSTRAP_INCARNATION` when bootstrapping, random non-zero
     /// when rejoining.
@@ -75,6 +88,9 @@ pub struct NodeSettings {
     /// Proves and checks the cluster's shared secret on every connection of the port (`None`:
     /// a cluster without a secret; anyone who reaches the port is served).
     pub authenticator: Option<Arc<dyn PortAuthenticator>>,
+    /// Where the node keeps its Raft state (created if need be; `None`: in memory, lost at a
+    /// restart). A server gives it `DATA_DIR/config`.
+    pub state_dir: Option<PathBuf>,
 }
 
 struct View {
@@ -82,7 +98,11 @@ struct View {
     lease_expires_ns: u64,
     leader: Option<ServerId>,
     commit_index: u64,
+    /// The node has known a leader since it started (`ConfigCore::leader_seen`).
+    leader_seen: bool,
     votes: bool,
+    /// Why the node stopped (a write of its Raft state failed).
+    failure: Option<String>,
 }
 
 struct Shared {
@@ -154,6 +174,37 @@ pub struct ConfigNode {
     events: SyncSender<Event>,
     address: SocketAddr,
     threads: Vec<JoinHandle<()>>,
+    mode: StartMode,
+    opened: Option<Opened>,
+}
+
+/// The node's Raft storage and how it starts: in memory without a directory; with one, the
+/// state it holds (a restart, whatever `mode` says) or a new one.
+fn open_store(
+    state_dir: Option<&Path>,
+    mode: StartMode,
+    initial: &Configuration,
+) -> Result<(RaftStore, StartMode, Option<Opened>), ConfigError> {
+    let voters = raft_voters(initial.servers().len());
+    let Some(dir) = state_dir else {
+        if mode == StartMode::Restart {
+            return Err(ConfigError::State {
+                path: PathBuf::from("(no state directory)"),
+                problem: StateProblem::NoState,
+            });
+        }
+        return Ok((RaftStore::new(voters, initial.encode()), mode, None));
+    };
+    match RaftStore::open(dir)? {
+        Some((store, opened)) => Ok((store, StartMode::Restart, Some(opened))),
+        None if mode == StartMode::Restart => {
+            Err(ConfigError::State { path: dir.to_path_buf(), problem: StateProblem::NoState })
+        }
+        None => {
+            let store = RaftStore::create(dir, voters, initial.encode(), mode == StartMode::Bootstrap)?;
+            Ok((store, mode, None))
+        }
+    }
 }
 
 impl ConfigNode {
@@ -163,16 +214,33 @@ impl ConfigNode {
         let Some(me_info) = initial.server(settings.me).cloned() else {
             return Err(ConfigError::UnknownServer { server: settings.me, servers: initial.servers().len() });
         };
+        let (store, mode, opened) = open_store(settings.state_dir.as_deref(), settings.mode, &initial)?;
+        if let (Some(opened), Some(path)) = (opened, store.path()) {
+            if opened.rolled_back {
+                log::warn!(
+                    "configuration service of server {}: {}: its newest commit was torn (a crash while it was \
+                     written) and is cut; it had not been acknowledged to anyone",
+                    settings.me,
+                    path.display()
+                );
+            } else if opened.repaired {
+                log::info!(
+                    "configuration service of server {}: {} was not closed cleanly (a crash): checked and repaired",
+                    settings.me,
+                    path.display()
+                );
+            }
+        }
         let now = settings.clock.now_ns();
         let core_settings = CoreSettings {
             me: settings.me,
             incarnation: settings.incarnation,
-            mode: settings.mode,
+            mode,
             timing: settings.timing,
             election_seed: None,
             log_entries_kept: settings.log_entries_kept,
         };
-        let core = ConfigCore::new(core_settings, initial.clone(), now)?;
+        let core = ConfigCore::with_store(core_settings, initial.clone(), store, now)?;
         let listener = match settings.listener {
             Some(listener) => listener,
             None => TcpListener::bind(&me_info.config_address).map_err(|error| ConfigError::Io {
@@ -192,11 +260,13 @@ impl ConfigNode {
             cluster_id: initial.cluster_id(),
             clock: settings.clock,
             view: Mutex::new(View {
-                configuration: Arc::new(initial.clone()),
+                configuration: Arc::clone(core.configuration()),
                 lease_expires_ns: 0,
                 leader: None,
-                commit_index: 0,
-                votes: settings.mode == StartMode::Bootstrap,
+                commit_index: core.commit_index(),
+                leader_seen: false,
+                votes: core.votes(),
+                failure: None,
             }),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
@@ -224,7 +294,25 @@ impl ConfigNode {
         // not on the queue's disconnection.
         let (accept_shared, accept_events) = (Arc::clone(&shared), events.clone());
         threads.push(spawn("rampkv-config-accept", move || accept(&accept_shared, &listener, &accept_events)));
-        Ok(ConfigNode { shared, events, address, threads })
+        Ok(ConfigNode { shared, events, address, threads, mode, opened })
+    }
+
+    /// How the node started: `mode` of its settings, or [`StartMode::Restart`] from the Raft
+    /// state its directory held.
+    pub fn start_mode(&self) -> StartMode {
+        self.mode
+    }
+
+    /// How the state file was found when the node restarted from it (repaired after a crash,
+    /// a torn tail cut); `None` for a node that did not.
+    pub fn state_opened(&self) -> Option<Opened> {
+        self.opened
+    }
+
+    /// Why the node stopped, if it did: a write of its Raft state failed (a full or failing
+    /// disk). It then takes part in nothing and its lease has ended.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.view.lock().failure.clone()
     }
 
     /// The address the config port listens on.
@@ -399,6 +487,12 @@ fn drive(
             core.report_undelivered(to, snapshot, shared.clock.now_ns());
         }
         publish(shared, &core);
+        if let Some(failure) = core.failure() {
+            // Fail-stop: the peers' writers end with their queues (dropped with `peers` on
+            // return); the port still answers configuration requests from the last view.
+            log::error!("configuration service of server {}: stopped: {failure}", shared.me);
+            return;
+        }
     }
 }
 
@@ -411,7 +505,9 @@ fn publish(shared: &Shared, core: &ConfigCore) {
     view.lease_expires_ns = core.lease_expires_ns();
     view.leader = core.leader();
     view.commit_index = core.commit_index();
+    view.leader_seen = core.leader_seen();
     view.votes = core.votes();
+    view.failure = core.failure().map(ToString::to_string);
     drop(view);
     if changed {
         shared.changed.notify_all();
@@ -649,7 +745,10 @@ fn serve_connection(
                     let view = shared.view.lock();
                     Message::ConfigReply {
                         leader: view.leader,
-                        commit_index: view.commit_index,
+                        // What `client::start_mode` asks: has the group committed something in
+                        // this run? A node restarted from its directory holds its last run's
+                        // commit index until it knows a leader again.
+                        commit_index: if view.leader_seen { view.commit_index } else { 0 },
                         configuration: view.configuration.encode(),
                     }
                 };

@@ -88,7 +88,8 @@ pub enum Message {
         cluster_id: u64,
         known_epoch: u64,
     },
-    /// The node's newest configuration, its Raft leader if known, and its commit index.
+    /// The node's newest configuration, its Raft leader if known, and its commit index (0 until it
+    /// has known a leader since it started: `client::ConfigAnswer::commit_index`).
     ConfigReply {
         leader: Option<ServerId>,
         commit_index: u64,

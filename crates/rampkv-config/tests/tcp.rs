@@ -2,6 +2,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +28,8 @@ struct Cluster {
     log_entries_kept: u64,
     /// Every node's clock (one process: one clock; failure messages compare leases to it).
     clock: Arc<MonotonicClock>,
+    /// Where each node keeps its Raft state (`None`: in memory).
+    state_dirs: Vec<Option<PathBuf>>,
 }
 
 impl Cluster {
@@ -37,6 +40,18 @@ impl Cluster {
     /// A cluster whose nodes keep `log_entries_kept` applied Raft entries (few: restarted nodes
     /// catch up from snapshots).
     fn start_with_log(servers: usize, partitions: usize, replicas: u32, log_entries_kept: u64) -> Cluster {
+        Cluster::start_in(servers, partitions, replicas, log_entries_kept, None)
+    }
+
+    /// A cluster whose nodes keep `log_entries_kept` applied Raft entries (few: restarted nodes
+    /// catch up from snapshots), and their Raft state in `root/server-N` when given one.
+    fn start_in(
+        servers: usize,
+        partitions: usize,
+        replicas: u32,
+        log_entries_kept: u64,
+        root: Option<&Path>,
+    ) -> Cluster {
         let listeners: Vec<TcpListener> = (0..servers).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
         let addresses = listeners
             .iter()
@@ -46,16 +61,22 @@ impl Cluster {
         let owners = (0..partitions).map(|p| (p % servers) as ServerId).collect();
         let initial = Configuration::placed(addresses, owners, replicas).unwrap();
         let clock = Arc::new(MonotonicClock::new());
+        let state_dirs: Vec<Option<PathBuf>> =
+            (0..servers).map(|server| root.map(|root| root.join(format!("server-{server}")))).collect();
         let nodes = listeners
             .into_iter()
             .enumerate()
             .map(|(me, listener)| {
-                let node =
-                    NodeStart { me: me as ServerId, mode: StartMode::Bootstrap, incarnation: BOOTSTRAP_INCARNATION };
+                let node = NodeStart {
+                    me: me as ServerId,
+                    mode: StartMode::Bootstrap,
+                    incarnation: BOOTSTRAP_INCARNATION,
+                    state_dir: state_dirs[me].clone(),
+                };
                 Some(start_node(&initial, node, listener, log_entries_kept, &clock))
             })
             .collect();
-        Cluster { initial, nodes, log_entries_kept, clock }
+        Cluster { initial, nodes, log_entries_kept, clock, state_dirs }
     }
 
     /// What each node knows, for failure messages.
@@ -122,6 +143,7 @@ struct NodeStart {
     me: ServerId,
     mode: StartMode,
     incarnation: u64,
+    state_dir: Option<PathBuf>,
 }
 
 fn start_node(
@@ -141,6 +163,7 @@ fn start_node(
         listener: Some(listener),
         log_entries_kept,
         authenticator: None,
+        state_dir: node.state_dir,
     })
     .unwrap()
 }
@@ -179,6 +202,119 @@ fn a_node_stopped_and_restarted_twice_in_a_row_still_votes_in_the_next_failover(
 #[test]
 fn restarted_nodes_catch_up_from_snapshots_and_vote_in_the_next_failover() {
     stop_and_rejoin(Cluster::start_with_log(3, 6, 2, 2), &[Victim::Follower, Victim::Leader, Victim::Leader]);
+}
+
+/// With data directories a restarted node restarts from its Raft state: it votes at once (no
+/// catching up first), so the failover right after its restart, of the leader, needs no wait.
+#[test]
+fn nodes_restarted_from_their_directories_vote_at_once_and_fail_the_leader_over() {
+    let root = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start_in(3, 6, 2, CONFIG_LOG_ENTRIES_KEPT_MAX, Some(root.path()));
+    stop_and_rejoin(cluster, &[Victim::Leader, Victim::Leader, Victim::Follower]);
+}
+
+/// Issue 30: a whole group with data directories, every node stopped at once (none told the
+/// others anything; the group had no majority left at any moment after) and restarted on the
+/// same directories, comes back with the configuration it had: on every node, from its start,
+/// the same epoch, primaries, replica sets and admitted incarnations. The group then elects a
+/// leader, serves every partition and commits new changes. A node that restarted from its
+/// directory but has known no leader yet tells a restarting server that the group is not
+/// running (so the server starts with the cluster, as at a first start).
+#[test]
+fn a_whole_group_restarted_on_its_directories_comes_back_with_its_configuration() {
+    let root = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start_in(3, 6, 2, CONFIG_LOG_ENTRIES_KEPT_MAX, Some(root.path()));
+    cluster.wait_until_served(STALL_TIMEOUT);
+    // A configuration worth keeping: a follower failed over (its partitions promoted, copies
+    // to make given to the survivors), then restarted as a new incarnation (its node from its
+    // directory) and admitted.
+    let victim = (cluster.agreed_leader(STALL_TIMEOUT) + 1) % 3;
+    stop_and_fail_over(&mut cluster, victim, false);
+    let incarnation = 77;
+    let listener = TcpListener::bind(&cluster.initial.servers()[victim].config_address).unwrap();
+    let node = NodeStart {
+        me: victim as ServerId,
+        mode: StartMode::Rejoin,
+        incarnation,
+        state_dir: cluster.state_dirs[victim].clone(),
+    };
+    cluster.nodes[victim] =
+        Some(start_node(&cluster.initial, node, listener, cluster.log_entries_kept, &cluster.clock));
+    assert_eq!(cluster.node(victim).start_mode(), StartMode::Restart);
+    let deadline = Instant::now() + STALL_TIMEOUT;
+    let kept = loop {
+        let configurations: Vec<_> = cluster.nodes.iter().flatten().map(ConfigNode::configuration).collect();
+        let commits: Vec<u64> = cluster.nodes.iter().flatten().map(ConfigNode::commit_index).collect();
+        let kept = &configurations[0];
+        if kept.is_admitted(victim as ServerId, incarnation)
+            && configurations.iter().all(|other| other == kept)
+            && commits.iter().all(|commit| *commit == commits[0])
+        {
+            break Arc::clone(kept);
+        }
+        assert!(Instant::now() < deadline, "no rejoin to keep: {}", cluster.states());
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    assert!(kept.replica_sets().iter().any(|set| !set.catching_up.is_empty()), "copies to make: {kept:?}");
+    let incarnations: Vec<u64> =
+        (0..3).map(|server| if server == victim { incarnation } else { BOOTSTRAP_INCARNATION }).collect();
+    let addresses: Vec<String> = cluster.initial.servers().iter().map(|server| server.config_address.clone()).collect();
+    for node in &mut cluster.nodes {
+        drop(node.take());
+    }
+
+    // The first node back, alone: its configuration is the one kept, and it knows no leader.
+    let restart = |cluster: &mut Cluster, server: usize| {
+        let listener = TcpListener::bind(&addresses[server]).unwrap();
+        // Whatever mode the caller gives, the kept state wins.
+        let node = NodeStart {
+            me: server as ServerId,
+            mode: StartMode::Bootstrap,
+            incarnation: incarnations[server],
+            state_dir: cluster.state_dirs[server].clone(),
+        };
+        let node = start_node(&cluster.initial, node, listener, cluster.log_entries_kept, &cluster.clock);
+        assert_eq!(node.start_mode(), StartMode::Restart);
+        assert_eq!(*node.configuration(), *kept, "server {server} restarted with another configuration");
+        cluster.nodes[server] = Some(node);
+    };
+    restart(&mut cluster, 0);
+    let answer = ask(&addresses[0], cluster.initial.cluster_id(), Duration::from_secs(1), None).unwrap();
+    assert_eq!(answer.configuration, *kept);
+    assert_eq!(answer.commit_index, 0, "a node that knows no leader yet reports no commit of this run");
+    assert_eq!(start_mode(&cluster.initial, 1, Duration::from_secs(1), None), StartMode::Bootstrap);
+    restart(&mut cluster, 1);
+    restart(&mut cluster, 2);
+    let restarted = Instant::now();
+    cluster.agreed_leader(STALL_TIMEOUT);
+    cluster.wait_until_served(STALL_TIMEOUT);
+    println!(
+        "whole group restarted at epoch {}: every partition served after {} ms",
+        kept.epoch(),
+        restarted.elapsed().as_millis()
+    );
+    assert_eq!(start_mode(&cluster.initial, 1, Duration::from_secs(1), None), StartMode::Rejoin);
+
+    // It commits new changes: the copies of the kept configuration, reported made, make
+    // their servers backups (two copies of every partition again).
+    let deadline = Instant::now() + STALL_TIMEOUT;
+    loop {
+        let configuration = cluster.node(0).configuration();
+        let copying: Vec<(usize, u32)> = (0..3)
+            .flat_map(|server| (0..6u32).map(move |p| (server, p)))
+            .filter(|(server, p)| configuration.replica_set(*p).unwrap().catching_up.contains(&(*server as ServerId)))
+            .collect();
+        if copying.is_empty() {
+            assert!(configuration.epoch() > kept.epoch());
+            assert!(configuration.replica_sets().iter().all(|set| set.members().count() == 2), "{configuration:?}");
+            break;
+        }
+        for (server, partition) in copying {
+            cluster.node(server).report_caught_up(partition);
+        }
+        assert!(Instant::now() < deadline, "no change committed after the restart: {}", cluster.states());
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Which server a step of `stop_and_rejoin` stops.
@@ -260,7 +396,7 @@ fn rejoin(cluster: &mut Cluster, victim: usize) {
     let incarnation = 1 + victim as u64 * 1000 + epoch;
     let listener = TcpListener::bind(&cluster.initial.servers()[victim].config_address).unwrap();
     let started = Instant::now();
-    let node = NodeStart { me: victim as ServerId, mode, incarnation };
+    let node = NodeStart { me: victim as ServerId, mode, incarnation, state_dir: cluster.state_dirs[victim].clone() };
     cluster.nodes[victim] =
         Some(start_node(&cluster.initial, node, listener, cluster.log_entries_kept, &cluster.clock));
     let (mut admitted_ms, mut voting_ms) = (None, None);
@@ -409,7 +545,8 @@ fn a_server_that_starts_late_is_not_failed_over_and_one_that_never_starts_is() {
         let mut listeners = listeners.into_iter();
         let mut nodes: Vec<ConfigNode> = (0..2)
             .map(|me| {
-                let node = NodeStart { me, mode: StartMode::Bootstrap, incarnation: BOOTSTRAP_INCARNATION };
+                let node =
+                    NodeStart { me, mode: StartMode::Bootstrap, incarnation: BOOTSTRAP_INCARNATION, state_dir: None };
                 start_node(&initial, node, listeners.next().unwrap(), CONFIG_LOG_ENTRIES_KEPT_MAX, &clock)
             })
             .collect();
@@ -418,7 +555,8 @@ fn a_server_that_starts_late_is_not_failed_over_and_one_that_never_starts_is() {
         let epoch = nodes.iter().map(|node| node.configuration().epoch()).max().unwrap();
         assert_eq!(epoch, initial.epoch(), "server 2 was failed over before it could start");
         if starts {
-            let node = NodeStart { me: 2, mode: StartMode::Bootstrap, incarnation: BOOTSTRAP_INCARNATION };
+            let node =
+                NodeStart { me: 2, mode: StartMode::Bootstrap, incarnation: BOOTSTRAP_INCARNATION, state_dir: None };
             nodes.push(start_node(&initial, node, late, CONFIG_LOG_ENTRIES_KEPT_MAX, &clock));
             let deadline = Instant::now() + STALL_TIMEOUT;
             while !nodes[2].lease_valid(2) {

@@ -10,7 +10,7 @@
 //! - [`limits`]: every bound of the crate.
 //! - `error`: [`FabricError`], the layer's one error enum (public as `fabric::FabricError`).
 //! - `futex`: process-shared futex waits and wakes on a word (the doorbells' sleep; with
-//!   [`shm`], the only `unsafe` of the crate).
+//!   [`shm`] and [`verbs`], the only `unsafe` of the crate).
 //! - `region`: [`Access`], [`RegionDescriptor`] and the region length rule (public under
 //!   [`fabric`]).
 //! - [`clock`]: the host's monotonic clock, shared by its processes (GET\* lease words).
@@ -19,8 +19,8 @@
 //! - [`fabric`]: the [`Fabric`] (control path: register, describe, map) and [`OneSided`] (data
 //!   path: read, write, compare-and-swap, fetch-add, word read/write, wake) traits.
 //! - [`memory`]: an in-process fabric over heap memory, for tests and loom models.
-//! - [`shm`]: the shared-memory fabric (files under /dev/shm; with `futex`, all `unsafe` of
-//!   the crate).
+//! - [`shm`]: the shared-memory fabric (files under /dev/shm; with `futex` and [`verbs`], all
+//!   `unsafe` of the crate).
 //! - [`slot`]: self-verifying item slots for one-sided GET\* reads (a seqlock with checksum).
 //! - [`ring`]: message rings for GET+/PUT+ with credit flow control and a cross-process
 //!   futex doorbell shared by all rings of a poller.
@@ -29,6 +29,9 @@
 //! - [`sendrecv`]: two-sided send/recv emulated as RDMA does it: the receiver posts buffers to
 //!   a receive queue, the sender (playing the receiving NIC) places each message into the next
 //!   posted buffer and appends a completion the receiver polls.
+//! - [`verbs`]: real RDMA through libibverbs, loaded at run time (devices, registered regions,
+//!   RC queue pairs, batched READ/WRITE/atomics/SEND, completions; with `shm` and `futex`, the
+//!   crate's `unsafe`); the lab that runs it on Soft-RoCE is `scripts/rdma-lab.sh`.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("rampkv-fabric needs Linux: /dev/shm regions and futex doorbells");
@@ -45,6 +48,7 @@ pub mod rpc;
 pub mod sendrecv;
 pub mod shm;
 pub mod slot;
+pub mod verbs;
 pub mod words;
 
 pub use fabric::{Access, Fabric, FabricError, OneSided, RegionDescriptor};

@@ -46,9 +46,11 @@ enum Command {
     Figures(cli::figures::FiguresArgs),
     /// Fault test: server processes (each in a network namespace of its own where the machine
     /// allows), a workload recording its history, a nemesis that kill -9's servers and restarts
-    /// them; then the checker, a read-back of every key against its last acknowledged write, and
-    /// the longest window with no completed transaction. Exit status: 0 passed, 1 failed (lost
-    /// writes, anomalies, unavailability), 2 an error, 130 interrupted. See docs/reliability.md.
+    /// them, pauses primaries (SIGSTOP) or cuts them off from the other servers; then the
+    /// checker, a read-back of every key against its last acknowledged write, and the longest
+    /// window with no completed transaction. Exit status: 0 passed, 1 failed (lost writes,
+    /// anomalies, unavailability, a victim not deposed, a stale read), 2 an error, 130
+    /// interrupted. See docs/reliability.md.
     Chaos(cli::chaos::ChaosArgs),
     /// Check a recorded history for read atomicity. Exit status: 0 clean, 1 violated (or not
     /// checkable), 3 inconclusive (no anomaly, but no race showed the run could catch one),

@@ -55,6 +55,7 @@ fn start(secrets: &[Option<u8>]) -> (Configuration, Vec<ConfigNode>) {
                 listener: Some(listener),
                 log_entries_kept: CONFIG_LOG_ENTRIES_KEPT_MAX,
                 authenticator: secret.map(authenticator),
+                state_dir: None,
             })
             .unwrap()
         })

@@ -168,3 +168,90 @@ fn a_participant_that_went_down_does_not_stop_the_resolver() {
         println!("round {round}: resolved in {:?} with a participant down", started.elapsed());
     }
 }
+
+/// A gate a test opens and closes: all partitions served, or none (a deposed primary).
+#[derive(Debug, Default)]
+struct Switch(std::sync::atomic::AtomicBool);
+
+impl rampkv::protocol::server::PartitionGate for Switch {
+    fn serves(&self, _partition: u32) -> bool {
+        !self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+/// Found while building `rampkv chaos --nemesis partition` (issue 30), by reading what a
+/// deposed primary still alive does: cut off from its backup (or paused), a primary applies a
+/// PREPARE whose record never reaches the backup (its reply is held, so the client is never
+/// answered); the backup is promoted without it. The deposed primary, back in touch, still held
+/// the transaction prepared in its old store. Its resolver asked the other participant, found
+/// the transaction still prepared there (not resolved yet) and, by the rule "prepared
+/// everywhere: commit", committed it there: half a transaction visible, its other half on no
+/// copy the cluster serves (a fractured read, or a read that can never finish). The gate
+/// refused a COMMIT request from outside, but the resolver went around it. This test makes the
+/// same state in one process (a gate closed after the PREPAREs) and failed before the fix: the
+/// other participant's key was committed. Now a server resolves only transactions whose keys
+/// here it serves now: a deposed primary decides nothing.
+#[test]
+fn a_deposed_primarys_resolver_commits_nothing_its_successor_may_not_hold() {
+    let (mut group, cluster, keys) = {
+        let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let group = ServerGroup::spawn(&vec![ServerConfig::new(localhost); 2]).unwrap();
+        let cluster = Cluster::with_servers(group.addresses().iter().map(SocketAddr::to_string).collect()).unwrap();
+        let x = (0..).map(|i| format!("x{i}").into_bytes()).find(|key| cluster.server_of(key) == 0).unwrap();
+        let y = (0..).map(|i| format!("y{i}").into_bytes()).find(|key| cluster.server_of(key) == 1).unwrap();
+        (group, cluster, vec![x, y])
+    };
+    // Server 0 is gated (as a replicated server is): open while the writer prepares.
+    let deposed = std::sync::Arc::new(Switch::default());
+    assert!(group.cores()[0].set_gate(deposed.clone()));
+    group.start_recovery(cluster.clone(), 0, TIMEOUT_MS).unwrap();
+    let ts = (7 << 40) | 7;
+    dying_writer(&cluster, &[(0, prepare(ts, &keys, &keys[0])), (1, prepare(ts, &keys, &keys[1]))]);
+    // Deposed before its resolver looks: what its store holds is no longer the partition's.
+    deposed.0.store(true, std::sync::atomic::Ordering::Release);
+    std::thread::sleep(Duration::from_millis(TIMEOUT_MS * 5));
+    // Server 1's resolver cannot ask server 0 (it refuses: no primary answers for it in this
+    // test), so the transaction stays prepared at server 1; server 0's must not commit it.
+    assert_eq!(group.cores()[1].store().last_commit(&keys[1]), 0, "a deposed primary committed at a participant");
+    assert_eq!(group.cores()[0].store().last_commit(&keys[0]), 0, "a deposed primary committed in its old store");
+    assert_eq!(group.cores()[1].store().stats().pending_transactions, 1);
+    // Serving again (made primary again), it resolves as before: prepared everywhere, commit.
+    deposed.0.store(false, std::sync::atomic::Ordering::Release);
+    wait_resolved(&group);
+    assert_eq!(group.cores()[1].store().last_commit(&keys[1]), ts);
+}
+
+/// Issue 30: during fault runs the servers logged `closing the connection ... handshake not
+/// finished ... 10046 ms after it opened`, again and again. The cause was the resolver: it
+/// connected one transport to *every* server (its own included) and sent requests only to the
+/// participants it asked, so the connections it never used sent no frame, and a server closes
+/// a connection that sent no complete frame within the handshake timeout
+/// (`CONNECTION_HANDSHAKE_TIMEOUT_MS`, here 500 ms). The transport then saw them closed,
+/// reconnected, and the next idle one was closed again. The resolver now connects to a server
+/// only to ask it something, and sends the request at once: with three servers and a
+/// transaction prepared at two, no connection is closed by the handshake timeout, even after
+/// several timeouts went by.
+#[test]
+fn the_resolver_opens_no_connection_it_does_not_use() {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let limits = rampkv::server::ConnectionLimits { handshake_timeout_ms: 500, ..Default::default() };
+    let options = rampkv::server::ServerOptions { limits, ..Default::default() };
+    let (mut group, _) = ServerGroup::start(&vec![ServerConfig::new(localhost); 3], &options).unwrap();
+    let addresses: Vec<String> = group.addresses().iter().map(SocketAddr::to_string).collect();
+    let cluster = Cluster::with_servers(addresses.clone()).unwrap();
+    group.start_recovery(cluster.clone(), 0, TIMEOUT_MS).unwrap();
+    let key_of = |server: usize| {
+        (0..).map(|i| format!("h{i}").into_bytes()).find(|key| cluster.server_of(key) == server).unwrap()
+    };
+    let keys = vec![key_of(0), key_of(1)];
+    let ts = (7 << 40) | 7;
+    dying_writer_to(&addresses[..2], &[(0, prepare(ts, &keys, &keys[0])), (1, prepare(ts, &keys, &keys[1]))]);
+    wait_resolved(&group);
+    assert_eq!(group.cores()[1].store().last_commit(&keys[1]), ts, "resolved by committing");
+    std::thread::sleep(Duration::from_millis(1_600)); // three handshake timeouts and a scan
+    let counts = group.servers().connection_stats().read();
+    assert_eq!(
+        counts.closed_handshake, 0,
+        "the resolver left a connection idle until its handshake timed out: {counts:?}"
+    );
+}

@@ -18,12 +18,28 @@
 //! harness killed outright leaves its namespaces behind: the next run deletes the namespaces of
 //! harness processes that no longer exist, killing (by pid) the orphaned servers still in them.
 //!
+//! # Partitions (namespace mode only)
+//! [`Network::cut_off`] cuts one server off from every other server, and so from the
+//! configuration service they all run, while the client namespace still reaches it: in the
+//! victim's namespace every packet *from* another server is dropped, and in every other
+//! server's namespace every packet from the victim, by `ip rule ... blackhole` rules (policy
+//! routing, part of iproute2: no firewall needed). Dropping on arrival is silent, as a network
+//! that loses packets is: a connection attempt hangs until its timeout and an open connection
+//! stalls, rather than failing at once as a local "no route" would. A rule must come before the
+//! `local` table's (preference 0) to apply to packets for the namespace's own address, so while
+//! a server is cut off its namespace looks the `local` table up at preference
+//! [`CUT_LOCAL_PREFERENCE`] instead, after the drop rules at [`CUT_DROP_PREFERENCE`]. Healing
+//! undoes every step in reverse (the `local` rule back at 0), on every path: [`Cut::heal`], or
+//! the guard's drop after an error or during a panic; and the namespaces go at the end of the
+//! run whatever is left in them.
+//!
 //! # Loopback mode
 //! Anywhere else: servers listen on 127.0.0.1, on ports chosen free below the kernel's
 //! ephemeral range, so that no outgoing connection takes a killed server's port before it
 //! comes back.
 
 use std::fs::File;
+use std::marker::PhantomData;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::AsFd as _;
 use std::path::Path;
@@ -32,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{ChaosError, NamespacesFault};
+use super::error::{ChaosError, NamespacesFault};
 use crate::limits::{CHAOS_COMMAND_TIMEOUT_MS, CHAOS_SERVERS_MAX};
 
 /// Prefix of every namespace a chaos run makes.
@@ -50,6 +66,12 @@ const NAMESPACE_CONTROL_PORT: u16 = 7002;
 /// Its replication port (where its primaries' records arrive) in namespace mode.
 const NAMESPACE_REPLICATE_PORT: u16 = 7003;
 const NAMESPACE_CONFIG_PORT: u16 = 7004;
+
+/// Preference of the rules that drop a cut-off server's packets (before the `local` table's).
+const CUT_DROP_PREFERENCE: &str = "100";
+/// Preference the `local` table is looked up at while a partition is in place (after the drop
+/// rules; the main table's is 32766).
+const CUT_LOCAL_PREFERENCE: &str = "200";
 
 /// Lowest port loopback mode picks; it picks below the kernel's ephemeral range.
 const LOOPBACK_PORT_MIN: u16 = 20_000;
@@ -232,6 +254,30 @@ impl Network {
         Ok(ClientSide { original: Some(original) })
     }
 
+    /// Cuts server `victim` off from the other `servers - 1` servers (every packet between it
+    /// and any of them is dropped on arrival, both ways) while the client namespace still
+    /// reaches it: module docs, "Partitions". Healed by [`Cut::heal`], or when the guard drops.
+    ///
+    /// # Errors
+    /// [`ChaosError::PartitionNeedsNamespaces`] in loopback mode; an `ip` command that failed
+    /// or timed out (what was already done is undone first).
+    pub fn cut_off(&self, victim: usize, servers: usize) -> Result<Cut<'_>, ChaosError> {
+        if self.mode != NetworkMode::Namespaces {
+            return Err(ChaosError::PartitionNeedsNamespaces { why: self.fallback.clone() });
+        }
+        assert!(victim < servers && servers <= CHAOS_SERVERS_MAX, "a server of the run");
+        let mut cut = Cut { network: PhantomData, undo: Vec::new() };
+        let others: Vec<usize> = (0..servers).filter(|server| *server != victim).collect();
+        // In the victim's namespace: drop what any other server sends it.
+        let victim_drops: Vec<IpAddr> = others.iter().map(|other| server_ip(*other)).collect();
+        cut.drop_from(&self.server_namespace(victim), &victim_drops)?;
+        // In each other server's namespace: drop what the victim sends it.
+        for other in others {
+            cut.drop_from(&self.server_namespace(other), &[server_ip(victim)])?;
+        }
+        Ok(cut)
+    }
+
     fn hub_namespace(&self) -> String {
         format!("{}hub", self.prefix)
     }
@@ -291,6 +337,77 @@ impl Network {
 impl Drop for Network {
     fn drop(&mut self) {
         self.tear_down();
+    }
+}
+
+/// A partition in place ([`Network::cut_off`]): the steps taken, each with the command that
+/// undoes it. Healed on drop if [`Cut::heal`] was not called.
+#[derive(Debug)]
+pub(super) struct Cut<'a> {
+    /// The namespaces it changed belong to the network: it must not outlive them.
+    network: PhantomData<&'a Network>,
+    /// `ip` arguments undoing each step taken so far, in the order taken.
+    undo: Vec<Vec<String>>,
+}
+
+impl Cut<'_> {
+    /// In `namespace`, drops every packet arriving from `sources`, recording how to undo it.
+    fn drop_from(&mut self, namespace: &str, sources: &[IpAddr]) -> Result<(), ChaosError> {
+        for source in sources {
+            let source = source.to_string();
+            self.step(
+                &["-n", namespace, "rule", "add", "pref", CUT_DROP_PREFERENCE, "from", &source, "blackhole"],
+                &["-n", namespace, "rule", "del", "pref", CUT_DROP_PREFERENCE, "from", &source, "blackhole"],
+            )?;
+        }
+        // The drop rules must come before the local table: look it up after them instead of at 0
+        // (added before the one at 0 goes, so the namespace always has one).
+        self.step(
+            &["-n", namespace, "rule", "add", "pref", CUT_LOCAL_PREFERENCE, "lookup", "local"],
+            &["-n", namespace, "rule", "del", "pref", CUT_LOCAL_PREFERENCE, "lookup", "local"],
+        )?;
+        self.step(
+            &["-n", namespace, "rule", "del", "pref", "0", "lookup", "local"],
+            &["-n", namespace, "rule", "add", "pref", "0", "lookup", "local"],
+        )
+    }
+
+    /// Runs `ip DO`; if it succeeded, remembers `ip UNDO`. On failure undoes everything so far.
+    fn step(&mut self, command: &[&str], undo: &[&str]) -> Result<(), ChaosError> {
+        if let Err(error) = ip(command) {
+            let _ = self.undo_all();
+            return Err(error);
+        }
+        self.undo.push(undo.iter().map(|argument| (*argument).to_owned()).collect());
+        Ok(())
+    }
+
+    /// Undoes every step, newest first; every one is tried. Returns the first failure.
+    fn undo_all(&mut self) -> Result<(), ChaosError> {
+        let mut first_error = None;
+        while let Some(undo) = self.undo.pop() {
+            let arguments: Vec<&str> = undo.iter().map(String::as_str).collect();
+            if let Err(error) = ip(&arguments) {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Heals the partition: every rule it added removed, the `local` table back at 0.
+    ///
+    /// # Errors
+    /// The first `ip` command that failed (every other step is still undone; the namespaces
+    /// are deleted at the end of the run whatever is left).
+    pub fn heal(mut self) -> Result<(), ChaosError> {
+        self.undo_all()
+    }
+}
+
+impl Drop for Cut<'_> {
+    fn drop(&mut self) {
+        // After an error or during a panic: nothing more can be done about a failure here.
+        let _ = self.undo_all();
     }
 }
 
@@ -491,6 +608,65 @@ mod tests {
         let pid = child.id();
         child.wait().unwrap();
         assert!(!process_alive(pid));
+    }
+
+    /// Runs `work` on a thread that entered network namespace `name`.
+    fn in_namespace<T: Send + 'static>(name: String, work: impl FnOnce() -> T + Send + 'static) -> T {
+        std::thread::spawn(move || {
+            let namespace = File::open(format!("/var/run/netns/{name}")).unwrap();
+            rustix::thread::move_into_link_name_space(
+                namespace.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )
+            .unwrap();
+            work()
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// Whether a TCP connection from namespace `from` to `to` is accepted within 300 ms.
+    fn connects(from: String, to: SocketAddr) -> bool {
+        in_namespace(from, move || std::net::TcpStream::connect_timeout(&to, Duration::from_millis(300)).is_ok())
+    }
+
+    /// A partition is exactly what the nemesis promises: the victim and the other servers no
+    /// longer reach each other (silently: a connection attempt times out), the client side
+    /// still reaches the victim, and healing (or dropping the guard) puts every rule back.
+    /// Needs root and `ip netns` (else there is nothing to test: namespace mode is refused).
+    #[test]
+    fn a_cut_separates_the_victim_from_the_servers_not_the_clients_and_heals_completely() {
+        let network = match Network::set_up(NetworkChoice::Namespaces, 3) {
+            Ok(network) => network,
+            Err(error) => return eprintln!("no network namespaces here, nothing to test: {error}"),
+        };
+        let rules = |index: usize| ip_output(&["-n", &network.server_namespace(index), "rule"]).unwrap();
+        let before: Vec<String> = (0..3).map(rules).collect();
+        // A listener on the victim's address (server 1), as its servers' ports would be.
+        let victim = SocketAddr::new(server_ip(1), 7999);
+        let _listener = in_namespace(network.server_namespace(1), move || TcpListener::bind(victim).unwrap());
+        assert!(connects(network.server_namespace(0), victim) && connects(network.client_namespace(), victim));
+
+        let cut = network.cut_off(1, 3).unwrap();
+        assert!(rules(1).contains("from 10.213.0.10 blackhole") && rules(1).contains("from 10.213.0.12 blackhole"));
+        assert!(rules(0).contains("from 10.213.0.11 blackhole") && !rules(0).contains("from 10.213.0.12"));
+        assert!(!connects(network.server_namespace(0), victim), "another server still reaches the victim");
+        assert!(!connects(network.server_namespace(2), victim), "another server still reaches the victim");
+        assert!(connects(network.client_namespace(), victim), "the clients no longer reach the victim");
+        cut.heal().unwrap();
+        assert_eq!((0..3).map(rules).collect::<Vec<_>>(), before);
+        assert!(connects(network.server_namespace(0), victim));
+
+        // A guard dropped without `heal` (an error, a panic) heals too.
+        drop(network.cut_off(2, 3).unwrap());
+        assert_eq!((0..3).map(rules).collect::<Vec<_>>(), before);
+    }
+
+    #[test]
+    fn a_cut_needs_namespaces() {
+        let network = Network::set_up(NetworkChoice::Loopback, 3).unwrap();
+        let error = network.cut_off(0, 3).unwrap_err();
+        assert!(matches!(error, ChaosError::PartitionNeedsNamespaces { .. }), "{error}");
     }
 
     #[test]

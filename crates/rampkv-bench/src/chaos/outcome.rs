@@ -13,6 +13,13 @@
 //! - The **unavailability window** is the longest stretch of the workload, from its start to
 //!   its deadline, in which no transaction completed successfully (ends of `ok: true`
 //!   records; the final read-back is not part of the workload).
+//! - A **stale read** (the checker's) returned an older version of a key than a write that was
+//!   acknowledged before the read started. RAMP does not promise freshness across clients in
+//!   general, but this cluster returns the newest committed version (`lastCommit`) and
+//!   acknowledges a write only once it committed on every partition, so a healthy run has
+//!   none. With replication and a nemesis that leaves a deposed primary alive and reachable
+//!   (pause, partition), a stale read is what a deposed primary serving its old store would
+//!   show: such runs fail on one.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -20,13 +27,13 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::clock::RunClock;
 use super::nemesis::{Action, Event, MillisecondRange, NemesisKind};
 use super::network::NetworkMode;
 use super::workload::WorkloadTotals;
-use super::RunClock;
 use crate::checker::{self, Verdict};
 use crate::history::{ReadRecord, Record};
-use crate::limits::{CHAOS_LOST_EXAMPLES_MAX, CHAOS_REPLICA_WAIT_MS_MAX};
+use crate::limits::{CHAOS_FAULT_HOLD_MS_MAX, CHAOS_LOST_EXAMPLES_MAX, CHAOS_REPLICA_WAIT_MS_MAX};
 
 /// An acknowledged write the final read did not find.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -159,6 +166,12 @@ pub enum Failure {
     NothingAcknowledged,
     /// Some partition still lacked a copy after the run (no server caught up: rejoin failed).
     ReplicaSetsNotRestored { waited_ms: u64 },
+    /// Pauses or partitions whose victim the configuration service did not depose within the
+    /// hold's bound: no failover.
+    NotDeposed { faults: u64, waited_ms: u64 },
+    /// Reads that returned an older version than a write acknowledged before they started, in
+    /// a run whose deposed primaries stayed reachable (module docs).
+    Stale { reads: u64 },
 }
 
 impl fmt::Display for Failure {
@@ -188,6 +201,14 @@ impl fmt::Display for Failure {
             Failure::NothingAcknowledged => {
                 write!(formatter, "no write was acknowledged or no read returned: the run proves nothing")
             }
+            Failure::NotDeposed { faults, waited_ms } => write!(
+                formatter,
+                "{faults} paused or cut-off primaries were still primaries {waited_ms} ms later (no failover)"
+            ),
+            Failure::Stale { reads } => write!(
+                formatter,
+                "{reads} stale reads (older than a write acknowledged before they started): a deposed primary served"
+            ),
         }
     }
 }
@@ -213,18 +234,29 @@ pub struct ChaosReport {
     pub duration_ms: u64,
     /// The server processes started before the workload, in server order.
     pub initial_pids: Vec<u32>,
-    /// Every kill, restart and return to service, in order.
+    /// Every kill, restart, return to service, pause, resumption, partition, heal and
+    /// deposition, in order.
     pub timeline: Vec<Event>,
     pub kills: u64,
-    /// Kills due while some partition lacked a copy (replication) for longer than the wait
-    /// bound, not made.
+    /// Primaries stopped with SIGSTOP (and resumed).
+    pub pauses: u64,
+    /// Primaries cut off from the other servers (and healed).
+    pub partitions: u64,
+    /// The longest time from a pause or partition to its victim's deposition (replication).
+    pub deposed_ms_max: u64,
+    /// Pauses and partitions whose victim was not deposed within `CHAOS_FAULT_HOLD_MS_MAX`.
+    pub not_deposed: u64,
+    /// Faults (kills, pauses, partitions) due while some partition lacked a copy (replication)
+    /// for longer than the wait bound, not made. (The name is from when kills were the only
+    /// faults.)
     pub kills_skipped: u64,
-    /// The longest a kill waited for every partition's full replica set (rejoin), in ms.
+    /// The longest a fault waited for every partition's full replica set (rejoin), in ms.
     pub replica_wait_ms_max: u64,
     /// With replication and kills: every partition had its full replica set again after the
     /// run (rejoin restored f + 1 copies), asked of the configuration service; `None` otherwise.
     pub replica_sets_restored: Option<bool>,
-    /// How much later than scheduled the latest kill came (a restart slower than the interval).
+    /// How much later than scheduled the latest fault came (a restart, catch-up or hold longer
+    /// than the interval).
     pub kill_late_ms_max: u64,
     pub workload: WorkloadTotals,
     pub check: checker::Report,
@@ -305,6 +337,12 @@ impl ChaosReport {
         if self.replica_sets_restored == Some(false) {
             failures.push(Failure::ReplicaSetsNotRestored { waited_ms: CHAOS_REPLICA_WAIT_MS_MAX });
         }
+        if self.not_deposed > 0 {
+            failures.push(Failure::NotDeposed { faults: self.not_deposed, waited_ms: CHAOS_FAULT_HOLD_MS_MAX });
+        }
+        if self.replicas > 1 && self.nemesis.leaves_deposed_primaries_alive() && self.check.stale > 0 {
+            failures.push(Failure::Stale { reads: self.check.stale });
+        }
         self.passed = failures.is_empty();
         self.failures = failures;
     }
@@ -381,31 +419,53 @@ impl fmt::Display for ChaosReport {
 
 impl ChaosReport {
     fn write_timeline(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.nemesis == NemesisKind::None {
-            return writeln!(formatter, "nemesis: none (no fault injected)");
+        let (interval, hold) = (self.kill_interval_ms, self.restart_after_ms);
+        match self.nemesis {
+            NemesisKind::None => return writeln!(formatter, "nemesis: none (no fault injected)"),
+            NemesisKind::KillOne | NemesisKind::KillAll => writeln!(
+                formatter,
+                "nemesis: {} servers killed (interval {}..{} ms, restart after {}..{} ms; latest kill {} ms late)",
+                self.kills, interval.min, interval.max, hold.min, hold.max, self.kill_late_ms_max
+            )?,
+            NemesisKind::Pause | NemesisKind::Partition | NemesisKind::Mixed => writeln!(
+                formatter,
+                "nemesis: {} kills, {} pauses, {} partitions (interval {}..{} ms, each lasting {}..{} ms, at least {} ms \
+                 and until its victim is deposed; latest fault {} ms late)",
+                self.kills,
+                self.pauses,
+                self.partitions,
+                interval.min,
+                interval.max,
+                hold.min,
+                hold.max,
+                crate::limits::CHAOS_FAULT_HOLD_MS_MIN,
+                self.kill_late_ms_max
+            )?,
         }
-        writeln!(
-            formatter,
-            "nemesis: {} servers killed (interval {}..{} ms, restart after {}..{} ms; latest kill {} ms late)",
-            self.kills,
-            self.kill_interval_ms.min,
-            self.kill_interval_ms.max,
-            self.restart_after_ms.min,
-            self.restart_after_ms.max,
-            self.kill_late_ms_max
-        )?;
         if self.replicas > 1 {
             writeln!(
                 formatter,
-                "  every kill waited for every partition's full replica set (rejoin): {} ms at most",
+                "  every fault waited for every partition's full replica set (rejoin): {} ms at most",
                 self.replica_wait_ms_max
             )?;
+            if self.pauses + self.partitions > 0 {
+                writeln!(
+                    formatter,
+                    "  every paused or cut-off primary deposed (failover) within {} ms; {} not deposed",
+                    self.deposed_ms_max, self.not_deposed
+                )?;
+            }
         }
         for event in &self.timeline {
             let action = match event.action {
                 Action::Kill => "kill -9",
                 Action::Restart => "restart",
                 Action::Ready => "serving",
+                Action::Pause => "paused (SIGSTOP)",
+                Action::Resume => "resumed (SIGCONT)",
+                Action::Partition => "cut off from the other servers (clients still reach it)",
+                Action::Heal => "partition healed",
+                Action::Deposed => "deposed (the configuration names other primaries for its partitions)",
             };
             writeln!(
                 formatter,
@@ -423,7 +483,7 @@ impl ChaosReport {
         if self.kills_skipped > 0 {
             writeln!(
                 formatter,
-                "  {} kills skipped: a partition lacked a copy for too long (f = {}: one failure at a time; no server \
+                "  {} faults skipped: a partition lacked a copy for too long (f = {}: one failure at a time; no server \
                  caught up)",
                 self.kills_skipped,
                 self.replicas.saturating_sub(1)
@@ -558,6 +618,10 @@ mod tests {
             initial_pids: Vec::new(),
             timeline: Vec::new(),
             kills: 0,
+            pauses: 0,
+            partitions: 0,
+            deposed_ms_max: 0,
+            not_deposed: 0,
             kills_skipped: 0,
             replica_wait_ms_max: 0,
             replica_sets_restored: None,
@@ -596,9 +660,36 @@ mod tests {
         assert_eq!(failures_of(report(inconclusive, 0, 0)), [Failure::Inconclusive { races: 0 }]);
         let violated = checker::Report { verdict: Verdict::Violated, fractured: 2, ..checker::Report::default() };
         assert_eq!(failures_of(report(violated, 0, 0)), [Failure::Anomalies { garbage: 0, fractured: 2 }]);
-        let mut idle = report(clean, 0, 0);
+        let mut idle = report(clean.clone(), 0, 0);
         idle.workload.writes_ok = 0;
         assert_eq!(failures_of(idle), [Failure::NothingAcknowledged]);
+        let mut undeposed = report(clean.clone(), 0, 0);
+        undeposed.not_deposed = 2;
+        assert_eq!(
+            failures_of(undeposed),
+            [Failure::NotDeposed { faults: 2, waited_ms: crate::limits::CHAOS_FAULT_HOLD_MS_MAX }]
+        );
+    }
+
+    /// A stale read fails a replicated run whose deposed primaries stayed reachable (a pause,
+    /// a partition: what one serving its old store would show), and only such a run: killed
+    /// primaries serve nothing, and without replication no primary is ever deposed.
+    #[test]
+    fn a_stale_read_fails_only_runs_that_leave_deposed_primaries_alive() {
+        let stale = checker::Report { verdict: Verdict::Clean, stale: 3, ..checker::Report::default() };
+        for (replicas, nemesis, fails) in [
+            (2, NemesisKind::Pause, true),
+            (2, NemesisKind::Partition, true),
+            (2, NemesisKind::Mixed, true),
+            (2, NemesisKind::KillOne, false),
+            (1, NemesisKind::Pause, false),
+        ] {
+            let mut run = report(stale.clone(), 0, 0);
+            (run.replicas, run.nemesis) = (replicas, nemesis);
+            run.conclude();
+            let expected = if fails { vec![Failure::Stale { reads: 3 }] } else { Vec::new() };
+            assert_eq!(run.failures, expected, "{replicas} replicas, {nemesis:?}");
+        }
     }
 
     #[test]

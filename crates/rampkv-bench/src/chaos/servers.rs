@@ -11,7 +11,8 @@
 //!   the client side of the network) while its process is alive. A process that exits, or is
 //!   not ready within [`CHAOS_SERVER_READY_TIMEOUT_MS`], is an error quoting its log's tail.
 //! - [`Servers`] kills every process it started, by pid, when dropped: after an error, during
-//!   a panic's unwinding, after Ctrl-C. Nothing else ever kills them. It then removes the
+//!   a panic's unwinding, after Ctrl-C (a paused one too: SIGKILL ends a stopped process).
+//!   Nothing else ever kills them; the nemesis may stop one for a while ([`Servers::signal`]). It then removes the
 //!   shared-memory regions the dead servers left in /dev/shm.
 //! - A harness killed outright (SIGKILL) leaves no server behind: each server's stdin is a
 //!   pipe only the harness holds, and a server started with `--exit-on-stdin-eof` exits when
@@ -27,8 +28,8 @@ use std::time::{Duration, Instant};
 use rampkv_core::cluster::Front;
 use rampkv_net::server::durable::server_data_dir;
 
+use super::error::ChaosError;
 use super::network::Network;
-use super::ChaosError;
 use crate::limits::{
     CHAOS_LOG_TAIL_LINES, CHAOS_READY_PROBE_INTERVAL_MS, CHAOS_READY_PROBE_TIMEOUT_MS, CHAOS_RESTART_ATTEMPTS_MAX,
     CHAOS_SERVER_READY_TIMEOUT_MS,
@@ -245,6 +246,16 @@ impl Servers {
         // SIGKILL: the process gets no chance to flush or say goodbye, as in a power cut.
         let _ = process.kill();
         let _ = process.wait();
+        Some(pid)
+    }
+
+    /// Sends server `index` `signal` (SIGSTOP or SIGCONT: a pause and its end; the process
+    /// stays the harness's child, and a stopped one is still killed by [`Servers::kill`]).
+    /// Returns its pid, or `None` if it has no process or the signal could not be sent.
+    pub fn signal(&self, index: usize, signal: rustix::process::Signal) -> Option<u32> {
+        let pid = self.pid(index)?;
+        let process = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+        rustix::process::kill_process(process, signal).ok()?;
         Some(pid)
     }
 

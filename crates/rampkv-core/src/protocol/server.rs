@@ -400,6 +400,14 @@ impl ServerCore {
         self.gate.set(gate).is_ok()
     }
 
+    /// Whether this server serves `key` now: its cluster file gives it the key's partition
+    /// (true without a cluster file), and with a gate (failover) the gate says it serves the
+    /// partition now. Recovery asks it before it decides a transaction prepared here: a
+    /// deposed primary's store is no longer the partition's, so it must decide nothing from it.
+    pub fn serves_key(&self, key: &[u8]) -> bool {
+        self.ownership.get().is_none_or(|ownership| ownership.check(key, self.gate.get()).is_ok())
+    }
+
     /// Its index in the cluster it joined, once it joined one.
     pub fn cluster_index(&self) -> Option<usize> {
         self.ownership.get().map(|ownership| ownership.index)

@@ -41,6 +41,7 @@
 //! are applied newest first: one skipped in between would name an older primary).
 
 use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -136,18 +137,31 @@ impl PartitionGate for LeaseGate {
     }
 }
 
+/// The subdirectory of a server's data directory where its configuration node keeps its Raft
+/// state (`rampkv_config::disk`).
+pub const CONFIG_STATE_DIR: &str = "config";
+
 /// Starts server `me`'s configuration node on its cluster-file `config` address: it bootstraps
 /// the cluster when no other node has committed anything yet, and otherwise rejoins it as a
 /// new incarnation (a restarted process: it holds no data and is primary of nothing). With the
 /// cluster's shared `secret`, every connection of its config port proves it (docs/security.md).
 ///
+/// With the server's `data_dir`, the node keeps its Raft state in `data_dir/config` and
+/// restarts from it when it holds some (`StartMode::Restart` for the node: it keeps its term,
+/// vote and log, and the configuration it had). The mode returned is the *server's*, decided
+/// as without it (Bootstrap: it holds its store; Rejoin: a new incarnation holding nothing):
+/// the Raft state says nothing of whether this process's store is the one the configuration
+/// counts on (docs/replication.md, "Raft state on disk", what remains).
+///
 /// # Errors
-/// A cluster file the configuration refuses (no `config` addresses, ...), or a port that
-/// cannot be bound.
+/// A cluster file the configuration refuses (no `config` addresses, ...), a port that cannot
+/// be bound, or Raft state that cannot be read (locked by another process, damaged, of another
+/// cluster).
 pub fn start_config_node(
     cluster: &Cluster,
     me: usize,
     secret: Option<Arc<SharedSecret>>,
+    data_dir: Option<&Path>,
 ) -> Result<(Arc<LeaseGate>, StartMode), ConfigError> {
     let initial = Configuration::initial(cluster)?;
     let id = me as ServerId;
@@ -157,7 +171,7 @@ pub fn start_config_node(
     let mode = rampkv_config::client::start_mode(&initial, id, ask_timeout, authenticator.as_deref());
     let incarnation = match mode {
         StartMode::Bootstrap => BOOTSTRAP_INCARNATION,
-        StartMode::Rejoin => random_incarnation(),
+        StartMode::Rejoin | StartMode::Restart => random_incarnation(),
     };
     let node = ConfigNode::start(NodeSettings {
         me: id,
@@ -169,6 +183,7 @@ pub fn start_config_node(
         listener: None,
         log_entries_kept: CONFIG_LOG_ENTRIES_KEPT_MAX,
         authenticator,
+        state_dir: data_dir.map(|dir| dir.join(CONFIG_STATE_DIR)),
     })?;
     let holds_own = mode == StartMode::Bootstrap;
     Ok((Arc::new(LeaseGate::new(Arc::new(node), cluster, me, holds_own)), mode))

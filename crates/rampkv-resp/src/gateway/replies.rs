@@ -2,7 +2,7 @@
 //! connection's outgoing bytes and do no I/O.
 
 use super::batch::ReadCommand;
-use super::event_loop::{EventLoop, Stats};
+use super::event_loop::EventLoop;
 use crate::codec::{self, Frame, Protocol};
 use crate::command::TtlUnit;
 use crate::{value, REDIS_COMPATIBLE_VERSION};
@@ -10,6 +10,19 @@ use rampkv_core::protocol::{ReadItem, ReadOutcome};
 use rampkv_net::client::ClientError;
 
 impl EventLoop {
+    /// Appends to connection `slot`'s replies what `write` writes in the connection's protocol.
+    pub(super) fn append(&mut self, slot: usize, write: impl FnOnce(&mut Vec<u8>, Protocol)) {
+        if let Some(connection) = self.connections[slot].as_mut() {
+            let protocol = connection.protocol;
+            connection.outgoing.append(|out| write(out, protocol));
+        }
+    }
+
+    /// Appends `reply` to connection `slot`'s replies.
+    pub(super) fn reply(&mut self, slot: usize, reply: &Frame) {
+        self.append(slot, |out, protocol| reply.encode(protocol, out));
+    }
+
     /// Answers `count` commands with the same error.
     pub(super) fn reply_errors(&mut self, slot: usize, message: &str, count: usize) {
         if let Some(connection) = self.connections[slot].as_mut() {
@@ -40,6 +53,22 @@ pub(super) fn write_errors(out: &mut Vec<u8>, message: &str, count: usize) {
     }
 }
 
+/// What a read command's reply needs of one key the read returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct KeyRead<'v> {
+    /// Its value; `None`: absent at the read (never written, deleted, expired at the read's
+    /// instant, or an old tombstone).
+    pub(super) value: Option<&'v [u8]>,
+    /// When its version expires, Unix ms (0: never).
+    pub(super) expires_at_ms: u64,
+}
+
+impl<'v> KeyRead<'v> {
+    pub(super) fn of(item: &'v ReadItem) -> KeyRead<'v> {
+        KeyRead { value: value::of_item(item), expires_at_ms: item.expires_at_ms }
+    }
+}
+
 /// The replies of a batch of read commands, each from its slice of the read's items.
 pub(super) fn write_read_replies(
     out: &mut Vec<u8>,
@@ -47,45 +76,58 @@ pub(super) fn write_read_replies(
     commands: &[ReadCommand],
     outcome: &ReadOutcome,
 ) {
-    let mut items = outcome.items.iter();
-    let write_value = |out: &mut Vec<u8>, item: &ReadItem| match value::of_item(item) {
+    let mut keys = outcome.items.iter().map(KeyRead::of);
+    for command in commands {
+        write_read_reply(out, protocol, *command, outcome.read_at_ms, &mut keys);
+    }
+    debug_assert!(keys.next().is_none(), "every item answered");
+}
+
+/// The reply of one read command from what the read returned for its keys, taken from `keys`
+/// in order; `read_at_ms` is the instant the read judged expiry at.
+pub(super) fn write_read_reply<'v>(
+    out: &mut Vec<u8>,
+    protocol: Protocol,
+    command: ReadCommand,
+    read_at_ms: u64,
+    keys: &mut impl Iterator<Item = KeyRead<'v>>,
+) {
+    let mut next = || keys.next().expect("one value per key of the command");
+    let write_value = |out: &mut Vec<u8>, value: Option<&[u8]>| match value {
         Some(bytes) => codec::write_bulk(out, bytes),
         None => codec::write_null(out, protocol),
     };
-    for command in commands {
-        match *command {
-            ReadCommand::Get => write_value(out, items.next().expect("one item per key")),
-            ReadCommand::MultiGet { keys } => {
-                codec::write_array_header(out, keys);
-                for item in items.by_ref().take(keys) {
-                    write_value(out, item);
-                }
-            }
-            ReadCommand::Exists { keys } => {
-                let present = items.by_ref().take(keys).filter(|item| value::of_item(item).is_some()).count();
-                codec::write_integer(out, present as i64);
-            }
-            ReadCommand::TimeToLive(unit) => {
-                let item = items.next().expect("one item per key");
-                codec::write_integer(out, time_to_live(item, outcome.read_at_ms, unit));
+    match command {
+        ReadCommand::Get => write_value(out, next().value),
+        ReadCommand::Strlen => codec::write_integer(out, next().value.map_or(0, |value| value.len() as i64)),
+        // Every value the gateway stores is a Redis string.
+        ReadCommand::Type => codec::write_simple(out, if next().value.is_some() { b"string" } else { b"none" }),
+        ReadCommand::MultiGet { keys } => {
+            codec::write_array_header(out, keys);
+            for _ in 0..keys {
+                write_value(out, next().value);
             }
         }
+        ReadCommand::Exists { keys } => {
+            let present = (0..keys).filter(|_| next().value.is_some()).count();
+            codec::write_integer(out, present as i64);
+        }
+        ReadCommand::TimeToLive(unit) => codec::write_integer(out, time_to_live(next(), read_at_ms, unit)),
     }
-    debug_assert!(items.next().is_none(), "every item answered");
 }
 
 /// TTL's and PTTL's answer for a key a read returned, judged at the read's instant
 /// (`read_at_ms`): -2 absent, -1 no expiry, else the time left, in milliseconds or in seconds
 /// rounded to the nearest (as Redis 7.0).
-fn time_to_live(item: &ReadItem, read_at_ms: u64, unit: TtlUnit) -> i64 {
-    if value::of_item(item).is_none() {
+fn time_to_live(key: KeyRead<'_>, read_at_ms: u64, unit: TtlUnit) -> i64 {
+    if key.value.is_none() {
         return -2;
     }
-    if item.expires_at_ms == 0 {
+    if key.expires_at_ms == 0 {
         return -1;
     }
     // A present version that expires was judged at `read_at_ms`: its deadline is after it.
-    let left_ms = i64::try_from(item.expires_at_ms.saturating_sub(read_at_ms)).unwrap_or(i64::MAX);
+    let left_ms = i64::try_from(key.expires_at_ms.saturating_sub(read_at_ms)).unwrap_or(i64::MAX);
     match unit {
         TtlUnit::Milliseconds => left_ms,
         TtlUnit::Seconds => left_ms.saturating_add(500) / 1_000,
@@ -104,35 +146,4 @@ pub(super) fn hello_reply(protocol: Protocol, id: u64) -> Frame {
         field("role", Frame::bulk("master")),
         field("modules", Frame::Array(Vec::new())),
     ])
-}
-
-/// INFO's text: the fields redis-cli and redis-benchmark read, plus rampkv's own.
-pub(super) fn info_text(stats: &Stats, connected: usize) -> Vec<u8> {
-    let uptime = stats.started.elapsed().as_secs();
-    let lines = [
-        "# Server".to_string(),
-        format!("redis_version:{REDIS_COMPATIBLE_VERSION}"),
-        format!("rampkv_version:{}", env!("CARGO_PKG_VERSION")),
-        "redis_mode:standalone".to_string(),
-        format!("os:{} {}", std::env::consts::OS, std::env::consts::ARCH),
-        format!("arch_bits:{}", usize::BITS),
-        format!("process_id:{}", std::process::id()),
-        format!("tcp_port:{}", stats.port),
-        format!("uptime_in_seconds:{uptime}"),
-        format!("uptime_in_days:{}", uptime / 86_400),
-        String::new(),
-        "# Clients".to_string(),
-        format!("connected_clients:{connected}"),
-        format!("maxclients:{}", stats.sessions),
-        String::new(),
-        "# Stats".to_string(),
-        format!("total_connections_received:{}", stats.connections_received),
-        format!("total_commands_processed:{}", stats.commands_processed),
-        format!("rejected_connections:{}", stats.connections_rejected),
-        String::new(),
-        "# Keyspace".to_string(),
-    ];
-    let mut text = lines.join("\r\n");
-    text.push_str("\r\n");
-    text.into_bytes()
 }

@@ -34,24 +34,30 @@ pub(crate) struct ChaosArgs {
     secret: SecretArgs,
     /// Copies of every partition: the servers replicate, fail over and rejoin (configuration
     /// service); the nemesis then kills only while every partition has its full replica set
-    /// (it waits for a server to catch up). Above 1: kill-one or none.
+    /// (it waits for a server to catch up). Above 1: kill-one, pause, partition, mixed or none.
     #[arg(long, default_value_t = 1)]
     replicas: u32,
     /// How long the workload runs (e.g. 60s, 2m).
     #[arg(long, default_value = "60s")]
     duration: String,
-    /// Seed of the whole schedule (kills, victims, down times) and the workload (default:
+    /// Seed of the whole schedule (faults, victims, durations) and the workload (default:
     /// random, printed).
     #[arg(long)]
     seed: Option<u64>,
     /// Faults: kill-one (SIGKILL a random server, restart it later; one at a time), kill-all
-    /// (SIGKILL every server at once, restart all on the same --data-dir), none.
+    /// (SIGKILL every server at once, restart all on the same --data-dir), pause (SIGSTOP a
+    /// primary past its lease until it is deposed, then SIGCONT), partition (cut a primary off
+    /// from every other server and the configuration service while clients still reach it,
+    /// then heal; network namespaces only), mixed (each fault drawn from kill-one, pause and
+    /// partition), none.
     #[arg(long, default_value = "kill-one", value_parser = chaos::NemesisKind::from_name)]
     nemesis: chaos::NemesisKind,
-    /// Time from one kill to the next, drawn per kill from MIN..MAX (or exactly DURATION).
+    /// Time from one fault to the next, drawn per fault from MIN..MAX (or exactly DURATION).
     #[arg(long, value_name = "MIN..MAX", default_value = "2s..5s")]
     kill_interval: String,
-    /// Time a killed server stays down before its restart, drawn per kill from MIN..MAX.
+    /// How long a fault lasts, drawn per fault from MIN..MAX: a killed server's down time; a
+    /// pause or partition at least this and 503 ms, and with replication until its victim is
+    /// deposed.
     #[arg(long, value_name = "MIN..MAX", default_value = "500ms..1500ms")]
     restart_after: String,
     /// Data directory of the servers (each gets DIR/server-<i>; must be empty). Needs servers

@@ -119,7 +119,8 @@ pub(crate) fn run(args: ServerArgs) -> Result<ExitCode> {
     let has_cluster = cluster.is_some();
     // The cluster file first: it says where this server is and whether it replicates.
     let membership = cluster.as_deref().map(|path| membership(path, listen)).transpose()?;
-    let (failover, rejoined) = start_failover(membership.as_ref(), secret.as_ref())?;
+    let config_dir = durability.as_ref().and_then(|durability| durability.dirs.first()).map(PathBuf::as_path);
+    let (failover, rejoined) = start_failover(membership.as_ref(), secret.as_ref(), config_dir)?;
     let replication = match &membership {
         // A server that holds nothing ships records to no backup until it is primary of
         // something and a backup catches up from it; its port takes catching-up copies.
@@ -191,10 +192,11 @@ fn membership(path: &Path, listen: SocketAddr) -> Result<(Cluster, usize)> {
 fn start_failover(
     membership: Option<&(Cluster, usize)>,
     secret: Option<&Arc<SharedSecret>>,
+    data_dir: Option<&Path>,
 ) -> Result<(Option<FailoverOptions>, Option<&'static str>)> {
     let failover = match membership {
         Some((file, index)) if file.replicas() > 1 && file.config_addresses().is_ok() => {
-            let (gate, mode) = rampkv::server::failover::start_config_node(file, *index, secret.cloned())
+            let (gate, mode) = rampkv::server::failover::start_config_node(file, *index, secret.cloned(), data_dir)
                 .context("cannot start the configuration service")?;
             Some((FailoverOptions { gate, cluster: file.clone(), index: *index }, mode))
         }

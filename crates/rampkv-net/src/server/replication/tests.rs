@@ -3,10 +3,21 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rampkv_core::storage::{StoredMetadata, Version};
+use rampkv_core::limits::REPLICATION_LOG_RING_BYTES;
+use rampkv_core::protocol::server::{Effects, LogPosition, ServerCore};
+use rampkv_core::storage::{Store, StoredMetadata, Version};
+use rampkv_durable::record::encode_record;
+use rampkv_durable::{RecordHeader, RecordRef};
 
+use super::super::durable::DurabilityConfig;
+use super::log_region::{LogReceiver, LogSender};
+use super::wire::{
+    decode_ack, decode_answer, decode_hello, decode_marker, encode_ack, encode_answer, encode_hello, encode_marker,
+    Hello, ACK_BYTES, ANSWER_BYTES, HELLO_BYTES, MARKER_BYTES, MARKER_IN_SYNC, MARKER_SNAPSHOT,
+};
 use super::*;
 
 fn service() -> BackupService {

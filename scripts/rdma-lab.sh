@@ -1,0 +1,488 @@
+#!/usr/bin/env bash
+# rdma-lab.sh: a Soft-RoCE lab of QEMU guests for rampkv's verbs code (issue 29).
+#
+#   rdma-lab.sh setup        install what the lab needs (apt-get), fetch Debian's stock kernel
+#                            (it has rdma_rxe), build a small initramfs; all cached outside the
+#                            clone, in $RAMPKV_LAB_CACHE (default /var/tmp/rampkv-rdma-lab)
+#   rdma-lab.sh up           boot two guests, hosts "a" (10.99.0.1) and "b" (10.99.0.2), joined
+#                            by a virtual Ethernet wire, each with an rxe0 device on its eth0
+#   rdma-lab.sh up --one     boot one guest, host "a", with rxe0 on a dummy netdev (10.99.0.1):
+#                            processes in it talk through rxe's loopback; 2 vCPUs
+#   rdma-lab.sh a CMD...     run CMD (bash) on host a, in the caller's directory (or / where
+#                            the guest has its own: /tmp, /run, /dev/shm); print its
+#                            output, exit with its status. Options before CMD:
+#                              --background   start CMD and return (prints its pid and output file)
+#                              --timeout S    kill CMD after S seconds (default 600)
+#   rdma-lab.sh b CMD...     the same on host b
+#   rdma-lab.sh status       which guests run
+#   rdma-lab.sh down         power the guests off (QEMU processes are ended by their PIDs)
+#   rdma-lab.sh test         boot, run the project's lab checks, print a summary line last,
+#                            power off; every step and the whole run (RAMPKV_LAB_TEST_S,
+#                            default 1500) are bounded by timeouts
+#
+# How it works. A guest runs Debian bookworm's stock kernel with a busybox initramfs whose only
+# job is to mount the HOST's / read-only over virtio-9p (with a tmpfs overlay for writes), so
+# the host's binaries, rdma-core, perftest and everything built by cargo in this clone run in
+# the guest unchanged. The clone itself is a second 9p mount without caching, so a binary
+# rebuilt on the host is what the guest runs next. A third 9p directory, shared read-write, is
+# the mailbox of a small agent (this script, `__agent`): the host drops a job file there, the
+# agent runs it and writes its output and exit status back.
+#
+# This machine's /dev/kvm (KVM-PVM) cannot boot a stock kernel, so guests run under TCG
+# (software emulation, 5-9x slower than the host). RAMPKV_LAB_ACCEL=kvm forces KVM where
+# nested virtualisation is real. The wire is QEMU's UDP socket netdev on 127.0.0.1: no traffic
+# leaves the host. Environment: RAMPKV_LAB_CACHE, RAMPKV_LAB_ACCEL (auto|tcg|kvm),
+# RAMPKV_LAB_MEM_MB (default 1536), RAMPKV_LAB_IDLE_S (a guest powers itself off after this
+# long without a job, default 1800).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+SELF="$REPO/scripts/rdma-lab.sh"
+CACHE=${RAMPKV_LAB_CACHE:-/var/tmp/rampkv-rdma-lab} # not /tmp: the guests put a tmpfs there
+RUN="$CACHE/run"
+export DEBIAN_FRONTEND=noninteractive
+
+# Bounds (seconds): a guest must be ready within BOOT_S; a job gets JOB_S unless told.
+BOOT_S=180
+JOB_S=600
+SHUTDOWN_S=20
+TEST_S=${RAMPKV_LAB_TEST_S:-1500} # the whole of `test`, build included
+PACKAGES=(qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils libibverbs-dev perftest
+  busybox-static iproute2 kmod cpio)
+
+say() { echo "rdma-lab: $*" >&2; }
+die() { say "$*"; exit 1; }
+
+# --- setup --------------------------------------------------------------------------------
+
+packages_missing() {
+  local package
+  for package in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || return 0
+  done
+  return 1
+}
+
+# Debian's current kernel ABI name behind linux-image-amd64, e.g. 6.1.0-57-amd64.
+kernel_abi() {
+  apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: linux-image-\(.*-amd64\)$/\1/p' | head -1
+}
+
+# The initramfs's /init: mount the host's / read-only, a tmpfs overlay on it and the lab's
+# mailbox, then hand over to the mailbox's boot.sh (written by `up` for each boot, so the
+# initramfs depends on the kernel only).
+write_init() {
+  cat <<'EOF'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc; mount -t sysfs sys /sys; mount -t devtmpfs dev /dev
+for module in $(cat /modules.list); do insmod "$module"; done
+options=trans=virtio,version=9p2000.L,msize=262144
+mount -t 9p -o $options,ro,cache=loose hostroot /host || { echo "init: no host root"; poweroff -f; }
+mount -t tmpfs -o size=75% rw /rw; mkdir -p /rw/upper /rw/work
+mount -t overlay overlay -o lowerdir=/host,upperdir=/rw/upper,workdir=/rw/work /newroot
+for directory in proc sys dev; do mount --move /$directory /newroot/$directory; done
+mkdir -p /newroot/lab
+mount -t 9p -o $options lab /newroot/lab
+exec switch_root /newroot /bin/bash /lab/boot.sh
+EOF
+}
+
+setup() {
+  local started=$SECONDS
+  if packages_missing; then
+    say "installing ${PACKAGES[*]}"
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
+  fi
+  [ -n "$(kernel_abi)" ] || apt-get update -qq
+  local abi; abi=$(kernel_abi)
+  [ -n "$abi" ] || die "apt-cache knows no linux-image-amd64: cannot pick a kernel"
+  mkdir -p "$CACHE"
+  local init; init=$(write_init)
+  if [ -f "$CACHE/kernel-abi" ] && [ "$(cat "$CACHE/kernel-abi")" = "$abi" ] && [ -f "$CACHE/initrd.gz" ] \
+    && [ "$(cat "$CACHE/init" 2>/dev/null)" = "$init" ]; then
+    return 0
+  fi
+  say "fetching kernel $abi and building the initramfs in $CACHE"
+  rm -rf "$CACHE/kroot" "$CACHE/initrd" "$CACHE"/linux-image-*.deb
+  mkdir -p "$CACHE/kroot" "$CACHE/initrd"
+  (cd "$CACHE" && apt-get download -qq "linux-image-$abi" 2>/dev/null)
+  dpkg-deb -x "$CACHE"/linux-image-"$abi"_*.deb "$CACHE/kroot"
+  rm -f "$CACHE"/linux-image-"$abi"_*.deb
+  depmod -b "$CACHE/kroot" "$abi"
+  local initrd="$CACHE/initrd"
+  mkdir -p "$initrd"/{bin,proc,sys,dev,host,rw,newroot}
+  cp /bin/busybox "$initrd/bin/busybox"
+  # Only what mounting the 9p root needs; everything else loads from the real root later.
+  local module
+  for module in virtio_pci 9pnet_virtio 9p overlay; do
+    modprobe -d "$CACHE/kroot" -S "$abi" --show-depends "$module" | awk '$1 == "insmod" {print $2}'
+  done | sed "s#^$CACHE/kroot##" | awk '!seen[$0]++' > "$initrd/modules.list"
+  while read -r module; do
+    mkdir -p "$initrd$(dirname "$module")"
+    cp "$CACHE/kroot$module" "$initrd$module"
+  done < "$initrd/modules.list"
+  printf '%s\n' "$init" > "$initrd/init"
+  chmod +x "$initrd/init"
+  (cd "$initrd" && find . | cpio -o -H newc --quiet | gzip -1) > "$CACHE/initrd.gz.new"
+  mv "$CACHE/initrd.gz.new" "$CACHE/initrd.gz"
+  printf '%s\n' "$init" > "$CACHE/init"
+  echo "$abi" > "$CACHE/kernel-abi"
+  say "setup done in $((SECONDS - started)) s (kernel $abi)"
+}
+
+# --- guests ---------------------------------------------------------------------------------
+
+accel_args() {
+  local accel=${RAMPKV_LAB_ACCEL:-auto}
+  if [ "$accel" = auto ]; then
+    # KVM-PVM (this machine) only boots PVM guest kernels; Debian's hangs there.
+    if [ -w /dev/kvm ] && [ ! -d /sys/module/kvm_pvm ]; then accel=kvm; else accel=tcg; fi
+  fi
+  case "$accel" in
+    kvm) echo "-accel kvm -cpu host" ;;
+    tcg) echo "-accel tcg,thread=multi,tb-size=256 -cpu max" ;;
+    *) die "RAMPKV_LAB_ACCEL must be auto, tcg or kvm, not $accel" ;;
+  esac
+}
+
+# The pid of host NAME's QEMU if it runs (checked to be our QEMU: its command line names the
+# guest's directory), else nothing.
+guest_pid() {
+  local dir="$RUN/$1" pid
+  pid=$(cat "$dir/qemu.pid" 2>/dev/null) || return 0
+  if [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -qF "$dir/share"; then
+    echo "$pid"
+  fi
+}
+
+# boot.sh of one guest: runs as the first process after switch_root.
+write_boot() { # NAME ADDRESS NETDEV PEER
+  local name=$1 address=$2 netdev=$3 peer=$4 abi; abi=$(cat "$CACHE/kernel-abi")
+  cat <<EOF
+#!/bin/bash
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root TERM=dumb
+for directory in tmp run dev/shm; do mkdir -p /\$directory; mount -t tmpfs tmpfs /\$directory; done
+mkdir -p /dev/pts && mount -t devpts devpts /dev/pts
+mkdir -p "/lib/modules/$abi" && mount --bind "$CACHE/kroot/lib/modules/$abi" "/lib/modules/$abi"
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro,cache=mmap repo "$REPO"
+export RAMPKV_LAB_HOST=$name RAMPKV_LAB_ADDRESS=$address RAMPKV_LAB_PEER=$peer RAMPKV_LAB_NETDEV=$netdev
+export RAMPKV_LAB_IDLE_S=${RAMPKV_LAB_IDLE_S:-1800}
+bash "$SELF" __agent > /lab/agent.log 2>&1
+# The agent ended (asked to, idle, or failed): power off rather than let PID 1 exit.
+sync; echo o > /proc/sysrq-trigger; sleep 30
+EOF
+}
+
+boot_guest() { # NAME CPUS ADDRESS NETDEV PEER [QEMU NIC ARGS...]
+  local name=$1 cpus=$2 address=$3 netdev=$4 peer=$5; shift 5
+  local dir="$RUN/$name" abi; abi=$(cat "$CACHE/kernel-abi")
+  rm -rf "$dir"; mkdir -p "$dir/share/jobs"
+  write_boot "$name" "$address" "$netdev" "$peer" > "$dir/share/boot.sh"
+  # shellcheck disable=SC2046 # accel_args is a list of words
+  qemu-system-x86_64 $(accel_args) -smp "$cpus" -m "${RAMPKV_LAB_MEM_MB:-1536}" \
+    -nodefaults -no-reboot -display none -monitor none -daemonize \
+    -pidfile "$dir/qemu.pid" -serial "file:$dir/console.log" \
+    -kernel "$CACHE/kroot/boot/vmlinuz-$abi" -initrd "$CACHE/initrd.gz" \
+    -append "console=ttyS0 quiet loglevel=3 panic=-1 rdinit=/init" \
+    -virtfs local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap \
+    -virtfs "local,path=$dir/share,mount_tag=lab,security_model=none,multidevs=remap" \
+    -virtfs "local,path=$REPO,mount_tag=repo,security_model=none,readonly=on,multidevs=remap" \
+    "$@"
+}
+
+wait_ready() { # NAME
+  local dir="$RUN/$1" deadline=$((SECONDS + BOOT_S))
+  while [ ! -f "$dir/share/ready" ]; do
+    if [ -z "$(guest_pid "$1")" ] || [ $SECONDS -ge $deadline ]; then
+      say "host $1 did not come up; its console and agent log:"
+      tail -30 "$dir/console.log" >&2 || true
+      tail -30 "$dir/share/agent.log" >&2 2>/dev/null || true
+      return 1
+    fi
+    sleep 0.2
+  done
+  say "host $1 ready: $(cat "$dir/share/ready")"
+}
+
+up() {
+  local mode=${1:-pair}
+  setup
+  [ -z "$(guest_pid a)$(guest_pid b)" ] || die "guests already run (rdma-lab.sh down first)"
+  local started=$SECONDS
+  mkdir -p "$RUN"
+  if [ "$mode" = --one ]; then
+    boot_guest a 2 10.99.0.1/24 dummy ""
+    wait_ready a || { down; return 1; }
+  else
+    # The wire: each QEMU sends its frames to the other's UDP port on 127.0.0.1.
+    local port=$((20000 + RANDOM % 20000))
+    boot_guest a 1 10.99.0.1/24 eth0 10.99.0.2 -netdev "socket,id=wire,udp=127.0.0.1:$((port + 1)),localaddr=127.0.0.1:$port" \
+      -device virtio-net-pci,netdev=wire,mac=52:54:00:99:00:01
+    boot_guest b 1 10.99.0.2/24 eth0 10.99.0.1 -netdev "socket,id=wire,udp=127.0.0.1:$port,localaddr=127.0.0.1:$((port + 1))" \
+      -device virtio-net-pci,netdev=wire,mac=52:54:00:99:00:02
+    wait_ready a && wait_ready b || { down; return 1; }
+  fi
+  say "up in $((SECONDS - started)) s"
+}
+
+down() {
+  local name pid deadline
+  for name in a b; do
+    [ -n "$(guest_pid "$name")" ] && touch "$RUN/$name/share/poweroff"
+  done
+  for name in a b; do
+    pid=$(guest_pid "$name")
+    [ -n "$pid" ] || continue
+    deadline=$((SECONDS + SHUTDOWN_S))
+    while [ -n "$(guest_pid "$name")" ] && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
+    if [ -n "$(guest_pid "$name")" ]; then
+      say "host $name did not power off; ending its QEMU (pid $pid)"
+      kill "$pid" 2>/dev/null || true
+      sleep 1
+      [ -z "$(guest_pid "$name")" ] || kill -9 "$pid" 2>/dev/null || true
+    fi
+  done
+  return 0
+}
+
+status() {
+  local name pid
+  for name in a b; do
+    pid=$(guest_pid "$name")
+    if [ -n "$pid" ]; then echo "host $name: up (qemu pid $pid)"; else echo "host $name: down"; fi
+  done
+}
+
+# Runs a job on host NAME (see the usage at the top).
+run_on() {
+  local name=$1 background=0 timeout_s=$JOB_S; shift
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --background) background=1; shift ;;
+      --timeout) timeout_s=$2; shift 2 ;;
+      --) shift; break ;;
+      *) break ;;
+    esac
+  done
+  [ $# -gt 0 ] || die "usage: rdma-lab.sh $name [--background] [--timeout S] CMD..."
+  [ -n "$(guest_pid "$name")" ] || die "host $name is not up (rdma-lab.sh up)"
+  local share="$RUN/$name/share" id; id=$(date +%s%N)-$$-$RANDOM
+  {
+    printf 'cd %q 2>/dev/null || cd /\n' "$PWD"
+    printf 'export RAMPKV_LAB_TIMEOUT_S=%d RAMPKV_LAB_BACKGROUND=%d\n' "$timeout_s" "$background"
+    printf '%s\n' "$*"
+  } > "$share/jobs/$id.tmp"
+  mv "$share/jobs/$id.tmp" "$share/jobs/$id.cmd"
+  local deadline
+  if [ "$background" = 1 ]; then
+    deadline=$((SECONDS + 60))
+    while [ ! -f "$share/jobs/$id.pid" ]; do
+      { [ $SECONDS -lt $deadline ] && [ -n "$(guest_pid "$name")" ]; } || die "host $name did not start the job"
+      sleep 0.1
+    done
+    echo "started on host $name: pid $(cat "$share/jobs/$id.pid"), output in $share/jobs/$id.out"
+    return 0
+  fi
+  deadline=$((SECONDS + timeout_s + 30))
+  while [ ! -f "$share/jobs/$id.rc" ]; do
+    if [ $SECONDS -ge $deadline ] || [ -z "$(guest_pid "$name")" ]; then
+      cat "$share/jobs/$id.out" 2>/dev/null || true
+      say "host $name: no exit status for the job (guest gone or the agent stuck)"
+      return 124
+    fi
+    sleep 0.1
+  done
+  cat "$share/jobs/$id.out"
+  return "$(cat "$share/jobs/$id.rc")"
+}
+
+# --- in the guest -----------------------------------------------------------------------------
+
+# The guest side: bring up rxe, then serve jobs from /lab/jobs until told to power off.
+agent() {
+  modprobe rdma_rxe
+  ip link set lo up
+  if [ "$RAMPKV_LAB_NETDEV" = dummy ]; then
+    ip link add sr0 type dummy
+    RAMPKV_LAB_NETDEV=sr0
+  else
+    modprobe virtio_net
+    local tries
+    for tries in $(seq 100); do [ -e "/sys/class/net/$RAMPKV_LAB_NETDEV" ] && break; sleep 0.05; done
+  fi
+  ip addr add "$RAMPKV_LAB_ADDRESS" dev "$RAMPKV_LAB_NETDEV"
+  ip link set "$RAMPKV_LAB_NETDEV" up
+  rdma link add rxe0 type rxe netdev "$RAMPKV_LAB_NETDEV"
+  for tries in $(seq 100); do [ -e /sys/class/infiniband/rxe0 ] && break; sleep 0.05; done
+  export HOST=$RAMPKV_LAB_HOST PEER=$RAMPKV_LAB_PEER
+  echo "uptime $(cut -d' ' -f1 /proc/uptime) s, ${RAMPKV_LAB_ADDRESS%/*} rxe0 on $RAMPKV_LAB_NETDEV" > /lab/ready
+  local idle_since=$SECONDS job id
+  while [ ! -e /lab/poweroff ] && [ $((SECONDS - idle_since)) -lt "$RAMPKV_LAB_IDLE_S" ]; do
+    for job in /lab/jobs/*.cmd; do
+      [ -e "$job" ] || continue
+      id=${job%.cmd}
+      mv "$job" "$id.sh"
+      idle_since=$SECONDS
+      run_job "$id" &
+    done
+    sleep 0.1
+  done
+}
+
+run_job() { # ID: runs ID.sh; writes ID.pid when started, ID.out, and ID.rc when done
+  local id=$1 timeout_s
+  timeout_s=$(sed -n 's/^export RAMPKV_LAB_TIMEOUT_S=\([0-9]*\) .*/\1/p' "$id.sh")
+  setsid timeout -k 5 "${timeout_s:-$JOB_S}" bash "$id.sh" > "$id.out" 2>&1 < /dev/null &
+  local pid=$!
+  echo "$pid" > "$id.pid.tmp" && mv "$id.pid.tmp" "$id.pid"
+  local rc=0
+  wait "$pid" || rc=$?
+  echo "$rc" > "$id.rc.tmp" && mv "$id.rc.tmp" "$id.rc"
+}
+
+# --- the lab's checks ---------------------------------------------------------------------------
+#
+# `test` runs a list of steps per topology. A step is a shell function that returns 0 on
+# success; `step NAME FUNCTION` times it and records the verdict. To add a check, write a
+# function and add a `step` line to one_guest_steps or two_guest_steps. Figures for the
+# summary go into the FIGURES array.
+
+FIGURES=()
+PASSED=0
+FAILED=0
+STEP_LOG=
+
+step() { # NAME FUNCTION [ARGS...]
+  local name=$1 started=$SECONDS rc=0; shift
+  echo "== $name"
+  "$@" || rc=$?
+  if [ $rc = 0 ]; then
+    PASSED=$((PASSED + 1)); echo "-- $name: ok ($((SECONDS - started)) s)"
+  else
+    FAILED=$((FAILED + 1)); echo "-- $name: FAILED (status $rc, $((SECONDS - started)) s)"
+  fi
+  STEP_LOG+="  $name: $([ $rc = 0 ] && echo ok || echo FAILED) in $((SECONDS - started)) s"$'\n'
+}
+
+# Host-side build of everything the guests run (release profile: shares artifacts with the
+# README's `cargo run --release`).
+build_binaries() {
+  (cd "$REPO" && cargo build --release -p rampkv-fabric --example verbs_pair --quiet) || return 1
+  local out
+  out=$(cd "$REPO" && cargo test --release -p rampkv-fabric --test verbs_device --no-run 2>&1) || { echo "$out"; return 1; }
+  VERBS_TESTS=$(printf '%s\n' "$out" | sed -n 's/.*Executable .*(\(.*verbs_device-[0-9a-f]*\)).*/\1/p' | tail -1)
+  [ -n "$VERBS_TESTS" ] || { echo "$out"; echo "no verbs_device test binary in cargo's output"; return 1; }
+  VERBS_TESTS="$REPO/$VERBS_TESTS"
+  VERBS_PAIR="$REPO/target/release/examples/verbs_pair"
+}
+
+# The verbs FFI's struct layouts against the installed C headers (libibverbs-dev).
+check_layouts() {
+  (cd "$REPO" && RAMPKV_VERBS_LAYOUT_CHECK=required cargo test --release -p rampkv-fabric --lib --quiet \
+    verbs::ffi::tests::layouts_match_the_installed_headers -- --nocapture)
+}
+
+check_device_tests() { # in one guest: every #[ignore]d device test of the verbs core
+  run_on a --timeout 300 "$VERBS_TESTS --ignored --test-threads 1 --show-output"
+}
+
+check_pair() { # a serves, b runs every operation against it; both check
+  run_on a --background --timeout 120 "$VERBS_PAIR server 0.0.0.0:7471 > /tmp/pair-server.log 2>&1; echo \$? > /tmp/pair-server.rc" >/dev/null
+  local rc=0 out
+  out=$(run_on b --timeout 120 "$VERBS_PAIR client \$PEER:7471") || rc=$?
+  echo "$out"
+  local line
+  while read -r line; do FIGURES+=("verbs_pair $line"); done < <(echo "$out" | grep '^READ .* latency')
+  run_on a --timeout 60 'for i in $(seq 300); do [ -f /tmp/pair-server.rc ] && break; sleep 0.1; done; cat /tmp/pair-server.log; exit "$(cat /tmp/pair-server.rc 2>/dev/null || echo 1)"' || rc=$?
+  return $rc
+}
+
+check_peer_killed() { # b streams reads from a; a's process is killed -9; b must fail clearly, soon
+  run_on a --background --timeout 120 "$VERBS_PAIR serve 0.0.0.0:7472 & echo \$! > /tmp/serve.pid; wait" >/dev/null
+  run_on b --background --timeout 120 "$VERBS_PAIR stream \$PEER:7472 --seconds 90 > /tmp/stream.log 2>&1; echo \$? > /tmp/stream.rc" >/dev/null
+  run_on b --timeout 60 'for i in $(seq 500); do grep -q "streaming" /tmp/stream.log 2>/dev/null && break; sleep 0.1; done; grep -q streaming /tmp/stream.log' || return 1
+  sleep 2
+  run_on a --timeout 30 'kill -9 "$(cat /tmp/serve.pid)" && echo "server killed at $(date +%s.%N)"' || return 1
+  run_on b --timeout 60 'for i in $(seq 400); do [ -f /tmp/stream.rc ] && break; sleep 0.1; done; cat /tmp/stream.log; exit "$(cat /tmp/stream.rc 2>/dev/null || echo 1)"'
+}
+
+# The index of rxe0's RoCE v2 IPv4-mapped GID (bash builtins only: a process per file costs
+# ~80 ms in a TCG guest).
+GID_INDEX='gid=; for i in 0 1 2 3 4 5 6 7; do t=; g=; read -r t 2>/dev/null < /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/$i; read -r g 2>/dev/null < /sys/class/infiniband/rxe0/ports/1/gids/$i; if [ "$t" = "RoCE v2" ] && [[ $g == 0000:0000:0000:0000:0000:ffff:* ]]; then gid=$i; break; fi; done; [ -n "$gid" ] || { echo "no RoCE v2 IPv4 GID on rxe0"; exit 1; }'
+
+# perftest's ib_read_lat between the guests; its t_typical is the median.
+check_read_latency() { # SIZE
+  local size=$1 out median
+  run_on a --background --timeout 120 "$GID_INDEX; ib_read_lat -d rxe0 -x \$gid -s $size -n 1000 -p 18516 -F > /tmp/read-lat-server.log 2>&1" >/dev/null
+  out=$(run_on b --timeout 150 "$GID_INDEX; for i in \$(seq 40); do ib_read_lat -d rxe0 -x \$gid -s $size -n 1000 -p 18516 -F \$PEER 2>&1 && exit 0; sleep 0.5; done; exit 1") || { echo "$out" | tail -20; return 1; }
+  echo "$out" | grep -A1 '#bytes'
+  median=$(echo "$out" | awk '$1 == '"$size"' && NF >= 5 {print $5}' | tail -1)
+  [ -n "$median" ] || return 1
+  FIGURES+=("perftest ib_read_lat ${size} B: median (t_typical) ${median} us")
+}
+
+one_guest_steps() {
+  step "verbs device tests, one guest (rxe loopback)" check_device_tests
+}
+
+two_guest_steps() {
+  step "verbs_pair: READ, WRITE, CAS, FAA, SEND between two hosts" check_pair
+  step "peer killed -9 mid-transfer: a clear error, bounded" check_peer_killed
+  step "perftest ib_read_lat 8 B" check_read_latency 8
+  step "perftest ib_read_lat 1 KiB" check_read_latency 1024
+}
+
+lab_test() {
+  local started=$SECONDS
+  # A watchdog bounds the whole run; the EXIT trap powers the guests off however it ends.
+  # It sleeps in 1 s steps with its output closed, so that nothing it leaves behind holds the
+  # caller's pipe open, and it ends by itself when this script does.
+  (
+    exec >/dev/null 2>&1
+    end=$((SECONDS + TEST_S))
+    while [ $SECONDS -lt $end ]; do sleep 1; kill -0 $$ || exit 0; done
+    kill -TERM $$
+  ) &
+  LAB_WATCHDOG=$! # global: the EXIT trap runs after this function has returned
+  trap 'kill "${LAB_WATCHDOG:-}" 2>/dev/null || true; down >/dev/null 2>&1 || true' EXIT
+  trap 'say "test: stopped after ${SECONDS} s (bound ${TEST_S} s, or interrupted)"; exit 124' TERM INT
+  setup
+  step "host: build the verbs test binaries" build_binaries
+  [ "$FAILED" = 0 ] || { echo "rdma-lab: $PASSED passed, $FAILED failed"; return 1; }
+  step "host: verbs struct layouts match libibverbs-dev's headers" check_layouts
+  local booted=$SECONDS
+  if up --one; then
+    echo "-- one guest up in $((SECONDS - booted)) s"
+    one_guest_steps
+  else
+    step "boot one guest" false
+  fi
+  down
+  booted=$SECONDS
+  if up; then
+    echo "-- two guests up in $((SECONDS - booted)) s"
+    two_guest_steps
+  else
+    step "boot two guests" false
+  fi
+  down
+  echo "== summary ($((SECONDS - started)) s)"
+  printf '%s' "$STEP_LOG"
+  local figure
+  for figure in "${FIGURES[@]}"; do echo "  $figure"; done
+  echo "rdma-lab: $PASSED passed, $FAILED failed"
+  [ "$FAILED" = 0 ]
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  up) shift; up "$@" ;;
+  down) down ;;
+  status) status ;;
+  a | b) name=$1; shift; run_on "$name" "$@" ;;
+  test) lab_test ;;
+  __agent) agent ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
