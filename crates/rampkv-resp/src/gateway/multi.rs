@@ -63,7 +63,6 @@ use super::replies::{write_read_reply, KeyRead};
 use super::{MULTI_QUEUED_BYTES_MAX, MULTI_QUEUED_COMMANDS_MAX};
 use crate::codec::{self, Frame, Protocol};
 use crate::command::{Request, TtlUnit};
-use crate::value;
 use rampkv_core::limits::TXN_KEYS_MAX;
 use rampkv_core::protocol::ReadOutcome;
 use rampkv_core::types::wall_clock_unix_ms;
@@ -517,6 +516,7 @@ mod tests {
     use crate::auth::Permissions;
     use crate::codec::RequestParser;
     use crate::command::parse_request;
+    use crate::value;
 
     fn queue_of(lines: &[&str]) -> Vec<Request> {
         let mut parser = RequestParser::new();
