@@ -11,7 +11,9 @@
 //!   entry of its term, applied everything in its log and has no change in flight.
 //! - The leader declares a server failed when it has heard no heartbeat from its admitted
 //!   incarnation for `lease * (1 + drift)`, and not before `lease * (1 + drift)` after it became
-//!   leader; then it proposes one change (one new epoch) promoting an in-sync backup for each
+//!   leader, or after a majority confirmed it again following a lease or more without; it
+//!   judges nobody while no majority has confirmed it within a lease (cut off, it hears
+//!   nobody, and its change would commit the moment the majority came back); then it proposes one change (one new epoch) promoting an in-sync backup for each
 //!   partition the server was primary of and removing it from every other replica set. It
 //!   admits restarted servers, starts their catch-up and marks it complete when they report it.
 //!
@@ -107,7 +109,11 @@ struct ReadRound {
 
 #[derive(Debug)]
 struct LeaderState {
+    /// When this leader may start judging failures from: when it became leader, or when a
+    /// majority confirmed it again after a lease or more without (see `on_read_state`).
     since_ns: u64,
+    /// When a majority last confirmed this node still leader (a ReadIndex round answered).
+    confirmed_ns: u64,
     pending: Vec<Heartbeat>,
     read_round: Option<ReadRound>,
     next_context: u64,
@@ -872,6 +878,7 @@ impl ConfigCore {
             StateRole::Leader if self.leader.is_none() => {
                 self.leader = Some(LeaderState {
                     since_ns: now_ns,
+                    confirmed_ns: now_ns,
                     pending: Vec::new(),
                     read_round: None,
                     next_context: 1,
@@ -917,7 +924,14 @@ impl ConfigCore {
             leader.read_round = Some(ReadRound { context: context.clone(), heartbeats, issued_ns: now_ns });
             self.raft.read_index(context);
         }
-        if settled && now_ns >= self.leader.as_ref().map_or(u64::MAX, |l| l.since_ns) + self.timing.leader_lease_ns() {
+        // Judge failures only while a majority keeps confirming this leader: a leader cut off
+        // from its majority (its voters paused or partitioned away) hears no heartbeats either,
+        // and a change it proposed then would commit the moment the majority came back.
+        let judging = self.leader.as_ref().is_some_and(|leader| {
+            now_ns >= leader.since_ns + self.timing.leader_lease_ns()
+                && now_ns < leader.confirmed_ns + self.timing.lease_ns()
+        });
+        if settled && judging {
             self.propose_changes(now_ns);
         }
     }
@@ -931,6 +945,13 @@ impl ConfigCore {
             return;
         }
         let round = leader.read_round.take().expect("checked above");
+        // A majority confirmed this leader again after a lease or more without: every server
+        // it could not hear meanwhile (its heartbeats had no leader that could answer them)
+        // gets a lease from now before it is judged, as after an election.
+        if now_ns >= leader.confirmed_ns + self.timing.lease_ns() {
+            leader.since_ns = now_ns;
+        }
+        leader.confirmed_ns = now_ns;
         if !settled {
             // Not now (a change is in flight): these servers heartbeat again soon.
             return;
