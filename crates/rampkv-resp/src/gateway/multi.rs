@@ -601,7 +601,7 @@ mod tests {
         ])
         .unwrap();
         let deadline = NOW_MS + 10_000;
-        let expected = vec![
+        let expected = [
             Write::expiring(b"a".to_vec(), value::encode(b"1"), deadline),
             Write::expiring(b"b".to_vec(), value::encode(b"2"), deadline),
             Write::expiring(b"c".to_vec(), value::encode(b"3"), deadline),
