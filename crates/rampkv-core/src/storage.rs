@@ -215,6 +215,18 @@ pub struct StoreStats {
     pub keys_reclaiming: usize,
 }
 
+/// A key whose value the sweep dropped (stage 1 of reclaiming, `expiry`), waiting for stage 2.
+/// Held by the store, filled and emptied by `expiry` (defined here so that the store's rooms
+/// name the store, never the other way).
+#[derive(Debug)]
+struct Reclaimed {
+    /// When (the store's monotonic clock, ms).
+    at_ms: u64,
+    /// The reclaimed version.
+    ts: Timestamp,
+    key: Key,
+}
+
 #[derive(Debug)]
 struct StoredVersion {
     version: Arc<Version>,
@@ -257,7 +269,7 @@ pub struct Store {
     versions_collected: AtomicUsize,
     /// Keys whose expired latest version the sweep reclaimed, oldest first, until they go
     /// (`expiry` module; bounded by `EXPIRY_RECLAIMED_KEYS_MAX`).
-    reclaimed: Mutex<VecDeque<expiry::Reclaimed>>,
+    reclaimed: Mutex<VecDeque<Reclaimed>>,
     /// The latest deadline of any reclaimed key removed from this store (0: none): what a
     /// round-2 read of a key the store no longer holds is answered with (`read`).
     removed_deadline_ms: AtomicU64,

@@ -30,7 +30,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Key, KeyState, Store, Version};
+use super::{Key, KeyState, Reclaimed, Store, Version};
 use crate::limits::{EXPIRY_RECLAIMED_KEYS_MAX, EXPIRY_RECLAIMED_RETENTION_MS, EXPIRY_RECLAIM_MARGIN_MS};
 use crate::types::Timestamp;
 
@@ -47,16 +47,6 @@ impl SweepClock {
     pub fn monotonic(monotonic_ms: u64) -> Self {
         Self { monotonic_ms, unix_ms: 0 }
     }
-}
-
-/// A key whose value stage 1 dropped, waiting for stage 2.
-#[derive(Debug)]
-pub(super) struct Reclaimed {
-    /// When (the store's monotonic clock, ms).
-    at_ms: u64,
-    /// The reclaimed version.
-    pub(super) ts: Timestamp,
-    pub(super) key: Key,
 }
 
 /// What stage 2 does with a queued key.
