@@ -49,6 +49,35 @@ pub const PREPARED_ABANDON_MS: u64 = 12 * TXN_TIMEOUT_MS;
 /// second leaves room for that and for a client's logical clock running a little ahead.
 pub const TIMESTAMP_FUTURE_SKEW_MS: u64 = 1_000;
 
+/// The clock skew rampkv documents between any two of its machines (servers and clients) for
+/// expiry: within it, every reader sees a key expire within this much of its deadline, and no
+/// server reclaims a version a reader could still see alive. Beyond it, expiry is early or late
+/// by the excess, but a read never sees part of a transaction expired (docs/architecture.md,
+/// "Expiry and deletion"). The same bound as a client timestamp's lead.
+pub const EXPIRY_CLOCK_SKEW_MS: u64 = TIMESTAMP_FUTURE_SKEW_MS;
+
+/// A server reclaims a key whose latest version expired this long ago by its own clock: it
+/// drops the version's value (keeping its timestamp, metadata and deadline, marked reclaimed),
+/// and later the key ([`EXPIRY_RECLAIMED_RETENTION_MS`]). At least the skew bound plus the GC
+/// grace period, so that a reader within the skew bound, even one whose read took the whole
+/// grace period, judged the version expired already.
+pub const EXPIRY_RECLAIM_MARGIN_MS: u64 = EXPIRY_CLOCK_SKEW_MS + GC_GRACE_MS;
+
+/// A reclaimed key (its value dropped) stays in the store this long (the server's monotonic
+/// clock) before it goes: meanwhile its version answers round-2 reads and recovery's STATUS
+/// with its timestamp, write set and deadline, and keeps the key's `lastCommit`, so that a late
+/// PREPARE of an older transaction cannot bring older data back. As long as an aborted
+/// transaction is remembered (a PREPARE delayed longer could slip through either way), and
+/// longer than the GC grace period.
+pub const EXPIRY_RECLAIMED_RETENTION_MS: u64 = 60_000;
+
+/// Reclaimed keys one store waits to remove at most (each costs its key and 24 bytes): past
+/// it, expired keys keep their values until older ones are removed.
+pub const EXPIRY_RECLAIMED_KEYS_MAX: usize = 1 << 18;
+
+const _: () = assert!(EXPIRY_RECLAIM_MARGIN_MS >= EXPIRY_CLOCK_SKEW_MS + GC_GRACE_MS);
+const _: () = assert!(EXPIRY_RECLAIMED_RETENTION_MS >= GC_GRACE_MS);
+
 /// A transaction that has not finished after this long fails with a timeout error.
 pub const TXN_TIMEOUT_MS: u64 = 5_000;
 

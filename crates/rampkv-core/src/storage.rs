@@ -15,6 +15,7 @@
 //! - `validate`: what a PREPARE or PUT must be before it changes anything.
 //! - `gc`: marking superseded versions and collecting them, on each write and in the
 //!   background sweep ([`Store::sweep`]).
+//! - `expiry`: reclaiming expired keys in the sweep: their values first, the keys later.
 //! - `write`: PREPARE, COMMIT and PUT; recovery's STATUS, ABORT and stale transactions.
 //! - `read`: the latest version, an exact version, the highest of candidates; the counters.
 //! - `copy`: the store copied out shard by shard (snapshots, a backup's catch-up), loaded
@@ -45,10 +46,11 @@ use smallvec::SmallVec;
 
 use crate::cluster::key_hash;
 use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
-use crate::types::Timestamp;
+use crate::types::{Expiry, Timestamp};
 use crate::wire::MetadataRef;
 
 mod copy;
+mod expiry;
 mod gc;
 mod read;
 #[cfg(test)]
@@ -58,6 +60,7 @@ mod version_map;
 mod write;
 
 pub use copy::{KeyVersions, Superseded};
+pub use expiry::SweepClock;
 pub use gc::SweepCursor;
 use version_map::VersionMap;
 
@@ -124,6 +127,37 @@ pub struct Version {
     pub ts: Timestamp,
     pub value: Box<[u8]>,
     pub metadata: StoredMetadata,
+    /// When the version stops being visible (never, a deadline, or already: a deletion); a
+    /// reclaimed version's value was dropped by the sweep (`expiry` module).
+    pub expiry: Expiry,
+}
+
+impl Version {
+    /// A version that never expires.
+    pub fn new(ts: Timestamp, value: Box<[u8]>, metadata: StoredMetadata) -> Self {
+        Self { ts, value, metadata, expiry: Expiry::NEVER }
+    }
+}
+
+/// One write of a PREPARE or PUT as the store takes it: a key, its value and its expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreWrite {
+    pub key: Key,
+    pub value: Box<[u8]>,
+    pub expiry: Expiry,
+}
+
+impl StoreWrite {
+    /// A write that never expires.
+    pub fn new(key: Key, value: Box<[u8]>) -> Self {
+        Self { key, value, expiry: Expiry::NEVER }
+    }
+}
+
+impl From<(Key, Box<[u8]>)> for StoreWrite {
+    fn from((key, value): (Key, Box<[u8]>)) -> Self {
+        Self::new(key, value)
+    }
 }
 
 /// The versions a PREPARE or PUT stored, each with its key, in the order of its writes, shared
@@ -161,6 +195,8 @@ pub enum InvalidPrepare {
     NotWholeWriteSet,
     #[error("a key of {key_bytes} bytes or value of {value_bytes} bytes over the limits ({KEY_BYTES_MAX}, {VALUE_BYTES_MAX})")]
     TooLarge { key_bytes: usize, value_bytes: usize },
+    #[error("a write's expiry {word:#x} is marked reclaimed, which only a server sets")]
+    ReclaimedExpiry { word: u64 },
 }
 
 /// Counters describing what the store holds.
@@ -171,6 +207,24 @@ pub struct StoreStats {
     pub value_bytes: usize,
     pub pending_transactions: usize,
     pub versions_collected: usize,
+    /// Expired versions whose value the sweep dropped (reclaimed), since the start.
+    pub values_reclaimed: usize,
+    /// Reclaimed keys removed from the store, since the start.
+    pub keys_reclaimed: usize,
+    /// Reclaimed keys waiting to be removed now.
+    pub keys_reclaiming: usize,
+}
+
+/// A key whose value the sweep dropped (stage 1 of reclaiming, `expiry`), waiting for stage 2.
+/// Held by the store, filled and emptied by `expiry` (defined here so that the store's rooms
+/// name the store, never the other way).
+#[derive(Debug)]
+struct Reclaimed {
+    /// When (the store's monotonic clock, ms).
+    at_ms: u64,
+    /// The reclaimed version.
+    ts: Timestamp,
+    key: Key,
 }
 
 #[derive(Debug)]
@@ -213,6 +267,14 @@ pub struct Store {
     version_count: AtomicUsize,
     value_bytes: AtomicUsize,
     versions_collected: AtomicUsize,
+    /// Keys whose expired latest version the sweep reclaimed, oldest first, until they go
+    /// (`expiry` module; bounded by `EXPIRY_RECLAIMED_KEYS_MAX`).
+    reclaimed: Mutex<VecDeque<Reclaimed>>,
+    /// The latest deadline of any reclaimed key removed from this store (0: none): what a
+    /// round-2 read of a key the store no longer holds is answered with (`read`).
+    removed_deadline_ms: AtomicU64,
+    values_reclaimed: AtomicUsize,
+    keys_reclaimed: AtomicUsize,
 }
 
 impl Store {
@@ -226,6 +288,10 @@ impl Store {
             version_count: AtomicUsize::new(0),
             value_bytes: AtomicUsize::new(0),
             versions_collected: AtomicUsize::new(0),
+            reclaimed: Mutex::new(VecDeque::new()),
+            removed_deadline_ms: AtomicU64::new(0),
+            values_reclaimed: AtomicUsize::new(0),
+            keys_reclaimed: AtomicUsize::new(0),
         }
     }
 

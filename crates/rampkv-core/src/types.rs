@@ -114,6 +114,91 @@ pub fn wall_clock_us() -> u64 {
     since_unix.saturating_sub(CLOCK_EPOCH_UNIX_US)
 }
 
+/// Milliseconds since the Unix epoch of a [`wall_clock_us`] reading (microseconds since
+/// [`CLOCK_EPOCH_UNIX_US`]): the unit of expiry deadlines ([`Expiry`]).
+pub fn unix_ms_of_wall_clock_us(wall_clock_us: u64) -> u64 {
+    wall_clock_us.saturating_add(CLOCK_EPOCH_UNIX_US) / 1_000
+}
+
+/// Milliseconds since the Unix epoch, from the wall clock: what a writer turns a relative
+/// expiry into a deadline with, and what a reader judges deadlines by.
+pub fn wall_clock_unix_ms() -> u64 {
+    unix_ms_of_wall_clock_us(wall_clock_us())
+}
+
+/// When a version stops being visible: a deadline in milliseconds since the Unix epoch, and
+/// whether the server dropped the version's value because it expired long ago ("reclaimed").
+///
+/// # Who decides (docs/architecture.md, "Expiry and deletion")
+/// The writer's clock sets the deadline (a relative expiry becomes absolute once per
+/// transaction); the reader's clock decides, at one instant per read transaction, whether a
+/// version it got is expired (`0 < deadline <= now`: the key reads as absent); the server's
+/// clock decides when an expired version's value is reclaimed (`EXPIRY_RECLAIM_MARGIN_MS` after
+/// its deadline). A reclaimed version still carries its timestamp, metadata and deadline, and
+/// a reader that gets one takes its deadline as a lower bound of its own clock, so a server
+/// whose clock runs ahead never makes a reader see part of a transaction expired.
+///
+/// # Format (one little-endian u64 wherever it travels: wire, log, snapshot, item slot)
+/// Bits 0..63: the deadline, ms since the Unix epoch; 0 = never expires; 1 = deleted (expired
+/// since the epoch's first millisecond: [`Expiry::DELETED`]). Bit 63: reclaimed, set only by a
+/// server on a version whose value it dropped; a client never writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+pub struct Expiry(u64);
+
+impl Expiry {
+    /// Never expires.
+    pub const NEVER: Expiry = Expiry(0);
+    /// A deletion: a version expired since the Unix epoch (its value is empty).
+    pub const DELETED: Expiry = Expiry(1);
+    /// The bit of the word that marks a reclaimed version.
+    pub const RECLAIMED_BIT: u64 = 1 << 63;
+    /// The largest deadline (ms since the Unix epoch) a version can carry.
+    pub const DEADLINE_MS_MAX: u64 = Self::RECLAIMED_BIT - 1;
+
+    /// Expires at `deadline_ms` (ms since the Unix epoch; 0: never), or `None` past
+    /// [`Expiry::DEADLINE_MS_MAX`].
+    pub fn at_ms(deadline_ms: u64) -> Option<Expiry> {
+        (deadline_ms <= Self::DEADLINE_MS_MAX).then_some(Expiry(deadline_ms))
+    }
+
+    /// The word as it travels (see the format).
+    pub fn to_word(self) -> u64 {
+        self.0
+    }
+
+    /// The expiry a word carries (any word is one: total).
+    pub fn from_word(word: u64) -> Expiry {
+        Expiry(word)
+    }
+
+    /// The deadline in ms since the Unix epoch (0: never).
+    pub fn deadline_ms(self) -> u64 {
+        self.0 & Self::DEADLINE_MS_MAX
+    }
+
+    /// Whether the version expires at all.
+    pub fn expires(self) -> bool {
+        self.deadline_ms() != 0
+    }
+
+    /// Whether a server dropped the version's value (it expired long ago by the server's
+    /// clock); the reader must treat its deadline as passed.
+    pub fn is_reclaimed(self) -> bool {
+        self.0 & Self::RECLAIMED_BIT != 0
+    }
+
+    /// The same deadline, marked reclaimed.
+    pub fn reclaimed(self) -> Expiry {
+        Expiry(self.0 | Self::RECLAIMED_BIT)
+    }
+
+    /// Whether the version is expired at `now_ms` (ms since the Unix epoch): reclaimed, or a
+    /// deadline at or before `now_ms`.
+    pub fn is_expired_at(self, now_ms: u64) -> bool {
+        self.is_reclaimed() || (self.expires() && self.deadline_ms() <= now_ms)
+    }
+}
+
 /// Why a [`TimestampClock`] could not be made or could not issue a timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -29,8 +29,14 @@ use crate::record::Lsn;
 /// Bytes of a segment's or snapshot's file header.
 pub const FILE_HEADER_BYTES: usize = 32;
 
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes. Version 2 (expiry): log records and snapshot
+/// VERSION entries may end with an expiry (docs/persistence.md); a build that predates it
+/// refuses such files by this number, before it meets a record it would take for damage.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest format version this build reads: version 1 files are version 2 files in which
+/// nothing expires, byte for byte.
+pub const FORMAT_VERSION_OLDEST: u32 = 1;
 
 /// Magic bytes of a log segment.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"RKVLOG\0\0";
@@ -76,7 +82,7 @@ impl FileHeader {
         let word =
             |range: std::ops::Range<usize>| bytes[range].iter().rev().fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
         let version = word(8..12) as u32;
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_OLDEST..=FORMAT_VERSION).contains(&version) {
             return Err(FileHeaderError::Version(version));
         }
         if word(12..16) as u32 != header_crc(bytes) {

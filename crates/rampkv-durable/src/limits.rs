@@ -13,14 +13,21 @@ const METADATA_BYTES_MAX: usize =
     1 + if KEY_LIST_BYTES_MAX > 2 + BLOOM_BYTES_MAX { KEY_LIST_BYTES_MAX } else { 2 + BLOOM_BYTES_MAX };
 
 /// Largest record payload: a PREPARE of the largest transaction (ts, flags, metadata, write
-/// set, then every write: key, `u32` length, value). A record header declaring more is refused
-/// before anything is read or allocated.
-pub const RECORD_PAYLOAD_BYTES_MAX: usize =
-    8 + 1 + METADATA_BYTES_MAX + KEY_LIST_BYTES_MAX + 4 + TXN_KEYS_MAX * (2 + KEY_BYTES_MAX + 4 + VALUE_BYTES_MAX);
+/// set, then every write: key, `u32` length, value; then the expiries section: `u32` count, a
+/// `u64` per write). A record header declaring more is refused before anything is read or
+/// allocated.
+pub const RECORD_PAYLOAD_BYTES_MAX: usize = 8
+    + 1
+    + METADATA_BYTES_MAX
+    + KEY_LIST_BYTES_MAX
+    + 4
+    + TXN_KEYS_MAX * (2 + KEY_BYTES_MAX + 4 + VALUE_BYTES_MAX)
+    + 4
+    + TXN_KEYS_MAX * 8;
 
-/// Largest snapshot entry payload: one version (kind, ts, flags, metadata, value), a key
-/// header, or a pending transaction with its write set; the version is the largest.
-pub const SNAPSHOT_ENTRY_BYTES_MAX: usize = 1 + 8 + 1 + METADATA_BYTES_MAX + 4 + VALUE_BYTES_MAX;
+/// Largest snapshot entry payload: one version (kind, ts, flags, metadata, value, expiry), a
+/// key header, or a pending transaction with its write set; the version is the largest.
+pub const SNAPSHOT_ENTRY_BYTES_MAX: usize = 1 + 8 + 1 + METADATA_BYTES_MAX + 4 + VALUE_BYTES_MAX + 8;
 
 /// Bytes appended to a log but not yet handed to the file system (appended, not yet flushed).
 /// An append that would go past it is refused with `DurableError::LogFull` (or, with

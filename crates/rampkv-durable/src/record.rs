@@ -16,7 +16,10 @@
 //!   key      := u16 length, bytes           (length <= KEY_BYTES_MAX)
 //!   value    := u32 length, bytes           (length <= VALUE_BYTES_MAX)
 //!   keys     := u32 count, key * count      (count <= TXN_KEYS_MAX)
-//!   writes   := u32 count, (key, value) * count   (1 <= count <= TXN_KEYS_MAX)
+//!   writes   := u32 count, (key, value) * count   (1 <= count <= TXN_KEYS_MAX),
+//!               then, only when a write expires, the expiries section of the wire
+//!               (u32 count = the writes', u64 expiry * count; docs/wire.md), which ends the
+//!               payload
 //!   metadata := as on the wire (docs/wire.md): u8 tag 0 NONE | 1 WRITE_SET keys |
 //!               2 BLOOM u16 length, bytes
 //!   1 PREPARE  u64 ts, u8 flags, metadata, [keys write_set], writes
@@ -41,8 +44,9 @@ use std::sync::Arc;
 
 use rampkv_core::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use rampkv_core::protocol::server::LogRecord;
-use rampkv_core::storage::{Key, StoredMetadata, Version};
-use rampkv_core::types::{Timestamp, TIMESTAMP_INITIAL};
+use rampkv_core::storage::{Key, StoreWrite, StoredMetadata, Version};
+use rampkv_core::types::{Expiry, Timestamp, TIMESTAMP_INITIAL};
+use rampkv_core::wire::expiries::{decode_expiries, encode_expiries};
 use rampkv_core::wire::{Decoder, Encoder, Metadata, WireError, WriteSet, BLOOM_BYTES_MAX};
 
 use crate::limits::{LOG_WAITING_BYTES_MAX, RECORD_PAYLOAD_BYTES_MAX};
@@ -50,8 +54,8 @@ use crate::limits::{LOG_WAITING_BYTES_MAX, RECORD_PAYLOAD_BYTES_MAX};
 /// A log sequence number: 1 for a log's first record, then consecutive; 0 means "none".
 pub type Lsn = u64;
 
-/// The writes of a PREPARE or PUT: (key, value) pairs, as the store takes them.
-pub type Writes = Vec<(Key, Box<[u8]>)>;
+/// The writes of a PREPARE or PUT: key, value and expiry, as the store takes them.
+pub type Writes = Vec<StoreWrite>;
 
 /// Bytes of a record header.
 pub const RECORD_HEADER_BYTES: usize = 40;
@@ -120,11 +124,13 @@ pub enum RecordRef<'a> {
     Put { ts: Timestamp, writes: WritesRef<'a> },
 }
 
-/// The writes of a record to encode, borrowed: (key, value) pairs as decoded or built, or the
-/// versions a server stored (its log encodes them where the store keeps them).
+/// The writes of a record to encode, borrowed: writes as decoded or built, or the versions a
+/// server stored (its log encodes them where the store keeps them).
 #[derive(Debug, Clone, Copy)]
 pub enum WritesRef<'a> {
-    Values(&'a [(Key, Box<[u8]>)]),
+    Values(&'a [StoreWrite]),
+    /// Key-value pairs that never expire (tools, tests).
+    Pairs(&'a [(Key, Box<[u8]>)]),
     Stored(&'a [(Key, Arc<Version>)]),
 }
 
@@ -132,6 +138,7 @@ impl<'a> WritesRef<'a> {
     fn len(&self) -> usize {
         match self {
             WritesRef::Values(writes) => writes.len(),
+            WritesRef::Pairs(writes) => writes.len(),
             WritesRef::Stored(writes) => writes.len(),
         }
     }
@@ -139,8 +146,18 @@ impl<'a> WritesRef<'a> {
     /// Write `index`: its key and value.
     fn pair(self, index: usize) -> (&'a Key, &'a [u8]) {
         match self {
-            WritesRef::Values(writes) => (&writes[index].0, &writes[index].1),
+            WritesRef::Values(writes) => (&writes[index].key, &writes[index].value),
+            WritesRef::Pairs(writes) => (&writes[index].0, &writes[index].1),
             WritesRef::Stored(writes) => (&writes[index].0, &writes[index].1.value),
+        }
+    }
+
+    /// Write `index`'s expiry.
+    fn expiry(self, index: usize) -> Expiry {
+        match self {
+            WritesRef::Values(writes) => writes[index].expiry,
+            WritesRef::Pairs(_) => Expiry::NEVER,
+            WritesRef::Stored(writes) => writes[index].1.expiry,
         }
     }
 
@@ -148,10 +165,21 @@ impl<'a> WritesRef<'a> {
     fn pairs(self) -> impl ExactSizeIterator<Item = (&'a Key, &'a [u8])> {
         (0..self.len()).map(move |index| self.pair(index))
     }
+
+    /// Each write's expiry word, in order.
+    fn expiries(self) -> impl ExactSizeIterator<Item = u64> + Clone + 'a {
+        (0..self.len()).map(move |index| self.expiry(index).to_word())
+    }
 }
 
-impl<'a> From<&'a [(Key, Box<[u8]>)]> for WritesRef<'a> {
-    fn from(writes: &'a [(Key, Box<[u8]>)]) -> Self {
+impl<'a> From<&'a Vec<(Key, Box<[u8]>)>> for WritesRef<'a> {
+    fn from(writes: &'a Vec<(Key, Box<[u8]>)>) -> Self {
+        WritesRef::Pairs(writes)
+    }
+}
+
+impl<'a> From<&'a [StoreWrite]> for WritesRef<'a> {
+    fn from(writes: &'a [StoreWrite]) -> Self {
         WritesRef::Values(writes)
     }
 }
@@ -287,15 +315,20 @@ fn validate_writes(writes: WritesRef<'_>) -> Result<(), RecordError> {
             return Err(WireError::FieldTooLarge { what: "value", length: value.len(), max: VALUE_BYTES_MAX }.into());
         }
     }
+    if writes.expiries().any(|word| Expiry::from_word(word).is_reclaimed()) {
+        return Err(RecordError::Invalid("a written expiry is marked reclaimed"));
+    }
     Ok(())
 }
 
+/// The writes, then their expiries section if one expires (it ends the payload).
 fn encode_writes(writes: WritesRef<'_>, encoder: &mut Encoder<'_>) {
     encoder.count(writes.len());
     for (key, value) in writes.pairs() {
         encoder.key(key);
         encoder.bytes(value);
     }
+    encode_expiries(encoder, writes.expiries());
 }
 
 /// Appends `record` with `header` to `out`, as one checksummed frame; returns its length.
@@ -470,7 +503,15 @@ fn decode_writes(decoder: &mut Decoder<'_>) -> Result<Writes, RecordError> {
     if count == 0 {
         return Err(RecordError::Invalid("a record with no writes"));
     }
-    (0..count).map(|_| Ok((decoder.key()?.into_boxed_slice(), decoder.value()?.into_boxed_slice()))).collect()
+    let mut writes = (0..count)
+        .map(|_| Ok(StoreWrite::new(decoder.key()?.into_boxed_slice(), decoder.value()?.into_boxed_slice())))
+        .collect::<Result<Writes, RecordError>>()?;
+    if let Some(expiries) = decode_expiries(decoder, count, false)? {
+        for (write, word) in writes.iter_mut().zip(expiries) {
+            write.expiry = Expiry::from_word(word);
+        }
+    }
+    Ok(writes)
 }
 
 #[cfg(test)]

@@ -374,7 +374,9 @@ pub fn create_at(dir: &Path, options: &OpenOptions, store: &Store, lsn: Lsn, epo
 /// record cannot be what the writer's store took.
 pub fn apply_record(store: &Store, record: Record, now_ms: u64) -> Result<(), StoreError> {
     match record {
-        Record::Prepare { ts, metadata, write_set, writes } => store.prepare(ts, metadata, write_set, writes, now_ms),
+        Record::Prepare { ts, metadata, write_set, writes } => {
+            store.prepare_writes(ts, metadata, write_set, writes, now_ms)
+        }
         Record::Commit { ts } => {
             store.commit(ts);
             Ok(())
@@ -383,7 +385,7 @@ pub fn apply_record(store: &Store, record: Record, now_ms: u64) -> Result<(), St
             store.abort(ts, now_ms);
             Ok(())
         }
-        Record::Put { ts, writes } => store.put(ts, writes, now_ms),
+        Record::Put { ts, writes } => store.put_keeping(ts, writes, now_ms, None),
     }
 }
 

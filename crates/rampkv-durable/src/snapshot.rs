@@ -11,7 +11,9 @@
 //!   8 payload: u8 kind, then
 //!     1 KEY      key, u64 collected_max_ts, u32 versions   the next `versions` entries are
 //!                                                          this key's VERSION entries
-//!     2 VERSION  u64 ts, u8 committed (0 or 1), metadata, value
+//!     2 VERSION  u64 ts, u8 committed (0 or 1), metadata, value [, u64 expiry]
+//!                (the expiry only when the version expires or was reclaimed: not 0;
+//!                `types::Expiry`, docs/persistence.md; format version 2)
 //!     3 PENDING  u64 ts, keys write_set                    a prepared transaction awaiting
 //!                                                          its COMMIT here
 //!     4 ABORTED  u64 ts                                    a transaction aborted here
@@ -58,7 +60,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use rampkv_core::storage::{Key, KeyVersions, PendingTxn, Store, StoredMetadata, Superseded, Version};
-use rampkv_core::types::{Timestamp, TIMESTAMP_INITIAL};
+use rampkv_core::types::{Expiry, Timestamp, TIMESTAMP_INITIAL};
 use rampkv_core::wire::{Decoder, Encoder, Metadata, WireError, WriteSet};
 
 use crate::error::{DurableError, SnapshotDamage};
@@ -337,6 +339,9 @@ impl<W: Write> EntryWriter<W> {
                     encoder.u8(u8::from(*committed));
                     version.metadata.as_wire().encode(encoder);
                     encoder.bytes(&version.value);
+                    if version.expiry != Expiry::NEVER {
+                        encoder.u64(version.expiry.to_word());
+                    }
                 })?;
             }
             counts.keys += 1;
@@ -652,8 +657,15 @@ fn read_version(decoder: &mut Decoder<'_>) -> Result<(Arc<Version>, bool), Recor
     };
     let metadata = stored_metadata(Metadata::decode(decoder)?);
     let value = decoder.value()?.into_boxed_slice();
+    let expiry = match decoder.remaining().is_empty() {
+        true => Expiry::NEVER,
+        false => match Expiry::from_word(decoder.u64()?) {
+            Expiry::NEVER => return Err(RecordError::Invalid("a version's expiry written as 0")),
+            expiry => expiry,
+        },
+    };
     end(decoder)?;
-    Ok((Arc::new(Version { ts, value, metadata }), committed))
+    Ok((Arc::new(Version { ts, value, metadata, expiry }), committed))
 }
 
 #[cfg(test)]

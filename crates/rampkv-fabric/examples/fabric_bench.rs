@@ -141,7 +141,7 @@ fn value_for(generation: u64) -> Vec<u8> {
 fn bench_slot_reads(fabric: ShmFabric, reads: u64) -> Result<()> {
     let region = fabric.register("bench-slot", 4096, Access::ReadOnly)?;
     let mut writer = SlotWriter::new(SLOT_CAPACITY_BYTES);
-    writer.publish(&region, 0, SLOT_CAPACITY_BYTES, KEY, 1, b"", &value_for(1), SLOT_FLAG_VALID)?;
+    writer.publish(&region, 0, SLOT_CAPACITY_BYTES, KEY, 1, 0, b"", &value_for(1), SLOT_FLAG_VALID)?;
     assert_eq!(slot_bytes(KEY.len(), 0, value_for(1).len()), SLOT_CAPACITY_BYTES);
     let remote = fabric.map(&fabric.describe(&region))?;
     let mut buf = vec![0u8; SLOT_CAPACITY_BYTES];
@@ -176,7 +176,9 @@ fn rewrite_until(stop: &AtomicBool, writer: &mut SlotWriter, region: &ShmLocalRe
     while !stop.load(Ordering::Relaxed) {
         generation += 1;
         let value = &values[(generation % 2) as usize];
-        writer.publish(region, 0, SLOT_CAPACITY_BYTES, KEY, generation, b"", value, SLOT_FLAG_VALID).expect("publish");
+        writer
+            .publish(region, 0, SLOT_CAPACITY_BYTES, KEY, generation, 0, b"", value, SLOT_FLAG_VALID)
+            .expect("publish");
         if let Some(pause) = pause {
             let until = Instant::now() + pause;
             while Instant::now() < until && !stop.load(Ordering::Relaxed) {

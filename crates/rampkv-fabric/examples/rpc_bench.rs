@@ -275,7 +275,17 @@ fn run_bypass(fabric: ShmFabric, tag: &str, values: &[Vec<u8>], duration: Durati
     let region: Region = Arc::new(fabric.register(&format!("rpcb-{tag}"), capacity * KEYS, Access::ReadOnly)?);
     let mut writer = SlotWriter::new(capacity);
     for (key, value) in values.iter().enumerate() {
-        writer.publish(&*region, key * capacity, capacity, key_name(key).as_bytes(), 1, &[], value, SLOT_FLAG_VALID)?;
+        writer.publish(
+            &*region,
+            key * capacity,
+            capacity,
+            key_name(key).as_bytes(),
+            1,
+            0,
+            &[],
+            value,
+            SLOT_FLAG_VALID,
+        )?;
     }
     let remote = fabric.map(&fabric.describe(&region))?;
     let mut buf = vec![0u8; capacity];

@@ -14,13 +14,16 @@
 //! 28              4     value_len (bytes)
 //! 32              4     metadata_len (bytes)
 //! 36              4     reserved, zero
-//! 40              K     key, zero-padded to K = pad8(key_len)
-//! 40+K            M     metadata, zero-padded to M = pad8(metadata_len)
-//! 40+K+M          V     value, zero-padded to V = pad8(value_len)
-//! 40+K+M+V        8     checksum: XXH3-64 of bytes [0, 24) (seq, ts, flags with bit 0
-//!                       cleared) XOR XXH3-64 of bytes [24, 40+K+M+V) (lengths, key,
-//!                       metadata, value)
-//! 48+K+M+V        8     seq copy: equal to the seq word of a completed write
+//! 40              8     expiry: when the version stops being visible (rampkv's `Expiry`
+//!                       word: a deadline in ms since the Unix epoch, 0 never; bit 63 set on
+//!                       a version whose value the server reclaimed); opaque to this module
+//! 48              K     key, zero-padded to K = pad8(key_len)
+//! 48+K            M     metadata, zero-padded to M = pad8(metadata_len)
+//! 48+K+M          V     value, zero-padded to V = pad8(value_len)
+//! 48+K+M+V        8     checksum: XXH3-64 of bytes [0, 24) (seq, ts, flags with bit 0
+//!                       cleared) XOR XXH3-64 of bytes [24, 48+K+M+V) (lengths, expiry,
+//!                       key, metadata, value)
+//! 56+K+M+V        8     seq copy: equal to the seq word of a completed write
 //! ```
 //!
 //! # Protocol (a seqlock, after Linux's and Hans Boehm's "Can seqlocks get along with
@@ -65,8 +68,10 @@ pub const SLOT_VALUE_LEN_OFFSET_BYTES: usize = 28;
 pub const SLOT_METADATA_LEN_OFFSET_BYTES: usize = 32;
 /// Byte offset of the reserved u32 (zero).
 pub const SLOT_RESERVED_OFFSET_BYTES: usize = 36;
+/// Byte offset of the expiry word (u64).
+pub const SLOT_EXPIRY_OFFSET_BYTES: usize = 40;
 /// Bytes before the key.
-pub const SLOT_HEADER_BYTES: usize = 40;
+pub const SLOT_HEADER_BYTES: usize = 48;
 /// Bytes of the trailer (checksum, seq copy).
 pub const SLOT_TRAILER_BYTES: usize = 16;
 /// Smallest slot (empty key, metadata and value).
@@ -260,6 +265,7 @@ impl SlotWriter {
         capacity_bytes: usize,
         key: &[u8],
         ts: u64,
+        expiry: u64,
         metadata: &[u8],
         value: &[u8],
         flags: u64,
@@ -283,6 +289,7 @@ impl SlotWriter {
         image[28..32].copy_from_slice(&(value.len() as u32).to_le_bytes());
         image[32..36].copy_from_slice(&(metadata.len() as u32).to_le_bytes());
         image[36..40].fill(0);
+        image[40..48].copy_from_slice(&expiry.to_le_bytes());
         // Each field is followed by its zero padding (the scratch buffer holds older images).
         for (field, bytes) in [(&layout.key, key), (&layout.metadata, metadata), (&layout.value, value)] {
             image[field.clone()].copy_from_slice(bytes);
@@ -427,7 +434,7 @@ fn read_stable<F: OneSided>(
 }
 
 /// [`read_stable`], reading only the bytes the slot's version occupies rather than the whole
-/// capacity: the 40-byte header first, then (from the lengths in it) the rest up to the end of
+/// capacity: the 48-byte header first, then (from the lengths in it) the rest up to the end of
 /// the trailer. Lengths that exceed `image.len()` (torn, or a real overflow) make it read the
 /// whole image, so that the verdict is the same as a whole-capacity read's. Returns the seq and
 /// the bytes read (`image[..bytes]` is the image to verify).
@@ -463,6 +470,7 @@ pub struct SlotView<'a> {
     seq: u64,
     ts: u64,
     flags: u64,
+    expiry: u64,
     key: &'a [u8],
     metadata: &'a [u8],
     value: &'a [u8],
@@ -481,6 +489,10 @@ impl<'a> SlotView<'a> {
     /// Raw flags word.
     pub fn flags(&self) -> u64 {
         self.flags
+    }
+    /// The version's expiry word, as the server wrote it.
+    pub fn expiry(&self) -> u64 {
+        self.expiry
     }
     /// Whether the server has marked a newer version as prepared.
     pub fn newer_prepared(&self) -> bool {
@@ -603,10 +615,12 @@ fn read_slot_attempts<'b, F: OneSided>(
         return Err(SlotReadError::Torn { attempts: attempts_max });
     };
     let image: &'b [u8] = buf;
+    let expiry = word_at(image, SLOT_EXPIRY_OFFSET_BYTES);
     Ok(SlotView {
         seq,
         ts,
         flags,
+        expiry,
         key: &image[layout.key],
         metadata: &image[layout.metadata],
         value: &image[layout.value],
@@ -641,11 +655,21 @@ mod tests {
         let words = HeapWords::new(64);
         let mut writer = SlotWriter::new(CAPACITY);
         let seq = writer
-            .publish(&words, 64, CAPACITY, b"key", 0x1122_3344_5566_7788, b"meta!", b"v", SLOT_FLAG_VALID)
+            .publish(
+                &words,
+                64,
+                CAPACITY,
+                b"key",
+                0x1122_3344_5566_7788,
+                0x0102_0304_0506,
+                b"meta!",
+                b"v",
+                SLOT_FLAG_VALID,
+            )
             .unwrap();
         assert_eq!(seq, 2);
         let size = slot_bytes(3, 5, 1);
-        assert_eq!(size, 40 + 8 + 8 + 8 + 16);
+        assert_eq!(size, 48 + 8 + 8 + 8 + 16);
         let image = bytes_of(&words, 64..64 + size);
         assert_eq!(&image[0..8], &2u64.to_le_bytes());
         assert_eq!(&image[8..16], &[0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
@@ -654,12 +678,13 @@ mod tests {
         assert_eq!(&image[28..32], &[1, 0, 0, 0]); // value_len
         assert_eq!(&image[32..36], &[5, 0, 0, 0]); // metadata_len
         assert_eq!(&image[36..40], &[0, 0, 0, 0]); // reserved
-        assert_eq!(&image[40..48], b"key\0\0\0\0\0");
-        assert_eq!(&image[48..56], b"meta!\0\0\0");
-        assert_eq!(&image[56..64], b"v\0\0\0\0\0\0\0");
-        let (head, body) = (xxhash_rust::xxh3::xxh3_64(&image[..24]), xxhash_rust::xxh3::xxh3_64(&image[24..64]));
-        assert_eq!(&image[64..72], &(head ^ body).to_le_bytes());
-        assert_eq!(&image[72..80], &2u64.to_le_bytes());
+        assert_eq!(&image[40..48], &[6, 5, 4, 3, 2, 1, 0, 0]); // expiry
+        assert_eq!(&image[48..56], b"key\0\0\0\0\0");
+        assert_eq!(&image[56..64], b"meta!\0\0\0");
+        assert_eq!(&image[64..72], b"v\0\0\0\0\0\0\0");
+        let (head, body) = (xxhash_rust::xxh3::xxh3_64(&image[..24]), xxhash_rust::xxh3::xxh3_64(&image[24..72]));
+        assert_eq!(&image[72..80], &(head ^ body).to_le_bytes());
+        assert_eq!(&image[80..88], &2u64.to_le_bytes());
         // Nothing before the slot was touched.
         assert_eq!(bytes_of(&words, 0..64), vec![0u8; 64]);
     }
@@ -670,10 +695,14 @@ mod tests {
         let mut writer = SlotWriter::new(CAPACITY);
         let mut buf = vec![0u8; CAPACITY];
         for (round, value) in [&b"first"[..], b"a longer second value", b""].iter().enumerate() {
-            writer.publish(&local, CAPACITY, CAPACITY, b"k1", 10 + round as u64, b"w", value, SLOT_FLAG_VALID).unwrap();
+            let expiry = [0, 1_700_000_000_000, 1 << 63 | 5][round];
+            writer
+                .publish(&local, CAPACITY, CAPACITY, b"k1", 10 + round as u64, expiry, b"w", value, SLOT_FLAG_VALID)
+                .unwrap();
             let view = read_slot(&fabric, &remote, CAPACITY, CAPACITY, b"k1", &mut buf).unwrap();
             assert_eq!(view.value(), *value);
             assert_eq!(view.ts(), 10 + round as u64);
+            assert_eq!(view.expiry(), expiry, "the expiry word travels as it is");
             assert_eq!(view.metadata(), b"w");
             assert_eq!(view.seq(), 2 * (round as u64 + 1));
             assert_eq!(view.attempts(), 1);
@@ -687,7 +716,7 @@ mod tests {
         let mut writer = SlotWriter::new(CAPACITY);
         let mut buf = vec![0u8; CAPACITY];
         assert!(matches!(writer.set_flags(&local, 0, CAPACITY, SLOT_FLAG_VALID), Err(SlotWriteError::NotPublished)));
-        writer.publish(&local, 0, CAPACITY, b"k", 5, b"", b"value", SLOT_FLAG_VALID).unwrap();
+        writer.publish(&local, 0, CAPACITY, b"k", 5, 0, b"", b"value", SLOT_FLAG_VALID).unwrap();
         let seq = writer.set_flags(&local, 0, CAPACITY, SLOT_FLAG_VALID | SLOT_FLAG_NEWER_PREPARED).unwrap();
         assert_eq!(seq, 4);
         let view = read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf).unwrap();
@@ -706,7 +735,9 @@ mod tests {
             local.store(index, good, StoreOrdering::Relaxed);
         }
         // A mark on a slot republished with another body still checks.
-        writer.publish(&local, 0, CAPACITY, b"k", 6, b"meta", b"a longer value than before", SLOT_FLAG_VALID).unwrap();
+        writer
+            .publish(&local, 0, CAPACITY, b"k", 6, 0, b"meta", b"a longer value than before", SLOT_FLAG_VALID)
+            .unwrap();
         writer.set_flags(&local, 0, CAPACITY, SLOT_FLAG_VALID | SLOT_FLAG_NEWER_PREPARED).unwrap();
         let view = read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf).unwrap();
         assert_eq!(
@@ -723,7 +754,7 @@ mod tests {
         let mut writer = SlotWriter::new(CAPACITY);
         let mut buf = vec![0u8; CAPACITY];
         assert!(matches!(writer.mark_newer_prepared(&local, 0, CAPACITY), Err(SlotWriteError::NotPublished)));
-        writer.publish(&local, 0, CAPACITY, b"k", 5, b"w", b"value", SLOT_FLAG_VALID).unwrap();
+        writer.publish(&local, 0, CAPACITY, b"k", 5, 0, b"w", b"value", SLOT_FLAG_VALID).unwrap();
         let before = bytes_of(&local, 0..CAPACITY);
         writer.mark_newer_prepared(&local, 0, CAPACITY).unwrap();
         let after = bytes_of(&local, 0..CAPACITY);
@@ -735,7 +766,7 @@ mod tests {
         let view = read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf).unwrap();
         assert_eq!((view.value(), view.ts(), view.seq(), view.newer_prepared()), (&b"value"[..], 5, 2, true));
         // A republish clears it; an invalidated slot cannot be marked.
-        writer.publish(&local, 0, CAPACITY, b"k", 6, b"w", b"newer", SLOT_FLAG_VALID).unwrap();
+        writer.publish(&local, 0, CAPACITY, b"k", 6, 0, b"w", b"newer", SLOT_FLAG_VALID).unwrap();
         assert!(!read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf).unwrap().newer_prepared());
         writer.set_flags(&local, 0, CAPACITY, 0).unwrap();
         assert!(matches!(writer.mark_newer_prepared(&local, 0, CAPACITY), Err(SlotWriteError::NotPublished)));
@@ -748,7 +779,7 @@ mod tests {
         let mut buf = vec![0u8; CAPACITY];
         // Never written.
         assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::NotValid)));
-        writer.publish(&local, 0, CAPACITY, b"k", 1, b"", b"value", SLOT_FLAG_VALID).unwrap();
+        writer.publish(&local, 0, CAPACITY, b"k", 1, 0, b"", b"value", SLOT_FLAG_VALID).unwrap();
         assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"other", &mut buf), Err(SlotReadError::WrongKey)));
         // A reader told a smaller capacity than the slot needs.
         assert!(matches!(
@@ -788,19 +819,19 @@ mod tests {
         let mut writer = SlotWriter::new(CAPACITY);
         let big = vec![7u8; CAPACITY];
         assert!(matches!(
-            writer.publish(&local, 0, CAPACITY, b"k", 1, b"", &big, SLOT_FLAG_VALID),
+            writer.publish(&local, 0, CAPACITY, b"k", 1, 0, b"", &big, SLOT_FLAG_VALID),
             Err(SlotWriteError::TooLarge { .. })
         ));
         assert!(matches!(
-            writer.publish(&local, 0, CAPACITY, b"k", 1, b"", b"", 1 << 5),
+            writer.publish(&local, 0, CAPACITY, b"k", 1, 0, b"", b"", 1 << 5),
             Err(SlotWriteError::UnknownFlags { .. })
         ));
         assert!(matches!(
-            writer.publish(&local, 0, 100, b"k", 1, b"", b"", SLOT_FLAG_VALID),
+            writer.publish(&local, 0, 100, b"k", 1, 0, b"", b"", SLOT_FLAG_VALID),
             Err(SlotWriteError::InvalidCapacity { .. })
         ));
         assert!(matches!(
-            writer.publish(&local, 4 * CAPACITY - 8, CAPACITY, b"k", 1, b"", b"", SLOT_FLAG_VALID),
+            writer.publish(&local, 4 * CAPACITY - 8, CAPACITY, b"k", 1, 0, b"", b"", SLOT_FLAG_VALID),
             Err(SlotWriteError::Fabric(FabricError::OutOfBounds { .. }))
         ));
         assert_eq!(local.load(0, LoadOrdering::Relaxed), 0);
@@ -811,7 +842,7 @@ mod tests {
         let (fabric, local, remote) = setup();
         let mut writer = SlotWriter::new(CAPACITY);
         let mut buf = vec![0u8; CAPACITY];
-        writer.publish(&local, 0, CAPACITY, b"k", 1, b"", b"", SLOT_FLAG_VALID).unwrap();
+        writer.publish(&local, 0, CAPACITY, b"k", 1, 0, b"", b"", SLOT_FLAG_VALID).unwrap();
         // Re-seal an image with a flag bit the format does not define.
         let size = slot_bytes(1, 0, 0);
         let mut image = bytes_of(&local, 0..size);
@@ -837,7 +868,7 @@ mod tests {
                     generation += 1;
                     let len = (generation % 150) as usize;
                     let value = vec![generation as u8; len];
-                    writer.publish(&local, 0, CAPACITY, b"k", generation, b"", &value, SLOT_FLAG_VALID).unwrap();
+                    writer.publish(&local, 0, CAPACITY, b"k", generation, 0, b"", &value, SLOT_FLAG_VALID).unwrap();
                 }
             });
             let mut buf = vec![0u8; CAPACITY];
@@ -870,7 +901,7 @@ mod loom_tests {
     use std::sync::Arc;
 
     const KEY: &[u8] = b"k";
-    // 40 header + 8 key + 8 value + 16 trailer = 72 bytes = 9 words.
+    // 48 header + 8 key + 8 value + 16 trailer = 80 bytes = 10 words.
     const CAPACITY: usize = slot_bytes(1, 0, 8);
 
     fn builder() -> loom::model::Builder {
@@ -881,7 +912,7 @@ mod loom_tests {
 
     fn publish(writer: &mut SlotWriter, memory: &LoomWords, generation: u64) {
         let value = [generation as u8; 8];
-        writer.publish(memory, 0, CAPACITY, KEY, generation, b"", &value, SLOT_FLAG_VALID).unwrap();
+        writer.publish(memory, 0, CAPACITY, KEY, generation, 0, b"", &value, SLOT_FLAG_VALID).unwrap();
     }
 
     /// The full slot: generation 1 is published before the threads start; a writer thread

@@ -189,6 +189,7 @@ fn slot_writer_child() {
                 SLOT_CAPACITY_BYTES,
                 &key_of(key_id),
                 generation,
+                generation, // the expiry word travels as any other: the reader checks it
                 metadata.as_bytes(),
                 &value_of(key_id, generation),
                 SLOT_FLAG_VALID,
@@ -262,7 +263,8 @@ fn read_slots_for(descriptor: &RegionDescriptor, duration: Duration) -> ReaderSt
                 Ok(view) => {
                     stats.accepted += 1;
                     stats.torn_retries += u64::from(view.attempts() - 1);
-                    if !value_is_intact(key_id, view.ts(), view.metadata(), view.value()) {
+                    if !value_is_intact(key_id, view.ts(), view.metadata(), view.value()) || view.expiry() != view.ts()
+                    {
                         stats.bad += 1;
                         eprintln!("BAD value accepted for key {key_id} at ts {}", view.ts());
                     }

@@ -3,6 +3,11 @@
 //! read one-sidedly (`rampkv_fabric::slot` has the slot format and the seqlock).
 //!
 //! # Rules
+//! - **Expiry.** A slot carries its version's expiry word (`rampkv_fabric::slot`): a GET\*
+//!   reader judges it as a GET+ reader judges a VERSIONS entry. A key the store removed after
+//!   reclaiming it (expired) loses its slot (`Effects::reclaimed`), unless a newer version was
+//!   published since; a slot whose version the sweep reclaimed (value dropped) keeps serving it
+//!   until then: readers judge it expired by its deadline.
 //! - **Only committed versions are published.** A slot is (re)written after COMMIT (RAMP),
 //!   PUT (NoCC), COMMIT_LOCKED (S2PL) and a commit by recovery (`ServerCore::commit`), from
 //!   `Store::get_latest`, which only returns the
@@ -92,7 +97,7 @@ pub fn lease_word_of(end_ns: u64) -> u64 {
 pub struct ItemSlotConfig {
     /// Slots in the region.
     pub slots: usize,
-    /// Bytes per slot (a multiple of 8, at least the empty slot's 56 bytes).
+    /// Bytes per slot (a multiple of 8, at least the empty slot's 64 bytes).
     pub slot_bytes: usize,
 }
 
@@ -208,6 +213,9 @@ impl<F: FabricHandle> Publisher for ItemSlots<F> {
         if !effects.prepared.is_empty() {
             self.note_prepared_each(effects.prepared.iter().map(|(ts, key)| (*ts, &key[..])));
         }
+        if !effects.reclaimed.is_empty() {
+            self.free_reclaimed(effects.reclaimed.iter().map(|(ts, key)| (*ts, &key[..])));
+        }
     }
     fn locate(&self, store: &Store, key: &[u8]) -> Option<u32> {
         ItemSlots::locate(self, store, key)
@@ -309,6 +317,23 @@ impl<F: FabricHandle> ItemSlots<F> {
         }
     }
 
+    /// Keys the store removed after reclaiming them (expired), each with the timestamp of its
+    /// last version: their slots are invalidated and freed, unless a newer version was
+    /// published since (the key was written again).
+    pub fn free_reclaimed<'k>(&self, reclaimed: impl IntoIterator<Item = (Timestamp, &'k [u8])>) {
+        let mut table = self.table.lock();
+        let SlotTable { entries, free, writer, .. } = &mut *table;
+        for (ts, key) in reclaimed {
+            if entries.get(key).is_none_or(|entry| entry.ts > ts) {
+                continue;
+            }
+            let entry = entries.remove(key).expect("looked up above");
+            // Cannot fail: the slot is inside the region (checked when it was assigned).
+            let _ = writer.set_flags(&*self.region, self.offset(entry.index), self.config.slot_bytes, 0);
+            free.push(entry.index);
+        }
+    }
+
     fn offset(&self, index: u32) -> usize {
         index as usize * self.config.slot_bytes
     }
@@ -365,6 +390,7 @@ impl<F: FabricHandle> ItemSlots<F> {
             self.config.slot_bytes,
             key,
             version.ts,
+            version.expiry.to_word(),
             metadata,
             &version.value,
             flags,
@@ -419,6 +445,7 @@ impl<F: FabricHandle> ItemSlots<F> {
             self.config.slot_bytes,
             key,
             ts,
+            0,
             metadata,
             value,
             SLOT_FLAG_VALID,
@@ -501,7 +528,7 @@ mod tests {
             ts,
             metadata: rampkv_core::wire::Metadata::WriteSet(rampkv_core::wire::WriteSet::from_keys(&[b"a"]).unwrap()),
             write_set: Vec::new(),
-            writes: vec![Write { key: b"a".to_vec(), value: value.to_vec() }],
+            writes: vec![Write::new(b"a".to_vec(), value.to_vec())],
         };
         handle(prepare(10, b"ten"), 1);
         handle(Request::Commit { ts: 10 }, 2);

@@ -1,14 +1,15 @@
 //! The command table and the translation of a parsed command into a [`Request`].
 //!
 //! No I/O and no gateway state: a command either becomes a transaction to run (GET, MGET,
-//! EXISTS, STRLEN, TYPE, SET, MSET, DEL, UNLINK), a request that needs the connection's or
-//! gateway's state (AUTH, HELLO, INFO, CLIENT SETNAME/GETNAME/ID, QUIT, MULTI, EXEC, DISCARD,
-//! WATCH), or a reply known at once (PING, UNWATCH, errors, ...).
+//! EXISTS, STRLEN, TYPE, SET, MSET, DEL, UNLINK; and for expiry SET EX/PX/EXAT/PXAT, SETEX,
+//! PSETEX, TTL, PTTL), a request that needs the connection's or gateway's state (AUTH, HELLO,
+//! INFO, CLIENT SETNAME/GETNAME/ID, QUIT, MULTI, EXEC, DISCARD, WATCH), or a reply known at once
+//! (PING, UNWATCH, errors, ...).
 //!
 //! # Errors
 //! Unknown commands, wrong arities and unknown subcommands get Redis's exact texts (Redis 7.0),
-//! so tools that match on them keep working. Commands rampkv cannot honour (SET options, DBSIZE,
-//! other databases) get an error that says so. Every check happens here, before a transaction
+//! so tools that match on them keep working. Commands rampkv cannot honour (yet: SET NX, XX,
+//! GET and KEEPTTL; DBSIZE, other databases) get an error that says so. Every check happens here, before a transaction
 //! starts: a command that fails here changes no state.
 //!
 //! # Order of checks (Redis 7.0's)
@@ -49,6 +50,11 @@ pub enum CommandKind {
     Config,
     Auth,
     Acl,
+    // Expiry (docs/resp.md, "Expiry"): SETEX and PSETEX write, TTL and PTTL read.
+    SetExpire,
+    SetExpireMs,
+    TimeToLive,
+    TimeToLiveMs,
 }
 
 /// One entry of the command table, as `COMMAND INFO` reports it.
@@ -86,6 +92,10 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("mset", CommandKind::MultiSet, -3, &["write", "denyoom"], (1, -1, 2), &["@write", "@string", "@slow"]),
     spec("del", CommandKind::Delete, -2, &["write"], (1, -1, 1), &["@keyspace", "@write", "@slow"]),
     spec("exists", CommandKind::Exists, -2, &["readonly", "fast"], (1, -1, 1), &["@keyspace", "@read", "@fast"]),
+    spec("setex", CommandKind::SetExpire, 4, &["write", "denyoom"], (1, 1, 1), &["@write", "@string", "@slow"]),
+    spec("psetex", CommandKind::SetExpireMs, 4, &["write", "denyoom"], (1, 1, 1), &["@write", "@string", "@slow"]),
+    spec("ttl", CommandKind::TimeToLive, 2, &["readonly", "fast"], (1, 1, 1), &["@keyspace", "@read", "@fast"]),
+    spec("pttl", CommandKind::TimeToLiveMs, 2, &["readonly", "fast"], (1, 1, 1), &["@keyspace", "@read", "@fast"]),
     spec("unlink", CommandKind::Unlink, -2, &["write", "fast"], (1, -1, 1), &["@keyspace", "@write", "@fast"]),
     spec("strlen", CommandKind::Strlen, 2, &["readonly", "fast"], (1, 1, 1), &["@read", "@string", "@fast"]),
     spec("type", CommandKind::Type, 2, &["readonly", "fast"], (1, 1, 1), &["@keyspace", "@read", "@fast"]),
@@ -245,6 +255,19 @@ pub enum Request {
     MultiSet {
         pairs: Vec<(Vec<u8>, Vec<u8>)>,
     },
+    /// Write one key that expires (SET with EX, PX, EXAT or PXAT; SETEX; PSETEX); `value` in
+    /// its stored form. A relative expiry becomes a deadline with the batch's one clock reading.
+    SetExpiring {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        expiry: ExpiryArg,
+    },
+    /// Read one key's time to live (TTL in seconds, PTTL in milliseconds): -2 absent, -1 no
+    /// expiry.
+    TimeToLive {
+        key: Vec<u8>,
+        unit: TtlUnit,
+    },
     /// Read the keys (to count the present ones), then write a tombstone to each in one
     /// `put_all`.
     Delete {
@@ -299,6 +322,36 @@ pub enum Request {
     Quit,
     /// Reply this at once.
     Reply(Frame),
+}
+
+/// When a key written by SET EX/PX/EXAT/PXAT, SETEX or PSETEX expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpiryArg {
+    /// This many milliseconds after the writer's clock reading (one per batch or transaction:
+    /// every key of it from one instant, as Redis's `commandTimeSnapshot`).
+    AfterMs(u64),
+    /// At this many milliseconds since the Unix epoch.
+    AtMs(u64),
+}
+
+impl ExpiryArg {
+    /// The deadline in ms since the Unix epoch, given the writer's clock reading `now_ms`; a
+    /// deadline beyond the largest a version carries is the largest (Redis refuses an overflow
+    /// of `i64` when it parses, which [`parse_set_expiry`] does too).
+    pub fn deadline_ms(self, now_ms: u64) -> u64 {
+        let deadline = match self {
+            ExpiryArg::AfterMs(after_ms) => now_ms.saturating_add(after_ms),
+            ExpiryArg::AtMs(at_ms) => at_ms,
+        };
+        deadline.min(rampkv_core::types::Expiry::DEADLINE_MS_MAX)
+    }
+}
+
+/// The unit TTL and PTTL answer in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TtlUnit {
+    Seconds,
+    Milliseconds,
 }
 
 /// One section of INFO's text, in Redis's order.
@@ -447,6 +500,7 @@ fn translate(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {
         CommandKind::MultiGet => Ok(Request::MultiGet { keys: checked_keys(args, 1)? }),
         CommandKind::Exists => Ok(Request::Exists { keys: checked_keys(args, 1)? }),
         CommandKind::Delete => Ok(Request::Delete { keys: checked_keys(args, 1)? }),
+        CommandKind::Set if args.len() > 3 => set_with_options(args),
         CommandKind::Unlink => Ok(Request::Unlink { keys: checked_keys(args, 1)? }),
         CommandKind::Strlen => Ok(Request::Strlen { key: checked_keys(args, 1)?.remove(0) }),
         CommandKind::Type => Ok(Request::Type { key: checked_keys(args, 1)?.remove(0) }),
@@ -458,13 +512,16 @@ fn translate(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {
         // answers when no key is watched. A client that unwatches on its way out keeps working.
         CommandKind::Unwatch => ok(),
         CommandKind::Set => {
-            if args.len() > 3 {
-                let option = String::from_utf8_lossy(args.get(3));
-                return Err(Frame::error(format!("ERR SET options are not supported by rampkv (got '{option}')")));
-            }
             let pairs = checked_pairs(args)?;
             let (key, value) = pairs.into_iter().next().expect("arity 3 gives one pair");
             Ok(Request::Set { key, value })
+        }
+        CommandKind::SetExpire | CommandKind::SetExpireMs => set_expire(spec, args),
+        CommandKind::TimeToLive => {
+            Ok(Request::TimeToLive { key: checked_keys(args, 1)?.remove(0), unit: TtlUnit::Seconds })
+        }
+        CommandKind::TimeToLiveMs => {
+            Ok(Request::TimeToLive { key: checked_keys(args, 1)?.remove(0), unit: TtlUnit::Milliseconds })
         }
         CommandKind::MultiSet => {
             if args.len() % 2 == 0 {
@@ -537,6 +594,105 @@ fn checked_pairs(args: &Args<'_>) -> Result<Pairs, Frame> {
         pairs.push((key.to_vec(), value::encode(value)));
     }
     Ok(pairs)
+}
+
+/// The key and the stored value of SET's first two arguments, checked.
+fn set_key_value(args: &Args<'_>) -> Result<(Vec<u8>, Vec<u8>), Frame> {
+    let key = checked_key(args.get(1))?.to_vec();
+    let value = args.get(2);
+    if value.len() > STORED_VALUE_BYTES_MAX {
+        return Err(Frame::error(format!(
+            "ERR value too large: {} bytes, at most {STORED_VALUE_BYTES_MAX}",
+            value.len()
+        )));
+    }
+    Ok((key, value::encode(value)))
+}
+
+/// `SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]`, Redis 7.0's
+/// checks in its order: the options' syntax first (`ERR syntax error`), then the expiry's
+/// number (`ERR value is not an integer or out of range`, then `ERR invalid expire time in
+/// 'set' command` for one not above 0 or whose milliseconds overflow). NX, XX, GET and KEEPTTL
+/// need the key's current version to decide what to write: they come with the single-key
+/// conditional updates (docs/resp.md) and are refused until then, saying so.
+fn set_with_options(args: &Args<'_>) -> Result<Request, Frame> {
+    let syntax = || Frame::error("ERR syntax error");
+    let mut expiry: Option<(&[u8], &[u8])> = None;
+    let mut conditional: Option<&'static str> = None;
+    let (mut not_existing, mut existing, mut keep_ttl, mut get) = (false, false, false, false);
+    let mut position = 3;
+    while position < args.len() {
+        let option = args.get(position);
+        let is = |name: &str| option.eq_ignore_ascii_case(name.as_bytes());
+        if is("NX") && !existing {
+            (not_existing, conditional) = (true, conditional.or(Some("NX")));
+        } else if is("XX") && !not_existing {
+            (existing, conditional) = (true, conditional.or(Some("XX")));
+        } else if is("GET") {
+            (get, conditional) = (true, conditional.or(Some("GET")));
+        } else if is("KEEPTTL") && expiry.is_none() {
+            (keep_ttl, conditional) = (true, conditional.or(Some("KEEPTTL")));
+        } else if is("EX") || is("PX") || is("EXAT") || is("PXAT") {
+            // As Redis: one unit, given again or not (the last number counts), and no KEEPTTL.
+            let other_unit = expiry.is_some_and(|(unit, _)| !unit.eq_ignore_ascii_case(option));
+            let Some(number) = args.iter_from(position + 1).next().filter(|_| !other_unit && !keep_ttl) else {
+                return Err(syntax());
+            };
+            expiry = Some((option, number));
+            position += 1;
+        } else {
+            return Err(syntax());
+        }
+        position += 1;
+    }
+    debug_assert!(!get || conditional.is_some());
+    if let Some(option) = conditional {
+        return Err(Frame::error(format!(
+            "ERR SET {option} is not supported by rampkv yet: it needs the key's current version (single-key \
+             conditional updates, see docs/resp.md)"
+        )));
+    }
+    let (key, value) = set_key_value(args)?;
+    let Some((unit, number)) = expiry else {
+        return Ok(Request::Set { key, value });
+    };
+    let expiry = parse_set_expiry(unit, number, "set")?;
+    Ok(Request::SetExpiring { key, value, expiry })
+}
+
+/// `SETEX key seconds value`, `PSETEX key milliseconds value`: the expiry checked as SET's.
+fn set_expire(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {
+    let unit: &[u8] = if spec.kind == CommandKind::SetExpire { b"EX" } else { b"PX" };
+    let expiry = parse_set_expiry(unit, args.get(2), spec.name)?;
+    let key = checked_key(args.get(1))?.to_vec();
+    let value = args.get(3);
+    if value.len() > STORED_VALUE_BYTES_MAX {
+        return Err(Frame::error(format!(
+            "ERR value too large: {} bytes, at most {STORED_VALUE_BYTES_MAX}",
+            value.len()
+        )));
+    }
+    Ok(Request::SetExpiring { key, value: value::encode(value), expiry })
+}
+
+/// An expiry option's number (`EX`, `PX`, `EXAT`, `PXAT`, any letter case) as Redis 7.0
+/// checks it: an `i64` above 0 whose milliseconds do not overflow.
+fn parse_set_expiry(unit: &[u8], number: &[u8], command: &str) -> Result<ExpiryArg, Frame> {
+    let Some(amount) = parse_integer(number) else {
+        return Err(Frame::error("ERR value is not an integer or out of range"));
+    };
+    let invalid = || Frame::error(format!("ERR invalid expire time in '{command}' command"));
+    let seconds = unit.eq_ignore_ascii_case(b"EX") || unit.eq_ignore_ascii_case(b"EXAT");
+    let milliseconds = match seconds {
+        true => amount.checked_mul(1_000),
+        false => Some(amount),
+    };
+    let milliseconds = match milliseconds {
+        Some(milliseconds) if amount > 0 => milliseconds as u64,
+        _ => return Err(invalid()),
+    };
+    let absolute = unit.eq_ignore_ascii_case(b"EXAT") || unit.eq_ignore_ascii_case(b"PXAT");
+    Ok(if absolute { ExpiryArg::AtMs(milliseconds) } else { ExpiryArg::AfterMs(milliseconds) })
 }
 
 /// Redis's text: `ERR unknown command 'name', with args beginning with: 'a' 'b' `. The
@@ -810,8 +966,52 @@ mod tests {
         assert_eq!(error_text("config set a"), "ERR wrong number of arguments for 'config|set' command");
         assert_eq!(error_text("command count x"), "ERR wrong number of arguments for 'command|count' command");
         assert_eq!(error_text("command nosuch"), "ERR unknown subcommand 'nosuch'. Try COMMAND HELP.");
-        assert!(error_text("set k v ex 10").contains("not supported"));
+        assert!(error_text("set k v keepttl").contains("SET KEEPTTL is not supported by rampkv yet"));
         assert!(error_text("dbsize").starts_with("ERR DBSIZE is not supported"));
+    }
+
+    /// SET's expiry options, SETEX, PSETEX, TTL and PTTL, with Redis 7.0's error texts in its
+    /// order of checks (syntax first, then the number, then its range).
+    #[test]
+    fn expiry_options_and_commands_parse_as_redis_does() {
+        let set = |expiry| Request::SetExpiring { key: b"k".to_vec(), value: value::encode(b"v"), expiry };
+        assert_eq!(request("set k v ex 10"), set(ExpiryArg::AfterMs(10_000)));
+        assert_eq!(request("SET k v PX 1500"), set(ExpiryArg::AfterMs(1_500)));
+        assert_eq!(request("set k v exat 1700000000"), set(ExpiryArg::AtMs(1_700_000_000_000)));
+        assert_eq!(request("set k v pxat 1700000000123"), set(ExpiryArg::AtMs(1_700_000_000_123)));
+        assert_eq!(request("set k v ex 5 ex 7"), set(ExpiryArg::AfterMs(7_000)), "the same unit again: the last");
+        assert_eq!(request("setex k 3 v"), set(ExpiryArg::AfterMs(3_000)));
+        assert_eq!(request("psetex k 30 v"), set(ExpiryArg::AfterMs(30)));
+        assert_eq!(request("ttl k"), Request::TimeToLive { key: b"k".to_vec(), unit: TtlUnit::Seconds });
+        assert_eq!(request("PTTL k"), Request::TimeToLive { key: b"k".to_vec(), unit: TtlUnit::Milliseconds });
+        for line in [
+            "set k v ex",
+            "set k v ex 1 px 2",
+            "set k v px 1 keepttl",
+            "set k v keepttl px 1",
+            "set k v nx xx",
+            "set k v foo",
+        ] {
+            assert_eq!(error_text(line), "ERR syntax error", "{line}");
+        }
+        for line in ["set k v ex ten", "set k v px 1.5", "set k v ex 99999999999999999999", "setex k x v"] {
+            assert_eq!(error_text(line), "ERR value is not an integer or out of range", "{line}");
+        }
+        for line in ["set k v ex 0", "set k v px -1", "set k v exat 0", "set k v ex 9223372036854776"] {
+            assert_eq!(error_text(line), "ERR invalid expire time in 'set' command", "{line}");
+        }
+        assert_eq!(error_text("setex k 0 v"), "ERR invalid expire time in 'setex' command");
+        assert_eq!(error_text("psetex k -5 v"), "ERR invalid expire time in 'psetex' command");
+        assert_eq!(error_text("setex k 1"), "ERR wrong number of arguments for 'setex' command");
+        assert_eq!(error_text("ttl"), "ERR wrong number of arguments for 'ttl' command");
+        for option in ["NX", "XX", "GET"] {
+            let text = error_text(&format!("set k v {option} px 10"));
+            assert!(text.starts_with(&format!("ERR SET {option} is not supported by rampkv yet")), "{text}");
+        }
+        // A relative expiry becomes a deadline from the writer's one reading of its clock.
+        assert_eq!(ExpiryArg::AfterMs(1_500).deadline_ms(1_000), 2_500);
+        assert_eq!(ExpiryArg::AtMs(7).deadline_ms(1_000), 7, "an absolute deadline in the past stays");
+        assert_eq!(ExpiryArg::AfterMs(u64::MAX).deadline_ms(5), rampkv_core::types::Expiry::DEADLINE_MS_MAX);
     }
 
     #[test]

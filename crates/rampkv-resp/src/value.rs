@@ -1,14 +1,18 @@
 //! How the gateway stores a Redis value in rampkv.
 //!
-//! RAMP versions have no tombstone: a key once written always has a newest version. So that
-//! DEL can remove keys (atomically, in one `put_all`), a deleted key is stored as the single
-//! byte `0x00`, and a value that could be mistaken for it, or for the escape itself, is stored
-//! after a `0x01` byte:
+//! DEL and expiry are rampkv's own now (issue 31): DEL writes a deletion (a version that has
+//! already expired, `Write::delete`) and SET EX & co. a version with a deadline; a read reports
+//! such a key absent ([`rampkv_core::protocol::ReadItem::exists`]), and the servers reclaim it.
+//! Before that, RAMP versions had no tombstone, so a deleted key was stored as the single byte
+//! `0x00`, and a value that could be mistaken for it, or for the escape itself, after a `0x01`
+//! byte. The gateway still writes that escape and still reads those tombstones, so data files
+//! written before read as they did, and a value the gateway writes never reads as one:
 //!
-//! | stored bytes | meaning for GET, MGET, EXISTS |
+//! | stored bytes | meaning for GET, MGET, EXISTS, TTL |
 //! |---|---|
 //! | none, version timestamp 0 | never written: absent |
-//! | `0x00` | deleted (a tombstone written by DEL): absent |
+//! | a deletion, or an expired version | deleted or expired: absent |
+//! | `0x00` | deleted by a gateway that predates deletions (a tombstone): absent |
 //! | `0x01` + value | present with `value` (the gateway writes an empty value, or one whose first byte is `0x00` or `0x01`, so) |
 //! | anything else | present, all bytes (the gateway writes every other value as it is) |
 //!
@@ -20,6 +24,7 @@
 //! happens to be `0x00` or `0x01` (then they read as deleted, or lose that byte).
 
 use rampkv_core::limits::VALUE_BYTES_MAX;
+use rampkv_core::protocol::ReadItem;
 use rampkv_core::types::{Timestamp, TIMESTAMP_INITIAL};
 
 /// First byte of a present value stored escaped (empty, or starting with `0x00` or `0x01`).
@@ -44,9 +49,19 @@ pub fn encode(value: &[u8]) -> Vec<u8> {
     }
 }
 
-/// The stored form of a deleted key.
+/// The stored form of a key deleted by a gateway that predates deletions (tests of reading
+/// old data: DEL writes a deletion now).
 pub fn tombstone() -> Vec<u8> {
     vec![TOMBSTONE]
+}
+
+/// The value a read returned for its key, `None` if the key is absent at the read: never
+/// written, deleted, expired (judged by the read), or an old tombstone.
+pub fn of_item(item: &ReadItem) -> Option<&[u8]> {
+    if !item.exists {
+        return None;
+    }
+    decode(item.ts, &item.value)
 }
 
 /// The value a read returned, `None` if the key is absent (never written or deleted).

@@ -66,7 +66,7 @@ fn main() {
     let pass = stats.keys / GC_SWEEP_KEYS_PER_TICK + store.shard_count() + 1;
     for (passes, now_ms) in [(1, 1), (2, GC_GRACE_MS + 1)] {
         for _ in 0..passes * pass {
-            store.sweep(&mut cursor, GC_SWEEP_KEYS_PER_TICK, now_ms);
+            store.sweep(&mut cursor, GC_SWEEP_KEYS_PER_TICK, rampkv::storage::SweepClock::monotonic(now_ms), None);
         }
     }
     let after = held(&region);

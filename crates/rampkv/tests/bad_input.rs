@@ -105,7 +105,7 @@ fn a_truncated_frame_is_never_parsed_and_its_connection_is_closed_at_end_of_stre
         ts: 99 << 16 | 1,
         metadata: Metadata::WriteSet(WriteSet::from_keys(&[b"kept"]).unwrap()),
         write_set: vec![],
-        writes: vec![rampkv::wire::Write { key: b"kept".to_vec(), value: b"evil".to_vec() }],
+        writes: vec![rampkv::wire::Write::new(b"kept".to_vec(), b"evil".to_vec())],
     }
     .encode_frame(7, &mut frame);
     for cut in [1, FRAME_HEADER_BYTES - 1, FRAME_HEADER_BYTES, frame.len() - 1] {
@@ -155,7 +155,7 @@ fn an_invalid_prepare_is_refused_whole() {
         ts: 5 << 16 | 9,
         metadata: Metadata::WriteSet(WriteSet::from_keys(&[b"other"]).unwrap()),
         write_set: vec![],
-        writes: vec![rampkv::wire::Write { key: b"kept".to_vec(), value: b"evil".to_vec() }],
+        writes: vec![rampkv::wire::Write::new(b"kept".to_vec(), b"evil".to_vec())],
     }
     .encode_frame(1, &mut bytes);
     Request::Commit { ts: 5 << 16 | 9 }.encode_frame(2, &mut bytes);

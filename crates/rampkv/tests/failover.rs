@@ -204,7 +204,7 @@ fn assert_refuses_its_old_partitions(address: &str, key: &[u8]) {
     let mut transport = TcpClientTransport::connect(&[address.to_string()]).unwrap();
     let get = Request::Get { items: vec![GetItem { key: key.to_vec(), selector: Selector::Latest }] };
     let ts = (rampkv::types::wall_clock_us() << 16) | 9;
-    let put = Request::Put { ts, writes: vec![Write { key: key.to_vec(), value: b"stale".to_vec() }] };
+    let put = Request::Put { ts, writes: vec![Write::new(key.to_vec(), b"stale".to_vec())] };
     for (id, request) in [(1u64, get), (2, put)] {
         match common::ask(&mut transport, 0, id, &request) {
             Response::Error { code: ErrorCode::NotPrimary, .. } => {}

@@ -63,6 +63,11 @@ const ALLOCATION_FACTOR: usize = 32;
 /// Bytes a decoder may allocate whatever its input (error messages, small fixed tables).
 const ALLOCATION_SLACK_BYTES: usize = 16 * 1024;
 
+/// What `parse_request` may allocate whatever its input: the slack, and a reply known at once,
+/// the largest being a bare `COMMAND`'s, the whole command table (16.4 KiB with the commands of
+/// MULTI/EXEC and expiry: it grows with the table, never with the input).
+const COMMAND_REPLY_SLACK_BYTES: usize = 32 * 1024;
+
 /// Longest input a mutation may grow to: past the RESP inline line bound (64 KiB), so that
 /// bound is reached too.
 const INPUT_BYTES_MAX: usize = 80 * 1024;
@@ -168,12 +173,22 @@ const RATIO_INPUT_BYTES_MIN: usize = 256;
 
 /// Runs `decode` and checks what it allocated against the bound for `input_bytes`.
 fn within_allocation_bound<T>(what: &str, input_bytes: usize, decode: impl FnOnce() -> T) -> T {
+    within_allocation_bound_and_slack(what, input_bytes, ALLOCATION_SLACK_BYTES, decode)
+}
+
+/// [`within_allocation_bound`] with `slack_bytes` in place of [`ALLOCATION_SLACK_BYTES`].
+fn within_allocation_bound_and_slack<T>(
+    what: &str,
+    input_bytes: usize,
+    slack_bytes: usize,
+    decode: impl FnOnce() -> T,
+) -> T {
     let region = Region::new(GLOBAL);
     let decoded = decode();
     let change = region.change();
     // stats_alloc counts what a reallocation grows by in `bytes_allocated` already.
     let allocated = change.bytes_allocated;
-    let bound = ALLOCATION_FACTOR * input_bytes + ALLOCATION_SLACK_BYTES;
+    let bound = ALLOCATION_FACTOR * input_bytes + slack_bytes;
     assert!(allocated <= bound, "{what}: {allocated} bytes allocated for {input_bytes} input bytes (bound {bound})");
     if input_bytes >= RATIO_INPUT_BYTES_MIN {
         ALLOCATION_RATIO_MAX_MILLI.fetch_max(allocated * 1000 / input_bytes, Ordering::Relaxed);
@@ -310,8 +325,22 @@ fn cluster_view(rng: &mut SmallRng) -> Option<rampkv::wire::ClusterView> {
     rng.gen_bool(0.5).then(|| rampkv::wire::ClusterView { partitions: rng.gen(), server_index: rng.gen() })
 }
 
+/// An expiry word: mostly none, sometimes a deadline, a deletion or (in replies) reclaimed.
+fn expiry_word(rng: &mut SmallRng, reclaimed: bool) -> u64 {
+    let word = match rng.gen_range(0..4) {
+        0 | 1 => 0,
+        2 => 1,
+        _ => rng.gen_range(0..=rampkv::types::Expiry::DEADLINE_MS_MAX),
+    };
+    if reclaimed && word != 0 && rng.gen_bool(0.3) {
+        word | rampkv::types::Expiry::RECLAIMED_BIT
+    } else {
+        word
+    }
+}
+
 fn writes(rng: &mut SmallRng) -> Vec<Write> {
-    (0..rng.gen_range(0..5)).map(|_| Write { key: bytes(rng, 12), value: bytes(rng, 40) }).collect()
+    (0..rng.gen_range(0..5)).map(|_| Write::expiring(bytes(rng, 12), bytes(rng, 40), expiry_word(rng, false))).collect()
 }
 
 fn get_items(rng: &mut SmallRng) -> Vec<GetItem> {
@@ -347,7 +376,8 @@ fn request(rng: &mut SmallRng, variant: usize) -> Request {
 }
 
 fn version(rng: &mut SmallRng) -> VersionItem {
-    VersionItem { ts: rng.gen(), value: bytes(rng, 40), metadata: metadata(rng) }
+    let (ts, value, metadata) = (rng.gen(), bytes(rng, 40), metadata(rng));
+    VersionItem { ts, value, metadata, expiry: rampkv::types::Expiry::from_word(expiry_word(rng, true)) }
 }
 
 fn response(rng: &mut SmallRng, variant: usize) -> Response {
@@ -631,7 +661,10 @@ fn translate_every_way(
 ) {
     let (args, _) = parser.parse_within(request, limits).unwrap().unwrap();
     for &permission in permissions {
-        let translated = within_allocation_bound("parse_request", request.len(), || parse_request(&args, permission));
+        let translated =
+            within_allocation_bound_and_slack("parse_request", request.len(), COMMAND_REPLY_SLACK_BYTES, || {
+                parse_request(&args, permission)
+            });
         match translated {
             RespRequest::Reply(frame) | RespRequest::ExecRefused(frame) => {
                 tally.add(if matches!(frame, Frame::Error(_)) { "error replies" } else { "immediate replies" });

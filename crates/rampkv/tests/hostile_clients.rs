@@ -68,7 +68,7 @@ fn call(stream: &mut TcpStream, request: &Request) -> Response {
 }
 
 fn forged_write(key: &[u8]) -> Vec<WireWrite> {
-    vec![WireWrite { key: key.to_vec(), value: b"forged".to_vec() }]
+    vec![WireWrite::new(key.to_vec(), b"forged".to_vec())]
 }
 
 fn refusal(response: Response) -> String {
@@ -524,7 +524,7 @@ fn two_thousand_prepared_versions_never_committed_are_freed() {
     let mut frames = Vec::new();
     for index in 0..2_000u64 {
         let key = format!("prepared{index}").into_bytes();
-        let writes = vec![WireWrite { key: key.clone(), value: vec![3u8; 60 * 1024] }];
+        let writes = vec![WireWrite::new(key.clone(), vec![3u8; 60 * 1024])];
         Request::Prepare { ts: ts(index), metadata: Metadata::None, write_set: vec![key], writes }
             .encode_frame(index, &mut frames);
     }

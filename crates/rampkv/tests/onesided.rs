@@ -241,7 +241,7 @@ fn with_the_option_a_newer_prepared_version_sends_the_read_to_the_server() {
         ts: ts + (1 << 20),
         metadata: Metadata::WriteSet(WriteSet::from_keys(&[&key]).unwrap()),
         write_set: Vec::new(),
-        writes: vec![Write { key: key.clone(), value: b"prepared".to_vec() }],
+        writes: vec![Write::new(key.clone(), b"prepared".to_vec())],
     };
     raw.post(0, 1, &prepare).unwrap();
     raw.flush().unwrap();

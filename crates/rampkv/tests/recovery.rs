@@ -50,7 +50,7 @@ fn prepare(ts: u64, keys: &[Vec<u8>], key: &[u8]) -> Request {
         ts,
         metadata: Metadata::WriteSet(WriteSet::from_keys(keys).unwrap()),
         write_set: vec![],
-        writes: vec![Write { key: key.to_vec(), value: ts.to_le_bytes().to_vec() }],
+        writes: vec![Write::new(key.to_vec(), ts.to_le_bytes().to_vec())],
     }
 }
 

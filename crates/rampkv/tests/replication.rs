@@ -347,7 +347,7 @@ fn a_primary_process_acknowledges_no_write_its_killed_backup_does_not_hold() {
     let mut transport = TcpClientTransport::connect(&data[..1]).unwrap();
     let mut put = |id: u64, key: &[u8]| {
         let ts = (rampkv::types::wall_clock_us() << 16) | 7;
-        let request = Request::Put { ts, writes: vec![Write { key: key.to_vec(), value: b"v".to_vec() }] };
+        let request = Request::Put { ts, writes: vec![Write::new(key.to_vec(), b"v".to_vec())] };
         transport.post(0, id, &request).unwrap();
         transport.flush().unwrap();
         let mut replies = 0;

@@ -179,8 +179,12 @@ fn redis_cli_commands_print_what_redis_prints() {
     assert_eq!(cli(port, &["GET"]), "ERR wrong number of arguments for 'get' command\n\n");
     assert_eq!(cli(port, &["MSET", "a", "1", "b"]), "ERR wrong number of arguments for 'mset' command\n\n");
     assert_eq!(cli(port, &["SELECT", "1"]), "ERR DB index is out of range\n\n");
-    assert!(cli(port, &["SET", "k", "v", "EX", "10"]).starts_with("ERR SET options are not supported"));
+    assert!(cli(port, &["SET", "k", "v2", "NX"]).starts_with("ERR SET NX is not supported by rampkv yet"));
+    assert_eq!(cli(port, &["SET", "k", "v2", "EX", "0"]), "ERR invalid expire time in 'set' command\n\n");
+    assert_eq!(cli(port, &["SET", "k", "v2", "EX", "10", "PX", "10"]), "ERR syntax error\n\n");
     assert_eq!(cli(port, &["GET", "k"]), "v\n", "a refused SET changed nothing");
+    assert_eq!(cli(port, &["TTL", "k"]), "-1\n", "no expiry");
+    assert_eq!(cli(port, &["TTL", "never"]), "-2\n", "absent");
     assert!(cli(port, &["DBSIZE"]).starts_with("ERR DBSIZE is not supported"));
 
     // One connection: the name sticks to it.
@@ -941,8 +945,7 @@ fn protected_mode_refuses_an_open_gateway_on_a_non_loopback_address() {
 fn forge_put(server: &str, ts: u64, key: &[u8]) {
     use rampkv::wire::{FrameHeader, Request, Write as WireWrite, FRAME_HEADER_BYTES};
     let mut frame = Vec::new();
-    Request::Put { ts, writes: vec![WireWrite { key: key.to_vec(), value: b"forged".to_vec() }] }
-        .encode_frame(1, &mut frame);
+    Request::Put { ts, writes: vec![WireWrite::new(key.to_vec(), b"forged".to_vec())] }.encode_frame(1, &mut frame);
     let mut stream = TcpStream::connect(server).unwrap();
     stream.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
     stream.write_all(&frame).unwrap();

@@ -69,8 +69,7 @@ fn many_large_requests_and_replies_overflowing_the_slot_all_arrive() {
     let key_of = |id: u64| format!("big-{id}").into_bytes();
     for id in 0..requests {
         let key = key_of(id);
-        let request =
-            Request::Put { ts: ((1 + id) << 16) | 1, writes: vec![Write { key, value: vec![id as u8; 2048] }] };
+        let request = Request::Put { ts: ((1 + id) << 16) | 1, writes: vec![Write::new(key, vec![id as u8; 2048])] };
         transport.post(cluster.server_of(&key_of(id)), id + 1, &request).unwrap();
     }
     transport.flush().unwrap();

@@ -96,12 +96,9 @@ fn a_large_batch_spans_many_messages_and_waits_for_posted_buffers() {
 fn a_frame_larger_than_a_receive_buffer_is_refused_at_post() {
     let (_group, _front, _cluster, control) = cluster();
     let mut transport = SendRecvClientTransport::connect(&control).unwrap();
-    let request =
-        Request::Put { ts: (1 << 16) | 1, writes: vec![Write { key: b"k".to_vec(), value: vec![0; 60_000] }] };
-    let huge = Request::Put {
-        ts: (2 << 16) | 1,
-        writes: (0..6).map(|i| Write { key: vec![i], value: vec![0; 60_000] }).collect(),
-    };
+    let request = Request::Put { ts: (1 << 16) | 1, writes: vec![Write::new(b"k".to_vec(), vec![0; 60_000])] };
+    let huge =
+        Request::Put { ts: (2 << 16) | 1, writes: (0..6).map(|i| Write::new(vec![i], vec![0; 60_000])).collect() };
     transport.post(0, 1, &request).unwrap();
     match transport.post(0, 2, &huge) {
         Err(TransportError::MessageTooLarge { server: 0, message_bytes_max, .. }) => {

@@ -89,7 +89,7 @@ fn the_binary_port_serves_only_clients_that_prove_the_secret() {
     let mut frames = Vec::new();
     Request::Get { items: vec![GetItem { key: b"k".to_vec(), selector: Selector::Latest }] }
         .encode_frame(9, &mut frames);
-    Request::Put { ts: (1 << 16) | 1, writes: vec![KeyWrite { key: b"k".to_vec(), value: b"v".to_vec() }] }
+    Request::Put { ts: (1 << 16) | 1, writes: vec![KeyWrite::new(b"k".to_vec(), b"v".to_vec())] }
         .encode_frame(10, &mut frames);
     raw.write_all(&frames).unwrap();
     for request_id in [9, 10] {

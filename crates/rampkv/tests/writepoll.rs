@@ -70,7 +70,7 @@ fn replies_far_larger_than_the_rings_all_arrive_to_a_client_that_reads_late() {
     let mut transport = WritePollClientTransport::connect(&control).unwrap();
     let key = b"large".to_vec();
     let server = cluster.server_of(&key);
-    let put = Request::Put { ts: (7 << 16) | 1, writes: vec![Write { key: key.clone(), value: vec![7; 60 * 1024] }] };
+    let put = Request::Put { ts: (7 << 16) | 1, writes: vec![Write::new(key.clone(), vec![7; 60 * 1024])] };
     transport.post(server, 1, &put).unwrap();
     transport.flush().unwrap();
     while transport.poll(Some(Duration::from_millis(50)), |_, _, _| {}).unwrap() == 0 {}

@@ -165,16 +165,16 @@ mod tests {
             ..BenchConfig::default()
         };
         assert_eq!(Workload::key_bytes_max(&ycsb).unwrap(), 24);
-        // Header 40, key 24, write set 1 + 4 + 8 x (2 + 24) = 213 padded to 216, value 1,000,
-        // trailer 16.
-        assert_eq!(ycsb.fitted_item_slot_bytes().unwrap(), 1_296);
+        // Header 48 (with the expiry word, issue 31), key 24, write set 1 + 4 + 8 x (2 + 24) =
+        // 213 padded to 216, value 1,000, trailer 16.
+        assert_eq!(ycsb.fitted_item_slot_bytes().unwrap(), 1_304);
         let micro = BenchConfig { txn_size: 8, keys: 1_000, value_size: 1_024, ..BenchConfig::default() };
         assert_eq!(Workload::key_bytes_max(&micro).unwrap(), 3);
-        assert_eq!(micro.fitted_item_slot_bytes().unwrap(), 40 + 8 + 48 + 1_024 + 16);
+        assert_eq!(micro.fitted_item_slot_bytes().unwrap(), 48 + 8 + 48 + 1_024 + 16);
         let small = BenchConfig { algorithm: Algorithm::RampSmall, ..micro.clone() };
-        assert_eq!(small.fitted_item_slot_bytes().unwrap(), 40 + 8 + 8 + 1_024 + 16);
+        assert_eq!(small.fitted_item_slot_bytes().unwrap(), 48 + 8 + 8 + 1_024 + 16);
         let hybrid = BenchConfig { algorithm: Algorithm::RampHybrid, ..micro.clone() };
-        assert_eq!(hybrid.fitted_item_slot_bytes().unwrap(), 40 + 8 + 40 + 1_024 + 16);
+        assert_eq!(hybrid.fitted_item_slot_bytes().unwrap(), 48 + 8 + 40 + 1_024 + 16);
         // The region bound caps it.
         let huge = BenchConfig {
             value_size: rampkv_core::limits::VALUE_BYTES_MAX,

@@ -358,7 +358,11 @@ impl ReadRecord {
         let mut round2 = Vec::new();
         for (key, item) in keys.iter().zip(&outcome.items) {
             reads.insert(key.clone(), item.ts);
-            value_ts.insert(key.clone(), value_ts_of(&item.value));
+            // A key absent at the read though a version was read (deleted, expired) has no value
+            // whose bytes could say anything: its value is not checked (its ts still is).
+            if item.exists || item.ts == TIMESTAMP_INITIAL {
+                value_ts.insert(key.clone(), value_ts_of(&item.value));
+            }
             if item.fetched_in_round2 && !round2.contains(key) {
                 round2.push(key.clone());
             }

@@ -16,8 +16,10 @@
 //! Tags: attempt in the high 16 bits; the low 16 bits are the part, with `RELEASE_PART` set on
 //! releases (whose acknowledgements are not awaited).
 
-use super::ramp::{distinct_keys, last_write_wins, validate_keys};
-use super::{make_tag, split_tag, MalformedReply, Outgoing, ProtocolError, ReadItem, ReadOutcome, Step, WriteOutcome};
+use super::ramp::{distinct_keys, last_write_wins, read_item, validate_keys};
+use super::{
+    make_tag, split_tag, writes_of_pairs, MalformedReply, Outgoing, ProtocolError, ReadOutcome, Step, WriteOutcome,
+};
 use crate::cluster::Cluster;
 use crate::limits::{LOCKING_ATTEMPTS_MAX, LOCK_BACKOFF_US_MAX, LOCK_BACKOFF_US_MIN};
 use crate::types::Timestamp;
@@ -216,26 +218,32 @@ impl LockingReadTxn {
             let tag = make_tag(self.attempts.attempt, RELEASE_PART | index as u16);
             out.push(Outgoing { server: part.server, tag, request: Request::Release { ts } });
         }
+        let every_arrival = self.on_arrival.iter().all(Option::is_some);
+        let mut reclaimed_deadline_ms = 0;
         let items = self
             .positions
             .iter()
             .map(|&index| {
-                let result = self.results[index].as_ref().expect("every key answered");
+                let mut result = self.results[index].clone().expect("every key answered");
+                if result.expiry.is_reclaimed() {
+                    reclaimed_deadline_ms = u64::max(reclaimed_deadline_ms, result.expiry.deadline_ms());
+                }
                 // Round 1 of a locking read: what a read taking no lock would have returned
                 // when the lock request arrived (the answer without the lock wait). Every key
                 // has it or none does, as the history wants.
-                let round1_ts = self.on_arrival.iter().all(Option::is_some).then(|| self.on_arrival[index]).flatten();
-                ReadItem {
-                    key: self.keys[index].clone(),
-                    ts: result.ts,
-                    value: result.value.clone(),
-                    round1_ts,
-                    fetched_in_round2: false,
-                }
+                let round1_ts = every_arrival.then(|| self.on_arrival[index]).flatten();
+                read_item(self.keys[index].clone(), &mut result, round1_ts, false)
             })
             .collect();
         let restarts = u32::from(self.attempts.attempt);
-        Ok(Step::Done(ReadOutcome { items, round2_keys: 0, round2_found_nothing: 0, restarts }))
+        Ok(Step::Done(ReadOutcome {
+            items,
+            round2_keys: 0,
+            round2_found_nothing: 0,
+            restarts,
+            read_at_ms: 0,
+            reclaimed_deadline_ms,
+        }))
     }
 }
 
@@ -251,7 +259,12 @@ pub struct LockingWriteTxn {
 impl LockingWriteTxn {
     /// Plans writing `writes` at `ts`; a key written twice keeps its last value.
     pub fn new(cluster: &Cluster, ts: Timestamp, writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Self, ProtocolError> {
-        validate_keys(writes.iter().map(|(key, _)| key.as_slice()))?;
+        Self::with_writes(cluster, ts, writes_of_pairs(writes))
+    }
+
+    /// [`LockingWriteTxn::new`] of [`Write`]s with their expiries.
+    pub fn with_writes(cluster: &Cluster, ts: Timestamp, writes: Vec<Write>) -> Result<Self, ProtocolError> {
+        validate_keys(writes.iter().map(|write| write.key.as_slice()))?;
         let deduplicated = last_write_wins(writes)?;
         let attempts = Attempts::new(ts, deduplicated.iter().map(|write| cluster.server_of(&write.key)));
         Ok(LockingWriteTxn { writes: deduplicated, attempts, committing: false, aborted: false })

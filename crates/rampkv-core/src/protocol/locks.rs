@@ -21,11 +21,11 @@ use ahash::AHashMap;
 
 use super::ConnectionId;
 use crate::limits::LOCK_WAIT_MS_MAX;
-use crate::storage::Key;
+use crate::storage::{Key, StoreWrite};
 use crate::types::Timestamp;
 
-/// Writes staged by a transaction until it commits: (key, value).
-pub type StagedWrites = Vec<(Key, Box<[u8]>)>;
+/// Writes staged by a transaction until it commits: key, value and expiry.
+pub type StagedWrites = Vec<StoreWrite>;
 
 /// Lock mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub struct LockRequest {
     /// Every key of the request, in request order (for the reply).
     pub keys: Vec<Key>,
     /// The writes to stage once granted (exclusive requests).
-    pub writes: Vec<(Key, Box<[u8]>)>,
+    pub writes: StagedWrites,
     /// Shared requests of reads: per key of `keys`, the timestamp of its latest committed
     /// version when the request arrived (returned with the grant: the S2PL evidence of
     /// docs/history.md). Empty otherwise.
@@ -101,7 +101,7 @@ impl KeyLock {
 #[derive(Debug, Default)]
 struct TxnLocks {
     held: Vec<Key>,
-    staged: Vec<(Key, Box<[u8]>)>,
+    staged: StagedWrites,
     connection: ConnectionId,
 }
 
@@ -126,7 +126,7 @@ impl LockTable {
         connection: ConnectionId,
         request_id: u64,
         keys: Vec<Key>,
-        writes: Vec<(Key, Box<[u8]>)>,
+        writes: StagedWrites,
         now_ms: u64,
     ) -> Vec<LockDecision> {
         let deadline_ms = now_ms.saturating_add(LOCK_WAIT_MS_MAX);
@@ -221,7 +221,7 @@ impl LockTable {
     }
 
     /// Stages the writes of a granted exclusive request until COMMIT_LOCKED.
-    pub fn stage(&mut self, ts: Timestamp, writes: Vec<(Key, Box<[u8]>)>) {
+    pub fn stage(&mut self, ts: Timestamp, writes: StagedWrites) {
         self.txns.entry(ts).or_default().staged.extend(writes);
     }
 

@@ -20,7 +20,7 @@ pub mod server;
 pub mod session;
 
 use crate::types::Timestamp;
-use crate::wire::{ErrorCode, Request};
+use crate::wire::{ErrorCode, Request, Write};
 
 /// A server-side connection, as the server core sees it: which front end serves it (a TCP
 /// poller, a fabric poller, an in-process client), its slot there, and the generation of that
@@ -84,6 +84,20 @@ pub struct ReadItem {
     pub round1_ts: Option<Timestamp>,
     /// Whether round 2 of that attempt fetched this key.
     pub fetched_in_round2: bool,
+    /// When the version read expires, in ms since the Unix epoch (0: never; 1: a deletion).
+    pub expires_at_ms: u64,
+    /// Whether the key has a value at this read: false for a key never written (ts 0),
+    /// deleted, reclaimed by its server, or expired at the read's instant
+    /// ([`ReadOutcome::read_at_ms`]). Its value is then empty, and `ts` is still the version's
+    /// (RAMP's evidence, and the history's).
+    pub exists: bool,
+}
+
+impl ReadItem {
+    /// The value, if the key has one at this read.
+    pub fn present_value(&self) -> Option<&[u8]> {
+        self.exists.then_some(&self.value[..])
+    }
 }
 
 /// The result of a read-only transaction, one item per requested key, in request order.
@@ -96,6 +110,47 @@ pub struct ReadOutcome {
     pub round2_found_nothing: u32,
     /// Times the read restarted because a version it needed was collected.
     pub restarts: u32,
+    /// The instant the read judged expiry at, in ms since the Unix epoch: the reader's clock
+    /// when the read finished, raised to [`ReadOutcome::reclaimed_deadline_ms`]; 0 when no
+    /// version it got expires (no clock was read). One instant for every key of the read, so
+    /// versions of one transaction with one deadline are judged alike.
+    pub read_at_ms: u64,
+    /// The latest deadline of a version the read got reclaimed (its server dropped the value,
+    /// the deadline long past by the server's clock); 0: none. The read's instant is at least
+    /// this, whatever the reader's clock says: a server whose clock runs ahead of the reader's
+    /// never makes it see part of a transaction expired.
+    pub reclaimed_deadline_ms: u64,
+}
+
+impl ReadOutcome {
+    /// Judges expiry at one instant: the reader's clock (`now_ms`, ms since the Unix epoch,
+    /// read only if a version the read got expires after every reclaimed deadline), raised to
+    /// [`ReadOutcome::reclaimed_deadline_ms`]. A version whose deadline is at or before that
+    /// instant reads as absent. The session machine calls it when a read finishes; a caller
+    /// that drives a read machine itself calls it before it uses the items.
+    pub fn judge_expiry(&mut self, now_ms: impl FnOnce() -> u64) {
+        let floor_ms = self.reclaimed_deadline_ms;
+        let expiring = |item: &ReadItem| item.exists && item.expires_at_ms != 0;
+        if !self.items.iter().any(expiring) {
+            self.read_at_ms = self.read_at_ms.max(floor_ms);
+            return;
+        }
+        let needs_clock = self.items.iter().any(|item| expiring(item) && item.expires_at_ms > floor_ms);
+        let at_ms = if needs_clock { now_ms().max(floor_ms) } else { floor_ms };
+        self.read_at_ms = self.read_at_ms.max(at_ms);
+        let at_ms = self.read_at_ms;
+        for item in self.items.iter_mut().filter(|item| item.exists && item.expires_at_ms != 0) {
+            if item.expires_at_ms <= at_ms {
+                item.exists = false;
+                item.value = Vec::new();
+            }
+        }
+    }
+}
+
+/// Key-value pairs as writes that never expire.
+pub fn writes_of_pairs(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<Write> {
+    pairs.into_iter().map(|(key, value)| Write::new(key, value)).collect()
 }
 
 /// The result of a write-only transaction.
@@ -120,6 +175,8 @@ pub enum InvalidTransaction {
     LockingAlgorithm,
     #[error("the write set does not encode: {0}")]
     WriteSet(crate::wire::WireError),
+    #[error("an expiry of {expires_at_ms} ms since the Unix epoch is beyond the largest, {max}", max = crate::types::Expiry::DEADLINE_MS_MAX)]
+    Expiry { expires_at_ms: u64 },
 }
 
 /// How a reply does not fit the request it answers.

@@ -37,12 +37,12 @@ use ahash::AHashMap;
 
 use super::bloom::{may_contain, BloomParameters};
 use super::{
-    make_tag, split_tag, InvalidTransaction, MalformedReply, Outgoing, ProtocolError, ReadItem, ReadOutcome, Step,
-    WriteOutcome,
+    make_tag, split_tag, writes_of_pairs, InvalidTransaction, MalformedReply, Outgoing, ProtocolError, ReadItem,
+    ReadOutcome, Step, WriteOutcome,
 };
 use crate::cluster::Cluster;
 use crate::limits::{KEY_BYTES_MAX, READ_RESTARTS_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
-use crate::types::{Timestamp, TIMESTAMP_INITIAL};
+use crate::types::{Expiry, Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::{ErrorCode, GetItem, Metadata, Request, Response, Selector, VersionItem, Write, WriteSet};
 
 /// The transaction algorithm.
@@ -137,16 +137,20 @@ pub(super) fn distinct_keys(keys: Vec<Vec<u8>>) -> (Vec<Vec<u8>>, Vec<usize>) {
     (distinct, positions)
 }
 
-/// Checks value sizes and keeps the last value of a key written twice, in first-seen key order.
-pub(super) fn last_write_wins(writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Vec<Write>, ProtocolError> {
-    if let Some((_, value)) = writes.iter().find(|(_, value)| value.len() > VALUE_BYTES_MAX) {
-        return Err(InvalidTransaction::ValueTooLarge { bytes: value.len() }.into());
+/// Checks value sizes and expiries and keeps the last write of a key written twice (its value
+/// and expiry), in first-seen key order.
+pub(super) fn last_write_wins(writes: Vec<Write>) -> Result<Vec<Write>, ProtocolError> {
+    if let Some(write) = writes.iter().find(|write| write.value.len() > VALUE_BYTES_MAX) {
+        return Err(InvalidTransaction::ValueTooLarge { bytes: write.value.len() }.into());
+    }
+    if let Some(write) = writes.iter().find(|write| Expiry::at_ms(write.expires_at_ms).is_none()) {
+        return Err(InvalidTransaction::Expiry { expires_at_ms: write.expires_at_ms }.into());
     }
     let mut deduplicated: Vec<Write> = Vec::with_capacity(writes.len());
-    for (key, value) in writes {
-        match deduplicated.iter_mut().find(|write| write.key == key) {
-            Some(write) => write.value = value,
-            None => deduplicated.push(Write { key, value }),
+    for write in writes {
+        match deduplicated.iter_mut().find(|kept| kept.key == write.key) {
+            Some(kept) => *kept = write,
+            None => deduplicated.push(write),
         }
     }
     Ok(deduplicated)
@@ -218,6 +222,8 @@ pub struct ReadTxn {
     restarts: u32,
     round2_keys: u32,
     round2_found_nothing: u32,
+    /// The latest deadline of a reclaimed version any answer carried (0: none).
+    reclaimed_deadline_ms: u64,
     options: TxnOptions,
 }
 
@@ -284,6 +290,7 @@ impl ReadTxn {
             restarts: 0,
             round2_keys: 0,
             round2_found_nothing: 0,
+            reclaimed_deadline_ms: 0,
             options,
         })
     }
@@ -408,9 +415,14 @@ impl ReadTxn {
         Ok(Step::Done(self.finish()))
     }
 
-    /// Stores one returned version, checking it answers what was asked.
+    /// Stores one returned version, checking it answers what was asked. A reclaimed one (its
+    /// value dropped by its server) raises the read's instant to its deadline, whatever else
+    /// happens to it: the other keys of its transaction must read as expired too.
     fn accept(&mut self, server: usize, index: usize, item: VersionItem) -> Result<(), ProtocolError> {
         let malformed = |why| Err(ProtocolError::MalformedReply { server, why });
+        if item.expiry.is_reclaimed() {
+            self.reclaimed_deadline_ms = self.reclaimed_deadline_ms.max(item.expiry.deadline_ms());
+        }
         if self.round == 1 {
             self.results[index] = Some(item);
             return Ok(());
@@ -558,6 +570,8 @@ impl ReadTxn {
             round2_keys: self.round2_keys,
             round2_found_nothing: self.round2_found_nothing,
             restarts: self.restarts,
+            read_at_ms: 0,
+            reclaimed_deadline_ms: self.reclaimed_deadline_ms,
         }
     }
 
@@ -568,13 +582,28 @@ impl ReadTxn {
         let key = std::mem::take(&mut self.keys[index]);
         // Without a round 2, round 1's answer is the final one.
         let round1_ts = self.round1.get(index).copied().unwrap_or(result.ts);
-        ReadItem {
-            key,
-            ts: result.ts,
-            value: std::mem::take(&mut result.value),
-            round1_ts: Some(round1_ts),
-            fetched_in_round2: self.fetched_in_round2.get(index).copied().unwrap_or(false),
-        }
+        read_item(key, result, Some(round1_ts), self.fetched_in_round2.get(index).copied().unwrap_or(false))
+    }
+}
+
+/// The outcome item of a returned version (its value moved out): present unless it is the
+/// initial value or reclaimed (whether it expired is judged once the read is over:
+/// [`ReadOutcome::judge_expiry`]).
+pub(super) fn read_item(
+    key: Vec<u8>,
+    result: &mut VersionItem,
+    round1_ts: Option<Timestamp>,
+    fetched_in_round2: bool,
+) -> ReadItem {
+    let exists = result.ts != TIMESTAMP_INITIAL && !result.expiry.is_reclaimed();
+    ReadItem {
+        key,
+        ts: result.ts,
+        value: if exists { std::mem::take(&mut result.value) } else { Vec::new() },
+        round1_ts,
+        fetched_in_round2,
+        expires_at_ms: result.expiry.deadline_ms(),
+        exists,
     }
 }
 
@@ -735,7 +764,19 @@ impl WriteTxn {
         writes: Vec<(Vec<u8>, Vec<u8>)>,
         options: TxnOptions,
     ) -> Result<WriteTxn, ProtocolError> {
-        validate_keys(writes.iter().map(|(key, _)| key.as_slice()))?;
+        Self::with_writes(cluster, ts, writes_of_pairs(writes), options)
+    }
+
+    /// [`WriteTxn::new`] of [`Write`]s with their expiries (deletions among them): every
+    /// version of the transaction carries its own, typically one deadline for all. A key
+    /// written twice keeps its last write.
+    pub fn with_writes(
+        cluster: &Cluster,
+        ts: Timestamp,
+        writes: Vec<Write>,
+        options: TxnOptions,
+    ) -> Result<WriteTxn, ProtocolError> {
+        validate_keys(writes.iter().map(|write| write.key.as_slice()))?;
         refuse_locking(&options)?;
         if ts == TIMESTAMP_INITIAL {
             return Err(InvalidTransaction::ReservedTimestamp.into());
@@ -780,10 +821,20 @@ impl WriteTxn {
         writes: Vec<(Vec<u8>, Vec<u8>)>,
         options: TxnOptions,
     ) -> Result<WriteTxn, ProtocolError> {
+        Self::independent_writes(cluster, ts, writes_of_pairs(writes), options)
+    }
+
+    /// [`WriteTxn::independent`] of [`Write`]s with their expiries.
+    pub fn independent_writes(
+        cluster: &Cluster,
+        ts: Timestamp,
+        writes: Vec<Write>,
+        options: TxnOptions,
+    ) -> Result<WriteTxn, ProtocolError> {
         if options.algorithm != Algorithm::RampFast {
-            return Self::new(cluster, ts, writes, options);
+            return Self::with_writes(cluster, ts, writes, options);
         }
-        let mut txn = Self::new(cluster, ts, writes, options)?;
+        let mut txn = Self::with_writes(cluster, ts, writes, options)?;
         let writes: Vec<Write> = txn.parts.drain(..).flat_map(|(_, writes)| writes).collect();
         txn.part_metadata = writes
             .iter()

@@ -27,11 +27,11 @@ use std::time::Duration;
 
 use super::locking::{LockingReadTxn, LockingWriteTxn};
 use super::ramp::{Algorithm, ReadBuffers, ReadTxn, TxnOptions, WriteTxn};
-use super::{Outgoing, ProtocolError, ReadOutcome, Step, WriteOutcome};
+use super::{writes_of_pairs, Outgoing, ProtocolError, ReadOutcome, Step, WriteOutcome};
 use crate::cluster::Cluster;
 use crate::limits::{DRIVER_EXPIRY_SCAN_INTERVAL_MS, TXN_TIMEOUT_MS};
-use crate::types::{ClockError, Timestamp, TimestampClock};
-use crate::wire::{Request, Response};
+use crate::types::{unix_ms_of_wall_clock_us, ClockError, Timestamp, TimestampClock};
+use crate::wire::{Request, Response, Write};
 
 const SESSION_BITS: u32 = 24;
 /// Most sessions one machine runs (request ids carry 24 bits of session; client ids 16).
@@ -310,7 +310,22 @@ impl Sessions {
         wall_us: u64,
         posts: &mut Vec<Post>,
     ) -> Result<Timestamp, SessionError> {
-        self.begin_write_planned(session, build, false, now_us, wall_us, posts)
+        self.begin_write_planned(session, |ts| writes_of_pairs(build(ts)), false, now_us, wall_us, posts)
+    }
+
+    /// Starts a write-only transaction of [`Write`]s, which may expire or delete, on an idle
+    /// session, with the writes `build` makes from the timestamp; `independent` as
+    /// [`Sessions::begin_independent_writes`]. Returns the timestamp.
+    pub fn begin_writes(
+        &mut self,
+        session: usize,
+        build: impl FnOnce(Timestamp) -> Vec<Write>,
+        independent: bool,
+        now_us: u64,
+        wall_us: u64,
+        posts: &mut Vec<Post>,
+    ) -> Result<Timestamp, SessionError> {
+        self.begin_write_planned(session, build, independent, now_us, wall_us, posts)
     }
 
     /// Starts independent one-key writes sharing one timestamp on an idle session
@@ -324,13 +339,13 @@ impl Sessions {
         wall_us: u64,
         posts: &mut Vec<Post>,
     ) -> Result<Timestamp, SessionError> {
-        self.begin_write_planned(session, |_| writes, true, now_us, wall_us, posts)
+        self.begin_write_planned(session, |_| writes_of_pairs(writes), true, now_us, wall_us, posts)
     }
 
     fn begin_write_planned(
         &mut self,
         session: usize,
-        build: impl FnOnce(Timestamp) -> Vec<(Vec<u8>, Vec<u8>)>,
+        build: impl FnOnce(Timestamp) -> Vec<Write>,
         independent: bool,
         now_us: u64,
         wall_us: u64,
@@ -339,9 +354,11 @@ impl Sessions {
         self.check_idle(session)?;
         let ts = self.sessions[session].clock.next(wall_us)?;
         let txn = match (self.options.algorithm, independent) {
-            (Algorithm::S2pl, _) => ActiveTxn::LockingWrite(LockingWriteTxn::new(&self.cluster, ts, build(ts))?),
-            (_, true) => ActiveTxn::Write(WriteTxn::independent(&self.cluster, ts, build(ts), self.options)?),
-            (_, false) => ActiveTxn::Write(WriteTxn::new(&self.cluster, ts, build(ts), self.options)?),
+            (Algorithm::S2pl, _) => {
+                ActiveTxn::LockingWrite(LockingWriteTxn::with_writes(&self.cluster, ts, build(ts))?)
+            }
+            (_, true) => ActiveTxn::Write(WriteTxn::independent_writes(&self.cluster, ts, build(ts), self.options)?),
+            (_, false) => ActiveTxn::Write(WriteTxn::with_writes(&self.cluster, ts, build(ts), self.options)?),
         };
         self.activate(session, txn, now_us, posts);
         Ok(ts)
@@ -461,10 +478,11 @@ impl Sessions {
         }));
     }
 
-    /// Feeds one reply (`request_id` as posted) at `now_us` (`wall_us` reads the wall clock
-    /// when a read's newest timestamp is to be observed): the requests it causes go to
-    /// `posts`, a transaction it finishes to `completions`. A reply to no current transaction
-    /// (another machine's, an abandoned transaction's) is dropped.
+    /// Feeds one reply (`request_id` as posted) at `now_us` (`wall_us` reads the wall clock,
+    /// at most once: when a finished read's newest timestamp is to be observed, or a version
+    /// it got expires and is to be judged, [`ReadOutcome::judge_expiry`]): the requests it
+    /// causes go to `posts`, a transaction it finishes to `completions`. A reply to no current
+    /// transaction (another machine's, an abandoned transaction's) is dropped.
     pub fn on_reply(
         &mut self,
         request_id: u64,
@@ -493,13 +511,17 @@ impl Sessions {
                 // A finished transaction may still have messages to send (S2PL releases);
                 // their replies come back under this generation and are dropped later.
                 self.number_outgoing(session, posts);
-                if let TxnResult::Read(outcome) = &result {
+                let mut result = result;
+                if let TxnResult::Read(outcome) = &mut result {
+                    // The wall clock is read only when needed, and once.
+                    let mut wall_us = LazyClock::new(wall_us);
+                    outcome.judge_expiry(|| unix_ms_of_wall_clock_us(wall_us.read()));
                     let newest = outcome.items.iter().map(|item| item.ts).max().unwrap_or(0);
                     let clock = &mut self.sessions[session].clock;
                     // The wall clock bounds how far ahead an observed timestamp may be; it is
                     // read only when the read would move the clock.
                     if clock.is_behind(newest) {
-                        clock.observe(newest, wall_us());
+                        clock.observe(newest, wall_us.read());
                     }
                 }
                 self.finish(session, Ok(result), completions);
@@ -589,6 +611,25 @@ impl Sessions {
                 self.finish(session, Err(TxnError::Timeout), completions);
             }
         }
+    }
+}
+
+/// A clock read at most once, when first asked.
+struct LazyClock<F: FnOnce() -> u64> {
+    read: Option<F>,
+    value: u64,
+}
+
+impl<F: FnOnce() -> u64> LazyClock<F> {
+    fn new(read: F) -> Self {
+        Self { read: Some(read), value: 0 }
+    }
+
+    fn read(&mut self) -> u64 {
+        if let Some(read) = self.read.take() {
+            self.value = read();
+        }
+        self.value
     }
 }
 

@@ -115,7 +115,7 @@ impl Store {
     pub fn restore_key(&self, entry: KeyVersions, now_ms: u64) {
         let KeyVersions { key, collected_max_ts, versions } = entry;
         let mut shard = self.shard(&key).write();
-        let state = shard.entry(key).or_default();
+        let state = shard.entry(key.clone()).or_default();
         state.collected_max_ts = state.collected_max_ts.max(collected_max_ts);
         for (version, committed) in versions {
             let ts = version.ts;
@@ -141,6 +141,12 @@ impl Store {
             }
         }
         self.collect_superseded(state, now_ms);
+        // A reclaimed latest version goes a retention period from now (the `expiry` module).
+        let reclaimed = state.latest.get_mut().as_ref().filter(|latest| latest.expiry.is_reclaimed()).map(|v| v.ts);
+        drop(shard);
+        if let Some(ts) = reclaimed {
+            self.queue_reclaimed(&key, ts, now_ms);
+        }
     }
 
     /// Names transaction `ts` pending on those of `keys` that hold an uncommitted version `ts`
@@ -171,9 +177,13 @@ impl Store {
             pending.lock().clear();
         }
         self.aborted.lock().clear();
+        self.reclaimed.lock().clear();
+        self.removed_deadline_ms.store(0, Ordering::Release);
         self.version_count.store(0, Ordering::Relaxed);
         self.value_bytes.store(0, Ordering::Relaxed);
         self.versions_collected.store(0, Ordering::Relaxed);
+        self.values_reclaimed.store(0, Ordering::Relaxed);
+        self.keys_reclaimed.store(0, Ordering::Relaxed);
     }
 
     /// Remembers `ts` as aborted here (from a snapshot), as recovery's abort does.
@@ -187,7 +197,8 @@ impl Store {
     /// alike, so shard `i` goes to shard `i`); a key it holds gets `source`'s versions as
     /// [`Store::restore_key`] would give them. Pending transactions move too (the keys of one
     /// pending in both are joined), and so do remembered aborts. Superseded versions are
-    /// counted as superseded `now_ms` (this store's clock: the grace starts again). The keys
+    /// counted as superseded `now_ms` (this store's clock: the grace starts again), and keys
+    /// whose value was reclaimed wait a whole retention period again before they go. The keys
     /// moved are appended to `keys` when given. Returns how many keys moved.
     pub fn absorb(&self, source: &Store, now_ms: u64, mut keys: Option<&mut Vec<Key>>) -> usize {
         debug_assert_eq!(self.shards.len(), source.shards.len());
@@ -246,6 +257,10 @@ impl Store {
         for (ts, _) in std::mem::take(&mut *source.aborted.lock()) {
             self.remember_aborted(ts, now_ms);
         }
+        for reclaimed in std::mem::take(&mut *source.reclaimed.lock()) {
+            self.queue_reclaimed(&reclaimed.key, reclaimed.ts, now_ms);
+        }
+        self.removed_deadline_ms.fetch_max(source.removed_deadline_ms(), Ordering::AcqRel);
         moved
     }
 }

@@ -22,13 +22,15 @@
 //!   past the grace period.
 //! - A collected version raises its key's `collected_max_ts`, so that a read that might have
 //!   wanted it is refused rather than answered wrongly (`read`).
+//! - The same sweep reclaims expired keys (`expiry`).
 //!
 //! [`StoredMetadata::names_only_its_key`]: super::StoredMetadata::names_only_its_key
 
 use std::sync::atomic::Ordering;
 
+use super::expiry::SweepClock;
 use super::version_map::VersionMap;
-use super::{KeyState, Store, StoredVersion, SHARD_COUNT};
+use super::{Key, KeyState, Store, StoredVersion, SHARD_COUNT};
 use crate::types::Timestamp;
 
 /// Where a background sweep stands ([`Store::sweep`]).
@@ -40,10 +42,21 @@ pub struct SweepCursor {
 
 impl Store {
     /// Garbage-collects up to `keys_max` keys from where `cursor` stands (shard by shard, round
-    /// and round): what a write of each would collect ([`Store::prepare`]). Returns the keys
-    /// visited. Keys inserted while a shard is walked may be visited twice or skipped until
-    /// the next round: harmless, a sweep only collects what may go.
-    pub fn sweep(&self, cursor: &mut SweepCursor, keys_max: usize, now_ms: u64) -> usize {
+    /// and round): what a write of each would collect ([`Store::prepare`]), and reclaims the
+    /// expired ones (with a wall clock, `clock.unix_ms`; the `expiry` module); first removes up
+    /// to `keys_max` keys reclaimed a retention period ago (pushed to `removed` when given, with
+    /// their reclaimed version's timestamp: the edge frees their item slots). Returns the keys
+    /// visited. Keys inserted while a shard is walked may be visited twice or skipped until the
+    /// next round: harmless, a sweep only collects what may go.
+    pub fn sweep(
+        &self,
+        cursor: &mut SweepCursor,
+        keys_max: usize,
+        clock: SweepClock,
+        removed: Option<&mut Vec<(Timestamp, Key)>>,
+    ) -> usize {
+        let now_ms = clock.monotonic_ms;
+        self.remove_reclaimed(now_ms, keys_max, removed);
         let mut visited = 0;
         for _ in 0..SHARD_COUNT {
             if visited >= keys_max {
@@ -51,8 +64,9 @@ impl Store {
             }
             let mut shard = self.shards[cursor.shard % SHARD_COUNT].write();
             let mut taken = 0;
-            for state in shard.values_mut().skip(cursor.offset).take(keys_max - visited) {
+            for (key, state) in shard.iter_mut().skip(cursor.offset).take(keys_max - visited) {
                 self.collect_superseded(state, now_ms);
+                self.reclaim_value(key, state, clock.unix_ms, now_ms);
                 taken += 1;
             }
             let keys = shard.len();

@@ -8,12 +8,20 @@
 //!   [`StoreError::VersionGone`] when it was collected or never existed.
 //! - [`Store::get_highest_of`] never answers below a candidate that may have been collected:
 //!   it refuses with `VersionGone`, and the reader restarts.
+//! - Expiry (`expiry`): a key the store no longer holds, once it has removed a reclaimed key,
+//!   is answered to a round-2 read (EXACT, HIGHEST_OF) as reclaimed at the latest deadline of
+//!   the keys it removed: a version with no value, the asked timestamp (EXACT) or 0
+//!   (HIGHEST_OF: none stored), no metadata, and that deadline marked reclaimed. Round 2 asks
+//!   for a version of a key only because another key's version named it, so a key missing here
+//!   was removed after its reclaimed version superseded what was asked for (or its data is
+//!   lost); a reader takes the key as absent and that deadline as a lower bound of its clock,
+//!   and neither restarts for ever nor sees part of a transaction whose versions expired.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Store, StoreError, StoreStats, Version};
-use crate::types::{Timestamp, TIMESTAMP_INITIAL};
+use super::{Store, StoreError, StoreStats, StoredMetadata, Version};
+use crate::types::{Expiry, Timestamp, TIMESTAMP_INITIAL};
 
 impl Store {
     /// The highest stored version of `key` whose timestamp is in `candidates`, prepared or
@@ -23,7 +31,8 @@ impl Store {
     pub fn get_highest_of(&self, key: &[u8], candidates: &[Timestamp]) -> Result<Option<Arc<Version>>, StoreError> {
         let shard = self.shard(key).read();
         let Some(state) = shard.get(key) else {
-            return Ok(None);
+            drop(shard);
+            return Ok(self.removed_key_answer(TIMESTAMP_INITIAL));
         };
         let best = candidates.iter().filter_map(|ts| state.versions.get(ts)).max_by_key(|stored| stored.version.ts);
         let best_ts = best.map_or(TIMESTAMP_INITIAL, |stored| stored.version.ts);
@@ -44,14 +53,23 @@ impl Store {
         latest
     }
 
-    /// Exactly version `ts` of `key`, prepared or committed.
+    /// Exactly version `ts` of `key`, prepared or committed (or, for a key this store no
+    /// longer holds, the reclaimed answer of the module docs).
     pub fn get_at(&self, key: &[u8], ts: Timestamp) -> Result<Arc<Version>, StoreError> {
         let shard = self.shard(key).read();
-        shard
-            .get(key)
-            .and_then(|state| state.versions.get(&ts))
-            .map(|stored| Arc::clone(&stored.version))
-            .ok_or(StoreError::VersionGone { ts })
+        let Some(state) = shard.get(key) else {
+            drop(shard);
+            return self.removed_key_answer(ts).ok_or(StoreError::VersionGone { ts });
+        };
+        state.versions.get(&ts).map(|stored| Arc::clone(&stored.version)).ok_or(StoreError::VersionGone { ts })
+    }
+
+    /// What a round-2 read of a key this store does not hold gets once it has removed a
+    /// reclaimed key (the module docs); `None` before (nothing is known of the key).
+    fn removed_key_answer(&self, ts: Timestamp) -> Option<Arc<Version>> {
+        let deadline_ms = self.removed_deadline_ms();
+        let expiry = Expiry::at_ms(deadline_ms).filter(|expiry| expiry.expires())?.reclaimed();
+        Some(Arc::new(Version { ts, value: Box::default(), metadata: StoredMetadata::None, expiry }))
     }
 
     /// The `lastCommit` of `key` (0 when never committed).
@@ -68,6 +86,9 @@ impl Store {
             value_bytes: self.value_bytes.load(Ordering::Relaxed),
             pending_transactions: self.pending.iter().map(|shard| shard.lock().len()).sum(),
             versions_collected: self.versions_collected.load(Ordering::Relaxed),
+            values_reclaimed: self.values_reclaimed.load(Ordering::Relaxed),
+            keys_reclaimed: self.keys_reclaimed.load(Ordering::Relaxed),
+            keys_reclaiming: self.reclaimed.lock().len(),
         }
     }
 }

@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 
 use super::*;
+use crate::storage::SweepClock;
+use crate::types::TIMESTAMP_INITIAL;
 use crate::wire::TxnState;
 
 fn key(text: &str) -> Key {
@@ -174,9 +176,9 @@ fn a_sweep_collects_superseded_versions_of_keys_not_written_again() {
     }
     assert_eq!(store.stats().versions, 3, "superseded, within the grace period");
     let mut cursor = SweepCursor::default();
-    store.sweep(&mut cursor, usize::MAX, 50);
+    store.sweep(&mut cursor, usize::MAX, SweepClock::monotonic(50), None);
     assert_eq!(store.stats().versions, 3, "still within the grace period");
-    store.sweep(&mut cursor, usize::MAX, 150);
+    store.sweep(&mut cursor, usize::MAX, SweepClock::monotonic(150), None);
     assert_eq!((store.stats().versions, store.stats().versions_collected), (1, 2));
     assert_eq!(store.get_latest(b"k").unwrap().ts, 3, "the latest stays");
 
@@ -190,7 +192,7 @@ fn a_sweep_collects_superseded_versions_of_keys_not_written_again() {
     let mut cursor = SweepCursor::default();
     let mut visits = Vec::new();
     while many.stats().versions > 3_000 {
-        let visited = many.sweep(&mut cursor, 1_024, 1);
+        let visited = many.sweep(&mut cursor, 1_024, SweepClock::monotonic(1), None);
         assert!(visited <= 1_024);
         visits.push(visited);
         assert!(visits.len() <= 4, "a pass of 3,000 keys takes 3 sweeps of 1,024: {visits:?}");
@@ -210,8 +212,8 @@ fn a_key_at_rest_holds_no_more_than_its_version() {
         store.put(ts, vec![(key("a"), b"x".to_vec().into())], 0).unwrap();
     }
     let mut cursor = SweepCursor::default();
-    store.sweep(&mut cursor, usize::MAX, 0);
-    store.sweep(&mut cursor, usize::MAX, 100);
+    store.sweep(&mut cursor, usize::MAX, SweepClock::monotonic(0), None);
+    store.sweep(&mut cursor, usize::MAX, SweepClock::monotonic(100), None);
     let shard = store.shard(b"a").read();
     let state = shard.get(&b"a"[..]).unwrap();
     assert_eq!((store.stats().versions, state.versions.capacity()), (1, 1));
@@ -668,11 +670,102 @@ fn a_restored_pending_transaction_names_only_keys_holding_its_prepared_version()
     let committed = KeyVersions {
         key: key("a"),
         collected_max_ts: 0,
-        versions: vec![(Arc::new(Version { ts: 7, value: b"a@7".to_vec().into(), metadata: write_set(&["a"]) }), true)],
+        versions: vec![(Arc::new(Version::new(7, b"a@7".to_vec().into(), write_set(&["a"]))), true)],
     };
     store.restore_key(committed, 0);
     assert_eq!(store.restore_pending(7, vec![key("a"), key("z")], Arc::from([key("a")]), 0), 0);
     assert_eq!(store.stats().pending_transactions, 0);
     assert_eq!(store.commit(7), 0, "a replayed COMMIT finds nothing left to do");
     assert_eq!(store.get_latest(b"a").unwrap().ts, 7);
+}
+
+/// Writes `keys` at `ts` as one transaction, every version expiring at `expiry`, committed.
+fn write_expiring(store: &Store, ts: Timestamp, keys: &[&str], expiry: Expiry) {
+    let writes = keys.iter().map(|text| StoreWrite {
+        key: key(text),
+        value: format!("{text}@{ts}").into_bytes().into(),
+        expiry,
+    });
+    store.prepare_writes(ts, write_set(keys), Arc::from([]), writes.collect(), 0).unwrap();
+    store.commit(ts);
+}
+
+/// Issue 31: expired versions are reclaimed by the background sweep alone, no read touching
+/// them. Stage 1 drops the value once the deadline is `EXPIRY_RECLAIM_MARGIN_MS` past by the
+/// store's wall clock (not a millisecond earlier), keeping ts, write set and deadline for
+/// round 2; stage 2 removes the key a retention period later by its monotonic clock, unless it
+/// was written again; a removed key's round-2 answer is "reclaimed at that deadline".
+#[test]
+fn the_sweep_reclaims_expired_keys_without_a_read() {
+    use crate::limits::{EXPIRY_RECLAIMED_RETENTION_MS, EXPIRY_RECLAIM_MARGIN_MS};
+    let store = Store::new(1_000);
+    let deadline_ms = 1_800_000_000_000;
+    write_expiring(&store, 10, &["a", "b"], Expiry::at_ms(deadline_ms).unwrap());
+    write_expiring(&store, 11, &["d"], Expiry::DELETED);
+    write_expiring(&store, 12, &["n"], Expiry::NEVER);
+    let before = store.stats();
+    assert_eq!((before.keys, before.versions, before.values_reclaimed), (4, 4, 0));
+    let mut cursor = SweepCursor::default();
+    let sweep = |cursor: &mut SweepCursor, monotonic_ms, unix_ms, removed: Option<&mut Vec<(Timestamp, Key)>>| {
+        store.sweep(cursor, usize::MAX, SweepClock { monotonic_ms, unix_ms }, removed)
+    };
+
+    // Without a wall clock nothing expires; a millisecond before the margin, only the deletion.
+    sweep(&mut cursor, 100, 0, None);
+    assert_eq!(store.stats().values_reclaimed, 0);
+    sweep(&mut cursor, 100, deadline_ms + EXPIRY_RECLAIM_MARGIN_MS - 1, None);
+    assert_eq!(store.stats().values_reclaimed, 1, "the deletion (deadline 1) only");
+    assert!(store.get_latest(b"d").unwrap().expiry.is_reclaimed());
+    assert_eq!(&*store.get_latest(b"a").unwrap().value, b"a@10");
+
+    // Stage 1: values dropped, versions kept as round 2 and recovery need them.
+    sweep(&mut cursor, 100, deadline_ms + EXPIRY_RECLAIM_MARGIN_MS, None);
+    let stats = store.stats();
+    assert_eq!((stats.values_reclaimed, stats.keys, stats.keys_reclaiming), (3, 4, 3));
+    assert_eq!(stats.value_bytes, "n@12".len(), "only the live value's bytes are held");
+    for name in ["a", "b"] {
+        let latest = store.get_latest(name.as_bytes()).unwrap();
+        assert_eq!((latest.ts, latest.value.is_empty()), (10, true));
+        assert_eq!((latest.expiry.is_reclaimed(), latest.expiry.deadline_ms()), (true, deadline_ms));
+        assert!(matches!(&latest.metadata, StoredMetadata::WriteSet(keys) if keys.len() == 2));
+        assert_eq!(store.get_at(name.as_bytes(), 10).unwrap().ts, 10, "round 2 still finds it");
+        assert_eq!(store.last_commit(name.as_bytes()), 10);
+    }
+    assert_eq!(&*store.get_latest(b"n").unwrap().value, b"n@12");
+
+    // b is written again: live, stage 2 leaves it alone. a and d go a retention period later.
+    store.put(20, vec![(key("b"), b"b@20".to_vec().into())], 200).unwrap();
+    let mut removed = Vec::new();
+    sweep(&mut cursor, 100 + EXPIRY_RECLAIMED_RETENTION_MS - 1, 1, Some(&mut removed));
+    assert!(removed.is_empty(), "not before the retention period");
+    sweep(&mut cursor, 100 + EXPIRY_RECLAIMED_RETENTION_MS, 1, Some(&mut removed));
+    removed.sort();
+    assert_eq!(removed, vec![(10, key("a")), (11, key("d"))]);
+    let stats = store.stats();
+    assert_eq!((stats.keys, stats.keys_reclaimed, stats.keys_reclaiming), (2, 2, 0));
+    assert_eq!(&*store.get_latest(b"b").unwrap().value, b"b@20");
+    assert!(store.get_latest(b"a").is_none());
+
+    // A round-2 read of the removed key (another key's write set named it) is answered
+    // "reclaimed at the latest removed deadline", never "version gone".
+    let exact = store.get_at(b"a", 10).unwrap();
+    assert_eq!((exact.ts, exact.expiry.is_reclaimed(), exact.expiry.deadline_ms()), (10, true, deadline_ms));
+    let highest = store.get_highest_of(b"a", &[10]).unwrap().unwrap();
+    assert_eq!((highest.ts, highest.expiry.is_reclaimed()), (TIMESTAMP_INITIAL, true));
+}
+
+/// A PREPARE of an older timestamp reaching a key whose expired version was reclaimed is
+/// stored below it: the key never reads as that older value (no resurrection).
+#[test]
+fn an_older_write_after_reclaiming_never_becomes_the_latest() {
+    use crate::limits::EXPIRY_RECLAIM_MARGIN_MS;
+    let store = Store::new(1_000);
+    write_expiring(&store, 10, &["a"], Expiry::at_ms(5_000).unwrap());
+    let clock = SweepClock { monotonic_ms: 100, unix_ms: 5_000 + EXPIRY_RECLAIM_MARGIN_MS };
+    store.sweep(&mut SweepCursor::default(), usize::MAX, clock, None);
+    assert!(store.get_latest(b"a").unwrap().expiry.is_reclaimed());
+    store.put(7, vec![(key("a"), b"older".to_vec().into())], 200).unwrap();
+    let latest = store.get_latest(b"a").unwrap();
+    assert_eq!((latest.ts, latest.expiry.is_reclaimed()), (10, true));
+    assert_eq!(store.last_commit(b"a"), 10);
 }

@@ -55,8 +55,7 @@ impl<V> VersionMap<V> {
         }
     }
 
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.entries.len()
     }
 
@@ -68,6 +67,10 @@ impl<V> VersionMap<V> {
 
     pub(super) fn get(&self, ts: &Timestamp) -> Option<&V> {
         self.position(*ts).ok().map(|index| &self.entries[index].1)
+    }
+
+    pub(super) fn get_mut(&mut self, ts: &Timestamp) -> Option<&mut V> {
+        self.position(*ts).ok().map(|index| &mut self.entries[index].1)
     }
 
     pub(super) fn contains_key(&self, ts: &Timestamp) -> bool {

@@ -19,21 +19,35 @@ use std::sync::Arc;
 
 use super::validate::validate_prepare;
 use super::{
-    Key, KeyState, PendingTxn, Store, StoreError, StoredMetadata, StoredVersion, StoredWrites, Version,
+    Key, KeyState, PendingTxn, Store, StoreError, StoreWrite, StoredMetadata, StoredVersion, StoredWrites, Version,
     ABORTED_REMEMBERED_MAX, ABORTED_RETENTION_MS,
 };
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::TxnState;
 
 impl Store {
-    /// Stores `writes` as prepared versions of transaction `ts`. Everything is validated first,
-    /// so an invalid prepare changes nothing. `now_ms` is the caller's monotonic clock.
+    /// Stores `writes` as prepared versions of transaction `ts` that never expire. Everything is
+    /// validated first, so an invalid prepare changes nothing. `now_ms` is the caller's
+    /// monotonic clock.
     pub fn prepare(
         &self,
         ts: Timestamp,
         metadata: StoredMetadata,
         write_set: Arc<[Key]>,
         writes: Vec<(Key, Box<[u8]>)>,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let writes = writes.into_iter().map(StoreWrite::from).collect();
+        self.prepare_keeping(ts, metadata, write_set, writes, now_ms, None)
+    }
+
+    /// [`Store::prepare`] of writes with their expiries.
+    pub fn prepare_writes(
+        &self,
+        ts: Timestamp,
+        metadata: StoredMetadata,
+        write_set: Arc<[Key]>,
+        writes: Vec<StoreWrite>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
         self.prepare_keeping(ts, metadata, write_set, writes, now_ms, None)
@@ -47,7 +61,7 @@ impl Store {
         ts: Timestamp,
         metadata: StoredMetadata,
         write_set: Arc<[Key]>,
-        writes: Vec<(Key, Box<[u8]>)>,
+        writes: Vec<StoreWrite>,
         now_ms: u64,
         mut stored: Option<&mut StoredWrites>,
     ) -> Result<(), StoreError> {
@@ -56,9 +70,9 @@ impl Store {
             return Err(StoreError::Aborted { ts });
         }
         let mut keys: Vec<Key> = Vec::with_capacity(writes.len());
-        for (key, value) in writes {
+        for StoreWrite { key, value, expiry } in writes {
             let value_bytes = value.len();
-            let version = Arc::new(Version { ts, value, metadata: metadata.clone() });
+            let version = Arc::new(Version { ts, value, metadata: metadata.clone(), expiry });
             if let Some(stored) = stored.as_deref_mut() {
                 stored.push((key.clone(), Arc::clone(&version)));
             }
@@ -162,16 +176,17 @@ impl Store {
     }
 
     /// Stores `writes` of transaction `ts` and makes them visible at once, key by key, with no
-    /// metadata: NoCC, which promises no atomicity across keys.
+    /// metadata and no expiry: NoCC, which promises no atomicity across keys.
     pub fn put(&self, ts: Timestamp, writes: Vec<(Key, Box<[u8]>)>, now_ms: u64) -> Result<(), StoreError> {
-        self.put_keeping(ts, writes, now_ms, None)
+        self.put_keeping(ts, writes.into_iter().map(StoreWrite::from).collect(), now_ms, None)
     }
 
-    /// [`Store::put`], pushing each version stored to `stored` as [`Store::prepare_keeping`].
+    /// [`Store::put`] of writes with their expiries, pushing each version stored to `stored`
+    /// as [`Store::prepare_keeping`].
     pub fn put_keeping(
         &self,
         ts: Timestamp,
-        writes: Vec<(Key, Box<[u8]>)>,
+        writes: Vec<StoreWrite>,
         now_ms: u64,
         stored: Option<&mut StoredWrites>,
     ) -> Result<(), StoreError> {

@@ -8,6 +8,8 @@
 //!   request, on a server with a shared secret).
 //! - [`metadata`]: what a version carries about its transaction; [`write_set`]: RAMP-Fast's
 //!   write set in one buffer (decoded without an allocation per key).
+//! - [`expiries`]: when written and returned versions expire (a section after the rest,
+//!   present only when one does).
 //!
 //! All integers are little-endian and fixed-width. A decoder never trusts a length or count
 //! field: it checks it against the bytes present and against the limits in [`crate::limits`]
@@ -15,6 +17,7 @@
 //! never a panic and never a huge allocation. `docs/wire.md` has the byte tables.
 
 pub mod auth;
+pub mod expiries;
 pub mod frame;
 pub mod metadata;
 pub mod request;

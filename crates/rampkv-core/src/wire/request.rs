@@ -16,16 +16,18 @@
 //! 0x01 HELLO    u16 client_ids_wanted [u32 partitions, u32 server_index]
 //!                                                 ask for a block of unique client ids (and
 //!                                                 check the cluster files agree)
+//! writes   := u32 count, (key, value) * count [, expiries]   (expiries.rs: present only
+//!                                                when a write expires)
+//!
 //! 0x02 GET      u32 count, (key, selector) * count
 //! 0x03 PREPARE  u64 ts, metadata, keys write_set, store versions, not yet visible; the
-//!               u32 count, (key, value) * count  write set is for recovery (cooperative
+//!               writes                           write set is for recovery (cooperative
 //!                                                termination), empty when the metadata is it
 //! 0x04 COMMIT   u64 ts                           make the versions of ts visible
-//! 0x05 PUT      u64 ts, u32 count, (key, value) * count
-//!                                                store and make visible at once (NoCC)
+//! 0x05 PUT      u64 ts, writes                   store and make visible at once (NoCC)
 //! 0x06 LOCK_READ      u64 ts, keys               S2PL: shared-lock the keys, then reply with
 //!                                                their latest versions (or ERROR Aborted)
-//! 0x07 LOCK_WRITE     u64 ts, u32 count, (key, value) * count
+//! 0x07 LOCK_WRITE     u64 ts, writes
 //!                                                S2PL 2PC prepare: exclusive-lock the keys and
 //!                                                stage the writes; ACK votes yes
 //! 0x08 COMMIT_LOCKED  u64 ts                     S2PL 2PC commit: apply staged writes, unlock
@@ -45,6 +47,7 @@
 //!                                                keys written)
 //! ```
 
+use super::expiries::{decode_expiries, encode_expiries};
 use super::frame::append_frame;
 use super::metadata::Metadata;
 use super::{ClusterView, Decoder, Encoder, WireError};
@@ -91,11 +94,34 @@ pub struct GetItem {
     pub selector: Selector,
 }
 
-/// One write of a PREPARE or PUT.
+/// One write of a transaction (a PREPARE, PUT or LOCK_WRITE carries them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
     pub key: Vec<u8>,
     pub value: Vec<u8>,
+    /// When the version written stops being visible, in ms since the Unix epoch, judged by
+    /// each reader's clock: 0 never, 1 already (a deletion: [`Write::delete`]). At most
+    /// `types::Expiry::DEADLINE_MS_MAX` (bit 63 is the servers').
+    pub expires_at_ms: u64,
+}
+
+impl Write {
+    /// A write of `value` to `key` that never expires.
+    pub fn new(key: Vec<u8>, value: Vec<u8>) -> Self {
+        Self { key, value, expires_at_ms: 0 }
+    }
+
+    /// A write of `value` to `key` that expires at `expires_at_ms` (ms since the Unix epoch; 0:
+    /// never).
+    pub fn expiring(key: Vec<u8>, value: Vec<u8>, expires_at_ms: u64) -> Self {
+        Self { key, value, expires_at_ms }
+    }
+
+    /// The deletion of `key`: a version with no value that has already expired. A read sees
+    /// the key absent, exactly as an expired one, and the server reclaims it the same way.
+    pub fn delete(key: Vec<u8>) -> Self {
+        Self { key, value: Vec::new(), expires_at_ms: crate::types::Expiry::DELETED.to_word() }
+    }
 }
 
 /// A request from a client to one server.
@@ -306,6 +332,8 @@ fn encode_keys(encoder: &mut Encoder<'_>, keys: &[Vec<u8>]) {
     }
 }
 
+/// The writes, then their expiries section (if one expires): the last fields of every message
+/// that carries writes.
 fn encode_writes(encoder: &mut Encoder<'_>, writes: &[Write]) {
     assert!(writes.len() <= TXN_KEYS_MAX);
     encoder.count(writes.len());
@@ -313,9 +341,17 @@ fn encode_writes(encoder: &mut Encoder<'_>, writes: &[Write]) {
         encoder.key(&write.key);
         encoder.bytes(&write.value);
     }
+    encode_expiries(encoder, writes.iter().map(|write| write.expires_at_ms));
 }
 
 fn decode_writes(decoder: &mut Decoder<'_>) -> Result<Vec<Write>, WireError> {
     let count = decoder.count("writes", TXN_KEYS_MAX, 6)?;
-    (0..count).map(|_| Ok(Write { key: decoder.key()?, value: decoder.value()? })).collect()
+    let mut writes =
+        (0..count).map(|_| Ok(Write::new(decoder.key()?, decoder.value()?))).collect::<Result<Vec<_>, WireError>>()?;
+    if let Some(expiries) = decode_expiries(decoder, count, false)? {
+        for (write, expires_at_ms) in writes.iter_mut().zip(expiries) {
+            write.expires_at_ms = expires_at_ms;
+        }
+    }
+    Ok(writes)
 }

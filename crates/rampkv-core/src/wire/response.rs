@@ -3,9 +3,11 @@
 //! # Format (frame bodies, all integers little-endian; `key`, `value`, `keys` as in request.rs)
 //! ```text
 //! 0x81 HELLO     u16 client_id_first, u16 client_ids_granted [u32 partitions, u32 server_index]
-//! 0x82 VERSIONS  u32 count, (u64 ts, value, metadata) * count
+//! 0x82 VERSIONS  u32 count, (u64 ts, value, metadata) * count [, expiries]
 //!                one entry per GET item, in request order; ts 0 = the initial (empty) value,
-//!                or for HIGHEST_OF: none of the candidates is stored
+//!                or for HIGHEST_OF: none of the candidates is stored; expiries (expiries.rs)
+//!                last of all (after the slots or arrival timestamps below too), present only
+//!                when an entry expires
 //! 0x83 ACK       (empty)                        PREPARE, COMMIT, PUT, LOCK_WRITE, COMMIT_LOCKED, RELEASE done
 //! 0x84 STATUS    u8 state                       0 unknown (now aborted here), 1 prepared,
 //!                                               2 committed, 3 aborted
@@ -20,11 +22,12 @@
 //!                codes: 1 BadRequest, 2 VersionGone, 3 Internal, 4 Aborted
 //! ```
 
+use super::expiries::{decode_expiries, encode_expiries};
 use super::frame::{append_frame, try_append_frame};
 use super::metadata::{Metadata, MetadataRef};
 use super::{ClusterView, Decoder, Encoder, WireError};
 use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
-use crate::types::Timestamp;
+use crate::types::{Expiry, Timestamp};
 
 pub const KIND_HELLO_REPLY: u8 = 0x81;
 pub const KIND_VERSIONS: u8 = 0x82;
@@ -47,6 +50,16 @@ pub struct VersionItem {
     pub value: Vec<u8>,
     /// What the writing transaction attached (its write set, a Bloom filter of it, or nothing).
     pub metadata: Metadata,
+    /// When the version stops being visible (the reader judges it), or that the server
+    /// reclaimed it (its value is gone).
+    pub expiry: Expiry,
+}
+
+impl VersionItem {
+    /// A version that never expires.
+    pub fn new(ts: Timestamp, value: Vec<u8>, metadata: Metadata) -> Self {
+        Self { ts, value, metadata, expiry: Expiry::NEVER }
+    }
 }
 
 /// Why a server refused a request.
@@ -178,6 +191,7 @@ impl Response {
                 for item in items {
                     encode_version(&mut encoder, item.ts, &item.value, item.metadata.as_ref());
                 }
+                encode_expiries(&mut encoder, items.iter().map(|item| item.expiry.to_word()));
             }
             Response::VersionsLocated { items, slots } => {
                 assert!(items.len() <= TXN_KEYS_MAX && slots.len() == items.len());
@@ -186,6 +200,7 @@ impl Response {
                     encode_version(&mut encoder, item.ts, &item.value, item.metadata.as_ref());
                 }
                 encode_slots(&mut encoder, slots.iter().copied());
+                encode_expiries(&mut encoder, items.iter().map(|item| item.expiry.to_word()));
             }
             Response::VersionsLocked { items, on_arrival } => {
                 assert!(items.len() <= TXN_KEYS_MAX && on_arrival.len() == items.len());
@@ -194,6 +209,7 @@ impl Response {
                     encode_version(&mut encoder, item.ts, &item.value, item.metadata.as_ref());
                 }
                 encode_timestamps(&mut encoder, on_arrival.iter().copied());
+                encode_expiries(&mut encoder, items.iter().map(|item| item.expiry.to_word()));
             }
             Response::Ack => {}
             Response::Status { state } => encoder.u8(match state {
@@ -218,7 +234,11 @@ impl Response {
                 client_ids_granted: decoder.u16()?,
                 cluster: ClusterView::decode(&mut decoder)?,
             },
-            KIND_VERSIONS => Response::Versions { items: decode_versions(&mut decoder)? },
+            KIND_VERSIONS => {
+                let mut items = decode_versions(&mut decoder)?;
+                decode_item_expiries(&mut decoder, &mut items)?;
+                Response::Versions { items }
+            }
             KIND_VERSIONS_LOCATED => {
                 let items = decode_versions(&mut decoder)?;
                 let count = decoder.count("slots", TXN_KEYS_MAX, 4)?;
@@ -228,6 +248,8 @@ impl Response {
                 let slots = (0..count)
                     .map(|_| decoder.u32().map(|slot| (slot != SLOT_NONE).then_some(slot)))
                     .collect::<Result<_, WireError>>()?;
+                let mut items = items;
+                decode_item_expiries(&mut decoder, &mut items)?;
                 Response::VersionsLocated { items, slots }
             }
             KIND_VERSIONS_LOCKED => {
@@ -237,6 +259,8 @@ impl Response {
                     return Err(WireError::Invalid("arrival timestamp count differs from the version count"));
                 }
                 let on_arrival = (0..count).map(|_| decoder.u64()).collect::<Result<_, WireError>>()?;
+                let mut items = items;
+                decode_item_expiries(&mut decoder, &mut items)?;
                 Response::VersionsLocked { items, on_arrival }
             }
             KIND_ACK => Response::Ack,
@@ -267,13 +291,23 @@ fn decode_versions(decoder: &mut Decoder<'_>) -> Result<Vec<VersionItem>, WireEr
     let count = decoder.count("versions", TXN_KEYS_MAX, 13)?;
     (0..count)
         .map(|_| {
-            Ok(VersionItem {
-                ts: decoder.u64()?,
-                value: decoder.bytes_up_to("value", VALUE_BYTES_MAX)?,
-                metadata: Metadata::decode(decoder)?,
-            })
+            Ok(VersionItem::new(
+                decoder.u64()?,
+                decoder.bytes_up_to("value", VALUE_BYTES_MAX)?,
+                Metadata::decode(decoder)?,
+            ))
         })
         .collect()
+}
+
+/// The expiries section at the end of a reply, if any, into its entries.
+fn decode_item_expiries(decoder: &mut Decoder<'_>, items: &mut [VersionItem]) -> Result<(), WireError> {
+    if let Some(expiries) = decode_expiries(decoder, items.len(), true)? {
+        for (item, word) in items.iter_mut().zip(expiries) {
+            item.expiry = Expiry::from_word(word);
+        }
+    }
+    Ok(())
 }
 
 fn encode_slots(encoder: &mut Encoder<'_>, slots: impl ExactSizeIterator<Item = Option<u32>>) {
@@ -316,15 +350,20 @@ pub fn append_reply_frame(out: &mut Vec<u8>, kind: u8, request_id: u64, encode_b
     }
 }
 
-/// Appends a VERSIONS frame whose entries are produced by `entries` (count known up front).
+/// One VERSIONS entry borrowed from where it is stored: ts, value, metadata, expiry word.
+pub type EntryRef<'v, K> = (Timestamp, &'v [u8], MetadataRef<'v, K>, u64);
+
+/// Appends a VERSIONS frame whose entries are produced by `entries` (count known up front;
+/// walked twice when an entry expires: once for the entries, once for the expiries section).
 pub fn append_versions_frame<'v, K: AsRef<[u8]> + 'v>(
     out: &mut Vec<u8>,
     request_id: u64,
-    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
+    entries: impl ExactSizeIterator<Item = EntryRef<'v, K>> + Clone,
 ) {
     append_reply_frame(out, KIND_VERSIONS, request_id, |body| {
         let mut encoder = Encoder::new(body);
-        encode_entries(&mut encoder, entries);
+        encode_entries(&mut encoder, entries.clone());
+        encode_expiries(&mut encoder, entries.map(|entry| entry.3));
     });
 }
 
@@ -344,24 +383,25 @@ fn truncate_utf8(text: &str, bytes_max: usize) -> &str {
 pub fn append_versions_located_frame<'v, K: AsRef<[u8]> + 'v>(
     out: &mut Vec<u8>,
     request_id: u64,
-    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
+    entries: impl ExactSizeIterator<Item = EntryRef<'v, K>> + Clone,
     slots: impl ExactSizeIterator<Item = Option<u32>>,
 ) {
     assert_eq!(entries.len(), slots.len(), "one slot per entry");
     append_reply_frame(out, KIND_VERSIONS_LOCATED, request_id, |body| {
         let mut encoder = Encoder::new(body);
-        encode_entries(&mut encoder, entries);
+        encode_entries(&mut encoder, entries.clone());
         encode_slots(&mut encoder, slots);
+        encode_expiries(&mut encoder, entries.map(|entry| entry.3));
     });
 }
 
-/// The VERSIONS body: the count, then each entry.
+/// The VERSIONS body: the count, then each entry (not the expiries section).
 fn encode_entries<'v, K: AsRef<[u8]> + 'v>(
     encoder: &mut Encoder<'_>,
-    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
+    entries: impl ExactSizeIterator<Item = EntryRef<'v, K>>,
 ) {
     encoder.count(entries.len());
-    for (ts, value, metadata) in entries {
+    for (ts, value, metadata, _) in entries {
         encode_version(encoder, ts, value, metadata);
     }
 }
@@ -371,13 +411,14 @@ fn encode_entries<'v, K: AsRef<[u8]> + 'v>(
 pub fn append_versions_locked_frame<'v, K: AsRef<[u8]> + 'v>(
     out: &mut Vec<u8>,
     request_id: u64,
-    entries: impl ExactSizeIterator<Item = (Timestamp, &'v [u8], MetadataRef<'v, K>)>,
+    entries: impl ExactSizeIterator<Item = EntryRef<'v, K>> + Clone,
     on_arrival: impl ExactSizeIterator<Item = Timestamp>,
 ) {
     assert_eq!(entries.len(), on_arrival.len(), "one arrival timestamp per entry");
     append_reply_frame(out, KIND_VERSIONS_LOCKED, request_id, |body| {
         let mut encoder = Encoder::new(body);
-        encode_entries(&mut encoder, entries);
+        encode_entries(&mut encoder, entries.clone());
         encode_timestamps(&mut encoder, on_arrival);
+        encode_expiries(&mut encoder, entries.map(|entry| entry.3));
     });
 }

@@ -32,8 +32,38 @@ fn metadata() -> impl Strategy<Value = Metadata> {
     ]
 }
 
+/// An expiry word as a writer sends it: mostly none, sometimes a deadline or a deletion.
+fn written_expiry() -> impl Strategy<Value = u64> {
+    prop_oneof![4 => Just(0u64), 1 => Just(1u64), 2 => 0..=crate::types::Expiry::DEADLINE_MS_MAX]
+}
+
+/// An expiry as a server returns it: a written one, or one marked reclaimed.
+fn returned_expiry() -> impl Strategy<Value = crate::types::Expiry> {
+    (written_expiry(), any::<bool>()).prop_map(|(word, reclaimed)| {
+        let expiry = crate::types::Expiry::from_word(word);
+        if reclaimed && word != 0 {
+            expiry.reclaimed()
+        } else {
+            expiry
+        }
+    })
+}
+
+fn version_item() -> impl Strategy<Value = VersionItem> {
+    (any::<u64>(), value(), metadata(), returned_expiry()).prop_map(|(ts, value, metadata, expiry)| VersionItem {
+        ts,
+        value,
+        metadata,
+        expiry,
+    })
+}
+
 fn writes() -> impl Strategy<Value = Vec<Write>> {
-    vec((key(), value()).prop_map(|(key, value)| Write { key, value }), 0..6)
+    vec(
+        (key(), value(), written_expiry())
+            .prop_map(|(key, value, expires_at_ms)| Write::expiring(key, value, expires_at_ms)),
+        0..6,
+    )
 }
 
 fn cluster_view() -> impl Strategy<Value = Option<ClusterView>> {
@@ -76,26 +106,12 @@ fn response() -> impl Strategy<Value = Response> {
         (any::<u16>(), any::<u16>(), cluster_view()).prop_map(|(client_id_first, client_ids_granted, cluster)| {
             Response::Hello { client_id_first, client_ids_granted, cluster }
         }),
-        vec(
-            (any::<u64>(), value(), metadata()).prop_map(|(ts, value, metadata)| VersionItem { ts, value, metadata }),
-            0..6
-        )
-        .prop_map(|items| Response::Versions { items }),
-        vec(
-            (any::<u64>(), value(), metadata(), proptest::option::of(0u32..u32::MAX))
-                .prop_map(|(ts, value, metadata, slot)| (VersionItem { ts, value, metadata }, slot)),
-            0..6
-        )
-        .prop_map(|entries| {
+        vec(version_item(), 0..6).prop_map(|items| Response::Versions { items }),
+        vec((version_item(), proptest::option::of(0u32..u32::MAX)), 0..6).prop_map(|entries| {
             let (items, slots) = entries.into_iter().unzip();
             Response::VersionsLocated { items, slots }
         }),
-        vec(
-            (any::<u64>(), value(), metadata(), any::<u64>())
-                .prop_map(|(ts, value, metadata, on_arrival)| (VersionItem { ts, value, metadata }, on_arrival)),
-            0..6
-        )
-        .prop_map(|entries| {
+        vec((version_item(), any::<u64>()), 0..6).prop_map(|entries| {
             let (items, on_arrival) = entries.into_iter().unzip();
             Response::VersionsLocked { items, on_arrival }
         }),
@@ -109,6 +125,35 @@ fn response() -> impl Strategy<Value = Response> {
         .prop_map(|state| Response::Status { state }),
         (code, "[a-z ]{0,40}").prop_map(|(code, message)| Response::Error { code, message }),
     ]
+}
+
+/// `request` with every write's expiry 0 (what a cut before its expiries section decodes to).
+fn never_expiring_request(request: Request) -> Request {
+    let never = |writes: Vec<Write>| writes.into_iter().map(|write| Write::new(write.key, write.value)).collect();
+    match request {
+        Request::Prepare { ts, metadata, write_set, writes } => {
+            Request::Prepare { ts, metadata, write_set, writes: never(writes) }
+        }
+        Request::PrepareCommit { ts, metadata, write_set, writes } => {
+            Request::PrepareCommit { ts, metadata, write_set, writes: never(writes) }
+        }
+        Request::Put { ts, writes } => Request::Put { ts, writes: never(writes) },
+        Request::LockWrite { ts, writes } => Request::LockWrite { ts, writes: never(writes) },
+        other => other,
+    }
+}
+
+/// `response` with every entry's expiry 0.
+fn never_expiring_response(response: Response) -> Response {
+    let never = |items: Vec<VersionItem>| {
+        items.into_iter().map(|item| VersionItem::new(item.ts, item.value, item.metadata)).collect()
+    };
+    match response {
+        Response::Versions { items } => Response::Versions { items: never(items) },
+        Response::VersionsLocated { items, slots } => Response::VersionsLocated { items: never(items), slots },
+        Response::VersionsLocked { items, on_arrival } => Response::VersionsLocked { items: never(items), on_arrival },
+        other => other,
+    }
 }
 
 /// Splits one encoded frame into its header and body, checking it is complete and exact.
@@ -144,17 +189,27 @@ proptest! {
                 // The stream reader waits for the rest ...
                 prop_assert_eq!(FrameHeader::check(&frame[..cut]), Ok(None));
             }
-            // ... and a body cut short never decodes, but at one place: a HELLO cut right before
-            // its (optional) cluster view is the older HELLO without one, which decodes as such.
+            // ... and a body cut short never decodes, but at one place each: a HELLO cut right
+            // before its (optional) cluster view is the older HELLO without one, and a message
+            // cut right before its (optional) expiries section is the same message with nothing
+            // expiring; each decodes as such.
             let (header, body) = split_frame(&frame);
+            let without_expiries = {
+                let mut shorter = Vec::new();
+                match Request::decode(header.kind, body) {
+                    Ok(request) => never_expiring_request(request).encode_body(&mut shorter),
+                    Err(_) => never_expiring_response(Response::decode(header.kind, body).unwrap()).encode_body(&mut shorter),
+                }
+                shorter.len()
+            };
             for cut in 0..body.len() {
-                let without_view = match (Request::decode(header.kind, &body[..cut]), Response::decode(header.kind, &body[..cut])) {
+                let expected = match (Request::decode(header.kind, &body[..cut]), Response::decode(header.kind, &body[..cut])) {
                     (Ok(Request::Hello { cluster: None, .. }), _) => cut == 2 && header.kind == 0x01,
                     (_, Ok(Response::Hello { cluster: None, .. })) => cut == 4 && header.kind == 0x81,
+                    (Ok(_), _) | (_, Ok(_)) => cut == without_expiries,
                     (Err(_), Err(_)) => true,
-                    _ => false,
                 };
-                prop_assert!(without_view, "a body cut at {} of {} decoded", cut, body.len());
+                prop_assert!(expected, "a body cut at {} of {} decoded", cut, body.len());
             }
         }
     }
@@ -238,18 +293,14 @@ fn the_header_layout_is_as_documented() {
 #[test]
 fn versions_located_needs_one_slot_per_version_and_matches_the_server_encoder() {
     let items = vec![
-        VersionItem {
-            ts: 7,
-            value: b"v".to_vec(),
-            metadata: Metadata::WriteSet(WriteSet::from_keys(&[b"k"]).unwrap()),
-        },
-        VersionItem { ts: 0, value: Vec::new(), metadata: Metadata::None },
+        VersionItem::new(7, b"v".to_vec(), Metadata::WriteSet(WriteSet::from_keys(&[b"k"]).unwrap())),
+        VersionItem::new(0, Vec::new(), Metadata::None),
     ];
     let response = Response::VersionsLocated { items: items.clone(), slots: vec![Some(3), None] };
     let mut frame = Vec::new();
     response.encode_frame(9, &mut frame);
     let mut direct = Vec::new();
-    let entries = items.iter().map(|item| (item.ts, &item.value[..], item.metadata.as_ref()));
+    let entries = items.iter().map(|item| (item.ts, &item.value[..], item.metadata.as_ref(), item.expiry.to_word()));
     response::append_versions_located_frame(&mut direct, 9, entries, [Some(3), None].into_iter());
     assert_eq!(frame, direct, "the server's borrowed encoder writes the same bytes");
     // The slot list is the VERSIONS body's tail: u32 count, u32 per slot (u32::MAX: none).
@@ -261,15 +312,13 @@ fn versions_located_needs_one_slot_per_version_and_matches_the_server_encoder() 
 
 #[test]
 fn versions_locked_needs_one_arrival_timestamp_per_version_and_matches_the_server_encoder() {
-    let items = vec![
-        VersionItem { ts: 9, value: b"v".to_vec(), metadata: Metadata::None },
-        VersionItem { ts: 0, value: Vec::new(), metadata: Metadata::None },
-    ];
+    let items =
+        vec![VersionItem::new(9, b"v".to_vec(), Metadata::None), VersionItem::new(0, Vec::new(), Metadata::None)];
     let response = Response::VersionsLocked { items: items.clone(), on_arrival: vec![5, 0] };
     let mut frame = Vec::new();
     response.encode_frame(4, &mut frame);
     let mut direct = Vec::new();
-    let entries = items.iter().map(|item| (item.ts, &item.value[..], item.metadata.as_ref()));
+    let entries = items.iter().map(|item| (item.ts, &item.value[..], item.metadata.as_ref(), item.expiry.to_word()));
     response::append_versions_locked_frame(&mut direct, 4, entries, [5, 0].into_iter());
     assert_eq!(frame, direct, "the server's borrowed encoder writes the same bytes");
     // The arrival list is the VERSIONS body's tail: u32 count, u64 per version.
@@ -288,7 +337,8 @@ fn the_largest_request_the_limits_allow_fits_in_a_frame() {
     let keys: Vec<Vec<u8>> = (0..TXN_KEYS_MAX)
         .map(|index| [vec![index as u8; KEY_BYTES_MAX - 2], (index as u16).to_le_bytes().to_vec()].concat())
         .collect();
-    let writes = keys.iter().map(|key| Write { key: key.clone(), value: vec![7; VALUE_BYTES_MAX] }).collect();
+    // Every write expires: the expiries section is there too.
+    let writes = keys.iter().map(|key| Write::expiring(key.clone(), vec![7; VALUE_BYTES_MAX], u64::MAX >> 1)).collect();
     let metadata = Metadata::WriteSet(WriteSet::from_keys(&keys).unwrap());
     let request = Request::Prepare { ts: 1 << 16, metadata, write_set: keys, writes };
     let mut frame = Vec::new();
@@ -308,16 +358,12 @@ fn a_reply_too_large_for_a_frame_becomes_an_error_reply() {
     let keys: Vec<Vec<u8>> = (0..TXN_KEYS_MAX).map(|index| vec![index as u8; KEY_BYTES_MAX]).collect();
     let write_set = WriteSet::from_keys(&keys).unwrap();
     let items: Vec<VersionItem> = (0..TXN_KEYS_MAX)
-        .map(|_| VersionItem {
-            ts: 5 << 16,
-            value: vec![1; VALUE_BYTES_MAX],
-            metadata: Metadata::WriteSet(write_set.clone()),
-        })
+        .map(|_| VersionItem::new(5 << 16, vec![1; VALUE_BYTES_MAX], Metadata::WriteSet(write_set.clone())))
         .collect();
     let mut out = b"earlier frames".to_vec();
     Response::Versions { items: items.clone() }.encode_frame(3, &mut out);
     let mut direct = b"earlier frames".to_vec();
-    let entries = items.iter().map(|item| (item.ts, &item.value[..], item.metadata.as_ref()));
+    let entries = items.iter().map(|item| (item.ts, &item.value[..], item.metadata.as_ref(), item.expiry.to_word()));
     response::append_versions_frame(&mut direct, 3, entries);
     assert_eq!(out, direct, "both encoders fall back alike");
     assert_eq!(&out[..14], b"earlier frames", "what came before is kept");

@@ -6,8 +6,8 @@ fn key(text: &str) -> Key {
     text.as_bytes().into()
 }
 
-fn writes(pairs: &[(&str, &str)]) -> Vec<(Key, Box<[u8]>)> {
-    pairs.iter().map(|(name, value)| (key(name), value.as_bytes().into())).collect()
+fn writes(pairs: &[(&str, &str)]) -> Vec<StoreWrite> {
+    pairs.iter().map(|(name, value)| StoreWrite::new(key(name), value.as_bytes().into())).collect()
 }
 
 fn header(lsn: Lsn) -> RecordHeader {
@@ -79,16 +79,19 @@ fn a_write_set_equal_to_the_metadata_is_stored_once_and_shared_again_when_decode
 #[test]
 fn the_encoder_refuses_what_the_decoder_would_refuse_and_appends_nothing() {
     let mut bytes = vec![7u8];
-    let too_long = vec![(Key::from(vec![0u8; KEY_BYTES_MAX + 1]), Box::from(&b"v"[..]))];
-    let too_big = vec![(key("k"), vec![0u8; VALUE_BYTES_MAX + 1].into_boxed_slice())];
-    let too_many: Vec<(Key, Box<[u8]>)> =
-        (0..=TXN_KEYS_MAX).map(|index| (key(&index.to_string()), Box::from(&b""[..]))).collect();
+    let too_long = vec![StoreWrite::new(Key::from(vec![0u8; KEY_BYTES_MAX + 1]), Box::from(&b"v"[..]))];
+    let too_big = vec![StoreWrite::new(key("k"), vec![0u8; VALUE_BYTES_MAX + 1].into_boxed_slice())];
+    let too_many: Vec<StoreWrite> =
+        (0..=TXN_KEYS_MAX).map(|index| StoreWrite::new(key(&index.to_string()), Box::from(&b""[..]))).collect();
+    let reclaimed =
+        vec![StoreWrite { expiry: Expiry::DELETED.reclaimed(), ..StoreWrite::new(key("k"), Box::default()) }];
     let refused = [
         RecordRef::Commit { ts: 0 },
         RecordRef::Put { ts: 1, writes: WritesRef::Values(&[]) },
         RecordRef::Put { ts: 1, writes: (&too_long).into() },
         RecordRef::Put { ts: 1, writes: (&too_big).into() },
         RecordRef::Put { ts: 1, writes: (&too_many).into() },
+        RecordRef::Put { ts: 1, writes: (&reclaimed).into() },
     ];
     for record in refused {
         assert!(encode_record(header(1), record, &mut bytes).is_err(), "{record:?}");
@@ -100,8 +103,14 @@ fn the_encoder_refuses_what_the_decoder_would_refuse_and_appends_nothing() {
 #[test]
 fn the_largest_record_fits_the_payload_bound() {
     let keys: Vec<Key> = (0..TXN_KEYS_MAX).map(|index| Key::from(vec![index as u8; KEY_BYTES_MAX])).collect();
-    let writes: Vec<(Key, Box<[u8]>)> =
-        keys.iter().map(|key| (key.clone(), vec![1u8; VALUE_BYTES_MAX].into_boxed_slice())).collect();
+    // Every write expires: the expiries section is part of the largest record.
+    let writes: Vec<StoreWrite> = keys
+        .iter()
+        .map(|key| StoreWrite {
+            expiry: Expiry::at_ms(Expiry::DEADLINE_MS_MAX).unwrap(),
+            ..StoreWrite::new(key.clone(), vec![1u8; VALUE_BYTES_MAX].into_boxed_slice())
+        })
+        .collect();
     let record = Record::Prepare {
         ts: 1,
         metadata: StoredMetadata::WriteSet(keys.iter().cloned().collect()),
@@ -167,8 +176,13 @@ fn arbitrary_key() -> impl Strategy<Value = Key> {
     prop::collection::vec(any::<u8>(), 0..12).prop_map(Key::from)
 }
 
-fn arbitrary_writes() -> impl Strategy<Value = Vec<(Key, Box<[u8]>)>> {
-    prop::collection::vec((arbitrary_key(), prop::collection::vec(any::<u8>(), 0..40).prop_map(Box::from)), 1..6)
+fn arbitrary_writes() -> impl Strategy<Value = Vec<StoreWrite>> {
+    let expiry = prop_oneof![3 => Just(0u64), 1 => Just(1u64), 1 => 0..=Expiry::DEADLINE_MS_MAX];
+    prop::collection::vec(
+        (arbitrary_key(), prop::collection::vec(any::<u8>(), 0..40).prop_map(Box::from), expiry)
+            .prop_map(|(key, value, word)| StoreWrite { key, value, expiry: Expiry::from_word(word) }),
+        1..6,
+    )
 }
 
 fn arbitrary_metadata() -> impl Strategy<Value = StoredMetadata> {

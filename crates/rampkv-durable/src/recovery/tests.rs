@@ -3,6 +3,7 @@ use proptest::prelude::*;
 use super::*;
 use crate::files::segment_path;
 use crate::record::{encode_record, RecordHeader, RecordRef};
+use rampkv_core::storage::StoreWrite;
 
 fn frames(range: std::ops::RangeInclusive<Lsn>, synced: impl Fn(Lsn) -> Lsn) -> Vec<u8> {
     let mut bytes = Vec::new();
@@ -112,7 +113,8 @@ fn segment_of_puts(first: Lsn, lsns: std::ops::RangeInclusive<Lsn>, stamp: Lsn) 
     let mut starts = Vec::new();
     for lsn in lsns {
         starts.push(bytes.len());
-        let writes: crate::record::Writes = vec![(Box::from(&b"key"[..]), vec![b'v'; value_bytes].into_boxed_slice())];
+        let writes: crate::record::Writes =
+            vec![StoreWrite::new(Box::from(&b"key"[..]), vec![b'v'; value_bytes].into_boxed_slice())];
         let header = RecordHeader { lsn, epoch: 0, synced_lsn: stamp };
         encode_record(header, RecordRef::Put { ts: lsn << 8, writes: (&writes).into() }, &mut bytes).unwrap();
     }

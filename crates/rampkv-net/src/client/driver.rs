@@ -24,7 +24,7 @@ use rampkv_core::cluster::Cluster;
 use rampkv_core::protocol::ramp::TxnOptions;
 use rampkv_core::protocol::session::{self, Post, Sessions, TxnError};
 use rampkv_core::types::{wall_clock_us, Timestamp};
-use rampkv_core::wire::{ClusterView, Request, Response};
+use rampkv_core::wire::{ClusterView, Request, Response, Write};
 
 pub use rampkv_core::protocol::session::{TxnResult, SESSIONS_MAX as DRIVER_SESSIONS_MAX};
 
@@ -148,6 +148,23 @@ impl<T: ClientTransport> Driver<T> {
     /// Starts a write-only transaction on an idle session. Returns its timestamp.
     pub fn begin_write(&mut self, session: usize, writes: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Timestamp, ClientError> {
         self.begin_write_with(session, |_| writes)
+    }
+
+    /// Starts a write-only transaction of [`Write`]s, which may expire or delete, on an idle
+    /// session; `independent`: as one-key writes at one timestamp, not atomic together
+    /// ([`Driver::begin_independent_writes`]). Returns its timestamp.
+    pub fn begin_writes(
+        &mut self,
+        session: usize,
+        writes: Vec<Write>,
+        independent: bool,
+    ) -> Result<Timestamp, ClientError> {
+        self.revive();
+        let now_us = self.now_us();
+        let ts =
+            self.sessions.begin_writes(session, |_| writes, independent, now_us, wall_clock_us(), &mut self.posts)?;
+        self.post()?;
+        Ok(ts)
     }
 
     /// Starts independent one-key writes on an idle session, all at one timestamp and not

@@ -18,7 +18,7 @@ use rampkv_core::protocol::ramp::TxnOptions;
 use rampkv_core::protocol::session::SessionError;
 use rampkv_core::protocol::{ProtocolError, ReadOutcome};
 use rampkv_core::types::Timestamp;
-use rampkv_core::wire::ErrorCode;
+use rampkv_core::wire::{ErrorCode, Write};
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -385,7 +385,10 @@ impl<T: ClientTransport> Client<T> {
     }
 
     /// Reads `keys` read-atomically. Each item has the key, the version's timestamp (0 for a
-    /// key never written, whose value is empty) and the value, in the order of `keys`.
+    /// key never written) and the value, in the order of `keys`; `exists` is false (and the
+    /// value empty) for a key never written, deleted, or expired at the read's one instant
+    /// ([`ReadOutcome::read_at_ms`]): keys one transaction wrote with one deadline are all
+    /// there or all gone.
     pub fn get_all(&mut self, keys: Vec<Vec<u8>>) -> Result<ReadOutcome, ClientError> {
         self.with_failover(|client| client.get_once(keys.clone()))
     }
@@ -402,6 +405,40 @@ impl<T: ClientTransport> Client<T> {
     /// transaction's timestamp. Invalid input fails before any server is contacted.
     pub fn put_all(&mut self, pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Result<Timestamp, ClientError> {
         self.with_failover(|client| client.put_all_with(|_| pairs.clone()))
+    }
+
+    /// Writes every [`Write`] atomically, as [`Client::put_all`]: each may expire
+    /// ([`Write::expiring`], a deadline in ms since the Unix epoch) or delete its key
+    /// ([`Write::delete`]). A transaction's writes with one deadline expire together for every
+    /// reader (docs/architecture.md, "Expiry and deletion"): a read never sees some of them
+    /// there and others gone.
+    pub fn put_writes(&mut self, writes: Vec<Write>) -> Result<Timestamp, ClientError> {
+        self.with_failover(|client| client.put_once(writes.clone()))
+    }
+
+    /// Writes every pair atomically, every version expiring at `expires_at_ms` (ms since the
+    /// Unix epoch, by this client's clock; each reader judges it by its own). To expire a group
+    /// `ttl` from now, take `now` once for all of it (`types::wall_clock_unix_ms`).
+    pub fn put_all_expiring(
+        &mut self,
+        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+        expires_at_ms: u64,
+    ) -> Result<Timestamp, ClientError> {
+        self.put_writes(pairs.into_iter().map(|(key, value)| Write::expiring(key, value, expires_at_ms)).collect())
+    }
+
+    /// Deletes every key atomically: readers see all of them gone or none. A deletion is a
+    /// version that has already expired, reclaimed by the servers like any expired one.
+    pub fn delete_all(&mut self, keys: Vec<Vec<u8>>) -> Result<Timestamp, ClientError> {
+        self.put_writes(keys.into_iter().map(Write::delete).collect())
+    }
+
+    fn put_once(&mut self, writes: Vec<Write>) -> Result<Timestamp, ClientError> {
+        self.driver.begin_writes(0, writes, false)?;
+        match self.wait()? {
+            TxnResult::Write(outcome) => Ok(outcome.ts),
+            TxnResult::Read(_) => unreachable!("a write session finished a read"),
+        }
     }
 
     /// Like [`Client::put_all`], with the pairs built once the timestamp is known (one

@@ -18,8 +18,9 @@ use crate::auth::random_bytes;
 use rampkv_core::limits::CONTROL_CHALLENGE_BYTES;
 
 /// Version of the control handshake (and of the slot layouts both sides derive from it).
-/// 3: the challenge step, one region per connection and the doorbell region.
-pub const CONTROL_VERSION: u32 = 3;
+/// 3: the challenge step, one region per connection and the doorbell region. 4: item slots
+/// carry an expiry word (their header grew from 40 to 48 bytes: docs/fabric.md).
+pub const CONTROL_VERSION: u32 = 4;
 
 /// 32 bytes of the control handshake (a challenge, a nonce, a proof), as lower-case hex on the
 /// wire.

@@ -123,6 +123,16 @@ impl Served {
         committed
     }
 
+    /// The core's timer (`ServerCore::tick`: the background sweep, which also reclaims
+    /// expired keys), freeing the item slots of the keys it removed.
+    pub fn tick(&self, now: Now) -> usize {
+        let mut effects = Effects::default();
+        effects.set_publishing(self.slots.get().is_some());
+        let swept = self.core.tick(now, &mut effects);
+        self.publish(&mut effects);
+        swept
+    }
+
     /// Aborts transaction `ts` as cooperative termination decided, logging it.
     pub fn abort(&self, ts: Timestamp, now_ms: u64) {
         let mut effects = Effects::default();
@@ -179,6 +189,7 @@ impl Served {
         }
         effects.committed.clear();
         effects.prepared.clear();
+        effects.reclaimed.clear();
     }
 
     /// A GET_LOCATE key's item slot (publishing its latest committed version first if needed).

@@ -432,8 +432,8 @@ impl<M: ServerMedium> Poller<M> {
             if now.monotonic_ms >= self.next_timeout_scan_ms {
                 self.next_timeout_scan_ms = now.monotonic_ms + CONNECTION_TIMEOUT_SCAN_INTERVAL_MS;
                 self.scan_timeouts(now.monotonic_ms);
-                for core in self.servers.cores() {
-                    core.tick(now.monotonic_ms); // the background GC sweep (bounded)
+                for served in self.servers.served() {
+                    served.tick(now); // the background GC sweep (bounded), expiry's too
                 }
             }
             served += self.enforce_budgets();

@@ -56,6 +56,7 @@ use crate::message::ring::Ring;
 use rampkv_core::limits::{
     ADDRESS_CACHE_ENTRIES_MAX, GETSTAR_LEASE_MARGIN_US, ITEM_REGION_BYTES_MAX, WRITEPOLL_SLEEP_MS_MAX,
 };
+use rampkv_core::types::Expiry;
 use rampkv_core::wire::{Decoder, GetItem, Metadata, Request, Response, Selector, VersionItem};
 
 /// Options of the one-sided transport.
@@ -319,7 +320,7 @@ impl<F: FabricHandle> GetStarTransport<F> {
                         return Err(Fallback::NewerPrepared);
                     }
                     self.stats.torn_retries += u64::from(view.attempts() - 1);
-                    match decode_slot_version(view.ts(), view.metadata(), view.value(), &item.selector) {
+                    match decode_slot_version(view.ts(), view.expiry(), view.metadata(), view.value(), &item.selector) {
                         Some(version) => {
                             self.stats.slots_accepted += 1;
                             versions.push(version);
@@ -406,9 +407,16 @@ fn map_item_region<F: FabricHandle>(
     Ok(ItemRegion { remote, slot_bytes, slots, lease_word_offset })
 }
 
-/// The reply entry a server would send for `selector` from a verified slot's fields; `None`
-/// if they are not a version a server publishes (ts 0, metadata that does not decode).
-fn decode_slot_version(ts: u64, metadata: &[u8], value: &[u8], selector: &Selector) -> Option<VersionItem> {
+/// The reply entry a server would send for `selector` from a verified slot's fields, its
+/// expiry with it (the reader judges it as any VERSIONS entry's); `None` if they are not a
+/// version a server publishes (ts 0, metadata that does not decode).
+fn decode_slot_version(
+    ts: u64,
+    expiry: u64,
+    metadata: &[u8],
+    value: &[u8],
+    selector: &Selector,
+) -> Option<VersionItem> {
     if ts == 0 {
         return None;
     }
@@ -416,8 +424,8 @@ fn decode_slot_version(ts: u64, metadata: &[u8], value: &[u8], selector: &Select
     let metadata = Metadata::decode(&mut decoder).ok()?;
     decoder.finish().ok()?;
     Some(match selector {
-        Selector::LatestTimestamp => VersionItem { ts, value: Vec::new(), metadata: Metadata::None },
-        _ => VersionItem { ts, value: value.to_vec(), metadata },
+        Selector::LatestTimestamp => VersionItem::new(ts, Vec::new(), Metadata::None),
+        _ => VersionItem { ts, value: value.to_vec(), metadata, expiry: Expiry::from_word(expiry) },
     })
 }
 

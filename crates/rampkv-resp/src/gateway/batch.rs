@@ -1,6 +1,11 @@
 //! Pipelines: the read or write commands already buffered behind the first one join its
 //! transaction, and what a connection then waits on ([`Pending`]).
 //!
+//! # Expiry
+//! TTL and PTTL join a batch of reads (the read judges expiry at one instant for all its keys);
+//! SET with an expiry, SETEX and PSETEX a batch of writes, whose relative expiries all become
+//! deadlines from one reading of the gateway's clock.
+//!
 //! # Pipelines
 //! When a read command (GET, MGET, EXISTS, STRLEN, TYPE) starts, the read commands right behind it that are
 //! already buffered join it in one `get_all` (up to [`BATCH_COMMANDS_MAX`] commands and
@@ -21,8 +26,9 @@ use super::event_loop::EventLoop;
 use super::failover::TxnInput;
 use super::multi::ExecPlan;
 use super::{BATCH_COMMANDS_MAX, WRITE_BATCH_KEYS_MAX};
-use crate::command::{parse_request, Request};
+use crate::command::{parse_request, ExpiryArg, Request, TtlUnit};
 use rampkv_core::limits::TXN_KEYS_MAX;
+use rampkv_core::wire::Write;
 
 /// One read command of a batch; its keys are the next ones of the batch's read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,15 +36,21 @@ pub(super) enum ReadCommand {
     Get,
     Strlen,
     Type,
-    MultiGet { keys: usize },
-    Exists { keys: usize },
+    MultiGet {
+        keys: usize,
+    },
+    Exists {
+        keys: usize,
+    },
+    /// TTL or PTTL of one key.
+    TimeToLive(TtlUnit),
 }
 
 impl ReadCommand {
     /// How many keys of the read are this command's.
     pub(super) fn keys(self) -> usize {
         match self {
-            ReadCommand::Get | ReadCommand::Strlen | ReadCommand::Type => 1,
+            ReadCommand::Get | ReadCommand::Strlen | ReadCommand::Type | ReadCommand::TimeToLive(_) => 1,
             ReadCommand::MultiGet { keys } | ReadCommand::Exists { keys } => keys,
         }
     }
@@ -74,12 +86,15 @@ impl EventLoop {
                 Request::Type { key } => (ReadCommand::Type, vec![key]),
                 Request::MultiGet { keys } => (ReadCommand::MultiGet { keys: keys.len() }, keys),
                 Request::Exists { keys } => (ReadCommand::Exists { keys: keys.len() }, keys),
+                Request::TimeToLive { key, unit } => (ReadCommand::TimeToLive(unit), vec![key]),
                 other => unreachable!("not a read command: {other:?}"),
             };
             keys.extend(more);
             commands.push(command);
             next = self.next_batchable(slot, keys.len(), TXN_KEYS_MAX, commands.len(), |request| match request {
-                Request::Get { .. } | Request::Strlen { .. } | Request::Type { .. } => Some(1),
+                Request::Get { .. } | Request::Strlen { .. } | Request::Type { .. } | Request::TimeToLive { .. } => {
+                    Some(1)
+                }
                 Request::MultiGet { keys } | Request::Exists { keys } => Some(keys.len()),
                 _ => None,
             });
@@ -94,6 +109,8 @@ impl EventLoop {
     /// of the later command.
     pub(super) fn begin_write_batch(&mut self, slot: usize, first: Request) {
         let mut pairs = Vec::new();
+        // Expiring writes (SET EX & co.): their place in `pairs` and when they expire.
+        let mut expiring: Vec<(usize, ExpiryArg)> = Vec::new();
         let mut commands = 0;
         let mut one_key_each = true;
         let mut next = Some(first);
@@ -104,19 +121,40 @@ impl EventLoop {
                     one_key_each &= more.len() == 1;
                     pairs.extend(more);
                 }
+                Request::SetExpiring { key, value, expiry } => {
+                    expiring.push((pairs.len(), expiry));
+                    pairs.push((key, value));
+                }
                 other => unreachable!("not a write command: {other:?}"),
             }
             commands += 1;
             next = self.next_batchable(slot, pairs.len(), WRITE_BATCH_KEYS_MAX, commands, |request| match request {
-                Request::Set { .. } => Some(1),
+                Request::Set { .. } | Request::SetExpiring { .. } => Some(1),
                 Request::MultiSet { pairs } => Some(pairs.len()),
                 _ => None,
             });
         }
-        match one_key_each && commands > 1 {
-            true => self.begin_independent_writes(slot, pairs, Pending::Writes { commands }),
-            false => self.begin_write(slot, pairs, Pending::Writes { commands }),
+        let independent = one_key_each && commands > 1;
+        let pending = Pending::Writes { commands };
+        if expiring.is_empty() {
+            return match independent {
+                true => self.begin_independent_writes(slot, pairs, pending),
+                false => self.begin_write(slot, pairs, pending),
+            };
         }
+        self.begin_expiring_writes(slot, expiring_writes(pairs, &expiring), pending, independent);
+    }
+
+    /// Starts a write of [`Write`]s (expiring, or deletions: DEL's second step); `independent`:
+    /// one-key writes at one timestamp, as [`EventLoop::begin_independent_writes`].
+    pub(super) fn begin_expiring_writes(
+        &mut self,
+        slot: usize,
+        writes: Vec<Write>,
+        pending: Pending,
+        independent: bool,
+    ) {
+        self.begin_transaction(slot, TxnInput::Writes { writes, independent }, pending);
     }
 
     /// The next complete command in the connection's input, consumed, if `keys_of` accepts it
@@ -163,6 +201,18 @@ impl EventLoop {
     fn begin_independent_writes(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending) {
         self.begin_transaction(slot, TxnInput::IndependentWrites(pairs), pending);
     }
+}
+
+/// A batch's writes with their expiries: every relative expiry of the batch from one reading
+/// of this clock (Redis takes one per command; one per batch keeps a pipeline's keys written
+/// with one TTL expiring together, as one MULTI/EXEC's must).
+fn expiring_writes(pairs: Vec<(Vec<u8>, Vec<u8>)>, expiring: &[(usize, ExpiryArg)]) -> Vec<Write> {
+    let now_ms = rampkv_core::types::wall_clock_unix_ms();
+    let mut writes: Vec<Write> = pairs.into_iter().map(|(key, value)| Write::new(key, value)).collect();
+    for &(index, expiry) in expiring {
+        writes[index].expires_at_ms = expiry.deadline_ms(now_ms);
+    }
+    writes
 }
 
 impl Pending {

@@ -2,8 +2,9 @@
 //! EXEC, DISCARD and WATCH, and every command of a connection in MULTI, go to `multi` first.
 //! Replies that need no transaction (PING, QUIT, AUTH, HELLO, INFO, CLIENT, ACL WHOAMI, errors)
 //! are made here ([`EventLoop::local_reply`], which EXEC also runs for the queued ones) and
-//! appended to the connection's output; GET, MGET, EXISTS, STRLEN, TYPE, SET and MSET start a
-//! batch (`batch`); DEL and UNLINK read their keys, then write tombstones (one `put_all`).
+//! appended to the connection's output; GET, MGET, EXISTS, STRLEN, TYPE, TTL, PTTL, SET, MSET,
+//! SETEX, PSETEX and SET with an expiry start a batch (`batch`); DEL and UNLINK read their keys,
+//! then write a deletion of each (one write).
 //!
 //! # Contract
 //! A connection runs one command at a time: `execute` is called only for a connection with
@@ -31,6 +32,7 @@ use crate::codec::Frame;
 use crate::command::Request;
 use crate::value;
 use rampkv_core::protocol::ReadOutcome;
+use rampkv_core::wire::Write;
 
 impl EventLoop {
     /// Runs one command of connection `slot` (which has none pending).
@@ -44,8 +46,11 @@ impl EventLoop {
             | Request::MultiGet { .. }
             | Request::Exists { .. }
             | Request::Strlen { .. }
-            | Request::Type { .. } => self.begin_read_batch(slot, request),
-            Request::Set { .. } | Request::MultiSet { .. } => self.begin_write_batch(slot, request),
+            | Request::Type { .. }
+            | Request::TimeToLive { .. } => self.begin_read_batch(slot, request),
+            Request::Set { .. } | Request::MultiSet { .. } | Request::SetExpiring { .. } => {
+                self.begin_write_batch(slot, request)
+            }
             Request::Delete { keys } | Request::Unlink { keys } => self.begin_read(slot, keys, Pending::DeleteRead),
             request => {
                 let reply = self.local_reply(slot, request);
@@ -111,18 +116,19 @@ impl EventLoop {
         }
     }
 
-    /// DEL's (and UNLINK's) second step: tombstones for every key in one write; the reply
-    /// counts the distinct keys that were present.
+    /// DEL's (and UNLINK's) second step: a deletion of every key in one write
+    /// (`Write::delete`: a version that has already expired, which the servers reclaim); the
+    /// reply counts the distinct keys that were present.
     pub(super) fn delete_present(&mut self, slot: usize, outcome: ReadOutcome) {
         let mut distinct = AHashSet::with_capacity(outcome.items.len());
         let mut removed = 0;
         for item in &outcome.items {
-            if distinct.insert(&item.key[..]) && value::decode(item.ts, &item.value).is_some() {
+            if distinct.insert(&item.key[..]) && value::of_item(item).is_some() {
                 removed += 1;
             }
         }
-        let tombstones = distinct.into_iter().map(|key| (key.to_vec(), value::tombstone())).collect();
-        self.begin_write(slot, tombstones, Pending::DeleteWrite { removed });
+        let deletions = distinct.into_iter().map(|key| Write::delete(key.to_vec())).collect();
+        self.begin_expiring_writes(slot, deletions, Pending::DeleteWrite { removed }, false);
         self.enqueue(slot);
     }
 }

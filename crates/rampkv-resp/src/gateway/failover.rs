@@ -49,6 +49,7 @@ use super::replies::write_errors;
 use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_RETRY_BACKOFF_MS};
 use rampkv_core::protocol::ramp::TxnOptions;
+use rampkv_core::wire::Write;
 use rampkv_net::client::{current_addresses, follows_failover, ClientError};
 
 /// Whether a gateway of `cluster` follows its configuration: the blocking `Client`'s test
@@ -64,6 +65,12 @@ pub(super) enum TxnInput {
     Write(Vec<(Vec<u8>, Vec<u8>)>),
     /// One-key writes at one timestamp, not atomic together (a pipeline of SETs).
     IndependentWrites(Vec<(Vec<u8>, Vec<u8>)>),
+    /// Writes that may expire or delete; `independent` as `IndependentWrites`. Their deadlines
+    /// are absolute already, so running them again after a failover keeps them.
+    Writes {
+        writes: Vec<Write>,
+        independent: bool,
+    },
 }
 
 impl TxnInput {
@@ -73,6 +80,7 @@ impl TxnInput {
             TxnInput::Read(keys) => driver.begin_read(session, keys),
             TxnInput::Write(pairs) => driver.begin_write(session, pairs).map(|_ts| ()),
             TxnInput::IndependentWrites(pairs) => driver.begin_independent_writes(session, pairs).map(|_ts| ()),
+            TxnInput::Writes { writes, independent } => driver.begin_writes(session, writes, independent).map(|_ts| ()),
         }
     }
 
@@ -83,6 +91,7 @@ impl TxnInput {
             TxnInput::Write(pairs) | TxnInput::IndependentWrites(pairs) => {
                 pairs.iter().map(|(key, value)| key.len() + value.len()).sum()
             }
+            TxnInput::Writes { writes, .. } => writes.iter().map(|write| write.key.len() + write.value.len()).sum(),
         }
     }
 }

@@ -12,9 +12,12 @@
 //! - **Reads only** (GET, MGET, EXISTS, STRLEN, TYPE): one read-atomic `get_all` over the
 //!   distinct keys of the whole queue; each command's reply comes from it, so the replies are
 //!   one snapshot across partitions.
-//! - **Writes only** (SET, MSET, DEL, UNLINK): one `put_all` across partitions of the value each
-//!   key holds after the queue in order (a later command overrides an earlier one, a DEL writes
-//!   a tombstone), as executing the commands one after another would leave them. DEL and UNLINK
+//! - **Reads only** also take TTL and PTTL: they are judged at the read's one instant, as
+//!   every key of it.
+//! - **Writes only** (SET, MSET, DEL, UNLINK; SET EX/PX/EXAT/PXAT, SETEX, PSETEX): one `put_all`
+//!   across partitions of the version each key holds after the queue in order (a later command
+//!   overrides an earlier one, value and expiry both; a DEL writes a deletion), as executing
+//!   the commands one after another would leave them. DEL and UNLINK
 //!   answer how many of their keys were present, as if run in sequence: a key an earlier queued
 //!   command wrote or deleted is known from the queue; the others are read by one read-atomic
 //!   `get_all` at EXEC, just before the write. So an EXEC with such a DEL is two transactions,
@@ -43,23 +46,27 @@
 //!   it grow without bound (Redis closes a client past its query-buffer limit; this keeps the
 //!   connection and says why). The queue is the connection's: closing it drops the queue.
 //!
-//! # Expiry (to come)
+//! # Expiry
 //! Queued commands become the transaction's writes in one place, [`ExecPlan::new`], called
-//! once per EXEC. Relative expiries queued in one MULTI (`SET k v EX 10`, `EXPIRE`) are to be
-//! converted there, from one instant taken once per EXEC and passed to each command's
-//! conversion, as Redis computes them from the EXEC's time.
+//! once per EXEC with one reading of the gateway's clock (`now_ms`): every relative expiry
+//! queued in the MULTI (`SET k v EX 10`, `SETEX`, `PSETEX`) becomes a deadline from that one
+//! instant, as Redis computes them from the EXEC's time. So the keys of one EXEC written with
+//! the same TTL carry the same deadline, and a read-atomic read judges them alike: it sees all
+//! of them or none (docs/resp.md, "Expiry"). The same instant decides DEL's counts of keys the
+//! queue wrote with a deadline already past.
 
 use ahash::AHashMap;
 
 use super::batch::{Pending, ReadCommand};
 use super::event_loop::EventLoop;
-use super::replies::write_read_reply;
+use super::replies::{write_read_reply, KeyRead};
 use super::{MULTI_QUEUED_BYTES_MAX, MULTI_QUEUED_COMMANDS_MAX};
 use crate::codec::{self, Frame, Protocol};
-use crate::command::{Pairs, Request};
-use crate::value;
+use crate::command::{Request, TtlUnit};
 use rampkv_core::limits::TXN_KEYS_MAX;
 use rampkv_core::protocol::ReadOutcome;
+use rampkv_core::types::wall_clock_unix_ms;
+use rampkv_core::wire::Write;
 use rampkv_net::client::TxnResult;
 
 /// Redis 7.0's texts.
@@ -133,7 +140,8 @@ fn queued_bytes(request: &Request) -> usize {
         | Request::Exists { keys: list }
         | Request::Delete { keys: list }
         | Request::Unlink { keys: list } => keys(list),
-        Request::Set { key, value } => key.len() + value.len(),
+        Request::Set { key, value } | Request::SetExpiring { key, value, .. } => key.len() + value.len(),
+        Request::TimeToLive { key, .. } => key.len(),
         Request::MultiSet { pairs } => pairs.iter().map(|(key, value)| key.len() + value.len()).sum(),
         Request::Reply(frame) => frame.to_bytes(Protocol::Resp3).len(),
         Request::ClientSetName(name) => name.len(),
@@ -191,12 +199,12 @@ impl EventLoop {
         if state.doomed {
             return self.reply(slot, &Frame::error(EXECABORT_REPLY));
         }
-        match ExecPlan::new(state.queued) {
+        match ExecPlan::new(state.queued, wall_clock_unix_ms()) {
             Err(reason) => {
                 self.reply(slot, &Frame::error(format!("EXECABORT Transaction discarded because of: {reason}")))
             }
             Ok(mut plan) => match &mut plan.transaction {
-                Transaction::None => self.answer_exec(slot, plan, &[]),
+                Transaction::None => self.answer_exec(slot, plan, &[], 0),
                 Transaction::Read { keys, .. } => {
                     let keys = std::mem::take(keys);
                     self.begin_read(slot, keys, Pending::Exec(Box::new(plan)));
@@ -205,9 +213,9 @@ impl EventLoop {
                     let keys = std::mem::take(counted);
                     self.begin_read(slot, keys, Pending::Exec(Box::new(plan)));
                 }
-                Transaction::Write { pairs, .. } => {
-                    let pairs = std::mem::take(pairs);
-                    self.begin_write(slot, pairs, Pending::Exec(Box::new(plan)));
+                Transaction::Write { writes, .. } => {
+                    let writes = std::mem::take(writes);
+                    self.begin_expiring_writes(slot, writes, Pending::Exec(Box::new(plan)), false);
                 }
             },
         }
@@ -218,17 +226,17 @@ impl EventLoop {
     pub(super) fn exec_finished(&mut self, slot: usize, mut plan: Box<ExecPlan>, result: TxnResult) {
         match (&mut plan.transaction, result) {
             (Transaction::Read { key_count, .. }, TxnResult::Read(outcome)) if outcome.items.len() == *key_count => {
-                let values = present_values(&outcome);
-                self.answer_exec(slot, *plan, &values);
+                let values = key_reads(&outcome);
+                self.answer_exec(slot, *plan, &values, outcome.read_at_ms);
             }
-            (Transaction::Write { pairs, counted_count, present, .. }, TxnResult::Read(outcome))
+            (Transaction::Write { writes, counted_count, present, .. }, TxnResult::Read(outcome))
                 if outcome.items.len() == *counted_count && present.is_empty() =>
             {
-                *present = present_values(&outcome).iter().map(Option::is_some).collect();
-                let pairs = std::mem::take(pairs);
-                self.begin_write(slot, pairs, Pending::Exec(plan));
+                *present = key_reads(&outcome).iter().map(|key| key.value.is_some()).collect();
+                let writes = std::mem::take(writes);
+                self.begin_expiring_writes(slot, writes, Pending::Exec(plan), false);
             }
-            (Transaction::Write { .. }, TxnResult::Write(_)) => self.answer_exec(slot, *plan, &[]),
+            (Transaction::Write { .. }, TxnResult::Write(_)) => self.answer_exec(slot, *plan, &[], 0),
             (_, result) => {
                 debug_assert!(false, "EXEC's transaction finished with {result:?}");
                 self.reply(slot, &Frame::error("ERR internal error: mismatched transaction result"));
@@ -237,9 +245,10 @@ impl EventLoop {
         self.enqueue(slot);
     }
 
-    /// EXEC's reply: an array of each queued command's reply, in order; `values` are those of
-    /// a read-only queue's keys (empty for the others). Connection commands run now.
-    fn answer_exec(&mut self, slot: usize, plan: ExecPlan, values: &[Option<&[u8]>]) {
+    /// EXEC's reply: an array of each queued command's reply, in order; `values` are what the
+    /// read of a read-only queue returned for its keys (empty for the others), judged at
+    /// `read_at_ms`. Connection commands run now.
+    fn answer_exec(&mut self, slot: usize, plan: ExecPlan, values: &[KeyRead<'_>], read_at_ms: u64) {
         let ExecPlan { steps, transaction } = plan;
         let (positions, present) = match &transaction {
             Transaction::Read { positions, .. } => (&positions[..], &[][..]),
@@ -255,8 +264,10 @@ impl EventLoop {
                     self.reply(slot, &reply);
                 }
                 Step::Read(command) => {
-                    let mut keys = positions.by_ref().take(command.keys()).map(|&at| values.get(at).copied().flatten());
-                    self.append(slot, |out, protocol| write_read_reply(out, protocol, command, &mut keys));
+                    let absent = KeyRead { value: None, expires_at_ms: 0 };
+                    let mut keys =
+                        positions.by_ref().take(command.keys()).map(|&at| values.get(at).copied().unwrap_or(absent));
+                    self.append(slot, |out, protocol| write_read_reply(out, protocol, command, read_at_ms, &mut keys));
                 }
                 Step::Written => self.append(slot, |out, _| codec::write_simple(out, b"OK")),
                 Step::Deleted { known_present, read } => {
@@ -268,9 +279,9 @@ impl EventLoop {
     }
 }
 
-/// The values a read returned, in the order of its keys (`None`: absent).
-fn present_values(outcome: &ReadOutcome) -> Vec<Option<&[u8]>> {
-    outcome.items.iter().map(|item| value::decode(item.ts, &item.value)).collect()
+/// What a read returned for each of its keys, in the order of its keys.
+fn key_reads(outcome: &ReadOutcome) -> Vec<KeyRead<'_>> {
+    outcome.items.iter().map(KeyRead::of).collect()
 }
 
 /// What an EXEC runs: its transaction and how to answer each queued command from it.
@@ -287,7 +298,7 @@ enum Step {
     Local(Request),
     /// A read command; its keys' values are at the read's next positions.
     Read(ReadCommand),
-    /// SET or MSET: `+OK`.
+    /// SET (with an expiry or not), SETEX, PSETEX or MSET: `+OK`.
     Written,
     /// DEL or UNLINK: `known_present` of its keys were present by the queue's earlier commands,
     /// plus those of `read` (positions in the read of DEL's counts) that the read found.
@@ -301,10 +312,10 @@ enum Transaction {
     /// One `get_all` of the distinct `keys` (taken when it starts); `positions` are, for each
     /// read command's keys in order, their positions in `keys`.
     Read { keys: Vec<Vec<u8>>, key_count: usize, positions: Vec<usize> },
-    /// One `put_all` of `pairs`, after one `get_all` of `counted` (the keys whose presence
+    /// One `put_all` of `writes`, after one `get_all` of `counted` (the keys whose presence
     /// DEL's counts need and the queue does not tell; skipped if none) whose answers are
     /// `present`, by position.
-    Write { pairs: Pairs, counted: Vec<Vec<u8>>, counted_count: usize, present: Vec<bool> },
+    Write { writes: Vec<Write>, counted: Vec<Vec<u8>>, counted_count: usize, present: Vec<bool> },
 }
 
 /// Whether a queued command reads, writes or neither; its name for errors.
@@ -321,7 +332,9 @@ fn access(request: &Request) -> Access {
         Request::Exists { .. } => Access::Read("EXISTS"),
         Request::Strlen { .. } => Access::Read("STRLEN"),
         Request::Type { .. } => Access::Read("TYPE"),
-        Request::Set { .. } => Access::Write("SET"),
+        Request::TimeToLive { unit: TtlUnit::Seconds, .. } => Access::Read("TTL"),
+        Request::TimeToLive { unit: TtlUnit::Milliseconds, .. } => Access::Read("PTTL"),
+        Request::Set { .. } | Request::SetExpiring { .. } => Access::Write("SET"),
         Request::MultiSet { .. } => Access::Write("MSET"),
         Request::Delete { .. } => Access::Write("DEL"),
         Request::Unlink { .. } => Access::Write("UNLINK"),
@@ -331,8 +344,10 @@ fn access(request: &Request) -> Access {
 
 impl ExecPlan {
     /// The plan of a queue, or why EXEC refuses it (reads mixed with writes, too many keys).
-    /// The one place where queued commands become the transaction (module docs, *Expiry*).
-    fn new(queued: Vec<Request>) -> Result<ExecPlan, String> {
+    /// The one place where queued commands become the transaction (module docs, *Expiry*):
+    /// `now_ms`, the EXEC's one reading of the clock (Unix ms), turns every relative expiry of
+    /// the queue into a deadline.
+    fn new(queued: Vec<Request>, now_ms: u64) -> Result<ExecPlan, String> {
         let (mut reads, mut writes) = (Vec::new(), Vec::new());
         for request in &queued {
             match access(request) {
@@ -349,11 +364,11 @@ impl ExecPlan {
                 writes.join(", ")
             ));
         }
-        let plan = if writes.is_empty() { Self::reads(queued) } else { Self::writes(queued) };
+        let plan = if writes.is_empty() { Self::reads(queued) } else { Self::writes(queued, now_ms) };
         let keys = match &plan.transaction {
             Transaction::None => 0,
             Transaction::Read { key_count, .. } => *key_count,
-            Transaction::Write { pairs, .. } => pairs.len(),
+            Transaction::Write { writes, .. } => writes.len(),
         };
         if keys > TXN_KEYS_MAX {
             return Err(format!(
@@ -379,6 +394,7 @@ impl ExecPlan {
                 Request::Type { key } => read(ReadCommand::Type, vec![key]),
                 Request::MultiGet { keys } => read(ReadCommand::MultiGet { keys: keys.len() }, keys),
                 Request::Exists { keys } => read(ReadCommand::Exists { keys: keys.len() }, keys),
+                Request::TimeToLive { key, unit } => read(ReadCommand::TimeToLive(unit), vec![key]),
                 other => Step::Local(other),
             })
             .collect();
@@ -389,18 +405,22 @@ impl ExecPlan {
         ExecPlan { steps, transaction }
     }
 
-    fn writes(queued: Vec<Request>) -> ExecPlan {
-        let mut written = LastWrites::default();
+    fn writes(queued: Vec<Request>, now_ms: u64) -> ExecPlan {
+        let mut written = LastWrites { now_ms, ..LastWrites::default() };
         let mut counted = DistinctKeys::default();
         let steps = queued
             .into_iter()
             .map(|request| match request {
                 Request::Set { key, value } => {
-                    written.put(key, value);
+                    written.put(Write::new(key, value));
+                    Step::Written
+                }
+                Request::SetExpiring { key, value, expiry } => {
+                    written.put(Write::expiring(key, value, expiry.deadline_ms(now_ms)));
                     Step::Written
                 }
                 Request::MultiSet { pairs } => {
-                    pairs.into_iter().for_each(|(key, value)| written.put(key, value));
+                    pairs.into_iter().for_each(|(key, value)| written.put(Write::new(key, value)));
                     Step::Written
                 }
                 Request::Delete { keys } | Request::Unlink { keys } => {
@@ -410,7 +430,7 @@ impl ExecPlan {
                             Some(present) => known_present += i64::from(present),
                             None => read.push(counted.position(key.clone())),
                         }
-                        written.put(key, value::tombstone());
+                        written.put(Write::delete(key));
                     }
                     Step::Deleted { known_present, read }
                 }
@@ -419,7 +439,7 @@ impl ExecPlan {
             .collect();
         let counted_count = counted.len();
         let transaction = Transaction::Write {
-            pairs: written.into_pairs(),
+            writes: written.into_writes(),
             counted: counted.into_keys(),
             counted_count,
             present: Vec::new(),
@@ -457,30 +477,36 @@ impl DistinctKeys {
     }
 }
 
-/// The last stored value written to each key, keys in first-seen order.
+/// The last write (value and deadline) of each key, keys in first-seen order.
 #[derive(Debug, Default)]
 struct LastWrites {
     keys: DistinctKeys,
-    values: Vec<Vec<u8>>,
+    /// `writes[position]` is the last write of the key at that position.
+    writes: Vec<Write>,
+    /// The EXEC's instant: a key the queue wrote with a deadline at or before it is absent.
+    now_ms: u64,
 }
 
 impl LastWrites {
-    fn put(&mut self, key: Vec<u8>, stored: Vec<u8>) {
-        let position = self.keys.position(key);
-        match self.values.get_mut(position) {
-            Some(value) => *value = stored,
-            None => self.values.push(stored),
+    fn put(&mut self, write: Write) {
+        let position = self.keys.position(write.key.clone());
+        match self.writes.get_mut(position) {
+            Some(last) => *last = write,
+            None => self.writes.push(write),
         }
-        debug_assert_eq!(self.values.len(), self.keys.len());
+        debug_assert_eq!(self.writes.len(), self.keys.len());
     }
 
-    /// Whether the queue so far leaves `key` present (None: it has not written it).
+    /// Whether the queue so far leaves `key` present (None: it has not written it): not
+    /// deleted, and not expired at the EXEC's instant.
     fn present(&self, key: &[u8]) -> Option<bool> {
-        self.keys.get(key).map(|position| self.values[position][..] != [value::TOMBSTONE])
+        let expired = |write: &Write| write.expires_at_ms != 0 && write.expires_at_ms <= self.now_ms;
+        self.keys.get(key).map(|position| !expired(&self.writes[position]))
     }
 
-    fn into_pairs(self) -> Pairs {
-        self.keys.into_keys().into_iter().zip(self.values).collect()
+    fn into_writes(self) -> Vec<Write> {
+        debug_assert!(self.writes.iter().zip(self.keys.into_keys()).all(|(write, key)| write.key == key));
+        self.writes
     }
 }
 
@@ -490,6 +516,7 @@ mod tests {
     use crate::auth::Permissions;
     use crate::codec::RequestParser;
     use crate::command::parse_request;
+    use crate::value;
 
     fn queue_of(lines: &[&str]) -> Vec<Request> {
         let mut parser = RequestParser::new();
@@ -503,8 +530,16 @@ mod tests {
             .collect()
     }
 
+    /// The EXEC's instant in these tests (Unix ms).
+    const NOW_MS: u64 = 1_800_000_000_000;
+
     fn plan(lines: &[&str]) -> Result<ExecPlan, String> {
-        ExecPlan::new(queue_of(lines))
+        ExecPlan::new(queue_of(lines), NOW_MS)
+    }
+
+    fn written(plan: &ExecPlan) -> &[Write] {
+        let Transaction::Write { writes, .. } = &plan.transaction else { panic!("{plan:?}") };
+        writes
     }
 
     fn keys(names: &[&str]) -> Vec<Vec<u8>> {
@@ -525,15 +560,14 @@ mod tests {
     #[test]
     fn a_write_queue_writes_the_last_value_of_each_key_and_reads_only_what_del_needs() {
         let plan = plan(&["SET a 1", "MSET b 2 a 3", "DEL a c c", "UNLINK c d", "SET d 4", "DEL d"]).unwrap();
-        let Transaction::Write { pairs, counted, counted_count, .. } = &plan.transaction else { panic!("{plan:?}") };
-        let tombstone = value::tombstone();
-        let expected: Pairs = vec![
-            (b"a".to_vec(), tombstone.clone()),
-            (b"b".to_vec(), value::encode(b"2")),
-            (b"c".to_vec(), tombstone.clone()),
-            (b"d".to_vec(), tombstone),
+        let Transaction::Write { writes, counted, counted_count, .. } = &plan.transaction else { panic!("{plan:?}") };
+        let expected = vec![
+            Write::delete(b"a".to_vec()),
+            Write::new(b"b".to_vec(), value::encode(b"2")),
+            Write::delete(b"c".to_vec()),
+            Write::delete(b"d".to_vec()),
         ];
-        assert_eq!(pairs, &expected);
+        assert_eq!(writes, &expected);
         // DEL a c c: a is present by the queue, c is read (its second mention is known absent);
         // UNLINK c d: c is known absent, d is read; the last DEL d: present by the SET before.
         assert_eq!(counted, &keys(&["c", "d"]));
@@ -547,6 +581,59 @@ mod tests {
             })
             .collect();
         assert_eq!(deleted, vec![(1, vec![0]), (0, vec![1]), (1, vec![])]);
+    }
+
+    /// Every relative expiry of one EXEC comes from its one instant (Redis computes them from
+    /// the EXEC's time), so keys queued with the same TTL carry the same deadline; a later
+    /// command overrides value and expiry both.
+    #[test]
+    fn relative_expiries_of_one_exec_are_deadlines_from_its_one_instant() {
+        let plan = plan(&[
+            "SET a 1 EX 10",
+            "PSETEX b 10000 2",
+            "SETEX c 10 3",
+            "MSET d 4",
+            "SET e 5 PXAT 1900000000000",
+            "SET f 6 PX 500",
+            "SET f 7",
+            "SET g 8",
+            "SET g 9 EXAT 1800000001",
+        ])
+        .unwrap();
+        let deadline = NOW_MS + 10_000;
+        let expected = [
+            Write::expiring(b"a".to_vec(), value::encode(b"1"), deadline),
+            Write::expiring(b"b".to_vec(), value::encode(b"2"), deadline),
+            Write::expiring(b"c".to_vec(), value::encode(b"3"), deadline),
+            Write::new(b"d".to_vec(), value::encode(b"4")),
+            Write::expiring(b"e".to_vec(), value::encode(b"5"), 1_900_000_000_000),
+            Write::new(b"f".to_vec(), value::encode(b"7")),
+            Write::expiring(b"g".to_vec(), value::encode(b"9"), 1_800_000_001_000),
+        ];
+        assert_eq!(written(&plan), &expected[..]);
+        assert!(plan.steps.iter().all(|step| matches!(step, Step::Written)));
+    }
+
+    /// DEL's count of a key the queue wrote with a deadline is judged at the EXEC's instant: a
+    /// deadline already past leaves the key absent.
+    #[test]
+    fn a_queued_del_counts_a_key_written_with_a_past_deadline_as_absent() {
+        let plan = plan(&["SET a 1 PXAT 1000", "SET b 2 EX 100", "DEL a b"]).unwrap();
+        let Transaction::Write { counted, .. } = &plan.transaction else { panic!("{plan:?}") };
+        assert!(counted.is_empty(), "the queue tells both");
+        assert!(matches!(plan.steps[2], Step::Deleted { known_present: 1, .. }), "{plan:?}");
+        assert_eq!(written(&plan), &[Write::delete(b"a".to_vec()), Write::delete(b"b".to_vec())][..]);
+    }
+
+    #[test]
+    fn ttl_and_pttl_queue_as_reads_and_refuse_to_mix_with_writes() {
+        let plan = plan(&["TTL a", "PTTL b", "GET a"]).unwrap();
+        let Transaction::Read { keys: read, positions, .. } = &plan.transaction else { panic!("{plan:?}") };
+        assert_eq!(read, &keys(&["a", "b"]));
+        assert_eq!(positions, &[0, 1, 0]);
+        assert!(matches!(plan.steps[0], Step::Read(ReadCommand::TimeToLive(TtlUnit::Seconds))));
+        let reason = self::plan(&["TTL a", "SETEX b 5 x"]).unwrap_err();
+        assert!(reason.starts_with("it mixes reads (TTL) and writes (SET)"), "{reason}");
     }
 
     #[test]

@@ -4,8 +4,9 @@
 use super::batch::ReadCommand;
 use super::event_loop::EventLoop;
 use crate::codec::{self, Frame, Protocol};
+use crate::command::TtlUnit;
 use crate::{value, REDIS_COMPATIBLE_VERSION};
-use rampkv_core::protocol::ReadOutcome;
+use rampkv_core::protocol::{ReadItem, ReadOutcome};
 use rampkv_net::client::ClientError;
 
 impl EventLoop {
@@ -52,6 +53,22 @@ pub(super) fn write_errors(out: &mut Vec<u8>, message: &str, count: usize) {
     }
 }
 
+/// What a read command's reply needs of one key the read returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct KeyRead<'v> {
+    /// Its value; `None`: absent at the read (never written, deleted, expired at the read's
+    /// instant, or an old tombstone).
+    pub(super) value: Option<&'v [u8]>,
+    /// When its version expires, Unix ms (0: never).
+    pub(super) expires_at_ms: u64,
+}
+
+impl<'v> KeyRead<'v> {
+    pub(super) fn of(item: &'v ReadItem) -> KeyRead<'v> {
+        KeyRead { value: value::of_item(item), expires_at_ms: item.expires_at_ms }
+    }
+}
+
 /// The replies of a batch of read commands, each from its slice of the read's items.
 pub(super) fn write_read_replies(
     out: &mut Vec<u8>,
@@ -59,41 +76,61 @@ pub(super) fn write_read_replies(
     commands: &[ReadCommand],
     outcome: &ReadOutcome,
 ) {
-    let mut values = outcome.items.iter().map(|item| value::decode(item.ts, &item.value));
+    let mut keys = outcome.items.iter().map(KeyRead::of);
     for command in commands {
-        write_read_reply(out, protocol, *command, &mut values);
+        write_read_reply(out, protocol, *command, outcome.read_at_ms, &mut keys);
     }
-    debug_assert!(values.next().is_none(), "every item answered");
+    debug_assert!(keys.next().is_none(), "every item answered");
 }
 
-/// The reply of one read command from the values of its keys, taken from `values` in order
-/// (`None`: the key is absent).
+/// The reply of one read command from what the read returned for its keys, taken from `keys`
+/// in order; `read_at_ms` is the instant the read judged expiry at.
 pub(super) fn write_read_reply<'v>(
     out: &mut Vec<u8>,
     protocol: Protocol,
     command: ReadCommand,
-    values: &mut impl Iterator<Item = Option<&'v [u8]>>,
+    read_at_ms: u64,
+    keys: &mut impl Iterator<Item = KeyRead<'v>>,
 ) {
-    let mut next = || values.next().expect("one value per key of the command");
+    let mut next = || keys.next().expect("one value per key of the command");
     let write_value = |out: &mut Vec<u8>, value: Option<&[u8]>| match value {
         Some(bytes) => codec::write_bulk(out, bytes),
         None => codec::write_null(out, protocol),
     };
     match command {
-        ReadCommand::Get => write_value(out, next()),
-        ReadCommand::Strlen => codec::write_integer(out, next().map_or(0, |value| value.len() as i64)),
+        ReadCommand::Get => write_value(out, next().value),
+        ReadCommand::Strlen => codec::write_integer(out, next().value.map_or(0, |value| value.len() as i64)),
         // Every value the gateway stores is a Redis string.
-        ReadCommand::Type => codec::write_simple(out, if next().is_some() { b"string" } else { b"none" }),
+        ReadCommand::Type => codec::write_simple(out, if next().value.is_some() { b"string" } else { b"none" }),
         ReadCommand::MultiGet { keys } => {
             codec::write_array_header(out, keys);
             for _ in 0..keys {
-                write_value(out, next());
+                write_value(out, next().value);
             }
         }
         ReadCommand::Exists { keys } => {
-            let present = (0..keys).filter(|_| next().is_some()).count();
+            let present = (0..keys).filter(|_| next().value.is_some()).count();
             codec::write_integer(out, present as i64);
         }
+        ReadCommand::TimeToLive(unit) => codec::write_integer(out, time_to_live(next(), read_at_ms, unit)),
+    }
+}
+
+/// TTL's and PTTL's answer for a key a read returned, judged at the read's instant
+/// (`read_at_ms`): -2 absent, -1 no expiry, else the time left, in milliseconds or in seconds
+/// rounded to the nearest (as Redis 7.0).
+fn time_to_live(key: KeyRead<'_>, read_at_ms: u64, unit: TtlUnit) -> i64 {
+    if key.value.is_none() {
+        return -2;
+    }
+    if key.expires_at_ms == 0 {
+        return -1;
+    }
+    // A present version that expires was judged at `read_at_ms`: its deadline is after it.
+    let left_ms = i64::try_from(key.expires_at_ms.saturating_sub(read_at_ms)).unwrap_or(i64::MAX);
+    match unit {
+        TtlUnit::Milliseconds => left_ms,
+        TtlUnit::Seconds => left_ms.saturating_add(500) / 1_000,
     }
 }
 

@@ -220,8 +220,7 @@ pub fn assert_a_large_batch_is_answered<T: ClientTransport>(cluster: &Cluster, t
     for id in 0..requests {
         let key = format!("big-{id}").into_bytes();
         let server = cluster.server_of(&key);
-        let request =
-            Request::Put { ts: ((1 + id) << 16) | 1, writes: vec![Write { key, value: vec![id as u8; 2048] }] };
+        let request = Request::Put { ts: ((1 + id) << 16) | 1, writes: vec![Write::new(key, vec![id as u8; 2048])] };
         transport.post(server, id + 1, &request).unwrap();
     }
     transport.flush().unwrap();

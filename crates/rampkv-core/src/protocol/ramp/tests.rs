@@ -76,13 +76,12 @@ fn as_versions(results: &[Option<PlainVersion>]) -> Vec<Option<VersionItem>> {
     results
         .iter()
         .map(|result| {
-            result.as_ref().map(|(ts, write_set)| VersionItem {
-                ts: *ts,
-                value: Vec::new(),
-                metadata: match write_set {
+            result.as_ref().map(|(ts, write_set)| {
+                let metadata = match write_set {
                     Some(keys) => Metadata::WriteSet(WriteSet::from_keys(keys).unwrap()),
                     None => Metadata::Bloom(vec![0xFF; 8]),
-                },
+                };
+                VersionItem::new(*ts, Vec::new(), metadata)
             })
         })
         .collect()
@@ -172,10 +171,8 @@ fn a_read_txn_repairs_from_a_compact_write_set() {
     assert_eq!(out.len(), 1);
     let tag = out[0].tag;
     out.clear();
-    let version = |ts: Timestamp, write_set: &[&[u8]]| VersionItem {
-        ts,
-        value: ts.to_le_bytes().to_vec(),
-        metadata: Metadata::WriteSet(WriteSet::from_keys(write_set).unwrap()),
+    let version = |ts: Timestamp, write_set: &[&[u8]]| {
+        VersionItem::new(ts, ts.to_le_bytes().to_vec(), Metadata::WriteSet(WriteSet::from_keys(write_set).unwrap()))
     };
     // x and z written together at 20; the reader saw z's older version 10.
     let items = vec![version(20, &[b"x", b"z"]), version(5, &[b"y"]), version(10, &[b"z"])];
@@ -204,10 +201,8 @@ fn a_read_txn_repairs_from_a_compact_write_set() {
 fn round_one_is_reported_per_attempt() {
     let cluster = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
     let keys: Vec<Vec<u8>> = vec![b"x".to_vec(), b"z".to_vec()];
-    let version = |ts: Timestamp, write_set: &[&[u8]]| VersionItem {
-        ts,
-        value: ts.to_le_bytes().to_vec(),
-        metadata: Metadata::WriteSet(WriteSet::from_keys(write_set).unwrap()),
+    let version = |ts: Timestamp, write_set: &[&[u8]]| {
+        VersionItem::new(ts, ts.to_le_bytes().to_vec(), Metadata::WriteSet(WriteSet::from_keys(write_set).unwrap()))
     };
     let mut read = ReadTxn::new(&cluster, keys, TxnOptions::default()).unwrap();
     let mut out = Vec::new();
@@ -237,7 +232,8 @@ fn round_one_is_reported_per_attempt() {
 fn a_write_on_one_server_is_one_prepare_commit_and_a_wider_one_two_phases() {
     let one = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
     let two = Cluster::with_servers(vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()]).unwrap();
-    let writes = |count: usize| (0..count).map(|index| (format!("k{index}").into_bytes(), vec![1u8])).collect();
+    let writes =
+        |count: usize| (0..count).map(|index| (format!("k{index}").into_bytes(), vec![1u8])).collect::<Vec<_>>();
     for algorithm in [Algorithm::RampFast, Algorithm::RampSmall, Algorithm::RampHybrid] {
         let options = TxnOptions { algorithm, ..TxnOptions::default() };
         let mut write = WriteTxn::new(&one, 1 << 16 | 1, writes(3), options).unwrap();
@@ -314,4 +310,66 @@ fn independent_writes_are_one_prepare_commit_per_key_each_alone_in_its_write_set
     let mut out = Vec::new();
     write.start(&mut out);
     assert!(out.len() <= 2 && out.iter().all(|sent| matches!(sent.request, Request::Prepare { .. })), "{out:?}");
+}
+
+/// A version of keys `x` and `z` written together at `ts`, expiring as `expiry`.
+fn expiring_version(ts: Timestamp, expiry: Expiry) -> VersionItem {
+    let metadata = Metadata::WriteSet(WriteSet::from_keys(&[&b"x"[..], b"z"]).unwrap());
+    let value = if expiry.is_reclaimed() { Vec::new() } else { ts.to_le_bytes().to_vec() };
+    VersionItem { ts, value, metadata, expiry }
+}
+
+/// A read of x and z whose round 1 sees x at 20 (written with z, expiring at 5,000) and z at
+/// an older version 10: round 2 fetches z at 20, answered `round_two`. The outcome as read.
+fn read_repairing_z(round_two: VersionItem) -> ReadOutcome {
+    let cluster = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
+    let mut read = ReadTxn::new(&cluster, vec![b"x".to_vec(), b"z".to_vec()], TxnOptions::default()).unwrap();
+    let mut out = Vec::new();
+    read.start(&mut out);
+    let tag = out.remove(0).tag;
+    let items =
+        vec![expiring_version(20, Expiry::at_ms(5_000).unwrap()), VersionItem::new(10, vec![1], Metadata::None)];
+    assert!(matches!(read.on_reply(tag, Response::Versions { items }, &mut out).unwrap(), Step::Pending));
+    let [Outgoing { request: Request::Get { items }, tag, .. }] = &out[..] else { panic!("one round-2 GET: {out:?}") };
+    assert_eq!((items[0].key.as_slice(), &items[0].selector), (&b"z"[..], &Selector::Exact(20)));
+    let tag = *tag;
+    let Step::Done(outcome) = read.on_reply(tag, Response::Versions { items: vec![round_two] }, &mut out).unwrap()
+    else {
+        panic!("done after round 2")
+    };
+    assert!(outcome.items[1].fetched_in_round2);
+    outcome
+}
+
+/// Issue 31: a version fetched in round 2 carries its deadline and is judged with the rest of
+/// the read, at one instant: both keys of the transaction present before the deadline, both
+/// missing at and after it (their timestamps kept, as RAMP's evidence).
+#[test]
+fn an_expiring_version_fetched_in_round_two_is_judged_with_the_rest_of_the_read() {
+    let outcome = read_repairing_z(expiring_version(20, Expiry::at_ms(5_000).unwrap()));
+    let judged = |now_ms: u64| {
+        let mut outcome = outcome.clone();
+        outcome.judge_expiry(|| now_ms);
+        assert_eq!(outcome.read_at_ms, now_ms);
+        outcome.items.iter().map(|item| (item.ts, item.present_value().map(<[u8]>::to_vec))).collect::<Vec<_>>()
+    };
+    let value = Some(20u64.to_le_bytes().to_vec());
+    assert_eq!(judged(4_999), vec![(20, value.clone()), (20, value)]);
+    assert_eq!(judged(5_000), vec![(20, None), (20, None)]);
+    assert_eq!(judged(9_000), vec![(20, None), (20, None)]);
+}
+
+/// Clock skew: z's server, whose clock runs ahead, has reclaimed z's version (deadline 5,000);
+/// x's server has not, and the reader's clock says 1,000. The reclaimed answer of round 2
+/// raises the read's instant to the deadline, so x (same transaction, same deadline) reads as
+/// missing too: never one key of the transaction expired and the other present.
+#[test]
+fn a_reclaimed_version_in_round_two_makes_its_whole_transaction_read_as_missing() {
+    let mut outcome = read_repairing_z(expiring_version(20, Expiry::at_ms(5_000).unwrap().reclaimed()));
+    assert_eq!(outcome.reclaimed_deadline_ms, 5_000);
+    outcome.judge_expiry(|| 1_000);
+    assert_eq!(outcome.read_at_ms, 5_000, "raised to the reclaimed deadline, above the reader's clock");
+    let present: Vec<bool> = outcome.items.iter().map(|item| item.exists).collect();
+    assert_eq!(present, [false, false]);
+    assert_eq!(outcome.items.iter().map(|item| item.ts).collect::<Vec<_>>(), [20, 20]);
 }

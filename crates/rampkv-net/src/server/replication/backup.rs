@@ -23,7 +23,8 @@ use rampkv_core::limits::{
     GC_SWEEP_INTERVAL_MS, GC_SWEEP_KEYS_PER_TICK, REPLICATION_CONNECTIONS_MAX, REPLICATION_IO_TIMEOUT_MS,
     REPLICATION_LOG_HANDSHAKE_TIMEOUT_MS, REPLICATION_READ_BYTES,
 };
-use rampkv_core::storage::StoreError;
+use rampkv_core::storage::{StoreError, SweepClock};
+use rampkv_core::types::wall_clock_unix_ms;
 use rampkv_durable::limits::RECORD_PAYLOAD_BYTES_MAX;
 use rampkv_durable::record::{check_frame, RECORD_HEADER_BYTES};
 use rampkv_durable::{apply_record, RecordError};
@@ -418,12 +419,15 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
     }
 }
 
-/// Collects superseded versions of a copy, as the server's own sweep does for its store.
+/// Collects superseded versions of a copy, and reclaims its expired keys by this server's
+/// wall clock, as the server's own sweep does for its store (reclaiming is logged nowhere: each
+/// copy does it by itself).
 fn sweep(shared: &BackupShared, copy: &BackupStore) {
     let now_ms = shared.clock.elapsed().as_millis() as u64;
     let mut sweep = copy.sweep.lock();
     if now_ms >= sweep.1 {
         sweep.1 = now_ms + GC_SWEEP_INTERVAL_MS;
-        copy.store.sweep(&mut sweep.0, GC_SWEEP_KEYS_PER_TICK, now_ms);
+        let clock = SweepClock { monotonic_ms: now_ms, unix_ms: wall_clock_unix_ms() };
+        copy.store.sweep(&mut sweep.0, GC_SWEEP_KEYS_PER_TICK, clock, None);
     }
 }

@@ -211,7 +211,7 @@ fn replicator_releases_a_call_only_once_every_backup_holds_it(medium: Replicatio
         write_set: Arc::from(vec![Key::from(b"p".as_slice())]),
         writes: vec![(
             Key::from(b"p".as_slice()),
-            Arc::new(Version { ts: 2 << 20, value: Box::from(b"w".as_slice()), metadata: StoredMetadata::None }),
+            Arc::new(Version::new(2 << 20, Box::from(b"w".as_slice()), StoredMetadata::None)),
         )],
     });
     replicator.append(&mut effects);
