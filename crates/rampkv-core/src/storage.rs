@@ -25,6 +25,22 @@
 //!   RAMP-Small and RAMP-Hybrid versions carry no write set and keep the grace period (their
 //!   round 2 names timestamps, not versions). This is what keeps a stream of single-key writes
 //!   (Redis SETs) at its live set instead of ten seconds of every version written.
+//! - And except the superseded versions of a key no reader may come back for: in a store that
+//!   tracks reads ([`Store::new_tracking_reads`], a serving server's), every round-1 read notes
+//!   its time in the key it reads ([`Store::read_latest`], [`Store::read_last_commit`]; a read
+//!   of a key not stored yet notes it in the key's shard, which a key created later inherits),
+//!   and a key with an item slot counts as read at every moment ([`Store::get_latest_for_slot`]:
+//!   its slot is read without the server seeing it). Once a key's last noted read is a grace
+//!   period old, every version of it but the latest goes at once. The argument: a round 2
+//!   asks this server for a version of `k` only if the reader's round 1 read `k` here and got
+//!   an older one (RAMP-Fast repairs `k` from a sibling's write set; RAMP-Small and Hybrid read
+//!   every key in round 1), and that read was noted; the grace period already assumes that a
+//!   read ends within it, so a reader whose round 1 is a grace period old has sent its round 2.
+//!   A read the store did not see (a server that took the key over: failover) is covered by
+//!   counting the key as read when it arrives ([`Store::absorb`], [`Store::restore_key`]).
+//!   Were a version freed all the same, the reader is told `VersionGone` and restarts: freeing
+//!   early costs a restart, never a wrong answer. This is what keeps a stream of MSETs nobody
+//!   reads at its live set.
 //! - A background sweep ([`Store::sweep`], a bounded number of keys per call) does for keys not
 //!   written again what their next write would: marks superseded versions and collects those
 //!   past the grace period.
@@ -60,6 +76,14 @@ use version_map::VersionMap;
 
 /// Shards of the key map and of the pending-commit map.
 const SHARD_COUNT: usize = 64;
+
+/// A key's (or a shard's) read stamp: never read. Otherwise the stamp is the read's time in ms
+/// plus one (so that a read at time 0 is not "never").
+const READ_NEVER: u64 = 0;
+
+/// A key's read stamp: it has an item slot, read one-sidedly without the server seeing it, so
+/// it counts as read at every moment.
+const READ_ALWAYS: u64 = u64::MAX;
 
 /// Aborted transactions are remembered at least this long (a PREPARE delayed longer than this
 /// could slip through; writers give up after `TXN_TIMEOUT_MS`, far less).
@@ -182,6 +206,10 @@ struct KeyState {
     /// Only ever advanced (atomic max) with `latest` locked, so the two agree for whoever
     /// holds that lock.
     last_commit: AtomicU64,
+    /// When a round-1 read last read the key (a read stamp: [`READ_NEVER`], [`READ_ALWAYS`],
+    /// else ms + 1). Written under the shard's read lock (an atomic max) and read under its
+    /// write lock, so a read that returned is seen by every later collection.
+    read_stamp: AtomicU64,
     /// The version at `last_commit` (`None` while it is 0): `get_latest`'s fast path.
     latest: Mutex<Option<Arc<Version>>>,
     versions: VersionMap<StoredVersion>,
@@ -202,6 +230,15 @@ struct KeyState {
 #[derive(Debug)]
 pub struct Store {
     shards: Box<[RwLock<HashMap<Key, KeyState>>]>,
+    /// Per shard: the read stamp of the last round-1 read of a key the shard did not hold; a
+    /// key created in the shard starts with it (a reader may come back for its first version).
+    absent_read_stamps: Box<[AtomicU64]>,
+    /// Whether round-1 reads are noted, so that versions of keys nobody read for a grace period
+    /// go at once (module contract). A backup's copy, whose readers read elsewhere, does not.
+    tracks_reads: bool,
+    /// The latest time (ms) a call gave the store: what a COMMIT, which is given none, measures
+    /// with. Never ahead of the callers' clock, so what it lets go early is safe to.
+    clock_ms: AtomicU64,
     /// ts of a prepared transaction -> its keys on this server, until it commits.
     pending: Box<[PendingShard]>,
     /// Transactions recovery aborted here, with when (pruned after `ABORTED_RETENTION_MS`).
@@ -213,10 +250,15 @@ pub struct Store {
 }
 
 impl Store {
-    /// An empty store whose superseded versions live at least `grace_ms`.
+    /// An empty store whose superseded versions live at least `grace_ms` (those of a
+    /// single-key write: until superseded). Its reads are not tracked: what a backup's copy of
+    /// another server's store uses (its readers read that server).
     pub fn new(grace_ms: u64) -> Self {
         Self {
             shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::default())).collect(),
+            absent_read_stamps: (0..SHARD_COUNT).map(|_| AtomicU64::new(READ_NEVER)).collect(),
+            tracks_reads: false,
+            clock_ms: AtomicU64::new(0),
             pending: (0..SHARD_COUNT).map(|_| Mutex::new(HashMap::default())).collect(),
             aborted: Mutex::new(HashMap::default()),
             grace_ms,
@@ -226,10 +268,37 @@ impl Store {
         }
     }
 
-    fn shard(&self, key: &[u8]) -> &RwLock<HashMap<Key, KeyState>> {
+    /// [`Store::new`] for a server that serves reads: every round-1 read goes through
+    /// [`Store::read_latest`], [`Store::read_last_commit`] or [`Store::get_latest_for_slot`],
+    /// and superseded versions of keys no read touched for `grace_ms` go at once (module
+    /// contract).
+    pub fn new_tracking_reads(grace_ms: u64) -> Self {
+        Self { tracks_reads: true, ..Self::new(grace_ms) }
+    }
+
+    fn shard_index(key: &[u8]) -> usize {
         // The high half of the hash, so shard choice does not correlate with partitions
         // (which use the hash modulo the partition count).
-        &self.shards[((key_hash(key) >> 32) as usize) % SHARD_COUNT]
+        ((key_hash(key) >> 32) as usize) % SHARD_COUNT
+    }
+
+    fn shard(&self, key: &[u8]) -> &RwLock<HashMap<Key, KeyState>> {
+        &self.shards[Self::shard_index(key)]
+    }
+
+    /// Moves the store's clock up to `now_ms` (never back).
+    fn advance_clock(&self, now_ms: u64) {
+        if self.clock_ms.load(Ordering::Relaxed) < now_ms {
+            self.clock_ms.fetch_max(now_ms, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether no reader may come back for a superseded version of the key (module contract):
+    /// its last noted read is at least a grace period before `now_ms`. Called with the key's
+    /// shard write-locked.
+    fn unread(&self, state: &KeyState, now_ms: u64) -> bool {
+        let stamp = state.read_stamp.load(Ordering::Relaxed);
+        self.tracks_reads && (stamp == READ_NEVER || (stamp - 1).saturating_add(self.grace_ms) <= now_ms)
     }
 
     fn pending_shard(&self, ts: Timestamp) -> &PendingShard {
@@ -266,6 +335,7 @@ impl Store {
         if self.aborted.lock().contains_key(&ts) {
             return Err(StoreError::Aborted { ts });
         }
+        self.advance_clock(now_ms);
         let mut keys: Vec<Key> = Vec::with_capacity(writes.len());
         for (key, value) in writes {
             let value_bytes = value.len();
@@ -273,9 +343,12 @@ impl Store {
             if let Some(stored) = stored.as_deref_mut() {
                 stored.push((key.clone(), Arc::clone(&version)));
             }
-            let mut shard = self.shard(&key).write();
+            let index = Self::shard_index(&key);
+            let mut shard = self.shards[index].write();
             if !shard.contains_key(&key) {
-                shard.insert(key.clone(), KeyState::default());
+                // A reader that found the key missing may come back for this version.
+                let read_stamp = AtomicU64::new(self.absent_read_stamps[index].load(Ordering::Relaxed));
+                shard.insert(key.clone(), KeyState { read_stamp, ..KeyState::default() });
             }
             let state = shard.get_mut(&key).expect("inserted above");
             let replaced = state.versions.insert(ts, StoredVersion { version, committed: AtomicBool::new(false) });
@@ -341,10 +414,12 @@ impl Store {
             assert!(!committed_before, "version {ts} committed twice");
             let mut latest = state.latest.lock();
             let before = state.last_commit.load(Ordering::Acquire);
-            let mut replaced_alone = false;
+            let mut replaced_goes = false;
             if ts > before {
                 let replaced = latest.replace(Arc::clone(&stored.version));
-                replaced_alone = replaced.is_some_and(|version| version.metadata.names_only_its_key());
+                replaced_goes = replaced.is_some_and(|version| {
+                    version.metadata.names_only_its_key() || self.unread(state, self.clock_ms.load(Ordering::Relaxed))
+                });
             }
             let previous = state.last_commit.fetch_max(ts, Ordering::AcqRel);
             // lastCommit only moves forward, and only with `latest` locked, so the two agree.
@@ -356,9 +431,10 @@ impl Store {
             );
             drop(latest);
             drop(shard);
-            if replaced_alone {
-                // The version this commit superseded can go now (module contract): without
-                // this it would wait for the key's next write, holding its value meanwhile.
+            if replaced_goes {
+                // The version this commit superseded can go now (alone in its write set, or no
+                // reader may come back for it: module contract): without this it would wait for
+                // the key's next write, holding its value meanwhile.
                 let mut shard = self.shard(key).write();
                 let state = shard.get_mut(key).expect("a committed key stays");
                 self.mark_superseded(state, None);
@@ -444,6 +520,7 @@ impl Store {
     /// visited. Keys inserted while a shard is walked may be visited twice or skipped until
     /// the next round: harmless, a sweep only collects what may go.
     pub fn sweep(&self, cursor: &mut SweepCursor, keys_max: usize, now_ms: u64) -> usize {
+        self.advance_clock(now_ms);
         let mut visited = 0;
         for _ in 0..SHARD_COUNT {
             if visited >= keys_max {
@@ -511,10 +588,51 @@ impl Store {
         Ok(best.map(|stored| Arc::clone(&stored.version)))
     }
 
-    /// The latest committed version of `key`, or `None` when it has none (initial value).
+    /// The latest committed version of `key`, or `None` when it has none (initial value). Not
+    /// noted as a read: for what is no transaction's round 1 (S2PL, tests, statistics).
     pub fn get_latest(&self, key: &[u8]) -> Option<Arc<Version>> {
         let shard = self.shard(key).read();
         let state = shard.get(key)?;
+        let latest = state.latest.lock().clone();
+        latest
+    }
+
+    /// [`Store::get_latest`] for a round-1 read at `now_ms`, noted in the key (module
+    /// contract: a reader may come back for a version it did not get).
+    pub fn read_latest(&self, key: &[u8], now_ms: u64) -> Option<Arc<Version>> {
+        let index = Self::shard_index(key);
+        let shard = self.shards[index].read();
+        let Some(state) = shard.get(key) else {
+            note_read(&self.absent_read_stamps[index], now_ms);
+            return None;
+        };
+        note_read(&state.read_stamp, now_ms);
+        let latest = state.latest.lock().clone();
+        latest
+    }
+
+    /// [`Store::last_commit`] for a round-1 read at `now_ms` (RAMP-Small's), noted as
+    /// [`Store::read_latest`] notes it.
+    pub fn read_last_commit(&self, key: &[u8], now_ms: u64) -> Timestamp {
+        let index = Self::shard_index(key);
+        let shard = self.shards[index].read();
+        let Some(state) = shard.get(key) else {
+            note_read(&self.absent_read_stamps[index], now_ms);
+            return TIMESTAMP_INITIAL;
+        };
+        note_read(&state.read_stamp, now_ms);
+        state.last_commit.load(Ordering::Acquire)
+    }
+
+    /// [`Store::get_latest`] for an item slot: from now on the key counts as read at every
+    /// moment (its slot is read one-sidedly, without the server seeing it), so its superseded
+    /// versions keep the whole grace period.
+    pub fn get_latest_for_slot(&self, key: &[u8]) -> Option<Arc<Version>> {
+        let shard = self.shard(key).read();
+        let state = shard.get(key)?;
+        if state.read_stamp.load(Ordering::Relaxed) != READ_ALWAYS {
+            state.read_stamp.store(READ_ALWAYS, Ordering::Relaxed);
+        }
         let latest = state.latest.lock().clone();
         latest
     }
@@ -551,9 +669,11 @@ impl Store {
     fn collect_superseded(&self, state: &mut KeyState, now_ms: u64) {
         let last_commit = state.last_commit.load(Ordering::Acquire);
         self.mark_superseded(state, Some(now_ms));
+        // No reader may come back for any of them: the whole queue may go (module contract).
+        let unread = self.unread(state, now_ms);
         let KeyState { versions, superseded, collected_max_ts, .. } = state;
         while let Some(&(superseded_at_ms, ts)) = superseded.front() {
-            if now_ms.saturating_sub(superseded_at_ms) < self.grace_ms {
+            if !unread && now_ms.saturating_sub(superseded_at_ms) < self.grace_ms {
                 break;
             }
             superseded.pop_front();
@@ -576,13 +696,15 @@ impl Store {
     }
 
     /// Walks the versions not yet seen superseded: a committed one below `lastCommit` is
-    /// superseded from now on. One alone in its write set is removed at once (no round 2 can
-    /// ask for it: module contract); another is queued as superseded at `now_ms`, or, without a
-    /// clock (COMMIT), left for the next call that has one. An uncommitted version waits for
-    /// its COMMIT (a slow writer's version is never collected). Called with the key's shard
-    /// write-locked.
+    /// superseded from now on. One alone in its write set, or of a key no reader may come back
+    /// for, is removed at once (no round 2 can ask for it: module contract); another is queued
+    /// as superseded at `now_ms`, or, without a clock (COMMIT), left for the next call that has
+    /// one. An uncommitted version waits for its COMMIT (a slow writer's version is never
+    /// collected). Called with the key's shard write-locked.
     fn mark_superseded(&self, state: &mut KeyState, now_ms: Option<u64>) {
         let last_commit = state.last_commit.load(Ordering::Acquire);
+        // Without a clock, the store's: behind the caller's, so it lets go of no more.
+        let unread = self.unread(state, now_ms.unwrap_or_else(|| self.clock_ms.load(Ordering::Relaxed)));
         let KeyState { versions, unmarked, superseded, collected_max_ts, .. } = state;
         unmarked.retain(|&mut ts| {
             let Some(stored) = versions.get(&ts) else {
@@ -591,7 +713,7 @@ impl Store {
             if ts >= last_commit || !stored.committed.load(Ordering::Acquire) {
                 return true;
             }
-            if stored.version.metadata.names_only_its_key() {
+            if unread || stored.version.metadata.names_only_its_key() {
                 self.remove_collected(versions, collected_max_ts, ts);
                 return false;
             }
@@ -745,8 +867,12 @@ impl Store {
     /// pending. Lengths must be within the limits (the snapshot decoder checks them).
     pub fn restore_key(&self, entry: KeyVersions, now_ms: u64) {
         let KeyVersions { key, collected_max_ts, versions } = entry;
+        self.advance_clock(now_ms);
         let mut shard = self.shard(&key).write();
         let state = shard.entry(key).or_default();
+        // Its readers, if any, read another store (a restart's, a failed primary's): it counts
+        // as read now, so what it brings keeps the grace period (module contract).
+        note_read(&state.read_stamp, now_ms);
         state.collected_max_ts = state.collected_max_ts.max(collected_max_ts);
         for (version, committed) in versions {
             let ts = version.ts;
@@ -822,6 +948,7 @@ impl Store {
     /// moved are appended to `keys` when given. Returns how many keys moved.
     pub fn absorb(&self, source: &Store, now_ms: u64, mut keys: Option<&mut Vec<Key>>) -> usize {
         debug_assert_eq!(self.shards.len(), source.shards.len());
+        self.advance_clock(now_ms);
         let mut moved = 0;
         for (into, from) in self.shards.iter().zip(source.shards.iter()) {
             let taken = std::mem::take(&mut *from.write());
@@ -848,6 +975,8 @@ impl Store {
                 for entry in state.superseded.iter_mut() {
                     entry.0 = now_ms;
                 }
+                // Read at the failed primary, as far as this store knows: read now.
+                note_read(&state.read_stamp, now_ms);
                 self.version_count.fetch_add(version_count, Ordering::Relaxed);
                 self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
                 into.insert(key, state);
@@ -878,6 +1007,15 @@ impl Store {
             self.remember_aborted(ts, now_ms);
         }
         moved
+    }
+}
+
+/// Notes a round-1 read at `now_ms` in `stamp` (a key's, or a shard's for keys it lacks): an
+/// atomic max, skipped when the stamp is already there (most reads: no write to the line).
+fn note_read(stamp: &AtomicU64, now_ms: u64) {
+    let read = now_ms.saturating_add(1).min(READ_ALWAYS - 1);
+    if stamp.load(Ordering::Relaxed) < read {
+        stamp.fetch_max(read, Ordering::Relaxed);
     }
 }
 
@@ -1020,6 +1158,78 @@ mod tests {
         // The committed latest is never collected.
         assert_eq!(store.get_latest(b"a").unwrap().ts, 3);
         assert_eq!(store.stats().versions_collected, 2, "version 1 of a and of b");
+    }
+
+    /// Issue 31 (memory and speed of MSET): in a store that tracks reads, a superseded version
+    /// of a multi-key write goes at the COMMIT that supersedes it when no round-1 read of its
+    /// key is within the grace period; a read within it (of the key, of the key before it
+    /// existed, or through an item slot) keeps the grace period, counted from the read; a
+    /// store that does not track reads (a backup's copy) keeps it always.
+    #[test]
+    fn superseded_versions_of_keys_nobody_read_go_at_once_and_a_read_keeps_the_grace() {
+        let grace = 1_000;
+        let store = Store::new_tracking_reads(grace);
+        let untracked = Store::new(grace);
+        for store in [&store, &untracked] {
+            prepare(store, 1, &["a", "b"], 0);
+            store.commit(1);
+            prepare(store, 2, &["a", "b"], 5);
+            store.commit(2);
+        }
+        assert_eq!(store.get_at(b"a", 1).unwrap_err(), StoreError::VersionGone { ts: 1 }, "never read: gone");
+        assert_eq!(store.stats().versions, 2, "the latest of a and b");
+        assert!(untracked.get_at(b"a", 1).is_ok(), "a copy keeps the grace period");
+        // A round-1 read of a at 100: its superseded versions keep the grace from the read on.
+        assert_eq!(store.read_latest(b"a", 100).unwrap().ts, 2);
+        prepare(&store, 3, &["a", "b"], 200);
+        store.commit(3);
+        assert!(store.get_at(b"a", 2).is_ok(), "a was read 100 ms ago");
+        assert!(store.get_at(b"b", 2).is_err(), "b was not read");
+        prepare(&store, 4, &["b"], 1_099);
+        assert!(store.get_at(b"a", 2).is_ok(), "still within the grace of the read");
+        let mut cursor = SweepCursor::default();
+        store.sweep(&mut cursor, usize::MAX, 1_100);
+        assert!(store.get_at(b"a", 2).is_err(), "the read is a grace period old: gone before its own grace");
+        // RAMP-Small's round 1 (the latest timestamp) is a read too.
+        assert_eq!(store.read_last_commit(b"a", 2_000), 3);
+        prepare(&store, 5, &["a", "b"], 2_000);
+        store.commit(5);
+        assert!(store.get_at(b"a", 3).is_ok());
+        // A key read while it did not exist inherits the read when it is created.
+        assert!(store.read_latest(b"c", 2_000).is_none());
+        prepare(&store, 6, &["c", "b"], 2_001);
+        store.commit(6);
+        prepare(&store, 7, &["c", "b"], 2_002);
+        store.commit(7);
+        assert!(store.get_at(b"c", 6).is_ok(), "a reader that found c missing may want version 6");
+        // A key with an item slot is read without the store seeing it: always the grace.
+        assert_eq!(store.get_latest_for_slot(b"b").unwrap().ts, 7);
+        prepare(&store, 8, &["b", "d"], 50_000);
+        store.commit(8);
+        assert!(store.get_at(b"b", 7).is_ok(), "read through its slot at any moment");
+        prepare(&store, 9, &["b", "d"], 50_000); // sees 7 superseded
+        store.commit(9);
+        prepare(&store, 10, &["b", "d"], 50_999);
+        assert!(store.get_at(b"b", 7).is_ok());
+        prepare(&store, 11, &["b", "d"], 51_000);
+        assert!(store.get_at(b"b", 7).is_err(), "its own grace period, as before");
+    }
+
+    /// A reader's round 2 for a version the store let go early is refused (`VersionGone`, the
+    /// reader restarts), never answered with another version; HIGHEST_OF too.
+    #[test]
+    fn a_version_let_go_early_is_refused_never_answered_wrongly() {
+        let store = Store::new_tracking_reads(1_000);
+        for ts in 1..=3 {
+            prepare(&store, ts, &["a", "b"], 2_000 + ts);
+            store.commit(ts);
+        }
+        for ts in 1..=2 {
+            assert_eq!(store.get_at(b"a", ts).unwrap_err(), StoreError::VersionGone { ts });
+        }
+        assert!(matches!(store.get_highest_of(b"a", &[2]), Err(StoreError::VersionGone { ts: 2 })));
+        assert_eq!(store.get_highest_of(b"a", &[2, 3]).unwrap().unwrap().ts, 3);
+        assert_eq!(store.stats().versions_collected, 4);
     }
 
     /// Issue 18 (memory per key): a version whose transaction wrote its key alone goes as soon

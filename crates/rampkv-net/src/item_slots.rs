@@ -7,6 +7,9 @@
 //!   PUT (NoCC), COMMIT_LOCKED (S2PL) and a commit by recovery (`ServerCore::commit`), from
 //!   `Store::get_latest`, which only returns the
 //!   version at `lastCommit`; and lazily on GET_LOCATE for a committed key with no slot yet.
+//! - **A key with a slot counts as read at every moment** (`Store::get_latest_for_slot`): its
+//!   readers read the slot without the server seeing it, so its superseded versions keep the
+//!   whole GC grace period (docs/architecture.md, "Storage").
 //! - **The slot's ts only grows.** `lastCommit` is an atomic max; a slot is rewritten only when
 //!   the latest committed version is newer than the one it holds. The check and the write
 //!   happen under one mutex per server, so two server threads (TCP loop and ring poller serve
@@ -317,7 +320,8 @@ impl<F: FabricHandle> ItemSlots<F> {
     /// it has none). Returns the slot, if the key has one afterwards.
     fn publish_latest(&self, table: &mut SlotTable, store: &Store, key: &[u8]) -> Option<u32> {
         // Read under the table lock: the ts compared is the ts written, so slot ts only grows.
-        let Some(version) = store.get_latest(key) else {
+        // From now on the key counts as read at every moment (its slot is read one-sidedly).
+        let Some(version) = store.get_latest_for_slot(key) else {
             return table.entries.get(key).map(|entry| entry.index);
         };
         let SlotTable { entries, free, next_unused, writer, metadata, stats } = table;
