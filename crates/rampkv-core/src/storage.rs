@@ -392,6 +392,99 @@ impl Store {
         Ok(())
     }
 
+    /// A one-phase write (PREPARE_COMMIT): stores `writes` of transaction `ts` and makes them
+    /// visible, as [`Store::prepare_keeping`] then [`Store::commit_keys`] would, without a
+    /// pending entry (nothing waits for a COMMIT, so recovery has nothing to ask about). The
+    /// caller checked that `writes` are the transaction's whole write set. Every version is
+    /// stored before any becomes visible, so a reader that sees one and repairs another in
+    /// round 2 finds it; a single write is stored and made visible under one lock and one
+    /// lookup of its key. Each version stored goes to `stored` (the log's record), each key
+    /// committed to `committed` (the item slots'), when given. Validated first: an invalid or
+    /// aborted write changes nothing.
+    pub fn prepare_commit_keeping(
+        &self,
+        ts: Timestamp,
+        metadata: StoredMetadata,
+        writes: Vec<(Key, Box<[u8]>)>,
+        now_ms: u64,
+        mut stored: Option<&mut StoredWrites>,
+        mut committed: Option<&mut Vec<Key>>,
+    ) -> Result<(), StoreError> {
+        validate_prepare(ts, &metadata, &writes)?;
+        if self.aborted.lock().contains_key(&ts) {
+            return Err(StoreError::Aborted { ts });
+        }
+        self.advance_clock(now_ms);
+        let single = writes.len() == 1;
+        let mut keys: SmallVec<[Key; 4]> = SmallVec::new();
+        for (key, value) in writes {
+            let value_bytes = value.len();
+            let version = Arc::new(Version { ts, value, metadata: metadata.clone() });
+            if let Some(stored) = stored.as_deref_mut() {
+                stored.push((key.clone(), Arc::clone(&version)));
+            }
+            if let Some(committed) = committed.as_deref_mut() {
+                committed.push(key.clone());
+            }
+            let index = Self::shard_index(&key);
+            let mut shard = self.shards[index].write();
+            let absent_read = &self.absent_read_stamps[index];
+            // One lookup; the key moves in only if it is new (a key written again is dropped:
+            // the map holds its own).
+            let keep_key = !single && !keys.contains(&key);
+            let key_for_later = keep_key.then(|| key.clone());
+            let state = shard.entry(key).or_insert_with(|| KeyState {
+                // A reader that found the key missing may come back for this version.
+                read_stamp: AtomicU64::new(absent_read.load(Ordering::Relaxed)),
+                ..KeyState::default()
+            });
+            let replaced =
+                state.versions.insert(ts, StoredVersion { version, committed: AtomicBool::new(false) });
+            match replaced {
+                Some(old) => self.forget_version_bytes(old.version.value.len()),
+                None => {
+                    self.version_count.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if !state.unmarked.contains(&ts) {
+                state.unmarked.push(ts);
+            }
+            self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
+            if single {
+                // Stored and visible under this one lock: nobody can see it only stored.
+                self.commit_locked(state, ts, now_ms);
+            } else {
+                self.collect_superseded(state, now_ms);
+            }
+            drop(shard);
+            keys.extend(key_for_later);
+        }
+        for key in &keys {
+            let mut shard = self.shard(key).write();
+            let state = shard.get_mut(key).expect("a key stored above stays");
+            self.commit_locked(state, ts, now_ms);
+        }
+        Ok(())
+    }
+
+    /// Makes version `ts` of a key (stored, not yet committed) visible and collects what it
+    /// supersedes. Called with the key's shard write-locked.
+    fn commit_locked(&self, state: &mut KeyState, ts: Timestamp, now_ms: u64) {
+        let stored = state.versions.get(&ts).expect("a version stored is not collected before its commit");
+        let committed_before = stored.committed.swap(true, Ordering::AcqRel);
+        assert!(!committed_before, "version {ts} committed twice");
+        let mut latest = state.latest.lock();
+        let before = state.last_commit.load(Ordering::Acquire);
+        if ts > before {
+            *latest = Some(Arc::clone(&stored.version));
+        }
+        let previous = state.last_commit.fetch_max(ts, Ordering::AcqRel);
+        // lastCommit only moves forward, and only with `latest` locked, so the two agree.
+        assert_eq!(previous, before, "lastCommit moved without its lock");
+        drop(latest);
+        self.collect_superseded(state, now_ms);
+    }
+
     /// Makes transaction `ts` visible on this server. Returns how many keys it advanced
     /// (0 for an unknown or already committed `ts`: a retried COMMIT is harmless).
     pub fn commit(&self, ts: Timestamp) -> usize {
@@ -1213,6 +1306,46 @@ mod tests {
         assert!(store.get_at(b"b", 7).is_ok());
         prepare(&store, 11, &["b", "d"], 51_000);
         assert!(store.get_at(b"b", 7).is_err(), "its own grace period, as before");
+    }
+
+    /// PREPARE_COMMIT's store side: visible at once, no pending entry left, a key written
+    /// twice committed once with its last value, the superseded version collected as a COMMIT
+    /// would; refused (aborted, invalid) without a change.
+    #[test]
+    fn a_one_phase_write_is_stored_and_visible_in_one_call() {
+        let store = Store::new_tracking_reads(1_000);
+        let one = |ts: Timestamp, text: &str| {
+            let writes = vec![(key(text), format!("{text}@{ts}").into_bytes().into())];
+            let (mut stored, mut committed) = (Vec::new(), Vec::new());
+            store.prepare_commit_keeping(ts, write_set(&[text]), writes, 5, Some(&mut stored), Some(&mut committed))?;
+            assert_eq!((stored.len(), committed), (1, vec![key(text)]));
+            Ok::<_, StoreError>(())
+        };
+        one(1, "a").unwrap();
+        assert_eq!(store.get_latest(b"a").unwrap().ts, 1);
+        one(2, "a").unwrap();
+        assert_eq!(&*store.get_latest(b"a").unwrap().value, b"a@2");
+        assert_eq!(store.get_at(b"a", 1).unwrap_err(), StoreError::VersionGone { ts: 1 }, "alone: gone at once");
+        let stats = store.stats();
+        assert_eq!((stats.versions, stats.pending_transactions), (1, 0));
+        // Several keys, one of them twice: every one visible, the last value kept.
+        let writes = vec![
+            (key("b"), b"b-first".to_vec().into()),
+            (key("c"), b"c".to_vec().into()),
+            (key("b"), b"b-last".to_vec().into()),
+        ];
+        let mut committed = Vec::new();
+        store.prepare_commit_keeping(3, write_set(&["b", "c"]), writes, 5, None, Some(&mut committed)).unwrap();
+        assert_eq!(&*store.get_latest(b"b").unwrap().value, b"b-last");
+        assert_eq!((store.last_commit(b"b"), store.last_commit(b"c")), (3, 3));
+        assert_eq!(store.stats().pending_transactions, 0);
+        // Refused: changes nothing.
+        store.abort(9, 5);
+        assert_eq!(one(9, "a"), Err(StoreError::Aborted { ts: 9 }));
+        let bad = vec![(key("d"), b"x".to_vec().into())];
+        let refused = store.prepare_commit_keeping(10, write_set(&["e"]), bad, 5, None, None);
+        assert_eq!(refused, Err(StoreError::InvalidPrepare(InvalidPrepare::KeyNotInWriteSet)));
+        assert_eq!((store.last_commit(b"a"), store.last_commit(b"d")), (2, 0));
     }
 
     /// A reader's round 2 for a version the store let go early is refused (`VersionGone`, the

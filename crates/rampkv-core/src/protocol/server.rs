@@ -662,8 +662,17 @@ impl ServerCore {
         if !whole {
             return Err(StoreError::InvalidPrepare(InvalidPrepare::NotWholeWriteSet));
         }
-        self.prepare_stored(ts, metadata, write_set, writes, now_ms, effects)?;
-        self.commit(ts, effects);
+        // Stored and committed in one store call (no pending entry); logged as the PREPARE
+        // and COMMIT records the two requests would have logged.
+        let logged = effects.logging.then(|| (metadata.clone(), write_set));
+        let mut stored = StoredWrites::new();
+        let stored_out = logged.is_some().then_some(&mut stored);
+        let committed_out = effects.publishing.then_some(&mut effects.committed);
+        self.store.prepare_commit_keeping(ts, metadata, writes, now_ms, stored_out, committed_out)?;
+        if let Some((metadata, write_set)) = logged {
+            effects.logged.push(LogRecord::Prepare { ts, metadata, write_set, writes: stored });
+        }
+        effects.log(|| LogRecord::Commit { ts });
         Ok(())
     }
 
