@@ -623,6 +623,7 @@ impl Store {
             let mut taken = 0;
             for state in shard.values_mut().skip(cursor.offset).take(keys_max - visited) {
                 self.collect_superseded(state, now_ms);
+                state.versions.shrink_at_rest();
                 taken += 1;
             }
             let keys = shard.len();
