@@ -18,7 +18,7 @@
 
 use super::event_loop::EventLoop;
 use super::{BATCH_COMMANDS_MAX, WRITE_BATCH_KEYS_MAX};
-use crate::command::{parse_request, Request};
+use crate::command::{batch_key_count, parse_request, Request};
 use rampkv_core::limits::TXN_KEYS_MAX;
 use rampkv_net::client::ClientError;
 
@@ -121,6 +121,11 @@ impl EventLoop {
             return None;
         };
         if args.is_empty() {
+            return None;
+        }
+        // Counted from the arguments first: a command that cannot fit is left in the input
+        // without its values being copied out (it is parsed when its turn comes).
+        if !batch_key_count(&args).is_some_and(|more| keys + more <= keys_max) {
             return None;
         }
         let request = parse_request(&args, connection.permissions);
