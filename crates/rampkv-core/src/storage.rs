@@ -28,11 +28,12 @@
 //! those seen superseded in a queue ordered by when.
 //!
 //! # Concurrency
-//! Keys live in `SHARD_COUNT` shards behind reader-writer locks. Reads and commits take a
-//! shard's read lock (commit only does an atomic max, and replaces the key's latest version
-//! under the key's own small lock, held for a pointer swap), so readers never wait for a
-//! commit and never block writers for longer than one map lookup. Prepares take the write lock
-//! of one shard per key.
+//! Keys live in `SHARD_COUNT` shards behind reader-writer locks. Reads take a shard's read
+//! lock. Prepares and commits take the write lock of one shard per key, for one map lookup and
+//! the key's own work: a commit does an atomic max, replaces the key's latest version under the
+//! key's own small lock (a pointer swap) and marks the version it superseded in the same visit,
+//! so a key written costs one lookup per phase (two lookups, read then write lock, before
+//! issue 31). Readers wait at most for that one key's work.
 
 use std::collections::VecDeque;
 

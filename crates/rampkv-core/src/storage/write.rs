@@ -70,26 +70,16 @@ impl Store {
             }
             let index = Self::shard_index(&key);
             let mut shard = self.shards[index].write();
-            if !shard.contains_key(&key) {
-                // A reader that found the key missing may come back for this version.
-                let read_stamp = AtomicU64::new(self.absent_read_stamps[index].load(Ordering::Relaxed));
-                shard.insert(key.clone(), KeyState { read_stamp, ..KeyState::default() });
-            }
-            let state = shard.get_mut(&key).expect("inserted above");
-            let replaced = state.versions.insert(ts, StoredVersion { version, committed: AtomicBool::new(false) });
-            match replaced {
-                Some(old) => self.forget_version_bytes(old.version.value.len()),
+            // One lookup for a key already stored (most writes); a new key is inserted.
+            match shard.get_mut(&key) {
+                Some(state) => self.store_prepared(state, version, value_bytes, now_ms),
                 None => {
-                    self.version_count.fetch_add(1, Ordering::Relaxed);
+                    // A reader that found the key missing may come back for this version.
+                    let read_stamp = AtomicU64::new(self.absent_read_stamps[index].load(Ordering::Relaxed));
+                    let state = shard.entry(key.clone()).or_insert(KeyState { read_stamp, ..KeyState::default() });
+                    self.store_prepared(state, version, value_bytes, now_ms);
                 }
             }
-            // A replaced version may already have been marked superseded; collection checks
-            // that what it removes is committed, so listing it again is what keeps it.
-            if !state.unmarked.contains(&ts) {
-                state.unmarked.push(ts);
-            }
-            self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
-            self.collect_superseded(state, now_ms);
             drop(shard);
             // A key written twice (a hostile client, or S2PL staging a retried attempt's writes
             // twice) keeps its last value and is committed once.
@@ -163,22 +153,13 @@ impl Store {
                 read_stamp: AtomicU64::new(absent_read.load(Ordering::Relaxed)),
                 ..KeyState::default()
             });
-            let replaced = state.versions.insert(ts, StoredVersion { version, committed: AtomicBool::new(false) });
-            match replaced {
-                Some(old) => self.forget_version_bytes(old.version.value.len()),
-                None => {
-                    self.version_count.fetch_add(1, Ordering::Relaxed);
+            match single {
+                true => {
+                    // Stored and visible under this one lock: nobody can see it only stored.
+                    self.insert_version(state, version, value_bytes);
+                    self.commit_locked(state, ts, now_ms);
                 }
-            }
-            if !state.unmarked.contains(&ts) {
-                state.unmarked.push(ts);
-            }
-            self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
-            if single {
-                // Stored and visible under this one lock: nobody can see it only stored.
-                self.commit_locked(state, ts, now_ms);
-            } else {
-                self.collect_superseded(state, now_ms);
+                false => self.store_prepared(state, version, value_bytes, now_ms),
             }
             drop(shard);
             keys.extend(key_for_later);
@@ -189,6 +170,33 @@ impl Store {
             self.commit_locked(state, ts, now_ms);
         }
         Ok(())
+    }
+
+    /// Stores `version` (prepared, not visible) in a key and collects what the key's superseded
+    /// versions allow. Called with the key's shard write-locked.
+    fn store_prepared(&self, state: &mut KeyState, version: Arc<Version>, value_bytes: usize, now_ms: u64) {
+        self.insert_version(state, version, value_bytes);
+        self.collect_superseded(state, now_ms);
+    }
+
+    /// Puts `version` (not committed) in a key's versions, replacing one of the same ts (a
+    /// retried PREPARE), and lists it as not yet seen superseded. Called with the key's shard
+    /// write-locked.
+    fn insert_version(&self, state: &mut KeyState, version: Arc<Version>, value_bytes: usize) {
+        let ts = version.ts;
+        let replaced = state.versions.insert(ts, StoredVersion { version, committed: AtomicBool::new(false) });
+        match replaced {
+            Some(old) => self.forget_version_bytes(old.version.value.len()),
+            None => {
+                self.version_count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // A replaced version may already have been marked superseded; collection checks that
+        // what it removes is committed, so listing it again is what keeps it.
+        if !state.unmarked.contains(&ts) {
+            state.unmarked.push(ts);
+        }
+        self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
     }
 
     /// Makes version `ts` of a key (stored, not yet committed) visible and collects what it
@@ -222,10 +230,12 @@ impl Store {
             return Vec::new();
         };
         for key in &keys {
-            let shard = self.shard(key).read();
+            // Write-locked, so that what the commit supersedes is marked in the same lookup
+            // (held for a pointer swap and that marking: a reader of the shard waits no longer).
+            let mut shard = self.shard(key).write();
             // A version is prepared before it is committed, and committed once: the pending
             // entry just taken is its prepare's, and a pending version is never collected.
-            let state = shard.get(key).expect("a pending key has a prepared version");
+            let state = shard.get_mut(key).expect("a pending key has a prepared version");
             let stored = state.versions.get(&ts).expect("a pending version is never collected");
             let committed_before = stored.committed.swap(true, Ordering::AcqRel);
             assert!(!committed_before, "version {ts} committed twice");
@@ -247,15 +257,13 @@ impl Store {
                 "the latest version is the one at lastCommit"
             );
             drop(latest);
-            drop(shard);
             if replaced_goes {
                 // The version this commit superseded can go now (alone in its write set, or no
                 // reader may come back for it: `gc`'s contract): without this it would wait for
                 // the key's next write, holding its value meanwhile.
-                let mut shard = self.shard(key).write();
-                let state = shard.get_mut(key).expect("a committed key stays");
                 self.mark_superseded(state, None);
             }
+            drop(shard);
         }
         keys
     }
