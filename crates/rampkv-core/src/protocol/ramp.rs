@@ -742,6 +742,19 @@ impl WriteTxn {
         writes: Vec<(Vec<u8>, Vec<u8>)>,
         options: TxnOptions,
     ) -> Result<WriteTxn, ProtocolError> {
+        Self::plan(cluster, ts, writes, options, true)
+    }
+
+    /// [`WriteTxn::new`]; without `whole_metadata` the transaction's own metadata is left
+    /// empty ([`WriteTxn::independent`] gives each part its own: building one for the whole
+    /// batch, then dropping it, cost an encoding and an allocation per batch).
+    fn plan(
+        cluster: &Cluster,
+        ts: Timestamp,
+        writes: Vec<(Vec<u8>, Vec<u8>)>,
+        options: TxnOptions,
+        whole_metadata: bool,
+    ) -> Result<WriteTxn, ProtocolError> {
         validate_keys(writes.iter().map(|(key, _)| key.as_slice()))?;
         refuse_locking(&options)?;
         if ts == TIMESTAMP_INITIAL {
@@ -749,7 +762,10 @@ impl WriteTxn {
         }
         let writes = last_write_wins(writes)?;
         let write_set: Vec<Vec<u8>> = writes.iter().map(|write| write.key.clone()).collect();
-        let metadata = metadata_for(&options, &write_set)?;
+        let metadata = match whole_metadata {
+            true => metadata_for(&options, &write_set)?,
+            false => Metadata::None,
+        };
         let mut parts: Vec<(usize, Vec<Write>)> = Vec::new();
         for write in writes {
             let server = cluster.server_of(&write.key);
@@ -790,7 +806,7 @@ impl WriteTxn {
         if options.algorithm != Algorithm::RampFast {
             return Self::new(cluster, ts, writes, options);
         }
-        let mut txn = Self::new(cluster, ts, writes, options)?;
+        let mut txn = Self::plan(cluster, ts, writes, options, false)?;
         let writes: Vec<Write> = txn.parts.drain(..).flat_map(|(_, writes)| writes).collect();
         txn.part_metadata = writes
             .iter()
@@ -816,19 +832,21 @@ impl WriteTxn {
     pub fn start(&mut self, out: &mut Vec<Outgoing>) {
         self.phase = WritePhase::Prepare;
         self.outstanding = self.parts.len();
+        let last_part = self.parts.len().saturating_sub(1);
         for (part, (server, writes)) in self.parts.iter_mut().enumerate() {
             let writes = std::mem::take(writes);
             let request = match self.options.algorithm {
                 Algorithm::NoCc => Request::Put { ts: self.ts, writes },
                 _ => {
-                    // Recovery needs the write set; RAMP-Fast's metadata already is it.
-                    let write_set = if matches!(self.metadata, Metadata::WriteSet(_)) {
-                        Vec::new()
-                    } else {
-                        self.write_set.clone()
-                    };
-                    let metadata = match self.part_metadata.get(part) {
-                        Some(own) => own.clone(),
+                    // Recovery needs the write set; RAMP-Fast's metadata (the whole
+                    // transaction's, or each independent write's own) already is it.
+                    let write_set =
+                        if self.options.algorithm == Algorithm::RampFast { Vec::new() } else { self.write_set.clone() };
+                    // Moved, not copied, where it is needed no more: a write starts once (its
+                    // writes are taken above too), and its COMMIT carries no metadata.
+                    let metadata = match self.part_metadata.get_mut(part) {
+                        Some(own) => std::mem::take(own),
+                        None if part == last_part => std::mem::take(&mut self.metadata),
                         None => self.metadata.clone(),
                     };
                     let ts = self.ts;
