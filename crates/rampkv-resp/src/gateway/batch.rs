@@ -144,7 +144,7 @@ impl EventLoop {
         }
         // Counted from the arguments first: a command that cannot fit is left in the input
         // without its values being copied out (it is parsed when its turn comes).
-        if !batch_key_count(&args).is_some_and(|more| keys + more <= keys_max) {
+        if batch_key_count(&args).is_none_or(|more| keys + more > keys_max) {
             return None;
         }
         let request = parse_request(&args, connection.permissions);
