@@ -3,28 +3,37 @@
 #
 # Starts `rampkv local --resp-port` (4 servers on one poller thread, the gateway on its own
 # thread, all in one process) and `redis-server` (no persistence) on free loopback ports, then
-# runs, for each pipeline depth and each test, redis-benchmark against rampkv and right after
-# against Redis (interleaved, so machine noise hits both alike): GET, MGET of 4 keys, SET and
-# MSET of 4 keys (GET and SET are redis-benchmark's own tests; MGET and MSET are custom
-# commands, as its `-t mset` is 10 keys). Reads run first, on a key space rewritten by
-# single-key SETs (see prefill below). Prints a table and writes it, with the configuration and git commit, to
+# runs, for each round, each pipeline depth and each test, redis-benchmark against rampkv and
+# right after against Redis (interleaved, so machine noise hits both alike). Tests: GET, SET
+# and MSET10 are redis-benchmark's own (`-t get`, `-t set`, `-t mset`: 10 keys); MGET10, MGET4
+# and MSET4 are custom commands (MGET of 10 or 4 random keys, MSET of 4). Before each pipeline
+# depth of each round every key of the key space is written once, with single-key SETs, on
+# each server (see fill below), so the reads read versions of the same shape and both hold the
+# same keys. Prints a table (one line per round, test and depth, then the median ratio of each
+# test and depth over the rounds) and writes it, with the configuration and git commit, to
 # target/resp_bench/result.txt. Besides requests per second (which a machine shared with other
-# work makes noisy) it prints the CPU time each server process spent per request during the run
-# (utime + stime from /proc/PID/stat, all of its threads, in clock ticks of 1/CLK_TCK s) and the
-# ratio of the two: what a request costs rampkv against Redis, steadier under load.
+# work makes noisy) it prints the CPU time each server process spent per request during the
+# run (utime + stime from /proc/PID/stat, all of its threads, in clock ticks of 1/CLK_TCK s)
+# and the ratio of the two: what a request costs rampkv against Redis, steadier under load.
+#
+# With BASE_BIN=path/to/another/rampkv (a build of main, say) a third server runs that binary
+# beside the two, interleaved the same way, and the table adds its rate and the ratio of
+# rampkv to it: before and after a change, measured side by side in one run.
 #
 # Usage: scripts/resp_bench.sh [REQUESTS] (default 100000). Environment: CLIENTS (8),
-# VALUE_BYTES (1024), KEYSPACE (10000), PIPELINES ("1 16"), TESTS ("GET MGET4 SET MSET4"), FRONT
-# (ring: `rampkv local`'s default front end, with GET* item slots; none: without),
-# RAMPKV_BIN (a built binary: no build).
+# VALUE_BYTES (1024), KEYSPACE (100000), PIPELINES ("1 16"), TESTS ("GET SET MGET10 MSET10"),
+# ROUNDS (1), FRONT (ring: `rampkv local`'s default front end, with GET* item slots; none:
+# without), RAMPKV_BIN (a built binary: no build), BASE_BIN (see above).
 #
-# Memory mode: scripts/resp_bench.sh --memory [REQUESTS] (default 200000). Writes both with the
-# same load, redis-benchmark -t set -n REQUESTS -r KEYSPACE (default 100000) -d VALUE_BYTES at its
-# default 50 clients and -P 1, waits past rampkv's GC grace period (SETTLE_S, default 22: the
-# 10 s grace plus 12 s for the background sweep), then reads both processes' resident set from
-# /proc/PID/status (and, for rampkv, how much of it is shared memory: the one-sided front end's
-# item slots), counts the keys each holds (Redis: DBSIZE; rampkv: EXISTS over the whole key
-# space) and prints the bytes per key and the ratio. Writes target/resp_bench/memory.txt.
+# Memory mode: scripts/resp_bench.sh --memory [REQUESTS] (default 300000). Loads each server in
+# turn with redis-benchmark -t set -n REQUESTS -r KEYSPACE (default 100000) -d VALUE_BYTES at
+# its default 50 clients and -P 1 (LOAD=mset: -t mset instead, MSETs of 10 keys), then writes
+# every key of the key space once more, so that each holds exactly KEYSPACE keys; waits past
+# rampkv's GC grace period (SETTLE_S, default 22: the 10 s grace plus 12 s for the background
+# sweep), then reads each process's resident set from /proc/PID/status (and, for rampkv, how
+# much of it is shared memory: the one-sided front end's item slots), counts the keys each
+# holds (Redis: DBSIZE; rampkv: EXISTS over the whole key space) and prints the bytes per key
+# and the ratio. Writes target/resp_bench/memory.txt.
 #
 # Needs redis-tools, redis-server and python3 (.ci/run installs them). Kills what it started.
 set -euo pipefail
@@ -36,18 +45,20 @@ if [ "${1:-}" = "--memory" ]; then
   shift
 fi
 if [ "$MODE" = memory ]; then
-  REQUESTS="${1:-200000}"
-  KEYSPACE="${KEYSPACE:-100000}"
+  REQUESTS="${1:-300000}"
 else
   REQUESTS="${1:-100000}"
-  KEYSPACE="${KEYSPACE:-10000}"
 fi
+KEYSPACE="${KEYSPACE:-100000}"
 CLIENTS="${CLIENTS:-8}"
 VALUE_BYTES="${VALUE_BYTES:-1024}"
 PIPELINES="${PIPELINES:-1 16}"
-TESTS="${TESTS:-GET MGET4 SET MSET4}"
+TESTS="${TESTS:-GET SET MGET10 MSET10}"
+ROUNDS="${ROUNDS:-1}"
 FRONT="${FRONT:-ring}"
 SETTLE_S="${SETTLE_S:-22}"
+LOAD="${LOAD:-set}"
+BASE_BIN="${BASE_BIN:-}"
 OUT_DIR=target/resp_bench
 mkdir -p "$OUT_DIR"
 
@@ -63,11 +74,17 @@ RAMPKV="${RAMPKV_BIN:-target/release/rampkv}"
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
-RAMPKV_PORT=$(free_port)
-REDIS_PORT=$(free_port)
-while [ "$REDIS_PORT" = "$RAMPKV_PORT" ]; do REDIS_PORT=$(free_port); done
-BARE_PORT=$(free_port)
-while [ "$BARE_PORT" = "$RAMPKV_PORT" ] || [ "$BARE_PORT" = "$REDIS_PORT" ]; do BARE_PORT=$(free_port); done
+TAKEN=()
+new_port() {
+  local port
+  port=$(free_port)
+  while [[ " ${TAKEN[*]:-} " == *" $port "* ]]; do port=$(free_port); done
+  echo "$port"
+}
+RAMPKV_PORT=$(new_port); TAKEN+=("$RAMPKV_PORT")
+REDIS_PORT=$(new_port); TAKEN+=("$REDIS_PORT")
+BARE_PORT=$(new_port); TAKEN+=("$BARE_PORT")
+BASE_PORT=$(new_port); TAKEN+=("$BASE_PORT")
 
 PIDS=()
 cleanup() {
@@ -88,6 +105,11 @@ if [ "$MODE" = memory ]; then
   BARE_PID=$!
   PIDS+=("$BARE_PID")
 fi
+if [ -n "$BASE_BIN" ]; then
+  "$BASE_BIN" local --front "$FRONT" --cluster-file "$OUT_DIR/cluster-base.toml" --resp-port "$BASE_PORT" 2>"$OUT_DIR/rampkv-base.log" &
+  BASE_PID=$!
+  PIDS+=("$BASE_PID")
+fi
 
 wait_for() {
   for _ in $(seq 1 100); do
@@ -100,6 +122,7 @@ wait_for() {
 wait_for "$RAMPKV_PORT"
 wait_for "$REDIS_PORT"
 if [ "$MODE" = memory ]; then wait_for "$BARE_PORT"; fi
+if [ -n "$BASE_BIN" ]; then wait_for "$BASE_PORT"; fi
 
 # A field of /proc/PID/status in KB (VmRSS, RssAnon, RssShmem...).
 status_kb() {
@@ -117,6 +140,20 @@ for start in range(0, keyspace, 250):
 PYTHON
 }
 
+# Writes every key of the key space once (redis-benchmark's names for -r, values of
+# VALUE_BYTES) on the server on port $1: single-key SETs, pipelined through redis-cli --pipe.
+fill() {
+  python3 - "$KEYSPACE" "$VALUE_BYTES" <<'PYTHON' | redis-cli -p "$1" --pipe >/dev/null
+import sys
+keyspace, value_bytes = int(sys.argv[1]), int(sys.argv[2])
+value = b"x" * value_bytes
+out = sys.stdout.buffer
+for index in range(keyspace):
+    key = b"key:%012d" % index
+    out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(key), key, len(value), value))
+PYTHON
+}
+
 if [ "$MODE" = memory ]; then
   NAMES=("rampkv" "rampkv --front none" "redis-server")
   PORTS=("$RAMPKV_PORT" "$BARE_PORT" "$REDIS_PORT")
@@ -124,15 +161,16 @@ if [ "$MODE" = memory ]; then
   idle=() loaded=()
   for index in 0 1 2; do idle+=("$(status_kb "${SERVER_PIDS[$index]}" VmRSS)"); done
   for index in 0 1 2; do
-    redis-benchmark -p "${PORTS[$index]}" -n "$REQUESTS" -r "$KEYSPACE" -d "$VALUE_BYTES" -t set -q >/dev/null
+    redis-benchmark -p "${PORTS[$index]}" -n "$REQUESTS" -r "$KEYSPACE" -d "$VALUE_BYTES" -t "$LOAD" -q >/dev/null
+    fill "${PORTS[$index]}"
     loaded+=("$(status_kb "${SERVER_PIDS[$index]}" VmRSS)")
   done
   sleep "$SETTLE_S"
   RESULT="$OUT_DIR/memory.txt"
   {
-    echo "# resp_bench.sh --memory $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty')"
+    echo "# resp_bench.sh --memory $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -r)"
-    echo "# load on each in turn: redis-benchmark -t set -n $REQUESTS -r $KEYSPACE -d $VALUE_BYTES (50 clients, -P 1); RSS read ${SETTLE_S} s after the last"
+    echo "# load on each in turn: redis-benchmark -t $LOAD -n $REQUESTS -r $KEYSPACE -d $VALUE_BYTES (50 clients, -P 1), then every one of the $KEYSPACE keys SET once; RSS read ${SETTLE_S} s after the last"
     echo "# rampkv local --resp-port: 4 servers, RAMP-Fast, GC grace 10 s; default front end: ring, with item slots; redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2), no persistence"
     printf "| %-19s | %6s | %8s | %13s | %7s | %13s | %9s | %8s |\n" server keys "idle MB" "after load MB" "RSS MB" "of it shmem MB" "KB / key" "to redis"
     printf "|%s|%s|%s|%s|%s|%s|%s|%s|\n" --------------------- -------- ---------- --------------- --------- ---------------- ----------- ----------
@@ -176,8 +214,11 @@ bench() {
   case "$test" in
     GET) output=$(redis-benchmark "${common[@]}" -d "$VALUE_BYTES" -t get) ;;
     SET) output=$(redis-benchmark "${common[@]}" -d "$VALUE_BYTES" -t set) ;;
+    MSET10) output=$(redis-benchmark "${common[@]}" -d "$VALUE_BYTES" -t mset) ;;
     MGET4) output=$(redis-benchmark "${common[@]}" MGET "$KEY" "$KEY" "$KEY" "$KEY") ;;
+    MGET10) output=$(redis-benchmark "${common[@]}" MGET "$KEY" "$KEY" "$KEY" "$KEY" "$KEY" "$KEY" "$KEY" "$KEY" "$KEY" "$KEY") ;;
     MSET4) output=$(redis-benchmark "${common[@]}" MSET "$KEY" "$VALUE" "$KEY" "$VALUE" "$KEY" "$VALUE" "$KEY" "$VALUE") ;;
+    *) echo "resp_bench.sh: unknown test $test" >&2; exit 2 ;;
   esac
   if grep -q "ERR" <<<"$output"; then
     echo "resp_bench.sh: errors from port $port in $test: $output" >&2
@@ -190,39 +231,73 @@ bench() {
   grep -v '^"test"' <<<"$output" | tail -1 | awk -F'","' -v cpu="$cpu_us" '{ print $2, $5, cpu }'
 }
 
-# Before each pipeline depth, (re)write the key space on both with single-key SETs, without
-# pipelining, so that every read test reads versions of the same shape. (RAMP-Fast stores each
-# version with its transaction's write set: versions written by MSET, or by pipelined SETs that
-# the gateway batches into one transaction, make later reads of them dearer.)
-prefill() {
-  for port in "$RAMPKV_PORT" "$REDIS_PORT"; do
-    redis-benchmark -p "$port" -n $((KEYSPACE * 5)) -c "$CLIENTS" -r "$KEYSPACE" -d "$VALUE_BYTES" -t set -q >/dev/null
-  done
-}
-
 RESULT="$OUT_DIR/result.txt"
+LINES="$OUT_DIR/result.lines"
+: >"$LINES"
 {
-  echo "# resp_bench.sh $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty')"
+  echo "# resp_bench.sh $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo '+dirty'), load average $(cut -d' ' -f1-3 /proc/loadavg)"
   echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -r)"
-  echo "# redis-benchmark $(redis-benchmark --version | awk '{print $2}'): -n $REQUESTS -c $CLIENTS -r $KEYSPACE, values $VALUE_BYTES B; redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2) (no persistence)"
-  echo "# rampkv: rampkv local --front $FRONT --resp-port (4 servers on 1 poller thread + gateway thread, RAMP-Fast), loopback"
-  printf "| %-6s | %8s | %12s | %12s | %7s | %13s | %13s | %13s | %12s | %9s |\n" test pipeline "rampkv req/s" "redis req/s" ratio \
+  echo "# redis-benchmark $(redis-benchmark --version | awk '{print $2}'): -n $REQUESTS -c $CLIENTS -r $KEYSPACE, values $VALUE_BYTES B, $ROUNDS round(s); redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2) (no persistence)"
+  echo "# rampkv: rampkv local --front $FRONT --resp-port (4 servers on 1 poller thread + gateway thread, RAMP-Fast), loopback${BASE_BIN:+; base: $BASE_BIN}"
+  printf "| %5s | %-6s | %8s | %12s | %12s | %7s | %13s | %13s | %13s | %12s | %9s |" round test pipeline "rampkv req/s" "redis req/s" ratio \
     "rampkv p50 ms" "redis p50 ms" "rampkv µs/req" "redis µs/req" "CPU ratio"
-  printf "|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|\n" -------- ---------- -------------- -------------- --------- --------------- \
+  if [ -n "$BASE_BIN" ]; then printf " %10s | %9s |" "base req/s" "to base"; fi
+  printf "\n|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|" ------- -------- ---------- -------------- -------------- --------- --------------- \
     --------------- --------------- -------------- -----------
+  if [ -n "$BASE_BIN" ]; then printf "%s|%s|" ------------ -----------; fi
+  printf "\n"
 } | tee "$RESULT"
-for pipeline in $PIPELINES; do
-  prefill
-  for test in $TESTS; do
-    rampkv_line=$(bench "$RAMPKV_PORT" "$pipeline" "$test" "$RAMPKV_PID")
-    redis_line=$(bench "$REDIS_PORT" "$pipeline" "$test" "$REDIS_PID")
-    read -r rampkv_rps rampkv_p50 rampkv_cpu <<<"$rampkv_line"
-    read -r redis_rps redis_p50 redis_cpu <<<"$redis_line"
-    ratio=$(awk -v a="$rampkv_rps" -v b="$redis_rps" 'BEGIN { printf "%.2f", a / b }')
-    # CPU per request, rampkv over Redis (above 1: rampkv spends more).
-    cpu_ratio=$(awk -v a="$rampkv_cpu" -v b="$redis_cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
-    printf "| %-6s | %8s | %12.0f | %12.0f | %7s | %13s | %13s | %13s | %12s | %9s |\n" \
-      "$test" "$pipeline" "$rampkv_rps" "$redis_rps" "$ratio" "$rampkv_p50" "$redis_p50" \
-      "$rampkv_cpu" "$redis_cpu" "$cpu_ratio" | tee -a "$RESULT"
+for round in $(seq 1 "$ROUNDS"); do
+  for pipeline in $PIPELINES; do
+    fill "$RAMPKV_PORT"
+    fill "$REDIS_PORT"
+    if [ -n "$BASE_BIN" ]; then fill "$BASE_PORT"; fi
+    for test in $TESTS; do
+      rampkv_line=$(bench "$RAMPKV_PORT" "$pipeline" "$test" "$RAMPKV_PID")
+      redis_line=$(bench "$REDIS_PORT" "$pipeline" "$test" "$REDIS_PID")
+      base_rps=0
+      if [ -n "$BASE_BIN" ]; then
+        read -r base_rps _ _ <<<"$(bench "$BASE_PORT" "$pipeline" "$test" "$BASE_PID")"
+      fi
+      read -r rampkv_rps rampkv_p50 rampkv_cpu <<<"$rampkv_line"
+      read -r redis_rps redis_p50 redis_cpu <<<"$redis_line"
+      ratio=$(awk -v a="$rampkv_rps" -v b="$redis_rps" 'BEGIN { printf "%.2f", a / b }')
+      # CPU per request, rampkv over Redis (above 1: rampkv spends more).
+      cpu_ratio=$(awk -v a="$rampkv_cpu" -v b="$redis_cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
+      base_ratio=$(awk -v a="$rampkv_rps" -v b="$base_rps" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
+      echo "$test $pipeline $ratio $cpu_ratio $base_ratio" >>"$LINES"
+      {
+        printf "| %5s | %-6s | %8s | %12.0f | %12.0f | %7s | %13s | %13s | %13s | %12s | %9s |" \
+          "$round" "$test" "$pipeline" "$rampkv_rps" "$redis_rps" "$ratio" "$rampkv_p50" "$redis_p50" \
+          "$rampkv_cpu" "$redis_cpu" "$cpu_ratio"
+        if [ -n "$BASE_BIN" ]; then printf " %10.0f | %9s |" "$base_rps" "$base_ratio"; fi
+        printf "\n"
+      } | tee -a "$RESULT"
+    done
   done
 done
+if [ "$ROUNDS" -gt 1 ]; then
+  {
+    echo
+    echo "# medians over the $ROUNDS rounds (the range in brackets)"
+    printf "| %-6s | %8s | %18s | %18s |%s\n" test pipeline "ratio to redis" "CPU ratio" "${BASE_BIN:+ ratio to base |}"
+    for pipeline in $PIPELINES; do
+      for test in $TESTS; do
+        awk -v test="$test" -v pipeline="$pipeline" -v base="${BASE_BIN:+1}" '
+          function median(values, count,   i, j, swap) {
+            for (i = 1; i <= count; i++) for (j = i + 1; j <= count; j++)
+              if (values[j] < values[i]) { swap = values[i]; values[i] = values[j]; values[j] = swap }
+            return count % 2 ? values[(count + 1) / 2] : (values[count / 2] + values[count / 2 + 1]) / 2
+          }
+          $1 == test && $2 == pipeline { n++; ratio[n] = $3; cpu[n] = $4; to_base[n] = $5 }
+          END {
+            if (n == 0) exit
+            printf "| %-6s | %8s | %5.2f [%4.2f-%4.2f] | %5.2f [%4.2f-%4.2f] |", test, pipeline,
+              median(ratio, n), ratio[1], ratio[n], median(cpu, n), cpu[1], cpu[n]
+            if (base) printf " %5.2f [%4.2f-%4.2f] |", median(to_base, n), to_base[1], to_base[n]
+            printf "\n"
+          }' "$LINES"
+      done
+    done
+  } | tee -a "$RESULT"
+fi

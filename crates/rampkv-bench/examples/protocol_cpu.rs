@@ -125,7 +125,9 @@ fn raw_reads_ns(iterations: usize) -> Option<f64> {
         .prepare(ts, StoredMetadata::WriteSet(Arc::clone(&write_set)), write_set, writes.collect(), 0)
         .expect("the prepare is valid");
     store.commit(ts);
-    slots.publish_committed(&store, keys.iter().map(Vec::as_slice));
+    for key in &keys {
+        slots.locate(&store, key).expect("a committed key gets a slot");
+    }
     let remote = fabric.map(&slots.info().region).expect("the item region maps");
     let offsets: Vec<usize> =
         keys.iter().map(|key| slots.slot_of(key).expect("published") as usize * config.slot_bytes).collect();

@@ -354,8 +354,7 @@ pub const SENDRECV_BUFFER_BYTES: usize = 256 * 1024;
 pub const SENDRECV_GROUP_CONNECTIONS_MAX: usize = 64;
 
 /// GET\* (item slots): slots one server's item region has by default. A key gets a slot on its
-/// first commit (or first GET_LOCATE) while free slots remain; keys without one are read over
-/// GET+.
+/// first GET_LOCATE while free slots remain; keys without one are read over GET+.
 pub const ITEM_SLOTS_DEFAULT: usize = 16_384;
 
 /// GET\*: bytes per item slot by default. Holds a 1 KiB value with a short key and a 4-key

@@ -29,11 +29,12 @@
 //! those seen superseded in a queue ordered by when.
 //!
 //! # Concurrency
-//! Keys live in `SHARD_COUNT` shards behind reader-writer locks. Reads and commits take a
-//! shard's read lock (commit only does an atomic max, and replaces the key's latest version
-//! under the key's own small lock, held for a pointer swap), so readers never wait for a
-//! commit and never block writers for longer than one map lookup. Prepares take the write lock
-//! of one shard per key.
+//! Keys live in `SHARD_COUNT` shards behind reader-writer locks. Reads take a shard's read
+//! lock. Prepares and commits take the write lock of one shard per key, for one map lookup and
+//! the key's own work: a commit does an atomic max, replaces the key's latest version under the
+//! key's own small lock (a pointer swap) and marks the version it superseded in the same visit,
+//! so a key written costs one lookup per phase (two lookups, read then write lock, before
+//! issue 31). Readers wait at most for that one key's work.
 
 use std::collections::VecDeque;
 
@@ -66,6 +67,14 @@ use version_map::VersionMap;
 
 /// Shards of the key map and of the pending-commit map.
 const SHARD_COUNT: usize = 64;
+
+/// A key's (or a shard's) read stamp: never read. Otherwise the stamp is the read's time in ms
+/// plus one (so that a read at time 0 is not "never").
+const READ_NEVER: u64 = 0;
+
+/// A key's read stamp: it has an item slot, read one-sidedly without the server seeing it, so
+/// it counts as read at every moment.
+const READ_ALWAYS: u64 = u64::MAX;
 
 /// Aborted transactions are remembered at least this long (a PREPARE delayed longer than this
 /// could slip through; writers give up after `TXN_TIMEOUT_MS`, far less).
@@ -239,6 +248,10 @@ struct KeyState {
     /// Only ever advanced (atomic max) with `latest` locked, so the two agree for whoever
     /// holds that lock.
     last_commit: AtomicU64,
+    /// When a round-1 read last read the key (a read stamp: [`READ_NEVER`], [`READ_ALWAYS`],
+    /// else ms + 1). Written under the shard's read lock (an atomic max) and read under its
+    /// write lock, so a read that returned is seen by every later collection.
+    read_stamp: AtomicU64,
     /// The version at `last_commit` (`None` while it is 0): `get_latest`'s fast path.
     latest: Mutex<Option<Arc<Version>>>,
     versions: VersionMap<StoredVersion>,
@@ -259,6 +272,15 @@ struct KeyState {
 #[derive(Debug)]
 pub struct Store {
     shards: Box<[RwLock<HashMap<Key, KeyState>>]>,
+    /// Per shard: the read stamp of the last round-1 read of a key the shard did not hold; a
+    /// key created in the shard starts with it (a reader may come back for its first version).
+    absent_read_stamps: Box<[AtomicU64]>,
+    /// Whether round-1 reads are noted, so that versions of keys nobody read for a grace period
+    /// go at once (`gc`'s contract). A backup's copy, whose readers read elsewhere, does not.
+    tracks_reads: bool,
+    /// The latest time (ms) a call gave the store: what a COMMIT, which is given none, measures
+    /// with. Never ahead of the callers' clock, so what it lets go early is safe to.
+    clock_ms: AtomicU64,
     /// ts of a prepared transaction -> its keys on this server, until it commits.
     pending: Box<[PendingShard]>,
     /// Transactions recovery aborted here, with when (pruned after `ABORTED_RETENTION_MS`).
@@ -278,10 +300,15 @@ pub struct Store {
 }
 
 impl Store {
-    /// An empty store whose superseded versions live at least `grace_ms`.
+    /// An empty store whose superseded versions live at least `grace_ms` (those of a
+    /// single-key write: until superseded). Its reads are not tracked: what a backup's copy of
+    /// another server's store uses (its readers read that server).
     pub fn new(grace_ms: u64) -> Self {
         Self {
             shards: (0..SHARD_COUNT).map(|_| RwLock::new(HashMap::default())).collect(),
+            absent_read_stamps: (0..SHARD_COUNT).map(|_| AtomicU64::new(READ_NEVER)).collect(),
+            tracks_reads: false,
+            clock_ms: AtomicU64::new(0),
             pending: (0..SHARD_COUNT).map(|_| Mutex::new(HashMap::default())).collect(),
             aborted: Mutex::new(HashMap::default()),
             grace_ms,
@@ -295,10 +322,37 @@ impl Store {
         }
     }
 
-    fn shard(&self, key: &[u8]) -> &RwLock<HashMap<Key, KeyState>> {
+    /// [`Store::new`] for a server that serves reads: every round-1 read goes through
+    /// [`Store::read_latest`], [`Store::read_last_commit`] or [`Store::get_latest_for_slot`],
+    /// and superseded versions of keys no read touched for `grace_ms` go at once (`gc`'s
+    /// contract).
+    pub fn new_tracking_reads(grace_ms: u64) -> Self {
+        Self { tracks_reads: true, ..Self::new(grace_ms) }
+    }
+
+    fn shard_index(key: &[u8]) -> usize {
         // The high half of the hash, so shard choice does not correlate with partitions
         // (which use the hash modulo the partition count).
-        &self.shards[((key_hash(key) >> 32) as usize) % SHARD_COUNT]
+        ((key_hash(key) >> 32) as usize) % SHARD_COUNT
+    }
+
+    fn shard(&self, key: &[u8]) -> &RwLock<HashMap<Key, KeyState>> {
+        &self.shards[Self::shard_index(key)]
+    }
+
+    /// Moves the store's clock up to `now_ms` (never back).
+    fn advance_clock(&self, now_ms: u64) {
+        if self.clock_ms.load(Ordering::Relaxed) < now_ms {
+            self.clock_ms.fetch_max(now_ms, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether no reader may come back for a superseded version of the key (`gc`'s contract):
+    /// its last noted read is at least a grace period before `now_ms`. Called with the key's
+    /// shard write-locked.
+    fn unread(&self, state: &KeyState, now_ms: u64) -> bool {
+        let stamp = state.read_stamp.load(Ordering::Relaxed);
+        self.tracks_reads && (stamp == READ_NEVER || (stamp - 1).saturating_add(self.grace_ms) <= now_ms)
     }
 
     fn pending_shard(&self, ts: Timestamp) -> &PendingShard {
@@ -308,5 +362,14 @@ impl Store {
 
     fn forget_version_bytes(&self, bytes: usize) {
         self.value_bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// Notes a round-1 read at `now_ms` in `stamp` (a key's, or a shard's for keys it lacks): an
+/// atomic max, skipped when the stamp is already there (most reads: no write to the line).
+fn note_read(stamp: &AtomicU64, now_ms: u64) {
+    let read = now_ms.saturating_add(1).min(READ_ALWAYS - 1);
+    if stamp.load(Ordering::Relaxed) < read {
+        stamp.fetch_max(read, Ordering::Relaxed);
     }
 }

@@ -12,12 +12,21 @@
 //!   PUT (NoCC), COMMIT_LOCKED (S2PL) and a commit by recovery (`ServerCore::commit`), from
 //!   `Store::get_latest`, which only returns the
 //!   version at `lastCommit`; and lazily on GET_LOCATE for a committed key with no slot yet.
+//! - **Only keys a GET\* client asked for have slots.** A key gets its slot from GET_LOCATE
+//!   (how a client learns where a key's slot is: it cannot read a slot it was not told of);
+//!   commits republish only keys that have one. A key written but never read over GET\*
+//!   (a RESP client's, say) costs no slot memory (1,280 bytes a key at the defaults, a second
+//!   copy of the value) and no publish on its writes. Slots are handed out in the order keys
+//!   are first located, so they cache the keys GET\* readers use.
+//! - **A key with a slot counts as read at every moment** (`Store::get_latest_for_slot`): its
+//!   readers read the slot without the server seeing it, so its superseded versions keep the
+//!   whole GC grace period (docs/architecture.md, "Storage").
 //! - **The slot's ts only grows.** `lastCommit` is an atomic max; a slot is rewritten only when
 //!   the latest committed version is newer than the one it holds. The check and the write
 //!   happen under one mutex per server, so two server threads (TCP loop and ring poller serve
 //!   the same core) never write a slot at once (the seqlock needs a single writer).
 //! - **Bounded.** `slots` slots of `slot_bytes` each (limits.rs; configurable). A key gets a
-//!   slot on its first publish while free slots remain. A version that does not fit the slot
+//!   slot on its first GET_LOCATE while free slots remain. A version that does not fit the slot
 //!   is not published, and the key's slot (if it had one) is invalidated and freed, so that a
 //!   slot never keeps serving an old version while a newer one is committed: a stale slot
 //!   could outlive the GC grace period of the versions its metadata points a round-2 read to.
@@ -274,12 +283,15 @@ impl<F: FabricHandle> ItemSlots<F> {
         ItemSlotStats { used: table.entries.len(), ..table.stats }
     }
 
-    /// Publishes the latest committed version of each key (after a COMMIT, PUT or
-    /// COMMIT_LOCKED that advanced them), where it is newer than its slot's.
+    /// Publishes the latest committed version of each key that has a slot (after a COMMIT,
+    /// PUT or COMMIT_LOCKED that advanced them), where it is newer than its slot's. A key
+    /// without a slot gets none here: only GET_LOCATE hands slots out (module docs).
     pub fn publish_committed<'k>(&self, store: &Store, keys: impl IntoIterator<Item = &'k [u8]>) {
         let mut table = self.table.lock();
         for key in keys {
-            self.publish_latest(&mut table, store, key);
+            if table.entries.contains_key(key) {
+                self.publish_latest(&mut table, store, key);
+            }
         }
     }
 
@@ -342,7 +354,8 @@ impl<F: FabricHandle> ItemSlots<F> {
     /// it has none). Returns the slot, if the key has one afterwards.
     fn publish_latest(&self, table: &mut SlotTable, store: &Store, key: &[u8]) -> Option<u32> {
         // Read under the table lock: the ts compared is the ts written, so slot ts only grows.
-        let Some(version) = store.get_latest(key) else {
+        // From now on the key counts as read at every moment (its slot is read one-sidedly).
+        let Some(version) = store.get_latest_for_slot(key) else {
             return table.entries.get(key).map(|entry| entry.index);
         };
         let SlotTable { entries, free, next_unused, writer, metadata, stats } = table;
@@ -502,7 +515,7 @@ mod tests {
         assert_eq!(slots.locate(&store, b"a"), None, "a prepared version is not published");
         assert_eq!(slots.slot_of(b"a"), None);
         store.commit(10);
-        slots.publish_committed(&store, [&b"a"[..]]);
+        assert_eq!(slots.locate(&store, b"a"), Some(0), "committed: published on demand");
         assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (10, b"ten".to_vec(), false));
         prepare(&store, 20, b"a", b"twenty");
         slots.note_prepared(20, [&b"a"[..]]);
@@ -532,11 +545,46 @@ mod tests {
         };
         handle(prepare(10, b"ten"), 1);
         handle(Request::Commit { ts: 10 }, 2);
+        assert_eq!(slots.slot_of(b"a"), None, "no slot before a GET_LOCATE asks for one");
+        assert_eq!(served.locate(b"a"), Some(0));
         assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (10, b"ten".to_vec(), false));
         handle(prepare(20, b"twenty"), 3);
         assert!(read(&fabric, &remote, &slots, b"a").unwrap().2, "newer prepared");
         assert_eq!(served.commit(20), 1, "what recovery calls");
         assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (20, b"twenty".to_vec(), false));
+        handle(prepare(30, b"thirty"), 4);
+        handle(Request::Commit { ts: 30 }, 5);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (30, b"thirty".to_vec(), false));
+    }
+
+    /// Issue 31 (memory): a key written but never located (a RESP client's) gets no slot, so
+    /// no second copy of its value in the item region and no publish on its writes; once a
+    /// GET_LOCATE gave it one, every commit republishes it; and it then counts as read at
+    /// every moment, so its superseded versions keep the grace period.
+    #[test]
+    fn commits_publish_only_keys_a_get_locate_gave_a_slot() {
+        let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 256 });
+        let store = Store::new_tracking_reads(1_000);
+        let write_set = |key: &[u8]| StoredMetadata::WriteSet(Arc::from([Key::from(key), Key::from(&b"z"[..])]));
+        let write = |ts: Timestamp, key: &[u8], value: &[u8]| {
+            let writes = vec![(Key::from(key), Box::from(value))];
+            store.prepare(ts, write_set(key), Arc::from([]), writes, 20_000).unwrap();
+            store.commit(ts);
+        };
+        write(10, b"a", b"ten");
+        write(11, b"b", b"eleven");
+        slots.publish_committed(&store, [&b"a"[..], b"b"]);
+        assert_eq!((slots.stats().used, slots.stats().publishes), (0, 0), "nothing located, nothing published");
+        assert_eq!(slots.locate(&store, b"a"), Some(0));
+        write(20, b"a", b"twenty");
+        write(21, b"b", b"twenty-one");
+        slots.publish_committed(&store, [&b"a"[..], b"b"]);
+        assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap(), (20, b"twenty".to_vec(), false));
+        assert_eq!((slots.slot_of(b"b"), slots.stats().publishes), (None, 2), "b still has no slot");
+        // Nobody read either over the server (the store's clock is past the grace): b's old
+        // version went at its commit; a's, read through its slot, is kept.
+        assert_eq!(store.get_at(b"b", 11), Err(rampkv_core::storage::StoreError::VersionGone { ts: 11 }));
+        assert_eq!(store.get_at(b"a", 10).map(|version| version.ts), Ok(10));
     }
 
     #[test]
@@ -561,7 +609,7 @@ mod tests {
             prepare(&store, ts, key, b"value");
             store.commit(ts);
         }
-        slots.publish_committed(&store, [&b"a"[..], b"b"]);
+        assert_eq!((slots.locate(&store, b"a"), slots.locate(&store, b"b")), (Some(0), Some(1)));
         let indexes = [slots.slot_of(b"a").unwrap(), slots.slot_of(b"b").unwrap()];
         assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap().0, 10);
         slots.invalidate_all();
@@ -583,7 +631,7 @@ mod tests {
         prepare(&store, 10, b"a", b"ten");
         prepare(&store, 20, b"a", b"twenty");
         store.commit(20);
-        slots.publish_committed(&store, [&b"a"[..]]);
+        assert_eq!(slots.locate(&store, b"a"), Some(0));
         store.commit(10);
         slots.publish_committed(&store, [&b"a"[..]]);
         assert_eq!(read(&fabric, &remote, &slots, b"a").unwrap().0, 20);
@@ -623,7 +671,7 @@ mod tests {
         };
         prepare(&store, 1, b"a", &value_of(1));
         store.commit(1);
-        slots.publish_committed(&store, [&b"a"[..]]);
+        assert_eq!(slots.locate(&store, b"a"), Some(0));
         let publishers: Vec<_> = (0..2u64)
             .map(|thread| {
                 let (store, slots) = (Arc::clone(&store), Arc::clone(&slots));

@@ -475,6 +475,32 @@ fn checked_request(spec: &CommandSpec, args: &Args<'_>, permissions: Permissions
     translate(spec, args)
 }
 
+/// How many keys `args` would add to a pipeline batch if it is a GET, STRLEN, TYPE, MGET,
+/// EXISTS, SET or MSET of the right arity, read from the arguments alone (nothing copied): a batch checks it
+/// before it parses a request that might not fit (an MSET of 10 keys behind another), which
+/// would otherwise be copied out only to be parsed again on its turn. `None` for any other
+/// command. [`parse_request`] still decides: this only says what would not fit.
+pub fn batch_key_count(args: &Args<'_>) -> Option<usize> {
+    let count = args.len();
+    let spec = lookup(args.get(0))?;
+    if !arity_fits(spec.arity, count) {
+        return None;
+    }
+    match spec.kind {
+        CommandKind::Get
+        | CommandKind::Strlen
+        | CommandKind::Type
+        | CommandKind::Set
+        | CommandKind::SetExpire
+        | CommandKind::SetExpireMs
+        | CommandKind::TimeToLive
+        | CommandKind::TimeToLiveMs => Some(1),
+        CommandKind::MultiGet | CommandKind::Exists => Some(count - 1),
+        CommandKind::MultiSet => Some((count - 1) / 2),
+        _ => None,
+    }
+}
+
 /// Redis's full name of what `args` runs (`client|setname`; the command's own name if it has no
 /// subcommands), or the reply refusing an unknown subcommand or a wrong arity of a known one.
 fn full_name(spec: &CommandSpec, args: &Args<'_>) -> Result<&'static str, Frame> {
@@ -936,6 +962,39 @@ mod tests {
         );
         assert_eq!(request("Del a"), Request::Delete { keys: vec![b"a".to_vec()] });
         assert_eq!(request("exists a"), Request::Exists { keys: vec![b"a".to_vec()] });
+    }
+
+    /// Issue 31: what a pipeline batch counts before parsing agrees with what parsing gives,
+    /// and names no key for commands that never join a batch.
+    #[test]
+    fn the_batch_key_count_agrees_with_the_parsed_request() {
+        let count = |line: &str| {
+            let input = format!("{line}\r\n");
+            let mut parser = RequestParser::new();
+            let (args, _) = parser.parse(input.as_bytes()).unwrap().unwrap();
+            batch_key_count(&args)
+        };
+        for (line, keys) in [
+            ("get k", 1),
+            ("strlen k", 1),
+            ("TYPE k", 1),
+            ("SET k v", 1),
+            ("mget a b a", 3),
+            ("EXISTS a b", 2),
+            ("mset a 1 b 2 c 3", 3),
+        ] {
+            assert_eq!(count(line), Some(keys), "{line}");
+            let parsed = match request(line) {
+                Request::Get { .. } | Request::Strlen { .. } | Request::Type { .. } | Request::Set { .. } => 1,
+                Request::MultiGet { keys } | Request::Exists { keys } => keys.len(),
+                Request::MultiSet { pairs } => pairs.len(),
+                other => panic!("{line}: {other:?}"),
+            };
+            assert_eq!(parsed, keys, "{line}");
+        }
+        for line in ["del a", "ping", "get", "get a b", "mget", "set k", "mset a", "foo a b", "hello 3"] {
+            assert_eq!(count(line), None, "{line}");
+        }
     }
 
     #[test]

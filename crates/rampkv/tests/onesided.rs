@@ -161,6 +161,9 @@ fn a_rewritten_slot_is_read_as_the_new_version_and_a_reused_slot_is_rejected() {
     let large = vec![7u8; 1024];
     let ts3 = write(&mut driver, &[(a, large.clone())]);
     let ts4 = write(&mut driver, &[(b, b"b-1".to_vec())]);
+    // b's first read (GET_LOCATE) gives it the freed slot; a's address is still cached.
+    let outcome = read(&mut driver, &[b]);
+    assert_eq!((outcome.items[0].ts, &outcome.items[0].value[..]), (ts4, &b"b-1"[..]));
     let before = driver.transport().stats();
     let outcome = read(&mut driver, &[a]);
     assert_eq!((outcome.items[0].ts, &outcome.items[0].value), (ts3, &large), "the right answer, over GET+");
@@ -193,6 +196,7 @@ fn garbage_in_a_slot_is_never_accepted_and_never_panics() {
     let mut driver = onesided(&control, OneSidedOptions::default(), &cluster);
     let ts = write(&mut driver, &[(&key, b"the value".to_vec())]);
     let slots = rings.item_slots(1).unwrap();
+    read(&mut driver, &[&key]); // GET_LOCATE: the key gets its slot
     let index = slots.slot_of(&key).expect("the key was published");
     // The metadata RAMP-Fast wrote (the write set [key]), as the wire encodes it.
     let mut metadata = vec![1, 1, 0, 0, 0, key.len() as u8, 0];

@@ -339,7 +339,7 @@ impl ServerCore {
     /// A server whose store keeps superseded versions for `gc_grace_ms`.
     pub fn new(gc_grace_ms: u64) -> Self {
         Self {
-            store: Store::new(gc_grace_ms),
+            store: Store::new_tracking_reads(gc_grace_ms),
             locks: Mutex::new(LockTable::default()),
             next_client_id: AtomicU32::new(1),
             gets_served: AtomicU64::new(0),
@@ -467,8 +467,8 @@ impl ServerCore {
         let now_ms = now.monotonic_ms;
         match request {
             Request::Hello { client_ids_wanted, cluster } => plain(self.hello(client_ids_wanted, cluster)),
-            Request::Get { items } => Some(self.get(&items).map_or_else(Reply::Response, Reply::Versions)),
-            Request::GetLocate { items } => Some(match self.get(&items) {
+            Request::Get { items } => Some(self.get(&items, now_ms).map_or_else(Reply::Response, Reply::Versions)),
+            Request::GetLocate { items } => Some(match self.get(&items, now_ms) {
                 Ok(answers) => Reply::Located { answers, keys: items.into_iter().map(|item| item.key).collect() },
                 Err(error) => Reply::Response(error),
             }),
@@ -678,8 +678,17 @@ impl ServerCore {
         if !whole {
             return Err(StoreError::InvalidPrepare(InvalidPrepare::NotWholeWriteSet));
         }
-        self.prepare_stored(ts, metadata, write_set, writes, now_ms, effects)?;
-        self.commit(ts, effects);
+        // Stored and committed in one store call (no pending entry); logged as the PREPARE
+        // and COMMIT records the two requests would have logged.
+        let logged = effects.logging.then(|| (metadata.clone(), write_set));
+        let mut stored = StoredWrites::new();
+        let stored_out = logged.is_some().then_some(&mut stored);
+        let committed_out = effects.publishing.then_some(&mut effects.committed);
+        self.store.prepare_commit_keeping(ts, metadata, writes, now_ms, stored_out, committed_out)?;
+        if let Some((metadata, write_set)) = logged {
+            effects.logged.push(LogRecord::Prepare { ts, metadata, write_set, writes: stored });
+        }
+        effects.log(|| LogRecord::Commit { ts });
         Ok(())
     }
 
@@ -790,14 +799,17 @@ impl ServerCore {
         Response::Hello { client_id_first: first as u16, client_ids_granted: wanted as u16, cluster }
     }
 
-    /// What a GET of `items` finds, or the error reply that ends it.
-    fn get(&self, items: &[GetItem]) -> Result<Vec<Answer>, Response> {
+    /// What a GET of `items` at `now_ms` finds, or the error reply that ends it. Round-1 reads
+    /// (LATEST, LATEST_TS) are noted in the store: a reader may come back for a version.
+    fn get(&self, items: &[GetItem], now_ms: u64) -> Result<Vec<Answer>, Response> {
         self.gets_served.fetch_add(1, Ordering::Relaxed);
         let mut answers: Vec<Answer> = Vec::with_capacity(items.len());
         for item in items {
             let answer = match &item.selector {
-                Selector::Latest => Ok(self.store.get_latest(&item.key).map_or(Answer::Initial, Answer::Version)),
-                Selector::LatestTimestamp => Ok(Answer::TimestampOnly(self.store.last_commit(&item.key))),
+                Selector::Latest => {
+                    Ok(self.store.read_latest(&item.key, now_ms).map_or(Answer::Initial, Answer::Version))
+                }
+                Selector::LatestTimestamp => Ok(Answer::TimestampOnly(self.store.read_last_commit(&item.key, now_ms))),
                 Selector::Exact(ts) => self.store.get_at(&item.key, *ts).map(Answer::Version),
                 Selector::HighestOf(candidates) => self
                     .store

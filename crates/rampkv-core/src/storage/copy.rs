@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::{Key, KeyState, PendingTxn, Store, StoredVersion, Version};
+use super::{note_read, Key, KeyState, PendingTxn, Store, StoredVersion, Version};
 use crate::limits::VALUE_BYTES_MAX;
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
 
@@ -114,8 +114,12 @@ impl Store {
     /// pending. Lengths must be within the limits (the snapshot decoder checks them).
     pub fn restore_key(&self, entry: KeyVersions, now_ms: u64) {
         let KeyVersions { key, collected_max_ts, versions } = entry;
+        self.advance_clock(now_ms);
         let mut shard = self.shard(&key).write();
         let state = shard.entry(key.clone()).or_default();
+        // Its readers, if any, read another store (a restart's, a failed primary's): it counts
+        // as read now, so what it brings keeps the grace period (`gc`'s contract).
+        note_read(&state.read_stamp, now_ms);
         state.collected_max_ts = state.collected_max_ts.max(collected_max_ts);
         for (version, committed) in versions {
             let ts = version.ts;
@@ -202,6 +206,7 @@ impl Store {
     /// moved are appended to `keys` when given. Returns how many keys moved.
     pub fn absorb(&self, source: &Store, now_ms: u64, mut keys: Option<&mut Vec<Key>>) -> usize {
         debug_assert_eq!(self.shards.len(), source.shards.len());
+        self.advance_clock(now_ms);
         let mut moved = 0;
         for (into, from) in self.shards.iter().zip(source.shards.iter()) {
             let taken = std::mem::take(&mut *from.write());
@@ -228,6 +233,8 @@ impl Store {
                 for entry in state.superseded.iter_mut() {
                     entry.0 = now_ms;
                 }
+                // Read at the failed primary, as far as this store knows: read now.
+                note_read(&state.read_stamp, now_ms);
                 self.version_count.fetch_add(version_count, Ordering::Relaxed);
                 self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
                 into.insert(key, state);

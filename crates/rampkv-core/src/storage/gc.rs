@@ -17,6 +17,22 @@
 //!   RAMP-Small and RAMP-Hybrid versions carry no write set and keep the grace period (their
 //!   round 2 names timestamps, not versions). This is what keeps a stream of single-key writes
 //!   (Redis SETs) at its live set instead of ten seconds of every version written.
+//! - And except the superseded versions of a key no reader may come back for: in a store that
+//!   tracks reads ([`Store::new_tracking_reads`], a serving server's), every round-1 read notes
+//!   its time in the key it reads ([`Store::read_latest`], [`Store::read_last_commit`]; a read
+//!   of a key not stored yet notes it in the key's shard, which a key created later inherits),
+//!   and a key with an item slot counts as read at every moment ([`Store::get_latest_for_slot`]:
+//!   its slot is read without the server seeing it). Once a key's last noted read is a grace
+//!   period old, every version of it but the latest goes at once. The argument: a round 2
+//!   asks this server for a version of `k` only if the reader's round 1 read `k` here and got
+//!   an older one (RAMP-Fast repairs `k` from a sibling's write set; RAMP-Small and Hybrid read
+//!   every key in round 1), and that read was noted; the grace period already assumes that a
+//!   read ends within it, so a reader whose round 1 is a grace period old has sent its round 2.
+//!   A read the store did not see (a server that took the key over: failover) is covered by
+//!   counting the key as read when it arrives ([`Store::absorb`], [`Store::restore_key`]).
+//!   Were a version freed all the same, the reader is told `VersionGone` and restarts: freeing
+//!   early costs a restart, never a wrong answer. This is what keeps a stream of MSETs nobody
+//!   reads at its live set.
 //! - A background sweep ([`Store::sweep`], a bounded number of keys per call) does for keys not
 //!   written again what their next write would: marks superseded versions and collects those
 //!   past the grace period.
@@ -57,6 +73,7 @@ impl Store {
     ) -> usize {
         let now_ms = clock.monotonic_ms;
         self.remove_reclaimed(now_ms, keys_max, removed);
+        self.advance_clock(now_ms);
         let mut visited = 0;
         for _ in 0..SHARD_COUNT {
             if visited >= keys_max {
@@ -67,6 +84,7 @@ impl Store {
             for (key, state) in shard.iter_mut().skip(cursor.offset).take(keys_max - visited) {
                 self.collect_superseded(state, now_ms);
                 self.reclaim_value(key, state, clock.unix_ms, now_ms);
+                state.versions.shrink_at_rest();
                 taken += 1;
             }
             let keys = shard.len();
@@ -87,9 +105,11 @@ impl Store {
     pub(super) fn collect_superseded(&self, state: &mut KeyState, now_ms: u64) {
         let last_commit = state.last_commit.load(Ordering::Acquire);
         self.mark_superseded(state, Some(now_ms));
+        // No reader may come back for any of them: the whole queue may go (module contract).
+        let unread = self.unread(state, now_ms);
         let KeyState { versions, superseded, collected_max_ts, .. } = state;
         while let Some(&(superseded_at_ms, ts)) = superseded.front() {
-            if now_ms.saturating_sub(superseded_at_ms) < self.grace_ms {
+            if !unread && now_ms.saturating_sub(superseded_at_ms) < self.grace_ms {
                 break;
             }
             superseded.pop_front();
@@ -112,13 +132,15 @@ impl Store {
     }
 
     /// Walks the versions not yet seen superseded: a committed one below `lastCommit` is
-    /// superseded from now on. One alone in its write set is removed at once (no round 2 can
-    /// ask for it: module contract); another is queued as superseded at `now_ms`, or, without a
-    /// clock (COMMIT), left for the next call that has one. An uncommitted version waits for
-    /// its COMMIT (a slow writer's version is never collected). Called with the key's shard
-    /// write-locked.
+    /// superseded from now on. One alone in its write set, or of a key no reader may come back
+    /// for, is removed at once (no round 2 can ask for it: module contract); another is queued
+    /// as superseded at `now_ms`, or, without a clock (COMMIT), left for the next call that has
+    /// one. An uncommitted version waits for its COMMIT (a slow writer's version is never
+    /// collected). Called with the key's shard write-locked.
     pub(super) fn mark_superseded(&self, state: &mut KeyState, now_ms: Option<u64>) {
         let last_commit = state.last_commit.load(Ordering::Acquire);
+        // Without a clock, the store's: behind the caller's, so it lets go of no more.
+        let unread = self.unread(state, now_ms.unwrap_or_else(|| self.clock_ms.load(Ordering::Relaxed)));
         let KeyState { versions, unmarked, superseded, collected_max_ts, .. } = state;
         unmarked.retain(|&mut ts| {
             let Some(stored) = versions.get(&ts) else {
@@ -127,7 +149,7 @@ impl Store {
             if ts >= last_commit || !stored.committed.load(Ordering::Acquire) {
                 return true;
             }
-            if stored.version.metadata.names_only_its_key() {
+            if unread || stored.version.metadata.names_only_its_key() {
                 self.remove_collected(versions, collected_max_ts, ts);
                 return false;
             }

@@ -20,7 +20,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Store, StoreError, StoreStats, StoredMetadata, Version};
+use super::{note_read, Store, StoreError, StoreStats, StoredMetadata, Version, READ_ALWAYS};
 use crate::types::{Expiry, Timestamp, TIMESTAMP_INITIAL};
 
 impl Store {
@@ -45,10 +45,51 @@ impl Store {
         Ok(best.map(|stored| Arc::clone(&stored.version)))
     }
 
-    /// The latest committed version of `key`, or `None` when it has none (initial value).
+    /// The latest committed version of `key`, or `None` when it has none (initial value). Not
+    /// noted as a read: for what is no transaction's round 1 (S2PL, tests, statistics).
     pub fn get_latest(&self, key: &[u8]) -> Option<Arc<Version>> {
         let shard = self.shard(key).read();
         let state = shard.get(key)?;
+        let latest = state.latest.lock().clone();
+        latest
+    }
+
+    /// [`Store::get_latest`] for a round-1 read at `now_ms`, noted in the key (`gc`'s
+    /// contract: a reader may come back for a version it did not get).
+    pub fn read_latest(&self, key: &[u8], now_ms: u64) -> Option<Arc<Version>> {
+        let index = Self::shard_index(key);
+        let shard = self.shards[index].read();
+        let Some(state) = shard.get(key) else {
+            note_read(&self.absent_read_stamps[index], now_ms);
+            return None;
+        };
+        note_read(&state.read_stamp, now_ms);
+        let latest = state.latest.lock().clone();
+        latest
+    }
+
+    /// [`Store::last_commit`] for a round-1 read at `now_ms` (RAMP-Small's), noted as
+    /// [`Store::read_latest`] notes it.
+    pub fn read_last_commit(&self, key: &[u8], now_ms: u64) -> Timestamp {
+        let index = Self::shard_index(key);
+        let shard = self.shards[index].read();
+        let Some(state) = shard.get(key) else {
+            note_read(&self.absent_read_stamps[index], now_ms);
+            return TIMESTAMP_INITIAL;
+        };
+        note_read(&state.read_stamp, now_ms);
+        state.last_commit.load(Ordering::Acquire)
+    }
+
+    /// [`Store::get_latest`] for an item slot: from now on the key counts as read at every
+    /// moment (its slot is read one-sidedly, without the server seeing it), so its superseded
+    /// versions keep the whole grace period.
+    pub fn get_latest_for_slot(&self, key: &[u8]) -> Option<Arc<Version>> {
+        let shard = self.shard(key).read();
+        let state = shard.get(key)?;
+        if state.read_stamp.load(Ordering::Relaxed) != READ_ALWAYS {
+            state.read_stamp.store(READ_ALWAYS, Ordering::Relaxed);
+        }
         let latest = state.latest.lock().clone();
         latest
     }

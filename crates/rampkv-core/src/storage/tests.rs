@@ -120,6 +120,118 @@ fn superseded_versions_survive_the_grace_period_then_go() {
     assert_eq!(store.stats().versions_collected, 2, "version 1 of a and of b");
 }
 
+/// Issue 31 (memory and speed of MSET): in a store that tracks reads, a superseded version
+/// of a multi-key write goes at the COMMIT that supersedes it when no round-1 read of its
+/// key is within the grace period; a read within it (of the key, of the key before it
+/// existed, or through an item slot) keeps the grace period, counted from the read; a
+/// store that does not track reads (a backup's copy) keeps it always.
+#[test]
+fn superseded_versions_of_keys_nobody_read_go_at_once_and_a_read_keeps_the_grace() {
+    let grace = 1_000;
+    let store = Store::new_tracking_reads(grace);
+    let untracked = Store::new(grace);
+    for store in [&store, &untracked] {
+        prepare(store, 1, &["a", "b"], 0);
+        store.commit(1);
+        prepare(store, 2, &["a", "b"], 5);
+        store.commit(2);
+    }
+    assert_eq!(store.get_at(b"a", 1).unwrap_err(), StoreError::VersionGone { ts: 1 }, "never read: gone");
+    assert_eq!(store.stats().versions, 2, "the latest of a and b");
+    assert!(untracked.get_at(b"a", 1).is_ok(), "a copy keeps the grace period");
+    // A round-1 read of a at 100: its superseded versions keep the grace from the read on.
+    assert_eq!(store.read_latest(b"a", 100).unwrap().ts, 2);
+    prepare(&store, 3, &["a", "b"], 200);
+    store.commit(3);
+    assert!(store.get_at(b"a", 2).is_ok(), "a was read 100 ms ago");
+    assert!(store.get_at(b"b", 2).is_err(), "b was not read");
+    prepare(&store, 4, &["b"], 1_099);
+    assert!(store.get_at(b"a", 2).is_ok(), "still within the grace of the read");
+    let mut cursor = SweepCursor::default();
+    store.sweep(&mut cursor, usize::MAX, SweepClock::monotonic(1_100), None);
+    assert!(store.get_at(b"a", 2).is_err(), "the read is a grace period old: gone before its own grace");
+    // RAMP-Small's round 1 (the latest timestamp) is a read too.
+    assert_eq!(store.read_last_commit(b"a", 2_000), 3);
+    prepare(&store, 5, &["a", "b"], 2_000);
+    store.commit(5);
+    assert!(store.get_at(b"a", 3).is_ok());
+    // A key read while it did not exist inherits the read when it is created.
+    assert!(store.read_latest(b"c", 2_000).is_none());
+    prepare(&store, 6, &["c", "b"], 2_001);
+    store.commit(6);
+    prepare(&store, 7, &["c", "b"], 2_002);
+    store.commit(7);
+    assert!(store.get_at(b"c", 6).is_ok(), "a reader that found c missing may want version 6");
+    // A key with an item slot is read without the store seeing it: always the grace.
+    assert_eq!(store.get_latest_for_slot(b"b").unwrap().ts, 7);
+    prepare(&store, 8, &["b", "d"], 50_000);
+    store.commit(8);
+    assert!(store.get_at(b"b", 7).is_ok(), "read through its slot at any moment");
+    prepare(&store, 9, &["b", "d"], 50_000); // sees 7 superseded
+    store.commit(9);
+    prepare(&store, 10, &["b", "d"], 50_999);
+    assert!(store.get_at(b"b", 7).is_ok());
+    prepare(&store, 11, &["b", "d"], 51_000);
+    assert!(store.get_at(b"b", 7).is_err(), "its own grace period, as before");
+}
+
+/// PREPARE_COMMIT's store side: visible at once, no pending entry left, a key written
+/// twice committed once with its last value, the superseded version collected as a COMMIT
+/// would; refused (aborted, invalid) without a change.
+#[test]
+fn a_one_phase_write_is_stored_and_visible_in_one_call() {
+    let store = Store::new_tracking_reads(1_000);
+    let one = |ts: Timestamp, text: &str| {
+        let writes = vec![StoreWrite::new(key(text), format!("{text}@{ts}").into_bytes().into())];
+        let (mut stored, mut committed) = (Vec::new(), Vec::new());
+        store.prepare_commit_keeping(ts, write_set(&[text]), writes, 5, Some(&mut stored), Some(&mut committed))?;
+        assert_eq!((stored.len(), committed), (1, vec![key(text)]));
+        Ok::<_, StoreError>(())
+    };
+    one(1, "a").unwrap();
+    assert_eq!(store.get_latest(b"a").unwrap().ts, 1);
+    one(2, "a").unwrap();
+    assert_eq!(&*store.get_latest(b"a").unwrap().value, b"a@2");
+    assert_eq!(store.get_at(b"a", 1).unwrap_err(), StoreError::VersionGone { ts: 1 }, "alone: gone at once");
+    let stats = store.stats();
+    assert_eq!((stats.versions, stats.pending_transactions), (1, 0));
+    // Several keys, one of them twice: every one visible, the last value kept.
+    let writes = vec![
+        StoreWrite::new(key("b"), b"b-first".to_vec().into()),
+        StoreWrite::new(key("c"), b"c".to_vec().into()),
+        StoreWrite::new(key("b"), b"b-last".to_vec().into()),
+    ];
+    let mut committed = Vec::new();
+    store.prepare_commit_keeping(3, write_set(&["b", "c"]), writes, 5, None, Some(&mut committed)).unwrap();
+    assert_eq!(&*store.get_latest(b"b").unwrap().value, b"b-last");
+    assert_eq!((store.last_commit(b"b"), store.last_commit(b"c")), (3, 3));
+    assert_eq!(store.stats().pending_transactions, 0);
+    // Refused: changes nothing.
+    store.abort(9, 5);
+    assert_eq!(one(9, "a"), Err(StoreError::Aborted { ts: 9 }));
+    let bad = vec![StoreWrite::new(key("d"), b"x".to_vec().into())];
+    let refused = store.prepare_commit_keeping(10, write_set(&["e"]), bad, 5, None, None);
+    assert_eq!(refused, Err(StoreError::InvalidPrepare(InvalidPrepare::KeyNotInWriteSet)));
+    assert_eq!((store.last_commit(b"a"), store.last_commit(b"d")), (2, 0));
+}
+
+/// A reader's round 2 for a version the store let go early is refused (`VersionGone`, the
+/// reader restarts), never answered with another version; HIGHEST_OF too.
+#[test]
+fn a_version_let_go_early_is_refused_never_answered_wrongly() {
+    let store = Store::new_tracking_reads(1_000);
+    for ts in 1..=3 {
+        prepare(&store, ts, &["a", "b"], 2_000 + ts);
+        store.commit(ts);
+    }
+    for ts in 1..=2 {
+        assert_eq!(store.get_at(b"a", ts).unwrap_err(), StoreError::VersionGone { ts });
+    }
+    assert!(matches!(store.get_highest_of(b"a", &[2]), Err(StoreError::VersionGone { ts: 2 })));
+    assert_eq!(store.get_highest_of(b"a", &[2, 3]).unwrap().unwrap().ts, 3);
+    assert_eq!(store.stats().versions_collected, 4);
+}
+
 /// Issue 18 (memory per key): a version whose transaction wrote its key alone goes as soon
 /// as a newer commit supersedes it (no reader's round 2 can name it), from the COMMIT
 /// itself; a HIGHEST_OF read that could have wanted it refuses; a two-key version beside

@@ -11,8 +11,10 @@
 //! so both ends of the ring are where the work is: O(1) there (amortized; the newest few are
 //! scanned), O(log n) to find a version elsewhere, O(distance to the nearer end) to insert or
 //! remove one elsewhere (a late PREPARE, an abort). The buffer shrinks when it is a quarter
-//! full (geometric, so amortized O(1) per removal), and to exactly one entry when a key is
-//! back to one version.
+//! full (geometric, so amortized O(1) per removal), and to exactly one entry when the store's
+//! sweep finds a key back to one version ([`VersionMap::shrink_at_rest`]): not on the write
+//! path, where a key written again and again would otherwise reallocate twice per write (from
+//! one entry to two for the new version, back to one when the old goes: issue 31).
 
 use std::collections::VecDeque;
 
@@ -82,8 +84,9 @@ impl<V> VersionMap<V> {
         match self.position(ts) {
             Ok(index) => Some(std::mem::replace(&mut self.entries[index].1, value)),
             Err(index) => {
-                if self.entries.capacity() == 0 {
-                    // The first version: exactly one entry (VecDeque would reserve four).
+                if self.entries.len() == self.entries.capacity() && self.entries.capacity() < 4 {
+                    // The first versions: one entry more at a time (VecDeque would reserve four;
+                    // most keys hold one, two while a write replaces it).
                     self.entries.reserve_exact(1);
                 }
                 self.entries.insert(index, (ts, value));
@@ -95,13 +98,19 @@ impl<V> VersionMap<V> {
     pub(super) fn remove(&mut self, ts: &Timestamp) -> Option<V> {
         let index = self.position(*ts).ok()?;
         let (_, value) = self.entries.remove(index).expect("position is in range");
-        // A quarter full: halving at least, so shrinking costs O(1) per removal, amortized. Back
-        // to one version (a key at rest, reached once per collection): exactly one entry.
+        // A quarter full: halving at least, so shrinking costs O(1) per removal, amortized.
         let (len, capacity) = (self.entries.len(), self.entries.capacity());
-        if len <= capacity / 4 || (len == 1 && capacity > 1) {
+        if len <= capacity / 4 {
             self.entries.shrink_to_fit();
         }
         Some(value)
+    }
+
+    /// A key at rest (the sweep's visit): back to one version, exactly one entry.
+    pub(super) fn shrink_at_rest(&mut self) {
+        if self.entries.len() == 1 && self.entries.capacity() > 1 {
+            self.entries.shrink_to_fit();
+        }
     }
 
     /// In timestamp order.
@@ -153,8 +162,14 @@ mod tests {
         assert_eq!(map.capacity(), 1);
         map.insert(9, "b");
         assert_eq!(map.remove(&7), Some("a"));
-        assert_eq!(map.capacity(), 1, "shrunk back to its one version");
+        assert_eq!(map.capacity(), 2, "room for the next write's version");
+        map.insert(11, "c");
+        assert_eq!((map.remove(&9), map.capacity()), (Some("b"), 2), "no reallocation while written");
+        map.shrink_at_rest();
+        assert_eq!(map.capacity(), 1, "at rest: shrunk back to its one version");
+        map.insert(9, "b");
         assert_eq!(map.remove(&9), Some("b"));
+        assert_eq!(map.remove(&11), Some("c"));
         assert_eq!(map.capacity(), 0, "nothing held for an empty key");
     }
 }

@@ -8,14 +8,19 @@
 //! - [`Store::commit`] makes the versions of a transaction visible by advancing each key's
 //!   `lastCommit` with an atomic max, never a blind store: a commit of an older transaction
 //!   arriving late never hides a newer one.
+//! - [`Store::prepare_commit_keeping`] (PREPARE_COMMIT, a write whose whole write set is on
+//!   this server) stores every version before it makes any visible, so it reads as a PREPARE
+//!   then its COMMIT would, with no pending entry in between.
 //! - [`Store::put`] (NoCC) is a PREPARE and its COMMIT at once, key by key.
 //! - Recovery: [`Store::status`] of a transaction never prepared here marks it aborted here,
 //!   and [`Store::abort`] drops its uncommitted versions; either way a PREPARE of it arriving
 //!   later is refused, so its writer can never commit it anywhere.
 //! - Each write collects what its key's superseded versions allow (`gc`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+
+use smallvec::SmallVec;
 
 use super::validate::validate_prepare;
 use super::{
@@ -69,6 +74,7 @@ impl Store {
         if self.aborted.lock().contains_key(&ts) {
             return Err(StoreError::Aborted { ts });
         }
+        self.advance_clock(now_ms);
         let mut keys: Vec<Key> = Vec::with_capacity(writes.len());
         for StoreWrite { key, value, expiry } in writes {
             let value_bytes = value.len();
@@ -76,25 +82,18 @@ impl Store {
             if let Some(stored) = stored.as_deref_mut() {
                 stored.push((key.clone(), Arc::clone(&version)));
             }
-            let mut shard = self.shard(&key).write();
-            if !shard.contains_key(&key) {
-                shard.insert(key.clone(), KeyState::default());
-            }
-            let state = shard.get_mut(&key).expect("inserted above");
-            let replaced = state.versions.insert(ts, StoredVersion { version, committed: AtomicBool::new(false) });
-            match replaced {
-                Some(old) => self.forget_version_bytes(old.version.value.len()),
+            let index = Self::shard_index(&key);
+            let mut shard = self.shards[index].write();
+            // One lookup for a key already stored (most writes); a new key is inserted.
+            match shard.get_mut(&key) {
+                Some(state) => self.store_prepared(state, version, value_bytes, now_ms),
                 None => {
-                    self.version_count.fetch_add(1, Ordering::Relaxed);
+                    // A reader that found the key missing may come back for this version.
+                    let read_stamp = AtomicU64::new(self.absent_read_stamps[index].load(Ordering::Relaxed));
+                    let state = shard.entry(key.clone()).or_insert(KeyState { read_stamp, ..KeyState::default() });
+                    self.store_prepared(state, version, value_bytes, now_ms);
                 }
             }
-            // A replaced version may already have been marked superseded; collection checks
-            // that what it removes is committed, so listing it again is what keeps it.
-            if !state.unmarked.contains(&ts) {
-                state.unmarked.push(ts);
-            }
-            self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
-            self.collect_superseded(state, now_ms);
             drop(shard);
             // A key written twice (a hostile client, or S2PL staging a retried attempt's writes
             // twice) keeps its last value and is committed once.
@@ -122,6 +121,116 @@ impl Store {
         Ok(())
     }
 
+    /// A one-phase write (PREPARE_COMMIT): stores `writes` of transaction `ts` and makes them
+    /// visible, as [`Store::prepare_keeping`] then [`Store::commit_keys`] would, without a
+    /// pending entry (nothing waits for a COMMIT, so recovery has nothing to ask about). The
+    /// caller checked that `writes` are the transaction's whole write set. Every version is
+    /// stored before any becomes visible, so a reader that sees one and repairs another in
+    /// round 2 finds it; a single write is stored and made visible under one lock and one
+    /// lookup of its key. Each version stored goes to `stored` (the log's record), each key
+    /// committed to `committed` (the item slots'), when given. Validated first: an invalid or
+    /// aborted write changes nothing.
+    pub fn prepare_commit_keeping(
+        &self,
+        ts: Timestamp,
+        metadata: StoredMetadata,
+        writes: Vec<StoreWrite>,
+        now_ms: u64,
+        mut stored: Option<&mut StoredWrites>,
+        mut committed: Option<&mut Vec<Key>>,
+    ) -> Result<(), StoreError> {
+        validate_prepare(ts, &metadata, &writes)?;
+        if self.aborted.lock().contains_key(&ts) {
+            return Err(StoreError::Aborted { ts });
+        }
+        self.advance_clock(now_ms);
+        let single = writes.len() == 1;
+        let mut keys: SmallVec<[Key; 4]> = SmallVec::new();
+        for StoreWrite { key, value, expiry } in writes {
+            let value_bytes = value.len();
+            let version = Arc::new(Version { ts, value, metadata: metadata.clone(), expiry });
+            if let Some(stored) = stored.as_deref_mut() {
+                stored.push((key.clone(), Arc::clone(&version)));
+            }
+            if let Some(committed) = committed.as_deref_mut() {
+                committed.push(key.clone());
+            }
+            let index = Self::shard_index(&key);
+            let mut shard = self.shards[index].write();
+            let absent_read = &self.absent_read_stamps[index];
+            // One lookup; the key moves in only if it is new (a key written again is dropped:
+            // the map holds its own).
+            let keep_key = !single && !keys.contains(&key);
+            let key_for_later = keep_key.then(|| key.clone());
+            let state = shard.entry(key).or_insert_with(|| KeyState {
+                // A reader that found the key missing may come back for this version.
+                read_stamp: AtomicU64::new(absent_read.load(Ordering::Relaxed)),
+                ..KeyState::default()
+            });
+            match single {
+                true => {
+                    // Stored and visible under this one lock: nobody can see it only stored.
+                    self.insert_version(state, version, value_bytes);
+                    self.commit_locked(state, ts, now_ms);
+                }
+                false => self.store_prepared(state, version, value_bytes, now_ms),
+            }
+            drop(shard);
+            keys.extend(key_for_later);
+        }
+        for key in &keys {
+            let mut shard = self.shard(key).write();
+            let state = shard.get_mut(key).expect("a key stored above stays");
+            self.commit_locked(state, ts, now_ms);
+        }
+        Ok(())
+    }
+
+    /// Stores `version` (prepared, not visible) in a key and collects what the key's superseded
+    /// versions allow. Called with the key's shard write-locked.
+    fn store_prepared(&self, state: &mut KeyState, version: Arc<Version>, value_bytes: usize, now_ms: u64) {
+        self.insert_version(state, version, value_bytes);
+        self.collect_superseded(state, now_ms);
+    }
+
+    /// Puts `version` (not committed) in a key's versions, replacing one of the same ts (a
+    /// retried PREPARE), and lists it as not yet seen superseded. Called with the key's shard
+    /// write-locked.
+    fn insert_version(&self, state: &mut KeyState, version: Arc<Version>, value_bytes: usize) {
+        let ts = version.ts;
+        let replaced = state.versions.insert(ts, StoredVersion { version, committed: AtomicBool::new(false) });
+        match replaced {
+            Some(old) => self.forget_version_bytes(old.version.value.len()),
+            None => {
+                self.version_count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        // A replaced version may already have been marked superseded; collection checks that
+        // what it removes is committed, so listing it again is what keeps it.
+        if !state.unmarked.contains(&ts) {
+            state.unmarked.push(ts);
+        }
+        self.value_bytes.fetch_add(value_bytes, Ordering::Relaxed);
+    }
+
+    /// Makes version `ts` of a key (stored, not yet committed) visible and collects what it
+    /// supersedes. Called with the key's shard write-locked.
+    fn commit_locked(&self, state: &mut KeyState, ts: Timestamp, now_ms: u64) {
+        let stored = state.versions.get(&ts).expect("a version stored is not collected before its commit");
+        let committed_before = stored.committed.swap(true, Ordering::AcqRel);
+        assert!(!committed_before, "version {ts} committed twice");
+        let mut latest = state.latest.lock();
+        let before = state.last_commit.load(Ordering::Acquire);
+        if ts > before {
+            *latest = Some(Arc::clone(&stored.version));
+        }
+        let previous = state.last_commit.fetch_max(ts, Ordering::AcqRel);
+        // lastCommit only moves forward, and only with `latest` locked, so the two agree.
+        assert_eq!(previous, before, "lastCommit moved without its lock");
+        drop(latest);
+        self.collect_superseded(state, now_ms);
+    }
+
     /// Makes transaction `ts` visible on this server. Returns how many keys it advanced
     /// (0 for an unknown or already committed `ts`: a retried COMMIT is harmless).
     pub fn commit(&self, ts: Timestamp) -> usize {
@@ -135,19 +244,23 @@ impl Store {
             return Vec::new();
         };
         for key in &keys {
-            let shard = self.shard(key).read();
+            // Write-locked, so that what the commit supersedes is marked in the same lookup
+            // (held for a pointer swap and that marking: a reader of the shard waits no longer).
+            let mut shard = self.shard(key).write();
             // A version is prepared before it is committed, and committed once: the pending
             // entry just taken is its prepare's, and a pending version is never collected.
-            let state = shard.get(key).expect("a pending key has a prepared version");
+            let state = shard.get_mut(key).expect("a pending key has a prepared version");
             let stored = state.versions.get(&ts).expect("a pending version is never collected");
             let committed_before = stored.committed.swap(true, Ordering::AcqRel);
             assert!(!committed_before, "version {ts} committed twice");
             let mut latest = state.latest.lock();
             let before = state.last_commit.load(Ordering::Acquire);
-            let mut replaced_alone = false;
+            let mut replaced_goes = false;
             if ts > before {
                 let replaced = latest.replace(Arc::clone(&stored.version));
-                replaced_alone = replaced.is_some_and(|version| version.metadata.names_only_its_key());
+                replaced_goes = replaced.is_some_and(|version| {
+                    version.metadata.names_only_its_key() || self.unread(state, self.clock_ms.load(Ordering::Relaxed))
+                });
             }
             let previous = state.last_commit.fetch_max(ts, Ordering::AcqRel);
             // lastCommit only moves forward, and only with `latest` locked, so the two agree.
@@ -158,14 +271,13 @@ impl Store {
                 "the latest version is the one at lastCommit"
             );
             drop(latest);
-            drop(shard);
-            if replaced_alone {
-                // The version this commit superseded can go now (module contract): without
-                // this it would wait for the key's next write, holding its value meanwhile.
-                let mut shard = self.shard(key).write();
-                let state = shard.get_mut(key).expect("a committed key stays");
+            if replaced_goes {
+                // The version this commit superseded can go now (alone in its write set, or no
+                // reader may come back for it: `gc`'s contract): without this it would wait for
+                // the key's next write, holding its value meanwhile.
                 self.mark_superseded(state, None);
             }
+            drop(shard);
         }
         keys
     }

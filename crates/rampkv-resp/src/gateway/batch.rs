@@ -26,7 +26,7 @@ use super::event_loop::EventLoop;
 use super::failover::TxnInput;
 use super::multi::ExecPlan;
 use super::{BATCH_COMMANDS_MAX, WRITE_BATCH_KEYS_MAX};
-use crate::command::{parse_request, ExpiryArg, Request, TtlUnit};
+use crate::command::{batch_key_count, parse_request, ExpiryArg, Request, TtlUnit};
 use rampkv_core::limits::TXN_KEYS_MAX;
 use rampkv_core::wire::Write;
 
@@ -178,6 +178,11 @@ impl EventLoop {
             return None;
         };
         if args.is_empty() {
+            return None;
+        }
+        // Counted from the arguments first: a command that cannot fit is left in the input
+        // without its values being copied out (it is parsed when its turn comes).
+        if batch_key_count(&args).is_none_or(|more| keys + more > keys_max) {
             return None;
         }
         let request = parse_request(&args, connection.permissions);

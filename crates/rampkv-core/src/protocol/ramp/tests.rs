@@ -373,3 +373,25 @@ fn a_reclaimed_version_in_round_two_makes_its_whole_transaction_read_as_missing(
     assert_eq!(present, [false, false]);
     assert_eq!(outcome.items.iter().map(|item| item.ts).collect::<Vec<_>>(), [20, 20]);
 }
+
+/// Issue 31: distinct keys come out in first-seen order, without copies, and every requested
+/// key (repeats included) maps to its own; below and above the scan's limit.
+#[test]
+fn distinct_keys_keep_first_seen_order_and_map_every_repeat() {
+    for count in [1usize, 5, 16, 17, 160, 256] {
+        let keys: Vec<Vec<u8>> =
+            (0..count).map(|index| format!("k{}", (index * 7) % (count / 2 + 1)).into_bytes()).collect();
+        let (distinct, positions) = super::distinct_keys(keys.clone());
+        let mut model: Vec<Vec<u8>> = Vec::new();
+        for key in &keys {
+            if !model.contains(key) {
+                model.push(key.clone());
+            }
+        }
+        assert_eq!(distinct, model, "{count} keys");
+        assert_eq!(positions.len(), keys.len());
+        for (key, &position) in keys.iter().zip(&positions) {
+            assert_eq!(&distinct[position], key, "{count} keys");
+        }
+    }
+}
