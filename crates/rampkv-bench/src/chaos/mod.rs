@@ -75,15 +75,14 @@ pub enum ChaosError {
     RangeOrder { setting: &'static str, min_ms: u64, max_ms: u64 },
     #[error("--transport {transport} is not available to chaos runs (its clients call servers in their own process)")]
     TransportUnsupported { transport: &'static str },
-    /// `--replicas` above 1 with `--nemesis kill-all`: replication survives f failures at a
-    /// time, not the whole cluster. With `--data-dir` too it is not promised either: the
-    /// configuration service keeps its state in memory, so a whole-cluster restart goes back to
-    /// the cluster file's placement, and a server that started late before the kill may be made
-    /// primary of partitions its files do not hold (a run lost acknowledged writes that way).
+    /// `--replicas` above 1 with `--nemesis kill-all` (or `mixed`, which draws kill-all only
+    /// then) without `--data-dir`: replication survives f failures at a time, and servers that
+    /// keep nothing on disk lose everything when all of them die at once. With `--data-dir` the
+    /// servers and the configuration service come back from their directories.
     #[error(
-        "--replicas {replicas} with --nemesis kill-all: replicas survive {} failure(s) at a time, not every \
-         server at once (with --data-dir neither: the configuration service keeps no state on disk, \
-         docs/replication.md); use --nemesis kill-one, or --data-dir without --replicas",
+        "--replicas {replicas} with --nemesis kill-all needs --data-dir: replicas survive {} failure(s) at a time, \
+         not every server at once, unless the servers keep their stores and the configuration on disk \
+         (docs/replication.md, \"What survives what\")",
         replicas - 1
     )]
     ReplicasKillAll { replicas: u32 },
@@ -241,7 +240,7 @@ impl ChaosConfig {
         if self.transport == TransportKind::InProcess {
             return Err(ChaosError::TransportUnsupported { transport: self.transport.name() });
         }
-        if self.replicas > 1 && self.nemesis == NemesisKind::KillAll {
+        if self.replicas > 1 && self.nemesis == NemesisKind::KillAll && self.data_dir.is_none() {
             return Err(ChaosError::ReplicasKillAll { replicas: self.replicas });
         }
         if self.nemesis == NemesisKind::Partition && self.network == NetworkChoice::Loopback {
@@ -535,7 +534,8 @@ fn run_workload_and_nemesis(
                 may_fault: &may_fault,
                 primaries: (config.replicas > 1).then_some(&primaries as nemesis::Primaries<'_>),
             };
-            nemesis::run(config.nemesis, schedule, servers, &environment)
+            let faults = config.nemesis.faults(network.mode(), config.data_dir.is_some());
+            nemesis::run(faults, schedule, servers, &environment)
         });
         let workers: Vec<_> = (0..config.client_threads)
             .map(|thread| {
@@ -791,8 +791,11 @@ mod tests {
                 config.replicas = 2;
                 config.nemesis = NemesisKind::KillAll;
             },
-            "not every server at once",
+            "needs --data-dir",
         );
+        let mut whole = valid.clone();
+        (whole.replicas, whole.nemesis, whole.data_dir) = (2, NemesisKind::KillAll, Some(PathBuf::from("data")));
+        assert!(whole.validate().is_ok(), "kill-all with replicas and --data-dir is promised");
         refused(|config| config.txn_size = 17, "--txn-size must be 1..=16");
         refused(|config| config.clients = 2, "--clients must be 3..=256");
         refused(|config| config.value_size = 4, "--value-size");

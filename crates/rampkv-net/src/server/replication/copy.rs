@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -20,6 +20,7 @@ use rampkv_core::storage::{Store, SweepCursor};
 
 use super::super::durable::{CopyJournal, DurabilityConfig};
 use super::log_region::{LogError, LogReceiver};
+use super::BackupRefusal;
 use crate::auth::SharedSecret;
 
 /// A backup's copy of one primary's store.
@@ -129,6 +130,20 @@ pub(super) struct BackupShared {
     pub(super) open: Mutex<HashMap<u64, TcpStream>>,
     pub(super) next_connection: AtomicU64,
     pub(super) stats: Mutex<BackupStats>,
+    /// Why a copy could not be kept on disk (with persistence), if one could not: the backup
+    /// acknowledges only what its copy's files hold, so the server must stop
+    /// (`BackupService::failure`).
+    pub(super) failure: OnceLock<String>,
+}
+
+impl BackupShared {
+    /// The copy of `primary` could not be kept on disk: noted for the server (which stops),
+    /// and returned as the refusal that closes the stream.
+    pub(super) fn copy_failed(&self, primary: u16, cause: impl std::fmt::Display) -> BackupRefusal {
+        let cause = cause.to_string();
+        let _ = self.failure.set(format!("the copy of primary {primary}: {cause}"));
+        BackupRefusal::CopyNotKept { primary, cause }
+    }
 }
 
 /// What a backup has read of a primary's stream and not consumed yet.

@@ -645,8 +645,8 @@ fn a_restarted_backup_with_its_copy_on_disk_gets_only_the_records_it_missed() {
     };
     let core = Arc::new(ServerCore::new(1_000));
     let backup = start(false);
-    let stream = StreamStart { first: 1, backlog_bytes: 1 << 20, snapshot_first: false };
-    let backups = vec![(1, backup.address().to_string())];
+    let stream = StreamStart { first: 1, backlog_bytes: 1 << 20, ..StreamStart::default() };
+    let backups = vec![(1, backup.address().to_string(), rampkv_config::configuration::BOOTSTRAP_INCARNATION)];
     let replicator =
         Replicator::start_with(0, 3, backups, None, ReplicationMedium::OneSided, stream, Some(Arc::clone(&core)))
             .unwrap();
@@ -731,9 +731,8 @@ fn catch_up_size_and_time_delta_against_snapshot() {
     };
     let core = Arc::new(ServerCore::new(60_000));
     let backup = start(false, true);
-    let stream =
-        StreamStart { first: 1, backlog_bytes: rampkv_core::limits::REPLICATION_BACKLOG_BYTES, snapshot_first: false };
-    let backups = vec![(1, backup.address().to_string())];
+    let stream = StreamStart { backlog_bytes: rampkv_core::limits::REPLICATION_BACKLOG_BYTES, ..StreamStart::default() };
+    let backups = vec![(1, backup.address().to_string(), rampkv_config::configuration::BOOTSTRAP_INCARNATION)];
     let replicator =
         Replicator::start_with(0, 3, backups, None, ReplicationMedium::OneSided, stream, Some(Arc::clone(&core)))
             .unwrap();
