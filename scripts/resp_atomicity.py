@@ -16,7 +16,13 @@ connection, and so on one gateway session whose clock only moves forward. Reader
 groups, which is where read atomicity across partitions is at stake. (Writers sharing keys would
 need rampkv's timestamps in the history; Redis's MSET reply has no room for them.)
 
-Usage: resp_atomicity.py --port PORT [--reader-port PORT2] --history FILE [--seed N] ...
+With `--multi` the same groups go through MULTI/EXEC (redis-py's `pipeline(transaction=True)`):
+each writer's group is a queue of SETs (and sometimes an MSET of some of them) setting its keys
+to one value, which the gateway runs as one RAMP write; half of the reads are a queue of GETs and
+an MGET, which it runs as one read-atomic read, the other half plain MGETs. Either kind of read
+seeing part of a group is a fractured read the checker reports.
+
+Usage: resp_atomicity.py --port PORT [--reader-port PORT2] --history FILE [--seed N] [--multi] ...
 The seed (printed) fixes every random choice; thread interleavings are up to the machine.
 """
 
@@ -91,6 +97,38 @@ def connect(port, thread_index):
     return redis.Redis(host="127.0.0.1", port=port, protocol=protocol, socket_timeout=30)
 
 
+def write_group(client, rng, keys, value):
+    """One MULTI/EXEC setting every key of `keys` to `value`: SETs, and sometimes an MSET of
+    some of them, queued in one write; the gateway runs them as one put_all."""
+    with client.pipeline(transaction=True) as pipe:
+        split = rng.randint(0, len(keys))
+        if split >= 2:
+            pipe.mset({key: value for key in keys[:split]})
+        else:
+            split = 0
+        for key in keys[split:]:
+            pipe.set(key, value)
+        replies = pipe.execute()
+    assert all(reply is True for reply in replies), replies
+
+
+def read_group(client, rng, keys):
+    """One MULTI/EXEC reading `keys` (GETs and one MGET of the rest), as one read-atomic read;
+    the values in the order of `keys`."""
+    split = rng.randint(0, len(keys))
+    with client.pipeline(transaction=True) as pipe:
+        for key in keys[:split]:
+            pipe.get(key)
+        if split < len(keys):
+            pipe.mget(keys[split:])
+        replies = pipe.execute()
+    values = replies[:split]
+    if split < len(keys):
+        values.extend(replies[split])
+    assert len(values) == len(keys), (keys, replies)
+    return values
+
+
 def writer(args, index, keys, recorder, seed, deadline, errors):
     rng = random.Random(seed * 1_000_003 + index)
     client = connect(args.port, index)
@@ -104,8 +142,12 @@ def writer(args, index, keys, recorder, seed, deadline, errors):
         start = recorder.now()
         ok = True
         try:
-            client.mset({key: value for key in chosen})
-        except redis.RedisError as error:  # a timed-out write may still take effect: ok false
+            if args.multi:
+                write_group(client, rng, chosen, value)
+            else:
+                client.mset({key: value for key in chosen})
+        # A timed-out write may still take effect: ok false. A wrong reply fails the run.
+        except (redis.RedisError, AssertionError) as error:
             errors.append(f"writer {index}: {error}")
             ok = False
         end = recorder.now()
@@ -131,8 +173,8 @@ def reader(args, index, groups, recorder, seed, deadline, errors):
         rng.shuffle(chosen)
         start = recorder.now()
         try:
-            values = client.mget(chosen)
-        except redis.RedisError as error:
+            values = read_group(client, rng, chosen) if args.multi and rng.random() < 0.5 else client.mget(chosen)
+        except (redis.RedisError, AssertionError) as error:
             errors.append(f"reader {index}: {error}")
             continue
         end = recorder.now()
@@ -158,6 +200,8 @@ def main():
     parser.add_argument("--reads", type=int, default=600, help="MGETs per reader")
     parser.add_argument("--value-bytes", type=int, default=32)
     parser.add_argument("--deadline-seconds", type=float, default=90.0)
+    parser.add_argument("--multi", action="store_true",
+                        help="writes and half of the reads as MULTI/EXEC (pipeline(transaction=True))")
     args = parser.parse_args()
     if args.writers < 2 or args.keys_per_group < 2 or args.value_bytes < 8:
         sys.exit("need at least 2 writers, 2 keys per group and 8-byte values")
@@ -181,7 +225,8 @@ def main():
     with open(args.history, "w", encoding="utf-8") as history:
         history.write("\n".join(recorder.lines) + "\n")
     writes = sum(1 for line in recorder.lines if line.startswith('{"type":"write"'))
-    print(f"resp_atomicity.py: {writes} MSETs, {len(recorder.lines) - writes} MGETs, "
+    kind = "MULTI/EXEC groups" if args.multi else "MSETs"
+    print(f"resp_atomicity.py: {writes} {kind}, {len(recorder.lines) - writes} reads, "
           f"{len(errors)} errors, history {args.history}")
     for error in errors[:10]:
         print(f"  {error}")

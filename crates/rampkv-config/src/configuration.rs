@@ -29,8 +29,7 @@ use crate::codec::{Reader, Writer};
 use crate::error::{ConfigError, ReplicaSetProblem};
 use crate::limits::CONFIG_CHANGES_MAX;
 
-/// A server's number: its position in the cluster file.
-pub type ServerId = u16;
+pub use crate::ids::ServerId;
 
 /// The incarnation of a server process that started with the cluster (bootstrap). A process
 /// that restarts into a running cluster picks a random non-zero incarnation.

@@ -311,9 +311,9 @@ impl ConfigCore {
         let refused = |problem| ConfigError::State { path: path(), problem };
         if restart != store.is_restored() {
             return Err(refused(if restart {
-                crate::disk::StateProblem::NoState
+                crate::error::StateProblem::NoState
             } else {
-                crate::disk::StateProblem::HoldsState
+                crate::error::StateProblem::HoldsState
             }));
         }
         if !restart {
@@ -321,10 +321,10 @@ impl ConfigCore {
         }
         let (metadata, data) = store.snapshot_parts();
         let configuration = Configuration::decode(data).map_err(|_| {
-            refused(crate::disk::StateProblem::Damaged { key: "snapshot_data".into(), problem: "not a configuration" })
+            refused(crate::error::StateProblem::Damaged { key: "snapshot_data".into(), problem: "not a configuration" })
         })?;
         if configuration.cluster_id() != initial.cluster_id() {
-            return Err(refused(crate::disk::StateProblem::OtherCluster {
+            return Err(refused(crate::error::StateProblem::OtherCluster {
                 problem: format!(
                     "cluster id {:#018x}, the cluster file's is {:#018x}",
                     configuration.cluster_id(),
@@ -335,7 +335,7 @@ impl ConfigCore {
         let mut voters = metadata.get_conf_state().voters.clone();
         voters.sort_unstable();
         if voters != raft_voters(initial.servers().len()) {
-            return Err(refused(crate::disk::StateProblem::OtherCluster {
+            return Err(refused(crate::error::StateProblem::OtherCluster {
                 problem: format!("Raft voters {voters:?}, {} servers in the cluster file", initial.servers().len()),
             }));
         }

@@ -17,7 +17,7 @@
 //!
 //! # Layout (redb tables)
 //! - `entries`: Raft index (u64) -> value of a protobuf `Entry` (its own index inside).
-//! - `meta`: name -> value: `format` (u32 LE, [`STATE_FORMAT`]), `hard_state` (protobuf
+//! - `meta`: name -> value: `format` (u32 LE, [`crate::limits::STATE_FORMAT`]), `hard_state` (protobuf
 //!   `HardState`), `snapshot_metadata` (protobuf `SnapshotMetadata`, with the voters),
 //!   `snapshot_data` (the encoded `Configuration` at the snapshot's index), `votes` (one byte,
 //!   1: the node votes; 0: a rejoining node that has not caught up, see `core.rs`, `VoteGate`).
@@ -45,13 +45,11 @@ use raft::eraftpb::{Entry, HardState, SnapshotMetadata};
 use redb::{Database, ReadableTable, TableDefinition};
 
 use crate::error::ConfigError;
-use crate::limits::CONFIG_STATE_CACHE_BYTES;
+use crate::error::StateProblem;
+use crate::limits::{CONFIG_STATE_CACHE_BYTES, STATE_FORMAT};
 
 /// The state file's name inside the node's directory.
 pub const STATE_FILE: &str = "raft.redb";
-
-/// The layout version written in `meta.format`.
-pub const STATE_FORMAT: u32 = 1;
 
 const ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("entries");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
@@ -63,44 +61,6 @@ const KEY_SNAPSHOT_DATA: &str = "snapshot_data";
 const KEY_VOTES: &str = "votes";
 
 const CHECKSUM_BYTES: usize = 8;
-
-/// What is wrong with a node's Raft state on disk.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StateProblem {
-    /// redb's own error: the file cannot be opened, read or written (I/O, locked by another
-    /// process, pages that do not check).
-    /// (Boxed: redb's error is large, and this one is rare.)
-    #[error("{0}")]
-    Database(Box<redb::Error>),
-    /// The directory cannot be made.
-    #[error("{0}")]
-    Directory(std::io::Error),
-    /// A value whose checksum fails or that does not decode.
-    #[error("value {key} is damaged ({problem})")]
-    Damaged { key: String, problem: &'static str },
-    /// Values that check but do not fit together.
-    #[error("inconsistent state: {problem}")]
-    Inconsistent { problem: String },
-    /// A layout this build does not know.
-    #[error("layout version {found}, this build reads {STATE_FORMAT}")]
-    Format { found: u32 },
-    /// The state belongs to another cluster (another cluster file: other servers or
-    /// partitions), or to another group of voters.
-    #[error("it belongs to another cluster ({problem}): give this cluster a directory of its own")]
-    OtherCluster { problem: String },
-    /// A new state was to be created where one is kept already (a node that kept its Raft
-    /// state must restart from it, never start over: it could vote twice in a term).
-    #[error("it holds Raft state already; the node restarts from it")]
-    HoldsState,
-    /// A restart was asked for where no state is kept.
-    #[error("it holds no Raft state to restart from")]
-    NoState,
-    /// redb panicked on what the file holds (redb checks what it reads, but a panic on a
-    /// damaged file is turned into this error, never into a crash of the server).
-    #[error("damaged beyond what redb reports as an error (it panicked reading it)")]
-    Unreadable,
-}
 
 /// What a node's directory held, read at open.
 #[derive(Debug, Clone, Default)]

@@ -1,6 +1,6 @@
 //! The configuration service's errors: one enum for the layer.
 
-use crate::configuration::ServerId;
+use crate::ids::ServerId;
 
 /// Why a configuration, a change, a message or a node was refused.
 #[derive(Debug, thiserror::Error)]
@@ -81,7 +81,7 @@ pub enum ConfigError {
     /// The node's Raft state on disk (`crate::disk`, the file named) cannot be read or written,
     /// or what it holds is damaged or belongs to another cluster.
     #[error("configuration-service state {}: {problem}", path.display())]
-    State { path: std::path::PathBuf, problem: crate::disk::StateProblem },
+    State { path: std::path::PathBuf, problem: StateProblem },
     /// raft-rs refused an operation (its own message: foreign text).
     #[error("raft: {message}")]
     Raft { message: String },
@@ -178,4 +178,42 @@ impl RefusalReason {
             _ => None,
         }
     }
+}
+
+/// What is wrong with a node's Raft state on disk.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateProblem {
+    /// redb's own error: the file cannot be opened, read or written (I/O, locked by another
+    /// process, pages that do not check).
+    /// (Boxed: redb's error is large, and this one is rare.)
+    #[error("{0}")]
+    Database(Box<redb::Error>),
+    /// The directory cannot be made.
+    #[error("{0}")]
+    Directory(std::io::Error),
+    /// A value whose checksum fails or that does not decode.
+    #[error("value {key} is damaged ({problem})")]
+    Damaged { key: String, problem: &'static str },
+    /// Values that check but do not fit together.
+    #[error("inconsistent state: {problem}")]
+    Inconsistent { problem: String },
+    /// A layout this build does not know.
+    #[error("layout version {found}, this build reads {}", crate::limits::STATE_FORMAT)]
+    Format { found: u32 },
+    /// The state belongs to another cluster (another cluster file: other servers or
+    /// partitions), or to another group of voters.
+    #[error("it belongs to another cluster ({problem}): give this cluster a directory of its own")]
+    OtherCluster { problem: String },
+    /// A new state was to be created where one is kept already (a node that kept its Raft
+    /// state must restart from it, never start over: it could vote twice in a term).
+    #[error("it holds Raft state already; the node restarts from it")]
+    HoldsState,
+    /// A restart was asked for where no state is kept.
+    #[error("it holds no Raft state to restart from")]
+    NoState,
+    /// redb panicked on what the file holds (redb checks what it reads, but a panic on a
+    /// damaged file is turned into this error, never into a crash of the server).
+    #[error("damaged beyond what redb reports as an error (it panicked reading it)")]
+    Unreadable,
 }

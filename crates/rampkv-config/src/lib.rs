@@ -16,6 +16,8 @@
 //! - `client`: asking nodes for the configuration; bootstrap or rejoin.
 //! - `timing`: timing settings and clocks (a manual clock for tests); `limits`: every bound.
 //! - `error`: the crate's error enum.
+//! - `codec`: little-endian writing and bounded reading (above `error`).
+//! - `ids`: `ServerId`, at the bottom: the errors and the configuration both name servers.
 pub mod auth;
 pub mod client;
 mod codec;
@@ -25,6 +27,7 @@ pub mod core;
 mod crash_medium;
 pub mod disk;
 pub mod error;
+mod ids;
 pub mod limits;
 pub mod node;
 pub mod storage;

@@ -84,3 +84,6 @@ pub const DEFAULT_ELECTION_TICKS: usize = 10;
 
 /// Default interval of the Raft leader's own heartbeats, in ticks.
 pub const DEFAULT_RAFT_HEARTBEAT_TICKS: usize = 2;
+
+/// The layout version of a node's Raft state on disk, written in `meta.format` (`disk.rs`).
+pub const STATE_FORMAT: u32 = 1;

@@ -51,7 +51,8 @@ use parking_lot::{Condvar, Mutex};
 use crate::auth::PortAuthenticator;
 use crate::configuration::{Configuration, ServerId};
 use crate::core::{raft_voters, ConfigCore, CoreSettings, StartMode};
-use crate::disk::{Opened, StateProblem};
+use crate::disk::Opened;
+use crate::error::StateProblem;
 use crate::error::{ConfigError, RefusalReason};
 use crate::limits::{
     CONFIG_CONNECTIONS_MAX, CONFIG_CONNECT_TIMEOUT_MS, CONFIG_EVENT_QUEUE_MAX, CONFIG_FRAME_BODY_BYTES_MAX,

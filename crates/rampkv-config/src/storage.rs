@@ -101,7 +101,7 @@ impl RaftStore {
         if loaded.is_some() {
             return Err(ConfigError::State {
                 path: disk.path().to_path_buf(),
-                problem: crate::disk::StateProblem::HoldsState,
+                problem: crate::error::StateProblem::HoldsState,
             });
         }
         disk.create((&store.snapshot_metadata, &store.snapshot_data), votes)?;
@@ -392,7 +392,7 @@ mod durable_tests {
 
     use super::*;
     use crate::crash_medium::{CrashBackend, Medium};
-    use crate::disk::StateProblem;
+    use crate::error::StateProblem;
 
     fn entry(index: u64, term: u64) -> Entry {
         Entry { index, term, data: format!("entry {index} of term {term}").into_bytes().into(), ..Default::default() }

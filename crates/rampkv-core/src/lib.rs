@@ -9,7 +9,8 @@
 //! - [`limits`]: every bound, in one place.
 //! - [`types`]: timestamps and the per-client timestamp clock.
 //! - [`wire`]: the binary message format, framed for byte streams and message rings.
-//! - [`storage`]: the multi-version partition store (lastCommit by atomic max, GC).
+//! - [`storage`]: the multi-version partition store (lastCommit by atomic max, GC), in rooms:
+//!   validation, garbage collection, the write path, the read path, the snapshot copy.
 //! - [`cluster`]: cluster files and key routing (FNV-1a hash partitioning).
 //! - [`protocol`]: RAMP-Fast/Small/Hybrid, NoCC and S2PL+2PC as I/O-free state machines: the
 //!   client's transactions and its session machine (`protocol::session`), and the server core

@@ -192,6 +192,13 @@ impl TimestampClock {
         timestamp_clock_us(ts) > self.last_us
     }
 
+    /// Moves the clock past everything `earlier` issued or observed: a client that replaces its
+    /// sessions (reconnecting after a failover, with new client ids) keeps each one's next
+    /// timestamp above its last, even where its clock had run ahead of the wall clock.
+    pub fn follow(&mut self, earlier: &TimestampClock) {
+        self.last_us = self.last_us.max(earlier.last_us);
+    }
+
     /// Moves the clock past a timestamp seen from another client, so that this client's next
     /// write is newer than anything it has read (a Lamport step). A timestamp too far ahead of
     /// `now_us` (the caller's wall clock, see [`timestamp_too_far_ahead`]) is ignored and false
@@ -233,6 +240,17 @@ mod tests {
         let seen = writer.next(1_000_000).unwrap();
         assert!(reader.observe(seen, 1_000_000));
         assert!(reader.next(10).unwrap() > seen);
+    }
+
+    #[test]
+    fn a_clock_that_follows_another_issues_above_everything_it_issued() {
+        let mut old = TimestampClock::new(3);
+        let ahead = old.next(5_000_000).unwrap(); // ahead of the wall clock below
+        let mut new = TimestampClock::new(9);
+        new.follow(&old);
+        let next = new.next(1_000_000).unwrap();
+        assert!(timestamp_clock_us(next) > timestamp_clock_us(ahead), "{next} after {ahead}");
+        assert_eq!(timestamp_client_id(next), 9);
     }
 
     #[test]

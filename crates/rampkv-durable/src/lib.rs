@@ -10,7 +10,8 @@
 //! - [`log`]: [`Log`]: appends, the writer thread (group commit), the durable watermark.
 //! - [`snapshot`]: snapshot files, written from a live store and loaded at start.
 //! - [`recovery`]: [`open`]: lock, load, replay, cut, and start the log.
-//! - `files`: names, the file header, the directory lock. [`limits`]: every bound.
+//! - `files`: names, the file header, the directory lock.
+//! - [`limits`]: every bound; at the bottom (it names no other module of the crate).
 //!
 //! # Intended use by a server
 //! ```text

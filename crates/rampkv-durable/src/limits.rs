@@ -56,7 +56,6 @@ pub const SNAPSHOT_IO_BUFFER_BYTES: usize = 1024 * 1024;
 /// Bytes of the lock file's contents read to name the process holding a directory.
 pub const LOCK_HOLDER_BYTES_MAX: u64 = 64;
 
-const _: () = assert!(LOG_WAITING_BYTES_MAX >= crate::record::RECORD_HEADER_BYTES + RECORD_PAYLOAD_BYTES_MAX);
 const _: () = assert!(RECORD_PAYLOAD_BYTES_MAX < u32::MAX as usize);
 
 /// A server writes a snapshot in the background once this many bytes of log were written since

@@ -45,7 +45,7 @@ use rampkv_core::storage::{Key, StoredMetadata, Version};
 use rampkv_core::types::{Timestamp, TIMESTAMP_INITIAL};
 use rampkv_core::wire::{Decoder, Encoder, Metadata, WireError, WriteSet, BLOOM_BYTES_MAX};
 
-use crate::limits::RECORD_PAYLOAD_BYTES_MAX;
+use crate::limits::{LOG_WAITING_BYTES_MAX, RECORD_PAYLOAD_BYTES_MAX};
 
 /// A log sequence number: 1 for a log's first record, then consecutive; 0 means "none".
 pub type Lsn = u64;
@@ -55,6 +55,10 @@ pub type Writes = Vec<(Key, Box<[u8]>)>;
 
 /// Bytes of a record header.
 pub const RECORD_HEADER_BYTES: usize = 40;
+
+// The log's bound on bytes waiting for the file system takes the largest record (checked here,
+// where the header's size is known, so that `limits` stays below every other module).
+const _: () = assert!(LOG_WAITING_BYTES_MAX >= RECORD_HEADER_BYTES + RECORD_PAYLOAD_BYTES_MAX);
 
 const KIND_PREPARE: u8 = 1;
 const KIND_COMMIT: u8 = 2;

@@ -20,81 +20,9 @@
 //! - Offsets are in bytes and must be 8-aligned; lengths are rounded up to whole words
 //!   (a write zero-fills the padding). Our layouts are all word-aligned and word-padded.
 
+pub use crate::error::FabricError;
+pub use crate::region::{Access, RegionDescriptor};
 use crate::words::{LoadOrdering, StoreOrdering, Words};
-use serde::{Deserialize, Serialize};
-
-/// Rights a peer gets on a region.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Access {
-    /// Peers may only read (item slots: only the server writes them). A peer maps the region
-    /// with `PROT_READ`, so even a buggy peer cannot write it.
-    ReadOnly,
-    /// Peers may read, write and run atomics (message rings, credit and doorbell words).
-    ReadWrite,
-}
-
-/// A region as a plain value that can travel over a control channel (the analogue of an RDMA
-/// `(address, length, rkey)` triple).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct RegionDescriptor {
-    /// Global name of the region (for the shm fabric: the file name under /dev/shm).
-    pub name: String,
-    /// Length in bytes, a multiple of 8.
-    pub len_bytes: u64,
-    /// What peers may do with it.
-    pub access: Access,
-}
-
-/// Errors of the fabric layer.
-///
-/// The data-path variants (`OutOfBounds`, `Misaligned`, `NoWriteAccess`) carry no heap data,
-/// so returning them does not allocate.
-#[non_exhaustive]
-#[derive(Debug, thiserror::Error)]
-pub enum FabricError {
-    /// The access (length rounded up to words) does not fit inside the region.
-    #[error("{len_bytes} bytes at offset {offset_bytes} do not fit in a region of {region_len_bytes} bytes")]
-    OutOfBounds {
-        /// Requested offset.
-        offset_bytes: u64,
-        /// Requested length.
-        len_bytes: u64,
-        /// Length of the region.
-        region_len_bytes: u64,
-    },
-    /// The offset is not a multiple of 8.
-    #[error("offset {offset_bytes} is not 8-byte aligned")]
-    Misaligned {
-        /// Requested offset.
-        offset_bytes: u64,
-    },
-    /// A write or atomic on a region mapped read-only.
-    #[error("no write access: the region is mapped read-only")]
-    NoWriteAccess,
-    /// The named region does not exist (its owner never registered it, or has exited).
-    #[error("region {name} is missing")]
-    RegionMissing {
-        /// Region name.
-        name: String,
-    },
-    /// A name, length or descriptor that cannot be registered or mapped.
-    #[error("invalid region {name:?}: {reason}")]
-    InvalidRegion {
-        /// Region name as given.
-        name: String,
-        /// Which rule it breaks.
-        reason: &'static str,
-    },
-    /// The operating system refused (open, truncate, map, ...).
-    #[error("i/o on region {name}: {source}")]
-    Io {
-        /// Region name.
-        name: String,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-}
 
 /// The data path: one-sided operations on a mapped peer region.
 ///

@@ -6,15 +6,21 @@
 //! and see a torn item, only aligned 8-byte words are atomic, and the target does nothing. The
 //! byte formats and the ordering argument are in `docs/fabric.md`.
 //!
-//! # Layout
+//! # Layout (bottom up: a module names only those above it in this list, never one below)
+//! - [`limits`]: every bound of the crate.
+//! - `error`: [`FabricError`], the layer's one error enum (public as `fabric::FabricError`).
+//! - `futex`: process-shared futex waits and wakes on a word (the doorbells' sleep; with
+//!   [`shm`] and [`verbs`], the only `unsafe` of the crate).
+//! - `region`: [`Access`], [`RegionDescriptor`] and the region length rule (public under
+//!   [`fabric`]).
 //! - [`clock`]: the host's monotonic clock, shared by its processes (GET\* lease words).
-//! - [`fabric`]: the [`Fabric`] (control path: register, describe, map) and [`OneSided`] (data
-//!   path: read, write, compare-and-swap, fetch-add, word read/write, wake) traits, region
-//!   descriptors and the layer's error.
 //! - [`words`]: memory as 64-bit atomic words ([`Words`]), and the one-sided operations written
 //!   once over it.
-//! - [`shm`]: the shared-memory fabric (files under /dev/shm; all `unsafe` of the crate).
+//! - [`fabric`]: the [`Fabric`] (control path: register, describe, map) and [`OneSided`] (data
+//!   path: read, write, compare-and-swap, fetch-add, word read/write, wake) traits.
 //! - [`memory`]: an in-process fabric over heap memory, for tests and loom models.
+//! - [`shm`]: the shared-memory fabric (files under /dev/shm; with `futex` and [`verbs`], all
+//!   `unsafe` of the crate).
 //! - [`slot`]: self-verifying item slots for one-sided GET\* reads (a seqlock with checksum).
 //! - [`ring`]: message rings for GET+/PUT+ with credit flow control and a cross-process
 //!   futex doorbell shared by all rings of a poller.
@@ -23,18 +29,20 @@
 //! - [`sendrecv`]: two-sided send/recv emulated as RDMA does it: the receiver posts buffers to
 //!   a receive queue, the sender (playing the receiving NIC) places each message into the next
 //!   posted buffer and appends a completion the receiver polls.
-//! - [`limits`]: every bound of the crate.
 //! - [`verbs`]: real RDMA through libibverbs, loaded at run time (devices, registered regions,
-//!   RC queue pairs, batched READ/WRITE/atomics/SEND, completions); the lab that runs it on
-//!   Soft-RoCE is `scripts/rdma-lab.sh`.
+//!   RC queue pairs, batched READ/WRITE/atomics/SEND, completions; with `shm` and `futex`, the
+//!   crate's `unsafe`); the lab that runs it on Soft-RoCE is `scripts/rdma-lab.sh`.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("rampkv-fabric needs Linux: /dev/shm regions and futex doorbells");
 
 pub mod clock;
+mod error;
 pub mod fabric;
+mod futex;
 pub mod limits;
 pub mod memory;
+mod region;
 pub mod ring;
 pub mod rpc;
 pub mod sendrecv;

@@ -22,7 +22,8 @@
 //! promises); everything else may tear.
 
 use crate::fabric::{Access, Fabric, FabricError, OneSided, RegionDescriptor};
-use crate::limits::{MEMORY_FAULT_WAIT_SPINS_MAX, REGION_BYTES_MAX, WORD_BYTES};
+use crate::limits::{MEMORY_FAULT_WAIT_SPINS_MAX, WORD_BYTES};
+use crate::region::check_length;
 use crate::words::{self, check_range, check_writable, FenceOrdering, HeapWords, LoadOrdering, StoreOrdering, Words};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -314,20 +315,6 @@ impl Fabric for MemoryFabric<HeapWords> {
         }
         Ok(MemoryRemoteRegion { words, stores: Some(Arc::clone(stores)), access: descriptor.access })
     }
-}
-
-/// A region length must be positive, word-padded and bounded.
-pub(crate) fn check_length(name: &str, len_bytes: u64) -> Result<(), FabricError> {
-    let reason = if len_bytes == 0 {
-        "length is zero"
-    } else if len_bytes % WORD_BYTES as u64 != 0 {
-        "length is not a multiple of 8"
-    } else if len_bytes > REGION_BYTES_MAX {
-        "length exceeds REGION_BYTES_MAX"
-    } else {
-        return Ok(());
-    };
-    Err(FabricError::InvalidRegion { name: name.to_owned(), reason })
 }
 
 impl<W: Words> Words for MemoryLocalRegion<W> {

@@ -36,13 +36,14 @@
 //! do: hide names (anyone can list /dev/shm), or keep out a process of the *same* user, which can
 //! open any region file (see docs/security.md).
 //!
-//! All `unsafe` of the crate lives in this module.
+//! All `unsafe` of the crate lives in this module and in `futex` (the doorbell's system calls).
 
 use crate::fabric::{Access, Fabric, FabricError, OneSided, RegionDescriptor};
+use crate::futex::{futex_wait, futex_wake_all};
 use crate::limits::{
     REGION_NAME_BYTES_MAX, REGION_NONCE_BYTES, SHM_DIRECTORY, SHM_FILE_PREFIX, STALE_SCAN_ENTRIES_MAX, WORD_BYTES,
 };
-use crate::memory::check_length;
+use crate::region::check_length;
 use crate::words::{self, FenceOrdering, LoadOrdering, StoreOrdering, Words};
 use memmap2::{Mmap, MmapMut, MmapOptions};
 use std::collections::BTreeSet;
@@ -54,9 +55,6 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-#[cfg(not(target_endian = "little"))]
-compile_error!("the fabric's futex doorbell waits on the low half of a 64-bit word: little-endian only");
 
 /// The shared-memory fabric of this process.
 #[derive(Clone, Copy, Debug)]
@@ -555,52 +553,6 @@ fn cleanup_stale_in(directory: &Path, user: libc::uid_t) -> Result<StaleCleanup,
     Ok(outcome)
 }
 
-/// Blocks while the low 32 bits of `word` equal `expected_low`, at most `timeout`. Returns
-/// early on a wake, a signal, a value change or spuriously; callers re-check.
-///
-/// Uses a process-shared futex (no `FUTEX_PRIVATE_FLAG`), so a waker in another process that
-/// maps the same file page reaches it.
-pub(crate) fn futex_wait(word: &AtomicU64, expected_low: u32, timeout: Duration) {
-    let timeout = libc::timespec {
-        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: timeout.subsec_nanos() as libc::c_long,
-    };
-    // SAFETY: the address is that of a live, 8-aligned `AtomicU64`, so its first 4 bytes (the
-    // low half on little-endian) are a valid, 4-aligned futex word for the whole call. The
-    // timeout pointer refers to a local that outlives the call. FUTEX_WAIT only reads the
-    // word. The result is ignored on purpose: EAGAIN (value changed), ETIMEDOUT and EINTR all
-    // mean "re-check your condition", which every caller does.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr() as *const u32,
-            libc::FUTEX_WAIT,
-            expected_low,
-            &timeout as *const libc::timespec,
-            std::ptr::null::<u32>(),
-            0u32,
-        );
-    }
-}
-
-/// Wakes every waiter on `word` in any process.
-pub(crate) fn futex_wake_all(word: &AtomicU64) {
-    // SAFETY: the address is that of a live, 8-aligned `AtomicU64` (see `futex_wait`);
-    // FUTEX_WAKE neither reads nor writes user memory through it, it only keys the wait
-    // queue. The number of woken waiters is not needed.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr() as *const u32,
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            std::ptr::null::<libc::timespec>(),
-            std::ptr::null::<u32>(),
-            0u32,
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -759,16 +711,5 @@ mod tests {
         // The name is free again once the region is dropped.
         drop(region);
         assert!(fabric.register(&name, 64, Access::ReadWrite).is_ok());
-    }
-
-    #[test]
-    fn futex_wait_returns_at_once_on_a_changed_value_and_times_out_otherwise() {
-        let word = AtomicU64::new(5);
-        let start = std::time::Instant::now();
-        futex_wait(&word, 4, Duration::from_secs(5));
-        assert!(start.elapsed() < Duration::from_secs(1));
-        let start = std::time::Instant::now();
-        futex_wait(&word, 5, Duration::from_millis(20));
-        assert!(start.elapsed() >= Duration::from_millis(15));
     }
 }

@@ -12,8 +12,10 @@
 //! The byte-level one-sided operations ([`read_bytes`], [`write_bytes`], word operations) are
 //! written once here, generic over `Words`, and every fabric backend delegates to them.
 
-use crate::fabric::{Access, FabricError};
+use crate::error::FabricError;
+use crate::futex::{futex_wait, futex_wake_all};
 use crate::limits::WORD_BYTES;
+use crate::region::Access;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -251,10 +253,10 @@ impl Words for HeapWords {
         std_fence(ordering)
     }
     fn wait_while_equal(&self, index: usize, expected_low: u32, timeout: Duration) {
-        crate::shm::futex_wait(&self.words[index], expected_low, timeout)
+        futex_wait(&self.words[index], expected_low, timeout)
     }
     fn wake_all(&self, index: usize) {
-        crate::shm::futex_wake_all(&self.words[index])
+        futex_wake_all(&self.words[index])
     }
     fn copy_out(&self, first_index: usize, dst: &mut [u8]) {
         copy_out_atomics(&self.words, first_index, dst)

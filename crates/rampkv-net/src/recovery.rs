@@ -138,15 +138,7 @@ pub fn spawn_resolver(
     let stop = Arc::new(AtomicBool::new(false));
     let thread_stop = Arc::clone(&stop);
     let thread = std::thread::Builder::new().name("rampkv-recovery".into()).spawn(move || {
-        let mut resolver = ResolverThread {
-            servers,
-            first_index,
-            cluster,
-            timeout_ms,
-            transport: None,
-            connected_to: Vec::new(),
-            next_id: 0,
-        };
+        let mut resolver = ResolverThread { servers, first_index, cluster, timeout_ms, links: Vec::new(), next_id: 0 };
         while !thread_stop.load(Ordering::Acquire) {
             std::thread::park_timeout(Duration::from_millis(RECOVERY_SCAN_MS));
             resolver.scan();
@@ -160,9 +152,9 @@ struct ResolverThread {
     first_index: usize,
     cluster: Cluster,
     timeout_ms: u64,
-    transport: Option<TcpClientTransport>,
-    /// The addresses the transport reaches (with failover they follow the configuration).
-    connected_to: Vec<String>,
+    /// Per server of the cluster file: the connection to the address serving its partitions
+    /// (with failover, the primary the configuration names), opened only to ask it something.
+    links: Vec<Option<Link>>,
     next_id: u64,
 }
 
@@ -218,27 +210,40 @@ impl ResolverThread {
     }
 
     /// Sends one request to `server` and waits for its reply: None at once if `server` is down,
-    /// None as soon as it goes down, None after [`RECOVERY_REPLY_TIMEOUT`] (after which the
-    /// connections are rebuilt on the next use).
+    /// None as soon as it goes down, None after [`RECOVERY_REPLY_TIMEOUT`] (after which its
+    /// connection is rebuilt on the next use).
+    ///
+    /// A connection is opened only here, right before the request that uses it is sent: a
+    /// server closes a connection that sent no complete frame within its handshake timeout
+    /// (`CONNECTION_HANDSHAKE_TIMEOUT_MS`), so a transport opened to every server and used for
+    /// some left the others idle, to be closed and logged (issue 30; the test
+    /// `the_resolver_opens_no_connection_it_does_not_use`).
     fn ask(&mut self, server: usize, request: Request) -> Option<Response> {
         // With failover, a server's partitions may be served elsewhere now: reach them there.
         let routes = self.servers.routes().unwrap_or_else(|| self.cluster.servers().to_vec());
-        if self.transport.is_none() || routes != self.connected_to {
-            self.transport = TcpClientTransport::connect(&routes).ok();
-            self.connected_to = routes;
+        let address = routes.get(server)?;
+        if self.links.len() < routes.len() {
+            self.links.resize_with(routes.len(), || None);
         }
-        let transport = self.transport.as_mut()?;
+        let slot = &mut self.links[server];
+        if slot.as_ref().is_none_or(|link| link.address != *address) {
+            let transport = TcpClientTransport::connect(std::slice::from_ref(address)).ok();
+            *slot = transport.map(|transport| Link { address: address.clone(), transport });
+        }
+        let transport = &mut slot.as_mut()?.transport;
         // A peer that is down answers nothing: no need to wait for it (the transport tries it
         // again after its backoff).
         transport.reconnect_due();
-        if transport.is_down(server) {
+        let mut events = Vec::new();
+        transport.take_server_events(&mut events);
+        if transport.is_down(0) {
             return None;
         }
         self.next_id += 1;
         let id = self.next_id;
         let deadline = Instant::now() + RECOVERY_REPLY_TIMEOUT;
         let mut reply = None;
-        let sent = transport.post(server, id, &request).and_then(|()| transport.flush());
+        let sent = transport.post(0, id, &request).and_then(|()| transport.flush());
         while sent.is_ok() && reply.is_none() && Instant::now() < deadline {
             let left = deadline.saturating_duration_since(Instant::now());
             let polled = transport.poll(Some(left), |_, reply_id, response| {
@@ -249,17 +254,25 @@ impl ResolverThread {
             if polled.is_err() {
                 break;
             }
-            let mut events = Vec::new();
+            events.clear();
             transport.take_server_events(&mut events);
-            if events.iter().any(|event| matches!(event, ServerEvent::Down { server: down, .. } if *down == server)) {
+            if events.iter().any(|event| matches!(event, ServerEvent::Down { .. })) {
                 break;
             }
         }
         // A peer that went down is taken back by the transport itself; one that answered nothing
         // in time while its connection stayed up is suspect: connect afresh on the next use.
-        if reply.is_none() && !transport.is_down(server) {
-            self.transport = None;
+        if reply.is_none() && !transport.is_down(0) {
+            *slot = None;
         }
         reply
     }
+}
+
+/// The resolver's connection to the server of one cluster-file entry.
+struct Link {
+    /// Where it goes (the entry's own address, or with failover its partitions' primary's).
+    address: String,
+    /// A transport of that one server (server 0 of the transport).
+    transport: TcpClientTransport,
 }

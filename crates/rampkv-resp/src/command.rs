@@ -1,8 +1,9 @@
 //! The command table and the translation of a parsed command into a [`Request`].
 //!
 //! No I/O and no gateway state: a command either becomes a transaction to run (GET, MGET,
-//! EXISTS, SET, MSET, DEL), a request that needs the connection's or gateway's state (AUTH,
-//! HELLO, INFO, CLIENT SETNAME/GETNAME/ID, QUIT), or a reply known at once (PING, errors, ...).
+//! EXISTS, STRLEN, TYPE, SET, MSET, DEL, UNLINK), a request that needs the connection's or
+//! gateway's state (AUTH, HELLO, INFO, CLIENT SETNAME/GETNAME/ID, QUIT, MULTI, EXEC, DISCARD,
+//! WATCH), or a reply known at once (PING, UNWATCH, errors, ...).
 //!
 //! # Errors
 //! Unknown commands, wrong arities and unknown subcommands get Redis's exact texts (Redis 7.0),
@@ -27,7 +28,15 @@ pub enum CommandKind {
     MultiGet,
     MultiSet,
     Delete,
+    Unlink,
     Exists,
+    Strlen,
+    Type,
+    Multi,
+    Exec,
+    Discard,
+    Watch,
+    Unwatch,
     Ping,
     Echo,
     Hello,
@@ -77,6 +86,49 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("mset", CommandKind::MultiSet, -3, &["write", "denyoom"], (1, -1, 2), &["@write", "@string", "@slow"]),
     spec("del", CommandKind::Delete, -2, &["write"], (1, -1, 1), &["@keyspace", "@write", "@slow"]),
     spec("exists", CommandKind::Exists, -2, &["readonly", "fast"], (1, -1, 1), &["@keyspace", "@read", "@fast"]),
+    spec("unlink", CommandKind::Unlink, -2, &["write", "fast"], (1, -1, 1), &["@keyspace", "@write", "@fast"]),
+    spec("strlen", CommandKind::Strlen, 2, &["readonly", "fast"], (1, 1, 1), &["@read", "@string", "@fast"]),
+    spec("type", CommandKind::Type, 2, &["readonly", "fast"], (1, 1, 1), &["@keyspace", "@read", "@fast"]),
+    spec(
+        "multi",
+        CommandKind::Multi,
+        1,
+        &["noscript", "loading", "stale", "fast", "allow_busy"],
+        (0, 0, 0),
+        &["@fast", "@transaction"],
+    ),
+    spec(
+        "exec",
+        CommandKind::Exec,
+        1,
+        &["noscript", "loading", "stale", "skip_slowlog"],
+        (0, 0, 0),
+        &["@slow", "@transaction"],
+    ),
+    spec(
+        "discard",
+        CommandKind::Discard,
+        1,
+        &["noscript", "loading", "stale", "fast", "allow_busy"],
+        (0, 0, 0),
+        &["@fast", "@transaction"],
+    ),
+    spec(
+        "watch",
+        CommandKind::Watch,
+        -2,
+        &["noscript", "loading", "stale", "fast", "allow_busy"],
+        (1, -1, 1),
+        &["@fast", "@transaction"],
+    ),
+    spec(
+        "unwatch",
+        CommandKind::Unwatch,
+        1,
+        &["noscript", "loading", "stale", "fast", "allow_busy"],
+        (0, 0, 0),
+        &["@fast", "@transaction"],
+    ),
     spec("ping", CommandKind::Ping, -1, &["fast"], (0, 0, 0), &["@fast", "@connection"]),
     spec("echo", CommandKind::Echo, 2, &["fast"], (0, 0, 0), &["@fast", "@connection"]),
     spec(
@@ -198,6 +250,31 @@ pub enum Request {
     Delete {
         keys: Vec<Vec<u8>>,
     },
+    /// UNLINK: what DEL does (Redis frees an unlinked value in the background; rampkv writes a
+    /// tombstone either way). Its own variant only so that errors can name it.
+    Unlink {
+        keys: Vec<Vec<u8>>,
+    },
+    /// Read one key; reply the length of its value (0 if absent).
+    Strlen {
+        key: Vec<u8>,
+    },
+    /// Read one key; reply `string`, or `none` if absent (every rampkv value is a string).
+    Type {
+        key: Vec<u8>,
+    },
+    /// Start queueing the connection's commands (`gateway::multi`).
+    Multi,
+    /// Run the queued commands as one transaction.
+    Exec,
+    /// An EXEC refused before it runs (its arity, permissions): reply this EXECABORT and end
+    /// the transaction, as Redis does.
+    ExecRefused(Frame),
+    /// Drop the queued commands.
+    Discard,
+    /// WATCH: refused (optimistic check-and-set needs a transaction that reads and writes);
+    /// the gateway answers it, inside MULTI with Redis's own error.
+    Watch,
     /// Log in: `AUTH password` (user None: `default`) or `AUTH user password`.
     Auth {
         user: Option<Vec<u8>>,
@@ -210,8 +287,8 @@ pub enum Request {
         auth: Option<(Vec<u8>, Vec<u8>)>,
         name: Option<Vec<u8>>,
     },
-    /// Reply the INFO text.
-    Info,
+    /// Reply the INFO text of these sections.
+    Info(InfoSections),
     /// Name the connection (empty: remove the name).
     ClientSetName(Vec<u8>),
     ClientGetName,
@@ -222,6 +299,87 @@ pub enum Request {
     Quit,
     /// Reply this at once.
     Reply(Frame),
+}
+
+/// One section of INFO's text, in Redis's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InfoSection {
+    Server,
+    Clients,
+    Memory,
+    Persistence,
+    Stats,
+    Replication,
+    Cluster,
+    Keyspace,
+}
+
+impl InfoSection {
+    /// Every section the gateway writes, in the order Redis writes them.
+    pub const ALL: [InfoSection; 8] = [
+        InfoSection::Server,
+        InfoSection::Clients,
+        InfoSection::Memory,
+        InfoSection::Persistence,
+        InfoSection::Stats,
+        InfoSection::Replication,
+        InfoSection::Cluster,
+        InfoSection::Keyspace,
+    ];
+
+    /// Its name as INFO takes it (lower case) and as its header shows it (`# Server`).
+    pub fn name(self) -> &'static str {
+        match self {
+            InfoSection::Server => "server",
+            InfoSection::Clients => "clients",
+            InfoSection::Memory => "memory",
+            InfoSection::Persistence => "persistence",
+            InfoSection::Stats => "stats",
+            InfoSection::Replication => "replication",
+            InfoSection::Cluster => "cluster",
+            InfoSection::Keyspace => "keyspace",
+        }
+    }
+
+    fn bit(self) -> u16 {
+        1 << (self as u16)
+    }
+}
+
+/// The sections an INFO request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InfoSections(u16);
+
+impl InfoSections {
+    /// `INFO`, `INFO default`, `INFO all` and `INFO everything`: every section the gateway has.
+    /// (Redis's `all` adds commandstats and latencystats, and `everything` modules: the gateway
+    /// keeps none of those.)
+    pub const DEFAULT: InfoSections = InfoSections((1 << InfoSection::ALL.len()) - 1);
+
+    /// `INFO [section ...]` as Redis 7 reads it: names in any letter case, several at once,
+    /// unknown ones ignored (so that `INFO nosuch` is an empty text, as in Redis).
+    pub fn parse(args: &Args<'_>) -> InfoSections {
+        if args.len() == 1 {
+            return InfoSections::DEFAULT;
+        }
+        let mut wanted = 0;
+        for name in args.iter_from(1) {
+            let everything = [&b"default"[..], b"all", b"everything"];
+            if everything.iter().any(|group| group.eq_ignore_ascii_case(name)) {
+                wanted |= InfoSections::DEFAULT.0;
+            }
+            for section in InfoSection::ALL {
+                if section.name().as_bytes().eq_ignore_ascii_case(name) {
+                    wanted |= section.bit();
+                }
+            }
+        }
+        InfoSections(wanted)
+    }
+
+    pub fn contains(self, section: InfoSection) -> bool {
+        self.0 & section.bit() != 0
+    }
 }
 
 /// Whether `count` arguments fit Redis's `arity` (`n > 0`: exactly n; `n < 0`: at least -n).
@@ -238,20 +396,30 @@ pub fn parse_request(args: &Args<'_>, permissions: Permissions) -> Request {
     let Some(spec) = lookup(name) else {
         return Request::Reply(unknown_command(args));
     };
-    if !arity_fits(spec.arity, args.len()) {
-        return Request::Reply(wrong_arity(spec.name));
-    }
-    let full_name = match full_name(spec, args) {
-        Ok(name) => name,
-        Err(reply) => return Request::Reply(reply),
-    };
-    if let Some(refusal) = permissions.refusal(full_name, spec.flags.contains(&"no_auth"), spec.first_key > 0) {
-        return Request::Reply(refusal);
-    }
-    match translate(spec, args) {
+    match checked_request(spec, args, permissions) {
         Ok(request) => request,
+        // Redis answers an EXEC it refuses (arity, permissions) with EXECABORT and the reason,
+        // and ends the transaction.
+        Err(Frame::Error(reason)) if spec.kind == CommandKind::Exec => {
+            let reason = reason.strip_prefix(b"ERR ").unwrap_or(&reason);
+            let mut message = b"EXECABORT Transaction discarded because of: ".to_vec();
+            message.extend_from_slice(reason);
+            Request::ExecRefused(Frame::Error(message))
+        }
         Err(reply) => Request::Reply(reply),
     }
+}
+
+/// The request `args` make of `spec`, after Redis's checks in Redis's order.
+fn checked_request(spec: &CommandSpec, args: &Args<'_>, permissions: Permissions) -> Result<Request, Frame> {
+    if !arity_fits(spec.arity, args.len()) {
+        return Err(wrong_arity(spec.name));
+    }
+    let full_name = full_name(spec, args)?;
+    if let Some(refusal) = permissions.refusal(full_name, spec.flags.contains(&"no_auth"), spec.first_key > 0) {
+        return Err(refusal);
+    }
+    translate(spec, args)
 }
 
 /// Redis's full name of what `args` runs (`client|setname`; the command's own name if it has no
@@ -279,6 +447,16 @@ fn translate(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {
         CommandKind::MultiGet => Ok(Request::MultiGet { keys: checked_keys(args, 1)? }),
         CommandKind::Exists => Ok(Request::Exists { keys: checked_keys(args, 1)? }),
         CommandKind::Delete => Ok(Request::Delete { keys: checked_keys(args, 1)? }),
+        CommandKind::Unlink => Ok(Request::Unlink { keys: checked_keys(args, 1)? }),
+        CommandKind::Strlen => Ok(Request::Strlen { key: checked_keys(args, 1)?.remove(0) }),
+        CommandKind::Type => Ok(Request::Type { key: checked_keys(args, 1)?.remove(0) }),
+        CommandKind::Multi => Ok(Request::Multi),
+        CommandKind::Exec => Ok(Request::Exec),
+        CommandKind::Discard => Ok(Request::Discard),
+        CommandKind::Watch => Ok(Request::Watch),
+        // Nothing is ever watched (WATCH is refused), so there is nothing to forget: what Redis
+        // answers when no key is watched. A client that unwatches on its way out keeps working.
+        CommandKind::Unwatch => ok(),
         CommandKind::Set => {
             if args.len() > 3 {
                 let option = String::from_utf8_lossy(args.get(3));
@@ -301,7 +479,7 @@ fn translate(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {
         },
         CommandKind::Echo => Ok(Request::Reply(Frame::bulk(args.get(1)))),
         CommandKind::Hello => hello(args),
-        CommandKind::Info => Ok(Request::Info),
+        CommandKind::Info => Ok(Request::Info(InfoSections::parse(args))),
         CommandKind::DbSize => {
             Err(Frame::error("ERR DBSIZE is not supported: rampkv keeps no count of its keys (see docs/resp.md)"))
         }
@@ -685,6 +863,56 @@ mod tests {
     }
 
     #[test]
+    fn issue_31_commands_parse_as_redis_s() {
+        assert_eq!(request("type k"), Request::Type { key: b"k".to_vec() });
+        assert_eq!(request("STRLEN k"), Request::Strlen { key: b"k".to_vec() });
+        assert_eq!(request("unlink a b"), Request::Unlink { keys: vec![b"a".to_vec(), b"b".to_vec()] });
+        assert_eq!(request("multi"), Request::Multi);
+        assert_eq!(request("EXEC"), Request::Exec);
+        assert_eq!(request("discard"), Request::Discard);
+        assert_eq!(request("watch a b"), Request::Watch);
+        assert_eq!(request("unwatch"), Request::Reply(Frame::simple("OK")));
+        assert_eq!(error_text("type"), "ERR wrong number of arguments for 'type' command");
+        assert_eq!(error_text("strlen a b"), "ERR wrong number of arguments for 'strlen' command");
+        assert_eq!(error_text("multi x"), "ERR wrong number of arguments for 'multi' command");
+        assert_eq!(error_text("watch"), "ERR wrong number of arguments for 'watch' command");
+        // Redis answers an EXEC it refuses with EXECABORT and the reason (without ERR).
+        let aborted = |reason: &str| {
+            Request::ExecRefused(Frame::error(format!("EXECABORT Transaction discarded because of: {reason}")))
+        };
+        assert_eq!(request("exec x"), aborted("wrong number of arguments for 'exec' command"));
+        assert_eq!(request_as("exec", Permissions::UNAUTHENTICATED), aborted("NOAUTH Authentication required."));
+        let Request::Reply(Frame::Array(info)) = request("command info type strlen unlink multi exec watch") else {
+            panic!()
+        };
+        let arities: Vec<&Frame> = info
+            .iter()
+            .map(|entry| match entry {
+                Frame::Array(fields) => &fields[1],
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(arities, [2, 2, -2, 1, 1, -2].map(Frame::Integer).iter().collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn info_sections_are_read_as_redis_7_reads_them() {
+        let sections = |line: &str| match request(line) {
+            Request::Info(sections) => sections,
+            other => panic!("{line}: {other:?}"),
+        };
+        for line in ["info", "info default", "INFO all", "info EVERYTHING", "info server all"] {
+            assert_eq!(sections(line), InfoSections::DEFAULT, "{line}");
+        }
+        let some = sections("info SERVER keyspace nosuch");
+        let wanted: Vec<InfoSection> = InfoSection::ALL.into_iter().filter(|section| some.contains(*section)).collect();
+        assert_eq!(wanted, [InfoSection::Server, InfoSection::Keyspace]);
+        let none = sections("info nosuch");
+        assert!(InfoSection::ALL.iter().all(|section| !none.contains(*section)));
+        assert!(InfoSection::ALL.iter().all(|section| InfoSections::DEFAULT.contains(*section)));
+    }
+
+    #[test]
     fn glob_patterns_match_like_config_get() {
         assert!(glob_matches(b"*", b"save"));
         assert!(glob_matches(b"SA?E", b"save"));
@@ -714,6 +942,13 @@ mod tests {
             "config get save",
             "client setname x",
             "dbsize",
+            "multi",
+            "discard",
+            "watch k",
+            "unwatch",
+            "type k",
+            "strlen k",
+            "unlink k",
         ] {
             assert_eq!(request_as(line, anonymous), noauth, "{line}");
         }

@@ -19,7 +19,9 @@
 //! session (its own client id and clock) and runs its commands one at a time in arrival order,
 //! so pipelined commands are answered in order and a connection reads its own writes. MGET,
 //! EXISTS and DEL read with one `get_all`; MSET, SET and DEL write with one `put_all`, whatever
-//! partitions the keys live on.
+//! partitions the keys live on. MULTI/EXEC runs a queue of reads as one `get_all` and a queue of
+//! writes as one `put_all`, and refuses a queue that mixes them (a RAMP transaction is
+//! read-only or write-only).
 //!
 //! # Bounds
 //! The RESP-specific bounds live here; they are derived from the system's bounds in

@@ -88,6 +88,20 @@ impl SharedPollTransport {
         }
     }
 
+    /// Marks every server's socket readable and writable: a driver connected on another thread
+    /// (after a failover) whose sockets' events the loop took before it had the driver reads
+    /// what they hold at its first step (a spurious mark costs one read that finds nothing).
+    pub(crate) fn mark_all_ready(&mut self) {
+        if let SharedPollTransport::Sockets { transport, work } = self {
+            for server in 0..transport.server_count() {
+                if let Some(channel) = transport.channel_mut(server) {
+                    channel.set_ready(true, true, false);
+                }
+            }
+            *work = true;
+        }
+    }
+
     /// True if a step of the driver has something to send or to read.
     pub(crate) fn work_pending(&self) -> bool {
         match self {

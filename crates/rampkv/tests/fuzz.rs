@@ -525,6 +525,15 @@ fn resp_corpus(seed: u64) -> Vec<Vec<u8>> {
         &["MSET", "a", "1", "b", "2"],
         &["DEL", "a", "b"],
         &["EXISTS", "a"],
+        &["UNLINK", "a", "b"],
+        &["STRLEN", "k"],
+        &["TYPE", "k"],
+        &["MULTI"],
+        &["EXEC"],
+        &["EXEC", "x"],
+        &["DISCARD"],
+        &["WATCH", "k"],
+        &["UNWATCH"],
         &["PING"],
         &["PING", "hello"],
         &["ECHO", "x"],
@@ -534,6 +543,7 @@ fn resp_corpus(seed: u64) -> Vec<Vec<u8>> {
         &["AUTH", "alice", "pw"],
         &["ACL", "WHOAMI"],
         &["INFO"],
+        &["INFO", "server", "ALL", "nosuch"],
         &["DBSIZE"],
         &["COMMAND", "INFO", "get", "mset"],
         &["COMMAND", "COUNT"],
@@ -623,7 +633,7 @@ fn translate_every_way(
     for &permission in permissions {
         let translated = within_allocation_bound("parse_request", request.len(), || parse_request(&args, permission));
         match translated {
-            RespRequest::Reply(frame) => {
+            RespRequest::Reply(frame) | RespRequest::ExecRefused(frame) => {
                 tally.add(if matches!(frame, Frame::Error(_)) { "error replies" } else { "immediate replies" });
                 for protocol in [Protocol::Resp2, Protocol::Resp3] {
                     let encoded = frame.to_bytes(protocol);
@@ -636,7 +646,10 @@ fn translate_every_way(
             | RespRequest::Exists { .. }
             | RespRequest::Set { .. }
             | RespRequest::MultiSet { .. }
-            | RespRequest::Delete { .. } => tally.add("transactions"),
+            | RespRequest::Delete { .. }
+            | RespRequest::Unlink { .. }
+            | RespRequest::Strlen { .. }
+            | RespRequest::Type { .. } => tally.add("transactions"),
             _ => tally.add("connection commands"),
         }
     }

@@ -220,3 +220,38 @@ fn a_deposed_primarys_resolver_commits_nothing_its_successor_may_not_hold() {
     wait_resolved(&group);
     assert_eq!(group.cores()[1].store().last_commit(&keys[1]), ts);
 }
+
+/// Issue 30: during fault runs the servers logged `closing the connection ... handshake not
+/// finished ... 10046 ms after it opened`, again and again. The cause was the resolver: it
+/// connected one transport to *every* server (its own included) and sent requests only to the
+/// participants it asked, so the connections it never used sent no frame, and a server closes
+/// a connection that sent no complete frame within the handshake timeout
+/// (`CONNECTION_HANDSHAKE_TIMEOUT_MS`, here 500 ms). The transport then saw them closed,
+/// reconnected, and the next idle one was closed again. The resolver now connects to a server
+/// only to ask it something, and sends the request at once: with three servers and a
+/// transaction prepared at two, no connection is closed by the handshake timeout, even after
+/// several timeouts went by.
+#[test]
+fn the_resolver_opens_no_connection_it_does_not_use() {
+    let localhost: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let limits = rampkv::server::ConnectionLimits { handshake_timeout_ms: 500, ..Default::default() };
+    let options = rampkv::server::ServerOptions { limits, ..Default::default() };
+    let (mut group, _) = ServerGroup::start(&vec![ServerConfig::new(localhost); 3], &options).unwrap();
+    let addresses: Vec<String> = group.addresses().iter().map(SocketAddr::to_string).collect();
+    let cluster = Cluster::with_servers(addresses.clone()).unwrap();
+    group.start_recovery(cluster.clone(), 0, TIMEOUT_MS).unwrap();
+    let key_of = |server: usize| {
+        (0..).map(|i| format!("h{i}").into_bytes()).find(|key| cluster.server_of(key) == server).unwrap()
+    };
+    let keys = vec![key_of(0), key_of(1)];
+    let ts = (7 << 40) | 7;
+    dying_writer_to(&addresses[..2], &[(0, prepare(ts, &keys, &keys[0])), (1, prepare(ts, &keys, &keys[1]))]);
+    wait_resolved(&group);
+    assert_eq!(group.cores()[1].store().last_commit(&keys[1]), ts, "resolved by committing");
+    std::thread::sleep(Duration::from_millis(1_600)); // three handshake timeouts and a scan
+    let counts = group.servers().connection_stats().read();
+    assert_eq!(
+        counts.closed_handshake, 0,
+        "the resolver left a connection idle until its handshake timed out: {counts:?}"
+    );
+}

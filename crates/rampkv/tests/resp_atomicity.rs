@@ -3,6 +3,9 @@
 //! read-atomicity checker must find it clean, and the run must actually have raced reads
 //! against writes.
 //!
+//! The same runs through MULTI/EXEC (`--multi`): write groups queued as SETs and MSETs, read
+//! groups queued as GETs and an MGET, racing each other and plain MGETs.
+//!
 //! Needs `python3` with redis-py (`.ci/run` installs it); without them the test fails and says
 //! so. The script prints its seed; set `RESP_ATOMICITY_SEED` to replay its choices.
 
@@ -99,6 +102,39 @@ fn concurrent_mset_and_mget_through_redis_py_are_read_atomic() {
 
     values_are_stored_in_check_format(cluster, &writes);
     the_checker_would_catch_a_fractured_read_in_this_history(records);
+}
+
+/// Issue 31: MULTI/EXEC groups of writes (each sets its keys, on several partitions, to one
+/// value) against MULTI/EXEC groups of reads and plain MGETs: no read ever sees part of a group.
+#[test]
+fn concurrent_multi_exec_groups_through_redis_py_are_read_atomic() {
+    let Run { history, .. } = &run_script(Algorithm::RampFast, &["--multi"]);
+    let report = checker::check_file(history).unwrap();
+    assert!(report.is_clean(), "read atomicity violated through MULTI/EXEC:\n{report}");
+
+    let records = read_history(history).unwrap();
+    let (writes, reads) = split(&records);
+    assert!(writes.len() >= WRITERS * 100 && reads.len() >= 400, "{} writes, {} reads", writes.len(), reads.len());
+    let raced = reads_overlapping_a_write_of_their_keys(&writes, &reads);
+    assert!(raced >= 100, "only {raced} reads ran while a MULTI/EXEC of their keys was in flight");
+    let saw_writes = reads.iter().filter(|read| read.0.iter().any(|(_, ts)| *ts != 0)).count();
+    assert!(saw_writes * 2 >= reads.len(), "most reads read written values ({saw_writes} of {})", reads.len());
+    println!(
+        "{} write groups, {} reads, {raced} raced a group of their keys; checker: {report}",
+        writes.len(),
+        reads.len()
+    );
+    the_checker_would_catch_a_fractured_read_in_this_history(records);
+}
+
+/// The MULTI/EXEC run without concurrency control shows fractured reads: the groups and the
+/// checks above can see what RAMP prevents.
+#[test]
+fn the_multi_exec_run_without_concurrency_control_shows_fractured_reads() {
+    let Run { history, .. } = &run_script(Algorithm::NoCc, &["--multi", "--writes", "600", "--reads", "1200"]);
+    let report = checker::check_file(history).unwrap();
+    println!("{report}");
+    assert!(report.fractured_reads > 0, "no fractured read without concurrency control:\n{report}");
 }
 
 /// The same run without concurrency control (each server applies its part of an MSET on its own)

@@ -6,7 +6,9 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::{BenchConfig, ProbeResult, ProbeStop, ThreadTotals};
+use super::client_thread::ThreadTotals;
+use super::config::BenchConfig;
+use super::probe::{ProbeResult, ProbeStop};
 use crate::checker::{Report, Verdict};
 use rampkv_core::storage::StoreStats;
 use rampkv_net::message::BatchStats;

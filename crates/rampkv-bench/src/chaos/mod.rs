@@ -4,7 +4,9 @@
 //! end the checker, a read-back of every key against the last acknowledged write, and the
 //! longest window in which nothing completed. See `docs/reliability.md`.
 //!
-//! # Layout
+//! # Layout (bottom up: a room names only rooms above it in this list)
+//! - `error`: [`ChaosError`] and [`NamespacesFault`]; `clock`: the run's clock (history
+//!   nanoseconds, timeline milliseconds).
 //! - [`network`]: each server in a network namespace of its own (as root), or loopback; the
 //!   partitions of one server from the others.
 //! - [`servers`]: the `rampkv server` processes: start, readiness, SIGKILL, SIGSTOP and
@@ -12,6 +14,8 @@
 //! - [`nemesis`]: the fault schedule (a function of the seed) and the thread that carries it out.
 //! - [`workload`]: client threads that survive broken connections and record every transaction.
 //! - [`outcome`]: lost acknowledged writes, unavailability, the report and its verdict.
+//! - this file: [`ChaosConfig`] and [`run`], which sets up, runs the workload and the
+//!   nemesis, reads back and judges.
 //!
 //! # Contract
 //! [`run`] returns a [`ChaosReport`] whose `passed` is true only when the checker's verdict is
@@ -26,12 +30,15 @@
 //! Only the client's public interface (`Driver`, `Client`, the transports' `connect`) and
 //! server processes started from the binary are used, as a user would.
 
+mod clock;
+mod error;
 mod nemesis;
 mod network;
 mod outcome;
 mod servers;
 mod workload;
 
+pub use error::{ChaosError, NamespacesFault};
 pub use nemesis::{Action, Event, MillisecondRange, NemesisKind};
 pub use network::{NetworkChoice, NetworkMode};
 pub use outcome::{ChaosReport, Failure, FinalRead, LostWrite, Unavailability};
@@ -42,107 +49,25 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rampkv_core::cluster::{Cluster, ClusterError};
+use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use rampkv_net::client::{Client, ClientError};
 
 use crate::bench::TransportKind;
 use crate::checker;
-use crate::history::{HistoryError, HistoryStream, ReadRecord, Record, CHECK_VALUE_PREFIX_LEN};
+use crate::history::{HistoryStream, ReadRecord, Record, CHECK_VALUE_PREFIX_LEN};
 use crate::limits::{
     CHAOS_CLIENTS_MAX, CHAOS_CLIENT_THREADS_MAX, CHAOS_FINAL_READ_TIMEOUT_MS, CHAOS_KEYS_MAX,
     CHAOS_KILL_INTERVAL_MS_MIN, CHAOS_RECONNECT_BACKOFF_MS, CHAOS_REPLICA_WAIT_MS_MAX, CHAOS_SERVERS_MAX,
     CHAOS_SLEEP_STEP_MS,
 };
+use clock::RunClock;
 use network::Network;
 use servers::{ServerSetup, Servers};
 use workload::WorkloadShared;
 
 /// The client id the final read-back is recorded under (no driver session has 0).
 const FINAL_READ_CLIENT: u64 = 0;
-
-/// Errors that keep a chaos run from reaching a verdict (a verdict of failure is not one).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ChaosError {
-    #[error("unknown {what} {name:?} (one of {known})")]
-    UnknownName { what: &'static str, name: String, known: &'static str },
-    #[error("{setting} must be {min}..={max}, got {value}")]
-    OutOfRange { setting: &'static str, value: u64, min: u64, max: u64 },
-    #[error("--read-ratio must be between 0 and 1, got {value}")]
-    ReadRatio { value: f64 },
-    #[error("{setting}: the lower end {min_ms} ms is above the upper end {max_ms} ms")]
-    RangeOrder { setting: &'static str, min_ms: u64, max_ms: u64 },
-    #[error("--transport {transport} is not available to chaos runs (its clients call servers in their own process)")]
-    TransportUnsupported { transport: &'static str },
-    /// `--replicas` above 1 with `--nemesis kill-all` (or `mixed`, which draws kill-all only
-    /// then) without `--data-dir`: replication survives f failures at a time, and servers that
-    /// keep nothing on disk lose everything when all of them die at once. With `--data-dir` the
-    /// servers and the configuration service come back from their directories.
-    #[error(
-        "--replicas {replicas} with --nemesis kill-all needs --data-dir: replicas survive {} failure(s) at a time, \
-         not every server at once, unless the servers keep their stores and the configuration on disk \
-         (docs/replication.md, \"What survives what\")",
-        replicas - 1
-    )]
-    ReplicasKillAll { replicas: u32 },
-    #[error(
-        "--data-dir: `{} server` has no --data-dir option (a build without persistence), so a run would test \
-         servers that keep nothing",
-        program.display()
-    )]
-    PersistenceMissing { program: PathBuf },
-    #[error("--data-dir {}: not empty; a history can only be checked against a cluster that starts empty", path.display())]
-    DataDirNotEmpty { path: PathBuf },
-    #[error("cannot {what}{}: {error}", path.as_ref().map(|path| format!(" ({})", path.display())).unwrap_or_default())]
-    Io { what: &'static str, path: Option<PathBuf>, error: std::io::Error },
-    #[error(
-        "--nemesis partition cuts a server off inside the run's network namespaces, which need root and `ip netns`{}",
-        why.as_ref().map(|why| format!(": {why}")).unwrap_or_else(|| " (--network loopback)".to_owned())
-    )]
-    PartitionNeedsNamespaces { why: Option<String> },
-    #[error("network namespaces are unavailable: {why}")]
-    NamespacesUnavailable { why: NamespacesFault },
-    #[error("`{command}` failed ({status}): {stderr}")]
-    CommandFailed { command: String, status: String, stderr: String },
-    #[error("`{command}` did not finish in {timeout_ms} ms")]
-    CommandTimeout { command: String, timeout_ms: u64 },
-    #[error("cannot enter network namespace {path}: {error}")]
-    Namespace { path: String, error: std::io::Error },
-    #[error("cannot start server {server}: {error}")]
-    Spawn { server: usize, error: std::io::Error },
-    #[error("server {server} exited ({status}); the end of {}:\n{tail}", log.display())]
-    ServerExited { server: usize, status: String, log: PathBuf, tail: String },
-    #[error("server {server} did not serve within {timeout_ms} ms; the end of {}:\n{tail}", log.display())]
-    ServerNotReady { server: usize, timeout_ms: u64, log: PathBuf, tail: String },
-    #[error("server {server} has no process")]
-    ServerNotStarted { server: usize },
-    #[error(transparent)]
-    Cluster(#[from] ClusterError),
-    #[error(transparent)]
-    History(#[from] HistoryError),
-    #[error("{what} panicked")]
-    Panicked { what: &'static str },
-    #[error("the final read did not succeed within {timeout_ms} ms{}", last_error.as_ref().map(|error| format!(": {error}")).unwrap_or_default())]
-    FinalRead { timeout_ms: u64, last_error: Option<ClientError> },
-    #[error("interrupted")]
-    Interrupted,
-}
-
-/// What stopped `--network namespaces` (asked for by name, so the run stops).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum NamespacesFault {
-    /// Creating namespaces, veth pairs and a bridge takes root.
-    #[error("not running as root")]
-    NotRoot,
-    /// The `ip` command (or another) could not be started.
-    #[error("cannot run `{command}`: {error}")]
-    CannotRun { command: String, error: std::io::Error },
-    /// A step of the set-up failed: a command refused, timed out, or a namespace could not be entered.
-    #[error(transparent)]
-    Setup(Box<ChaosError>),
-}
 
 /// Everything that defines a chaos run.
 #[derive(Debug, Clone)]
@@ -247,40 +172,6 @@ impl ChaosConfig {
             return Err(ChaosError::PartitionNeedsNamespaces { why: None });
         }
         Ok(())
-    }
-}
-
-/// The run's clock: the history's nanoseconds and the timeline's milliseconds count from the
-/// workload's start.
-#[derive(Debug)]
-pub(crate) struct RunClock {
-    origin: Instant,
-}
-
-impl RunClock {
-    fn start() -> RunClock {
-        RunClock { origin: Instant::now() }
-    }
-
-    fn origin(&self) -> Instant {
-        self.origin
-    }
-
-    fn now_ns(&self) -> u64 {
-        self.origin.elapsed().as_nanos() as u64
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.origin.elapsed().as_millis() as u64
-    }
-
-    /// The time now as the report prints it (`+12.345s`).
-    fn label(&self) -> String {
-        Self::label_of(self.now_ms())
-    }
-
-    fn label_of(ms: u64) -> String {
-        format!("+{}.{:03}s", ms / 1_000, ms % 1_000)
     }
 }
 

@@ -49,9 +49,10 @@ use rampkv_ycsb::Random;
 use rustix::process::Signal;
 use serde::Serialize;
 
+use super::clock::RunClock;
+use super::error::ChaosError;
 use super::network::{Network, NetworkMode};
 use super::servers::Servers;
-use super::{ChaosError, RunClock};
 use crate::limits::{
     CHAOS_DEPOSED_POLL_MS, CHAOS_FAULT_HOLD_MS_MAX, CHAOS_FAULT_HOLD_MS_MIN, CHAOS_POLL_INTERVAL_MS,
     CHAOS_REPLICA_WAIT_MS_MAX, CHAOS_SLEEP_STEP_MS,

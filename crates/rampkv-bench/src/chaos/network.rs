@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{ChaosError, NamespacesFault};
+use super::error::{ChaosError, NamespacesFault};
 use crate::limits::{CHAOS_COMMAND_TIMEOUT_MS, CHAOS_SERVERS_MAX};
 
 /// Prefix of every namespace a chaos run makes.

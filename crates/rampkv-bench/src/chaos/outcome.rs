@@ -27,10 +27,10 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
+use super::clock::RunClock;
 use super::nemesis::{Action, Event, MillisecondRange, NemesisKind};
 use super::network::NetworkMode;
 use super::workload::WorkloadTotals;
-use super::RunClock;
 use crate::checker::{self, Verdict};
 use crate::history::{ReadRecord, Record};
 use crate::limits::{CHAOS_FAULT_HOLD_MS_MAX, CHAOS_LOST_EXAMPLES_MAX, CHAOS_REPLICA_WAIT_MS_MAX};

@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use rampkv_core::cluster::Front;
 use rampkv_net::server::durable::server_data_dir;
 
+use super::error::ChaosError;
 use super::network::Network;
-use super::ChaosError;
 use crate::limits::{
     CHAOS_LOG_TAIL_LINES, CHAOS_READY_PROBE_INTERVAL_MS, CHAOS_READY_PROBE_TIMEOUT_MS, CHAOS_RESTART_ATTEMPTS_MAX,
     CHAOS_SERVER_READY_TIMEOUT_MS,

@@ -38,7 +38,7 @@ use rampkv_net::transport::ClientTransport;
 use rampkv_ycsb::Random;
 use serde::Serialize;
 
-use super::RunClock;
+use super::clock::RunClock;
 use crate::bench::{check_values, TransportKind};
 use crate::history::{self, HistoryFeed, ReadRecord, Record, WriteRecord};
 use crate::limits::{

@@ -251,6 +251,15 @@ impl Sessions {
         self.sessions.len()
     }
 
+    /// Moves every session's clock past everything the same session of `earlier` issued or
+    /// observed ([`TimestampClock::follow`]): sessions that replace those (a client reconnected
+    /// after a failover) keep each session's timestamps increasing.
+    pub fn follow_clocks(&mut self, earlier: &Sessions) {
+        for (session, before) in self.sessions.iter_mut().zip(&earlier.sessions) {
+            session.clock.follow(&before.clock);
+        }
+    }
+
     /// The client id of a session.
     pub fn client_id(&self, session: usize) -> u16 {
         self.sessions[session].clock.client_id()

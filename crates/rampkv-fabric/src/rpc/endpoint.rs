@@ -9,21 +9,13 @@ use super::reply::{
     decode_reply_header, decode_time, encode_reply, encode_time, encode_unsolicited, fetch_reply, reply_slot_bytes,
     Fetched, ReplyHeader, ReplySlotWriter, REPLY_HEADER_BYTES, REPLY_TRAILER_BYTES,
 };
+pub use super::ReplyMode;
 use super::{RpcConfig, RpcError, RpcLayout};
 use crate::fabric::OneSided;
 use crate::limits::{RPC_BATCH_ENTRIES_MAX, RPC_REPLY_SLOT_BYTES_MAX, RPC_SLOW_FETCH_SPINS, WORD_BYTES};
 use crate::ring::{Doorbell, Doorbells, RingReceiver, RingSender, SendError, WaitError};
 use crate::words::Words;
 use std::time::{Duration, Instant};
-
-/// How the reply of a call comes back.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReplyMode {
-    /// The server leaves it in its reply slot; the client fetches it (remote fetch).
-    Fetch,
-    /// The server writes it into the client's push ring (server-reply, write-poll).
-    Push,
-}
 
 /// Counters of a client, over its life.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

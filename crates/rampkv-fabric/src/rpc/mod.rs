@@ -14,6 +14,8 @@
 //!   fetch/push switch, and [`RpcServerEndpoint`] (`server_recv` / `server_send`).
 //! - [`batch`]: [`Batcher`], batching many small requests per message, and the automatic
 //!   batch-size controller.
+//! - this file, below the rooms: [`RpcError`], [`RpcConfig`] (with [`ReplyMode`]) and
+//!   [`RpcLayout`], which the rooms use; it names none of them but to re-export.
 //!
 //! # Hybrid mode
 //! Every call starts in the connection's current mode. In **fetch** mode the client fetches
@@ -37,7 +39,7 @@ pub mod message;
 pub mod reply;
 
 pub use batch::{AutoBatchConfig, BatchConfig, BatchStats, Batcher, Completion, FlushReason, SizeController};
-pub use endpoint::{Reply, ReplyMode, RpcClient, RpcServerEndpoint, RpcStats};
+pub use endpoint::{Reply, RpcClient, RpcServerEndpoint, RpcStats};
 pub use message::{Entries, EntryList, RequestMessage};
 
 use crate::fabric::FabricError;
@@ -93,6 +95,15 @@ pub enum RpcError {
     /// A fabric operation failed.
     #[error(transparent)]
     Fabric(#[from] FabricError),
+}
+
+/// How the reply of a call comes back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReplyMode {
+    /// The server leaves it in its reply slot; the client fetches it (remote fetch).
+    Fetch,
+    /// The server writes it into the client's push ring (server-reply, write-poll).
+    Push,
 }
 
 /// Tunables of one connection. Defaults from `limits.rs`, as the paper chose them where it did.

@@ -105,6 +105,12 @@ impl<T: ClientTransport> Driver<T> {
         self.sessions.txn_options()
     }
 
+    /// Moves each session's clock past that of the same session of `earlier`, the driver this
+    /// one replaces (after a failover): a session's timestamps keep increasing across drivers.
+    pub fn follow_clocks<U: ClientTransport>(&mut self, earlier: &Driver<U>) {
+        self.sessions.follow_clocks(&earlier.sessions);
+    }
+
     /// Number of sessions.
     pub fn session_count(&self) -> usize {
         self.sessions.session_count()

@@ -62,6 +62,11 @@ pub enum ClientError {
     Sessions { sessions: usize },
     #[error("the transport reaches {transport} servers, the cluster has {cluster}")]
     ServerCount { transport: usize, cluster: usize },
+    /// Replication: connecting kept failing for reasons a failover explains (a server down or
+    /// refusing, no configuration node answering) until the failover bound passed; `last` is
+    /// the last failure.
+    #[error("cannot connect to the cluster within the failover bound ({waited_ms} ms); the last attempt: {last}")]
+    FailoverBound { waited_ms: u64, last: Box<ClientError> },
     /// Replication: the configuration service could not be asked (or the cluster file gives
     /// it no addresses).
     #[error("configuration service: {0}")]
@@ -76,10 +81,64 @@ impl ClientError {
             || self.is_not_primary()
     }
 
+    /// Whether connecting may succeed if tried again once a failover completes: a server down,
+    /// refusing or not answering its HELLO (a backup still taking over refuses it), or no
+    /// configuration node answering. Not when the configuration says a partition has no copy
+    /// left ([`ClientError::Unavailable`]), nor for a cluster file that differs.
+    pub fn is_connect_retryable(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Transport(_)
+                | ClientError::Timeout
+                | ClientError::HelloRefused { .. }
+                | ClientError::HelloReply
+                | ClientError::Configuration(_)
+        ) || self.is_not_primary()
+    }
+
     /// Whether a server refused because it is not (or no longer) the primary of a partition
     /// the transaction names: the client's routes are stale.
     pub fn is_not_primary(&self) -> bool {
         matches!(self, ClientError::Protocol(ProtocolError::ServerError { code: ErrorCode::NotPrimary, .. }))
+    }
+}
+
+/// Whether a client of `cluster` follows a failover: the cluster is replicated and has a
+/// configuration service to ask (the blocking [`Client`], `rampkv get/put` and the RESP gateway
+/// then retry within `FAILOVER_CLIENT_RETRY_MS_MAX`).
+pub fn follows_failover(cluster: &Cluster) -> bool {
+    cluster.replicas() > 1 && cluster.config_addresses().is_ok()
+}
+
+/// Runs `connect` (which learns the current configuration and connects to the servers it
+/// names) and, for a cluster that fails over ([`follows_failover`]), runs it again after an
+/// error a failover explains ([`ClientError::is_connect_retryable`]) until it works, for at most
+/// `FAILOVER_CLIENT_RETRY_MS_MAX`, every `FAILOVER_RETRY_BACKOFF_MS`: a client started in the
+/// moment between a primary's death and its backup's promotion connects once the failover is
+/// done rather than fail with `Connection refused`. Without replication it runs once.
+///
+/// # Errors
+/// [`ClientError::FailoverBound`] with the last error once the bound has passed (a cluster file
+/// whose servers never answer fails so after the bound); at once, an error a failover does not
+/// explain, or any error without replication.
+pub fn connect_within_failover_bound<R>(
+    cluster: &Cluster,
+    mut connect: impl FnMut() -> Result<R, ClientError>,
+) -> Result<R, ClientError> {
+    let started = std::time::Instant::now();
+    let bound = Duration::from_millis(FAILOVER_CLIENT_RETRY_MS_MAX);
+    let retry = follows_failover(cluster);
+    loop {
+        match connect() {
+            Err(error) if retry && error.is_connect_retryable() => {
+                if started.elapsed() >= bound {
+                    let waited_ms = started.elapsed().as_millis() as u64;
+                    return Err(ClientError::FailoverBound { waited_ms, last: Box::new(error) });
+                }
+                std::thread::sleep(Duration::from_millis(FAILOVER_RETRY_BACKOFF_MS));
+            }
+            result => return result,
+        }
     }
 }
 
@@ -272,9 +331,11 @@ impl Client {
 
 impl<T: ClientTransport> Client<T> {
     /// Connects with the transport `connect` builds (e.g. [`connect::onesided`]), and builds
-    /// it again to follow a failover.
+    /// it again to follow a failover. With replication, a connect that fails for a reason a
+    /// failover explains is tried again within the failover bound
+    /// ([`connect_within_failover_bound`]), as a transaction is.
     pub fn connect_with(cluster: &Cluster, connect: Connector<T>) -> Result<Client<T>, ClientError> {
-        let driver = Driver::connect(connect(cluster)?, cluster.clone(), 1)?;
+        let driver = connect_within_failover_bound(cluster, || Driver::connect(connect(cluster)?, cluster.clone(), 1))?;
         Ok(Client { driver, cluster: cluster.clone(), options: None, connect })
     }
 
@@ -290,7 +351,7 @@ impl<T: ClientTransport> Client<T> {
         mut attempt: impl FnMut(&mut Self) -> Result<R, ClientError>,
     ) -> Result<R, ClientError> {
         let deadline = std::time::Instant::now() + Duration::from_millis(FAILOVER_CLIENT_RETRY_MS_MAX);
-        let replicated = self.cluster.replicas() > 1 && self.cluster.config_addresses().is_ok();
+        let replicated = follows_failover(&self.cluster);
         let mut result = attempt(self);
         while replicated && std::time::Instant::now() < deadline {
             match &result {
@@ -318,6 +379,7 @@ impl<T: ClientTransport> Client<T> {
         if let Some(options) = &self.options {
             driver.set_txn_options(*options);
         }
+        driver.follow_clocks(&self.driver); // its next write above every one before
         self.driver = driver;
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! transaction, and what a connection then waits on ([`Pending`]).
 //!
 //! # Pipelines
-//! When a read command (GET, MGET, EXISTS) starts, the read commands right behind it that are
+//! When a read command (GET, MGET, EXISTS, STRLEN, TYPE) starts, the read commands right behind it that are
 //! already buffered join it in one `get_all` (up to [`BATCH_COMMANDS_MAX`] commands and
 //! `TXN_KEYS_MAX` keys); likewise SET and MSET in one `put_all` (up to
 //! [`WRITE_BATCH_KEYS_MAX`] keys). Each command still gets its own reply, in order. A batch of
@@ -13,25 +13,39 @@
 //! versions are then alone in their write sets, which the servers free as soon as a newer
 //! write supersedes them instead of keeping them for the GC grace period (a pipeline of SETs
 //! otherwise grew memory by its whole volume for ten seconds: docs/performance.md, issue 18).
-//! Any other command (DEL, PING, HELLO, an error) ends a batch and runs alone. This is what lets
+//! Any other command (DEL, PING, HELLO, MULTI, an error) ends a batch and runs alone. Commands
+//! of a connection in MULTI are queued, never batched (`multi`). This is what lets
 //! a pipelining client get more than one transaction's worth of work per round trip.
 
 use super::event_loop::EventLoop;
+use super::failover::TxnInput;
+use super::multi::ExecPlan;
 use super::{BATCH_COMMANDS_MAX, WRITE_BATCH_KEYS_MAX};
 use crate::command::{parse_request, Request};
 use rampkv_core::limits::TXN_KEYS_MAX;
-use rampkv_net::client::ClientError;
 
 /// One read command of a batch; its keys are the next ones of the batch's read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum ReadCommand {
     Get,
+    Strlen,
+    Type,
     MultiGet { keys: usize },
     Exists { keys: usize },
 }
 
+impl ReadCommand {
+    /// How many keys of the read are this command's.
+    pub(super) fn keys(self) -> usize {
+        match self {
+            ReadCommand::Get | ReadCommand::Strlen | ReadCommand::Type => 1,
+            ReadCommand::MultiGet { keys } | ReadCommand::Exists { keys } => keys,
+        }
+    }
+}
+
 /// The commands a connection waits on; says how to answer the transaction's result.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) enum Pending {
     /// Consecutive GET, MGET and EXISTS commands read by one `get_all`, in order.
     Reads(Vec<ReadCommand>),
@@ -41,6 +55,9 @@ pub(super) enum Pending {
     DeleteRead,
     /// DEL, second step: writing the tombstones; `removed` keys were present.
     DeleteWrite { removed: i64 },
+    /// EXEC: the queued commands' transaction (a read, or a write and maybe a read before it
+    /// for DEL's counts); EXEC's one reply is written when it has finished (`multi`).
+    Exec(Box<ExecPlan>),
 }
 
 impl EventLoop {
@@ -53,6 +70,8 @@ impl EventLoop {
         while let Some(request) = next.take() {
             let (command, more) = match request {
                 Request::Get { key } => (ReadCommand::Get, vec![key]),
+                Request::Strlen { key } => (ReadCommand::Strlen, vec![key]),
+                Request::Type { key } => (ReadCommand::Type, vec![key]),
                 Request::MultiGet { keys } => (ReadCommand::MultiGet { keys: keys.len() }, keys),
                 Request::Exists { keys } => (ReadCommand::Exists { keys: keys.len() }, keys),
                 other => unreachable!("not a read command: {other:?}"),
@@ -60,7 +79,7 @@ impl EventLoop {
             keys.extend(more);
             commands.push(command);
             next = self.next_batchable(slot, keys.len(), TXN_KEYS_MAX, commands.len(), |request| match request {
-                Request::Get { .. } => Some(1),
+                Request::Get { .. } | Request::Strlen { .. } | Request::Type { .. } => Some(1),
                 Request::MultiGet { keys } | Request::Exists { keys } => Some(keys.len()),
                 _ => None,
             });
@@ -134,45 +153,15 @@ impl EventLoop {
     }
 
     pub(super) fn begin_read(&mut self, slot: usize, keys: Vec<Vec<u8>>, pending: Pending) {
-        let session = self.connections[slot].as_ref().expect("open").session;
-        let started = match self.driver() {
-            Some(driver) => driver.begin_read(session, keys),
-            None => return self.reply_unavailable(slot, pending.replies()),
-        };
-        self.on_begin(slot, session, started, pending);
+        self.begin_transaction(slot, TxnInput::Read(keys), pending);
     }
 
     pub(super) fn begin_write(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending) {
-        self.begin_write_as(slot, pairs, pending, false);
+        self.begin_transaction(slot, TxnInput::Write(pairs), pending);
     }
 
     fn begin_independent_writes(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending) {
-        self.begin_write_as(slot, pairs, pending, true);
-    }
-
-    fn begin_write_as(&mut self, slot: usize, pairs: Vec<(Vec<u8>, Vec<u8>)>, pending: Pending, independent: bool) {
-        let session = self.connections[slot].as_ref().expect("open").session;
-        let started = match self.driver() {
-            Some(driver) if independent => driver.begin_independent_writes(session, pairs).map(|_ts| ()),
-            Some(driver) => driver.begin_write(session, pairs).map(|_ts| ()),
-            None => return self.reply_unavailable(slot, pending.replies()),
-        };
-        self.on_begin(slot, session, started, pending);
-    }
-
-    fn on_begin(&mut self, slot: usize, session: usize, started: Result<(), ClientError>, pending: Pending) {
-        match started {
-            Ok(()) => {
-                debug_assert!(!self.sessions[session].in_flight);
-                self.sessions[session].in_flight = true;
-                self.connections[slot].as_mut().expect("open").pending = Some(pending);
-            }
-            Err(error @ ClientError::Transport(_)) => {
-                self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies());
-                self.fail_driver(error);
-            }
-            Err(error) => self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies()),
-        }
+        self.begin_transaction(slot, TxnInput::IndependentWrites(pairs), pending);
     }
 }
 
@@ -182,7 +171,7 @@ impl Pending {
         match self {
             Pending::Reads(commands) => commands.len(),
             Pending::Writes { commands } => *commands,
-            Pending::DeleteRead | Pending::DeleteWrite { .. } => 1,
+            Pending::DeleteRead | Pending::DeleteWrite { .. } | Pending::Exec(_) => 1,
         }
     }
 }

@@ -1,14 +1,17 @@
-//! Command dispatch: what one command of a connection does ([`EventLoop::execute`]). Replies
-//! that need no transaction (PING, QUIT, AUTH, HELLO, INFO, CLIENT, ACL WHOAMI, errors) are
-//! made here and appended to the connection's output; GET, MGET, EXISTS, SET and MSET start a
-//! batch (`batch`); DEL reads its keys, then writes tombstones for the present ones.
+//! Command dispatch: what one command of a connection does ([`EventLoop::execute`]). MULTI,
+//! EXEC, DISCARD and WATCH, and every command of a connection in MULTI, go to `multi` first.
+//! Replies that need no transaction (PING, QUIT, AUTH, HELLO, INFO, CLIENT, ACL WHOAMI, errors)
+//! are made here ([`EventLoop::local_reply`], which EXEC also runs for the queued ones) and
+//! appended to the connection's output; GET, MGET, EXISTS, STRLEN, TYPE, SET and MSET start a
+//! batch (`batch`); DEL and UNLINK read their keys, then write tombstones (one `put_all`).
 //!
 //! # Contract
 //! A connection runs one command at a time: `execute` is called only for a connection with
 //! nothing pending, and either answers at once or starts one transaction (which may take the
 //! commands buffered behind it: `batch`) whose completion answers it (`driver`); a transaction
-//! that cannot start is answered at once with the error. A new command is one arm of `execute` (and one entry in
-//! [`crate::command`]'s table).
+//! that cannot start is answered at once with the error. A new command is one arm of `execute`
+//! (or of `local_reply`), one entry in [`crate::command`]'s table, and its place in `multi`
+//! (a read, a write, or a connection command).
 //!
 //! # Authentication
 //! With users that need passwords ([`GatewayConfig::users`](super::GatewayConfig::users), `--requirepass` / `--aclfile`), a
@@ -22,7 +25,7 @@ use ahash::AHashSet;
 
 use super::batch::Pending;
 use super::event_loop::{Connection, EventLoop};
-use super::replies::{hello_reply, info_text};
+use super::replies::hello_reply;
 use crate::auth::{self, Users};
 use crate::codec::Frame;
 use crate::command::Request;
@@ -32,15 +35,33 @@ use rampkv_core::protocol::ReadOutcome;
 impl EventLoop {
     /// Runs one command of connection `slot` (which has none pending).
     pub(super) fn execute(&mut self, slot: usize, request: Request) {
-        let connected = self.connections.len() - self.free_slots.len();
-        let connection = self.connections[slot].as_mut().expect("executing for an open connection");
-        debug_assert!(connection.pending.is_none());
-        let reply = match request {
-            Request::Get { .. } | Request::MultiGet { .. } | Request::Exists { .. } => {
-                return self.begin_read_batch(slot, request)
+        debug_assert!(self.connections[slot].as_ref().is_some_and(|connection| connection.pending.is_none()));
+        let Some(request) = self.transaction_control(slot, request) else {
+            return; // MULTI, EXEC, DISCARD, WATCH, or queued (`multi`)
+        };
+        match request {
+            Request::Get { .. }
+            | Request::MultiGet { .. }
+            | Request::Exists { .. }
+            | Request::Strlen { .. }
+            | Request::Type { .. } => self.begin_read_batch(slot, request),
+            Request::Set { .. } | Request::MultiSet { .. } => self.begin_write_batch(slot, request),
+            Request::Delete { keys } | Request::Unlink { keys } => self.begin_read(slot, keys, Pending::DeleteRead),
+            request => {
+                let reply = self.local_reply(slot, request);
+                self.reply(slot, &reply);
             }
-            Request::Set { .. } | Request::MultiSet { .. } => return self.begin_write_batch(slot, request),
-            Request::Delete { keys } => return self.begin_read(slot, keys, Pending::DeleteRead),
+        }
+    }
+
+    /// Runs a command that needs no transaction (PING, AUTH, HELLO, INFO, CLIENT, QUIT, ...)
+    /// for connection `slot`, now or at EXEC (`multi`): its reply.
+    pub(super) fn local_reply(&mut self, slot: usize, request: Request) -> Frame {
+        let connection = match request {
+            Request::Info(sections) => return Frame::Bulk(self.info_text(sections)),
+            _ => self.connections[slot].as_mut().expect("running a command of an open connection"),
+        };
+        match request {
             Request::Reply(frame) => frame,
             Request::Quit => {
                 connection.closing = true;
@@ -61,22 +82,18 @@ impl EventLoop {
             Request::Hello { protocol, auth, name } => {
                 if let Some((user, password)) = auth {
                     if !connection.log_in(&self.users, &user, &password) {
-                        let protocol = connection.protocol;
-                        return connection
-                            .outgoing
-                            .append(|out| Frame::error(auth::WRONGPASS_REPLY).encode(protocol, out));
+                        return Frame::error(auth::WRONGPASS_REPLY);
                     }
                 }
                 if !connection.permissions.authenticated() {
                     Frame::error(auth::HELLO_NOAUTH_REPLY)
                 } else {
-                    // The reply is already in the protocol HELLO asked for.
+                    // The reply goes out in the protocol HELLO asked for.
                     connection.protocol = protocol.unwrap_or(connection.protocol);
                     connection.name = name.or(connection.name.take());
                     hello_reply(connection.protocol, connection.id)
                 }
             }
-            Request::Info => Frame::Bulk(info_text(&self.stats, connected)),
             Request::ClientSetName(name) => {
                 connection.name = if name.is_empty() { None } else { Some(name) };
                 Frame::simple("OK")
@@ -87,13 +104,15 @@ impl EventLoop {
                 Some(user) => Frame::bulk(self.users.name(user)),
                 None => Frame::error(auth::NOAUTH_REPLY), // not reached: ACL needs a login
             },
-        };
-        let protocol = connection.protocol;
-        connection.outgoing.append(|out| reply.encode(protocol, out));
+            other => {
+                debug_assert!(false, "not a connection command: {other:?}");
+                Frame::error("ERR internal error: not a connection command")
+            }
+        }
     }
 
-    /// DEL's second step: tombstones for every key in one write; the reply counts the distinct
-    /// keys that were present.
+    /// DEL's (and UNLINK's) second step: tombstones for every key in one write; the reply
+    /// counts the distinct keys that were present.
     pub(super) fn delete_present(&mut self, slot: usize, outcome: ReadOutcome) {
         let mut distinct = AHashSet::with_capacity(outcome.items.len());
         let mut removed = 0;

@@ -4,6 +4,9 @@
 //! replaced.
 //!
 //! # Fault model
+//! With replication the gateway follows the configuration and a failure a failover explains
+//! makes the command wait and run again, within one bound (`failover`); what follows is the
+//! rest, and the gateway without replication.
 //! - A transaction that fails (timeout, server error) gets `-ERR rampkv: ...`. A timed-out
 //!   write may or may not have taken effect, as with any store.
 //! - If one server's connection fails, the commands that need its partitions get
@@ -19,6 +22,7 @@ use mio::Waker;
 
 use super::batch::Pending;
 use super::event_loop::EventLoop;
+use super::failover::{self, TxnInput};
 use super::replies::{transaction_error, write_errors, write_read_replies};
 use super::{InProcessServers, IN_FLIGHT_POLL_TIMEOUT, RECONNECT_INTERVAL};
 use crate::codec;
@@ -45,14 +49,57 @@ pub(super) fn connect_driver(
             let wake = Arc::clone(waker) as Arc<dyn rampkv_net::message::Wake>;
             SharedPollTransport::InProcess(LocalTransport::new(&servers.groups, Some(wake)))
         }
-        None => SharedPollTransport::connect(registry, cluster.servers())?,
+        None => return connect_driver_to(registry, cluster, cluster.servers(), sessions, options),
     };
     let mut driver = Driver::connect(transport, cluster.clone(), sessions)?;
     driver.set_txn_options(options);
     Ok(driver)
 }
 
+/// A driver whose connection to server i goes to `routes[i]` (the cluster file's address, or
+/// with failover the current primary of its partitions), its sockets registered in `registry`.
+/// Blocks for the connects and the HELLOs (the follower calls it on its own thread).
+pub(super) fn connect_driver_to(
+    registry: &mio::Registry,
+    cluster: &Cluster,
+    routes: &[String],
+    sessions: usize,
+    options: TxnOptions,
+) -> Result<GatewayDriver, ClientError> {
+    let transport = SharedPollTransport::connect(registry, routes)?;
+    let mut driver = Driver::connect(transport, cluster.clone(), sessions)?;
+    driver.set_txn_options(options);
+    Ok(driver)
+}
+
 impl EventLoop {
+    /// Starts `input` for connection `slot`, which then waits on `pending`; answers at once
+    /// if it cannot start. With a follower, a copy is kept to run it again after a failover
+    /// (`failover`).
+    pub(super) fn begin_transaction(&mut self, slot: usize, input: TxnInput, pending: Pending) {
+        if self.follower.is_some() {
+            self.connections[slot].as_mut().expect("open").pending = Some(pending);
+            return self.begin_followed(slot, input);
+        }
+        let session = self.connections[slot].as_ref().expect("open").session;
+        let started = match self.driver() {
+            Some(driver) => input.begin(driver, session),
+            None => return self.reply_unavailable(slot, pending.replies()),
+        };
+        match started {
+            Ok(()) => {
+                debug_assert!(!self.sessions[session].in_flight);
+                self.sessions[session].in_flight = true;
+                self.connections[slot].as_mut().expect("open").pending = Some(pending);
+            }
+            Err(error @ ClientError::Transport(_)) => {
+                self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies());
+                self.fail_driver(error);
+            }
+            Err(error) => self.reply_errors(slot, &format!("ERR rampkv: {error}"), pending.replies()),
+        }
+    }
+
     /// The driver, reconnecting it if it failed and the last attempt is long enough ago
     /// (`None`: unavailable, `driver_error` says why). Reconnecting blocks this thread for at
     /// most the connect and HELLO timeouts.
@@ -103,27 +150,31 @@ impl EventLoop {
         }
     }
 
-    /// The driver is broken for good: answer every command whose transaction was in flight.
+    /// The driver is broken for good: answer every command whose transaction was in flight
+    /// (with a follower: park it, and ask for a new driver).
     pub(super) fn fail_driver(&mut self, error: ClientError) {
         self.driver = None;
         self.driver_error = error.to_string();
         self.last_reconnect = Instant::now();
         let message = format!("ERR rampkv: the connection to the cluster failed: {error}");
+        let noted = failover::note(&error);
         for session in 0..self.sessions.len() {
             let state = &mut self.sessions[session];
             if !state.in_flight {
                 continue;
             }
             state.in_flight = false;
-            match state.owner {
-                None => self.free_sessions.push(session),
-                Some(slot) => {
-                    let connection = self.connections[slot].as_mut().expect("a session's owner is open");
-                    let count = connection.pending.take().map_or(0, |pending| pending.replies());
-                    connection.outgoing.append(|out| write_errors(out, &message, count));
-                    self.enqueue(slot);
-                }
+            if self.requeue_in_flight(session, &noted) {
+                continue;
             }
+            let slot = self.sessions[session].owner.expect("requeued unless owned");
+            let connection = self.connections[slot].as_mut().expect("a session's owner is open");
+            let count = connection.pending.take().map_or(0, |pending| pending.replies());
+            connection.outgoing.append(|out| write_errors(out, &message, count));
+            self.enqueue(slot);
+        }
+        if let Some(follower) = self.follower.as_mut() {
+            follower.lost_driver();
         }
     }
 
@@ -137,7 +188,13 @@ impl EventLoop {
             self.free_sessions.push(session); // an orphan: its connection is gone
             return;
         };
+        if let Err(error) = &completion.result {
+            if self.park_failed(slot, error) {
+                return; // run again once the configuration is known
+            }
+        }
         let connection = self.connections[slot].as_mut().expect("a session's owner is open");
+        connection.retry = None;
         let pending = connection.pending.take().expect("a finished transaction answers a pending command");
         let protocol = connection.protocol;
         let out = &mut connection.outgoing;
@@ -147,6 +204,7 @@ impl EventLoop {
                 out.append(|out| write_read_replies(out, protocol, &commands, &outcome));
             }
             (Pending::DeleteRead, Ok(TxnResult::Read(outcome))) => return self.delete_present(slot, outcome),
+            (Pending::Exec(plan), Ok(result)) => return self.exec_finished(slot, plan, result),
             (Pending::Writes { commands }, Ok(TxnResult::Write(_))) => out.append(|out| {
                 for _ in 0..commands {
                     codec::write_simple(out, b"OK");

@@ -49,6 +49,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 
 use super::batch::Pending;
 use super::driver::GatewayDriver;
+use super::failover::{Follower, Retry};
+use super::multi::MultiState;
 use super::{GatewayError, InProcessServers, IN_FLIGHT_POLL_TIMEOUT};
 use crate::auth::{Permissions, UserId, Users};
 use crate::codec::{self, Protocol, RequestLimits, RequestParser};
@@ -84,6 +86,11 @@ pub(super) struct Connection {
     pub(super) incoming: StreamBuffer,
     pub(super) outgoing: StreamBuffer,
     pub(super) pending: Option<Pending>,
+    /// Between MULTI and EXEC: the queued commands (`multi`); dropped with the connection.
+    pub(super) multi: Option<MultiState>,
+    /// With a follower: the input of the transaction `pending` waits on, to run it again
+    /// after a failover (`failover`).
+    pub(super) retry: Option<Retry>,
     /// The socket had no more bytes at the last read (edge-triggered: read again after an event).
     pub(super) read_drained: bool,
     /// epoll reported the peer's end of stream: read until EOF rather than stopping at a short read.
@@ -129,6 +136,10 @@ pub(super) struct EventLoop {
     pub(super) in_process: Option<InProcessServers>,
     /// None after the driver failed, until a reconnect works.
     pub(super) driver: Option<GatewayDriver>,
+    /// With replication: learns the configuration and connects new drivers (`failover`).
+    pub(super) follower: Option<Follower>,
+    /// Connections (slot, client id) whose command waits for the follower's next update.
+    pub(super) parked: Vec<(usize, u64)>,
     /// Wakes the loop (an in-process driver's deferred replies).
     pub(super) waker: Arc<Waker>,
     /// What a reconnected driver runs with.
@@ -163,7 +174,7 @@ impl EventLoop {
         listener: TcpListener,
         stop: Arc<AtomicBool>,
         (cluster, in_process): (Cluster, Option<InProcessServers>),
-        (driver, waker): (GatewayDriver, Arc<Waker>),
+        (driver, follower, waker): (GatewayDriver, Option<Follower>, Arc<Waker>),
         (port, users, idle_timeout): (u16, Arc<Users>, Option<Duration>),
         buffered_bytes_max: usize,
     ) -> Self {
@@ -176,6 +187,8 @@ impl EventLoop {
             cluster,
             in_process,
             driver: Some(driver),
+            follower,
+            parked: Vec::new(),
             waker,
             txn_options,
             driver_error: String::new(),
@@ -213,7 +226,7 @@ impl EventLoop {
             let in_flight = self.driver.as_ref().is_some_and(|driver| driver.active() > 0);
             let timeout = if !self.ready.is_empty() {
                 Some(Duration::ZERO) // work left from the last turn
-            } else if in_flight {
+            } else if in_flight || !self.parked.is_empty() {
                 Some(IN_FLIGHT_POLL_TIMEOUT)
             } else if self.idle_timeout.is_some() && self.free_slots.len() < self.connections.len() {
                 Some(GATEWAY_IDLE_SCAN_INTERVAL) // connections to time out
@@ -247,6 +260,8 @@ impl EventLoop {
                     }
                 }
             }
+            // A new driver after a failover (the waker), or parked commands past their bound.
+            self.follow_updates();
             // Serve and step until neither has anything left: answers start the next pipelined
             // commands, whose requests the next step sends. Bounded, so that a stream of
             // completions cannot keep the loop from polling for new connections and commands.
@@ -267,7 +282,9 @@ impl EventLoop {
     /// Counts what connection `slot` holds now into the gateway's total.
     fn account(&mut self, slot: usize) {
         let Some(connection) = self.connections[slot].as_mut() else { return };
-        let held = connection.incoming.held_bytes() + connection.outgoing.held_bytes();
+        let queued = connection.multi.as_ref().map_or(0, MultiState::held_bytes);
+        let retry = connection.retry.as_ref().map_or(0, Retry::held_bytes);
+        let held = connection.incoming.held_bytes() + connection.outgoing.held_bytes() + queued + retry;
         self.held_total = self.held_total - connection.held_bytes + held;
         connection.held_bytes = held;
     }
@@ -376,6 +393,8 @@ impl EventLoop {
             incoming: StreamBuffer::default(),
             outgoing: StreamBuffer::default(),
             pending: None,
+            multi: None,
+            retry: None,
             read_drained: false,
             peer_finished: false,
             input_closed: false,

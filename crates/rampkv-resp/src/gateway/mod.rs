@@ -7,7 +7,8 @@
 //! it; consecutive pipelined reads (or writes) may run as one transaction. Bad input from a
 //! client (malformed RESP, a client that does not read, too many bytes held) costs that
 //! connection, never the gateway; a server that fails costs the commands that need its
-//! partitions; everything the gateway holds is bounded ([`crate::GATEWAY_SESSIONS_MAX`],
+//! partitions (with replication: waits for the failover, within one bound: `failover`);
+//! everything the gateway holds is bounded ([`crate::GATEWAY_SESSIONS_MAX`],
 //! [`crate::GATEWAY_BUFFERED_BYTES_MAX`], ...). Each room (# Layout) states its part in full.
 //!
 //! # Layout
@@ -19,12 +20,19 @@
 //! - `dispatch`: what one command does (`EventLoop::execute`): a reply made in place (PING,
 //!   AUTH, HELLO, INFO, CLIENT ...) or a transaction started; DEL's two steps. A new command
 //!   goes here (*Authentication*).
+//! - `multi`: MULTI / EXEC / DISCARD / WATCH: a connection's queue and its EXEC as one RAMP
+//!   transaction, read-only or write-only.
 //! - `batch`: pipelines: the consecutive reads or writes that join one transaction, and what
 //!   a connection waits on (*Pipelines*).
-//! - `driver`: the cluster side: connecting, stepping and reconnecting the driver, answering
-//!   finished transactions, failing the commands of a broken driver (*Fault model* of the
+//! - `driver`: the cluster side: connecting, stepping and reconnecting the driver, starting and
+//!   answering transactions, failing the commands of a broken driver (*Fault model* of the
 //!   cluster).
-//! - `replies`: reply writers: errors, a batch of reads, HELLO's map, INFO's text.
+//! - `failover`: with replication, following the configuration: the follower thread that
+//!   learns the current primaries and connects new drivers off the loop, the commands that
+//!   wait through a failover and run again, and the one bound past which they are answered
+//!   `-TRYAGAIN` / `-CLUSTERDOWN`.
+//! - `replies`: reply writers: errors, read commands' replies, HELLO's map.
+//! - `info`: INFO's sections, from the gateway, its cluster file and in-process servers.
 //!
 //! # Protected mode
 //! A gateway that anyone could use (no password for `default`) refuses to listen on an address
@@ -35,6 +43,9 @@ mod batch;
 mod dispatch;
 mod driver;
 mod event_loop;
+mod failover;
+mod info;
+mod multi;
 mod replies;
 
 use std::net::SocketAddr;
@@ -48,11 +59,12 @@ use mio::{Interest, Poll, Waker};
 
 use super::auth::Users;
 use super::{GATEWAY_BUFFERED_BYTES_MAX, GATEWAY_SESSIONS_DEFAULT, GATEWAY_SESSIONS_MAX};
-use driver::connect_driver;
+use driver::{connect_driver, connect_driver_to};
 use event_loop::{EventLoop, LISTENER_TOKEN, WAKER_TOKEN};
+use failover::{follows_configuration, Follower, FollowerSetup};
 use rampkv_core::cluster::Cluster;
 use rampkv_core::protocol::ramp::TxnOptions;
-use rampkv_net::client::ClientError;
+use rampkv_net::client::{connect_within_failover_bound, current_addresses, ClientError};
 use rampkv_net::server::Servers;
 
 /// Longest the loop blocks while transactions are in flight: how late a transaction's deadline
@@ -68,6 +80,20 @@ pub const BATCH_COMMANDS_MAX: usize = 64;
 /// (docs/resp.md): MSET of 4 keys with `-P 16` ran at 32-39k/s merged up to 64 keys and 27k/s up
 /// to 16, but MGET of 4 keys with `-P 16` over the versions written ran at 27-30k/s and 51-59k/s.
 pub const WRITE_BATCH_KEYS_MAX: usize = 16;
+
+/// Most commands a connection may queue between MULTI and EXEC. An EXEC runs at most
+/// `TXN_KEYS_MAX` distinct keys, so a longer queue can only repeat keys or hold connection
+/// commands; Redis clients' transactions are a handful of commands.
+pub const MULTI_QUEUED_COMMANDS_MAX: usize = 1024;
+
+/// Most bytes (keys, values, a fixed overhead per command) a connection may queue between
+/// MULTI and EXEC: one largest MSET (`TXN_KEYS_MAX` values of 64 KiB) fits, twice that does
+/// not. Counted in the gateway's byte budget as well.
+pub const MULTI_QUEUED_BYTES_MAX: usize = 32 * 1024 * 1024;
+
+/// INFO's replication section lists the placement of at most this many partitions (a cluster
+/// may have 65,536), then how many it left out.
+pub const INFO_PARTITION_LINES_MAX: u32 = 256;
 
 /// Least time between two attempts to reconnect a failed driver.
 pub const RECONNECT_INTERVAL: Duration = Duration::from_secs(1);
@@ -160,8 +186,9 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Connects a driver to `cluster` (which must be up), binds the listener, and starts the
-    /// event loop thread.
+    /// Connects a driver to `cluster` (which must be up; with replication, to its current
+    /// primaries, tried again within the failover bound, and starts the follower: `failover`),
+    /// binds the listener, and starts the event loop thread.
     pub fn spawn(cluster: &Cluster, config: &GatewayConfig) -> Result<Gateway, GatewayError> {
         if let Some(refusal) = config.protected_mode_refusal() {
             return Err(refusal);
@@ -178,7 +205,20 @@ impl Gateway {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER_TOKEN)?);
         let in_process = config.in_process.as_ref();
-        let driver = connect_driver(poll.registry(), &waker, cluster, in_process, config.sessions, config.txn_options)?;
+        let (sessions, options) = (config.sessions, config.txn_options);
+        let (driver, follower) = if follows_configuration(cluster, in_process.is_some()) {
+            // The current primaries, tried again within the failover bound as a Client's connect.
+            let (driver, routes) = connect_within_failover_bound(cluster, || {
+                let routes = current_addresses(cluster)?;
+                Ok((connect_driver_to(poll.registry(), cluster, &routes, sessions, options)?, routes))
+            })?;
+            let registry = poll.registry().try_clone()?;
+            let setup =
+                FollowerSetup { registry, waker: Arc::clone(&waker), cluster: cluster.clone(), sessions, options };
+            (driver, Some(Follower::spawn(setup, routes)?))
+        } else {
+            (connect_driver(poll.registry(), &waker, cluster, in_process, sessions, options)?, None)
+        };
         let mut listener = TcpListener::bind(config.listen)?;
         poll.registry().register(&mut listener, LISTENER_TOKEN, Interest::READABLE)?;
         let address = listener.local_addr()?;
@@ -188,7 +228,7 @@ impl Gateway {
             listener,
             Arc::clone(&stop),
             (cluster.clone(), config.in_process.clone()),
-            (driver, Arc::clone(&waker)),
+            (driver, follower, Arc::clone(&waker)),
             (address.port(), Arc::clone(&config.users), config.idle_timeout),
             config.buffered_bytes_max,
         );

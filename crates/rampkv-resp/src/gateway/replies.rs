@@ -2,13 +2,26 @@
 //! connection's outgoing bytes and do no I/O.
 
 use super::batch::ReadCommand;
-use super::event_loop::{EventLoop, Stats};
+use super::event_loop::EventLoop;
 use crate::codec::{self, Frame, Protocol};
 use crate::{value, REDIS_COMPATIBLE_VERSION};
 use rampkv_core::protocol::ReadOutcome;
 use rampkv_net::client::ClientError;
 
 impl EventLoop {
+    /// Appends to connection `slot`'s replies what `write` writes in the connection's protocol.
+    pub(super) fn append(&mut self, slot: usize, write: impl FnOnce(&mut Vec<u8>, Protocol)) {
+        if let Some(connection) = self.connections[slot].as_mut() {
+            let protocol = connection.protocol;
+            connection.outgoing.append(|out| write(out, protocol));
+        }
+    }
+
+    /// Appends `reply` to connection `slot`'s replies.
+    pub(super) fn reply(&mut self, slot: usize, reply: &Frame) {
+        self.append(slot, |out, protocol| reply.encode(protocol, out));
+    }
+
     /// Answers `count` commands with the same error.
     pub(super) fn reply_errors(&mut self, slot: usize, message: &str, count: usize) {
         if let Some(connection) = self.connections[slot].as_mut() {
@@ -46,27 +59,42 @@ pub(super) fn write_read_replies(
     commands: &[ReadCommand],
     outcome: &ReadOutcome,
 ) {
-    let mut items = outcome.items.iter().map(|item| value::decode(item.ts, &item.value));
+    let mut values = outcome.items.iter().map(|item| value::decode(item.ts, &item.value));
+    for command in commands {
+        write_read_reply(out, protocol, *command, &mut values);
+    }
+    debug_assert!(values.next().is_none(), "every item answered");
+}
+
+/// The reply of one read command from the values of its keys, taken from `values` in order
+/// (`None`: the key is absent).
+pub(super) fn write_read_reply<'v>(
+    out: &mut Vec<u8>,
+    protocol: Protocol,
+    command: ReadCommand,
+    values: &mut impl Iterator<Item = Option<&'v [u8]>>,
+) {
+    let mut next = || values.next().expect("one value per key of the command");
     let write_value = |out: &mut Vec<u8>, value: Option<&[u8]>| match value {
         Some(bytes) => codec::write_bulk(out, bytes),
         None => codec::write_null(out, protocol),
     };
-    for command in commands {
-        match *command {
-            ReadCommand::Get => write_value(out, items.next().expect("one item per key")),
-            ReadCommand::MultiGet { keys } => {
-                codec::write_array_header(out, keys);
-                for value in items.by_ref().take(keys) {
-                    write_value(out, value);
-                }
-            }
-            ReadCommand::Exists { keys } => {
-                let present = items.by_ref().take(keys).filter(Option::is_some).count();
-                codec::write_integer(out, present as i64);
+    match command {
+        ReadCommand::Get => write_value(out, next()),
+        ReadCommand::Strlen => codec::write_integer(out, next().map_or(0, |value| value.len() as i64)),
+        // Every value the gateway stores is a Redis string.
+        ReadCommand::Type => codec::write_simple(out, if next().is_some() { b"string" } else { b"none" }),
+        ReadCommand::MultiGet { keys } => {
+            codec::write_array_header(out, keys);
+            for _ in 0..keys {
+                write_value(out, next());
             }
         }
+        ReadCommand::Exists { keys } => {
+            let present = (0..keys).filter(|_| next().is_some()).count();
+            codec::write_integer(out, present as i64);
+        }
     }
-    debug_assert!(items.next().is_none(), "every item answered");
 }
 
 /// HELLO's reply: a map in RESP3, a flat array of names and values in RESP2.
@@ -81,35 +109,4 @@ pub(super) fn hello_reply(protocol: Protocol, id: u64) -> Frame {
         field("role", Frame::bulk("master")),
         field("modules", Frame::Array(Vec::new())),
     ])
-}
-
-/// INFO's text: the fields redis-cli and redis-benchmark read, plus rampkv's own.
-pub(super) fn info_text(stats: &Stats, connected: usize) -> Vec<u8> {
-    let uptime = stats.started.elapsed().as_secs();
-    let lines = [
-        "# Server".to_string(),
-        format!("redis_version:{REDIS_COMPATIBLE_VERSION}"),
-        format!("rampkv_version:{}", env!("CARGO_PKG_VERSION")),
-        "redis_mode:standalone".to_string(),
-        format!("os:{} {}", std::env::consts::OS, std::env::consts::ARCH),
-        format!("arch_bits:{}", usize::BITS),
-        format!("process_id:{}", std::process::id()),
-        format!("tcp_port:{}", stats.port),
-        format!("uptime_in_seconds:{uptime}"),
-        format!("uptime_in_days:{}", uptime / 86_400),
-        String::new(),
-        "# Clients".to_string(),
-        format!("connected_clients:{connected}"),
-        format!("maxclients:{}", stats.sessions),
-        String::new(),
-        "# Stats".to_string(),
-        format!("total_connections_received:{}", stats.connections_received),
-        format!("total_commands_processed:{}", stats.commands_processed),
-        format!("rejected_connections:{}", stats.connections_rejected),
-        String::new(),
-        "# Keyspace".to_string(),
-    ];
-    let mut text = lines.join("\r\n");
-    text.push_str("\r\n");
-    text.into_bytes()
 }

@@ -1,0 +1,605 @@
+//! MULTI / EXEC / DISCARD: the commands a connection queues between MULTI and EXEC run at EXEC
+//! as one RAMP transaction.
+//!
+//! # Contract
+//! - **Queueing.** After MULTI each command is checked as it arrives, with every check
+//!   `command::parse_request` makes (name, arity, permissions, key and value sizes, options),
+//!   and answered `+QUEUED`, or with its error, which dooms the transaction: EXEC then answers
+//!   `-EXECABORT Transaction discarded because of previous errors.` (Redis's text). Redis queues
+//!   a command whose options are wrong (`SET k v EX`, `SELECT 5`) and fails it alone at EXEC,
+//!   running the others; rampkv makes those checks at queue time, so an EXEC runs all of its
+//!   commands or none.
+//! - **Reads only** (GET, MGET, EXISTS, STRLEN, TYPE): one read-atomic `get_all` over the
+//!   distinct keys of the whole queue; each command's reply comes from it, so the replies are
+//!   one snapshot across partitions.
+//! - **Writes only** (SET, MSET, DEL, UNLINK): one `put_all` across partitions of the value each
+//!   key holds after the queue in order (a later command overrides an earlier one, a DEL writes
+//!   a tombstone), as executing the commands one after another would leave them. DEL and UNLINK
+//!   answer how many of their keys were present, as if run in sequence: a key an earlier queued
+//!   command wrote or deleted is known from the queue; the others are read by one read-atomic
+//!   `get_all` at EXEC, just before the write. So an EXEC with such a DEL is two transactions,
+//!   a read then the write, as DEL outside MULTI is: a client writing between them can make a
+//!   count stale, never the write, which is one atomic `put_all` whatever the counts say.
+//! - **Reads and writes**: refused at EXEC, `-EXECABORT Transaction discarded because of: ...`
+//!   (Redis's form for an EXEC refused with a reason) naming them: a RAMP transaction is
+//!   read-only or write-only, so such a queue could not run as one atomic unit.
+//! - **Connection commands** (PING, ECHO, INFO, CLIENT ..., SELECT 0, UNWATCH, AUTH, HELLO, ...)
+//!   are neither reads nor writes: they run when the transaction has finished, in queue order,
+//!   each reply in its place in EXEC's array (as Redis runs them at EXEC).
+//! - At most `TXN_KEYS_MAX` distinct keys per EXEC (more: EXECABORT naming the count). A
+//!   transaction that fails answers EXEC with one error (`-CLUSTERDOWN ...`, `-ERR rampkv: ...`)
+//!   and the connection commands of its queue do not run; a write that timed out may or may not
+//!   have taken effect, as outside MULTI.
+//! - **WATCH** is refused, with why: an optimistic check-and-set reads keys and then writes them
+//!   in one transaction. UNWATCH answers `+OK` (nothing is ever watched). Nested MULTI, EXEC and
+//!   DISCARD without MULTI, and WATCH inside MULTI get Redis's errors and, as in Redis, do not
+//!   doom the transaction; an EXEC refused before it runs (`EXEC x`) gets Redis's
+//!   `-EXECABORT Transaction discarded because of: <why>` and ends it. QUIT is never queued
+//!   (nor in Redis).
+//! - **Bounds.** The queue holds at most [`MULTI_QUEUED_COMMANDS_MAX`] commands and
+//!   [`MULTI_QUEUED_BYTES_MAX`] bytes (counted in the gateway's byte budget too). The command
+//!   that would go beyond is answered with an error saying so, the queue is dropped and the
+//!   transaction doomed: nothing more is kept until EXEC or DISCARD, so a client can never make
+//!   it grow without bound (Redis closes a client past its query-buffer limit; this keeps the
+//!   connection and says why). The queue is the connection's: closing it drops the queue.
+//!
+//! # Expiry (to come)
+//! Queued commands become the transaction's writes in one place, [`ExecPlan::new`], called
+//! once per EXEC. Relative expiries queued in one MULTI (`SET k v EX 10`, `EXPIRE`) are to be
+//! converted there, from one instant taken once per EXEC and passed to each command's
+//! conversion, as Redis computes them from the EXEC's time.
+
+use ahash::AHashMap;
+
+use super::batch::{Pending, ReadCommand};
+use super::event_loop::EventLoop;
+use super::replies::write_read_reply;
+use super::{MULTI_QUEUED_BYTES_MAX, MULTI_QUEUED_COMMANDS_MAX};
+use crate::codec::{self, Frame, Protocol};
+use crate::command::{Pairs, Request};
+use crate::value;
+use rampkv_core::limits::TXN_KEYS_MAX;
+use rampkv_core::protocol::ReadOutcome;
+use rampkv_net::client::TxnResult;
+
+/// Redis 7.0's texts.
+const NESTED_MULTI_REPLY: &str = "ERR MULTI calls can not be nested";
+const EXEC_WITHOUT_MULTI_REPLY: &str = "ERR EXEC without MULTI";
+const DISCARD_WITHOUT_MULTI_REPLY: &str = "ERR DISCARD without MULTI";
+const WATCH_INSIDE_MULTI_REPLY: &str = "ERR WATCH inside MULTI is not allowed";
+const EXECABORT_REPLY: &str = "EXECABORT Transaction discarded because of previous errors.";
+
+/// Why WATCH is refused.
+pub const WATCH_REFUSAL: &str = "ERR WATCH is not supported by rampkv: an optimistic check-and-set reads keys and \
+                                 then writes them in one transaction, and rampkv runs a transaction as read-only or \
+                                 write-only (RAMP). MULTI/EXEC without WATCH works, with reads only or writes only";
+
+/// What one queued command holds beyond its keys and values (its `Request`, its allocations),
+/// for the queue's byte count.
+const QUEUED_COMMAND_OVERHEAD_BYTES: usize = 64;
+
+/// A connection's state between MULTI and EXEC (or DISCARD, or its close).
+#[derive(Debug, Default)]
+pub(super) struct MultiState {
+    queued: Vec<Request>,
+    /// What `queued` holds ([`queued_bytes`]).
+    bytes: usize,
+    /// A command failed to queue: EXEC answers EXECABORT, and nothing more is kept.
+    doomed: bool,
+}
+
+impl MultiState {
+    /// Bytes the queue holds (for the gateway's budget).
+    pub(super) fn held_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Queues `request` (checked already); its reply.
+    fn queue(&mut self, request: Request) -> Frame {
+        if let Request::Reply(Frame::Error(message)) = request {
+            self.doom();
+            return Frame::Error(message);
+        }
+        if self.doomed {
+            return Frame::simple("QUEUED"); // never run: EXEC discards the transaction
+        }
+        let bytes = queued_bytes(&request);
+        if self.queued.len() >= MULTI_QUEUED_COMMANDS_MAX || self.bytes + bytes > MULTI_QUEUED_BYTES_MAX {
+            self.doom();
+            return Frame::error(format!(
+                "ERR MULTI queue full: rampkv queues at most {MULTI_QUEUED_COMMANDS_MAX} commands and \
+                 {MULTI_QUEUED_BYTES_MAX} bytes between MULTI and EXEC; the transaction is discarded"
+            ));
+        }
+        self.bytes += bytes;
+        self.queued.push(request);
+        debug_assert!(self.queued.len() <= MULTI_QUEUED_COMMANDS_MAX && self.bytes <= MULTI_QUEUED_BYTES_MAX);
+        Frame::simple("QUEUED")
+    }
+
+    fn doom(&mut self) {
+        self.doomed = true;
+        self.queued = Vec::new();
+        self.bytes = 0;
+    }
+}
+
+/// Bytes a queued command holds: its keys, values and a fixed overhead.
+fn queued_bytes(request: &Request) -> usize {
+    let keys = |keys: &[Vec<u8>]| keys.iter().map(Vec::len).sum::<usize>();
+    let data = match request {
+        Request::Get { key } | Request::Strlen { key } | Request::Type { key } => key.len(),
+        Request::MultiGet { keys: list }
+        | Request::Exists { keys: list }
+        | Request::Delete { keys: list }
+        | Request::Unlink { keys: list } => keys(list),
+        Request::Set { key, value } => key.len() + value.len(),
+        Request::MultiSet { pairs } => pairs.iter().map(|(key, value)| key.len() + value.len()).sum(),
+        Request::Reply(frame) => frame.to_bytes(Protocol::Resp3).len(),
+        Request::ClientSetName(name) => name.len(),
+        Request::Auth { user, password } => user.as_ref().map_or(0, Vec::len) + password.len(),
+        Request::Hello { auth, name, .. } => {
+            auth.as_ref().map_or(0, |(user, password)| user.len() + password.len()) + name.as_ref().map_or(0, Vec::len)
+        }
+        _ => 0,
+    };
+    data + QUEUED_COMMAND_OVERHEAD_BYTES
+}
+
+impl EventLoop {
+    /// What MULTI changes about a command of connection `slot`: MULTI, EXEC, DISCARD and WATCH
+    /// themselves, and any other command of a connection in MULTI (queued). Returns the
+    /// request if it runs as usual.
+    pub(super) fn transaction_control(&mut self, slot: usize, request: Request) -> Option<Request> {
+        let connection = self.connections[slot].as_mut().expect("executing for an open connection");
+        let in_multi = connection.multi.is_some();
+        let reply = match request {
+            Request::Multi if in_multi => Frame::error(NESTED_MULTI_REPLY),
+            Request::Multi => {
+                connection.multi = Some(MultiState::default());
+                Frame::simple("OK")
+            }
+            Request::Exec => match connection.multi.take() {
+                Some(state) => {
+                    self.exec(slot, state);
+                    return None;
+                }
+                None => Frame::error(EXEC_WITHOUT_MULTI_REPLY),
+            },
+            Request::ExecRefused(reply) => {
+                connection.multi = None;
+                reply
+            }
+            Request::Discard => match connection.multi.take() {
+                Some(_) => Frame::simple("OK"),
+                None => Frame::error(DISCARD_WITHOUT_MULTI_REPLY),
+            },
+            Request::Watch if in_multi => Frame::error(WATCH_INSIDE_MULTI_REPLY),
+            Request::Watch => Frame::error(WATCH_REFUSAL),
+            Request::Quit => return Some(request),
+            request => match connection.multi.as_mut() {
+                Some(state) => state.queue(request),
+                None => return Some(request),
+            },
+        };
+        self.reply(slot, &reply);
+        None
+    }
+
+    /// EXEC: runs the queue of a connection that was in MULTI.
+    fn exec(&mut self, slot: usize, state: MultiState) {
+        if state.doomed {
+            return self.reply(slot, &Frame::error(EXECABORT_REPLY));
+        }
+        match ExecPlan::new(state.queued) {
+            Err(reason) => {
+                self.reply(slot, &Frame::error(format!("EXECABORT Transaction discarded because of: {reason}")))
+            }
+            Ok(mut plan) => match &mut plan.transaction {
+                Transaction::None => self.answer_exec(slot, plan, &[]),
+                Transaction::Read { keys, .. } => {
+                    let keys = std::mem::take(keys);
+                    self.begin_read(slot, keys, Pending::Exec(Box::new(plan)));
+                }
+                Transaction::Write { counted, .. } if !counted.is_empty() => {
+                    let keys = std::mem::take(counted);
+                    self.begin_read(slot, keys, Pending::Exec(Box::new(plan)));
+                }
+                Transaction::Write { pairs, .. } => {
+                    let pairs = std::mem::take(pairs);
+                    self.begin_write(slot, pairs, Pending::Exec(Box::new(plan)));
+                }
+            },
+        }
+    }
+
+    /// A transaction of an EXEC finished: answers EXEC, or after the read of DEL's counts
+    /// starts the write.
+    pub(super) fn exec_finished(&mut self, slot: usize, mut plan: Box<ExecPlan>, result: TxnResult) {
+        match (&mut plan.transaction, result) {
+            (Transaction::Read { key_count, .. }, TxnResult::Read(outcome)) if outcome.items.len() == *key_count => {
+                let values = present_values(&outcome);
+                self.answer_exec(slot, *plan, &values);
+            }
+            (Transaction::Write { pairs, counted_count, present, .. }, TxnResult::Read(outcome))
+                if outcome.items.len() == *counted_count && present.is_empty() =>
+            {
+                *present = present_values(&outcome).iter().map(Option::is_some).collect();
+                let pairs = std::mem::take(pairs);
+                self.begin_write(slot, pairs, Pending::Exec(plan));
+            }
+            (Transaction::Write { .. }, TxnResult::Write(_)) => self.answer_exec(slot, *plan, &[]),
+            (_, result) => {
+                debug_assert!(false, "EXEC's transaction finished with {result:?}");
+                self.reply(slot, &Frame::error("ERR internal error: mismatched transaction result"));
+            }
+        }
+        self.enqueue(slot);
+    }
+
+    /// EXEC's reply: an array of each queued command's reply, in order; `values` are those of
+    /// a read-only queue's keys (empty for the others). Connection commands run now.
+    fn answer_exec(&mut self, slot: usize, plan: ExecPlan, values: &[Option<&[u8]>]) {
+        let ExecPlan { steps, transaction } = plan;
+        let (positions, present) = match &transaction {
+            Transaction::Read { positions, .. } => (&positions[..], &[][..]),
+            Transaction::Write { present, .. } => (&[][..], &present[..]),
+            Transaction::None => (&[][..], &[][..]),
+        };
+        let mut positions = positions.iter();
+        self.append(slot, |out, _| codec::write_array_header(out, steps.len()));
+        for step in steps {
+            match step {
+                Step::Local(request) => {
+                    let reply = self.local_reply(slot, request);
+                    self.reply(slot, &reply);
+                }
+                Step::Read(command) => {
+                    let mut keys = positions.by_ref().take(command.keys()).map(|&at| values.get(at).copied().flatten());
+                    self.append(slot, |out, protocol| write_read_reply(out, protocol, command, &mut keys));
+                }
+                Step::Written => self.append(slot, |out, _| codec::write_simple(out, b"OK")),
+                Step::Deleted { known_present, read } => {
+                    let read_present = read.iter().filter(|&&at| present.get(at).copied().unwrap_or(false)).count();
+                    self.append(slot, |out, _| codec::write_integer(out, known_present + read_present as i64));
+                }
+            }
+        }
+    }
+}
+
+/// The values a read returned, in the order of its keys (`None`: absent).
+fn present_values(outcome: &ReadOutcome) -> Vec<Option<&[u8]>> {
+    outcome.items.iter().map(|item| value::decode(item.ts, &item.value)).collect()
+}
+
+/// What an EXEC runs: its transaction and how to answer each queued command from it.
+#[derive(Debug)]
+pub(super) struct ExecPlan {
+    steps: Vec<Step>,
+    transaction: Transaction,
+}
+
+/// How one queued command is answered.
+#[derive(Debug)]
+enum Step {
+    /// A connection command: run once the transaction has finished.
+    Local(Request),
+    /// A read command; its keys' values are at the read's next positions.
+    Read(ReadCommand),
+    /// SET or MSET: `+OK`.
+    Written,
+    /// DEL or UNLINK: `known_present` of its keys were present by the queue's earlier commands,
+    /// plus those of `read` (positions in the read of DEL's counts) that the read found.
+    Deleted { known_present: i64, read: Vec<usize> },
+}
+
+#[derive(Debug)]
+enum Transaction {
+    /// Only connection commands.
+    None,
+    /// One `get_all` of the distinct `keys` (taken when it starts); `positions` are, for each
+    /// read command's keys in order, their positions in `keys`.
+    Read { keys: Vec<Vec<u8>>, key_count: usize, positions: Vec<usize> },
+    /// One `put_all` of `pairs`, after one `get_all` of `counted` (the keys whose presence
+    /// DEL's counts need and the queue does not tell; skipped if none) whose answers are
+    /// `present`, by position.
+    Write { pairs: Pairs, counted: Vec<Vec<u8>>, counted_count: usize, present: Vec<bool> },
+}
+
+/// Whether a queued command reads, writes or neither; its name for errors.
+enum Access {
+    Read(&'static str),
+    Write(&'static str),
+    Local,
+}
+
+fn access(request: &Request) -> Access {
+    match request {
+        Request::Get { .. } => Access::Read("GET"),
+        Request::MultiGet { .. } => Access::Read("MGET"),
+        Request::Exists { .. } => Access::Read("EXISTS"),
+        Request::Strlen { .. } => Access::Read("STRLEN"),
+        Request::Type { .. } => Access::Read("TYPE"),
+        Request::Set { .. } => Access::Write("SET"),
+        Request::MultiSet { .. } => Access::Write("MSET"),
+        Request::Delete { .. } => Access::Write("DEL"),
+        Request::Unlink { .. } => Access::Write("UNLINK"),
+        _ => Access::Local,
+    }
+}
+
+impl ExecPlan {
+    /// The plan of a queue, or why EXEC refuses it (reads mixed with writes, too many keys).
+    /// The one place where queued commands become the transaction (module docs, *Expiry*).
+    fn new(queued: Vec<Request>) -> Result<ExecPlan, String> {
+        let (mut reads, mut writes) = (Vec::new(), Vec::new());
+        for request in &queued {
+            match access(request) {
+                Access::Read(name) if !reads.contains(&name) => reads.push(name),
+                Access::Write(name) if !writes.contains(&name) => writes.push(name),
+                _ => {}
+            }
+        }
+        if !reads.is_empty() && !writes.is_empty() {
+            return Err(format!(
+                "it mixes reads ({}) and writes ({}): rampkv runs a transaction as read-only or write-only (RAMP); \
+                 send them in two MULTI blocks",
+                reads.join(", "),
+                writes.join(", ")
+            ));
+        }
+        let plan = if writes.is_empty() { Self::reads(queued) } else { Self::writes(queued) };
+        let keys = match &plan.transaction {
+            Transaction::None => 0,
+            Transaction::Read { key_count, .. } => *key_count,
+            Transaction::Write { pairs, .. } => pairs.len(),
+        };
+        if keys > TXN_KEYS_MAX {
+            return Err(format!(
+                "it touches {keys} distinct keys, and a rampkv transaction takes at most {TXN_KEYS_MAX}"
+            ));
+        }
+        Ok(plan)
+    }
+
+    fn reads(queued: Vec<Request>) -> ExecPlan {
+        let mut keys = DistinctKeys::default();
+        let mut positions = Vec::new();
+        let mut read = |command: ReadCommand, command_keys: Vec<Vec<u8>>| {
+            debug_assert_eq!(command.keys(), command_keys.len());
+            positions.extend(command_keys.into_iter().map(|key| keys.position(key)));
+            Step::Read(command)
+        };
+        let steps: Vec<Step> = queued
+            .into_iter()
+            .map(|request| match request {
+                Request::Get { key } => read(ReadCommand::Get, vec![key]),
+                Request::Strlen { key } => read(ReadCommand::Strlen, vec![key]),
+                Request::Type { key } => read(ReadCommand::Type, vec![key]),
+                Request::MultiGet { keys } => read(ReadCommand::MultiGet { keys: keys.len() }, keys),
+                Request::Exists { keys } => read(ReadCommand::Exists { keys: keys.len() }, keys),
+                other => Step::Local(other),
+            })
+            .collect();
+        let transaction = match keys.len() {
+            0 => Transaction::None,
+            key_count => Transaction::Read { keys: keys.into_keys(), key_count, positions },
+        };
+        ExecPlan { steps, transaction }
+    }
+
+    fn writes(queued: Vec<Request>) -> ExecPlan {
+        let mut written = LastWrites::default();
+        let mut counted = DistinctKeys::default();
+        let steps = queued
+            .into_iter()
+            .map(|request| match request {
+                Request::Set { key, value } => {
+                    written.put(key, value);
+                    Step::Written
+                }
+                Request::MultiSet { pairs } => {
+                    pairs.into_iter().for_each(|(key, value)| written.put(key, value));
+                    Step::Written
+                }
+                Request::Delete { keys } | Request::Unlink { keys } => {
+                    let (mut known_present, mut read) = (0, Vec::new());
+                    for key in keys {
+                        match written.present(&key) {
+                            Some(present) => known_present += i64::from(present),
+                            None => read.push(counted.position(key.clone())),
+                        }
+                        written.put(key, value::tombstone());
+                    }
+                    Step::Deleted { known_present, read }
+                }
+                other => Step::Local(other),
+            })
+            .collect();
+        let counted_count = counted.len();
+        let transaction = Transaction::Write {
+            pairs: written.into_pairs(),
+            counted: counted.into_keys(),
+            counted_count,
+            present: Vec::new(),
+        };
+        ExecPlan { steps, transaction }
+    }
+}
+
+/// Distinct keys in first-seen order, each with its position.
+#[derive(Debug, Default)]
+struct DistinctKeys {
+    positions: AHashMap<Vec<u8>, usize>,
+}
+
+impl DistinctKeys {
+    fn position(&mut self, key: Vec<u8>) -> usize {
+        let next = self.positions.len();
+        *self.positions.entry(key).or_insert(next)
+    }
+
+    fn get(&self, key: &[u8]) -> Option<usize> {
+        self.positions.get(key).copied()
+    }
+
+    fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    fn into_keys(self) -> Vec<Vec<u8>> {
+        let mut keys = vec![Vec::new(); self.positions.len()];
+        for (key, position) in self.positions {
+            keys[position] = key;
+        }
+        keys
+    }
+}
+
+/// The last stored value written to each key, keys in first-seen order.
+#[derive(Debug, Default)]
+struct LastWrites {
+    keys: DistinctKeys,
+    values: Vec<Vec<u8>>,
+}
+
+impl LastWrites {
+    fn put(&mut self, key: Vec<u8>, stored: Vec<u8>) {
+        let position = self.keys.position(key);
+        match self.values.get_mut(position) {
+            Some(value) => *value = stored,
+            None => self.values.push(stored),
+        }
+        debug_assert_eq!(self.values.len(), self.keys.len());
+    }
+
+    /// Whether the queue so far leaves `key` present (None: it has not written it).
+    fn present(&self, key: &[u8]) -> Option<bool> {
+        self.keys.get(key).map(|position| self.values[position][..] != [value::TOMBSTONE])
+    }
+
+    fn into_pairs(self) -> Pairs {
+        self.keys.into_keys().into_iter().zip(self.values).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Permissions;
+    use crate::codec::RequestParser;
+    use crate::command::parse_request;
+
+    fn queue_of(lines: &[&str]) -> Vec<Request> {
+        let mut parser = RequestParser::new();
+        lines
+            .iter()
+            .map(|line| {
+                let input = format!("{line}\r\n");
+                let (args, _) = parser.parse(input.as_bytes()).unwrap().unwrap();
+                parse_request(&args, Permissions::ALL)
+            })
+            .collect()
+    }
+
+    fn plan(lines: &[&str]) -> Result<ExecPlan, String> {
+        ExecPlan::new(queue_of(lines))
+    }
+
+    fn keys(names: &[&str]) -> Vec<Vec<u8>> {
+        names.iter().map(|name| name.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn a_read_queue_is_one_read_of_its_distinct_keys() {
+        let plan = plan(&["GET a", "MGET b a c", "PING", "EXISTS c c", "STRLEN d", "TYPE a"]).unwrap();
+        let Transaction::Read { keys: read, key_count, positions } = &plan.transaction else { panic!("{plan:?}") };
+        assert_eq!(read, &keys(&["a", "b", "c", "d"]));
+        assert_eq!(*key_count, 4);
+        assert_eq!(positions, &[0, 1, 0, 2, 2, 2, 3, 0]);
+        assert_eq!(plan.steps.len(), 6);
+        assert!(matches!(plan.steps[2], Step::Local(Request::Reply(_))));
+    }
+
+    #[test]
+    fn a_write_queue_writes_the_last_value_of_each_key_and_reads_only_what_del_needs() {
+        let plan = plan(&["SET a 1", "MSET b 2 a 3", "DEL a c c", "UNLINK c d", "SET d 4", "DEL d"]).unwrap();
+        let Transaction::Write { pairs, counted, counted_count, .. } = &plan.transaction else { panic!("{plan:?}") };
+        let tombstone = value::tombstone();
+        let expected: Pairs = vec![
+            (b"a".to_vec(), tombstone.clone()),
+            (b"b".to_vec(), value::encode(b"2")),
+            (b"c".to_vec(), tombstone.clone()),
+            (b"d".to_vec(), tombstone),
+        ];
+        assert_eq!(pairs, &expected);
+        // DEL a c c: a is present by the queue, c is read (its second mention is known absent);
+        // UNLINK c d: c is known absent, d is read; the last DEL d: present by the SET before.
+        assert_eq!(counted, &keys(&["c", "d"]));
+        assert_eq!(*counted_count, 2);
+        let deleted: Vec<(i64, Vec<usize>)> = plan
+            .steps
+            .iter()
+            .filter_map(|step| match step {
+                Step::Deleted { known_present, read } => Some((*known_present, read.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(deleted, vec![(1, vec![0]), (0, vec![1]), (1, vec![])]);
+    }
+
+    #[test]
+    fn a_write_queue_whose_deletes_the_queue_answers_needs_no_read() {
+        let plan = plan(&["SET a 1", "DEL a", "DEL a"]).unwrap();
+        let Transaction::Write { counted, .. } = &plan.transaction else { panic!("{plan:?}") };
+        assert!(counted.is_empty());
+    }
+
+    #[test]
+    fn mixed_queues_and_too_many_keys_are_refused_with_why() {
+        let reason = plan(&["GET a", "SET b 1", "MGET a", "DEL c", "GET x"]).unwrap_err();
+        assert!(reason.starts_with("it mixes reads (GET, MGET) and writes (SET, DEL)"), "{reason}");
+        assert!(reason.contains("read-only or write-only (RAMP)"), "{reason}");
+        let many: Vec<String> = (0..=TXN_KEYS_MAX).map(|key| format!("GET k{key}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let reason = plan(&many).unwrap_err();
+        assert_eq!(
+            reason,
+            format!("it touches 257 distinct keys, and a rampkv transaction takes at most {TXN_KEYS_MAX}")
+        );
+        assert!(plan(&many[1..]).is_ok(), "256 keys fit");
+        assert!(matches!(plan(&["PING", "ECHO x"]).unwrap().transaction, Transaction::None));
+        assert!(matches!(plan(&[]).unwrap().transaction, Transaction::None));
+    }
+
+    #[test]
+    fn a_bad_command_or_a_full_queue_dooms_the_transaction_and_keeps_nothing() {
+        let mut state = MultiState::default();
+        let [set, bad, get] = <[Request; 3]>::try_from(queue_of(&["SET a 1", "GET", "GET a"])).unwrap();
+        assert_eq!(state.queue(set), Frame::simple("QUEUED"));
+        assert!(state.held_bytes() > 0);
+        assert!(matches!(state.queue(bad), Frame::Error(_)));
+        assert!(state.doomed && state.queued.is_empty() && state.held_bytes() == 0);
+        assert_eq!(state.queue(get), Frame::simple("QUEUED"));
+        assert!(state.queued.is_empty(), "nothing kept once doomed");
+
+        let mut state = MultiState::default();
+        for _ in 0..MULTI_QUEUED_COMMANDS_MAX {
+            assert_eq!(state.queue(Request::Reply(Frame::simple("PONG"))), Frame::simple("QUEUED"));
+        }
+        let Frame::Error(full) = state.queue(Request::Reply(Frame::simple("PONG"))) else { panic!() };
+        assert!(String::from_utf8_lossy(&full).starts_with("ERR MULTI queue full"));
+        assert!(state.doomed && state.queued.is_empty() && state.held_bytes() == 0);
+
+        let mut state = MultiState::default();
+        let value = vec![b'v'; crate::value::STORED_VALUE_BYTES_MAX];
+        let mut queued = 0;
+        while state.queue(Request::Set { key: b"k".to_vec(), value: value.clone() }) == Frame::simple("QUEUED") {
+            queued += 1;
+            assert!(state.held_bytes() <= MULTI_QUEUED_BYTES_MAX);
+        }
+        assert_eq!(queued, MULTI_QUEUED_BYTES_MAX / (value.len() + 1 + QUEUED_COMMAND_OVERHEAD_BYTES));
+        assert!(state.doomed);
+    }
+}
