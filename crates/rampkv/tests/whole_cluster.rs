@@ -137,7 +137,8 @@ fn write_round(client: &mut Client, keys: &[Vec<u8>], round: u32, last: &mut [Ve
 fn assert_every_write_reads_back(servers: &Servers, keys: &[Vec<u8>], last: &[Vec<u8>], what: &str) {
     let logs = || servers.logs();
     let mut client = connect(servers, what);
-    let read = client.get_all(keys.to_vec()).unwrap_or_else(|error| panic!("{what}: the read failed: {error}\n{}", logs()));
+    let read =
+        client.get_all(keys.to_vec()).unwrap_or_else(|error| panic!("{what}: the read failed: {error}\n{}", logs()));
     for ((key, item), value) in keys.iter().zip(&read.items).zip(last) {
         assert_eq!(
             &item.value,

@@ -324,6 +324,7 @@ fn run_in(
         keys: config.keys,
         duration_ms: config.duration.as_millis() as u64,
         kills: timeline.iter().filter(|event| event.action == Action::Kill).count() as u64,
+        whole_cluster_kills: faults.nemesis.whole_cluster_kills,
         pauses: timeline.iter().filter(|event| event.action == Action::Pause).count() as u64,
         partitions: timeline.iter().filter(|event| event.action == Action::Partition).count() as u64,
         deposed_ms_max: faults.nemesis.deposed_ms_max,

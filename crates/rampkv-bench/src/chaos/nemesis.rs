@@ -261,6 +261,8 @@ pub(super) struct NemesisOutcome {
     /// Pauses and partitions (with replication) whose victim the configuration service had not
     /// deposed after `CHAOS_FAULT_HOLD_MS_MAX`: no failover happened.
     pub not_deposed: u64,
+    /// Whole-cluster kills made (every server killed at once, then all restarted).
+    pub whole_cluster_kills: u64,
 }
 
 /// Asks the configuration service which servers are primaries (of at least one partition),
@@ -327,6 +329,7 @@ pub(super) fn run(
         let went_on = match planned.fault {
             Fault::Kill => kill_and_restart(&[planned.server], planned.hold, servers, environment, &mut outcome)?,
             Fault::KillAll => {
+                outcome.whole_cluster_kills += 1;
                 let everyone: Vec<usize> = (0..servers.count()).collect();
                 kill_and_restart(&everyone, planned.hold, servers, environment, &mut outcome)?
             }

@@ -432,7 +432,8 @@ impl Agent {
         in_sync.dedup();
         for server in in_sync {
             let (backup, incarnation) = (usize::from(server), incarnation(server));
-            if !replicator.has_failed_link(backup, incarnation) || replicator.in_sync(backup, incarnation, self.adopted_in)
+            if !replicator.has_failed_link(backup, incarnation)
+                || replicator.in_sync(backup, incarnation, self.adopted_in)
             {
                 continue;
             }

@@ -320,7 +320,9 @@ pub fn start_config_node(
                 FirstLease::FailedOver => {
                     ServerStart::Rejoin { why: "the cluster failed this server over before it started" }
                 }
-                FirstLease::TimedOut => return Err(ResumeError::NoLease { waited_ms: FAILOVER_FIRST_LEASE_WAIT_MS_MAX }),
+                FirstLease::TimedOut => {
+                    return Err(ResumeError::NoLease { waited_ms: FAILOVER_FIRST_LEASE_WAIT_MS_MAX })
+                }
             }
         }
         StartMode::Rejoin => ServerStart::Rejoin { why: "rejoined a running cluster as a new incarnation" },
@@ -386,7 +388,8 @@ mod tests {
     /// format, partitions that do not fit) is an error, never a state.
     #[test]
     fn the_state_file_round_trips_and_refuses_every_damage() {
-        let state = ServerState { incarnation: 0x1234_5678_9abc_def0, last_primary: vec![Some(0), None, Some(2), Some(1)] };
+        let state =
+            ServerState { incarnation: 0x1234_5678_9abc_def0, last_primary: vec![Some(0), None, Some(2), Some(1)] };
         let bytes = state.encode();
         assert_eq!(bytes.len(), STATE_HEADER_BYTES + 2 * 4 + 4);
         assert_eq!(ServerState::decode(&bytes).unwrap(), state);

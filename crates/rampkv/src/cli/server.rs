@@ -23,8 +23,8 @@ use rampkv::cluster::{Cluster, Front};
 use rampkv::item_slots::ItemSlotConfig;
 use rampkv::limits::GC_GRACE_MS;
 use rampkv::recovery::{StartRecovery, RECOVERY_TIMEOUT_MS};
-use rampkv::server::resume::ServerStart;
 use rampkv::server::front::FrontEnd;
+use rampkv::server::resume::ServerStart;
 use rampkv::server::{
     ConnectionLimits, Durability, FailoverOptions, ReplicationMedium, ReplicationOptions, ReplicationPeers,
     ServerConfig, ServerGroup, ServerOptions,

@@ -149,7 +149,9 @@ impl BackupStore {
     /// The files failed (the copy is no longer kept on disk; as [`BackupStore::start_journal`]).
     pub(super) fn journal_record(&self, lsn: u64, epoch: u64, record: RecordRef<'_>) -> Result<(), DurableError> {
         let mut journal = self.journal.lock();
-        let Some(Err(error)) = journal.as_ref().map(|journal| journal.append(lsn, epoch, record)) else { return Ok(()) };
+        let Some(Err(error)) = journal.as_ref().map(|journal| journal.append(lsn, epoch, record)) else {
+            return Ok(());
+        };
         if let Some(journal) = journal.take() {
             journal.remove();
         }

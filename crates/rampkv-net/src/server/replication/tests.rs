@@ -731,7 +731,8 @@ fn catch_up_size_and_time_delta_against_snapshot() {
     };
     let core = Arc::new(ServerCore::new(60_000));
     let backup = start(false, true);
-    let stream = StreamStart { backlog_bytes: rampkv_core::limits::REPLICATION_BACKLOG_BYTES, ..StreamStart::default() };
+    let stream =
+        StreamStart { backlog_bytes: rampkv_core::limits::REPLICATION_BACKLOG_BYTES, ..StreamStart::default() };
     let backups = vec![(1, backup.address().to_string(), rampkv_config::configuration::BOOTSTRAP_INCARNATION)];
     let replicator =
         Replicator::start_with(0, 3, backups, None, ReplicationMedium::OneSided, stream, Some(Arc::clone(&core)))
