@@ -901,7 +901,8 @@ fn start_replication(
             // A rejoining or resuming server loads the copies it kept (deltas; what a failover
             // takes over); one that starts with the cluster has none worth keeping.
             let (config, restore) = (durability.config, replication.rejoining || replication.resume.is_some());
-            Some(replication::CopyPersistence { root: dir.join(durable::COPIES_DIR), config, restore })
+            let resume_current = replication.resume.is_some();
+            Some(replication::CopyPersistence { root: dir.join(durable::COPIES_DIR), config, restore, resume_current })
         });
         let service = BackupService::start_durable(listener, config.gc_grace_ms, options.secret.clone(), persistence)
             .map_err(StartError::Replication)?;

@@ -305,12 +305,17 @@ pub fn start_config_node(
             if !node.wait_caught_up(wait) {
                 return Err(ResumeError::NoLeader { waited_ms: FAILOVER_FIRST_LEASE_WAIT_MS_MAX });
             }
-            let start = decide_restart(&node.configuration(), id, node.incarnation());
-            if let ServerStart::Resume { .. } = start {
-                // As at a first start, it listens once it may serve as primary.
-                wait_for_resumed_lease(&node, id, wait);
+            match decide_restart(&node.configuration(), id, node.incarnation()) {
+                ServerStart::Resume { .. } => {
+                    // As at a first start, it listens once it may serve as primary. Decided
+                    // again then: a server restarted alone, down for about a lease, may be
+                    // failed over while it waits (the leader's failure detector was already at
+                    // it); it then rejoins rather than resume what it no longer has.
+                    wait_for_resumed_lease(&node, id, wait);
+                    decide_restart(&node.configuration(), id, node.incarnation())
+                }
+                start => start,
             }
-            start
         }
         StartMode::Bootstrap => {
             // Its listeners open only once it holds its first lease.
@@ -458,7 +463,16 @@ mod tests {
         }
         let failed = initial.apply(&Proposal { base_epoch: initial.epoch(), changes }).unwrap();
         assert!(matches!(decide_restart(&failed, 0, BOOTSTRAP_INCARNATION), ServerStart::Rejoin { .. }));
+        // Server 1 is primary of its own partitions (backup 2) and of server 0's (no backup
+        // left); server 2 of its own, whose backup 0 was removed, and a backup of server 1's.
         match decide_restart(&failed, 1, BOOTSTRAP_INCARNATION) {
+            ServerStart::Resume { epoch, backups } => {
+                assert_eq!(epoch, failed.epoch());
+                assert_eq!(backups, vec![(2, BOOTSTRAP_INCARNATION)]);
+            }
+            other => panic!("{other:?}"),
+        }
+        match decide_restart(&failed, 2, BOOTSTRAP_INCARNATION) {
             ServerStart::Resume { backups, .. } => assert!(backups.is_empty(), "{backups:?}"),
             other => panic!("{other:?}"),
         }

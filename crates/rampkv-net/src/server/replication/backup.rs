@@ -95,15 +95,15 @@ impl BackupService {
         };
         // Of each primary, the copy marked current last is current again: the one a failover
         // takes over if that primary does not come back (a restarted backup that resumes its
-        // roles, `server::resume`). It stays among the restored copies too, so that its stream,
-        // if its primary kept running, goes on with a delta.
+        // roles, `server::resume`). Its primary's next stream makes a fresh copy.
+        let resume_current = persistence.as_ref().is_some_and(|persistence| persistence.resume_current);
         let mut current: HashMap<u16, ((u64, u64), Arc<BackupStore>)> = HashMap::new();
-        let restored: Vec<Arc<BackupStore>> = restored
+        let mut restored: Vec<Arc<BackupStore>> = restored
             .into_iter()
             .map(|copy| {
                 let (primary, since) = (copy.primary, copy.current_since);
                 let copy = Arc::new(BackupStore::restored(copy, gc_grace_ms));
-                if let Some(since) = since {
+                if let Some(since) = since.filter(|_| resume_current) {
                     if current.get(&primary).is_none_or(|(newest, _)| *newest < since) {
                         current.insert(primary, (since, Arc::clone(&copy)));
                     }
@@ -111,6 +111,8 @@ impl BackupService {
                 copy
             })
             .collect();
+        // A current copy is not continued by a catching-up stream (`CopyPersistence::resume_current`).
+        restored.retain(|copy| !current.values().any(|(_, current)| Arc::ptr_eq(current, copy)));
         let stores: HashMap<u16, Copies> = current
             .into_iter()
             .map(|(primary, (_, copy))| {

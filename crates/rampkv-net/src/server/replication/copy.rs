@@ -103,6 +103,13 @@ pub struct CopyPersistence {
     /// may send only what they missed). Otherwise (the cluster starts) they are removed: every
     /// primary's stream is new.
     pub restore: bool,
+    /// The server resumes its roles from its data directory (`server::resume`): of each
+    /// primary, the restored copy marked current last is its current copy again (what a
+    /// failover takes over). Such a copy is only that: a catching-up stream of its primary
+    /// never continues in it (it could overwrite or fence the copy a failover would take), it
+    /// makes a fresh copy, which replaces it once in sync. A rejoining server makes no restored
+    /// copy current (it is a backup of nothing until it caught up).
+    pub resume_current: bool,
 }
 
 /// What a backup service did since it started.

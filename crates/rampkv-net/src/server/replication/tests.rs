@@ -637,7 +637,12 @@ fn a_restarted_backup_with_its_copy_on_disk_gets_only_the_records_it_missed() {
     let root = tempfile::tempdir().unwrap();
     let persistence = |restore| {
         let config = DurabilityConfig::default();
-        Some(CopyPersistence { root: root.path().join(super::super::durable::COPIES_DIR), config, restore })
+        Some(CopyPersistence {
+            root: root.path().join(super::super::durable::COPIES_DIR),
+            config,
+            restore,
+            resume_current: false,
+        })
     };
     let start = |restore| {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -726,7 +731,7 @@ fn catch_up_size_and_time_delta_against_snapshot() {
     let start = |restore: bool, persistent: bool| {
         let config = DurabilityConfig { policy: rampkv_durable::FsyncPolicy::Everysec, ..DurabilityConfig::default() };
         let root = root.path().join(super::super::durable::COPIES_DIR);
-        let persistence = persistent.then_some(CopyPersistence { root, config, restore });
+        let persistence = persistent.then_some(CopyPersistence { root, config, restore, resume_current: false });
         BackupService::start_durable(TcpListener::bind("127.0.0.1:0").unwrap(), 60_000, None, persistence).unwrap()
     };
     let core = Arc::new(ServerCore::new(60_000));
