@@ -218,6 +218,11 @@ fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
         Err(error) => return link.fail(io_error(link, error), shared),
     };
     *link.stream.lock() = stream.try_clone().ok();
+    if link.removed.load(Ordering::Acquire) || link.failed() {
+        // Removed while it connected: it sends nothing (as in `connect`).
+        let _ = stream.shutdown(Shutdown::Both);
+        return link.fail(ReplicationError::Removed { backup: link.backup }, shared);
+    }
     if shared.stop.load(Ordering::Acquire) {
         return link.fail(ReplicationError::Stopped, shared);
     }
@@ -419,6 +424,12 @@ fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64, u64, Option<
     let mut stream = loop {
         if shared.stop.load(Ordering::Acquire) {
             return Err(ReplicationError::Stopped);
+        }
+        // A link removed (or failed) while it waits for its backup to come back must not
+        // connect later: a second catching-up stream of this primary at the backup would
+        // replace the live one's copy (the replica set then never became whole again).
+        if link.removed.load(Ordering::Acquire) || link.failed() {
+            return Err(ReplicationError::Removed { backup: link.backup });
         }
         match TcpStream::connect_timeout(&address, timeout) {
             Ok(stream) => break stream,
