@@ -176,6 +176,9 @@ pub struct ConfigCore {
     /// This node has known a Raft leader since it started (a node restarted from its directory
     /// holds a commit index of its last run until then: [`ConfigCore::leader_seen`]).
     leader_seen: bool,
+    /// This node has applied, since it started, a commit index that covers an entry of the
+    /// current leader's term ([`ConfigCore::caught_up`]).
+    caught_up: bool,
     /// A write of the Raft state failed: the node stopped (fail-stop, [`ConfigCore::failure`]).
     failure: Option<ConfigError>,
 }
@@ -287,6 +290,7 @@ impl ConfigCore {
                 drawn: 0,
             },
             leader_seen: false,
+            caught_up: false,
             failure: None,
         };
         core.redraw_election_timeout();
@@ -417,6 +421,16 @@ impl ConfigCore {
     /// the group is running now (`client::start_mode` asks exactly that).
     pub fn leader_seen(&self) -> bool {
         self.leader_seen
+    }
+
+    /// Whether this node has caught up with a leader since it started: it applied a commit
+    /// index that covers an entry of the current leader's term. Every configuration committed
+    /// before that leader took over is then in its log before that entry, so the node's
+    /// configuration is at least the newest one committed before this moment (a server
+    /// restarting from its directory decides from it whether it resumes: `rampkv-net`'s
+    /// `server::resume`). Sticky: configurations committed later come as usual.
+    pub fn caught_up(&self) -> bool {
+        self.caught_up
     }
 
     /// Why the node stopped: a write of its Raft state failed (`ConfigError::State`). It then
@@ -779,9 +793,25 @@ impl ConfigCore {
             }
             self.raft.advance_apply();
             self.leader_seen |= self.raft.raft.leader_id != raft::INVALID_ID;
+            self.note_caught_up();
             for state in read_states {
                 self.on_read_state(&state.request_ctx, now_ns);
             }
+        }
+    }
+
+    /// Notes that the node caught up with a leader ([`ConfigCore::caught_up`]): a leader is
+    /// known, the commit index is in the current term (raft-rs's `commit_to_current_term`,
+    /// true on a follower too once a leader's append told it a commit of its term), and
+    /// everything committed is applied.
+    fn note_caught_up(&mut self) {
+        let raft = &self.raft.raft;
+        if !self.caught_up
+            && raft.leader_id != raft::INVALID_ID
+            && raft.commit_to_current_term()
+            && self.applied >= raft.raft_log.committed
+        {
+            self.caught_up = true;
         }
     }
 

@@ -100,6 +100,8 @@ struct View {
     commit_index: u64,
     /// The node has known a leader since it started (`ConfigCore::leader_seen`).
     leader_seen: bool,
+    /// The node caught up with a leader since it started (`ConfigCore::caught_up`).
+    caught_up: bool,
     votes: bool,
     /// Why the node stopped (a write of its Raft state failed).
     failure: Option<String>,
@@ -265,6 +267,7 @@ impl ConfigNode {
                 leader: None,
                 commit_index: core.commit_index(),
                 leader_seen: false,
+                caught_up: false,
                 votes: core.votes(),
                 failure: None,
             }),
@@ -402,6 +405,21 @@ impl ConfigNode {
         self.shared.view.lock().commit_index
     }
 
+    /// Waits until the node has caught up with a leader since it started
+    /// (`ConfigCore::caught_up`): its configuration is then at least the newest one committed
+    /// before that moment. False after `timeout` (no leader: a majority of the nodes is not up)
+    /// or once the node stopped (a failed write of its state).
+    pub fn wait_caught_up(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut view = self.shared.view.lock();
+        while !view.caught_up && view.failure.is_none() {
+            if self.shared.changed.wait_until(&mut view, deadline).timed_out() {
+                break;
+            }
+        }
+        view.caught_up
+    }
+
     /// Whether this node votes in Raft elections. A restarted node (`StartMode::Rejoin`) does
     /// not until it has applied a leader's commit index: until then it does not count towards a
     /// Raft majority, so the group tolerates one failure fewer (docs/replication.md).
@@ -506,10 +524,12 @@ fn publish(shared: &Shared, core: &ConfigCore) {
     view.leader = core.leader();
     view.commit_index = core.commit_index();
     view.leader_seen = core.leader_seen();
+    let caught_up = core.caught_up() && !view.caught_up;
+    view.caught_up |= core.caught_up();
     view.votes = core.votes();
     view.failure = core.failure().map(ToString::to_string);
     drop(view);
-    if changed {
+    if changed || caught_up {
         shared.changed.notify_all();
     }
     let watchers = shared.lease_watchers.lock();

@@ -414,6 +414,52 @@ fn kill_one_with_data_directories_catches_up_with_deltas_and_loses_nothing() {
     assert_nothing_left(&report, harness_pid);
 }
 
+/// Issue 30, item 3: a replicated cluster (`--replicas 2`, each server with its directory and
+/// `--appendfsync always`) whose every server process is killed with SIGKILL at once, twice,
+/// and restarted on the same directories. The configuration service comes back from its Raft
+/// state, each server resumes what that configuration still gives its process, in-doubt
+/// transactions are resolved, and nothing acknowledged is lost; the replica sets are whole at
+/// the end and the history is clean.
+#[test]
+fn kill_all_with_two_replicas_and_data_directories_resumes_and_loses_nothing() {
+    let directory = tempfile::tempdir().unwrap();
+    let data_dir = directory.path().join("data");
+    let (output, report, harness_pid) = chaos(&[
+        "--servers",
+        "3",
+        "--replicas",
+        "2",
+        "--nemesis",
+        "kill-all",
+        "--data-dir",
+        data_dir.to_str().unwrap(),
+        "--duration",
+        "7s",
+        "--kill-interval",
+        "2s..2500ms",
+        "--restart-after",
+        "300ms..600ms",
+        "--seed",
+        "6",
+    ]);
+    let report = report.unwrap_or_else(|| panic!("{}", describe(&output)));
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(report["passed"], true, "{report}");
+    assert!(report["whole_cluster_kills"].as_u64().unwrap() >= 2, "{}", describe(&output));
+    assert_eq!(report["kills"].as_u64().unwrap(), 3 * report["whole_cluster_kills"].as_u64().unwrap());
+    assert_eq!(report["replica_sets_restored"], true, "{}", describe(&output));
+    assert_eq!(report["final_read"]["lost"], 0, "{report}");
+    assert_eq!(report["check"]["garbage"], 0);
+    assert_eq!(report["check"]["fractured"], 0);
+    assert!(report["workload"]["writes_ok"].as_u64().unwrap() > 0, "{report}");
+    for index in 0..3 {
+        let server = data_dir.join(format!("server-{index}"));
+        assert!(server.join("config").is_dir(), "the Raft state under {server:?}");
+        assert!(server.join("SERVER-STATE").is_file(), "the server's state under {server:?}");
+    }
+    assert_nothing_left(&report, harness_pid);
+}
+
 /// A harness killed outright (SIGKILL) cannot clean up, but its servers must not outlive it:
 /// each one's stdin is a pipe only the harness holds, and they exit when it closes.
 #[test]

@@ -25,15 +25,14 @@ pub enum ChaosError {
     RangeOrder { setting: &'static str, min_ms: u64, max_ms: u64 },
     #[error("--transport {transport} is not available to chaos runs (its clients call servers in their own process)")]
     TransportUnsupported { transport: &'static str },
-    /// `--replicas` above 1 with `--nemesis kill-all`: replication survives f failures at a
-    /// time, not the whole cluster. With `--data-dir` too it is not promised either: the
-    /// configuration service keeps its state in memory, so a whole-cluster restart goes back to
-    /// the cluster file's placement, and a server that started late before the kill may be made
-    /// primary of partitions its files do not hold (a run lost acknowledged writes that way).
+    /// `--replicas` above 1 with `--nemesis kill-all` without `--data-dir`: replication
+    /// survives f failures at a time, and servers that keep nothing on disk lose everything
+    /// when all of them die at once. With `--data-dir` the servers and the configuration service
+    /// come back from their directories (`mixed` draws kill-all only then).
     #[error(
-        "--replicas {replicas} with --nemesis kill-all: replicas survive {} failure(s) at a time, not every \
-         server at once (with --data-dir neither: the configuration service keeps no state on disk, \
-         docs/replication.md); use --nemesis kill-one, or --data-dir without --replicas",
+        "--replicas {replicas} with --nemesis kill-all needs --data-dir: replicas survive {} failure(s) at a time, \
+         not every server at once, unless the servers keep their stores and the configuration on disk \
+         (docs/replication.md, \"What survives what\")",
         replicas - 1
     )]
     ReplicasKillAll { replicas: u32 },

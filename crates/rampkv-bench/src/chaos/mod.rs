@@ -165,7 +165,7 @@ impl ChaosConfig {
         if self.transport == TransportKind::InProcess {
             return Err(ChaosError::TransportUnsupported { transport: self.transport.name() });
         }
-        if self.replicas > 1 && self.nemesis == NemesisKind::KillAll {
+        if self.replicas > 1 && self.nemesis == NemesisKind::KillAll && self.data_dir.is_none() {
             return Err(ChaosError::ReplicasKillAll { replicas: self.replicas });
         }
         if self.nemesis == NemesisKind::Partition && self.network == NetworkChoice::Loopback {
@@ -324,6 +324,7 @@ fn run_in(
         keys: config.keys,
         duration_ms: config.duration.as_millis() as u64,
         kills: timeline.iter().filter(|event| event.action == Action::Kill).count() as u64,
+        whole_cluster_kills: faults.nemesis.whole_cluster_kills,
         pauses: timeline.iter().filter(|event| event.action == Action::Pause).count() as u64,
         partitions: timeline.iter().filter(|event| event.action == Action::Partition).count() as u64,
         deposed_ms_max: faults.nemesis.deposed_ms_max,
@@ -425,7 +426,8 @@ fn run_workload_and_nemesis(
                 may_fault: &may_fault,
                 primaries: (config.replicas > 1).then_some(&primaries as nemesis::Primaries<'_>),
             };
-            nemesis::run(config.nemesis, schedule, servers, &environment)
+            let faults = config.nemesis.faults(network.mode(), config.data_dir.is_some());
+            nemesis::run(faults, schedule, servers, &environment)
         });
         let workers: Vec<_> = (0..config.client_threads)
             .map(|thread| {
@@ -681,8 +683,11 @@ mod tests {
                 config.replicas = 2;
                 config.nemesis = NemesisKind::KillAll;
             },
-            "not every server at once",
+            "needs --data-dir",
         );
+        let mut whole = valid.clone();
+        (whole.replicas, whole.nemesis, whole.data_dir) = (2, NemesisKind::KillAll, Some(PathBuf::from("data")));
+        assert!(whole.validate().is_ok(), "kill-all with replicas and --data-dir is promised");
         refused(|config| config.txn_size = 17, "--txn-size must be 1..=16");
         refused(|config| config.clients = 2, "--clients must be 3..=256");
         refused(|config| config.value_size = 4, "--value-size");

@@ -22,7 +22,8 @@
 //!   still reach it (`network.rs`, "Partitions"); then the partition heals. Namespace mode
 //!   only.
 //! - `mixed`: each fault drawn from kill-one, pause and partition (kill-one and pause on
-//!   loopback, where no partition can be made).
+//!   loopback, where no partition can be made), and kill-all when the servers keep their data
+//!   on disk (`--data-dir`: a whole-cluster kill is survived only then).
 //! - `none`: no fault; the control run.
 //!
 //! Whatever the kind, a fault only ever hits a cluster whose every server is up and not
@@ -72,7 +73,7 @@ pub enum NemesisKind {
     Pause,
     /// Cut one primary off from every other server (clients still reach it), then heal.
     Partition,
-    /// Each fault drawn from kill-one, pause and partition.
+    /// Each fault drawn from kill-one, pause and partition (and kill-all with `--data-dir`).
     Mixed,
 }
 
@@ -117,23 +118,28 @@ impl NemesisKind {
         matches!(self, NemesisKind::Pause | NemesisKind::Partition | NemesisKind::Mixed)
     }
 
-    /// The faults it draws from (`mixed`: partitions only where the network can make them).
-    fn faults(self, network: NetworkMode) -> &'static [Fault] {
-        match (self, network) {
-            (NemesisKind::None, _) => &[],
-            (NemesisKind::KillOne, _) => &[Fault::Kill],
-            (NemesisKind::KillAll, _) => &[Fault::KillAll],
-            (NemesisKind::Pause, _) => &[Fault::Pause],
-            (NemesisKind::Partition, _) => &[Fault::Partition],
-            (NemesisKind::Mixed, NetworkMode::Namespaces) => &[Fault::Kill, Fault::Pause, Fault::Partition],
-            (NemesisKind::Mixed, NetworkMode::Loopback) => &[Fault::Kill, Fault::Pause],
+    /// The faults it draws from (`mixed`: partitions only where the network can make them,
+    /// whole-cluster kills only where the servers keep their data on disk, `persistent`).
+    pub(super) fn faults(self, network: NetworkMode, persistent: bool) -> &'static [Fault] {
+        match (self, network, persistent) {
+            (NemesisKind::None, ..) => &[],
+            (NemesisKind::KillOne, ..) => &[Fault::Kill],
+            (NemesisKind::KillAll, ..) => &[Fault::KillAll],
+            (NemesisKind::Pause, ..) => &[Fault::Pause],
+            (NemesisKind::Partition, ..) => &[Fault::Partition],
+            (NemesisKind::Mixed, NetworkMode::Namespaces, false) => &[Fault::Kill, Fault::Pause, Fault::Partition],
+            (NemesisKind::Mixed, NetworkMode::Loopback, false) => &[Fault::Kill, Fault::Pause],
+            (NemesisKind::Mixed, NetworkMode::Namespaces, true) => {
+                &[Fault::Kill, Fault::Pause, Fault::Partition, Fault::KillAll]
+            }
+            (NemesisKind::Mixed, NetworkMode::Loopback, true) => &[Fault::Kill, Fault::Pause, Fault::KillAll],
         }
     }
 }
 
 /// One fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fault {
+pub(super) enum Fault {
     /// SIGKILL the drawn server; restart it after the hold.
     Kill,
     /// SIGKILL every server; restart them all after the hold.
@@ -255,6 +261,8 @@ pub(super) struct NemesisOutcome {
     /// Pauses and partitions (with replication) whose victim the configuration service had not
     /// deposed after `CHAOS_FAULT_HOLD_MS_MAX`: no failover happened.
     pub not_deposed: u64,
+    /// Whole-cluster kills made (every server killed at once, then all restarted).
+    pub whole_cluster_kills: u64,
 }
 
 /// Asks the configuration service which servers are primaries (of at least one partition),
@@ -286,14 +294,13 @@ pub(super) struct Environment<'a> {
 /// A server that does not come back ([`Servers::start_ready`]), a partition that cannot be made
 /// or healed, or an interruption.
 pub(super) fn run(
-    kind: NemesisKind,
+    faults: &[Fault],
     mut schedule: Schedule,
     servers: &mut Servers,
     environment: &Environment<'_>,
 ) -> Result<NemesisOutcome, ChaosError> {
-    let Environment { network, clock, stop, .. } = *environment;
+    let Environment { clock, stop, .. } = *environment;
     let mut outcome = NemesisOutcome::default();
-    let faults = kind.faults(network.mode());
     if faults.is_empty() {
         sleep_until(None, stop);
         return Ok(outcome);
@@ -322,6 +329,7 @@ pub(super) fn run(
         let went_on = match planned.fault {
             Fault::Kill => kill_and_restart(&[planned.server], planned.hold, servers, environment, &mut outcome)?,
             Fault::KillAll => {
+                outcome.whole_cluster_kills += 1;
                 let everyone: Vec<usize> = (0..servers.count()).collect();
                 kill_and_restart(&everyone, planned.hold, servers, environment, &mut outcome)?
             }
@@ -584,7 +592,7 @@ mod tests {
     fn the_schedule_is_a_function_of_the_seed() {
         let draws = |seed, kind: NemesisKind| {
             let mut schedule = Schedule::new(seed, range(2_000, 5_000), range(500, 1_500));
-            (0..20).map(|_| schedule.next(kind.faults(NetworkMode::Namespaces), 3)).collect::<Vec<_>>()
+            (0..20).map(|_| schedule.next(kind.faults(NetworkMode::Namespaces, false), 3)).collect::<Vec<_>>()
         };
         for kind in [NemesisKind::KillOne, NemesisKind::Pause, NemesisKind::Partition, NemesisKind::Mixed] {
             assert_eq!(draws(7, kind), draws(7, kind));
@@ -593,11 +601,11 @@ mod tests {
                 assert!((2_000..=5_000).contains(&(planned.interval.as_millis() as u64)));
                 assert!((500..=1_500).contains(&(planned.hold.as_millis() as u64)));
                 assert!(planned.server < 3);
-                assert!(kind.faults(NetworkMode::Namespaces).contains(&planned.fault));
+                assert!(kind.faults(NetworkMode::Namespaces, false).contains(&planned.fault));
             }
         }
         let mut all = Schedule::new(7, range(100, 100), range(0, 0));
-        let planned = all.next(NemesisKind::KillAll.faults(NetworkMode::Loopback), 3);
+        let planned = all.next(NemesisKind::KillAll.faults(NetworkMode::Loopback, false), 3);
         assert_eq!(
             (planned.interval, planned.fault, planned.hold),
             (Duration::from_millis(100), Fault::KillAll, Duration::ZERO)
@@ -610,7 +618,7 @@ mod tests {
     fn single_fault_kinds_share_kill_ones_draws_and_mixed_draws_every_fault() {
         let draws = |kind: NemesisKind, network| {
             let mut schedule = Schedule::new(42, range(2_000, 5_000), range(500, 1_500));
-            (0..200).map(|_| schedule.next(kind.faults(network), 5)).collect::<Vec<_>>()
+            (0..200).map(|_| schedule.next(kind.faults(network, false), 5)).collect::<Vec<_>>()
         };
         let strip = |planned: &Planned| (planned.interval, planned.server, planned.hold);
         let kill: Vec<_> = draws(NemesisKind::KillOne, NetworkMode::Namespaces).iter().map(strip).collect();
@@ -623,6 +631,15 @@ mod tests {
         let loopback = draws(NemesisKind::Mixed, NetworkMode::Loopback);
         assert!(loopback.iter().all(|planned| planned.fault != Fault::Partition));
         assert!(loopback.iter().any(|planned| planned.fault == Fault::Pause));
+        // Whole-cluster kills only where the servers keep their data on disk.
+        assert!(mixed.iter().chain(&loopback).all(|planned| planned.fault != Fault::KillAll));
+        for network in [NetworkMode::Namespaces, NetworkMode::Loopback] {
+            let mut schedule = Schedule::new(42, range(2_000, 5_000), range(500, 1_500));
+            let persistent: Vec<_> =
+                (0..200).map(|_| schedule.next(NemesisKind::Mixed.faults(network, true), 5)).collect();
+            assert!(persistent.iter().any(|planned| planned.fault == Fault::KillAll), "{network:?}");
+            assert!(persistent.iter().any(|planned| planned.fault == Fault::Kill), "{network:?}");
+        }
     }
 
     #[test]

@@ -238,6 +238,8 @@ pub struct ChaosReport {
     /// deposition, in order.
     pub timeline: Vec<Event>,
     pub kills: u64,
+    /// Whole-cluster kills (every server killed at once; `kills` counts each server killed).
+    pub whole_cluster_kills: u64,
     /// Primaries stopped with SIGSTOP (and resumed).
     pub pauses: u64,
     /// Primaries cut off from the other servers (and healed).
@@ -422,16 +424,29 @@ impl ChaosReport {
         let (interval, hold) = (self.kill_interval_ms, self.restart_after_ms);
         match self.nemesis {
             NemesisKind::None => return writeln!(formatter, "nemesis: none (no fault injected)"),
-            NemesisKind::KillOne | NemesisKind::KillAll => writeln!(
+            NemesisKind::KillOne => writeln!(
                 formatter,
                 "nemesis: {} servers killed (interval {}..{} ms, restart after {}..{} ms; latest kill {} ms late)",
                 self.kills, interval.min, interval.max, hold.min, hold.max, self.kill_late_ms_max
             )?,
+            NemesisKind::KillAll => writeln!(
+                formatter,
+                "nemesis: {} whole-cluster kills, {} servers killed (interval {}..{} ms, restart after {}..{} ms; \
+                 latest kill {} ms late)",
+                self.whole_cluster_kills,
+                self.kills,
+                interval.min,
+                interval.max,
+                hold.min,
+                hold.max,
+                self.kill_late_ms_max
+            )?,
             NemesisKind::Pause | NemesisKind::Partition | NemesisKind::Mixed => writeln!(
                 formatter,
-                "nemesis: {} kills, {} pauses, {} partitions (interval {}..{} ms, each lasting {}..{} ms, at least {} ms \
-                 and until its victim is deposed; latest fault {} ms late)",
+                "nemesis: {} kills ({} whole-cluster kills among them), {} pauses, {} partitions (interval {}..{} ms, \
+                 each lasting {}..{} ms, at least {} ms and until its victim is deposed; latest fault {} ms late)",
                 self.kills,
+                self.whole_cluster_kills,
                 self.pauses,
                 self.partitions,
                 interval.min,
@@ -618,6 +633,7 @@ mod tests {
             initial_pids: Vec::new(),
             timeline: Vec::new(),
             kills: 0,
+            whole_cluster_kills: 0,
             pauses: 0,
             partitions: 0,
             deposed_ms_max: 0,

@@ -451,6 +451,32 @@ pub struct RestoredCopy {
     /// The last record it holds, and its epoch.
     pub applied: u64,
     pub epoch: u64,
+    /// When it became its primary's current copy (the one a failover takes over), if it did:
+    /// the epoch and the wall clock then, from its [`CURRENT_COPY_MARKER`] file.
+    pub current_since: Option<(u64, u64)>,
+}
+
+/// The file in a copy's directory that says it became its primary's current copy (the in-sync
+/// one a failover takes over): 16 bytes, the epoch then and the wall clock in ns, both u64
+/// little-endian. A restarted backup that resumes its roles (`server::resume`) makes the
+/// newest marked copy of each primary current again.
+pub const CURRENT_COPY_MARKER: &str = "CURRENT";
+
+/// Writes `bytes` to `dir/name` so that a crash (SIGKILL, power cut) leaves either the old
+/// file or the new one whole: a temporary file written and fsynced, renamed over the old one,
+/// then the directory fsynced.
+///
+/// # Errors
+/// Any of those steps.
+pub fn write_file_durably(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let temporary = dir.join(format!("{name}.tmp"));
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    drop(file);
+    std::fs::rename(&temporary, dir.join(name))?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 impl CopyJournal {
@@ -498,7 +524,8 @@ impl CopyJournal {
                     let schedule = SnapshotSchedule::recovered(config.snapshot_every_bytes, &report);
                     let journal = CopyJournal { log, schedule, running: None };
                     let (applied, epoch) = (report.last_lsn, report.last_epoch);
-                    restored.push(RestoredCopy { primary, stream, store, journal, applied, epoch });
+                    let current_since = read_current_marker(&dir);
+                    restored.push(RestoredCopy { primary, stream, store, journal, applied, epoch, current_since });
                 }
                 Ok((log, _)) => CopyJournal { log, schedule: SnapshotSchedule::new(0, 0), running: None }.remove(),
                 Err(error @ DurableError::Locked { .. }) => {
@@ -521,6 +548,31 @@ impl CopyJournal {
             }
         }
         kept
+    }
+
+    /// Marks the copy as its primary's current one since `epoch` ([`CURRENT_COPY_MARKER`]),
+    /// durably, before it returns.
+    ///
+    /// # Errors
+    /// The marker cannot be written.
+    pub fn mark_current(&self, epoch: u64) -> std::io::Result<()> {
+        let wall_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&epoch.to_le_bytes());
+        bytes[8..].copy_from_slice(&(wall_ns as u64).to_le_bytes());
+        write_file_durably(self.log.dir(), CURRENT_COPY_MARKER, &bytes)
+    }
+
+    /// Waits until every record up to `lsn` is durable as the fsync policy promises (written
+    /// with `everysec` and `no`, fsynced with `always`), writing them first: a backup
+    /// acknowledges a record only then (docs/replication.md, "Backups and a whole-cluster
+    /// kill").
+    ///
+    /// # Errors
+    /// The log failed, or the fsync took longer than `LOG_FULL_WAIT_MS_MAX`.
+    pub fn make_durable(&self, lsn: u64) -> Result<(), DurableError> {
+        let lsn = lsn.min(self.log.last_lsn());
+        self.log.wait_durable(lsn, Duration::from_millis(LOG_FULL_WAIT_MS_MAX))
     }
 
     /// Appends record `lsn` (as its primary numbered it) of `epoch`.
@@ -622,6 +674,14 @@ impl SnapshotSchedule {
 /// size `last_bytes` (module docs: a snapshot never costs more bytes than the log it covers).
 fn snapshot_due(since: u64, every_bytes: u64, last_bytes: u64) -> bool {
     since >= every_bytes.max(last_bytes)
+}
+
+/// The epoch and wall clock a copy's [`CURRENT_COPY_MARKER`] holds, if it has a whole one.
+fn read_current_marker(dir: &Path) -> Option<(u64, u64)> {
+    let bytes = std::fs::read(dir.join(CURRENT_COPY_MARKER)).ok()?;
+    let bytes: [u8; 16] = bytes.try_into().ok()?;
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    Some((word(0), word(8)))
 }
 
 fn copy_options(config: &DurabilityConfig) -> OpenOptions {

@@ -41,26 +41,22 @@
 //! are applied newest first: one skipped in between would name an older primary).
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rampkv_config::auth::PortAuthenticator;
-use rampkv_config::configuration::{Configuration, ServerId, BOOTSTRAP_INCARNATION};
-use rampkv_config::core::StartMode;
-use rampkv_config::error::ConfigError;
-use rampkv_config::limits::CONFIG_LOG_ENTRIES_KEPT_MAX;
-use rampkv_config::node::{ConfigNode, NodeSettings};
-use rampkv_config::timing::{Clock, Timing};
+use rampkv_config::configuration::{Configuration, ServerId};
+use rampkv_config::node::ConfigNode;
+use rampkv_config::timing::Clock;
 use rampkv_core::cluster::Cluster;
-use rampkv_core::limits::{FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_REJOIN_POLL_MS, REPLICATION_CATCH_UP_RETRY_MS};
+use rampkv_core::limits::{FAILOVER_REJOIN_POLL_MS, REPLICATION_CATCH_UP_RETRY_MS};
 use rampkv_core::protocol::server::PartitionGate;
 
 use super::replication::BackupTakeover;
+use super::resume::ServerState;
 use super::Servers;
-use crate::auth::{ConfigPortAuth, SharedSecret};
 
 /// The partitions a server may serve now: those its configuration node says it holds a valid
 /// lease for, whose data it has (its own, or an adopted copy whose takeover finished).
@@ -79,14 +75,14 @@ impl std::fmt::Debug for LeaseGate {
 }
 
 impl LeaseGate {
-    /// The gate of server `me` of `cluster`, over its configuration node. `holds_own`: its
-    /// store holds its cluster-file partitions (it started with the cluster; a restarted
-    /// process holds nothing).
-    pub fn new(node: Arc<ConfigNode>, cluster: &Cluster, me: usize, holds_own: bool) -> LeaseGate {
+    /// The gate of server `me` of `cluster`, over its configuration node. `holds(partition)`:
+    /// its store holds the partition's data (its own from the start, or kept in its data
+    /// directory: [`super::resume`]; a rejoining process holds nothing).
+    pub fn new(node: Arc<ConfigNode>, cluster: &Cluster, holds: impl Fn(u32) -> bool) -> LeaseGate {
         let owners: Vec<u16> = (0..cluster.partition_count())
             .map(|partition| cluster.owner_of_partition(partition).map_or(u16::MAX, |owner| owner as u16))
             .collect();
-        let ready = owners.iter().map(|owner| AtomicBool::new(holds_own && usize::from(*owner) == me)).collect();
+        let ready = (0..owners.len() as u32).map(|partition| AtomicBool::new(holds(partition))).collect();
         LeaseGate { node, owners, ready }
     }
 
@@ -141,69 +137,16 @@ impl PartitionGate for LeaseGate {
 /// state (`rampkv_config::disk`).
 pub const CONFIG_STATE_DIR: &str = "config";
 
-/// Starts server `me`'s configuration node on its cluster-file `config` address: it bootstraps
-/// the cluster when no other node has committed anything yet, and otherwise rejoins it as a
-/// new incarnation (a restarted process: it holds no data and is primary of nothing). With the
-/// cluster's shared `secret`, every connection of its config port proves it (docs/security.md).
-///
-/// With the server's `data_dir`, the node keeps its Raft state in `data_dir/config` and
-/// restarts from it when it holds some (`StartMode::Restart` for the node: it keeps its term,
-/// vote and log, and the configuration it had). The mode returned is the *server's*, decided
-/// as without it (Bootstrap: it holds its store; Rejoin: a new incarnation holding nothing):
-/// the Raft state says nothing of whether this process's store is the one the configuration
-/// counts on (docs/replication.md, "Raft state on disk", what remains).
-///
-/// # Errors
-/// A cluster file the configuration refuses (no `config` addresses, ...), a port that cannot
-/// be bound, or Raft state that cannot be read (locked by another process, damaged, of another
-/// cluster).
-pub fn start_config_node(
-    cluster: &Cluster,
-    me: usize,
-    secret: Option<Arc<SharedSecret>>,
-    data_dir: Option<&Path>,
-) -> Result<(Arc<LeaseGate>, StartMode), ConfigError> {
-    let initial = Configuration::initial(cluster)?;
-    let id = me as ServerId;
-    let authenticator: Option<Arc<dyn PortAuthenticator>> =
-        secret.map(|secret| Arc::new(ConfigPortAuth(secret)) as Arc<dyn PortAuthenticator>);
-    let ask_timeout = Duration::from_millis(FAILOVER_CONFIG_ASK_TIMEOUT_MS);
-    let mode = rampkv_config::client::start_mode(&initial, id, ask_timeout, authenticator.as_deref());
-    let incarnation = match mode {
-        StartMode::Bootstrap => BOOTSTRAP_INCARNATION,
-        StartMode::Rejoin | StartMode::Restart => random_incarnation(),
-    };
-    let node = ConfigNode::start(NodeSettings {
-        me: id,
-        initial,
-        mode,
-        incarnation,
-        timing: Timing::default(),
-        clock: Arc::new(HostClock),
-        listener: None,
-        log_entries_kept: CONFIG_LOG_ENTRIES_KEPT_MAX,
-        authenticator,
-        state_dir: data_dir.map(|dir| dir.join(CONFIG_STATE_DIR)),
-    })?;
-    let holds_own = mode == StartMode::Bootstrap;
-    Ok((Arc::new(LeaseGate::new(Arc::new(node), cluster, me, holds_own)), mode))
-}
-
 /// The node's clock: the host's monotonic clock (`rampkv_fabric::clock`), so that the lease
 /// end it computes is a time the clients of this host can compare with their own reading (the
 /// lease word of the item region, GET\*).
 #[derive(Debug)]
-struct HostClock;
+pub(crate) struct HostClock;
 
 impl Clock for HostClock {
     fn now_ns(&self) -> u64 {
         rampkv_fabric::clock::monotonic_ns()
     }
-}
-
-/// A random non-zero incarnation.
-fn random_incarnation() -> u64 {
-    super::random_id()
 }
 
 /// The data address serving each server's cluster-file partitions in `configuration` (the
@@ -248,18 +191,20 @@ impl Drop for Failover {
 impl Failover {
     /// Starts applying configurations to server `me` of `cluster` (the only server of
     /// `servers`), whose replication port is `backup` (`None`: it holds no backup copies).
+    /// `state`: what its files hold (per partition, the primary in the last configuration
+    /// applied whose data they hold), kept up to date in `state_dir` (its data directory) if
+    /// given.
     pub(crate) fn spawn(
         gate: Arc<LeaseGate>,
         servers: Arc<Servers>,
         backup: Option<BackupTakeover>,
         cluster: Cluster,
         me: usize,
+        state: (ServerState, Option<PathBuf>),
     ) -> std::io::Result<Failover> {
         let stop = Arc::new(AtomicBool::new(false));
         let thread_stop = Arc::clone(&stop);
-        let last_primary = (0..cluster.partition_count())
-            .map(|partition| cluster.owner_of_partition(partition).map(|owner| owner as ServerId))
-            .collect();
+        let (state, state_dir) = state;
         let replicate_addresses = cluster.replicate_addresses().unwrap_or_default();
         let mut agent = Agent {
             gate,
@@ -267,7 +212,9 @@ impl Failover {
             backup,
             cluster,
             me,
-            last_primary,
+            last_primary: state.last_primary.clone(),
+            state,
+            state_dir,
             replicate_addresses,
             applied: None,
             adopted_in: 0,
@@ -298,6 +245,10 @@ struct Agent {
     me: usize,
     /// Per partition: its primary in the last configuration applied (whose copy holds it).
     last_primary: Vec<Option<ServerId>>,
+    /// What the server's files hold, as last written to `state_dir`.
+    state: ServerState,
+    /// The server's data directory, where `state` is kept (`None`: no directory).
+    state_dir: Option<PathBuf>,
     /// Every server's replication port (the cluster file's `replicate`).
     replicate_addresses: Vec<String>,
     /// The last configuration applied.
@@ -315,7 +266,8 @@ impl Agent {
     fn apply(&mut self, configuration: &Configuration) {
         let me = self.me as ServerId;
         let epoch = configuration.epoch();
-        let replicator = self.servers.served()[0].replicator();
+        let servers = Arc::clone(&self.servers);
+        let replicator = servers.served()[0].replicator();
         // A configuration that names this server with another incarnation (a restarted process
         // catching up on the epochs it missed) speaks of the process that died: this one is
         // the primary of nothing in it, and must neither take over copies (that would fence
@@ -328,6 +280,7 @@ impl Agent {
         }
         let mut adopted: HashMap<ServerId, (usize, u128)> = HashMap::new();
         let mut deposed = false;
+        let mut opening: Vec<u32> = Vec::new();
         for partition in 0..configuration.partition_count() {
             let Some(ready) = self.gate.ready.get(partition as usize) else { continue };
             if !is_mine(configuration.primary_of(partition)) {
@@ -351,8 +304,12 @@ impl Agent {
                     self.adopted_in = epoch;
                 }
             }
-            ready.store(true, Ordering::Release);
+            opening.push(partition);
         }
+        // What it adopted is in its files before the state says so and before it is served: a
+        // whole-cluster kill from now on finds it there (`resume`), and the records its log
+        // takes for those partitions from now on follow it.
+        let (in_files, snapshot) = self.snapshot_adopted(&adopted);
         if deposed {
             // Its slots hold versions of partitions it no longer serves: a client must not
             // read them if this server's lease word is ever in the future again (primary of
@@ -364,11 +321,15 @@ impl Agent {
         }
         for (source, (keys, took_ms)) in adopted {
             log::warn!(
-                "failover: server {me} took over server {source}'s copy in epoch {epoch} ({keys} keys, {took_ms} ms)"
+                "failover: server {me} took over server {source}'s copy in epoch {epoch} ({keys} keys, {took_ms} ms{snapshot})"
             );
         }
         for (partition, primary) in self.last_primary.iter_mut().enumerate() {
             *primary = configuration.primary_of(partition as u32);
+        }
+        self.keep_state(&opening, in_files);
+        for partition in opening {
+            self.gate.ready[partition as usize].store(true, Ordering::Release);
         }
         // Only while this server is still a primary: a deposed one keeps waiting for its
         // backups (a reply it holds must not go out unless the record is on the copy its
@@ -390,25 +351,74 @@ impl Agent {
         }
     }
 
+    /// With a data directory, writes a snapshot of the store (fsynced) once copies were adopted
+    /// into it. Returns whether what it adopted is in its files, and what to say of it in the
+    /// log line.
+    fn snapshot_adopted(&self, adopted: &HashMap<ServerId, (usize, u128)>) -> (bool, String) {
+        let Some(journal) = self.servers.served()[0].journal().filter(|_| !adopted.is_empty()) else {
+            return (true, String::new());
+        };
+        let started = Instant::now();
+        match journal.snapshot_now() {
+            Ok(report) => {
+                let (keys, took_ms) = (report.counts.keys, started.elapsed().as_millis());
+                (true, format!("; in its files after a snapshot of {keys} keys, {took_ms} ms"))
+            }
+            Err(error) => {
+                log::error!("failover: the snapshot after an adoption failed: {error}");
+                (false, String::from("; its snapshot failed"))
+            }
+        }
+    }
+
+    /// Writes what the server's files hold now to its state file (with a data directory):
+    /// the configuration's primaries. The partitions it opens now are in its files unless the
+    /// snapshot of what it adopted failed (`in_files`): the state then keeps naming the copy
+    /// they come from, so that a restart adopts the copy it kept again (`resume`).
+    fn keep_state(&mut self, opening: &[u32], in_files: bool) {
+        let Some(dir) = &self.state_dir else { return };
+        let mut state = ServerState { incarnation: self.state.incarnation, last_primary: self.last_primary.clone() };
+        if !in_files {
+            for partition in opening {
+                let partition = *partition as usize;
+                state.last_primary[partition] = self.state.last_primary.get(partition).copied().flatten();
+            }
+        }
+        if state == self.state {
+            return;
+        }
+        match state.write(dir) {
+            Ok(()) => self.state = state,
+            Err(error) => log::error!("failover: cannot keep the server's state: {error}"),
+        }
+    }
+
     /// Opens a catch-up link to every server catching up partitions of this primary that has
     /// none (or only one opened before this server's last adoption), and reports those whose
-    /// link is in sync.
+    /// link is in sync. Also opens one to every in-sync backup whose link failed while the
+    /// configuration still counts it (it restarted and resumed its roles with the same
+    /// process incarnation, or its connection broke): the failed link holds this primary's
+    /// writes until the new one is in sync and retires it (nothing to report: the
+    /// configuration counts that backup already).
     fn tend_catch_ups(&mut self) {
         let Some(configuration) = self.applied.clone() else { return };
-        let Some(replicator) = self.servers.served()[0].replicator() else { return };
+        let servers = Arc::clone(&self.servers);
+        let Some(replicator) = servers.served()[0].replicator() else { return };
         let me = self.me as ServerId;
         if !configuration.is_admitted(me, self.gate.node.incarnation()) {
             return; // an earlier process of this server was the primary, not this one
         }
         let mut catching_up: Vec<(ServerId, u32)> = Vec::new();
+        let mut in_sync: Vec<ServerId> = Vec::new();
         for (partition, set) in configuration.replica_sets().iter().enumerate() {
             if set.primary == Some(me) {
                 catching_up.extend(set.catching_up.iter().map(|server| (*server, partition as u32)));
+                in_sync.extend(&set.backups);
             }
         }
+        let incarnation = |server: ServerId| configuration.server(server).map_or(0, |info| info.incarnation);
         for (server, partition) in catching_up {
-            let incarnation = configuration.server(server).map_or(0, |info| info.incarnation);
-            let backup = usize::from(server);
+            let (backup, incarnation) = (usize::from(server), incarnation(server));
             if replicator.in_sync(backup, incarnation, self.adopted_in) {
                 if self.reported.insert((backup, incarnation, partition)) {
                     log::warn!("rejoin: server {server} caught up partition {partition} from server {me}");
@@ -416,19 +426,43 @@ impl Agent {
                 }
                 continue;
             }
-            if replicator.has_catch_up_link(backup, incarnation, self.adopted_in) {
+            self.open_catch_up(replicator, backup, incarnation, "a catch-up link");
+        }
+        in_sync.sort_unstable();
+        in_sync.dedup();
+        for server in in_sync {
+            let (backup, incarnation) = (usize::from(server), incarnation(server));
+            if !replicator.has_failed_link(backup, incarnation)
+                || replicator.in_sync(backup, incarnation, self.adopted_in)
+            {
                 continue;
             }
-            let retry = Duration::from_millis(REPLICATION_CATCH_UP_RETRY_MS);
-            if self.catch_up_opened.get(&(backup, incarnation)).is_some_and(|opened| opened.elapsed() < retry) {
-                continue;
-            }
-            let Some(address) = self.replicate_addresses.get(backup) else { continue };
-            self.catch_up_opened.insert((backup, incarnation), Instant::now());
-            match replicator.add_catch_up(backup, address.clone(), incarnation) {
-                Ok(()) => log::warn!("rejoin: server {me} opened a catch-up link to server {server} ({address})"),
-                Err(error) => log::error!("rejoin: cannot open a catch-up link to server {server}: {error}"),
-            }
+            self.open_catch_up(replicator, backup, incarnation, "a link in place of its failed one");
+        }
+    }
+
+    /// Opens a catch-up link to `backup` (process `incarnation`) unless one is open (since the
+    /// last adoption) or was opened less than `REPLICATION_CATCH_UP_RETRY_MS` ago.
+    fn open_catch_up(
+        &mut self,
+        replicator: &super::replication::Replicator,
+        backup: usize,
+        incarnation: u64,
+        what: &str,
+    ) {
+        if replicator.has_catch_up_link(backup, incarnation, self.adopted_in) {
+            return;
+        }
+        let retry = Duration::from_millis(REPLICATION_CATCH_UP_RETRY_MS);
+        if self.catch_up_opened.get(&(backup, incarnation)).is_some_and(|opened| opened.elapsed() < retry) {
+            return;
+        }
+        let Some(address) = self.replicate_addresses.get(backup) else { return };
+        self.catch_up_opened.insert((backup, incarnation), Instant::now());
+        let me = self.me;
+        match replicator.add_catch_up(backup, address.clone(), incarnation) {
+            Ok(()) => log::warn!("rejoin: server {me} opened {what} to server {backup} ({address})"),
+            Err(error) => log::error!("rejoin: cannot open {what} to server {backup}: {error}"),
         }
     }
 }

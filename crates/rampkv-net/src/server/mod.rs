@@ -29,6 +29,7 @@ pub mod failover;
 pub mod front;
 pub mod poller;
 pub mod replication;
+pub mod resume;
 pub mod router;
 
 use std::net::SocketAddr;
@@ -246,6 +247,9 @@ pub struct Servers {
     /// With failover: the lease gate of the group's one server, whose serving lease its item
     /// region's lease word follows (unset: the word says no lease is needed).
     lease_gate: OnceLock<Arc<failover::LeaseGate>>,
+    /// With replication: the servers' replication ports, whose copies may fail to be kept on
+    /// disk ([`Servers::persistence_failure`]).
+    backup_ports: OnceLock<Vec<replication::BackupTakeover>>,
 }
 
 impl Servers {
@@ -284,6 +288,7 @@ impl Servers {
             connection_stats,
             routes,
             lease_gate: OnceLock::new(),
+            backup_ports: OnceLock::new(),
         }
     }
 
@@ -411,6 +416,14 @@ impl Servers {
         self.served.iter().enumerate().find_map(|(index, served)| Some((index, served.journal()?.failure()?)))
     }
 
+    /// The first server whose backup copies could not be kept on disk (its index and why): it
+    /// no longer acknowledges its primaries' records, and must stop as for its own log, so
+    /// that the configuration fails it over (`BackupService::failure`).
+    pub fn copy_failure(&self) -> Option<(usize, String)> {
+        let ports = self.backup_ports.get()?;
+        ports.iter().enumerate().find_map(|(index, port)| Some((index, port.failure()?)))
+    }
+
     /// Attaches item slots to server `index` (a fabric front end with GET\* does). Fails if it
     /// has some already. Their lease word follows the server's serving lease from now on, with
     /// failover (the configuration node's driver stores it at every change); without, it says
@@ -515,6 +528,11 @@ pub struct FailoverOptions {
     /// Its cluster and its index in it (the group holds exactly this one server).
     pub cluster: Cluster,
     pub index: usize,
+    /// What its files hold (per partition, the primary in the last configuration applied:
+    /// [`resume::ServerState`]), where the failover thread starts from.
+    pub state: resume::ServerState,
+    /// Its data directory, where the failover thread keeps that state (`None`: no directory).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// The data directories of a group's servers, one per server, and how they are kept.
@@ -542,6 +560,11 @@ pub struct ReplicationOptions {
     /// started): they hold nothing, so their records go to no backup until failover opens
     /// catch-up links (rejoin); their replication ports take catching-up copies.
     pub rejoining: bool,
+    /// The group's one server resumes from its data directory the roles the configuration
+    /// (`epoch`) still gives its process ([`resume`]): its records go to these backups (server
+    /// index and process incarnation: the in-sync backups of the partitions it is primary of),
+    /// and its replication port makes the copies it kept current again.
+    pub resume: Option<Vec<(usize, u64)>>,
     /// How records reach the backups (one-sided by default: an embedded cluster's servers share
     /// the process, hence the host's fabric).
     pub medium: ReplicationMedium,
@@ -566,6 +589,7 @@ impl ReplicationOptions {
             epoch: rampkv_config::configuration::FIRST_EPOCH,
             peers: None,
             rejoining: false,
+            resume: None,
             medium: ReplicationMedium::default(),
         }
     }
@@ -633,8 +657,9 @@ impl ServerGroup {
             check_replication(replication, configs.len())?;
         }
         let rejoining = replication.is_some_and(|replication| replication.rejoining);
+        let resuming = replication.is_some_and(|replication| replication.resume.is_some());
         let (journals, reports) = match &options.durability {
-            Some(durability) => open_journals(configs, &cores, durability, rejoining)?,
+            Some(durability) => open_journals(configs, &cores, durability, rejoining, resuming)?,
             None => (cores.iter().map(|_| None).collect(), Vec::new()),
         };
         let (backups, replicators) = match replication {
@@ -651,6 +676,7 @@ impl ServerGroup {
             None => None,
         };
         let servers = Servers::with_journals(cores, journals, replicators, options.secret.clone());
+        let _ = servers.backup_ports.set(backups.iter().map(BackupService::takeover).collect());
         if let Some((failover, _)) = &failover {
             // Set before any front end attaches item slots (they are attached to a started group).
             let _ = servers.lease_gate.set(Arc::clone(&failover.gate));
@@ -663,6 +689,7 @@ impl ServerGroup {
                     backup,
                     options.cluster.clone(),
                     options.index,
+                    (options.state.clone(), options.state_dir.clone()),
                 )
                 .map_err(StartError::Listen)?,
             ),
@@ -798,11 +825,16 @@ pub(crate) fn random_id() -> u64 {
 /// never acknowledged (held for a backup that never got them); they are set aside
 /// (`superseded/`, the previous such set removed) and the store starts empty. The copies it
 /// kept as a backup (`copies/`) are what it catches up from (docs/replication.md).
+/// `resuming` (the configuration service, from the Raft state the directory kept, still counts
+/// on this server's process: [`resume`]): the store is recovered, and a `FAILED-OVER` marker of
+/// an earlier rejoin is removed (the configuration, not the marker, says whose files count).
+/// Otherwise (a start without Raft state) a directory with that marker is refused.
 fn open_journals(
     configs: &[ServerConfig],
     cores: &[Arc<ServerCore>],
     durability: &Durability,
     rejoining: bool,
+    resuming: bool,
 ) -> Result<(Vec<Option<Journal>>, Vec<RecoveryReport>), StartError> {
     let data_dirs = &durability.dirs;
     if data_dirs.len() != configs.len() {
@@ -822,6 +854,13 @@ fn open_journals(
             }
             std::fs::write(&marker, b"this server's partitions were failed over to other servers\n")
                 .map_err(|cause| StartError::Layout { dir: dir.clone(), cause })?;
+        } else if resuming {
+            match std::fs::remove_file(&marker) {
+                Err(cause) if cause.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(StartError::Layout { dir: dir.clone(), cause });
+                }
+                _ => {}
+            }
         } else if marker.exists() {
             return Err(StartError::FailedOverDataDir { dir: dir.clone() });
         }
@@ -870,8 +909,11 @@ fn start_replication(
         let listener = std::net::TcpListener::bind(bind).map_err(StartError::Replication)?;
         let persistence = options.durability.as_ref().and_then(|durability| {
             let dir = durability.dirs.get(offset)?;
-            let (config, restore) = (durability.config, replication.rejoining);
-            Some(replication::CopyPersistence { root: dir.join(durable::COPIES_DIR), config, restore })
+            // A rejoining or resuming server loads the copies it kept (deltas; what a failover
+            // takes over); one that starts with the cluster has none worth keeping.
+            let (config, restore) = (durability.config, replication.rejoining || replication.resume.is_some());
+            let resume_current = replication.resume.is_some();
+            Some(replication::CopyPersistence { root: dir.join(durable::COPIES_DIR), config, restore, resume_current })
         });
         let service = BackupService::start_durable(listener, config.gc_grace_ms, options.secret.clone(), persistence)
             .map_err(StartError::Replication)?;
@@ -883,21 +925,30 @@ fn start_replication(
     };
     let mut replicators = Vec::with_capacity(configs.len());
     for primary in first_index..first_index + configs.len() {
-        let targets = if replication.rejoining {
-            Vec::new()
-        } else {
-            rampkv_config::configuration::backups_of(primary as u16, addresses.len(), replication.replicas)
+        let targets: Vec<(usize, String, u64)> = match &replication.resume {
+            // The in-sync backups the configuration names for the partitions it resumes.
+            Some(backups) => backups
+                .iter()
+                .filter_map(|&(backup, incarnation)| Some((backup, addresses.get(backup)?.clone(), incarnation)))
+                .collect(),
+            None if replication.rejoining => Vec::new(),
+            None => rampkv_config::configuration::backups_of(primary as u16, addresses.len(), replication.replicas)
                 .into_iter()
-                .map(|backup| (usize::from(backup), addresses[usize::from(backup)].clone()))
-                .collect()
+                .map(|backup| {
+                    let address = addresses[usize::from(backup)].clone();
+                    (usize::from(backup), address, rampkv_config::configuration::BOOTSTRAP_INCARNATION)
+                })
+                .collect(),
         };
         // With a data directory the stream numbers records as the log does, keeps a backlog
-        // for restarted backups' deltas, and a recovered store goes to every backup first.
+        // for restarted backups' deltas, and a recovered store goes to every backup first; a
+        // reply waits until every backup's copy on disk holds it.
         let start = match journals.get(primary - first_index).and_then(Option::as_ref) {
             Some(journal) => StreamStart {
                 first: journal.last_lsn() + 1,
                 backlog_bytes: REPLICATION_BACKLOG_BYTES,
                 snapshot_first: journal.last_lsn() > 0,
+                held_once_applied: true,
             },
             None => StreamStart::default(),
         };

@@ -34,7 +34,8 @@ pub(crate) struct ChaosArgs {
     secret: SecretArgs,
     /// Copies of every partition: the servers replicate, fail over and rejoin (configuration
     /// service); the nemesis then kills only while every partition has its full replica set
-    /// (it waits for a server to catch up). Above 1: kill-one, pause, partition, mixed or none.
+    /// (it waits for a server to catch up). Above 1: kill-one, pause, partition, mixed or none,
+    /// and kill-all with --data-dir.
     #[arg(long, default_value_t = 1)]
     replicas: u32,
     /// How long the workload runs (e.g. 60s, 2m).
@@ -49,7 +50,8 @@ pub(crate) struct ChaosArgs {
     /// primary past its lease until it is deposed, then SIGCONT), partition (cut a primary off
     /// from every other server and the configuration service while clients still reach it,
     /// then heal; network namespaces only), mixed (each fault drawn from kill-one, pause and
-    /// partition), none.
+    /// partition, and kill-all with --data-dir), none. kill-all with --replicas needs
+    /// --data-dir (the servers and the configuration service resume from their directories).
     #[arg(long, default_value = "kill-one", value_parser = chaos::NemesisKind::from_name)]
     nemesis: chaos::NemesisKind,
     /// Time from one fault to the next, drawn per fault from MIN..MAX (or exactly DURATION).

@@ -20,12 +20,11 @@ use clap::Args;
 
 use rampkv::auth::SharedSecret;
 use rampkv::cluster::{Cluster, Front};
-use rampkv::config::core::StartMode;
 use rampkv::item_slots::ItemSlotConfig;
-use rampkv::limits::{FAILOVER_FIRST_LEASE_WAIT_MS_MAX, GC_GRACE_MS};
+use rampkv::limits::GC_GRACE_MS;
 use rampkv::recovery::{StartRecovery, RECOVERY_TIMEOUT_MS};
-use rampkv::server::failover::FirstLease;
 use rampkv::server::front::FrontEnd;
+use rampkv::server::resume::ServerStart;
 use rampkv::server::{
     ConnectionLimits, Durability, FailoverOptions, ReplicationMedium, ReplicationOptions, ReplicationPeers,
     ServerConfig, ServerGroup, ServerOptions,
@@ -119,20 +118,32 @@ pub(crate) fn run(args: ServerArgs) -> Result<ExitCode> {
     let has_cluster = cluster.is_some();
     // The cluster file first: it says where this server is and whether it replicates.
     let membership = cluster.as_deref().map(|path| membership(path, listen)).transpose()?;
-    let config_dir = durability.as_ref().and_then(|durability| durability.dirs.first()).map(PathBuf::as_path);
-    let (failover, rejoined) = start_failover(membership.as_ref(), secret.as_ref(), config_dir)?;
+    let data_dir = durability.as_ref().and_then(|durability| durability.dirs.first()).cloned();
+    let (failover, start) = start_failover(membership.as_ref(), secret.as_ref(), data_dir)?;
+    let rejoined = match &start {
+        Some(ServerStart::Rejoin { why }) => Some(*why),
+        _ => None,
+    };
     let replication = match &membership {
         // A server that holds nothing ships records to no backup until it is primary of
-        // something and a backup catches up from it; its port takes catching-up copies.
+        // something and a backup catches up from it; its port takes catching-up copies. One
+        // that resumes ships to the backups the configuration counts.
         Some((file, index)) if file.replicas() > 1 => {
             let addresses = file.replicate_addresses()?;
             let medium = replication_medium
                 .unwrap_or_else(|| ReplicationMedium::for_addresses(addresses.iter().map(String::as_str)));
+            let base = ReplicationOptions::new(file.replicas());
+            let (epoch, resume) = match &start {
+                Some(ServerStart::Resume { epoch, backups }) => (*epoch, Some(backups.clone())),
+                _ => (base.epoch, None),
+            };
             Some(ReplicationOptions {
                 peers: Some(ReplicationPeers { first_index: *index, addresses }),
                 rejoining: rejoined.is_some(),
+                resume,
+                epoch,
                 medium,
-                ..ReplicationOptions::new(file.replicas())
+                ..base
             })
         }
         _ => None,
@@ -141,6 +152,12 @@ pub(crate) fn run(args: ServerArgs) -> Result<ExitCode> {
         say!(
             "rampkv server: {why}; it serves no partition until the configuration service names it a backup, it \
              catches up from the primary and is promoted in a later failover (rejoin)"
+        );
+    }
+    if let Some(ServerStart::Resume { epoch, .. }) = &start {
+        say!(
+            "rampkv server: resumes from its data directory what the configuration (epoch {epoch}) still gives \
+             this process"
         );
     }
     let options = ServerOptions { secret, limits, durability, replication, failover };
@@ -186,44 +203,29 @@ fn membership(path: &Path, listen: SocketAddr) -> Result<(Cluster, usize)> {
 }
 
 /// Failover needs the configuration service: a replicated cluster file whose servers have
-/// `config` addresses. Its node starts first (bootstrapping the cluster, or rejoining it after a
-/// restart). Returns the failover options, and if this server starts as a rejoining one (it
-/// holds nothing), why.
+/// `config` addresses. Its node starts first and decides how the server starts
+/// (`rampkv::server::resume`): with the cluster (after its first lease), into a running cluster
+/// as a process that holds nothing (rejoin), or resuming from its data directory what the
+/// configuration still gives its process. Returns the failover options and that start.
 fn start_failover(
     membership: Option<&(Cluster, usize)>,
     secret: Option<&Arc<SharedSecret>>,
-    data_dir: Option<&Path>,
-) -> Result<(Option<FailoverOptions>, Option<&'static str>)> {
-    let failover = match membership {
-        Some((file, index)) if file.replicas() > 1 && file.config_addresses().is_ok() => {
-            let (gate, mode) = rampkv::server::failover::start_config_node(file, *index, secret.cloned(), data_dir)
-                .context("cannot start the configuration service")?;
-            Some((FailoverOptions { gate, cluster: file.clone(), index: *index }, mode))
-        }
-        _ => None,
+    data_dir: Option<PathBuf>,
+) -> Result<(Option<FailoverOptions>, Option<ServerStart>)> {
+    let Some((file, index)) = membership.filter(|(file, _)| file.replicas() > 1 && file.config_addresses().is_ok())
+    else {
+        return Ok((None, None));
     };
-    // A bootstrapping server waits for its first lease (its listeners open only then).
-    // One that restarted, or that the cluster failed over before it got a lease (it
-    // started too late), holds nothing and serves nothing until it caught up (rejoin).
-    let first_lease = match &failover {
-        Some((options, StartMode::Bootstrap)) => {
-            let wait = Duration::from_millis(FAILOVER_FIRST_LEASE_WAIT_MS_MAX);
-            Some(options.gate.wait_for_lease(options.index, wait))
-        }
-        _ => None,
+    let started = rampkv::server::resume::start_config_node(file, *index, secret.cloned(), data_dir.as_deref())
+        .context("cannot start the configuration service")?;
+    let options = FailoverOptions {
+        gate: started.gate,
+        cluster: file.clone(),
+        index: *index,
+        state: started.state,
+        state_dir: data_dir,
     };
-    if first_lease == Some(FirstLease::TimedOut) {
-        bail!(
-            "no lease from the configuration service within {} s: are a majority of the cluster's servers up?",
-            FAILOVER_FIRST_LEASE_WAIT_MS_MAX / 1_000
-        );
-    }
-    let rejoined = matches!(failover, Some((_, StartMode::Rejoin))) || first_lease == Some(FirstLease::FailedOver);
-    let why = rejoined.then_some(match first_lease {
-        Some(FirstLease::FailedOver) => "the cluster failed this server over before it started",
-        _ => "rejoined a running cluster as a new incarnation",
-    });
-    Ok((failover.map(|(options, _)| options), why))
+    Ok((Some(options), Some(started.start)))
 }
 
 /// Says how a replicated server's writes reach its backups (nothing for an unreplicated one).
@@ -305,6 +307,10 @@ pub(crate) fn spawn_servers(configs: &[ServerConfig], options: &ServerOptions, c
         std::thread::sleep(Duration::from_millis(PERSISTENCE_WATCH_MS));
         if let Some((index, error)) = servers.persistence_failure() {
             say!("{command}: the log of server {index} failed: {error}; stopping (restart to recover from the files)");
+            std::process::exit(1);
+        }
+        if let Some((index, error)) = servers.copy_failure() {
+            say!("{command}: server {index} cannot keep a backup copy on disk: {error}; stopping");
             std::process::exit(1);
         }
     })?;

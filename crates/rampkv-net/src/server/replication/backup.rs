@@ -29,8 +29,8 @@ use rampkv_durable::limits::RECORD_PAYLOAD_BYTES_MAX;
 use rampkv_durable::record::{check_frame, RECORD_HEADER_BYTES};
 use rampkv_durable::{apply_record, RecordError};
 
-use super::super::durable::CopyJournal;
-use super::copy::{BackupShared, BackupStats, BackupStore, CopyPersistence, Incoming, PrimaryStream};
+use super::super::durable::{CopyJournal, RestoredCopy};
+use super::copy::{BackupShared, BackupStats, BackupStore, Copies, CopyPersistence, Incoming, PrimaryStream};
 use super::fencing::BackupTakeover;
 use super::log_region::LogReceiver;
 use super::rejoin::receive_snapshot;
@@ -80,12 +80,9 @@ impl BackupService {
         persistence: Option<CopyPersistence>,
     ) -> std::io::Result<BackupService> {
         let address = listener.local_addr()?;
-        let restored = match &persistence {
+        let restored: Vec<RestoredCopy> = match &persistence {
             Some(persistence) if persistence.restore => {
                 CopyJournal::restore(&persistence.root, &persistence.config, gc_grace_ms)
-                    .into_iter()
-                    .map(|copy| Arc::new(BackupStore::restored(copy, gc_grace_ms)))
-                    .collect()
             }
             Some(persistence) => {
                 if let Err(error) = std::fs::remove_dir_all(&persistence.root) {
@@ -97,18 +94,49 @@ impl BackupService {
             }
             None => Vec::new(),
         };
+        // Of each primary, the copy marked current last is current again: the one a failover
+        // takes over if that primary does not come back (a restarted backup that resumes its
+        // roles, `server::resume`). Its primary's next stream makes a fresh copy.
+        let resume_current = persistence.as_ref().is_some_and(|persistence| persistence.resume_current);
+        let mut current: HashMap<u16, ((u64, u64), Arc<BackupStore>)> = HashMap::new();
+        let mut restored: Vec<Arc<BackupStore>> = restored
+            .into_iter()
+            .map(|copy| {
+                let (primary, since) = (copy.primary, copy.current_since);
+                let copy = Arc::new(BackupStore::restored(copy, gc_grace_ms));
+                if let Some(since) = since.filter(|_| resume_current) {
+                    if current.get(&primary).is_none_or(|(newest, _)| *newest < since) {
+                        current.insert(primary, (since, Arc::clone(&copy)));
+                    }
+                }
+                copy
+            })
+            .collect();
+        // A current copy is not continued by a catching-up stream (`CopyPersistence::resume_current`).
+        restored.retain(|copy| !current.values().any(|(_, current)| Arc::ptr_eq(current, copy)));
+        let stores: HashMap<u16, Copies> = current
+            .into_iter()
+            .map(|(primary, (_, copy))| {
+                log::warn!(
+                    "replication: the restored copy of primary {primary} (up to record {}) is its current copy again",
+                    copy.applied()
+                );
+                (primary, Copies { current: Some(copy), staging: None })
+            })
+            .collect();
         let shared = Arc::new(BackupShared {
             gc_grace_ms,
             persistence,
             restored: Mutex::new(restored),
             secret,
             clock: Instant::now(),
-            stores: Mutex::new(HashMap::new()),
+            stores: Mutex::new(stores),
             stop: AtomicBool::new(false),
             connections: AtomicUsize::new(0),
             open: Mutex::new(HashMap::new()),
             next_connection: AtomicU64::new(0),
             stats: Mutex::new(BackupStats::default()),
+            failure: std::sync::OnceLock::new(),
         });
         let accept_shared = Arc::clone(&shared);
         let acceptor = std::thread::Builder::new()
@@ -130,6 +158,13 @@ impl BackupService {
     /// Counters since the start.
     pub fn stats(&self) -> BackupStats {
         *self.shared.stats.lock()
+    }
+
+    /// Why a copy could not be kept on disk, if one could not (with persistence): the backup
+    /// stopped acknowledging that primary's records, and the server must stop (fail-stop, as
+    /// for its own log: `rampkv server` exits) so that the configuration fails it over.
+    pub fn failure(&self) -> Option<String> {
+        self.shared.failure.get().cloned()
     }
 
     /// A handle the failover thread takes copies over with.
@@ -287,7 +322,11 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
         return Err(BackupRefusal::NeedsCatchUp { primary, first, applied });
     }
     if !catch_up && copy.stream.load(Ordering::Acquire) != lineage {
-        copy.start_journal(shared.persistence.as_ref(), lineage, applied); // a new, empty copy
+        // A new, empty copy, current from the start (the cluster's first configuration counts
+        // this backup in sync).
+        copy.start_journal(shared.persistence.as_ref(), lineage, applied)
+            .map_err(|cause| shared.copy_failed(primary, cause))?;
+        copy.mark_current(epoch).map_err(|cause| shared.copy_failed(primary, cause))?;
     }
     copy.epoch.store(epoch, Ordering::Release);
     stream.write_all(&encode_answer(0, applied))?;
@@ -310,7 +349,7 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
         // marker: records it followed in the same burst are acknowledged before waiting).
         let applied = copy.applied();
         if applied > acked && incoming.pending().is_empty() {
-            copy.flush_journal();
+            copy.flush_journal(applied).map_err(|cause| shared.copy_failed(primary, cause))?;
             stream.write_all(&encode_ack(applied, false))?;
             acked = applied;
         }
@@ -343,7 +382,8 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
                     copy.applied.store(0, Ordering::Release);
                 }
                 receive_snapshot(shared, &copy, &mut incoming, &mut stream, value - 1)?;
-                copy.start_journal(shared.persistence.as_ref(), lineage, value - 1);
+                copy.start_journal(shared.persistence.as_ref(), lineage, value - 1)
+                    .map_err(|cause| shared.copy_failed(primary, cause))?;
                 awaiting_snapshot = false;
                 // The primary counts this link from its first acknowledgement on.
                 stream.write_all(&encode_ack(value - 1, false))?;
@@ -352,6 +392,8 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
                 if awaiting_snapshot || !catch_up || copy.applied() < value {
                     return Err(BackupRefusal::BadMarker { primary });
                 }
+                // On disk first: a restart must find this copy current once it is acknowledged.
+                copy.mark_current(copy.epoch()).map_err(|cause| shared.copy_failed(primary, cause))?;
                 let mut stores = shared.stores.lock();
                 let copies = stores.entry(primary).or_default();
                 if !copies.staging.as_ref().is_some_and(|staging| Arc::ptr_eq(staging, &copy)) {
@@ -406,7 +448,8 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
                 return Err(BackupRefusal::Fenced { primary });
             }
             let now_ms = shared.clock.elapsed().as_millis() as u64;
-            copy.journal_record(lsn, frame.header.epoch, record.as_ref());
+            copy.journal_record(lsn, frame.header.epoch, record.as_ref())
+                .map_err(|cause| shared.copy_failed(primary, cause))?;
             match apply_record(&copy.store, record, now_ms) {
                 Ok(()) => shared.stats.lock().records_applied += 1,
                 Err(StoreError::Aborted { .. }) => shared.stats.lock().records_refused += 1,

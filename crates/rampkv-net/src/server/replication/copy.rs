@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -20,6 +20,7 @@ use rampkv_core::storage::{Store, SweepCursor};
 
 use super::super::durable::{CopyJournal, DurabilityConfig};
 use super::log_region::{LogError, LogReceiver};
+use super::BackupRefusal;
 use crate::auth::SharedSecret;
 
 /// A backup's copy of one primary's store.
@@ -102,6 +103,13 @@ pub struct CopyPersistence {
     /// may send only what they missed). Otherwise (the cluster starts) they are removed: every
     /// primary's stream is new.
     pub restore: bool,
+    /// The server resumes its roles from its data directory (`server::resume`): of each
+    /// primary, the restored copy marked current last is its current copy again (what a
+    /// failover takes over). Such a copy is only that: a catching-up stream of its primary
+    /// never continues in it (it could overwrite or fence the copy a failover would take), it
+    /// makes a fresh copy, which replaces it once in sync. A rejoining server makes no restored
+    /// copy current (it is a backup of nothing until it caught up).
+    pub resume_current: bool,
 }
 
 /// What a backup service did since it started.
@@ -129,6 +137,20 @@ pub(super) struct BackupShared {
     pub(super) open: Mutex<HashMap<u64, TcpStream>>,
     pub(super) next_connection: AtomicU64,
     pub(super) stats: Mutex<BackupStats>,
+    /// Why a copy could not be kept on disk (with persistence), if one could not: the backup
+    /// acknowledges only what its copy's files hold, so the server must stop
+    /// (`BackupService::failure`).
+    pub(super) failure: OnceLock<String>,
+}
+
+impl BackupShared {
+    /// The copy of `primary` could not be kept on disk: noted for the server (which stops),
+    /// and returned as the refusal that closes the stream.
+    pub(super) fn copy_failed(&self, primary: u16, cause: impl std::fmt::Display) -> BackupRefusal {
+        let cause = cause.to_string();
+        let _ = self.failure.set(format!("the copy of primary {primary}: {cause}"));
+        BackupRefusal::CopyNotKept { primary, cause }
+    }
 }
 
 /// What a backup has read of a primary's stream and not consumed yet.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::Mutex;
-use rampkv_durable::RecordRef;
+use rampkv_durable::{DurableError, RecordRef};
 
 use super::super::durable::{CopyJournal, RestoredCopy};
 use super::copy::{BackupStore, CopyPersistence};
@@ -95,7 +95,7 @@ pub(super) fn queue_delta(shared: &Shared, link: &Link, catch_up: &CatchUp, held
 
 impl BackupStore {
     pub(super) fn restored(copy: RestoredCopy, gc_grace_ms: u64) -> BackupStore {
-        let RestoredCopy { primary, stream, store, journal, applied, epoch } = copy;
+        let RestoredCopy { primary, stream, store, journal, applied, epoch, .. } = copy;
         BackupStore {
             store,
             applied: AtomicU64::new(applied),
@@ -123,36 +123,70 @@ impl BackupStore {
     }
 
     /// Starts its files as a copy of stream `stream` holding every record up to `covers`.
-    pub(super) fn start_journal(&self, persistence: Option<&CopyPersistence>, stream: u64, covers: u64) {
+    ///
+    /// # Errors
+    /// With persistence, the files cannot be made: the copy is not kept on disk, and the backup
+    /// must not acknowledge what it does not keep (the caller closes the stream and the server
+    /// stops, `BackupService::failure`).
+    pub(super) fn start_journal(
+        &self,
+        persistence: Option<&CopyPersistence>,
+        stream: u64,
+        covers: u64,
+    ) -> Result<(), DurableError> {
         self.discard_journal();
         self.stream.store(stream, Ordering::Release);
-        let Some(persistence) = persistence else { return };
+        let Some(persistence) = persistence else { return Ok(()) };
         let (root, config) = (&persistence.root, &persistence.config);
-        match CopyJournal::create(root, config, self.primary, stream, &self.store, covers, self.epoch()) {
-            Ok(journal) => *self.journal.lock() = Some(journal),
-            Err(error) => log::warn!("replication: the copy of primary {} is not kept on disk: {error}", self.primary),
-        }
+        let journal = CopyJournal::create(root, config, self.primary, stream, &self.store, covers, self.epoch())?;
+        *self.journal.lock() = Some(journal);
+        Ok(())
     }
 
-    /// Appends record `lsn` of `epoch` to its files; a copy whose files fail is no longer kept.
-    pub(super) fn journal_record(&self, lsn: u64, epoch: u64, record: RecordRef<'_>) {
+    /// Appends record `lsn` of `epoch` to its files.
+    ///
+    /// # Errors
+    /// The files failed (the copy is no longer kept on disk; as [`BackupStore::start_journal`]).
+    pub(super) fn journal_record(&self, lsn: u64, epoch: u64, record: RecordRef<'_>) -> Result<(), DurableError> {
         let mut journal = self.journal.lock();
-        if let Some(Err(error)) = journal.as_ref().map(|journal| journal.append(lsn, epoch, record)) {
-            log::warn!("replication: the copy of primary {} is no longer kept on disk: {error}", self.primary);
-            if let Some(journal) = journal.take() {
-                journal.remove();
-            }
+        let Some(Err(error)) = journal.as_ref().map(|journal| journal.append(lsn, epoch, record)) else {
+            return Ok(());
+        };
+        if let Some(journal) = journal.take() {
+            journal.remove();
         }
+        Err(error)
     }
 
-    /// Writes what its files were given (once per acknowledged burst).
-    pub(super) fn flush_journal(self: &Arc<Self>) {
+    /// Writes what its files were given and waits until everything up to `lsn` is durable as
+    /// the fsync policy promises: before each acknowledgement, so that a copy on disk holds
+    /// every record its backup acknowledged (a whole-cluster kill -9 with any policy, a power
+    /// cut with `always`).
+    ///
+    /// # Errors
+    /// The files failed (as [`BackupStore::journal_record`]).
+    pub(super) fn flush_journal(self: &Arc<Self>, lsn: u64) -> Result<(), DurableError> {
         let mut journal = self.journal.lock();
-        if let Some(Err(error)) = journal.as_mut().map(|journal| journal.flush(self, BackupStore::store)) {
-            log::warn!("replication: the copy of primary {} is no longer kept on disk: {error}", self.primary);
-            if let Some(journal) = journal.take() {
-                journal.remove();
-            }
+        let flushed = journal.as_mut().map(|journal| {
+            journal.flush(self, BackupStore::store)?;
+            journal.make_durable(lsn)
+        });
+        let Some(Err(error)) = flushed else { return Ok(()) };
+        if let Some(journal) = journal.take() {
+            journal.remove();
+        }
+        Err(error)
+    }
+
+    /// Marks its files as its primary's current copy since `epoch` (a restarted backup that
+    /// resumes takes this one over if its primary fails).
+    ///
+    /// # Errors
+    /// The marker cannot be written.
+    pub(super) fn mark_current(&self, epoch: u64) -> std::io::Result<()> {
+        match self.journal.lock().as_ref() {
+            Some(journal) => journal.mark_current(epoch),
+            None => Ok(()),
         }
     }
 }

@@ -47,7 +47,18 @@ pub(crate) struct BackupTakeover {
     pub(super) shared: Arc<BackupShared>,
 }
 
+impl std::fmt::Debug for BackupTakeover {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("BackupTakeover").finish_non_exhaustive()
+    }
+}
+
 impl BackupTakeover {
+    /// As [`BackupService::failure`](super::BackupService::failure).
+    pub(crate) fn failure(&self) -> Option<String> {
+        self.shared.failure.get().cloned()
+    }
+
     /// As [`BackupService::take_over`](super::BackupService::take_over).
     pub(crate) fn take_over(&self, primary: u16, epoch: u64) -> Option<Arc<BackupStore>> {
         let copy = {

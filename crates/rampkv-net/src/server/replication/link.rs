@@ -45,11 +45,19 @@ pub struct StreamStart {
     /// The store is not empty (recovered from its files): every backup gets a snapshot first,
     /// and its link holds the primary's replies from the start.
     pub snapshot_first: bool,
+    /// The primary keeps a log and its backups keep their copies on disk: a reply must not go
+    /// out before every backup's copy *on disk* holds it, so that a whole cluster killed at
+    /// once loses no acknowledged write whichever copy the configuration promotes after the
+    /// restart. Over TCP a backup acknowledges only then anyway; one-sided a record is then
+    /// held once the backup acknowledged it (applied, its copy's log durable as the fsync
+    /// policy says), not once it landed in the log region (docs/replication.md, "Backups and
+    /// a whole-cluster kill").
+    pub held_once_applied: bool,
 }
 
 impl Default for StreamStart {
     fn default() -> Self {
-        StreamStart { first: 1, backlog_bytes: 0, snapshot_first: false }
+        StreamStart { first: 1, backlog_bytes: 0, snapshot_first: false, held_once_applied: false }
     }
 }
 
@@ -67,19 +75,21 @@ impl Replicator {
         secret: Option<Arc<SharedSecret>>,
         medium: ReplicationMedium,
     ) -> std::io::Result<Replicator> {
+        let backups = backups.into_iter().map(|(backup, address)| (backup, address, BOOTSTRAP_INCARNATION)).collect();
         Self::start_with(primary, epoch, backups, secret, medium, StreamStart::default(), None)
     }
 
-    /// [`Replicator::start`] with its stream's start (`start`) and the store catching-up
-    /// backups' snapshots are taken of (`source`; needed from the start with
-    /// `start.snapshot_first`, else it may be set later).
+    /// [`Replicator::start`] with its stream's start (`start`), each backup's process
+    /// incarnation (the configuration's: `BOOTSTRAP_INCARNATION` in the cluster's first one)
+    /// and the store catching-up backups' snapshots are taken of (`source`; needed from the
+    /// start with `start.snapshot_first`, else it may be set later).
     ///
     /// # Errors
     /// A thread could not be started.
     pub fn start_with(
         primary: u16,
         epoch: u64,
-        backups: Vec<(usize, String)>,
+        backups: Vec<(usize, String, u64)>,
         secret: Option<Arc<SharedSecret>>,
         medium: ReplicationMedium,
         start: StreamStart,
@@ -90,6 +100,7 @@ impl Replicator {
         let shared = Arc::new(Shared {
             primary,
             medium,
+            held_once_applied: start.held_once_applied && medium == ReplicationMedium::OneSided,
             epoch: AtomicU64::new(epoch),
             secret,
             links: RwLock::new(Vec::new()),
@@ -106,11 +117,11 @@ impl Replicator {
         if let Some(source) = source {
             replicator.set_source(source);
         }
-        for (backup, address) in backups {
-            // The cluster's first configuration counts these backups in sync from the start
-            // (a recovered store's links hold replies from the start, after a snapshot).
+        for (backup, address, incarnation) in backups {
+            // The configuration counts these backups in sync from the start (a recovered
+            // store's links hold replies from the start, after a snapshot).
             let catch_up = start.snapshot_first.then(|| CatchUp::new(0, epoch, true));
-            replicator.add_link(backup, address, BOOTSTRAP_INCARNATION, catch_up)?;
+            replicator.add_link(backup, address, incarnation, catch_up)?;
         }
         Ok(replicator)
     }
@@ -156,6 +167,7 @@ impl Replicator {
                 applied: AtomicU64::new(point - 1),
                 landed: Mutex::new(VecDeque::new()),
                 written: AtomicU64::new(point - 1),
+                held_once_applied: self.shared.held_once_applied,
             });
             let mut links = self.shared.links.write();
             // Links that hold nothing any more are dropped (a failed, counted one stays: its
@@ -206,6 +218,11 @@ fn run_link(shared: &Arc<Shared>, link: &Arc<Link>) {
         Err(error) => return link.fail(io_error(link, error), shared),
     };
     *link.stream.lock() = stream.try_clone().ok();
+    if link.removed.load(Ordering::Acquire) || link.failed() {
+        // Removed while it connected: it sends nothing (as in `connect`).
+        let _ = stream.shutdown(Shutdown::Both);
+        return link.fail(ReplicationError::Removed { backup: link.backup }, shared);
+    }
     if shared.stop.load(Ordering::Acquire) {
         return link.fail(ReplicationError::Stopped, shared);
     }
@@ -408,6 +425,12 @@ fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64, u64, Option<
         if shared.stop.load(Ordering::Acquire) {
             return Err(ReplicationError::Stopped);
         }
+        // A link removed (or failed) while it waits for its backup to come back must not
+        // connect later: a second catching-up stream of this primary at the backup would
+        // replace the live one's copy (the replica set then never became whole again).
+        if link.removed.load(Ordering::Acquire) || link.failed() {
+            return Err(ReplicationError::Removed { backup: link.backup });
+        }
         match TcpStream::connect_timeout(&address, timeout) {
             Ok(stream) => break stream,
             Err(error) if Instant::now() >= deadline => return Err(io_error(link, error)),
@@ -515,8 +538,9 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
         // Over TCP an acknowledgement makes room in the queue and releases replies. One-sided it
         // does neither (the records were held once written): waking the link's thread and the
         // front ends for it would cost two thread wake-ups per call for nothing, but while a
-        // catching-up link starts to count (which moves the watermark).
-        if shared.medium == ReplicationMedium::Tcp || link.catch_up.is_some() {
+        // catching-up link starts to count (which moves the watermark), and with persistence
+        // (`held_once_applied`: the acknowledgement is what releases the replies).
+        if shared.medium == ReplicationMedium::Tcp || link.catch_up.is_some() || link.held_once_applied {
             link.changed.notify_all();
             shared.wake();
         }

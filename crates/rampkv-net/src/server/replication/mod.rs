@@ -125,6 +125,8 @@ pub enum BackupRefusal {
     StoreRefused { primary: u16, lsn: u64, cause: StoreError },
     #[error("authentication: {0}")]
     Auth(AuthError),
+    #[error("the copy of primary {primary} cannot be kept on disk: {cause}")]
+    CopyNotKept { primary: u16, cause: String },
     #[error("log region of primary {primary}: {error}")]
     Log { primary: u16, error: LogError },
     #[error(transparent)]

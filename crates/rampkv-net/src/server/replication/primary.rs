@@ -220,6 +220,10 @@ pub(super) struct Link {
     /// One-sided: the last record whose write into the log region began (the backup cannot
     /// have applied one after it).
     pub(super) written: AtomicU64,
+    /// One-sided, with persistence (`StreamStart::held_once_applied`): a record is held once
+    /// the backup acknowledged that it applied it and made its copy's log durable up to it,
+    /// not once it landed in the log region.
+    pub(super) held_once_applied: bool,
 }
 
 /// The progress of a catching-up backup's link (`rejoin` module docs).
@@ -288,6 +292,7 @@ impl Link {
             {
                 catch_up.point - 1
             }
+            _ if self.held_once_applied => self.applied.load(Ordering::SeqCst).min(self.acked.load(Ordering::SeqCst)),
             _ => self.acked.load(Ordering::SeqCst),
         }
     }
@@ -304,6 +309,9 @@ impl Link {
 pub(super) struct Shared {
     pub(super) primary: u16,
     pub(super) medium: ReplicationMedium,
+    /// One-sided links hold a record once the backup applied it and made it durable
+    /// (`StreamStart::held_once_applied`).
+    pub(super) held_once_applied: bool,
     /// The configuration epoch records are appended with (raised by failover as it learns).
     pub(super) epoch: AtomicU64,
     pub(super) secret: Option<Arc<SharedSecret>>,

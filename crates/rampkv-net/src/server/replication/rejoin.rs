@@ -40,6 +40,20 @@ impl Replicator {
         self.shared.links.read().iter().any(|link| link.catches_up(backup, incarnation, since))
     }
 
+    /// Whether the link to in-sync `backup` (process `incarnation`) failed while it still holds
+    /// replies (counted, not removed): the configuration still counts that backup, which
+    /// restarted and resumed its roles, or whose connection broke. Failover opens a catch-up
+    /// link to it, which retires the failed one once in sync ([`Replicator::in_sync`]).
+    pub fn has_failed_link(&self, backup: usize, incarnation: u64) -> bool {
+        self.shared.links.read().iter().any(|link| {
+            link.backup == backup
+                && link.incarnation == incarnation
+                && link.counted.load(Ordering::Acquire)
+                && !link.removed.load(Ordering::Acquire)
+                && link.failed()
+        })
+    }
+
     /// Whether catching-up `backup` (process `incarnation`) is in sync through a catch-up link
     /// opened in epoch `since` or later: it holds every record a reply was released for, no
     /// reply goes out without it, and it made that copy its current one (module

@@ -637,7 +637,12 @@ fn a_restarted_backup_with_its_copy_on_disk_gets_only_the_records_it_missed() {
     let root = tempfile::tempdir().unwrap();
     let persistence = |restore| {
         let config = DurabilityConfig::default();
-        Some(CopyPersistence { root: root.path().join(super::super::durable::COPIES_DIR), config, restore })
+        Some(CopyPersistence {
+            root: root.path().join(super::super::durable::COPIES_DIR),
+            config,
+            restore,
+            resume_current: false,
+        })
     };
     let start = |restore| {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -645,8 +650,8 @@ fn a_restarted_backup_with_its_copy_on_disk_gets_only_the_records_it_missed() {
     };
     let core = Arc::new(ServerCore::new(1_000));
     let backup = start(false);
-    let stream = StreamStart { first: 1, backlog_bytes: 1 << 20, snapshot_first: false };
-    let backups = vec![(1, backup.address().to_string())];
+    let stream = StreamStart { first: 1, backlog_bytes: 1 << 20, ..StreamStart::default() };
+    let backups = vec![(1, backup.address().to_string(), rampkv_config::configuration::BOOTSTRAP_INCARNATION)];
     let replicator =
         Replicator::start_with(0, 3, backups, None, ReplicationMedium::OneSided, stream, Some(Arc::clone(&core)))
             .unwrap();
@@ -726,14 +731,14 @@ fn catch_up_size_and_time_delta_against_snapshot() {
     let start = |restore: bool, persistent: bool| {
         let config = DurabilityConfig { policy: rampkv_durable::FsyncPolicy::Everysec, ..DurabilityConfig::default() };
         let root = root.path().join(super::super::durable::COPIES_DIR);
-        let persistence = persistent.then_some(CopyPersistence { root, config, restore });
+        let persistence = persistent.then_some(CopyPersistence { root, config, restore, resume_current: false });
         BackupService::start_durable(TcpListener::bind("127.0.0.1:0").unwrap(), 60_000, None, persistence).unwrap()
     };
     let core = Arc::new(ServerCore::new(60_000));
     let backup = start(false, true);
     let stream =
-        StreamStart { first: 1, backlog_bytes: rampkv_core::limits::REPLICATION_BACKLOG_BYTES, snapshot_first: false };
-    let backups = vec![(1, backup.address().to_string())];
+        StreamStart { backlog_bytes: rampkv_core::limits::REPLICATION_BACKLOG_BYTES, ..StreamStart::default() };
+    let backups = vec![(1, backup.address().to_string(), rampkv_config::configuration::BOOTSTRAP_INCARNATION)];
     let replicator =
         Replicator::start_with(0, 3, backups, None, ReplicationMedium::OneSided, stream, Some(Arc::clone(&core)))
             .unwrap();
