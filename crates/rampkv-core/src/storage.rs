@@ -17,6 +17,7 @@
 //!   background sweep ([`Store::sweep`]).
 //! - `write`: PREPARE, COMMIT and PUT; recovery's STATUS, ABORT and stale transactions.
 //! - `read`: the latest version, an exact version, the highest of candidates; the counters.
+//! - `listing`: the live keys in key-hash order, page by page, and their count (SCAN, DBSIZE).
 //! - `copy`: the store copied out shard by shard (snapshots, a backup's catch-up), loaded
 //!   back, and another store absorbed whole (failover).
 //!
@@ -50,6 +51,7 @@ use crate::wire::MetadataRef;
 
 mod copy;
 mod gc;
+mod listing;
 mod read;
 #[cfg(test)]
 mod tests;
@@ -59,10 +61,14 @@ mod write;
 
 pub use copy::{KeyVersions, Superseded};
 pub use gc::SweepCursor;
+pub use listing::{is_live_at, KeyListing, ListBounds};
 use version_map::VersionMap;
 
-/// Shards of the key map and of the pending-commit map.
-const SHARD_COUNT: usize = 64;
+/// Shards of the key map and of the pending-commit map: a key's shard is the top
+/// `SHARD_BITS` bits of its key hash, so shard `i` holds a range of hashes and the key listing
+/// (`listing`) walks the shards in hash order.
+const SHARD_BITS: u32 = 6;
+const SHARD_COUNT: usize = 1 << SHARD_BITS;
 
 /// Aborted transactions are remembered at least this long (a PREPARE delayed longer than this
 /// could slip through; writers give up after `TXN_TIMEOUT_MS`, far less).
@@ -230,9 +236,7 @@ impl Store {
     }
 
     fn shard(&self, key: &[u8]) -> &RwLock<HashMap<Key, KeyState>> {
-        // The high half of the hash, so shard choice does not correlate with partitions
-        // (which use the hash modulo the partition count).
-        &self.shards[((key_hash(key) >> 32) as usize) % SHARD_COUNT]
+        &self.shards[shard_of_hash(key_hash(key))]
     }
 
     fn pending_shard(&self, ts: Timestamp) -> &PendingShard {
@@ -243,4 +247,11 @@ impl Store {
     fn forget_version_bytes(&self, bytes: usize) {
         self.value_bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
+}
+
+/// The shard of a key hash: its top bits, so that shards hold consecutive ranges of hashes (the
+/// key listing's order), and shard choice does not correlate with partitions (which use the
+/// hash modulo the partition count).
+fn shard_of_hash(hash: u64) -> usize {
+    (hash >> (u64::BITS - SHARD_BITS)) as usize
 }
