@@ -13,6 +13,7 @@
 //! that restarted) is ignored, so late replies can never mix into a newer attempt.
 
 pub mod bloom;
+pub mod keyspace;
 pub mod locking;
 pub mod locks;
 pub mod ramp;
@@ -120,6 +121,8 @@ pub enum InvalidTransaction {
     LockingAlgorithm,
     #[error("the write set does not encode: {0}")]
     WriteSet(crate::wire::WireError),
+    #[error("partition {partition}: {why}")]
+    Partition { partition: u32, why: &'static str },
 }
 
 /// How a reply does not fit the request it answers.
@@ -140,6 +143,8 @@ pub enum MalformedReply {
     NotACandidate { got: Timestamp },
     #[error("a commit cannot abort")]
     CommitAborted,
+    #[error("a key listing page that cannot be right: {why}")]
+    Listing { why: &'static str },
 }
 
 /// Why a transaction failed.
