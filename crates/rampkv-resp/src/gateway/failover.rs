@@ -64,6 +64,14 @@ pub(super) enum TxnInput {
     Write(Vec<(Vec<u8>, Vec<u8>)>),
     /// One-key writes at one timestamp, not atomic together (a pipeline of SETs).
     IndependentWrites(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A page of the key listing (SCAN, KEYS: `keyspace`).
+    List {
+        partition: u32,
+        after: Option<u64>,
+        keys_max: usize,
+    },
+    /// The count of live keys (DBSIZE, INFO).
+    Count,
 }
 
 impl TxnInput {
@@ -73,6 +81,8 @@ impl TxnInput {
             TxnInput::Read(keys) => driver.begin_read(session, keys),
             TxnInput::Write(pairs) => driver.begin_write(session, pairs).map(|_ts| ()),
             TxnInput::IndependentWrites(pairs) => driver.begin_independent_writes(session, pairs).map(|_ts| ()),
+            TxnInput::List { partition, after, keys_max } => driver.begin_list(session, partition, after, keys_max),
+            TxnInput::Count => driver.begin_count(session),
         }
     }
 
@@ -83,6 +93,7 @@ impl TxnInput {
             TxnInput::Write(pairs) | TxnInput::IndependentWrites(pairs) => {
                 pairs.iter().map(|(key, value)| key.len() + value.len()).sum()
             }
+            TxnInput::List { .. } | TxnInput::Count => 0,
         }
     }
 }
