@@ -3,11 +3,12 @@
 //! answers `-CLUSTERDOWN` for its partitions).
 //!
 //! # Contract
-//! - **SCAN** asks one page of the cursor's partition (COUNT keys, the hint, clamped to
-//!   `LIST_PAGE_KEYS_MAX`), filters it by MATCH and TYPE, and answers the keys with the cursor
-//!   of the next page ([`crate::keyspace`]: partition index and hash position in one number).
-//!   A page that ends a partition continues at the next one; `0` comes back after the last. It
-//!   asks a further page in the same command only where the next cursor would read as `0`.
+//! - **SCAN** asks pages from the cursor on (COUNT keys, the hint, clamped to
+//!   `LIST_PAGE_KEYS_MAX`), partition after partition, filters them by MATCH and TYPE, and
+//!   answers once it has COUNT keys or has asked [`SCAN_PAGES_PER_COMMAND_MAX`] pages, with the
+//!   cursor of the next page ([`crate::keyspace`]: partition index and hash position in one
+//!   number); `0` comes back after the last partition. It never answers with a cursor that
+//!   would read as `0` before the end: it asks the next page instead.
 //!   Every key live for the whole scan is returned at least once (`storage::listing`, and
 //!   `rampkv_core::protocol::keyspace` for the client's checks); a key may come twice.
 //! - **KEYS** runs the whole listing, page after page, and answers the matching keys, at most
@@ -31,6 +32,10 @@ use crate::keyspace::{ScanCursor, ScanRequest};
 /// in the gateway until the listing ends).
 pub const KEYS_REPLY_KEYS_MAX: usize = 1 << 20;
 
+/// Most pages one SCAN asks while it has fewer keys than COUNT (sparse partitions, MATCH):
+/// bounds the command's latency; past it, it answers what it has, maybe nothing, as Redis may.
+pub const SCAN_PAGES_PER_COMMAND_MAX: usize = 16;
+
 /// A SCAN or KEYS under way.
 #[derive(Debug)]
 pub(super) struct Listing {
@@ -43,6 +48,8 @@ pub(super) struct Listing {
     /// False for a TYPE other than `string`: no key matches, the cursor still moves.
     type_matches: bool,
     found: Vec<Vec<u8>>,
+    /// Pages asked so far by this command.
+    pages: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +60,12 @@ enum Mode {
 
 impl Listing {
     fn input(&self) -> TxnInput {
-        TxnInput::List { partition: self.partition, after: self.after, keys_max: self.keys_max }
+        // SCAN asks only for what COUNT still wants; KEYS takes whole pages.
+        let keys_max = match self.mode {
+            Mode::Scan => self.keys_max.saturating_sub(self.found.len()).max(1),
+            Mode::Keys => self.keys_max,
+        };
+        TxnInput::List { partition: self.partition, after: self.after, keys_max }
     }
 }
 
@@ -72,6 +84,7 @@ impl EventLoop {
             pattern: request.pattern.as_deref().map(Pattern::new).filter(|pattern| !pattern.matches_everything()),
             type_matches: request.type_matches,
             found: Vec::new(),
+            pages: 1,
         };
         self.begin_transaction(slot, listing.input(), Pending::Listing(Box::new(listing)));
     }
@@ -86,6 +99,7 @@ impl EventLoop {
             pattern: Some(Pattern::new(pattern)).filter(|pattern| !pattern.matches_everything()),
             type_matches: true,
             found: Vec::new(),
+            pages: 1,
         };
         self.begin_transaction(slot, listing.input(), Pending::Listing(Box::new(listing)));
     }
@@ -132,10 +146,14 @@ impl EventLoop {
             }
         };
         let answer_now = match listing.mode {
-            Mode::Scan => done || next_cursor.is_some(),
+            Mode::Scan => {
+                let enough = listing.found.len() >= listing.keys_max || listing.pages >= SCAN_PAGES_PER_COMMAND_MAX;
+                done || (next_cursor.is_some() && enough)
+            }
             Mode::Keys => done,
         };
         if !answer_now {
+            listing.pages += 1;
             let input = listing.input();
             self.begin_transaction(slot, input, Pending::Listing(listing));
             return self.enqueue(slot);
