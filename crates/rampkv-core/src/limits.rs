@@ -235,6 +235,11 @@ pub const LIST_PAGE_KEYS_MAX: usize = 1_024;
 /// exception. Fits every transport's largest message (send/recv: 256 KiB).
 pub const LIST_PAGE_BYTES_MAX: usize = 64 * 1024;
 
+/// Key listing: a page never splits a block of 2^this consecutive key hashes, and ends at the
+/// end of one, so that a resume point needs 64 - this bits (the RESP gateway's SCAN cursor
+/// holds it beside a 16-bit partition index in the 64-bit number Redis clients parse).
+pub const LIST_HASH_BLOCK_BITS: u32 = 16;
+
 /// Key listing: most keys a server looks at for one page. Past it, the page ends at the end
 /// of the store shard it was in, with fewer keys than asked (maybe none) and a cursor that
 /// moves on: one request costs bounded work however sparse the partition is.

@@ -10,11 +10,12 @@
 //!              (p = 0: at the partition's start)
 //! ```
 //!
-//! `0` starts a scan and, returned, ends it, as in Redis. A page the servers end after hash h
-//! continues at `(h + 1) >> 16`: rounded down, so a resumed scan may return again the keys whose
-//! hash lies in the 65,536 hashes below h + 1 (about one key in 2^48 per page; Redis may return
-//! a key twice too), and never skips one. The one position that would read as `0` (partition 0,
-//! a page ended below hash 65,535) is not returned: the gateway goes on to the next page first.
+//! `0` starts a scan and, returned, ends it, as in Redis. The servers end every page at the
+//! end of a block of 2^16 hashes (`LIST_HASH_BLOCK_BITS`), so the position `(h + 1) >> 16` of
+//! a page that ended after hash h is exact: a resumed scan neither repeats nor skips a key. (A
+//! position that were not a block end would be rounded down: keys repeated, none skipped.)
+//! The one position that would read as `0` (partition 0, a page that ended in its first block)
+//! is not returned: the gateway goes on to the next page first.
 //! A cursor that is not a number, or names a partition the cluster does not have, is Redis's
 //! `ERR invalid cursor`.
 

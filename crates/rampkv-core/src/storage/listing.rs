@@ -11,12 +11,14 @@
 //!   (Redis's SCAN guarantee): such a key's hash is above the cursor until the page that
 //!   passes it, and that page, looking at its hash range, finds it live. A key written or
 //!   deleted during the listing may or may not be returned; one whose hash the cursor already
-//!   passed is not returned again, so no key comes twice (with hash collisions neither: a page
-//!   never splits the keys of one hash).
+//!   passed is not returned again, so no key comes twice.
 //! - A page holds at most `keys_max` keys and `bytes_max` key bytes, except that the keys of
-//!   one hash (a 64-bit collision) always go together: a page whose first hash group is larger
-//!   holds that group alone. It looks at no more than about `visited_max` keys: past that it
-//!   ends at the end of the shard it is in, with fewer keys, or none.
+//!   one *hash block* (2^`LIST_HASH_BLOCK_BITS` consecutive hashes: one key, but for
+//!   collisions and near-collisions) always go together: a page whose first block holds more
+//!   holds that block alone. A page ends at the end of a block, so a resume point is always a
+//!   block's last hash and fits 48 bits (the RESP gateway's SCAN cursor holds it with the
+//!   partition in 64). It looks at no more than about `visited_max` keys: past that it ends at
+//!   the end of the shard it is in, with fewer keys, or none.
 //!
 //! # Why hash order
 //! Shards hold consecutive hash ranges (`shard_of_hash`), so a page reads the shards from the
@@ -27,7 +29,7 @@
 
 use super::{shard_of_hash, Key, KeyState, Store, Version, SHARD_BITS, SHARD_COUNT};
 use crate::cluster::key_hash;
-use crate::limits::{LIST_PAGE_BYTES_MAX, LIST_VISITED_KEYS_MAX};
+use crate::limits::{LIST_HASH_BLOCK_BITS, LIST_PAGE_BYTES_MAX, LIST_VISITED_KEYS_MAX};
 
 /// The whole stored value of a key the RESP gateway deleted: its tombstone
 /// (`rampkv_resp::value`). RAMP versions have no deletion of their own yet, so the listing
@@ -93,10 +95,10 @@ enum Offer {
 }
 
 impl PageBuilder {
-    /// Offers the live keys of hash `hash` (above every hash offered before). A group that
-    /// does not fit ends the page before it (resume below it) unless the page is empty: then
-    /// it is taken whole, so that no cursor falls between keys of one hash.
-    fn offer(&mut self, hash: u64, group: &[&Key]) -> Offer {
+    /// Offers the live keys of hash block `block` (above every block offered before). A group
+    /// that does not fit ends the page before it (resume at the end of the block below) unless
+    /// the page is empty: then it is taken whole, so that no cursor falls inside a block.
+    fn offer(&mut self, block: u64, group: &[&Key]) -> Offer {
         debug_assert!(self.page.resume.is_none(), "a full page takes nothing more");
         if group.is_empty() {
             return Offer::Taken;
@@ -106,14 +108,14 @@ impl PageBuilder {
         if (keys > self.bounds.keys_max || self.bytes + group_bytes > self.bounds.bytes_max)
             && !self.page.keys.is_empty()
         {
-            // Everything below this hash was looked at (hash > 0: a smaller one was taken).
-            self.page.resume = Some(hash - 1);
+            // Everything below this block was looked at (block > 0: a smaller one was taken).
+            self.page.resume = Some((block << LIST_HASH_BLOCK_BITS) - 1);
             return Offer::Full;
         }
         self.page.keys.extend(group.iter().map(|key| (*key).clone()));
         self.bytes += group_bytes;
         if self.page.keys.len() >= self.bounds.keys_max || self.bytes >= self.bounds.bytes_max {
-            self.page.resume = Some(hash);
+            self.page.resume = Some(block_last_hash(block));
             return Offer::Full;
         }
         Offer::Taken
@@ -150,12 +152,13 @@ impl Store {
                 .collect();
             candidates.sort_unstable_by_key(|(hash, _, _)| *hash);
             let mut group: Vec<&Key> = Vec::new();
-            for same_hash in candidates.chunk_by(|left, right| left.0 == right.0) {
+            let block_of = |hash: u64| hash >> LIST_HASH_BLOCK_BITS;
+            for same_block in candidates.chunk_by(|left, right| block_of(left.0) == block_of(right.0)) {
                 group.clear();
                 group.extend(
-                    same_hash.iter().filter(|(_, _, state)| live(state, wall_clock_us)).map(|(_, key, _)| *key),
+                    same_block.iter().filter(|(_, _, state)| live(state, wall_clock_us)).map(|(_, key, _)| *key),
                 );
-                if builder.offer(same_hash[0].0, &group) == Offer::Full {
+                if builder.offer(block_of(same_block[0].0), &group) == Offer::Full {
                     return builder.page;
                 }
             }
@@ -179,6 +182,11 @@ impl Store {
         }
         count
     }
+}
+
+/// The highest hash of hash block `block`.
+fn block_last_hash(block: u64) -> u64 {
+    (block << LIST_HASH_BLOCK_BITS) | ((1 << LIST_HASH_BLOCK_BITS) - 1)
 }
 
 /// The highest hash shard `shard_index` holds.
@@ -280,25 +288,43 @@ mod tests {
     }
 
     #[test]
-    fn a_page_never_splits_the_keys_of_one_hash() {
-        // 64-bit FNV-1a collisions are not at hand for a test: the page builder is offered
-        // groups of made-up hashes instead.
+    fn a_page_never_splits_a_hash_block_and_ends_at_a_block_end() {
+        // Blocks holding several keys (64-bit FNV-1a collisions, or hashes within 2^16 of one
+        // another) are rare in a test: the page builder is offered made-up blocks instead.
         let keys: Vec<Key> = (0..6u8).map(|index| vec![index].into_boxed_slice()).collect();
         let refs: Vec<&Key> = keys.iter().collect();
+        let end_of = |block: u64| (block << LIST_HASH_BLOCK_BITS) | 0xFFFF;
         let mut builder = PageBuilder { page: KeyListing::default(), bytes: 0, bounds: ListBounds::keys(3) };
         assert_eq!(builder.offer(10, &refs[0..2]), Offer::Taken);
         assert_eq!(builder.offer(11, &refs[2..4]), Offer::Full, "two more would make four");
-        assert_eq!(builder.page.keys.len(), 2, "the group of hash 11 goes whole to the next page");
-        assert_eq!(builder.page.resume, Some(10), "resume after 10: hash 11 comes next");
+        assert_eq!(builder.page.keys.len(), 2, "block 11 goes whole to the next page");
+        assert_eq!(builder.page.resume, Some(end_of(10)), "resume after block 10: block 11 comes next");
 
         let mut builder = PageBuilder { page: KeyListing::default(), bytes: 0, bounds: ListBounds::keys(3) };
-        assert_eq!(builder.offer(7, &refs[0..5]), Offer::Full, "a first group larger than the page");
-        assert_eq!((builder.page.keys.len(), builder.page.resume), (5, Some(7)), "taken whole");
+        assert_eq!(builder.offer(7, &refs[0..5]), Offer::Full, "a first block larger than the page");
+        assert_eq!((builder.page.keys.len(), builder.page.resume), (5, Some(end_of(7))), "taken whole");
 
         let mut builder = PageBuilder { page: KeyListing::default(), bytes: 0, bounds: ListBounds::keys(3) };
-        assert_eq!(builder.offer(1, &[]), Offer::Taken, "no live key of that hash");
+        assert_eq!(builder.offer(1, &[]), Offer::Taken, "no live key in that block");
         assert_eq!(builder.offer(2, &refs[0..3]), Offer::Full);
-        assert_eq!(builder.page.resume, Some(2), "a full page resumes after its last hash");
+        assert_eq!(builder.page.resume, Some(end_of(2)), "a full page resumes after its last block");
+    }
+
+    #[test]
+    fn every_resume_point_is_a_block_end() {
+        let store = Store::new(10_000);
+        for index in 0..500u64 {
+            put(&store, index + 1, format!("ks:{index}").as_bytes(), b"v");
+        }
+        for keys_max in [1, 3, 10] {
+            let mut after = None;
+            loop {
+                let page = store.list_keys(after, |_| true, 0, ListBounds::keys(keys_max));
+                let Some(resume) = page.resume else { break };
+                assert_eq!(resume & 0xFFFF, 0xFFFF, "{resume:#x}");
+                after = Some(resume);
+            }
+        }
     }
 
     #[test]
