@@ -113,7 +113,7 @@ for protocol in (2, 3):
     info = r.info()
     for field in ["redis_version", "process_id", "tcp_port", "uptime_in_seconds", "connected_clients",
                   "maxclients", "blocked_clients", "maxmemory_policy", "loading", "total_commands_processed",
-                  "role", "connected_slaves", "cluster_enabled", "rampkv_keyspace", "rampkv_replicas"]:
+                  "role", "connected_slaves", "cluster_enabled", "db0", "rampkv_replicas"]:
         assert field in info, f"INFO lacks {field}: {sorted(info)}"
     assert info["role"] == "master" and info["blocked_clients"] == 0 and info["cluster_enabled"] == 0
     assert isinstance(info["process_id"], int) and info["tcp_port"] == port

@@ -12,6 +12,7 @@
 //! - [`storage`]: the multi-version partition store (lastCommit by atomic max, GC), in rooms:
 //!   validation, garbage collection, the write path, the read path, the snapshot copy.
 //! - [`cluster`]: cluster files and key routing (FNV-1a hash partitioning).
+//! - [`pattern`]: Redis's glob-style key patterns (the key listing's MATCH).
 //! - [`protocol`]: RAMP-Fast/Small/Hybrid, NoCC and S2PL+2PC as I/O-free state machines: the
 //!   client's transactions and its session machine (`protocol::session`), and the server core
 //!   (`protocol::server`: a typed request in, a typed reply and effects out).
@@ -19,6 +20,7 @@
 
 pub mod cluster;
 pub mod limits;
+pub mod pattern;
 pub mod protocol;
 pub mod storage;
 pub mod types;

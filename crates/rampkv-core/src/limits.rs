@@ -255,6 +255,32 @@ pub const FAILOVER_REJOIN_POLL_MS: u64 = 10;
 /// Most partitions in a cluster file.
 pub const CLUSTER_PARTITIONS_MAX: u32 = 65_536;
 
+/// Key listing (LIST_KEYS, SCAN): most keys one page asks for. A page may hold more only when
+/// the keys of one 64-bit hash (a collision) outnumber what is left of it: a page never splits
+/// the keys of one hash, so that the cursor "resume after hash h" loses none.
+pub const LIST_PAGE_KEYS_MAX: usize = 1_024;
+
+/// Key listing: most key bytes (with their 2-byte length fields) in one page, under the same
+/// exception. Fits every transport's largest message (send/recv: 256 KiB).
+pub const LIST_PAGE_BYTES_MAX: usize = 64 * 1024;
+
+/// Key listing: a page never splits a block of 2^this consecutive key hashes, and ends at the
+/// end of one, so that a resume point needs 64 - this bits (the RESP gateway's SCAN cursor
+/// holds it beside a 16-bit partition index in the 64-bit number Redis clients parse).
+pub const LIST_HASH_BLOCK_BITS: u32 = 16;
+
+/// Key listing: most keys a server looks at for one page. Past it, the page ends at the end
+/// of the store shard it was in, with fewer keys than asked (maybe none) and a cursor that
+/// moves on: one request costs bounded work however sparse the partition is.
+pub const LIST_VISITED_KEYS_MAX: usize = 64 * 1024;
+
+/// Key listing: most keys a client accepts in one page (a hostile server's reply is refused
+/// past it; an honest page stays under `LIST_PAGE_KEYS_MAX` but for collisions).
+pub const LIST_REPLY_KEYS_MAX: usize = 64 * 1024;
+
+/// Key counting (COUNT_KEYS, DBSIZE): most partitions one request names.
+pub const COUNT_PARTITIONS_PER_REQUEST_MAX: usize = 4_096;
+
 /// A TCP poller that finds nothing polls again without blocking for up to this long before it
 /// blocks in the kernel: when its peer is running the next message usually arrives within a
 /// few microseconds, and a sleep/wake-up pair costs more than that. Bounded so an idle poller

@@ -18,6 +18,7 @@
 //! - `expiry`: reclaiming expired keys in the sweep: their values first, the keys later.
 //! - `write`: PREPARE, COMMIT and PUT; recovery's STATUS, ABORT and stale transactions.
 //! - `read`: the latest version, an exact version, the highest of candidates; the counters.
+//! - `listing`: the live keys in key-hash order, page by page, and their count (SCAN, DBSIZE).
 //! - `copy`: the store copied out shard by shard (snapshots, a backup's catch-up), loaded
 //!   back, and another store absorbed whole (failover).
 //!
@@ -53,6 +54,7 @@ use crate::wire::MetadataRef;
 mod copy;
 mod expiry;
 mod gc;
+mod listing;
 mod read;
 #[cfg(test)]
 mod tests;
@@ -63,10 +65,14 @@ mod write;
 pub use copy::{KeyVersions, Superseded};
 pub use expiry::SweepClock;
 pub use gc::SweepCursor;
+pub use listing::{is_live_at, KeyListing, ListBounds};
 use version_map::VersionMap;
 
-/// Shards of the key map and of the pending-commit map.
-const SHARD_COUNT: usize = 64;
+/// Shards of the key map and of the pending-commit map: a key's shard is the top
+/// `SHARD_BITS` bits of its key hash, so shard `i` holds a range of hashes and the key listing
+/// (`listing`) walks the shards in hash order.
+const SHARD_BITS: u32 = 6;
+const SHARD_COUNT: usize = 1 << SHARD_BITS;
 
 /// A key's (or a shard's) read stamp: never read. Otherwise the stamp is the read's time in ms
 /// plus one (so that a read at time 0 is not "never").
@@ -331,9 +337,8 @@ impl Store {
     }
 
     fn shard_index(key: &[u8]) -> usize {
-        // The high half of the hash, so shard choice does not correlate with partitions
-        // (which use the hash modulo the partition count).
-        ((key_hash(key) >> 32) as usize) % SHARD_COUNT
+        // Shards hold consecutive ranges of hashes (`shard_of_hash`).
+        shard_of_hash(key_hash(key))
     }
 
     fn shard(&self, key: &[u8]) -> &RwLock<HashMap<Key, KeyState>> {
@@ -372,4 +377,11 @@ fn note_read(stamp: &AtomicU64, now_ms: u64) {
     if stamp.load(Ordering::Relaxed) < read {
         stamp.fetch_max(read, Ordering::Relaxed);
     }
+}
+
+/// The shard of a key hash: its top bits, so that shards hold consecutive ranges of hashes (the
+/// key listing's order), and shard choice does not correlate with partitions (which use the
+/// hash modulo the partition count).
+fn shard_of_hash(hash: u64) -> usize {
+    (hash >> (u64::BITS - SHARD_BITS)) as usize
 }

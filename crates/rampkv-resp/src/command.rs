@@ -2,14 +2,15 @@
 //!
 //! No I/O and no gateway state: a command either becomes a transaction to run (GET, MGET,
 //! EXISTS, STRLEN, TYPE, SET, MSET, DEL, UNLINK; and for expiry SET EX/PX/EXAT/PXAT, SETEX,
-//! PSETEX, TTL, PTTL), a request that needs the connection's or gateway's state (AUTH, HELLO,
+//! PSETEX, TTL, PTTL), a key space request (SCAN, KEYS, DBSIZE: listing or counting pages,
+//! [`crate::keyspace`]), a request that needs the connection's or gateway's state (AUTH, HELLO,
 //! INFO, CLIENT SETNAME/GETNAME/ID, QUIT, MULTI, EXEC, DISCARD, WATCH), or a reply known at once
 //! (PING, UNWATCH, errors, ...).
 //!
 //! # Errors
 //! Unknown commands, wrong arities and unknown subcommands get Redis's exact texts (Redis 7.0),
 //! so tools that match on them keep working. Commands rampkv cannot honour (yet: SET NX, XX,
-//! GET and KEEPTTL; DBSIZE, other databases) get an error that says so. Every check happens here, before a transaction
+//! GET and KEEPTTL; other databases) get an error that says so. Every check happens here, before a transaction
 //! starts: a command that fails here changes no state.
 //!
 //! # Order of checks (Redis 7.0's)
@@ -18,6 +19,7 @@
 
 use super::auth::Permissions;
 use super::codec::{Args, Frame, Protocol};
+use super::keyspace::{parse_scan, ScanRequest};
 use super::value::{self, STORED_VALUE_BYTES_MAX};
 use rampkv_core::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX};
 
@@ -43,6 +45,8 @@ pub enum CommandKind {
     Hello,
     Info,
     DbSize,
+    Scan,
+    Keys,
     Command,
     Select,
     Quit,
@@ -160,6 +164,8 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("acl", CommandKind::Acl, -2, &[], (0, 0, 0), &["@slow"]),
     spec("info", CommandKind::Info, -1, &["loading", "stale"], (0, 0, 0), &["@slow", "@dangerous"]),
     spec("dbsize", CommandKind::DbSize, 1, &["readonly", "fast"], (0, 0, 0), &["@keyspace", "@read", "@fast"]),
+    spec("scan", CommandKind::Scan, -2, &["readonly"], (0, 0, 0), &["@keyspace", "@read", "@slow"]),
+    spec("keys", CommandKind::Keys, 2, &["readonly"], (0, 0, 0), &["@keyspace", "@read", "@slow", "@dangerous"]),
     spec("command", CommandKind::Command, -1, &["loading", "stale"], (0, 0, 0), &["@slow", "@connection"]),
     spec("select", CommandKind::Select, 2, &["loading", "stale", "fast"], (0, 0, 0), &["@fast", "@connection"]),
     spec(
@@ -312,6 +318,14 @@ pub enum Request {
     },
     /// Reply the INFO text of these sections.
     Info(InfoSections),
+    /// One SCAN step: a page (or a few) of the key listing from the cursor.
+    Scan(ScanRequest),
+    /// KEYS: every live key matching the pattern (the whole listing).
+    Keys {
+        pattern: Vec<u8>,
+    },
+    /// DBSIZE: the count of live keys.
+    DbSize,
     /// Name the connection (empty: remove the name).
     ClientSetName(Vec<u8>),
     ClientGetName,
@@ -563,9 +577,9 @@ fn translate(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {
         CommandKind::Echo => Ok(Request::Reply(Frame::bulk(args.get(1)))),
         CommandKind::Hello => hello(args),
         CommandKind::Info => Ok(Request::Info(InfoSections::parse(args))),
-        CommandKind::DbSize => {
-            Err(Frame::error("ERR DBSIZE is not supported: rampkv keeps no count of its keys (see docs/resp.md)"))
-        }
+        CommandKind::DbSize => Ok(Request::DbSize),
+        CommandKind::Scan => Ok(Request::Scan(parse_scan(args)?)),
+        CommandKind::Keys => Ok(Request::Keys { pattern: args.get(1).to_vec() }),
         CommandKind::Command => command(args).map(Request::Reply),
         CommandKind::Select => match parse_integer(args.get(1)) {
             Some(0) => ok(),
@@ -1026,7 +1040,10 @@ mod tests {
         assert_eq!(error_text("command count x"), "ERR wrong number of arguments for 'command|count' command");
         assert_eq!(error_text("command nosuch"), "ERR unknown subcommand 'nosuch'. Try COMMAND HELP.");
         assert!(error_text("set k v keepttl").contains("SET KEEPTTL is not supported by rampkv yet"));
-        assert!(error_text("dbsize").starts_with("ERR DBSIZE is not supported"));
+        assert_eq!(request("dbsize").clone(), Request::DbSize);
+        assert_eq!(request("keys a*").clone(), Request::Keys { pattern: b"a*".to_vec() });
+        assert_eq!(error_text("keys"), "ERR wrong number of arguments for 'keys' command");
+        assert_eq!(error_text("scan x"), "ERR invalid cursor");
     }
 
     /// SET's expiry options, SETEX, PSETEX, TTL and PTTL, with Redis 7.0's error texts in its
@@ -1201,6 +1218,8 @@ mod tests {
             "config get save",
             "client setname x",
             "dbsize",
+            "scan 0",
+            "keys *",
             "multi",
             "discard",
             "watch k",

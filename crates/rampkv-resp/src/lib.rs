@@ -8,6 +8,8 @@
 //!   strings and inline commands) and the reply encoder. No I/O.
 //! - [`command`]: the command table (names, arities, flags) and the translation of one parsed
 //!   command into a [`command::Request`]: a transaction to run or a reply to send. No I/O.
+//! - [`keyspace`]: SCAN's and KEYS's arguments and SCAN's cursor (partition and hash position
+//!   in one number). No I/O.
 //! - [`value`]: how the gateway stores values in rampkv (a presence byte, so DEL can work
 //!   over versions that have no tombstone).
 //! - [`gateway`]: the event loop: one thread, RESP connections on one side, one
@@ -32,6 +34,7 @@ pub mod auth;
 pub mod codec;
 pub mod command;
 pub mod gateway;
+pub mod keyspace;
 mod transport;
 pub mod value;
 

@@ -39,6 +39,12 @@ enum Command {
     Put(cli::client::PutArgs),
     /// Read keys atomically: rampkv get k1 k2 --cluster FILE
     Get(cli::client::GetArgs),
+    /// List the cluster's live keys, one per line: rampkv scan --cluster FILE [--match PATTERN]
+    /// [--count N]. PATTERN is a Redis glob (`*` any run, `?` any byte, `[abc]`, `[^a]`, `[a-z]`,
+    /// `\x` the byte x). Every key present for the whole listing is printed at least once, keys
+    /// written or deleted meanwhile may or may not be; the order is no order (partition by
+    /// partition, then by key hash). N is how many keys each server is asked for at a time.
+    Scan(cli::client::ScanArgs),
     /// Run the closed-loop benchmark (an embedded local cluster unless --cluster is given).
     Bench(cli::bench::BenchArgs),
     /// Reproduce the reference paper's four figures: benchmark sweeps written as SVG plots,
@@ -80,6 +86,7 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Gateway(args) => cli::gateway::run(args),
         Command::Put(args) => cli::client::put(args),
         Command::Get(args) => cli::client::get(args),
+        Command::Scan(args) => cli::client::scan(args),
         Command::Bench(args) => cli::bench::run(args),
         Command::Figures(args) => cli::figures::run(args),
         Command::Chaos(args) => cli::chaos::run(args),

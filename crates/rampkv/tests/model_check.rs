@@ -124,6 +124,7 @@ impl World {
             match completion.result.expect("no transaction of the model fails") {
                 TxnResult::Read(outcome) => self.read = Some(outcome),
                 TxnResult::Write(_) => {}
+                other => panic!("the model lists no keys: {other:?}"),
             }
         }
         self.send(client, &mut posts);

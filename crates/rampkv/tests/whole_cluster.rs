@@ -194,7 +194,7 @@ fn prepare(ts: u64, write_set: &[Vec<u8>], key: &[u8]) -> Request {
         ts,
         metadata: Metadata::WriteSet(WriteSet::from_keys(write_set).unwrap()),
         write_set: Vec::new(),
-        writes: vec![Write { key: key.to_vec(), value: format!("in-doubt {ts}").into_bytes() }],
+        writes: vec![Write::new(key.to_vec(), format!("in-doubt {ts}").into_bytes())],
     }
 }
 

@@ -13,6 +13,7 @@
 //! that restarted) is ignored, so late replies can never mix into a newer attempt.
 
 pub mod bloom;
+pub mod keyspace;
 pub mod locking;
 pub mod locks;
 pub mod ramp;
@@ -177,6 +178,8 @@ pub enum InvalidTransaction {
     WriteSet(crate::wire::WireError),
     #[error("an expiry of {expires_at_ms} ms since the Unix epoch is beyond the largest, {max}", max = crate::types::Expiry::DEADLINE_MS_MAX)]
     Expiry { expires_at_ms: u64 },
+    #[error("partition {partition}: {why}")]
+    Partition { partition: u32, why: &'static str },
 }
 
 /// How a reply does not fit the request it answers.
@@ -197,6 +200,8 @@ pub enum MalformedReply {
     NotACandidate { got: Timestamp },
     #[error("a commit cannot abort")]
     CommitAborted,
+    #[error("a key listing page that cannot be right: {why}")]
+    Listing { why: &'static str },
 }
 
 /// Why a transaction failed.

@@ -39,6 +39,8 @@ use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
+mod keyspace;
+
 use super::locks::{LockDecision, LockMode, LockTable};
 use super::ConnectionId;
 use crate::cluster::Cluster;
@@ -541,6 +543,8 @@ impl ServerCore {
                 self.route_decisions(decisions, effects);
                 plain(Response::Ack)
             }
+            Request::ListKeys(list) => Some(self.list_keys(list, now)),
+            Request::CountKeys(count) => Some(self.count_keys(count, now)),
         }
     }
 

@@ -25,13 +25,14 @@
 
 use std::time::Duration;
 
+use super::keyspace::{CountTxn, ListTxn};
 use super::locking::{LockingReadTxn, LockingWriteTxn};
 use super::ramp::{Algorithm, ReadBuffers, ReadTxn, TxnOptions, WriteTxn};
 use super::{writes_of_pairs, Outgoing, ProtocolError, ReadOutcome, Step, WriteOutcome};
 use crate::cluster::Cluster;
 use crate::limits::{DRIVER_EXPIRY_SCAN_INTERVAL_MS, TXN_TIMEOUT_MS};
 use crate::types::{unix_ms_of_wall_clock_us, ClockError, Timestamp, TimestampClock};
-use crate::wire::{Request, Response, Write};
+use crate::wire::{KeyPage, Request, Response, Write};
 
 const SESSION_BITS: u32 = 24;
 /// Most sessions one machine runs (request ids carry 24 bits of session; client ids 16).
@@ -50,6 +51,10 @@ pub struct Post {
 pub enum TxnResult {
     Read(ReadOutcome),
     Write(WriteOutcome),
+    /// A page of a partition's live keys ([`Sessions::begin_list`]).
+    Keys(KeyPage),
+    /// The count of the cluster's live keys ([`Sessions::begin_count`]).
+    KeyCount(u64),
 }
 
 /// Why a transaction failed.
@@ -98,6 +103,8 @@ enum ActiveTxn {
     Write(WriteTxn),
     LockingRead(LockingReadTxn),
     LockingWrite(LockingWriteTxn),
+    List(ListTxn),
+    Count(CountTxn),
 }
 
 impl ActiveTxn {
@@ -112,17 +119,22 @@ impl ActiveTxn {
             ActiveTxn::Write(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Write),
             ActiveTxn::LockingRead(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Read),
             ActiveTxn::LockingWrite(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Write),
+            ActiveTxn::List(txn) => map_step(txn.on_reply(tag, response)?, TxnResult::Keys),
+            ActiveTxn::Count(txn) => map_step(txn.on_reply(tag, response)?, TxnResult::KeyCount),
         })
     }
 
-    /// Starts the next attempt of an aborted (S2PL) transaction.
-    /// Calls `each` with every key the transaction touches.
-    fn for_each_key(&self, mut each: impl FnMut(&[u8])) {
+    /// Calls `each` with the partition of every key the transaction touches (of every
+    /// partition a key space request names).
+    fn for_each_partition(&self, cluster: &Cluster, mut each: impl FnMut(u32)) {
+        let mut key = |key: &[u8]| each(cluster.partition_of(key));
         match self {
-            ActiveTxn::Read(txn) => txn.keys().iter().for_each(|key| each(key)),
-            ActiveTxn::Write(txn) => txn.write_set().iter().for_each(|key| each(key)),
-            ActiveTxn::LockingRead(txn) => txn.keys().iter().for_each(|key| each(key)),
-            ActiveTxn::LockingWrite(txn) => txn.keys().for_each(each),
+            ActiveTxn::Read(txn) => txn.keys().iter().for_each(|k| key(k)),
+            ActiveTxn::Write(txn) => txn.write_set().iter().for_each(|k| key(k)),
+            ActiveTxn::LockingRead(txn) => txn.keys().iter().for_each(|k| key(k)),
+            ActiveTxn::LockingWrite(txn) => txn.keys().for_each(key),
+            ActiveTxn::List(txn) => each(txn.partition()),
+            ActiveTxn::Count(txn) => txn.partitions().for_each(each),
         }
     }
 
@@ -130,7 +142,7 @@ impl ActiveTxn {
         match self {
             ActiveTxn::LockingRead(txn) => txn.start(out),
             ActiveTxn::LockingWrite(txn) => txn.start(out),
-            ActiveTxn::Read(_) | ActiveTxn::Write(_) => debug_assert!(false, "only locking transactions back off"),
+            _ => debug_assert!(false, "only locking transactions back off"),
         }
     }
 }
@@ -364,6 +376,32 @@ impl Sessions {
         Ok(ts)
     }
 
+    /// Starts a listing page on an idle session: the live keys of `partition` after hash
+    /// `after` (`None`: from its start), at most `keys_max` (clamped to the listing's bound).
+    pub fn begin_list(
+        &mut self,
+        session: usize,
+        partition: u32,
+        after: Option<u64>,
+        keys_max: usize,
+        now_us: u64,
+        posts: &mut Vec<Post>,
+    ) -> Result<(), SessionError> {
+        self.check_idle(session)?;
+        let txn = ActiveTxn::List(ListTxn::new(&self.cluster, partition, after, keys_max)?);
+        self.activate(session, txn, now_us, posts);
+        Ok(())
+    }
+
+    /// Starts counting the cluster's live keys on an idle session.
+    pub fn begin_count(&mut self, session: usize, now_us: u64, posts: &mut Vec<Post>) -> Result<(), SessionError> {
+        self.check_idle(session)?;
+        let txn = CountTxn::new(&self.cluster);
+        debug_assert!(!txn.is_done(), "a cluster has partitions");
+        self.activate(session, ActiveTxn::Count(txn), now_us, posts);
+        Ok(())
+    }
+
     fn check_idle(&self, session: usize) -> Result<(), SessionError> {
         match self.sessions.get(session) {
             None => Err(SessionError::NoSuchSession { session, sessions: self.sessions.len() }),
@@ -382,6 +420,8 @@ impl Sessions {
                 ActiveTxn::Write(txn) => txn.start(&mut self.outgoing),
                 ActiveTxn::LockingRead(txn) => txn.start(&mut self.outgoing),
                 ActiveTxn::LockingWrite(txn) => txn.start(&mut self.outgoing),
+                ActiveTxn::List(txn) => txn.start(&mut self.outgoing),
+                ActiveTxn::Count(txn) => txn.start(&mut self.outgoing),
             }
         } else {
             self.refused.push((session, unavailable));
@@ -401,8 +441,7 @@ impl Sessions {
         if self.availability.down_count == 0 {
             return partitions;
         }
-        txn.for_each_key(|key| {
-            let partition = self.cluster.partition_of(key);
+        txn.for_each_partition(&self.cluster, |partition| {
             let owner = self.cluster.owner_of_partition(partition);
             let unavailable = owner.is_some_and(|owner| {
                 only.map_or(self.availability.down.get(owner).copied().unwrap_or(false), |only| owner == only)

@@ -4,6 +4,7 @@
 //! - [`frame`]: the fixed 16-byte frame header and the "check complete, then parse" step.
 //! - [`request`]: client-to-server messages, encoder and decoder, with their byte format.
 //! - [`response`]: server-to-client messages, likewise.
+//! - [`keyspace`]: listing a partition's live keys page by page, and counting them.
 //! - [`auth`]: the binary port's authentication step (connection-level frames, before any
 //!   request, on a server with a shared secret).
 //! - [`metadata`]: what a version carries about its transaction; [`write_set`]: RAMP-Fast's
@@ -19,6 +20,7 @@
 pub mod auth;
 pub mod expiries;
 pub mod frame;
+pub mod keyspace;
 pub mod metadata;
 pub mod request;
 pub mod response;
@@ -26,6 +28,7 @@ pub mod write_set;
 
 pub use auth::{AuthFrame, AUTH_BYTES};
 pub use frame::{FrameHeader, FRAME_HEADER_BYTES};
+pub use keyspace::{CountKeys, KeyPage, ListKeys};
 pub use metadata::{Metadata, MetadataRef, BLOOM_BYTES_MAX};
 pub use request::{GetItem, Request, Selector, Write};
 pub use response::{ErrorCode, Response, TxnState, VersionItem};

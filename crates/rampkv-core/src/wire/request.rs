@@ -45,10 +45,12 @@
 //!                                                transaction whose write set is all on this
 //!                                                server (the write set must name exactly the
 //!                                                keys written)
+//! 0x10 LIST_KEYS, 0x11 COUNT_KEYS                the key space: see keyspace.rs
 //! ```
 
 use super::expiries::{decode_expiries, encode_expiries};
 use super::frame::append_frame;
+use super::keyspace::{CountKeys, ListKeys, KIND_COUNT_KEYS, KIND_LIST_KEYS};
 use super::metadata::Metadata;
 use super::{ClusterView, Decoder, Encoder, WireError};
 use crate::limits::TXN_KEYS_MAX;
@@ -161,6 +163,10 @@ pub enum Request {
     Release { ts: Timestamp },
     /// Recovery: what this server knows of transaction `ts` on `keys` (its keys here).
     Status { ts: Timestamp, keys: Vec<Vec<u8>> },
+    /// One page of a partition's live keys, in key-hash order (reply KEYS).
+    ListKeys(ListKeys),
+    /// How many live keys some partitions hold (reply KEY_COUNT).
+    CountKeys(CountKeys),
 }
 
 impl Request {
@@ -179,6 +185,8 @@ impl Request {
             Request::CommitLocked { .. } => KIND_COMMIT_LOCKED,
             Request::Release { .. } => KIND_RELEASE,
             Request::Status { .. } => KIND_STATUS,
+            Request::ListKeys(_) => KIND_LIST_KEYS,
+            Request::CountKeys(_) => KIND_COUNT_KEYS,
         }
     }
 
@@ -195,6 +203,13 @@ impl Request {
             | Request::CommitLocked { ts } => Some(*ts),
             _ => None,
         }
+    }
+
+    /// Whether serving this request reads the server's wall clock: a written timestamp is
+    /// checked against it, and the key space judges each key's liveness at one instant (for
+    /// expiry).
+    pub fn reads_wall_clock(&self) -> bool {
+        self.written_timestamp().is_some() || matches!(self, Request::ListKeys(_) | Request::CountKeys(_))
     }
 
     /// Appends this request as one frame to `out`.
@@ -234,6 +249,8 @@ impl Request {
                 encoder.u64(*ts);
                 encode_keys(&mut encoder, keys);
             }
+            Request::ListKeys(list) => list.encode(&mut encoder),
+            Request::CountKeys(count) => count.encode(&mut encoder),
         }
     }
 
@@ -285,6 +302,8 @@ impl Request {
                 let ts = decoder.u64()?;
                 Request::Status { ts, keys: decoder.keys("keys")? }
             }
+            KIND_LIST_KEYS => Request::ListKeys(ListKeys::decode(&mut decoder)?),
+            KIND_COUNT_KEYS => Request::CountKeys(CountKeys::decode(&mut decoder)?),
             other => return Err(WireError::UnknownKind(other)),
         };
         decoder.finish()?;

@@ -20,10 +20,12 @@
 //!                what a read taking no lock would have returned; docs/history.md)
 //! 0xFF ERROR     u16 code, u32 length, UTF-8 message (length <= ERROR_MESSAGE_BYTES_MAX)
 //!                codes: 1 BadRequest, 2 VersionGone, 3 Internal, 4 Aborted
+//! 0x89 KEYS, 0x8A KEY_COUNT                     the key space: see keyspace.rs
 //! ```
 
 use super::expiries::{decode_expiries, encode_expiries};
 use super::frame::{append_frame, try_append_frame};
+use super::keyspace::{KeyPage, KIND_KEYS, KIND_KEY_COUNT};
 use super::metadata::{Metadata, MetadataRef};
 use super::{ClusterView, Decoder, Encoder, WireError};
 use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
@@ -149,6 +151,12 @@ pub enum Response {
         code: ErrorCode,
         message: String,
     },
+    /// The reply to LIST_KEYS.
+    Keys(KeyPage),
+    /// The reply to COUNT_KEYS.
+    KeyCount {
+        count: u64,
+    },
 }
 
 impl Response {
@@ -167,6 +175,8 @@ impl Response {
             Response::Ack => KIND_ACK,
             Response::Status { .. } => KIND_STATUS,
             Response::Error { .. } => KIND_ERROR,
+            Response::Keys(_) => KIND_KEYS,
+            Response::KeyCount { .. } => KIND_KEY_COUNT,
         }
     }
 
@@ -222,6 +232,8 @@ impl Response {
                 encoder.u16(code.to_wire());
                 encoder.bytes(truncate_utf8(message, ERROR_MESSAGE_BYTES_MAX).as_bytes());
             }
+            Response::Keys(page) => page.encode(&mut encoder),
+            Response::KeyCount { count } => encoder.u64(*count),
         }
     }
 
@@ -280,6 +292,8 @@ impl Response {
                     String::from_utf8(message).map_err(|_| WireError::Invalid("error message is not UTF-8"))?;
                 Response::Error { code, message }
             }
+            KIND_KEYS => Response::Keys(KeyPage::decode(&mut decoder)?),
+            KIND_KEY_COUNT => Response::KeyCount { count: decoder.u64()? },
             other => return Err(WireError::UnknownKind(other)),
         };
         decoder.finish()?;

@@ -196,6 +196,31 @@ impl<T: ClientTransport> Driver<T> {
         Ok(ts)
     }
 
+    /// Starts a key listing page on an idle session: the live keys of `partition` after hash
+    /// `after` (`None`: from its start), at most `keys_max` (clamped to `LIST_PAGE_KEYS_MAX`);
+    /// it finishes as [`TxnResult::Keys`].
+    pub fn begin_list(
+        &mut self,
+        session: usize,
+        partition: u32,
+        after: Option<u64>,
+        keys_max: usize,
+    ) -> Result<(), ClientError> {
+        self.revive();
+        let now_us = self.now_us();
+        self.sessions.begin_list(session, partition, after, keys_max, now_us, &mut self.posts)?;
+        self.post()
+    }
+
+    /// Starts counting the cluster's live keys on an idle session; it finishes as
+    /// [`TxnResult::KeyCount`].
+    pub fn begin_count(&mut self, session: usize) -> Result<(), ClientError> {
+        self.revive();
+        let now_us = self.now_us();
+        self.sessions.begin_count(session, now_us, &mut self.posts)?;
+        self.post()
+    }
+
     /// While a server is unavailable: lets the transport reconnect to those whose backoff is
     /// over, and takes the servers that came back into use (before a transaction is refused
     /// for needing one).

@@ -1,8 +1,10 @@
 //! The client side: the multi-session [`Driver`] and the blocking [`Client`] built on it.
 
 mod driver;
+mod keyspace;
 
 pub use driver::{Completion, Driver, TxnResult, DRIVER_SESSIONS_MAX};
+pub use keyspace::{Keys, ScanOptions};
 
 use std::time::Duration;
 
@@ -397,7 +399,7 @@ impl<T: ClientTransport> Client<T> {
         self.driver.begin_read(0, keys)?;
         match self.wait()? {
             TxnResult::Read(outcome) => Ok(outcome),
-            TxnResult::Write(_) => unreachable!("a read session finished a write"),
+            other => unreachable!("a read session finished as {other:?}"),
         }
     }
 
@@ -437,7 +439,7 @@ impl<T: ClientTransport> Client<T> {
         self.driver.begin_writes(0, writes, false)?;
         match self.wait()? {
             TxnResult::Write(outcome) => Ok(outcome.ts),
-            TxnResult::Read(_) => unreachable!("a write session finished a read"),
+            other => unreachable!("a write session finished as {other:?}"),
         }
     }
 
@@ -450,7 +452,7 @@ impl<T: ClientTransport> Client<T> {
         self.driver.begin_write_with(0, build)?;
         match self.wait()? {
             TxnResult::Write(outcome) => Ok(outcome.ts),
-            TxnResult::Read(_) => unreachable!("a write session finished a read"),
+            other => unreachable!("a write session finished as {other:?}"),
         }
     }
 

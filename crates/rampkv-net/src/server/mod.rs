@@ -385,9 +385,10 @@ impl Servers {
 
     /// The time `request` is served at by a caller that serves one request at a time (the
     /// in-process transport): the wall clock is read only when the request carries a timestamp
-    /// the core checks against it (0 otherwise: nothing reads it), saving a clock read per GET.
+    /// the core checks against it, or judges liveness at (a key listing; 0 otherwise: nothing
+    /// reads it), saving a clock read per GET.
     pub fn now_for(&self, request: &Request) -> Now {
-        let wall_clock_us = if request.written_timestamp().is_some() { wall_clock_us() } else { 0 };
+        let wall_clock_us = if request.reads_wall_clock() { wall_clock_us() } else { 0 };
         Now { monotonic_ms: self.now_ms(), wall_clock_us }
     }
 

@@ -24,9 +24,10 @@
 
 use super::event_loop::EventLoop;
 use super::failover::TxnInput;
+use super::keyspace::Listing;
 use super::multi::ExecPlan;
 use super::{BATCH_COMMANDS_MAX, WRITE_BATCH_KEYS_MAX};
-use crate::command::{batch_key_count, parse_request, ExpiryArg, Request, TtlUnit};
+use crate::command::{batch_key_count, parse_request, ExpiryArg, InfoSections, Request, TtlUnit};
 use rampkv_core::limits::TXN_KEYS_MAX;
 use rampkv_core::wire::Write;
 
@@ -70,6 +71,12 @@ pub(super) enum Pending {
     /// EXEC: the queued commands' transaction (a read, or a write and maybe a read before it
     /// for DEL's counts); EXEC's one reply is written when it has finished (`multi`).
     Exec(Box<ExecPlan>),
+    /// SCAN or KEYS: a page of the key listing (`keyspace`).
+    Listing(Box<Listing>),
+    /// DBSIZE: the count of live keys.
+    DbSize,
+    /// INFO with its keyspace section: the count, then the text.
+    Info(InfoSections),
 }
 
 impl EventLoop {
@@ -226,7 +233,12 @@ impl Pending {
         match self {
             Pending::Reads(commands) => commands.len(),
             Pending::Writes { commands } => *commands,
-            Pending::DeleteRead | Pending::DeleteWrite { .. } | Pending::Exec(_) => 1,
+            Pending::DeleteRead
+            | Pending::DeleteWrite { .. }
+            | Pending::Exec(_)
+            | Pending::Listing(_)
+            | Pending::DbSize
+            | Pending::Info(_) => 1,
         }
     }
 }

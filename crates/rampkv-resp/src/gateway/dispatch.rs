@@ -29,7 +29,7 @@ use super::event_loop::{Connection, EventLoop};
 use super::replies::hello_reply;
 use crate::auth::{self, Users};
 use crate::codec::Frame;
-use crate::command::Request;
+use crate::command::{InfoSection, Request};
 use crate::value;
 use rampkv_core::protocol::ReadOutcome;
 use rampkv_core::wire::Write;
@@ -52,6 +52,12 @@ impl EventLoop {
                 self.begin_write_batch(slot, request)
             }
             Request::Delete { keys } | Request::Unlink { keys } => self.begin_read(slot, keys, Pending::DeleteRead),
+            Request::Scan(scan) => self.begin_scan(slot, scan),
+            Request::Keys { pattern } => self.begin_keys(slot, &pattern),
+            Request::DbSize => self.begin_count(slot, None),
+            Request::Info(sections) if sections.contains(InfoSection::Keyspace) => {
+                self.begin_count(slot, Some(sections))
+            }
             request => {
                 let reply = self.local_reply(slot, request);
                 self.reply(slot, &reply);
@@ -63,7 +69,8 @@ impl EventLoop {
     /// for connection `slot`, now or at EXEC (`multi`): its reply.
     pub(super) fn local_reply(&mut self, slot: usize, request: Request) -> Frame {
         let connection = match request {
-            Request::Info(sections) => return Frame::Bulk(self.info_text(sections)),
+            // Inside MULTI: no count runs (`keyspace`).
+            Request::Info(sections) => return Frame::Bulk(self.info_text(sections, None)),
             _ => self.connections[slot].as_mut().expect("running a command of an open connection"),
         };
         match request {

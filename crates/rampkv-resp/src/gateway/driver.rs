@@ -199,6 +199,8 @@ impl EventLoop {
         let protocol = connection.protocol;
         let out = &mut connection.outgoing;
         match (pending, completion.result) {
+            // INFO answers without its key count rather than fail (`keyspace`).
+            (Pending::Info(sections), Err(_)) => return self.answer_info(slot, sections, None),
             (pending, Err(error)) => out.append(|out| write_errors(out, &transaction_error(&error), pending.replies())),
             (Pending::Reads(commands), Ok(TxnResult::Read(outcome))) => {
                 out.append(|out| write_read_replies(out, protocol, &commands, &outcome));
@@ -212,6 +214,13 @@ impl EventLoop {
             }),
             (Pending::DeleteWrite { removed }, Ok(TxnResult::Write(_))) => {
                 out.append(|out| codec::write_integer(out, removed));
+            }
+            (Pending::Listing(listing), Ok(TxnResult::Keys(page))) => return self.listed_page(slot, listing, page),
+            (Pending::DbSize, Ok(TxnResult::KeyCount(count))) => {
+                out.append(|out| codec::write_integer(out, i64::try_from(count).unwrap_or(i64::MAX)));
+            }
+            (Pending::Info(sections), Ok(TxnResult::KeyCount(count))) => {
+                return self.answer_info(slot, sections, Some(count))
             }
             (pending, Ok(result)) => {
                 debug_assert!(false, "{pending:?} finished with {result:?}");

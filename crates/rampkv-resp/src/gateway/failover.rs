@@ -71,6 +71,14 @@ pub(super) enum TxnInput {
         writes: Vec<Write>,
         independent: bool,
     },
+    /// A page of the key listing (SCAN, KEYS: `keyspace`).
+    List {
+        partition: u32,
+        after: Option<u64>,
+        keys_max: usize,
+    },
+    /// The count of live keys (DBSIZE, INFO).
+    Count,
 }
 
 impl TxnInput {
@@ -81,6 +89,8 @@ impl TxnInput {
             TxnInput::Write(pairs) => driver.begin_write(session, pairs).map(|_ts| ()),
             TxnInput::IndependentWrites(pairs) => driver.begin_independent_writes(session, pairs).map(|_ts| ()),
             TxnInput::Writes { writes, independent } => driver.begin_writes(session, writes, independent).map(|_ts| ()),
+            TxnInput::List { partition, after, keys_max } => driver.begin_list(session, partition, after, keys_max),
+            TxnInput::Count => driver.begin_count(session),
         }
     }
 
@@ -92,6 +102,7 @@ impl TxnInput {
                 pairs.iter().map(|(key, value)| key.len() + value.len()).sum()
             }
             TxnInput::Writes { writes, .. } => writes.iter().map(|write| write.key.len() + write.value.len()).sum(),
+            TxnInput::List { .. } | TxnInput::Count => 0,
         }
     }
 }

@@ -24,8 +24,8 @@ use rampkv_config::configuration::{backups_of, ServerId};
 use rampkv_net::server::Served;
 
 impl EventLoop {
-    /// INFO's text for `sections`.
-    pub(super) fn info_text(&self, sections: InfoSections) -> Vec<u8> {
+    /// INFO's text for `sections`; `keys`: the count of live keys, if it was taken.
+    pub(super) fn info_text(&self, sections: InfoSections, keys: Option<u64>) -> Vec<u8> {
         let mut text = String::new();
         for section in InfoSection::ALL.into_iter().filter(|section| sections.contains(*section)) {
             if !text.is_empty() {
@@ -44,7 +44,7 @@ impl EventLoop {
                 InfoSection::Stats => self.stats_info(),
                 InfoSection::Replication => self.replication_info(),
                 InfoSection::Cluster => vec!["cluster_enabled:0".to_string()],
-                InfoSection::Keyspace => keyspace_info(),
+                InfoSection::Keyspace => keyspace_info(keys),
             };
             for line in lines {
                 debug_assert!(line.contains(':') && !line.contains('\r') && !line.contains('\n'), "{line}");
@@ -230,10 +230,15 @@ impl EventLoop {
     }
 }
 
-/// The key count needs the servers' help (DBSIZE, issue 31): until then one line says so,
-/// rather than an empty section that would read as "no keys".
-fn keyspace_info() -> Vec<String> {
-    vec!["rampkv_keyspace:keys are not counted yet (DBSIZE is planned: issue 31)".to_string()]
+/// Redis's line for its one database from the servers' count (none when it has no key, as in
+/// Redis). No key expires yet. Without a count (it failed, or INFO ran inside MULTI) one line
+/// says so, rather than an empty section that would read as "no keys".
+fn keyspace_info(keys: Option<u64>) -> Vec<String> {
+    match keys {
+        Some(0) => Vec::new(),
+        Some(keys) => vec![format!("db0:keys={keys},expires=0,avg_ttl=0")],
+        None => vec!["rampkv_keyspace:not counted (the count failed, or INFO ran inside MULTI)".to_string()],
+    }
 }
 
 /// A `NAME   1234 kB` line of a /proc file, in bytes (None where /proc is not).

@@ -33,6 +33,7 @@
 //!   `-TRYAGAIN` / `-CLUSTERDOWN`.
 //! - `replies`: reply writers: errors, read commands' replies, HELLO's map.
 //! - `info`: INFO's sections, from the gateway, its cluster file and in-process servers.
+//! - `keyspace`: SCAN, KEYS, DBSIZE and INFO's key count, over the servers' key listing.
 //!
 //! # Protected mode
 //! A gateway that anyone could use (no password for `default`) refuses to listen on an address
@@ -45,6 +46,7 @@ mod driver;
 mod event_loop;
 mod failover;
 mod info;
+mod keyspace;
 mod multi;
 mod replies;
 

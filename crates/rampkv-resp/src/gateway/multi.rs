@@ -75,6 +75,10 @@ const EXEC_WITHOUT_MULTI_REPLY: &str = "ERR EXEC without MULTI";
 const DISCARD_WITHOUT_MULTI_REPLY: &str = "ERR DISCARD without MULTI";
 const WATCH_INSIDE_MULTI_REPLY: &str = "ERR WATCH inside MULTI is not allowed";
 const EXECABORT_REPLY: &str = "EXECABORT Transaction discarded because of previous errors.";
+/// SCAN, KEYS and DBSIZE are not queued: a RAMP transaction reads named keys, and a listing
+/// or a count is no part of one (the transaction is discarded, as for a command Redis refuses).
+const KEYSPACE_INSIDE_MULTI_REPLY: &str =
+    "ERR SCAN, KEYS and DBSIZE are not supported inside MULTI by rampkv (a RAMP transaction reads named keys)";
 
 /// Why WATCH is refused.
 pub const WATCH_REFUSAL: &str = "ERR WATCH is not supported by rampkv: an optimistic check-and-set reads keys and \
@@ -109,6 +113,10 @@ impl MultiState {
         }
         if self.doomed {
             return Frame::simple("QUEUED"); // never run: EXEC discards the transaction
+        }
+        if matches!(request, Request::Scan(_) | Request::Keys { .. } | Request::DbSize) {
+            self.doom();
+            return Frame::error(KEYSPACE_INSIDE_MULTI_REPLY);
         }
         let bytes = queued_bytes(&request);
         if self.queued.len() >= MULTI_QUEUED_COMMANDS_MAX || self.bytes + bytes > MULTI_QUEUED_BYTES_MAX {

@@ -1,5 +1,5 @@
-//! `rampkv put` and `rampkv get`: one atomic write or read of a few keys, through a client of
-//! the cluster file's servers.
+//! `rampkv put` and `rampkv get`: one atomic write or read of a few keys, and `rampkv scan`:
+//! the listing of every live key, through a client of the cluster file's servers.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::Args;
 
-use rampkv::client::Client;
+use rampkv::client::{Client, ScanOptions};
 use rampkv::cluster::Cluster;
 
 use super::args::SecretArgs;
@@ -63,5 +63,34 @@ pub(crate) fn get(args: GetArgs) -> Result<ExitCode> {
             writeln!(stdout, "{key}={}", String::from_utf8_lossy(&item.value))?;
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ScanArgs {
+    #[arg(long)]
+    cluster: PathBuf,
+    #[arg(long = "match", value_name = "PATTERN")]
+    pattern: Option<String>,
+    #[arg(long, default_value_t = ScanOptions::default().count)]
+    count: usize,
+    #[command(flatten)]
+    secret: SecretArgs,
+}
+
+/// Prints every live key of the cluster (matching the pattern), one per line, as the listing
+/// goes. A closed stdout is an error, as for `get`.
+pub(crate) fn scan(args: ScanArgs) -> Result<ExitCode> {
+    let ScanArgs { cluster, pattern, count, secret } = args;
+    secret.install()?;
+    let cluster = Cluster::from_file(&cluster)?;
+    let mut client = Client::connect(&cluster)?;
+    let mut stdout = std::io::stdout().lock();
+    let options = ScanOptions { pattern: pattern.map(String::into_bytes), count };
+    for key in client.keys(options) {
+        stdout.write_all(&key?)?;
+        stdout.write_all(b"\n")?;
+    }
+    stdout.flush()?;
     Ok(ExitCode::SUCCESS)
 }
