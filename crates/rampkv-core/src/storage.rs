@@ -16,6 +16,8 @@
 //! - `gc`: marking superseded versions and collecting them, on each write and in the
 //!   background sweep ([`Store::sweep`]).
 //! - `write`: PREPARE, COMMIT and PUT; recovery's STATUS, ABORT and stale transactions.
+//! - `update`: the single-key conditional update (read, decide, store and commit under the
+//!   key's lock).
 //! - `read`: the latest version, an exact version, the highest of candidates; the counters.
 //! - `copy`: the store copied out shard by shard (snapshots, a backup's catch-up), loaded
 //!   back, and another store absorbed whole (failover).
@@ -53,12 +55,14 @@ mod gc;
 mod read;
 #[cfg(test)]
 mod tests;
+mod update;
 mod validate;
 mod version_map;
 mod write;
 
 pub use copy::{KeyVersions, Superseded};
 pub use gc::SweepCursor;
+pub use update::UpdateCheck;
 use version_map::VersionMap;
 
 /// Shards of the key map and of the pending-commit map.

@@ -254,6 +254,7 @@ impl World {
                         .push(Record::Read(ReadRecord::of_outcome(client_id, keys, &outcome, start_ns, end_ns)));
                 }
                 Ok(TxnResult::Write(_)) => self.finish_write(client, true),
+                Ok(TxnResult::Update(result)) => panic!("the simulation runs no single-key updates: {result:?}"),
                 // A RAMP read fails only by a bug: it never waits on anything that can refuse it.
                 Err(TxnError::Protocol(error)) if !self.locking && self.write_ts(client).is_none() => {
                     panic!("read failed: {error}")

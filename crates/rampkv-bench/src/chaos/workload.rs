@@ -335,6 +335,7 @@ impl<'a> Worker<'a> {
                 let (start_ns, ok) = (in_flight.start_ns, true);
                 self.records.push(Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok }));
             }
+            Ok(TxnResult::Update(_)) => debug_assert!(false, "the chaos workload runs no single-key updates"),
             Err(error) => {
                 if let ClientError::Unavailable { .. } = error {
                     let wait = Duration::from_millis(CHAOS_RECONNECT_BACKOFF_MS);

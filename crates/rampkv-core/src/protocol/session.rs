@@ -27,11 +27,12 @@ use std::time::Duration;
 
 use super::locking::{LockingReadTxn, LockingWriteTxn};
 use super::ramp::{Algorithm, ReadBuffers, ReadTxn, TxnOptions, WriteTxn};
+use super::update::{UpdateStep, UpdateTxn};
 use super::{Outgoing, ProtocolError, ReadOutcome, Step, WriteOutcome};
 use crate::cluster::Cluster;
 use crate::limits::{DRIVER_EXPIRY_SCAN_INTERVAL_MS, TXN_TIMEOUT_MS};
 use crate::types::{ClockError, Timestamp, TimestampClock};
-use crate::wire::{Request, Response};
+use crate::wire::{Request, Response, UpdateOp, UpdateResult};
 
 const SESSION_BITS: u32 = 24;
 /// Most sessions one machine runs (request ids carry 24 bits of session; client ids 16).
@@ -50,6 +51,9 @@ pub struct Post {
 pub enum TxnResult {
     Read(ReadOutcome),
     Write(WriteOutcome),
+    /// A single-key update's result (`Done` or a refusal of the op: never `Busy` or
+    /// `TsTooLow`, which the session retries).
+    Update(UpdateResult),
 }
 
 /// Why a transaction failed.
@@ -60,6 +64,9 @@ pub enum TxnError {
     Protocol(#[from] ProtocolError),
     #[error("the transaction did not finish in time")]
     Timeout,
+    /// The session's clock could not issue the timestamp an update's retry needs.
+    #[error(transparent)]
+    Clock(#[from] ClockError),
     /// The transaction needs partitions no reachable server holds (their server is down or
     /// unreachable). Nothing was sent for a transaction refused before it started; one that
     /// failed in flight may have been applied where it reached (a write past its commit).
@@ -91,13 +98,14 @@ pub enum SessionError {
     Clock(#[from] ClockError),
 }
 
-/// The transaction a session runs: one of the four machines.
+/// The transaction a session runs: one of the five machines.
 #[derive(Debug)]
 enum ActiveTxn {
     Read(ReadTxn),
     Write(WriteTxn),
     LockingRead(LockingReadTxn),
     LockingWrite(LockingWriteTxn),
+    Update(UpdateTxn),
 }
 
 impl ActiveTxn {
@@ -112,6 +120,7 @@ impl ActiveTxn {
             ActiveTxn::Write(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Write),
             ActiveTxn::LockingRead(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Read),
             ActiveTxn::LockingWrite(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Write),
+            ActiveTxn::Update(_) => unreachable!("a session takes an update's replies itself (Sessions::on_update_reply)"),
         })
     }
 
@@ -123,6 +132,7 @@ impl ActiveTxn {
             ActiveTxn::Write(txn) => txn.write_set().iter().for_each(|key| each(key)),
             ActiveTxn::LockingRead(txn) => txn.keys().iter().for_each(|key| each(key)),
             ActiveTxn::LockingWrite(txn) => txn.keys().for_each(each),
+            ActiveTxn::Update(txn) => each(txn.key()),
         }
     }
 
@@ -130,7 +140,8 @@ impl ActiveTxn {
         match self {
             ActiveTxn::LockingRead(txn) => txn.start(out),
             ActiveTxn::LockingWrite(txn) => txn.start(out),
-            ActiveTxn::Read(_) | ActiveTxn::Write(_) => debug_assert!(false, "only locking transactions back off"),
+            ActiveTxn::Update(txn) => txn.restart(out),
+            ActiveTxn::Read(_) | ActiveTxn::Write(_) => debug_assert!(false, "only locking transactions and updates back off"),
         }
     }
 }
@@ -347,6 +358,25 @@ impl Sessions {
         Ok(ts)
     }
 
+    /// Starts a single-key conditional update (`protocol::update`) of `key` on an idle
+    /// session. Returns its first timestamp (a retry after `TsTooLow` takes a newer one).
+    /// Refused under S2PL.
+    pub fn begin_update(
+        &mut self,
+        session: usize,
+        key: Vec<u8>,
+        op: UpdateOp,
+        now_us: u64,
+        wall_us: u64,
+        posts: &mut Vec<Post>,
+    ) -> Result<Timestamp, SessionError> {
+        self.check_idle(session)?;
+        let ts = self.sessions[session].clock.next(wall_us)?;
+        let txn = ActiveTxn::Update(UpdateTxn::new(&self.cluster, ts, key, op, &self.options)?);
+        self.activate(session, txn, now_us, posts);
+        Ok(ts)
+    }
+
     fn check_idle(&self, session: usize) -> Result<(), SessionError> {
         match self.sessions.get(session) {
             None => Err(SessionError::NoSuchSession { session, sessions: self.sessions.len() }),
@@ -365,6 +395,7 @@ impl Sessions {
                 ActiveTxn::Write(txn) => txn.start(&mut self.outgoing),
                 ActiveTxn::LockingRead(txn) => txn.start(&mut self.outgoing),
                 ActiveTxn::LockingWrite(txn) => txn.start(&mut self.outgoing),
+                ActiveTxn::Update(txn) => txn.start(&mut self.outgoing),
             }
         } else {
             self.refused.push((session, unavailable));
@@ -480,6 +511,9 @@ impl Sessions {
             return; // a late reply to an abandoned transaction
         }
         let Some(txn) = state.txn.as_mut() else { return };
+        if let ActiveTxn::Update(_) = txn {
+            return self.on_update_reply(session, tag, response, now_us, wall_us, posts, completions);
+        }
         match txn.on_reply(tag, response, &mut self.outgoing) {
             Ok(Step::Pending) => self.number_outgoing(session, posts),
             Ok(Step::Backoff(delay)) => {
@@ -507,6 +541,50 @@ impl Sessions {
             Err(error) => {
                 self.outgoing.clear();
                 self.finish(session, Err(error.into()), completions);
+            }
+        }
+    }
+
+    /// An update's reply: done, a backoff (`Busy`), or at once a new attempt with a newer
+    /// timestamp (`TsTooLow`: the clock observes the newest the server named first).
+    #[allow(clippy::too_many_arguments)] // on_reply's arguments, passed on
+    fn on_update_reply(
+        &mut self,
+        session: usize,
+        tag: u32,
+        response: Response,
+        now_us: u64,
+        wall_us: impl FnOnce() -> u64,
+        posts: &mut Vec<Post>,
+        completions: &mut Vec<Completion>,
+    ) {
+        let state = &mut self.sessions[session];
+        let Some(ActiveTxn::Update(txn)) = state.txn.as_mut() else { return };
+        let step = match txn.on_reply(tag, response) {
+            Ok(None) => return, // a late reply to an earlier attempt
+            Ok(Some(step)) => step,
+            Err(error) => return self.finish(session, Err(error.into()), completions),
+        };
+        match step {
+            UpdateStep::Done(result) => self.finish(session, Ok(TxnResult::Update(result)), completions),
+            UpdateStep::Backoff(delay) => {
+                let restart_at_us = now_us.saturating_add(u64::try_from(delay.as_micros()).unwrap_or(u64::MAX));
+                if state.restart_at_us.replace(restart_at_us).is_none() {
+                    self.backing_off += 1;
+                }
+            }
+            UpdateStep::NewTimestamp { newest } => {
+                let wall = wall_us();
+                // A newest timestamp too far ahead of the wall clock is not followed (observe
+                // refuses it): the next attempt is then refused again, and the bound ends it.
+                state.clock.observe(newest, wall);
+                match state.clock.next(wall) {
+                    Ok(ts) => {
+                        txn.restart_at(ts, &mut self.outgoing);
+                        self.number_outgoing(session, posts);
+                    }
+                    Err(error) => self.finish(session, Err(error.into()), completions),
+                }
             }
         }
     }

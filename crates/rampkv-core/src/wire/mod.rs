@@ -19,6 +19,7 @@ pub mod frame;
 pub mod metadata;
 pub mod request;
 pub mod response;
+pub mod update;
 pub mod write_set;
 
 pub use auth::{AuthFrame, AUTH_BYTES};
@@ -26,6 +27,7 @@ pub use frame::{FrameHeader, FRAME_HEADER_BYTES};
 pub use metadata::{Metadata, MetadataRef, BLOOM_BYTES_MAX};
 pub use request::{GetItem, Request, Selector, Write};
 pub use response::{ErrorCode, Response, TxnState, VersionItem};
+pub use update::{SetCondition, UpdateOp, UpdateResult};
 pub use write_set::{WriteSet, WriteSetKeys};
 
 /// What a HELLO says of the cluster file its sender runs with: the partition count, and the

@@ -43,10 +43,15 @@
 //!                                                transaction whose write set is all on this
 //!                                                server (the write set must name exactly the
 //!                                                keys written)
+//! 0x0F UPDATE         u64 ts, metadata, key, op   a single-key conditional write (update.rs):
+//!                                                applied at once to the key's newest
+//!                                                committed value, stored and committed as a
+//!                                                one-key write at ts; reply UPDATED
 //! ```
 
 use super::frame::append_frame;
 use super::metadata::Metadata;
+use super::update::UpdateOp;
 use super::{ClusterView, Decoder, Encoder, WireError};
 use crate::limits::TXN_KEYS_MAX;
 use crate::types::Timestamp;
@@ -63,6 +68,7 @@ pub const KIND_RELEASE: u8 = 0x09;
 pub const KIND_STATUS: u8 = 0x0A;
 pub const KIND_GET_LOCATE: u8 = 0x0B;
 pub const KIND_PREPARE_COMMIT: u8 = 0x0E;
+pub const KIND_UPDATE: u8 = 0x0F;
 
 const SELECTOR_LATEST: u8 = 0;
 const SELECTOR_LATEST_TS: u8 = 1;
@@ -135,6 +141,10 @@ pub enum Request {
     Release { ts: Timestamp },
     /// Recovery: what this server knows of transaction `ts` on `keys` (its keys here).
     Status { ts: Timestamp, keys: Vec<Vec<u8>> },
+    /// A single-key conditional write: `op` applied to `key`'s newest committed value, the
+    /// result stored and committed at once as a one-key write at `ts` carrying `metadata`
+    /// (what the client's algorithm attaches to a write of `key` alone). Answered UPDATED.
+    Update { ts: Timestamp, metadata: Metadata, key: Vec<u8>, op: UpdateOp },
 }
 
 impl Request {
@@ -153,11 +163,12 @@ impl Request {
             Request::CommitLocked { .. } => KIND_COMMIT_LOCKED,
             Request::Release { .. } => KIND_RELEASE,
             Request::Status { .. } => KIND_STATUS,
+            Request::Update { .. } => KIND_UPDATE,
         }
     }
 
     /// The timestamp this request writes at or commits: the timestamps a server checks against
-    /// its clock (PREPARE, PREPARE_COMMIT, PUT, LOCK_WRITE, COMMIT, COMMIT_LOCKED). None for reads, locks for
+    /// its clock (PREPARE, PREPARE_COMMIT, PUT, LOCK_WRITE, COMMIT, COMMIT_LOCKED, UPDATE). None for reads, locks for
     /// reading, releases and status asks, which store nothing at their timestamp.
     pub fn written_timestamp(&self) -> Option<Timestamp> {
         match self {
@@ -166,7 +177,8 @@ impl Request {
             | Request::Put { ts, .. }
             | Request::LockWrite { ts, .. }
             | Request::Commit { ts }
-            | Request::CommitLocked { ts } => Some(*ts),
+            | Request::CommitLocked { ts }
+            | Request::Update { ts, .. } => Some(*ts),
             _ => None,
         }
     }
@@ -207,6 +219,12 @@ impl Request {
             Request::LockRead { ts, keys } | Request::Status { ts, keys } => {
                 encoder.u64(*ts);
                 encode_keys(&mut encoder, keys);
+            }
+            Request::Update { ts, metadata, key, op } => {
+                encoder.u64(*ts);
+                metadata.as_ref().encode(&mut encoder);
+                encoder.key(key);
+                op.encode(&mut encoder);
             }
         }
     }
@@ -258,6 +276,12 @@ impl Request {
             KIND_STATUS => {
                 let ts = decoder.u64()?;
                 Request::Status { ts, keys: decoder.keys("keys")? }
+            }
+            KIND_UPDATE => {
+                let ts = decoder.u64()?;
+                let metadata = Metadata::decode(&mut decoder)?;
+                let key = decoder.key()?;
+                Request::Update { ts, metadata, key, op: UpdateOp::decode(&mut decoder)? }
             }
             other => return Err(WireError::UnknownKind(other)),
         };

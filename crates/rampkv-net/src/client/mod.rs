@@ -1,8 +1,10 @@
 //! The client side: the multi-session [`Driver`] and the blocking [`Client`] built on it.
 
 mod driver;
+mod update;
 
 pub use driver::{Completion, Driver, TxnResult, DRIVER_SESSIONS_MAX};
+pub use update::{UpdateError, Updated};
 
 use std::time::Duration;
 
@@ -67,6 +69,10 @@ pub enum ClientError {
     /// the last failure.
     #[error("cannot connect to the cluster within the failover bound ({waited_ms} ms); the last attempt: {last}")]
     FailoverBound { waited_ms: u64, last: Box<ClientError> },
+    /// A single-key update's op refused the value it found (INCR on a value that is not an
+    /// integer, say); nothing was written.
+    #[error(transparent)]
+    Update(#[from] UpdateError),
     /// Replication: the configuration service could not be asked (or the cluster file gives
     /// it no addresses).
     #[error("configuration service: {0}")]
@@ -394,7 +400,7 @@ impl<T: ClientTransport> Client<T> {
         self.driver.begin_read(0, keys)?;
         match self.wait()? {
             TxnResult::Read(outcome) => Ok(outcome),
-            TxnResult::Write(_) => unreachable!("a read session finished a write"),
+            TxnResult::Write(_) | TxnResult::Update(_) => unreachable!("a read session finished a write"),
         }
     }
 
@@ -413,7 +419,7 @@ impl<T: ClientTransport> Client<T> {
         self.driver.begin_write_with(0, build)?;
         match self.wait()? {
             TxnResult::Write(outcome) => Ok(outcome.ts),
-            TxnResult::Read(_) => unreachable!("a write session finished a read"),
+            TxnResult::Read(_) | TxnResult::Update(_) => unreachable!("a write session finished a read"),
         }
     }
 
