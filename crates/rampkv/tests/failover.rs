@@ -534,7 +534,7 @@ fn a_getstar_client_never_reads_a_stopped_deposed_primarys_slots() {
     let read = |driver: &mut Driver<OneSidedClientTransport>| {
         finish(driver, |driver| driver.begin_read(0, vec![key.clone()])).map(|result| match result {
             TxnResult::Read(read) => read.items[0].value.clone(),
-            TxnResult::Write(_) => panic!("a read finished as a write"),
+            other => panic!("a read finished as {other:?}"),
         })
     };
     let mut cached = getstar();
@@ -565,7 +565,7 @@ fn a_getstar_client_never_reads_a_stopped_deposed_primarys_slots() {
         .drain(..)
         .map(|completion| match completion.result {
             Ok(TxnResult::Read(read)) => Ok(read.items[0].value.clone()),
-            Ok(TxnResult::Write(_)) => panic!("a read finished as a write"),
+            Ok(other) => panic!("a read finished as {other:?}"),
             Err(error) => Err(error.to_string()),
         })
         .collect();
@@ -578,7 +578,7 @@ fn a_getstar_client_never_reads_a_stopped_deposed_primarys_slots() {
         }
         results.extend(completions.drain(..).map(|completion| match completion.result {
             Ok(TxnResult::Read(read)) => Ok(read.items[0].value.clone()),
-            Ok(TxnResult::Write(_)) => panic!("a read finished as a write"),
+            Ok(other) => panic!("a read finished as {other:?}"),
             Err(error) => Err(error.to_string()),
         }));
     }
