@@ -124,6 +124,7 @@ impl World {
             match completion.result.expect("no transaction of the model fails") {
                 TxnResult::Read(outcome) => self.read = Some(outcome),
                 TxnResult::Write(_) => {}
+                TxnResult::Update(result) => panic!("the model runs no single-key updates: {result:?}"),
             }
         }
         self.send(client, &mut posts);
