@@ -14,6 +14,7 @@ use std::time::Duration;
 use super::{follows_failover, Client, ClientError, TxnResult};
 use crate::transport::ClientTransport;
 use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_RETRY_BACKOFF_MS};
+use rampkv_core::types::Timestamp;
 use rampkv_core::wire::{SetCondition, UpdateOp, UpdateResult};
 
 /// Why an update's op wrote nothing.
@@ -31,8 +32,8 @@ pub enum UpdateError {
 /// What an update did, for the ops that return more than a number.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Updated {
-    /// Whether it wrote a version.
-    pub written: bool,
+    /// The timestamp of the version it wrote (`None`: it wrote nothing).
+    pub written: Option<Timestamp>,
     /// The value before (`None`: absent, or the op does not return it).
     pub old: Option<Vec<u8>>,
     /// The op's number (INCRBY's new value, APPEND's new length, SET's 1 or 0).
@@ -66,7 +67,7 @@ impl<T: ClientTransport> Client<T> {
             other => unreachable!("an update session finished {other:?}"),
         };
         match result {
-            UpdateResult::Done { written, old, integer } => Ok(Updated { written: written.is_some(), old, integer }),
+            UpdateResult::Done { written, old, integer } => Ok(Updated { written, old, integer }),
             UpdateResult::NotAnInteger => Err(UpdateError::NotAnInteger.into()),
             UpdateResult::Overflow => Err(UpdateError::Overflow.into()),
             UpdateResult::TooLarge { bytes } => Err(UpdateError::TooLarge { bytes }.into()),
@@ -83,13 +84,13 @@ impl<T: ClientTransport> Client<T> {
     /// SETNX: sets the key only if it is absent; true if it did.
     pub fn set_if_absent(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<bool, ClientError> {
         let op = UpdateOp::Set { value, condition: SetCondition::IfAbsent, get_old: false };
-        Ok(self.update(key, op)?.written)
+        Ok(self.update(key, op)?.written.is_some())
     }
 
     /// SET XX: sets the key only if it is present; true if it did.
     pub fn set_if_present(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<bool, ClientError> {
         let op = UpdateOp::Set { value, condition: SetCondition::IfPresent, get_old: false };
-        Ok(self.update(key, op)?.written)
+        Ok(self.update(key, op)?.written.is_some())
     }
 
     /// GETSET: sets the key and returns its value before (`None`: absent).
