@@ -19,8 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use rampkv::checker;
 use rampkv::client::Client;
 use rampkv::cluster::Cluster;
@@ -28,6 +26,8 @@ use rampkv::history::{fill_check_value, key_to_history_string, ReadRecord, Recor
 use rampkv::protocol::ramp::{Algorithm, TxnOptions};
 use rampkv::server::{ServerConfig, ServerGroup};
 use rampkv::wire::{SetCondition, UpdateOp};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 
 const GROUP_KEYS: usize = 6;
 const COUNTERS: usize = 2;

@@ -120,7 +120,9 @@ impl ActiveTxn {
             ActiveTxn::Write(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Write),
             ActiveTxn::LockingRead(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Read),
             ActiveTxn::LockingWrite(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Write),
-            ActiveTxn::Update(_) => unreachable!("a session takes an update's replies itself (Sessions::on_update_reply)"),
+            ActiveTxn::Update(_) => {
+                unreachable!("a session takes an update's replies itself (Sessions::on_update_reply)")
+            }
         })
     }
 
@@ -141,7 +143,9 @@ impl ActiveTxn {
             ActiveTxn::LockingRead(txn) => txn.start(out),
             ActiveTxn::LockingWrite(txn) => txn.start(out),
             ActiveTxn::Update(txn) => txn.restart(out),
-            ActiveTxn::Read(_) | ActiveTxn::Write(_) => debug_assert!(false, "only locking transactions and updates back off"),
+            ActiveTxn::Read(_) | ActiveTxn::Write(_) => {
+                debug_assert!(false, "only locking transactions and updates back off")
+            }
         }
     }
 }

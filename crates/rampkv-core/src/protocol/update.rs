@@ -210,8 +210,12 @@ impl UpdateTxn {
     pub fn start(&mut self, out: &mut Vec<Outgoing>) {
         self.attempt = self.attempt.wrapping_add(1);
         self.answered = false;
-        let request =
-            Request::Update { ts: self.ts, metadata: self.metadata.clone(), key: self.key.clone(), op: self.op.clone() };
+        let request = Request::Update {
+            ts: self.ts,
+            metadata: self.metadata.clone(),
+            key: self.key.clone(),
+            op: self.op.clone(),
+        };
         out.push(Outgoing { server: self.server, tag: make_tag(self.attempt, 0), request });
     }
 

@@ -106,11 +106,17 @@ impl Store {
 /// The lowest timestamp of a prepared, uncommitted version of the key. Every such version is
 /// listed in `unmarked` (a PREPARE lists it; marking keeps uncommitted versions listed).
 fn lowest_uncommitted(state: &KeyState) -> Option<Timestamp> {
-    let uncommitted = |ts: &&Timestamp| state.versions.get(ts).is_some_and(|stored| !stored.committed.load(Ordering::Acquire));
+    let uncommitted =
+        |ts: &&Timestamp| state.versions.get(ts).is_some_and(|stored| !stored.committed.load(Ordering::Acquire));
     let found = state.unmarked.iter().filter(uncommitted).min().copied();
     debug_assert_eq!(
         found,
-        state.versions.values().filter(|stored| !stored.committed.load(Ordering::Acquire)).map(|stored| stored.version.ts).min(),
+        state
+            .versions
+            .values()
+            .filter(|stored| !stored.committed.load(Ordering::Acquire))
+            .map(|stored| stored.version.ts)
+            .min(),
         "every uncommitted version is listed unmarked"
     );
     found

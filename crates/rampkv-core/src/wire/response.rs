@@ -16,7 +16,7 @@
 //!                u64 ts * count: per LOCK_READ key, the timestamp of its latest committed
 //!                version when the lock request arrived, before any lock wait (S2PL evidence:
 //!                what a read taking no lock would have returned; docs/history.md)
-//! 0x87 UPDATED  result                          the outcome of an UPDATE (update.rs)
+//! 0x89 UPDATED  result                          the outcome of an UPDATE (update.rs)
 //! 0xFF ERROR     u16 code, u32 length, UTF-8 message (length <= ERROR_MESSAGE_BYTES_MAX)
 //!                codes: 1 BadRequest, 2 VersionGone, 3 Internal, 4 Aborted
 //! ```
@@ -34,7 +34,7 @@ pub const KIND_ACK: u8 = 0x83;
 pub const KIND_STATUS: u8 = 0x84;
 pub const KIND_VERSIONS_LOCATED: u8 = 0x85;
 pub const KIND_VERSIONS_LOCKED: u8 = 0x86;
-pub const KIND_UPDATED: u8 = 0x87;
+pub const KIND_UPDATED: u8 = 0x89;
 pub const KIND_ERROR: u8 = 0xFF;
 
 /// In VERSIONS_LOCATED: the key has no item slot.

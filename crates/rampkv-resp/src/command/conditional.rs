@@ -107,7 +107,8 @@ pub(super) fn set_with_options(args: &Args<'_>) -> Result<Option<Request>, Frame
         } else if option.eq_ignore_ascii_case(b"GET") {
             get_old = true;
         } else if option.eq_ignore_ascii_case(b"KEEPTTL")
-            || (has_argument && [&b"EX"[..], b"PX", b"EXAT", b"PXAT"].iter().any(|name| name.eq_ignore_ascii_case(option)))
+            || (has_argument
+                && [&b"EX"[..], b"PX", b"EXAT", b"PXAT"].iter().any(|name| name.eq_ignore_ascii_case(option)))
         {
             let option = String::from_utf8_lossy(option);
             return Err(Frame::error(format!(

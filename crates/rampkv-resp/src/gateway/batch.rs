@@ -21,7 +21,7 @@ use super::event_loop::EventLoop;
 use super::failover::TxnInput;
 use super::multi::ExecPlan;
 use super::{BATCH_COMMANDS_MAX, WRITE_BATCH_KEYS_MAX};
-use crate::command::{parse_request, Request};
+use crate::command::{parse_request, Request, UpdateReply};
 use rampkv_core::limits::TXN_KEYS_MAX;
 
 /// One read command of a batch; its keys are the next ones of the batch's read.
@@ -55,6 +55,8 @@ pub(super) enum Pending {
     DeleteRead,
     /// DEL, second step: writing the tombstones; `removed` keys were present.
     DeleteWrite { removed: i64 },
+    /// A single-key conditional write (INCR, SETNX, ...): its result answered as this says.
+    Update(UpdateReply),
     /// EXEC: the queued commands' transaction (a read, or a write and maybe a read before it
     /// for DEL's counts); EXEC's one reply is written when it has finished (`multi`).
     Exec(Box<ExecPlan>),
@@ -171,7 +173,7 @@ impl Pending {
         match self {
             Pending::Reads(commands) => commands.len(),
             Pending::Writes { commands } => *commands,
-            Pending::DeleteRead | Pending::DeleteWrite { .. } | Pending::Exec(_) => 1,
+            Pending::DeleteRead | Pending::DeleteWrite { .. } | Pending::Exec(_) | Pending::Update(_) => 1,
         }
     }
 }

@@ -3,7 +3,9 @@
 //! Replies that need no transaction (PING, QUIT, AUTH, HELLO, INFO, CLIENT, ACL WHOAMI, errors)
 //! are made here ([`EventLoop::local_reply`], which EXEC also runs for the queued ones) and
 //! appended to the connection's output; GET, MGET, EXISTS, STRLEN, TYPE, SET and MSET start a
-//! batch (`batch`); DEL and UNLINK read their keys, then write tombstones (one `put_all`).
+//! batch (`batch`); DEL and UNLINK read their keys, then write tombstones (one `put_all`);
+//! INCR, SETNX, SET NX|XX|GET, GETSET, GETDEL and APPEND are one single-key update each
+//! (`command::conditional`).
 //!
 //! # Contract
 //! A connection runs one command at a time: `execute` is called only for a connection with
@@ -25,6 +27,7 @@ use ahash::AHashSet;
 
 use super::batch::Pending;
 use super::event_loop::{Connection, EventLoop};
+use super::failover::TxnInput;
 use super::replies::hello_reply;
 use crate::auth::{self, Users};
 use crate::codec::Frame;
@@ -47,6 +50,9 @@ impl EventLoop {
             | Request::Type { .. } => self.begin_read_batch(slot, request),
             Request::Set { .. } | Request::MultiSet { .. } => self.begin_write_batch(slot, request),
             Request::Delete { keys } | Request::Unlink { keys } => self.begin_read(slot, keys, Pending::DeleteRead),
+            Request::Update { key, op, reply, .. } => {
+                self.begin_transaction(slot, TxnInput::Update(key, op), Pending::Update(reply));
+            }
             request => {
                 let reply = self.local_reply(slot, request);
                 self.reply(slot, &reply);

@@ -49,6 +49,7 @@ use super::replies::write_errors;
 use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_RETRY_BACKOFF_MS};
 use rampkv_core::protocol::ramp::TxnOptions;
+use rampkv_core::wire::UpdateOp;
 use rampkv_net::client::{current_addresses, follows_failover, ClientError};
 
 /// Whether a gateway of `cluster` follows its configuration: the blocking `Client`'s test
@@ -64,6 +65,9 @@ pub(super) enum TxnInput {
     Write(Vec<(Vec<u8>, Vec<u8>)>),
     /// One-key writes at one timestamp, not atomic together (a pipeline of SETs).
     IndependentWrites(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A single-key conditional write (INCR, SETNX, ...). Not idempotent: run again only after
+    /// a refusal that applied nothing ([`TxnInput::runs_again_after`]).
+    Update(Vec<u8>, UpdateOp),
 }
 
 impl TxnInput {
@@ -73,6 +77,18 @@ impl TxnInput {
             TxnInput::Read(keys) => driver.begin_read(session, keys),
             TxnInput::Write(pairs) => driver.begin_write(session, pairs).map(|_ts| ()),
             TxnInput::IndependentWrites(pairs) => driver.begin_independent_writes(session, pairs).map(|_ts| ()),
+            TxnInput::Update(key, op) => driver.begin_update(session, key, op).map(|_ts| ()),
+        }
+    }
+
+    /// Whether it may run again after failing with `error`: a read or a write always (a write
+    /// run again writes the same values), an update only when the server refused it without
+    /// applying it (not the primary): after a timeout or a lost connection it may have been
+    /// applied, and an INCR run twice counts twice.
+    pub(super) fn runs_again_after(&self, error: &ClientError) -> bool {
+        match self {
+            TxnInput::Update(..) => error.is_not_primary(),
+            _ => true,
         }
     }
 
@@ -82,6 +98,13 @@ impl TxnInput {
             TxnInput::Read(keys) => keys.iter().map(Vec::len).sum(),
             TxnInput::Write(pairs) | TxnInput::IndependentWrites(pairs) => {
                 pairs.iter().map(|(key, value)| key.len() + value.len()).sum()
+            }
+            TxnInput::Update(key, op) => {
+                key.len()
+                    + match op {
+                        UpdateOp::Set { value, .. } | UpdateOp::Append(value) => value.len(),
+                        _ => 0,
+                    }
             }
         }
     }
@@ -277,7 +300,10 @@ impl EventLoop {
     /// Whether a finished transaction's failure parks its command (a failover explains it and
     /// the gateway follows the configuration); if so, parks it.
     pub(super) fn park_failed(&mut self, slot: usize, error: &ClientError) -> bool {
-        let followed = self.connections[slot].as_ref().is_some_and(|connection| connection.retry.is_some());
+        let followed = self.connections[slot]
+            .as_ref()
+            .and_then(|connection| connection.retry.as_ref())
+            .is_some_and(|retry| retry.input.runs_again_after(error));
         if self.follower.is_none() || !followed || !error.is_failover() {
             return false;
         }
@@ -385,6 +411,10 @@ impl EventLoop {
         };
         let connection = self.connections[slot].as_mut().expect("a session's owner is open");
         let Some(retry) = connection.retry.as_mut().filter(|_| self.follower.is_some()) else { return false };
+        if let TxnInput::Update(..) = retry.input {
+            connection.retry = None; // the update may have been applied: answered with the error
+            return false;
+        }
         retry.last_error = Some(error.clone());
         self.parked.push((slot, connection.id));
         true

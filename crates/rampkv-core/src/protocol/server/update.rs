@@ -116,7 +116,9 @@ mod tests {
         assert_eq!(value(&core).as_deref(), Some(&b"5"[..]));
         assert_eq!(effects.committed, vec![Key::from(&b"k"[..])], "republished");
         let records = std::mem::take(&mut effects.logged);
-        assert!(matches!(&records[..], [LogRecord::Prepare { .. }, LogRecord::Commit { ts: committed }] if *committed == ts(10)));
+        assert!(
+            matches!(&records[..], [LogRecord::Prepare { .. }, LogRecord::Commit { ts: committed }] if *committed == ts(10))
+        );
 
         // A multi-key write prepares the key: Busy, nothing changes, nothing is logged.
         let writes = vec![Write { key: b"k".to_vec(), value: b"100".to_vec() }];
@@ -141,7 +143,10 @@ mod tests {
         assert!(effects.logged.is_empty() && effects.committed.is_empty());
         let set = UpdateOp::Set { value: b"x".to_vec(), condition: SetCondition::Always, get_old: false };
         update(&core, &mut effects, ts(41), set);
-        assert_eq!(update(&core, &mut effects, ts(42), UpdateOp::IncrBy(1)), Response::Updated(UpdateResult::NotAnInteger));
+        assert_eq!(
+            update(&core, &mut effects, ts(42), UpdateOp::IncrBy(1)),
+            Response::Updated(UpdateResult::NotAnInteger)
+        );
         // GETDEL: the key reads absent to the next update.
         let getdel = update(&core, &mut effects, ts(43), UpdateOp::GetDel);
         let deleted = UpdateResult::Done { written: Some(ts(43)), old: Some(b"x".to_vec()), integer: 1 };
