@@ -39,6 +39,8 @@ enum Command {
     Put(cli::client::PutArgs),
     /// Read keys atomically: rampkv get k1 k2 --cluster FILE
     Get(cli::client::GetArgs),
+    /// Add to a counter at its primary, linearizably (Redis's INCRBY): rampkv incr KEY [BY] --cluster FILE
+    Incr(cli::client::IncrArgs),
     /// Run the closed-loop benchmark (an embedded local cluster unless --cluster is given).
     Bench(cli::bench::BenchArgs),
     /// Reproduce the reference paper's four figures: benchmark sweeps written as SVG plots,
@@ -80,6 +82,7 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Gateway(args) => cli::gateway::run(args),
         Command::Put(args) => cli::client::put(args),
         Command::Get(args) => cli::client::get(args),
+        Command::Incr(args) => cli::client::incr(args),
         Command::Bench(args) => cli::bench::run(args),
         Command::Figures(args) => cli::figures::run(args),
         Command::Chaos(args) => cli::chaos::run(args),
