@@ -74,16 +74,6 @@ fn run_tool(tool: &str, args: &[&str], stdin: Option<&str>) -> Output {
     output
 }
 
-/// `redis-cli -p PORT` reading one command per line from its standard input, on one connection.
-fn cli_script(port: u16, extra: &[&str], script: &str) -> String {
-    let port = port.to_string();
-    let mut args = vec!["-p", &port];
-    args.extend_from_slice(extra);
-    let output = run_tool("redis-cli", &args, Some(script));
-    assert!(output.status.success(), "redis-cli script {script:?}: {output:?}");
-    String::from_utf8(output.stdout).unwrap()
-}
-
 /// One request as redis-cli sends it (an array of bulk strings).
 fn multibulk(words: &[&str]) -> Vec<u8> {
     let mut request = format!("*{}\r\n", words.len()).into_bytes();
