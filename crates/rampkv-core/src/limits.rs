@@ -306,6 +306,23 @@ pub const LOCK_BACKOFF_US_MIN: u64 = 50;
 /// S2PL: the longest backoff after an abort.
 pub const LOCK_BACKOFF_US_MAX: u64 = 5_000;
 
+/// A single-key update that finds its key prepared by a write in flight (`Busy`) tries again
+/// after a backoff doubling from this (µs) ...
+pub const UPDATE_BUSY_BACKOFF_US_MIN: u64 = 50;
+
+/// ... up to this (µs): the writer's COMMIT is one round trip away (short backoffs catch the
+/// gap between one writer's COMMIT and the next one's PREPARE on a key written back to back),
+/// and cooperative termination resolves a dead writer's prepare.
+pub const UPDATE_BUSY_BACKOFF_US_MAX: u64 = 2_000;
+
+/// Most `Busy` replies one update takes before it fails (about 2 s of backoff; the
+/// transaction timeout, `TXN_TIMEOUT_MS`, bounds it as well).
+pub const UPDATE_BUSY_RETRIES_MAX: u32 = 1_024;
+
+/// Most `TsTooLow` replies one update takes before it fails: each retry's timestamp is above
+/// the newest the server named, so only updates of the same key racing it make it retry again.
+pub const UPDATE_TS_RETRIES_MAX: u32 = 64;
+
 /// GET+/PUT+ (write-poll transport): bytes of each message ring (request ring in the server's
 /// region, reply ring in the client's). Sparse in /dev/shm until a connection zeroes it.
 pub const WRITEPOLL_RING_BYTES: usize = 1 << 20;

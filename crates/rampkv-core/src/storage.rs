@@ -17,6 +17,8 @@
 //!   background sweep ([`Store::sweep`]).
 //! - `expiry`: reclaiming expired keys in the sweep: their values first, the keys later.
 //! - `write`: PREPARE, COMMIT and PUT; recovery's STATUS, ABORT and stale transactions.
+//! - `update`: the single-key conditional update (read, decide, store and commit under the
+//!   key's lock).
 //! - `read`: the latest version, an exact version, the highest of candidates; the counters.
 //! - `listing`: the live keys in key-hash order, page by page, and their count (SCAN, DBSIZE).
 //! - `copy`: the store copied out shard by shard (snapshots, a backup's catch-up), loaded
@@ -58,6 +60,7 @@ mod listing;
 mod read;
 #[cfg(test)]
 mod tests;
+mod update;
 mod validate;
 mod version_map;
 mod write;
@@ -66,6 +69,7 @@ pub use copy::{KeyVersions, Superseded};
 pub use expiry::SweepClock;
 pub use gc::SweepCursor;
 pub use listing::{is_live_at, KeyListing, ListBounds};
+pub use update::UpdateCheck;
 use version_map::VersionMap;
 
 /// Shards of the key map and of the pending-commit map: a key's shard is the top

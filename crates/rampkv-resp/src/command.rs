@@ -17,6 +17,10 @@
 //! Command name, then arity (of the subcommand too, `client|setname`), then the connection's
 //! [`Permissions`] (`-NOAUTH`, `-NOPERM`), then the command's own checks (sizes, options).
 
+mod conditional;
+
+pub use conditional::{UpdateReply, MSETNX_REFUSAL, NOT_AN_INTEGER_REPLY, OVERFLOW_REPLY};
+
 use super::auth::Permissions;
 use super::codec::{Args, Frame, Protocol};
 use super::keyspace::{parse_scan, ScanRequest};
@@ -35,6 +39,15 @@ pub enum CommandKind {
     Exists,
     Strlen,
     Type,
+    Incr,
+    Decr,
+    IncrBy,
+    DecrBy,
+    SetNx,
+    GetSet,
+    GetDel,
+    Append,
+    MultiSetNx,
     Multi,
     Exec,
     Discard,
@@ -103,6 +116,15 @@ pub const COMMANDS: &[CommandSpec] = &[
     spec("unlink", CommandKind::Unlink, -2, &["write", "fast"], (1, -1, 1), &["@keyspace", "@write", "@fast"]),
     spec("strlen", CommandKind::Strlen, 2, &["readonly", "fast"], (1, 1, 1), &["@read", "@string", "@fast"]),
     spec("type", CommandKind::Type, 2, &["readonly", "fast"], (1, 1, 1), &["@keyspace", "@read", "@fast"]),
+    spec("incr", CommandKind::Incr, 2, &["write", "denyoom", "fast"], (1, 1, 1), &["@write", "@string", "@fast"]),
+    spec("decr", CommandKind::Decr, 2, &["write", "denyoom", "fast"], (1, 1, 1), &["@write", "@string", "@fast"]),
+    spec("incrby", CommandKind::IncrBy, 3, &["write", "denyoom", "fast"], (1, 1, 1), &["@write", "@string", "@fast"]),
+    spec("decrby", CommandKind::DecrBy, 3, &["write", "denyoom", "fast"], (1, 1, 1), &["@write", "@string", "@fast"]),
+    spec("setnx", CommandKind::SetNx, 3, &["write", "denyoom", "fast"], (1, 1, 1), &["@write", "@string", "@fast"]),
+    spec("getset", CommandKind::GetSet, 3, &["write", "denyoom", "fast"], (1, 1, 1), &["@write", "@string", "@fast"]),
+    spec("getdel", CommandKind::GetDel, 2, &["write", "fast"], (1, 1, 1), &["@write", "@string", "@fast"]),
+    spec("append", CommandKind::Append, 3, &["write", "denyoom", "fast"], (1, 1, 1), &["@write", "@string", "@fast"]),
+    spec("msetnx", CommandKind::MultiSetNx, -3, &["write", "denyoom"], (1, -1, 2), &["@write", "@string", "@slow"]),
     spec(
         "multi",
         CommandKind::Multi,
@@ -283,6 +305,15 @@ pub enum Request {
     /// tombstone either way). Its own variant only so that errors can name it.
     Unlink {
         keys: Vec<Vec<u8>>,
+    },
+    /// A single-key conditional write (INCR, SETNX, SET NX|XX|GET, GETSET, GETDEL, APPEND):
+    /// one UPDATE of `key` (values in `op` as the client gave them: the op stores them in the
+    /// stored form); `name` for errors, `reply` how its result is answered.
+    Update {
+        name: &'static str,
+        key: Vec<u8>,
+        op: rampkv_core::wire::UpdateOp,
+        reply: UpdateReply,
     },
     /// Read one key; reply the length of its value (0 if absent).
     Strlen {
@@ -551,7 +582,19 @@ fn translate(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {
         // Nothing is ever watched (WATCH is refused), so there is nothing to forget: what Redis
         // answers when no key is watched. A client that unwatches on its way out keeps working.
         CommandKind::Unwatch => ok(),
+        CommandKind::Incr => conditional::incr(args, "INCR", 1),
+        CommandKind::Decr => conditional::incr(args, "DECR", -1),
+        CommandKind::IncrBy => conditional::incr_by(args, "INCRBY", false),
+        CommandKind::DecrBy => conditional::incr_by(args, "DECRBY", true),
+        CommandKind::SetNx => conditional::setnx(args),
+        CommandKind::GetSet => conditional::getset(args),
+        CommandKind::GetDel => conditional::getdel(args),
+        CommandKind::Append => conditional::append(args),
+        CommandKind::MultiSetNx => conditional::msetnx(args),
         CommandKind::Set => {
+            if let Some(update) = conditional::set_with_options(args)? {
+                return Ok(update);
+            }
             let pairs = checked_pairs(args)?;
             let (key, value) = pairs.into_iter().next().expect("arity 3 gives one pair");
             Ok(Request::Set { key, value })

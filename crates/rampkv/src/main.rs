@@ -45,6 +45,8 @@ enum Command {
     /// written or deleted meanwhile may or may not be; the order is no order (partition by
     /// partition, then by key hash). N is how many keys each server is asked for at a time.
     Scan(cli::client::ScanArgs),
+    /// Add to a counter at its primary, linearizably (Redis's INCRBY): rampkv incr KEY [BY] --cluster FILE
+    Incr(cli::client::IncrArgs),
     /// Run the closed-loop benchmark (an embedded local cluster unless --cluster is given).
     Bench(cli::bench::BenchArgs),
     /// Reproduce the reference paper's four figures: benchmark sweeps written as SVG plots,
@@ -87,6 +89,7 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Put(args) => cli::client::put(args),
         Command::Get(args) => cli::client::get(args),
         Command::Scan(args) => cli::client::scan(args),
+        Command::Incr(args) => cli::client::incr(args),
         Command::Bench(args) => cli::bench::run(args),
         Command::Figures(args) => cli::figures::run(args),
         Command::Chaos(args) => cli::chaos::run(args),

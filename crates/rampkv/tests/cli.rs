@@ -77,6 +77,30 @@ fn put_then_get_through_a_local_cluster() {
     assert_eq!(stdout(&get), "k1=v1\nk2=hello world\nk3=a=b\nmissing (nil)\n");
 }
 
+/// `rampkv incr KEY [BY]`: Redis's INCRBY at the key's primary; a value that is not an integer
+/// is refused with Redis's words and left as it was.
+#[test]
+fn incr_counts_at_the_primary_and_refuses_what_is_not_an_integer() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster_file = dir.path().join("cluster.toml");
+    let _cluster = LocalCluster::start(&cluster_file);
+    let cluster = cluster_file.to_str().unwrap();
+    for (by, expected) in [(None, "1\n"), (Some("41"), "42\n"), (Some("-50"), "-8\n")] {
+        let mut args = vec!["incr", "counter"];
+        args.extend(by);
+        args.extend(["--cluster", cluster]);
+        let incr = rampkv(&args);
+        assert!(incr.status.success(), "{}", stderr(&incr));
+        assert_eq!(stdout(&incr), expected);
+    }
+    assert_eq!(stdout(&rampkv(&["get", "counter", "--cluster", cluster])), "counter=-8\n");
+    assert!(rampkv(&["put", "text=abc", "--cluster", cluster]).status.success());
+    let refused = rampkv(&["incr", "text", "--cluster", cluster]);
+    assert!(!refused.status.success());
+    assert!(stderr(&refused).contains("value is not an integer or out of range"), "{}", stderr(&refused));
+    assert_eq!(stdout(&rampkv(&["get", "text", "--cluster", cluster])), "text=abc\n");
+}
+
 #[test]
 fn an_oversized_value_is_refused_before_any_server_state_changes() {
     let dir = tempfile::tempdir().unwrap();

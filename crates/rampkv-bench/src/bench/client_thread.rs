@@ -453,6 +453,7 @@ impl<T: ClientTransport> ClientThread<'_, T> {
                 self.totals.write_latency_us.saturating_record(latency_us);
             }
             Ok(TxnResult::Keys(_) | TxnResult::KeyCount(_)) => unreachable!("the benchmark lists no keys"),
+            Ok(TxnResult::Update(_)) => debug_assert!(false, "the benchmark runs no single-key updates"),
             Err(error) => {
                 self.totals.failed += 1;
                 self.totals.first_failure.get_or_insert_with(|| error.to_string());
@@ -488,6 +489,7 @@ fn history_record(
             Some(Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok }))
         }
         Ok(TxnResult::Keys(_) | TxnResult::KeyCount(_)) => None, // the benchmark lists no keys
+        Ok(TxnResult::Update(_)) => None,                        // the benchmark runs none
         // A failed write may have prepared or committed somewhere: record it.
         Err(_) => in_flight.write_ts.map(|ts| Record::Write(WriteRecord { client, ts, keys, start_ns, end_ns, ok })),
     }

@@ -336,6 +336,7 @@ impl<'a> Worker<'a> {
                 self.records.push(Record::Write(WriteRecord { client, ts: outcome.ts, keys, start_ns, end_ns, ok }));
             }
             Ok(TxnResult::Keys(_) | TxnResult::KeyCount(_)) => unreachable!("the chaos workload lists no keys"),
+            Ok(TxnResult::Update(_)) => debug_assert!(false, "the chaos workload runs no single-key updates"),
             Err(error) => {
                 if let ClientError::Unavailable { .. } = error {
                     let wait = Duration::from_millis(CHAOS_RECONNECT_BACKOFF_MS);

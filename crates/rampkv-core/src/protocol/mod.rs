@@ -19,6 +19,7 @@ pub mod locks;
 pub mod ramp;
 pub mod server;
 pub mod session;
+pub mod update;
 
 use crate::types::Timestamp;
 use crate::wire::{ErrorCode, Request, Write};
@@ -220,4 +221,14 @@ pub enum ProtocolError {
     TooManyRestarts(u32),
     #[error("transaction aborted {0} times by lock conflicts (S2PL wait-die or lock timeouts)")]
     TooManyAborts(u32),
+    /// A single-key update found its key prepared by a write in flight this many times.
+    #[error(
+        "the update found its key prepared by a write in flight {attempts} times (the last at {prepared}); \
+         that write did not commit or resolve in time"
+    )]
+    UpdateBusy { attempts: u32, prepared: Timestamp },
+    /// A single-key update's timestamp was too low this many times (updates of the same key
+    /// racing it).
+    #[error("the update's timestamp was below its key's newest ({newest}) {attempts} times")]
+    UpdateTimestamps { attempts: u32, newest: Timestamp },
 }

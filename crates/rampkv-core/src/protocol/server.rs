@@ -15,7 +15,7 @@
 //! When the edge asks for it ([`Effects::set_logging`]: the server has a data directory), every
 //! change the call made to the store is also described in [`Effects::logged`], *after* it was
 //! applied: a PREPARE as [`LogRecord::Prepare`], a COMMIT (or cooperative termination's commit)
-//! as `Commit`, a PREPARE_COMMIT as both, NoCC's PUT and S2PL's COMMIT_LOCKED as `Put`, and an abort (cooperative
+//! as `Commit`, a PREPARE_COMMIT and an UPDATE that wrote as both, NoCC's PUT and S2PL's COMMIT_LOCKED as `Put`, and an abort (cooperative
 //! termination's, or a STATUS that found the transaction unknown and marked it aborted) as
 //! `Abort`. A request the store refused changed nothing and logs nothing. The edge appends
 //! those records to the server's log and sets [`Effects::release_after`] to the position they
@@ -40,6 +40,7 @@ use std::sync::{Arc, OnceLock};
 use parking_lot::Mutex;
 
 mod keyspace;
+mod update;
 
 use super::locks::{LockDecision, LockMode, LockTable};
 use super::ConnectionId;
@@ -545,6 +546,7 @@ impl ServerCore {
             }
             Request::ListKeys(list) => Some(self.list_keys(list, now)),
             Request::CountKeys(count) => Some(self.count_keys(count, now)),
+            Request::Update { ts, metadata, key, op } => plain(self.update(ts, metadata, key, &op, now, effects)),
         }
     }
 
@@ -581,6 +583,7 @@ impl ServerCore {
             | Request::Put { writes, .. }
             | Request::LockWrite { writes, .. } => writes.iter().try_for_each(|write| check(&write.key)),
             Request::LockRead { keys, .. } => keys.iter().try_for_each(|key| check(key)),
+            Request::Update { key, .. } => check(key),
             // With a gate (failover), a COMMIT is checked against the keys it would commit
             // here, and a STATUS against its keys: a deposed primary must neither commit what
             // its successor may have resolved otherwise nor answer for partitions it lost.

@@ -28,11 +28,12 @@ use std::time::Duration;
 use super::keyspace::{CountTxn, ListTxn};
 use super::locking::{LockingReadTxn, LockingWriteTxn};
 use super::ramp::{Algorithm, ReadBuffers, ReadTxn, TxnOptions, WriteTxn};
+use super::update::{UpdateStep, UpdateTxn};
 use super::{writes_of_pairs, Outgoing, ProtocolError, ReadOutcome, Step, WriteOutcome};
 use crate::cluster::Cluster;
 use crate::limits::{DRIVER_EXPIRY_SCAN_INTERVAL_MS, TXN_TIMEOUT_MS};
 use crate::types::{unix_ms_of_wall_clock_us, ClockError, Timestamp, TimestampClock};
-use crate::wire::{KeyPage, Request, Response, Write};
+use crate::wire::{KeyPage, Request, Response, UpdateOp, UpdateResult, Write};
 
 const SESSION_BITS: u32 = 24;
 /// Most sessions one machine runs (request ids carry 24 bits of session; client ids 16).
@@ -55,6 +56,9 @@ pub enum TxnResult {
     Keys(KeyPage),
     /// The count of the cluster's live keys ([`Sessions::begin_count`]).
     KeyCount(u64),
+    /// A single-key update's result (`Done` or a refusal of the op: never `Busy` or
+    /// `TsTooLow`, which the session retries).
+    Update(UpdateResult),
 }
 
 /// Why a transaction failed.
@@ -65,6 +69,9 @@ pub enum TxnError {
     Protocol(#[from] ProtocolError),
     #[error("the transaction did not finish in time")]
     Timeout,
+    /// The session's clock could not issue the timestamp an update's retry needs.
+    #[error(transparent)]
+    Clock(#[from] ClockError),
     /// The transaction needs partitions no reachable server holds (their server is down or
     /// unreachable). Nothing was sent for a transaction refused before it started; one that
     /// failed in flight may have been applied where it reached (a write past its commit).
@@ -96,7 +103,7 @@ pub enum SessionError {
     Clock(#[from] ClockError),
 }
 
-/// The transaction a session runs: one of the four machines.
+/// The transaction a session runs: one of the five machines.
 #[derive(Debug)]
 enum ActiveTxn {
     Read(ReadTxn),
@@ -105,6 +112,7 @@ enum ActiveTxn {
     LockingWrite(LockingWriteTxn),
     List(ListTxn),
     Count(CountTxn),
+    Update(UpdateTxn),
 }
 
 impl ActiveTxn {
@@ -121,6 +129,9 @@ impl ActiveTxn {
             ActiveTxn::LockingWrite(txn) => map_step(txn.on_reply(tag, response, out)?, TxnResult::Write),
             ActiveTxn::List(txn) => map_step(txn.on_reply(tag, response)?, TxnResult::Keys),
             ActiveTxn::Count(txn) => map_step(txn.on_reply(tag, response)?, TxnResult::KeyCount),
+            ActiveTxn::Update(_) => {
+                unreachable!("a session takes an update's replies itself (Sessions::on_update_reply)")
+            }
         })
     }
 
@@ -135,6 +146,7 @@ impl ActiveTxn {
             ActiveTxn::LockingWrite(txn) => txn.keys().for_each(key),
             ActiveTxn::List(txn) => each(txn.partition()),
             ActiveTxn::Count(txn) => txn.partitions().for_each(each),
+            ActiveTxn::Update(txn) => key(txn.key()),
         }
     }
 
@@ -142,7 +154,8 @@ impl ActiveTxn {
         match self {
             ActiveTxn::LockingRead(txn) => txn.start(out),
             ActiveTxn::LockingWrite(txn) => txn.start(out),
-            _ => debug_assert!(false, "only locking transactions back off"),
+            ActiveTxn::Update(txn) => txn.restart(out),
+            _ => debug_assert!(false, "only locking transactions and updates back off"),
         }
     }
 }
@@ -402,6 +415,25 @@ impl Sessions {
         Ok(())
     }
 
+    /// Starts a single-key conditional update (`protocol::update`) of `key` on an idle
+    /// session. Returns its first timestamp (a retry after `TsTooLow` takes a newer one).
+    /// Refused under S2PL.
+    pub fn begin_update(
+        &mut self,
+        session: usize,
+        key: Vec<u8>,
+        op: UpdateOp,
+        now_us: u64,
+        wall_us: u64,
+        posts: &mut Vec<Post>,
+    ) -> Result<Timestamp, SessionError> {
+        self.check_idle(session)?;
+        let ts = self.sessions[session].clock.next(wall_us)?;
+        let txn = ActiveTxn::Update(UpdateTxn::new(&self.cluster, ts, key, op, &self.options)?);
+        self.activate(session, txn, now_us, posts);
+        Ok(ts)
+    }
+
     fn check_idle(&self, session: usize) -> Result<(), SessionError> {
         match self.sessions.get(session) {
             None => Err(SessionError::NoSuchSession { session, sessions: self.sessions.len() }),
@@ -422,6 +454,7 @@ impl Sessions {
                 ActiveTxn::LockingWrite(txn) => txn.start(&mut self.outgoing),
                 ActiveTxn::List(txn) => txn.start(&mut self.outgoing),
                 ActiveTxn::Count(txn) => txn.start(&mut self.outgoing),
+                ActiveTxn::Update(txn) => txn.start(&mut self.outgoing),
             }
         } else {
             self.refused.push((session, unavailable));
@@ -537,6 +570,9 @@ impl Sessions {
             return; // a late reply to an abandoned transaction
         }
         let Some(txn) = state.txn.as_mut() else { return };
+        if let ActiveTxn::Update(_) = txn {
+            return self.on_update_reply(session, tag, response, now_us, wall_us, posts, completions);
+        }
         match txn.on_reply(tag, response, &mut self.outgoing) {
             Ok(Step::Pending) => self.number_outgoing(session, posts),
             Ok(Step::Backoff(delay)) => {
@@ -568,6 +604,50 @@ impl Sessions {
             Err(error) => {
                 self.outgoing.clear();
                 self.finish(session, Err(error.into()), completions);
+            }
+        }
+    }
+
+    /// An update's reply: done, a backoff (`Busy`), or at once a new attempt with a newer
+    /// timestamp (`TsTooLow`: the clock observes the newest the server named first).
+    #[allow(clippy::too_many_arguments)] // on_reply's arguments, passed on
+    fn on_update_reply(
+        &mut self,
+        session: usize,
+        tag: u32,
+        response: Response,
+        now_us: u64,
+        wall_us: impl FnOnce() -> u64,
+        posts: &mut Vec<Post>,
+        completions: &mut Vec<Completion>,
+    ) {
+        let state = &mut self.sessions[session];
+        let Some(ActiveTxn::Update(txn)) = state.txn.as_mut() else { return };
+        let step = match txn.on_reply(tag, response) {
+            Ok(None) => return, // a late reply to an earlier attempt
+            Ok(Some(step)) => step,
+            Err(error) => return self.finish(session, Err(error.into()), completions),
+        };
+        match step {
+            UpdateStep::Done(result) => self.finish(session, Ok(TxnResult::Update(result)), completions),
+            UpdateStep::Backoff(delay) => {
+                let restart_at_us = now_us.saturating_add(u64::try_from(delay.as_micros()).unwrap_or(u64::MAX));
+                if state.restart_at_us.replace(restart_at_us).is_none() {
+                    self.backing_off += 1;
+                }
+            }
+            UpdateStep::NewTimestamp { newest } => {
+                let wall = wall_us();
+                // A newest timestamp too far ahead of the wall clock is not followed (observe
+                // refuses it): the next attempt is then refused again, and the bound ends it.
+                state.clock.observe(newest, wall);
+                match state.clock.next(wall) {
+                    Ok(ts) => {
+                        txn.restart_at(ts, &mut self.outgoing);
+                        self.number_outgoing(session, posts);
+                    }
+                    Err(error) => self.finish(session, Err(error.into()), completions),
+                }
             }
         }
     }

@@ -24,6 +24,7 @@ pub mod keyspace;
 pub mod metadata;
 pub mod request;
 pub mod response;
+pub mod update;
 pub mod write_set;
 
 pub use auth::{AuthFrame, AUTH_BYTES};
@@ -32,6 +33,7 @@ pub use keyspace::{CountKeys, KeyPage, ListKeys};
 pub use metadata::{Metadata, MetadataRef, BLOOM_BYTES_MAX};
 pub use request::{GetItem, Request, Selector, Write};
 pub use response::{ErrorCode, Response, TxnState, VersionItem};
+pub use update::{SetCondition, UpdateOp, UpdateResult};
 pub use write_set::{WriteSet, WriteSetKeys};
 
 /// What a HELLO says of the cluster file its sender runs with: the partition count, and the

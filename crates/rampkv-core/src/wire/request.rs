@@ -45,6 +45,10 @@
 //!                                                transaction whose write set is all on this
 //!                                                server (the write set must name exactly the
 //!                                                keys written)
+//! 0x0F UPDATE         u64 ts, metadata, key, op   a single-key conditional write (update.rs):
+//!                                                applied at once to the key's newest
+//!                                                committed value, stored and committed as a
+//!                                                one-key write at ts; reply UPDATED
 //! 0x10 LIST_KEYS, 0x11 COUNT_KEYS                the key space: see keyspace.rs
 //! ```
 
@@ -52,6 +56,7 @@ use super::expiries::{decode_expiries, encode_expiries};
 use super::frame::append_frame;
 use super::keyspace::{CountKeys, ListKeys, KIND_COUNT_KEYS, KIND_LIST_KEYS};
 use super::metadata::Metadata;
+use super::update::UpdateOp;
 use super::{ClusterView, Decoder, Encoder, WireError};
 use crate::limits::TXN_KEYS_MAX;
 use crate::types::Timestamp;
@@ -68,6 +73,7 @@ pub const KIND_RELEASE: u8 = 0x09;
 pub const KIND_STATUS: u8 = 0x0A;
 pub const KIND_GET_LOCATE: u8 = 0x0B;
 pub const KIND_PREPARE_COMMIT: u8 = 0x0E;
+pub const KIND_UPDATE: u8 = 0x0F;
 
 const SELECTOR_LATEST: u8 = 0;
 const SELECTOR_LATEST_TS: u8 = 1;
@@ -163,6 +169,10 @@ pub enum Request {
     Release { ts: Timestamp },
     /// Recovery: what this server knows of transaction `ts` on `keys` (its keys here).
     Status { ts: Timestamp, keys: Vec<Vec<u8>> },
+    /// A single-key conditional write: `op` applied to `key`'s newest committed value, the
+    /// result stored and committed at once as a one-key write at `ts` carrying `metadata`
+    /// (what the client's algorithm attaches to a write of `key` alone). Answered UPDATED.
+    Update { ts: Timestamp, metadata: Metadata, key: Vec<u8>, op: UpdateOp },
     /// One page of a partition's live keys, in key-hash order (reply KEYS).
     ListKeys(ListKeys),
     /// How many live keys some partitions hold (reply KEY_COUNT).
@@ -185,13 +195,14 @@ impl Request {
             Request::CommitLocked { .. } => KIND_COMMIT_LOCKED,
             Request::Release { .. } => KIND_RELEASE,
             Request::Status { .. } => KIND_STATUS,
+            Request::Update { .. } => KIND_UPDATE,
             Request::ListKeys(_) => KIND_LIST_KEYS,
             Request::CountKeys(_) => KIND_COUNT_KEYS,
         }
     }
 
     /// The timestamp this request writes at or commits: the timestamps a server checks against
-    /// its clock (PREPARE, PREPARE_COMMIT, PUT, LOCK_WRITE, COMMIT, COMMIT_LOCKED). None for reads, locks for
+    /// its clock (PREPARE, PREPARE_COMMIT, PUT, LOCK_WRITE, COMMIT, COMMIT_LOCKED, UPDATE). None for reads, locks for
     /// reading, releases and status asks, which store nothing at their timestamp.
     pub fn written_timestamp(&self) -> Option<Timestamp> {
         match self {
@@ -200,7 +211,8 @@ impl Request {
             | Request::Put { ts, .. }
             | Request::LockWrite { ts, .. }
             | Request::Commit { ts }
-            | Request::CommitLocked { ts } => Some(*ts),
+            | Request::CommitLocked { ts }
+            | Request::Update { ts, .. } => Some(*ts),
             _ => None,
         }
     }
@@ -209,7 +221,8 @@ impl Request {
     /// checked against it, and the key space judges each key's liveness at one instant (for
     /// expiry).
     pub fn reads_wall_clock(&self) -> bool {
-        self.written_timestamp().is_some() || matches!(self, Request::ListKeys(_) | Request::CountKeys(_))
+        self.written_timestamp().is_some()
+            || matches!(self, Request::ListKeys(_) | Request::CountKeys(_) | Request::Update { .. })
     }
 
     /// Appends this request as one frame to `out`.
@@ -248,6 +261,12 @@ impl Request {
             Request::LockRead { ts, keys } | Request::Status { ts, keys } => {
                 encoder.u64(*ts);
                 encode_keys(&mut encoder, keys);
+            }
+            Request::Update { ts, metadata, key, op } => {
+                encoder.u64(*ts);
+                metadata.as_ref().encode(&mut encoder);
+                encoder.key(key);
+                op.encode(&mut encoder);
             }
             Request::ListKeys(list) => list.encode(&mut encoder),
             Request::CountKeys(count) => count.encode(&mut encoder),
@@ -301,6 +320,12 @@ impl Request {
             KIND_STATUS => {
                 let ts = decoder.u64()?;
                 Request::Status { ts, keys: decoder.keys("keys")? }
+            }
+            KIND_UPDATE => {
+                let ts = decoder.u64()?;
+                let metadata = Metadata::decode(&mut decoder)?;
+                let key = decoder.key()?;
+                Request::Update { ts, metadata, key, op: UpdateOp::decode(&mut decoder)? }
             }
             KIND_LIST_KEYS => Request::ListKeys(ListKeys::decode(&mut decoder)?),
             KIND_COUNT_KEYS => Request::CountKeys(CountKeys::decode(&mut decoder)?),

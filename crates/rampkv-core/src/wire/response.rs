@@ -18,6 +18,7 @@
 //!                u64 ts * count: per LOCK_READ key, the timestamp of its latest committed
 //!                version when the lock request arrived, before any lock wait (S2PL evidence:
 //!                what a read taking no lock would have returned; docs/history.md)
+//! 0x8B UPDATED  result                          the outcome of an UPDATE (update.rs)
 //! 0xFF ERROR     u16 code, u32 length, UTF-8 message (length <= ERROR_MESSAGE_BYTES_MAX)
 //!                codes: 1 BadRequest, 2 VersionGone, 3 Internal, 4 Aborted
 //! 0x89 KEYS, 0x8A KEY_COUNT                     the key space: see keyspace.rs
@@ -27,6 +28,7 @@ use super::expiries::{decode_expiries, encode_expiries};
 use super::frame::{append_frame, try_append_frame};
 use super::keyspace::{KeyPage, KIND_KEYS, KIND_KEY_COUNT};
 use super::metadata::{Metadata, MetadataRef};
+use super::update::UpdateResult;
 use super::{ClusterView, Decoder, Encoder, WireError};
 use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::{Expiry, Timestamp};
@@ -37,6 +39,7 @@ pub const KIND_ACK: u8 = 0x83;
 pub const KIND_STATUS: u8 = 0x84;
 pub const KIND_VERSIONS_LOCATED: u8 = 0x85;
 pub const KIND_VERSIONS_LOCKED: u8 = 0x86;
+pub const KIND_UPDATED: u8 = 0x8B;
 pub const KIND_ERROR: u8 = 0xFF;
 
 /// In VERSIONS_LOCATED: the key has no item slot.
@@ -147,6 +150,8 @@ pub enum Response {
     Status {
         state: TxnState,
     },
+    /// The reply to UPDATE.
+    Updated(UpdateResult),
     Error {
         code: ErrorCode,
         message: String,
@@ -174,6 +179,7 @@ impl Response {
             Response::VersionsLocked { .. } => KIND_VERSIONS_LOCKED,
             Response::Ack => KIND_ACK,
             Response::Status { .. } => KIND_STATUS,
+            Response::Updated(_) => KIND_UPDATED,
             Response::Error { .. } => KIND_ERROR,
             Response::Keys(_) => KIND_KEYS,
             Response::KeyCount { .. } => KIND_KEY_COUNT,
@@ -228,6 +234,7 @@ impl Response {
                 TxnState::Committed => 2,
                 TxnState::Aborted => 3,
             }),
+            Response::Updated(result) => result.encode(&mut encoder),
             Response::Error { code, message } => {
                 encoder.u16(code.to_wire());
                 encoder.bytes(truncate_utf8(message, ERROR_MESSAGE_BYTES_MAX).as_bytes());
@@ -285,6 +292,7 @@ impl Response {
                     _ => return Err(WireError::Invalid("unknown transaction state")),
                 },
             },
+            KIND_UPDATED => Response::Updated(UpdateResult::decode(&mut decoder)?),
             KIND_ERROR => {
                 let code = ErrorCode::from_wire(decoder.u16()?);
                 let message = decoder.bytes_up_to("error message", ERROR_MESSAGE_BYTES_MAX)?;

@@ -24,7 +24,7 @@ use rampkv_core::cluster::Cluster;
 use rampkv_core::protocol::ramp::TxnOptions;
 use rampkv_core::protocol::session::{self, Post, Sessions, TxnError};
 use rampkv_core::types::{wall_clock_us, Timestamp};
-use rampkv_core::wire::{ClusterView, Request, Response, Write};
+use rampkv_core::wire::{ClusterView, Request, Response, UpdateOp, Write};
 
 pub use rampkv_core::protocol::session::{TxnResult, SESSIONS_MAX as DRIVER_SESSIONS_MAX};
 
@@ -221,6 +221,17 @@ impl<T: ClientTransport> Driver<T> {
         self.post()
     }
 
+    /// Starts a single-key conditional update of `key` on an idle session
+    /// (`rampkv_core::protocol::update`); it finishes as [`TxnResult::Update`]. Returns its
+    /// first timestamp.
+    pub fn begin_update(&mut self, session: usize, key: Vec<u8>, op: UpdateOp) -> Result<Timestamp, ClientError> {
+        self.revive();
+        let now_us = self.now_us();
+        let ts = self.sessions.begin_update(session, key, op, now_us, wall_clock_us(), &mut self.posts)?;
+        self.post()?;
+        Ok(ts)
+    }
+
     /// While a server is unavailable: lets the transport reconnect to those whose backoff is
     /// over, and takes the servers that came back into use (before a transaction is refused
     /// for needing one).
@@ -338,6 +349,7 @@ impl<T: ClientTransport> Driver<T> {
             result: done.result.map_err(|error| match error {
                 TxnError::Protocol(error) => ClientError::Protocol(error),
                 TxnError::Unavailable { partitions } => ClientError::Unavailable { partitions },
+                TxnError::Clock(error) => ClientError::Clock(error),
                 // Timeout, and any later variant: the transaction did not finish.
                 _ => ClientError::Timeout,
             }),

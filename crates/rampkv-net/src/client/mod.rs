@@ -2,9 +2,11 @@
 
 mod driver;
 mod keyspace;
+mod update;
 
 pub use driver::{Completion, Driver, TxnResult, DRIVER_SESSIONS_MAX};
 pub use keyspace::{Keys, ScanOptions};
+pub use update::{UpdateError, Updated};
 
 use std::time::Duration;
 
@@ -69,6 +71,10 @@ pub enum ClientError {
     /// the last failure.
     #[error("cannot connect to the cluster within the failover bound ({waited_ms} ms); the last attempt: {last}")]
     FailoverBound { waited_ms: u64, last: Box<ClientError> },
+    /// A single-key update's op refused the value it found (INCR on a value that is not an
+    /// integer, say); nothing was written.
+    #[error(transparent)]
+    Update(#[from] UpdateError),
     /// Replication: the configuration service could not be asked (or the cluster file gives
     /// it no addresses).
     #[error("configuration service: {0}")]

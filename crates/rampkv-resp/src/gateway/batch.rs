@@ -27,7 +27,7 @@ use super::failover::TxnInput;
 use super::keyspace::Listing;
 use super::multi::ExecPlan;
 use super::{BATCH_COMMANDS_MAX, WRITE_BATCH_KEYS_MAX};
-use crate::command::{batch_key_count, parse_request, ExpiryArg, InfoSections, Request, TtlUnit};
+use crate::command::{batch_key_count, parse_request, ExpiryArg, InfoSections, Request, TtlUnit, UpdateReply};
 use rampkv_core::limits::TXN_KEYS_MAX;
 use rampkv_core::wire::Write;
 
@@ -68,6 +68,8 @@ pub(super) enum Pending {
     DeleteRead,
     /// DEL, second step: writing the tombstones; `removed` keys were present.
     DeleteWrite { removed: i64 },
+    /// A single-key conditional write (INCR, SETNX, ...): its result answered as this says.
+    Update(UpdateReply),
     /// EXEC: the queued commands' transaction (a read, or a write and maybe a read before it
     /// for DEL's counts); EXEC's one reply is written when it has finished (`multi`).
     Exec(Box<ExecPlan>),
@@ -238,7 +240,8 @@ impl Pending {
             | Pending::Exec(_)
             | Pending::Listing(_)
             | Pending::DbSize
-            | Pending::Info(_) => 1,
+            | Pending::Info(_)
+            | Pending::Update(_) => 1,
         }
     }
 }

@@ -4,7 +4,9 @@
 //! are made here ([`EventLoop::local_reply`], which EXEC also runs for the queued ones) and
 //! appended to the connection's output; GET, MGET, EXISTS, STRLEN, TYPE, TTL, PTTL, SET, MSET,
 //! SETEX, PSETEX and SET with an expiry start a batch (`batch`); DEL and UNLINK read their keys,
-//! then write a deletion of each (one write).
+//! then write a deletion of each (one write); INCR, SETNX, SET NX|XX|GET, GETSET, GETDEL and
+//! APPEND are one single-key update each (`command::conditional`); SCAN, KEYS and DBSIZE list or
+//! count pages of the key space.
 //!
 //! # Contract
 //! A connection runs one command at a time: `execute` is called only for a connection with
@@ -26,6 +28,7 @@ use ahash::AHashSet;
 
 use super::batch::Pending;
 use super::event_loop::{Connection, EventLoop};
+use super::failover::TxnInput;
 use super::replies::hello_reply;
 use crate::auth::{self, Users};
 use crate::codec::Frame;
@@ -57,6 +60,9 @@ impl EventLoop {
             Request::DbSize => self.begin_count(slot, None),
             Request::Info(sections) if sections.contains(InfoSection::Keyspace) => {
                 self.begin_count(slot, Some(sections))
+            }
+            Request::Update { key, op, reply, .. } => {
+                self.begin_transaction(slot, TxnInput::Update(key, op), Pending::Update(reply));
             }
             request => {
                 let reply = self.local_reply(slot, request);

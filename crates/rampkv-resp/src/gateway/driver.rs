@@ -23,7 +23,7 @@ use mio::Waker;
 use super::batch::Pending;
 use super::event_loop::EventLoop;
 use super::failover::{self, TxnInput};
-use super::replies::{transaction_error, write_errors, write_read_replies};
+use super::replies::{transaction_error, write_errors, write_read_replies, write_update_reply};
 use super::{InProcessServers, IN_FLIGHT_POLL_TIMEOUT, RECONNECT_INTERVAL};
 use crate::codec;
 use crate::transport::SharedPollTransport;
@@ -221,6 +221,9 @@ impl EventLoop {
             }
             (Pending::Info(sections), Ok(TxnResult::KeyCount(count))) => {
                 return self.answer_info(slot, sections, Some(count))
+            }
+            (Pending::Update(reply), Ok(TxnResult::Update(result))) => {
+                out.append(|out| write_update_reply(out, protocol, reply, &result));
             }
             (pending, Ok(result)) => {
                 debug_assert!(false, "{pending:?} finished with {result:?}");

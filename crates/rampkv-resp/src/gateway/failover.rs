@@ -49,7 +49,7 @@ use super::replies::write_errors;
 use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_RETRY_BACKOFF_MS};
 use rampkv_core::protocol::ramp::TxnOptions;
-use rampkv_core::wire::Write;
+use rampkv_core::wire::{UpdateOp, Write};
 use rampkv_net::client::{current_addresses, follows_failover, ClientError};
 
 /// Whether a gateway of `cluster` follows its configuration: the blocking `Client`'s test
@@ -79,6 +79,9 @@ pub(super) enum TxnInput {
     },
     /// The count of live keys (DBSIZE, INFO).
     Count,
+    /// A single-key conditional write (INCR, SETNX, ...). Not idempotent: run again only after
+    /// a refusal that applied nothing ([`TxnInput::runs_again_after`]).
+    Update(Vec<u8>, UpdateOp),
 }
 
 impl TxnInput {
@@ -91,6 +94,18 @@ impl TxnInput {
             TxnInput::Writes { writes, independent } => driver.begin_writes(session, writes, independent).map(|_ts| ()),
             TxnInput::List { partition, after, keys_max } => driver.begin_list(session, partition, after, keys_max),
             TxnInput::Count => driver.begin_count(session),
+            TxnInput::Update(key, op) => driver.begin_update(session, key, op).map(|_ts| ()),
+        }
+    }
+
+    /// Whether it may run again after failing with `error`: a read or a write always (a write
+    /// run again writes the same values), an update only when the server refused it without
+    /// applying it (not the primary): after a timeout or a lost connection it may have been
+    /// applied, and an INCR run twice counts twice.
+    pub(super) fn runs_again_after(&self, error: &ClientError) -> bool {
+        match self {
+            TxnInput::Update(..) => error.is_not_primary(),
+            _ => true,
         }
     }
 
@@ -103,6 +118,13 @@ impl TxnInput {
             }
             TxnInput::Writes { writes, .. } => writes.iter().map(|write| write.key.len() + write.value.len()).sum(),
             TxnInput::List { .. } | TxnInput::Count => 0,
+            TxnInput::Update(key, op) => {
+                key.len()
+                    + match op {
+                        UpdateOp::Set { value, .. } | UpdateOp::Append(value) => value.len(),
+                        _ => 0,
+                    }
+            }
         }
     }
 }
@@ -297,7 +319,10 @@ impl EventLoop {
     /// Whether a finished transaction's failure parks its command (a failover explains it and
     /// the gateway follows the configuration); if so, parks it.
     pub(super) fn park_failed(&mut self, slot: usize, error: &ClientError) -> bool {
-        let followed = self.connections[slot].as_ref().is_some_and(|connection| connection.retry.is_some());
+        let followed = self.connections[slot]
+            .as_ref()
+            .and_then(|connection| connection.retry.as_ref())
+            .is_some_and(|retry| retry.input.runs_again_after(error));
         if self.follower.is_none() || !followed || !error.is_failover() {
             return false;
         }
@@ -405,6 +430,10 @@ impl EventLoop {
         };
         let connection = self.connections[slot].as_mut().expect("a session's owner is open");
         let Some(retry) = connection.retry.as_mut().filter(|_| self.follower.is_some()) else { return false };
+        if let TxnInput::Update(..) = retry.input {
+            connection.retry = None; // the update may have been applied: answered with the error
+            return false;
+        }
         retry.last_error = Some(error.clone());
         self.parked.push((slot, connection.id));
         true

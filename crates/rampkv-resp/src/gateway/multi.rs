@@ -33,6 +33,10 @@
 //!   transaction that fails answers EXEC with one error (`-CLUSTERDOWN ...`, `-ERR rampkv: ...`)
 //!   and the connection commands of its queue do not run; a write that timed out may or may not
 //!   have taken effect, as outside MULTI.
+//! - **Conditional writes** (INCR, DECR, INCRBY, DECRBY, SETNX, SET NX|XX|GET, GETSET,
+//!   GETDEL, APPEND) are refused as they are queued, with why, and doom the transaction: each
+//!   reads its key and writes it, which one read-only or write-only RAMP transaction cannot
+//!   do together with the rest of the queue. Outside MULTI each is atomic on its own.
 //! - **WATCH** is refused, with why: an optimistic check-and-set reads keys and then writes them
 //!   in one transaction. UNWATCH answers `+OK` (nothing is ever watched). Nested MULTI, EXEC and
 //!   DISCARD without MULTI, and WATCH inside MULTI get Redis's errors and, as in Redis, do not
@@ -85,6 +89,15 @@ pub const WATCH_REFUSAL: &str = "ERR WATCH is not supported by rampkv: an optimi
                                  then writes them in one transaction, and rampkv runs a transaction as read-only or \
                                  write-only (RAMP). MULTI/EXEC without WATCH works, with reads only or writes only";
 
+/// Why a conditional write (INCR, SETNX, ...) is refused inside MULTI.
+fn conditional_refusal(name: &str) -> String {
+    format!(
+        "ERR {name} inside MULTI is not supported by rampkv: it reads its key and writes it, and a MULTI/EXEC runs as \
+         one RAMP transaction, which is read-only or write-only; run it outside MULTI, where it is atomic on its own. \
+         The transaction is discarded"
+    )
+}
+
 /// What one queued command holds beyond its keys and values (its `Request`, its allocations),
 /// for the queue's byte count.
 const QUEUED_COMMAND_OVERHEAD_BYTES: usize = 64;
@@ -117,6 +130,10 @@ impl MultiState {
         if matches!(request, Request::Scan(_) | Request::Keys { .. } | Request::DbSize) {
             self.doom();
             return Frame::error(KEYSPACE_INSIDE_MULTI_REPLY);
+        }
+        if let Request::Update { name, .. } = request {
+            self.doom();
+            return Frame::error(conditional_refusal(name));
         }
         let bytes = queued_bytes(&request);
         if self.queued.len() >= MULTI_QUEUED_COMMANDS_MAX || self.bytes + bytes > MULTI_QUEUED_BYTES_MAX {

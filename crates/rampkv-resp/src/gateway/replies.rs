@@ -4,9 +4,11 @@
 use super::batch::ReadCommand;
 use super::event_loop::EventLoop;
 use crate::codec::{self, Frame, Protocol};
-use crate::command::TtlUnit;
+use crate::command::{TtlUnit, UpdateReply, NOT_AN_INTEGER_REPLY, OVERFLOW_REPLY};
 use crate::{value, REDIS_COMPATIBLE_VERSION};
+use rampkv_core::protocol::update::UPDATE_VALUE_BYTES_MAX;
 use rampkv_core::protocol::{ReadItem, ReadOutcome};
+use rampkv_core::wire::UpdateResult;
 use rampkv_net::client::ClientError;
 
 impl EventLoop {
@@ -146,4 +148,28 @@ pub(super) fn hello_reply(protocol: Protocol, id: u64) -> Frame {
         field("role", Frame::bulk("master")),
         field("modules", Frame::Array(Vec::new())),
     ])
+}
+
+/// The reply to a single-key conditional write (`command::conditional`): Redis's types
+/// (integer, `+OK` or null, the old value or null) and texts for the op's refusals.
+pub(super) fn write_update_reply(out: &mut Vec<u8>, protocol: Protocol, reply: UpdateReply, result: &UpdateResult) {
+    match (result, reply) {
+        (UpdateResult::Done { integer, .. }, UpdateReply::Integer) => codec::write_integer(out, *integer),
+        (UpdateResult::Done { written: Some(_), .. }, UpdateReply::OkOrNull) => codec::write_simple(out, b"OK"),
+        (UpdateResult::Done { written: None, .. }, UpdateReply::OkOrNull) => codec::write_null(out, protocol),
+        (UpdateResult::Done { old: Some(old), .. }, UpdateReply::Old) => codec::write_bulk(out, old),
+        (UpdateResult::Done { old: None, .. }, UpdateReply::Old) => codec::write_null(out, protocol),
+        (UpdateResult::NotAnInteger, _) => codec::write_error(out, NOT_AN_INTEGER_REPLY.as_bytes()),
+        (UpdateResult::Overflow, _) => codec::write_error(out, OVERFLOW_REPLY.as_bytes()),
+        (UpdateResult::TooLarge { bytes }, _) => {
+            let message = format!(
+                "ERR string exceeds maximum allowed size (rampkv: {bytes} bytes, at most {UPDATE_VALUE_BYTES_MAX})"
+            );
+            codec::write_error(out, message.as_bytes());
+        }
+        (other, _) => {
+            debug_assert!(false, "the session retries {other:?}");
+            codec::write_error(out, b"ERR internal error: an update finished unresolved");
+        }
+    }
 }

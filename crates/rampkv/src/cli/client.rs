@@ -1,5 +1,6 @@
-//! `rampkv put` and `rampkv get`: one atomic write or read of a few keys, and `rampkv scan`:
-//! the listing of every live key, through a client of the cluster file's servers.
+//! `rampkv put` and `rampkv get`: one atomic write or read of a few keys; `rampkv scan`: the
+//! listing of every live key; `rampkv incr`: one single-key update (INCRBY); each through a
+//! client of the cluster file's servers.
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -34,6 +35,28 @@ pub(crate) struct GetArgs {
     cluster: PathBuf,
     #[command(flatten)]
     secret: SecretArgs,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct IncrArgs {
+    key: String,
+    /// What to add (negative to subtract).
+    #[arg(default_value_t = 1, allow_hyphen_values = true)]
+    by: i64,
+    #[arg(long)]
+    cluster: PathBuf,
+    #[command(flatten)]
+    secret: SecretArgs,
+}
+
+/// Adds `by` to the key's value at its primary (absent: 0) and prints the new value.
+pub(crate) fn incr(args: IncrArgs) -> Result<ExitCode> {
+    let IncrArgs { key, by, cluster, secret } = args;
+    secret.install()?;
+    let cluster = Cluster::from_file(&cluster)?;
+    let value = Client::connect(&cluster)?.incr_by(key.into_bytes(), by)?;
+    out!("{value}");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Writes the pairs in one transaction and prints its timestamp.

@@ -6,7 +6,7 @@
 //!   and [`server::spawn_servers`], which `local` shares.
 //! - [`local`]: `rampkv local` (a cluster in this process, its cluster file, a RESP gateway).
 //! - [`gateway`]: `rampkv gateway` (RESP for a running cluster).
-//! - [`client`]: `rampkv put` and `rampkv get`.
+//! - [`client`]: `rampkv put`, `rampkv get` and `rampkv incr`.
 //! - [`bench`]: `rampkv bench` and `--compare`.
 //! - [`figures`]: `rampkv figures`.
 //! - [`chaos`]: `rampkv chaos` (the fault test).

@@ -1,0 +1,390 @@
+//! Single-key conditional writes (INCR, SETNX, SET NX|XX|GET, GETSET, GETDEL, APPEND): what an
+//! [`UpdateOp`] does to a value, and the client's machine that sends one UPDATE and retries it.
+//!
+//! # Contract
+//! An update runs at its key's server in one step under the key's lock
+//! (`protocol::server::update`, `storage::update`): it reads the newest committed version, and
+//! stores and commits the new one at the request's timestamp, which must be above every version
+//! of the key, with no prepared write of the key in flight. So the updates of one key are
+//! linearizable at that server, and an update is, for RAMP, a one-key write transaction like
+//! any other (docs/architecture.md, "Single-key conditional writes", has the argument).
+//!
+//! # Values
+//! Updates read and write values in the convention the RESP gateway stores them in
+//! (`rampkv_resp::value`), so that INCR sees what SET wrote and GET sees what INCR wrote: a
+//! version with the single byte `0x00` is a deleted key (absent, as is a key never written), a
+//! value starting with `0x01` is the rest of it, any other value is all its bytes. GETDEL
+//! deletes by writing that `0x00`. A Rust client that writes raw bytes starting with `0x00` or
+//! `0x01` and then updates them sees them so.
+//!
+//! # Retries ([`UpdateTxn`])
+//! `Busy` (a multi-key write prepared the key and has not committed): the same request again
+//! after a backoff that doubles from `UPDATE_BUSY_BACKOFF_US_MIN` to `UPDATE_BUSY_BACKOFF_US_MAX`,
+//! at most `UPDATE_BUSY_RETRIES_MAX` times (its writer commits within a round trip, or
+//! cooperative termination resolves it). `TsTooLow`: the session's clock observes the newest
+//! timestamp (a Lamport step) and the request goes again at once with a new timestamp, at most
+//! `UPDATE_TS_RETRIES_MAX` times. Both are bounded too by the transaction timeout.
+
+use std::time::Duration;
+
+use super::ramp::{metadata_for, validate_keys, Algorithm, TxnOptions};
+use super::{make_tag, split_tag, InvalidTransaction, MalformedReply, Outgoing, ProtocolError};
+use crate::cluster::Cluster;
+use crate::limits::{
+    UPDATE_BUSY_BACKOFF_US_MAX, UPDATE_BUSY_BACKOFF_US_MIN, UPDATE_BUSY_RETRIES_MAX, UPDATE_TS_RETRIES_MAX,
+    VALUE_BYTES_MAX,
+};
+use crate::types::{Timestamp, TIMESTAMP_INITIAL};
+use crate::wire::{Metadata, Request, Response, SetCondition, UpdateOp, UpdateResult};
+
+/// The whole stored value of a deleted key (the RESP gateway's tombstone).
+pub const STORED_DELETED: u8 = 0x00;
+/// First byte of a present value stored escaped (empty, or starting with `0x00` or `0x01`).
+pub const STORED_ESCAPE: u8 = 0x01;
+
+/// Longest value an update may leave (one byte of the stored form may be the escape).
+pub const UPDATE_VALUE_BYTES_MAX: usize = VALUE_BYTES_MAX - 1;
+
+/// The value a stored version holds in the convention of the module docs (`None`: absent).
+pub fn present_value(ts: Timestamp, stored: &[u8]) -> Option<&[u8]> {
+    if ts == TIMESTAMP_INITIAL {
+        return None;
+    }
+    match stored.split_first() {
+        Some((&STORED_DELETED, [])) => None,
+        Some((&STORED_ESCAPE, value)) => Some(value),
+        _ => Some(stored),
+    }
+}
+
+/// The stored form of a present `value` (escaped when it is empty or starts with `0x00` or
+/// `0x01`).
+pub fn stored_form(value: &[u8]) -> Box<[u8]> {
+    match value.first() {
+        Some(&first) if first != STORED_DELETED && first != STORED_ESCAPE => value.into(),
+        _ => [&[STORED_ESCAPE][..], value].concat().into_boxed_slice(),
+    }
+}
+
+/// Parses a value as Redis reads an integer (`string2ll`): an optional `-`, then decimal digits
+/// with no leading zero (except "0" itself), no sign `+`, no spaces, within i64.
+pub fn parse_integer(bytes: &[u8]) -> Option<i64> {
+    if bytes.is_empty() || bytes.len() > 20 {
+        return None;
+    }
+    if bytes == b"0" {
+        return Some(0);
+    }
+    let (negative, digits) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, bytes),
+    };
+    if !matches!(digits.first(), Some(b'1'..=b'9')) || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    // Accumulated negative: i64::MIN has no positive counterpart.
+    let mut value: i64 = 0;
+    for digit in digits {
+        value = value.checked_mul(10)?.checked_sub(i64::from(digit - b'0'))?;
+    }
+    if negative {
+        Some(value)
+    } else {
+        value.checked_neg()
+    }
+}
+
+/// What an op decided for the value it read: the stored form to write (`None`: write nothing)
+/// and the result for the client (its `written` filled in by the server once stored).
+pub fn apply(op: &UpdateOp, current: Option<&[u8]>) -> (Option<Box<[u8]>>, UpdateResult) {
+    let done = |old: Option<Vec<u8>>, integer: i64| UpdateResult::Done { written: None, old, integer };
+    match op {
+        UpdateOp::IncrBy(delta) => {
+            let Some(before) = current.map_or(Some(0), parse_integer) else {
+                return (None, UpdateResult::NotAnInteger);
+            };
+            match before.checked_add(*delta) {
+                Some(after) => (Some(after.to_string().into_bytes().into()), done(None, after)),
+                None => (None, UpdateResult::Overflow),
+            }
+        }
+        UpdateOp::Set { value, condition, get_old } => {
+            let old = get_old.then(|| current.map(<[u8]>::to_vec)).flatten();
+            let writes = match condition {
+                SetCondition::Always => true,
+                SetCondition::IfAbsent => current.is_none(),
+                SetCondition::IfPresent => current.is_some(),
+            };
+            if !writes {
+                return (None, done(old, 0));
+            }
+            if value.len() > UPDATE_VALUE_BYTES_MAX {
+                return (None, UpdateResult::TooLarge { bytes: value.len() as u64 });
+            }
+            (Some(stored_form(value)), done(old, 1))
+        }
+        UpdateOp::GetDel => match current {
+            None => (None, done(None, 0)),
+            Some(old) => (Some(Box::new([STORED_DELETED])), done(Some(old.to_vec()), 1)),
+        },
+        UpdateOp::Append(suffix) => {
+            let before = current.unwrap_or_default();
+            let length = before.len() + suffix.len();
+            if length > UPDATE_VALUE_BYTES_MAX {
+                return (None, UpdateResult::TooLarge { bytes: length as u64 });
+            }
+            let after = [before, &suffix[..]].concat();
+            (Some(stored_form(&after)), done(None, length as i64))
+        }
+    }
+}
+
+/// What the session does after an UPDATE's reply.
+#[derive(Debug, PartialEq, Eq)]
+pub enum UpdateStep {
+    /// Finished: the op's result (never `Busy` or `TsTooLow`).
+    Done(UpdateResult),
+    /// Busy: call [`UpdateTxn::restart`] after this long.
+    Backoff(Duration),
+    /// Too low a timestamp: observe `newest` with the session's clock, then call
+    /// [`UpdateTxn::restart_at`] with the clock's next timestamp.
+    NewTimestamp { newest: Timestamp },
+}
+
+/// One single-key update: one UPDATE request at a time to the key's server.
+#[derive(Debug)]
+pub struct UpdateTxn {
+    server: usize,
+    key: Vec<u8>,
+    op: UpdateOp,
+    metadata: Metadata,
+    ts: Timestamp,
+    attempt: u16,
+    /// Whether the current attempt's reply came (a second one is ignored).
+    answered: bool,
+    busy_replies: u32,
+    ts_replies: u32,
+}
+
+impl UpdateTxn {
+    /// Plans `op` on `key` at timestamp `ts`, with what `options`' algorithm attaches to a
+    /// write of `key` alone. Refused before anything is sent for an invalid key or timestamp,
+    /// and under S2PL (an update takes no lock, so it would slip past a locking transaction).
+    pub fn new(
+        cluster: &Cluster,
+        ts: Timestamp,
+        key: Vec<u8>,
+        op: UpdateOp,
+        options: &TxnOptions,
+    ) -> Result<UpdateTxn, ProtocolError> {
+        validate_keys(std::iter::once(key.as_slice()))?;
+        if options.algorithm == Algorithm::S2pl {
+            return Err(InvalidTransaction::LockingAlgorithm.into());
+        }
+        if ts == TIMESTAMP_INITIAL {
+            return Err(InvalidTransaction::ReservedTimestamp.into());
+        }
+        let value_bytes = match &op {
+            UpdateOp::Set { value, .. } | UpdateOp::Append(value) => value.len(),
+            _ => 0,
+        };
+        if value_bytes > UPDATE_VALUE_BYTES_MAX {
+            return Err(InvalidTransaction::ValueTooLarge { bytes: value_bytes }.into());
+        }
+        let metadata = metadata_for(options, std::slice::from_ref(&key))?;
+        let server = cluster.server_of(&key);
+        Ok(UpdateTxn { server, key, op, metadata, ts, attempt: 0, answered: false, busy_replies: 0, ts_replies: 0 })
+    }
+
+    /// The key.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The timestamp of the current attempt.
+    pub fn ts(&self) -> Timestamp {
+        self.ts
+    }
+
+    /// Sends the request (again: a new attempt, so a late reply to the last one is ignored).
+    pub fn start(&mut self, out: &mut Vec<Outgoing>) {
+        self.attempt = self.attempt.wrapping_add(1);
+        self.answered = false;
+        let request = Request::Update {
+            ts: self.ts,
+            metadata: self.metadata.clone(),
+            key: self.key.clone(),
+            op: self.op.clone(),
+        };
+        out.push(Outgoing { server: self.server, tag: make_tag(self.attempt, 0), request });
+    }
+
+    /// Sends the request again after a `Busy` backoff (same timestamp).
+    pub fn restart(&mut self, out: &mut Vec<Outgoing>) {
+        self.start(out);
+    }
+
+    /// Sends the request again with timestamp `ts` (above the newest the server named).
+    pub fn restart_at(&mut self, ts: Timestamp, out: &mut Vec<Outgoing>) {
+        debug_assert!(ts > self.ts, "a new attempt's timestamp increases");
+        self.ts = ts;
+        self.start(out);
+    }
+
+    /// Takes the reply of the current attempt (`None`: a late reply to an earlier one, or a
+    /// second reply to this one).
+    pub fn on_reply(&mut self, tag: u32, response: Response) -> Result<Option<UpdateStep>, ProtocolError> {
+        let (attempt, part) = split_tag(tag);
+        if attempt != self.attempt || self.answered {
+            return Ok(None);
+        }
+        if part != 0 {
+            return Err(malformed(MalformedReply::UnknownTag { tag }, self.server));
+        }
+        self.answered = true;
+        let result = match response {
+            Response::Updated(result) => result,
+            Response::Error { code, message } => {
+                return Err(ProtocolError::ServerError { server: self.server, code, message });
+            }
+            other => {
+                let why = MalformedReply::UnexpectedKind { kind: other.kind(), expected: "UPDATED" };
+                return Err(malformed(why, self.server));
+            }
+        };
+        Ok(Some(match result {
+            UpdateResult::Busy { prepared } => {
+                self.busy_replies += 1;
+                if self.busy_replies > UPDATE_BUSY_RETRIES_MAX {
+                    return Err(ProtocolError::UpdateBusy { attempts: self.busy_replies, prepared });
+                }
+                let shift = (self.busy_replies - 1).min(16);
+                let backoff_us = (UPDATE_BUSY_BACKOFF_US_MIN << shift).min(UPDATE_BUSY_BACKOFF_US_MAX);
+                UpdateStep::Backoff(Duration::from_micros(backoff_us))
+            }
+            UpdateResult::TsTooLow { newest } => {
+                self.ts_replies += 1;
+                if self.ts_replies > UPDATE_TS_RETRIES_MAX {
+                    return Err(ProtocolError::UpdateTimestamps { attempts: self.ts_replies, newest });
+                }
+                UpdateStep::NewTimestamp { newest }
+            }
+            UpdateResult::Done { written: Some(written), .. } if written != self.ts => {
+                return Err(malformed(MalformedReply::WrongVersion { asked: self.ts, got: written }, self.server));
+            }
+            done => UpdateStep::Done(done),
+        }))
+    }
+}
+
+fn malformed(why: MalformedReply, server: usize) -> ProtocolError {
+    ProtocolError::MalformedReply { server, why }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(value: &[u8], condition: SetCondition, get_old: bool) -> UpdateOp {
+        UpdateOp::Set { value: value.to_vec(), condition, get_old }
+    }
+
+    fn done(old: Option<&[u8]>, integer: i64) -> UpdateResult {
+        UpdateResult::Done { written: None, old: old.map(<[u8]>::to_vec), integer }
+    }
+
+    #[test]
+    fn integers_parse_as_redis_reads_them() {
+        for (text, value) in [("0", 0), ("-1", -1), ("42", 42), ("9223372036854775807", i64::MAX)] {
+            assert_eq!(parse_integer(text.as_bytes()), Some(value), "{text}");
+        }
+        assert_eq!(parse_integer(b"-9223372036854775808"), Some(i64::MIN));
+        for text in ["", "-", "-0", "007", "+1", " 1", "1 ", "1.0", "9223372036854775808", "abc", "0x10", "١"] {
+            assert_eq!(parse_integer(text.as_bytes()), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn each_op_reads_the_value_and_decides_as_redis_does() {
+        let incr = |current: Option<&[u8]>, by| apply(&UpdateOp::IncrBy(by), current);
+        assert_eq!(incr(None, 1), (Some(b"1"[..].into()), done(None, 1)));
+        assert_eq!(incr(Some(b"41"), 1), (Some(b"42"[..].into()), done(None, 42)));
+        assert_eq!(incr(Some(b"-5"), -5), (Some(b"-10"[..].into()), done(None, -10)));
+        assert_eq!(incr(Some(b"x"), 1), (None, UpdateResult::NotAnInteger));
+        assert_eq!(incr(Some(b""), 1), (None, UpdateResult::NotAnInteger));
+        assert_eq!(incr(Some(b"9223372036854775807"), 1), (None, UpdateResult::Overflow));
+        assert_eq!(incr(Some(b"-9223372036854775808"), -1), (None, UpdateResult::Overflow));
+
+        let stored = |value: &[u8]| Some(stored_form(value));
+        assert_eq!(apply(&set(b"v", SetCondition::IfAbsent, false), None), (stored(b"v"), done(None, 1)));
+        assert_eq!(apply(&set(b"v", SetCondition::IfAbsent, true), Some(b"o")), (None, done(Some(b"o"), 0)));
+        assert_eq!(apply(&set(b"v", SetCondition::IfPresent, false), None), (None, done(None, 0)));
+        assert_eq!(apply(&set(b"v", SetCondition::IfPresent, true), Some(b"o")), (stored(b"v"), done(Some(b"o"), 1)));
+        assert_eq!(apply(&set(b"", SetCondition::Always, true), None), (stored(b""), done(None, 1)));
+        assert_eq!(stored_form(b""), Box::from(&[STORED_ESCAPE][..]), "an empty value is escaped");
+
+        assert_eq!(apply(&UpdateOp::GetDel, None), (None, done(None, 0)));
+        assert_eq!(apply(&UpdateOp::GetDel, Some(b"o")), (Some(Box::from(&[STORED_DELETED][..])), done(Some(b"o"), 1)));
+
+        let append = |current: Option<&[u8]>, suffix: &[u8]| apply(&UpdateOp::Append(suffix.to_vec()), current);
+        assert_eq!(append(None, b"ab"), (stored(b"ab"), done(None, 2)));
+        assert_eq!(append(Some(b"ab"), b"cd"), (stored(b"abcd"), done(None, 4)));
+        assert_eq!(append(Some(b""), b"\x00"), (stored(b"\x00"), done(None, 1)), "escaped: not a deletion");
+        let big = vec![b'x'; UPDATE_VALUE_BYTES_MAX];
+        assert_eq!(append(Some(&big), b"y"), (None, UpdateResult::TooLarge { bytes: big.len() as u64 + 1 }));
+    }
+
+    #[test]
+    fn stored_values_read_back_through_the_convention() {
+        for value in [&b""[..], b"v", b"\x00", b"\x01", b"\x01\x00", b"12"] {
+            assert_eq!(present_value(5, &stored_form(value)), Some(value), "{value:?}");
+        }
+        assert_eq!(present_value(5, &[STORED_DELETED]), None);
+        assert_eq!(present_value(TIMESTAMP_INITIAL, b""), None);
+    }
+
+    #[test]
+    fn busy_backs_off_and_too_low_asks_for_a_new_timestamp_both_bounded() {
+        let cluster = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
+        let options = TxnOptions::default();
+        let mut txn = UpdateTxn::new(&cluster, 10 << 16 | 1, b"k".to_vec(), UpdateOp::IncrBy(1), &options).unwrap();
+        let mut out = Vec::new();
+        txn.start(&mut out);
+        let tag = out[0].tag;
+        let busy = Response::Updated(UpdateResult::Busy { prepared: 3 });
+        let Some(UpdateStep::Backoff(first)) = txn.on_reply(tag, busy.clone()).unwrap() else { panic!() };
+        assert_eq!(txn.on_reply(tag, busy.clone()).unwrap(), None, "a second reply to one attempt is ignored");
+        txn.restart(&mut out);
+        let Some(UpdateStep::Backoff(second)) = txn.on_reply(out[1].tag, busy.clone()).unwrap() else { panic!() };
+        assert!(second > first, "{first:?} then {second:?}");
+        let too_low = Response::Updated(UpdateResult::TsTooLow { newest: 20 << 16 | 2 });
+        txn.restart(&mut out);
+        let step = txn.on_reply(out[2].tag, too_low.clone()).unwrap();
+        assert_eq!(step, Some(UpdateStep::NewTimestamp { newest: 20 << 16 | 2 }));
+        txn.restart_at(21 << 16 | 1, &mut out);
+        let Request::Update { ts, .. } = &out[3].request else { panic!() };
+        assert_eq!(*ts, 21 << 16 | 1);
+        let done = Response::Updated(UpdateResult::Done { written: Some(*ts), old: None, integer: 1 });
+        assert!(matches!(txn.on_reply(out[3].tag, done).unwrap(), Some(UpdateStep::Done(_))));
+        for _ in 0..=UPDATE_TS_RETRIES_MAX {
+            txn.restart(&mut out);
+            if let Err(error) = txn.on_reply(out.last().unwrap().tag, too_low.clone()) {
+                assert!(matches!(error, ProtocolError::UpdateTimestamps { .. }), "{error}");
+                return;
+            }
+        }
+        panic!("TsTooLow retried without a bound");
+    }
+
+    #[test]
+    fn updates_are_refused_under_s2pl_and_for_bad_input_before_anything_is_sent() {
+        let cluster = Cluster::with_servers(vec!["127.0.0.1:1".into()]).unwrap();
+        let s2pl = TxnOptions { algorithm: Algorithm::S2pl, ..TxnOptions::default() };
+        assert!(UpdateTxn::new(&cluster, 1 << 16 | 1, b"k".to_vec(), UpdateOp::GetDel, &s2pl).is_err());
+        let options = TxnOptions::default();
+        assert!(UpdateTxn::new(&cluster, 0, b"k".to_vec(), UpdateOp::GetDel, &options).is_err());
+        assert!(UpdateTxn::new(&cluster, 1 << 16 | 1, vec![b'k'; 300], UpdateOp::GetDel, &options).is_err());
+        let huge = UpdateOp::Append(vec![0; VALUE_BYTES_MAX]);
+        assert!(UpdateTxn::new(&cluster, 1 << 16 | 1, b"k".to_vec(), huge, &options).is_err());
+    }
+}
