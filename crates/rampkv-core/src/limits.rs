@@ -323,6 +323,12 @@ pub const UPDATE_BUSY_RETRIES_MAX: u32 = 1_024;
 /// the newest the server named, so only updates of the same key racing it make it retry again.
 pub const UPDATE_TS_RETRIES_MAX: u32 = 64;
 
+/// How far ahead of the newest timestamp a server named an update's next attempt goes, per
+/// `TsTooLow` reply so far (microseconds): writers of a hot key keep writing newer timestamps
+/// while a retry travels. At most `UPDATE_TS_RETRIES_MAX` x this = 6.4 ms, far below
+/// `TIMESTAMP_FUTURE_SKEW_MS`.
+pub const UPDATE_TS_LEAD_US: u64 = 100;
+
 /// GET+/PUT+ (write-poll transport): bytes of each message ring (request ring in the server's
 /// region, reply ring in the client's). Sparse in /dev/shm until a connection zeroes it.
 pub const WRITEPOLL_RING_BYTES: usize = 1 << 20;

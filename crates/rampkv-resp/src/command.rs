@@ -695,9 +695,9 @@ fn set_key_value(args: &Args<'_>) -> Result<(Vec<u8>, Vec<u8>), Frame> {
 /// `SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]`, Redis 7.0's
 /// checks in its order: the options' syntax first (`ERR syntax error`), then the expiry's
 /// number (`ERR value is not an integer or out of range`, then `ERR invalid expire time in
-/// 'set' command` for one not above 0 or whose milliseconds overflow). NX, XX, GET and KEEPTTL
-/// need the key's current version to decide what to write: they come with the single-key
-/// conditional updates (docs/resp.md) and are refused until then, saying so.
+/// 'set' command` for one not above 0 or whose milliseconds overflow). NX, XX and GET are a
+/// single-key update (`conditional`); KEEPTTL, or NX/XX/GET together with an expiry, are
+/// refused until the update ops carry expiries, saying so.
 fn set_with_options(args: &Args<'_>) -> Result<Request, Frame> {
     let syntax = || Frame::error("ERR syntax error");
     let mut expiry: Option<(&[u8], &[u8])> = None;
@@ -730,10 +730,16 @@ fn set_with_options(args: &Args<'_>) -> Result<Request, Frame> {
     }
     debug_assert!(!get || conditional.is_some());
     if let Some(option) = conditional {
-        return Err(Frame::error(format!(
-            "ERR SET {option} is not supported by rampkv yet: it needs the key's current version (single-key \
-             conditional updates, see docs/resp.md)"
-        )));
+        if keep_ttl || expiry.is_some() {
+            return Err(Frame::error(format!(
+                "ERR SET {option} is not supported by rampkv yet with an expiry or KEEPTTL: keeping or setting \
+                 the key's expiry in a conditional write needs the expiry update ops (see docs/resp.md)"
+            )));
+        }
+        // NX, XX and GET alone: one single-key update at the key's primary.
+        if let Some(update) = conditional::set_with_options(args)? {
+            return Ok(update);
+        }
     }
     let (key, value) = set_key_value(args)?;
     let Some((unit, number)) = expiry else {

@@ -127,6 +127,10 @@ fn run(algorithm: Algorithm) {
                 };
                 let ts = client.put_all_with(build).expect("MSET failed");
                 shared.write(id, ts, &keys, start_ns);
+                // A pause between MSETs, as a real writer has: back to back, two writers keep a
+                // prepared version on every group key nearly always, and an update (which waits
+                // while one is prepared) gets through only a few times a second.
+                std::thread::sleep(std::time::Duration::from_micros(rng.gen_range(0..400)));
             }
         }));
     }

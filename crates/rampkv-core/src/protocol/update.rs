@@ -31,10 +31,10 @@ use super::ramp::{metadata_for, validate_keys, Algorithm, TxnOptions};
 use super::{make_tag, split_tag, InvalidTransaction, MalformedReply, Outgoing, ProtocolError};
 use crate::cluster::Cluster;
 use crate::limits::{
-    UPDATE_BUSY_BACKOFF_US_MAX, UPDATE_BUSY_BACKOFF_US_MIN, UPDATE_BUSY_RETRIES_MAX, UPDATE_TS_RETRIES_MAX,
-    VALUE_BYTES_MAX,
+    UPDATE_BUSY_BACKOFF_US_MAX, UPDATE_BUSY_BACKOFF_US_MIN, UPDATE_BUSY_RETRIES_MAX, UPDATE_TS_LEAD_US,
+    UPDATE_TS_RETRIES_MAX, VALUE_BYTES_MAX,
 };
-use crate::types::{Timestamp, TIMESTAMP_INITIAL};
+use crate::types::{Timestamp, CLIENT_ID_BITS, TIMESTAMP_INITIAL};
 use crate::wire::{Metadata, Request, Response, SetCondition, UpdateOp, UpdateResult};
 
 /// The whole stored value of a deleted key (the RESP gateway's tombstone).
@@ -267,7 +267,13 @@ impl UpdateTxn {
                 if self.ts_replies > UPDATE_TS_RETRIES_MAX {
                     return Err(ProtocolError::UpdateTimestamps { attempts: self.ts_replies, newest });
                 }
-                UpdateStep::NewTimestamp { newest }
+                // Concurrent writers of a hot key keep writing timestamps from their clocks
+                // while the retry travels: the next attempt leads the newest by a margin that
+                // grows with each refusal (100 us, 200 us, ...; at most UPDATE_TS_RETRIES_MAX of
+                // them, a few ms, far below the servers' future-skew bound), so it overtakes
+                // them instead of trailing each by one round trip.
+                let lead_us = u64::from(self.ts_replies) * UPDATE_TS_LEAD_US;
+                UpdateStep::NewTimestamp { newest: newest.saturating_add(lead_us << CLIENT_ID_BITS) }
             }
             UpdateResult::Done { written: Some(written), .. } if written != self.ts => {
                 return Err(malformed(MalformedReply::WrongVersion { asked: self.ts, got: written }, self.server));

@@ -51,7 +51,8 @@ impl ServerCore {
         // deadline, as Redis's INCR and APPEND keep its TTL; a SET (NX, XX, GET, GETSET) writes a
         // value that never expires, as Redis's SET without KEEPTTL; GETDEL writes a deletion.
         let decide = |latest: Option<&Version>| {
-            let live = latest.filter(|version| !version.expiry.is_expired_at(wall_ms));
+            let live =
+                latest.filter(|version| version.expiry != Expiry::DELETED && !version.expiry.is_expired_at(wall_ms));
             let current = live.and_then(|version| present_value(version.ts, &version.value));
             let (value, outcome) = apply(op, current);
             let expiry = match op {
