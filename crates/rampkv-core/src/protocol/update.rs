@@ -366,7 +366,9 @@ mod tests {
         let too_low = Response::Updated(UpdateResult::TsTooLow { newest: 20 << 16 | 2 });
         txn.restart(&mut out);
         let step = txn.on_reply(out[2].tag, too_low.clone()).unwrap();
-        assert_eq!(step, Some(UpdateStep::NewTimestamp { newest: 20 << 16 | 2 }));
+        // The first refusal: the next attempt leads the newest by one margin.
+        let led = (20 + UPDATE_TS_LEAD_US) << 16 | 2;
+        assert_eq!(step, Some(UpdateStep::NewTimestamp { newest: led }));
         txn.restart_at(21 << 16 | 1, &mut out);
         let Request::Update { ts, .. } = &out[3].request else { panic!() };
         assert_eq!(*ts, 21 << 16 | 1);
