@@ -6,19 +6,15 @@
 //! The tools come from Debian's `redis-tools` and `redis-server` and pip's `redis`; a missing
 //! tool fails the test with a message saying so.
 
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Command, Output, Stdio};
+mod resp_common;
+
+use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::Duration;
 
 use rampkv::cluster::Cluster;
-use rampkv::resp::codec::parse_frame;
 use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::server::{ServerConfig, ServerGroup};
-
-const TOOL_TIMEOUT_SECONDS: &str = "120";
-const SOCKET_TIMEOUT: Duration = Duration::from_secs(10);
+use resp_common::{ask, connect, run_tool, RedisServer};
 
 struct Stack {
     _group: ServerGroup,
@@ -44,107 +40,6 @@ impl Stack {
 
     fn connect(&self) -> TcpStream {
         connect(self.port())
-    }
-}
-
-fn connect(port: u16) -> TcpStream {
-    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
-    stream
-}
-
-/// Runs a tool under `timeout`; fails the test with an install hint if the tool is missing.
-fn run_tool(tool: &str, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new("timeout")
-        .arg(TOOL_TIMEOUT_SECONDS)
-        .arg(tool)
-        .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("coreutils `timeout` runs");
-    if let Some(text) = stdin {
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    }
-    let output = child.wait_with_output().unwrap();
-    if output.status.code() == Some(127) {
-        panic!("`{tool}` is not installed: apt-get install redis-tools redis-server, pip install redis (.ci/run does)");
-    }
-    output
-}
-
-/// One request as redis-cli sends it (an array of bulk strings).
-fn multibulk(words: &[&str]) -> Vec<u8> {
-    let mut request = format!("*{}\r\n", words.len()).into_bytes();
-    for word in words {
-        request.extend_from_slice(format!("${}\r\n{word}\r\n", word.len()).as_bytes());
-    }
-    request
-}
-
-/// Sends `words` as one request and reads its one whole reply.
-fn ask(stream: &mut TcpStream, words: &[&str]) -> String {
-    stream.write_all(&multibulk(words)).unwrap();
-    read_frames(stream, 1)
-}
-
-/// Reads until `count` whole replies arrived; returns their bytes as text.
-fn read_frames(stream: &mut TcpStream, count: usize) -> String {
-    let mut reply = Vec::new();
-    let mut buffer = [0u8; 65536];
-    loop {
-        let (mut parsed, mut offset) = (0, 0);
-        while let Ok(Some((_, length))) = parse_frame(&reply[offset..]) {
-            offset += length;
-            parsed += 1;
-        }
-        if parsed >= count {
-            assert_eq!(parsed, count, "more replies than asked for: {}", String::from_utf8_lossy(&reply));
-            return String::from_utf8_lossy(&reply).into_owned();
-        }
-        match stream.read(&mut buffer) {
-            Ok(0) => panic!("closed after {:?}", String::from_utf8_lossy(&reply)),
-            Ok(read) => reply.extend_from_slice(&buffer[..read]),
-            Err(error) if error.kind() == ErrorKind::Interrupted => {}
-            Err(error) => panic!("reading a reply: {error} (got {:?})", String::from_utf8_lossy(&reply)),
-        }
-    }
-}
-
-/// A real redis-server on a free port (Redis refuses port 0), killed on drop.
-struct RedisServer {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|error| panic!("cannot run redis-server ({error}): apt-get install redis-server"));
-        let server = RedisServer { child, port };
-        for _ in 0..500 {
-            if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
-                stream.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
-                if ask(&mut stream, &["PING"]) == "+PONG\r\n" {
-                    return server;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server did not answer on port {port} within 5 s");
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
