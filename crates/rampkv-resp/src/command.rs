@@ -26,6 +26,7 @@ use super::codec::{Args, Frame, Protocol};
 use super::keyspace::{parse_scan, ScanRequest};
 use super::value::{self, STORED_VALUE_BYTES_MAX};
 use rampkv_core::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX};
+use rampkv_core::wire::SetCondition;
 
 /// What a command does, beyond its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -592,9 +593,6 @@ fn translate(spec: &CommandSpec, args: &Args<'_>) -> Result<Request, Frame> {
         CommandKind::Append => conditional::append(args),
         CommandKind::MultiSetNx => conditional::msetnx(args),
         CommandKind::Set => {
-            if let Some(update) = conditional::set_with_options(args)? {
-                return Ok(update);
-            }
             let pairs = checked_pairs(args)?;
             let (key, value) = pairs.into_iter().next().expect("arity 3 gives one pair");
             Ok(Request::Set { key, value })
@@ -737,9 +735,12 @@ fn set_with_options(args: &Args<'_>) -> Result<Request, Frame> {
             )));
         }
         // NX, XX and GET alone: one single-key update at the key's primary.
-        if let Some(update) = conditional::set_with_options(args)? {
-            return Ok(update);
-        }
+        let condition = match (not_existing, existing) {
+            (true, _) => SetCondition::IfAbsent,
+            (_, true) => SetCondition::IfPresent,
+            _ => SetCondition::Always,
+        };
+        return conditional::set(args, condition, get);
     }
     let (key, value) = set_key_value(args)?;
     let Some((unit, number)) = expiry else {

@@ -34,7 +34,6 @@ pub const MSETNX_REFUSAL: &str = "ERR MSETNX is not supported by rampkv: setting
 pub const NOT_AN_INTEGER_REPLY: &str = "ERR value is not an integer or out of range";
 pub const OVERFLOW_REPLY: &str = "ERR increment or decrement would overflow";
 const DECREMENT_OVERFLOW_REPLY: &str = "ERR decrement would overflow";
-const SYNTAX_ERROR_REPLY: &str = "ERR syntax error";
 
 /// A strict decimal i64, as Redis reads one (`string2ll`).
 fn integer(text: &[u8]) -> Result<i64, Frame> {
@@ -88,41 +87,13 @@ pub(super) fn append(args: &Args<'_>) -> Result<Request, Frame> {
     update("APPEND", args, UpdateOp::Append(value(args.get(2))?), UpdateReply::Integer)
 }
 
-/// `SET key value [NX | XX] [GET]` (Redis 7.0's parse: options in any order and case, NX with
-/// XX a syntax error); None when it has no option (a plain SET, written as one). The expiry
-/// options are refused, as before (issue 31's expiry work adds them).
-pub(super) fn set_with_options(args: &Args<'_>) -> Result<Option<Request>, Frame> {
-    if args.len() == 3 {
-        return Ok(None);
-    }
-    let (mut condition, mut get_old) = (SetCondition::Always, false);
-    let mut position = 3;
-    while position < args.len() {
-        let option = args.get(position);
-        let has_argument = position + 1 < args.len();
-        if option.eq_ignore_ascii_case(b"NX") && condition != SetCondition::IfPresent {
-            condition = SetCondition::IfAbsent;
-        } else if option.eq_ignore_ascii_case(b"XX") && condition != SetCondition::IfAbsent {
-            condition = SetCondition::IfPresent;
-        } else if option.eq_ignore_ascii_case(b"GET") {
-            get_old = true;
-        } else if option.eq_ignore_ascii_case(b"KEEPTTL")
-            || (has_argument
-                && [&b"EX"[..], b"PX", b"EXAT", b"PXAT"].iter().any(|name| name.eq_ignore_ascii_case(option)))
-        {
-            let option = String::from_utf8_lossy(option);
-            return Err(Frame::error(format!(
-                "ERR SET options are not supported by rampkv (got '{option}'): expiry is not built yet (see \
-                 docs/resp.md); NX, XX and GET are"
-            )));
-        } else {
-            return Err(Frame::error(SYNTAX_ERROR_REPLY));
-        }
-        position += 1;
-    }
+/// `SET key value [NX | XX] [GET]` as one single-key update, its options already parsed (Redis
+/// 7.0's order of checks, `command::set_with_options`): `condition` from NX / XX, `get_old`
+/// from GET.
+pub(super) fn set(args: &Args<'_>, condition: SetCondition, get_old: bool) -> Result<Request, Frame> {
     let reply = if get_old { UpdateReply::Old } else { UpdateReply::OkOrNull };
     let op = UpdateOp::Set { value: value(args.get(2))?, condition, get_old };
-    update("SET", args, op, reply).map(Some)
+    update("SET", args, op, reply)
 }
 
 /// MSETNX: its arity checked as Redis does, then refused ([`MSETNX_REFUSAL`]).
