@@ -49,17 +49,7 @@ impl Servers {
     /// Three servers with the configuration service and `replicas` copies of every
     /// partition, started and listening.
     fn start(directory: &Path, replicas: u32) -> Servers {
-        let mut addresses = common::free_addresses(9).into_iter();
-        let mut next = || addresses.by_ref().take(3).collect::<Vec<String>>();
-        let (data, replicate, config) = (next(), next(), next());
-        let cluster = Cluster::with_servers(data.clone())
-            .unwrap()
-            .with_replicas(replicas)
-            .unwrap()
-            .with_replicate_addresses(replicate)
-            .unwrap()
-            .with_config_addresses(config)
-            .unwrap();
+        let cluster = common::replicated_cluster(3, replicas);
         std::fs::write(directory.join("cluster.toml"), cluster.to_toml()).unwrap();
         let mut servers = Servers {
             directory: directory.to_path_buf(),
@@ -71,7 +61,7 @@ impl Servers {
             servers.spawn(index);
         }
         let deadline = Instant::now() + Duration::from_secs(40);
-        while data.iter().any(|address| TcpStream::connect(address).is_err()) {
+        while servers.cluster.servers().iter().any(|address| TcpStream::connect(address).is_err()) {
             assert!(Instant::now() < deadline, "the servers did not start (logs in {})", directory.display());
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -432,17 +422,7 @@ fn past_the_failover_bound_a_command_gets_tryagain_and_the_gateway_recovers_with
 #[test]
 fn rampkv_get_against_a_cluster_that_never_answers_fails_with_a_clear_error_after_the_bound() {
     let directory = tempfile::tempdir().unwrap();
-    let mut addresses = common::free_addresses(6).into_iter();
-    let mut next = || addresses.by_ref().take(2).collect::<Vec<String>>();
-    let (data, replicate, config) = (next(), next(), next());
-    let cluster = Cluster::with_servers(data)
-        .unwrap()
-        .with_replicas(2)
-        .unwrap()
-        .with_replicate_addresses(replicate)
-        .unwrap()
-        .with_config_addresses(config)
-        .unwrap();
+    let cluster = common::replicated_cluster(2, 2);
     let file = directory.path().join("cluster.toml");
     std::fs::write(&file, cluster.to_toml()).unwrap();
     let started = Instant::now();

@@ -7,7 +7,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,9 +18,10 @@ use rampkv::resp::gateway::{Gateway, GatewayConfig, InProcessServers};
 use rampkv::resp::RESP_BULK_BYTES_MAX;
 use rampkv::server::{ServerConfig, ServerGroup};
 
-/// Longest any one tool invocation may take (coreutils `timeout` kills it after).
-const TOOL_TIMEOUT_SECONDS: &str = "60";
-const SOCKET_TIMEOUT: Duration = Duration::from_secs(10);
+#[allow(dead_code)] // the helpers this file's own byte-level `ask` does not need
+mod resp_common;
+
+use resp_common::{multibulk, run_tool, RedisServer, SOCKET_TIMEOUT};
 
 struct Stack {
     _group: ServerGroup,
@@ -72,30 +73,6 @@ impl Stack {
         stream.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
         stream
     }
-}
-
-/// Runs a tool under `timeout`; fails the test with an install hint if the tool is missing.
-fn run_tool(tool: &str, args: &[&str], stdin: Option<&str>) -> Output {
-    let mut child = Command::new("timeout")
-        .arg(TOOL_TIMEOUT_SECONDS)
-        .arg(tool)
-        .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("coreutils `timeout` runs");
-    if let Some(text) = stdin {
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    }
-    let output = child.wait_with_output().unwrap();
-    if output.status.code() == Some(127) {
-        panic!(
-            "`{tool}` is not installed: install Debian's redis-tools and redis-server \
-             (apt-get install redis-tools redis-server), as .ci/run does"
-        );
-    }
-    output
 }
 
 /// `redis-cli -p PORT args...`: its standard output, asserting it succeeded.
@@ -668,47 +645,6 @@ fn wait_for_listener(port: u16) {
     panic!("nothing listened on port {port} within 5 s");
 }
 
-/// A real redis-server on a free port (Redis refuses port 0), killed on drop.
-struct RedisServer {
-    child: std::process::Child,
-    port: u16,
-}
-
-impl RedisServer {
-    fn start() -> RedisServer {
-        Self::start_with(&[])
-    }
-
-    /// With more configuration (`--requirepass`, `--aclfile`); PING then answers NOAUTH, which
-    /// is enough to know it is up.
-    fn start_with(extra: &[&str]) -> RedisServer {
-        let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|error| {
-                panic!("cannot run redis-server ({error}): install Debian's redis-server, as .ci/run does")
-            });
-        let server = RedisServer { child, port };
-        if extra.is_empty() {
-            wait_for_ping(port);
-        } else {
-            wait_for_listener(port);
-        }
-        server
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Authentication (issue 15: "HELLO 3 AUTH default anything is accepted; AUTH is unknown")
 
@@ -728,15 +664,6 @@ fn acl_file() -> (tempfile::TempDir, std::path::PathBuf) {
     let path = directory.path().join("users.acl");
     std::fs::write(&path, ACL_FILE).unwrap();
     (directory, path)
-}
-
-/// One request as redis-cli sends it (an array of bulk strings).
-fn multibulk(words: &[&str]) -> Vec<u8> {
-    let mut request = format!("*{}\r\n", words.len()).into_bytes();
-    for word in words {
-        request.extend_from_slice(format!("${}\r\n{word}\r\n", word.len()).as_bytes());
-    }
-    request
 }
 
 /// Sends `request` and reads one whole reply, or what arrives until the peer closes.

@@ -38,17 +38,7 @@ impl Servers {
     /// A cluster of three replicated servers with data directories under `directory`, started
     /// and serving.
     fn start(directory: &Path) -> Servers {
-        let mut addresses = common::free_addresses(9).into_iter();
-        let mut next = || addresses.by_ref().take(3).collect::<Vec<String>>();
-        let (data, replicate, config) = (next(), next(), next());
-        let cluster = Cluster::with_servers(data)
-            .unwrap()
-            .with_replicas(2)
-            .unwrap()
-            .with_replicate_addresses(replicate)
-            .unwrap()
-            .with_config_addresses(config)
-            .unwrap();
+        let cluster = common::replicated_cluster(3, 2);
         std::fs::write(directory.join("cluster.toml"), cluster.to_toml()).unwrap();
         let mut servers = Servers { directory: directory.to_path_buf(), cluster, processes: vec![None, None, None] };
         servers.restart(&[0, 1, 2]);

@@ -260,3 +260,20 @@ pub fn free_addresses(count: usize) -> Vec<String> {
         (0..count).map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("a free port")).collect();
     listeners.iter().map(|listener| listener.local_addr().expect("bound").to_string()).collect()
 }
+
+/// A replicated cluster of `servers` servers on fresh loopback addresses: data, replication and
+/// configuration-service addresses all distinct, `replicas` copies of every partition.
+#[allow(dead_code)] // only the tests that start replicated server processes
+pub fn replicated_cluster(servers: usize, replicas: u32) -> Cluster {
+    let mut addresses = free_addresses(3 * servers).into_iter();
+    let mut next = || addresses.by_ref().take(servers).collect::<Vec<String>>();
+    let (data, replicate, config) = (next(), next(), next());
+    Cluster::with_servers(data)
+        .expect("fresh data addresses")
+        .with_replicas(replicas)
+        .expect("replicas within the servers")
+        .with_replicate_addresses(replicate)
+        .expect("fresh replication addresses")
+        .with_config_addresses(config)
+        .expect("fresh configuration addresses")
+}

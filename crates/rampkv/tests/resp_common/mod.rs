@@ -85,9 +85,16 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// With more configuration (`--requirepass`, `--aclfile`): then PING answers NOAUTH, so
+    /// a listening port is what says it is up.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -96,7 +103,7 @@ impl RedisServer {
         for _ in 0..500 {
             if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
                 stream.set_read_timeout(Some(SOCKET_TIMEOUT)).unwrap();
-                if ask(&mut stream, &["PING"]) == "+PONG\r\n" {
+                if !extra.is_empty() || ask(&mut stream, &["PING"]) == "+PONG\r\n" {
                     return server;
                 }
             }
