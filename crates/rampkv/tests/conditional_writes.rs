@@ -26,7 +26,7 @@ use rampkv::cluster::Cluster;
 use rampkv::history::{fill_check_value, key_to_history_string, ReadRecord, Record, WriteRecord};
 use rampkv::protocol::ramp::{Algorithm, TxnOptions};
 use rampkv::server::{ServerConfig, ServerGroup};
-use rampkv::wire::{SetCondition, UpdateOp};
+use rampkv::wire::{SetCondition, SetExpiry, UpdateOp};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -138,9 +138,19 @@ fn run(algorithm: Algorithm) {
         while shared.running() {
             let key = group_key(rng.gen_range(0..GROUP_KEYS));
             let op = match rng.gen_range(0..3) {
-                0 => UpdateOp::Set { value: b"getset".to_vec(), condition: SetCondition::Always, get_old: true },
+                0 => UpdateOp::Set {
+                    value: b"getset".to_vec(),
+                    condition: SetCondition::Always,
+                    get_old: true,
+                    expiry: SetExpiry::Clear,
+                },
                 1 => UpdateOp::Append(b"+".to_vec()),
-                _ => UpdateOp::Set { value: b"xx".to_vec(), condition: SetCondition::IfPresent, get_old: false },
+                _ => UpdateOp::Set {
+                    value: b"xx".to_vec(),
+                    condition: SetCondition::IfPresent,
+                    get_old: false,
+                    expiry: SetExpiry::Clear,
+                },
             };
             let start_ns = shared.now_ns();
             let updated = client.update(key.clone(), op).expect("update failed");
