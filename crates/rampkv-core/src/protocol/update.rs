@@ -184,7 +184,7 @@ pub fn apply(op: &UpdateOp, current: Current<'_>, now_ms: u64) -> (Option<Writte
                 ExpireCondition::IfNone => has.is_none(),
                 ExpireCondition::IfSome => has.is_some(),
                 ExpireCondition::IfLater => has.is_some_and(|has| *deadline_ms > has),
-                ExpireCondition::IfEarlier => has.map_or(true, |has| *deadline_ms < has),
+                ExpireCondition::IfEarlier => has.is_none_or(|has| *deadline_ms < has),
                 ExpireCondition::IfSomeAndEarlier => has.is_some_and(|has| *deadline_ms < has),
             };
             if !holds {
