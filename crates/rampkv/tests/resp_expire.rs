@@ -149,8 +149,14 @@ impl Stack {
 fn expiry_command_replies_are_byte_for_byte_redis_s() {
     let stack = Stack::start(3);
     let redis = RedisServer::start();
-    let far =
-        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 1_000).to_string();
+    // A deadline in whole Unix seconds, taken early in a second: TTL rounds the ms left to the
+    // nearest second, so both servers answer 1000 (not one 999 and the other 1000) as long as the
+    // sessions run within 400 ms of it.
+    let since_epoch = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    while since_epoch().subsec_millis() >= 100 {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let far = (since_epoch().as_secs() + 1_000).to_string();
     let far_ms = format!("{far}000");
     let sessions: &[&[&[&str]]] = &[
         &[
