@@ -138,6 +138,17 @@ for protocol in (2, 3):
     elapsed = time.monotonic() - started
     assert elapsed >= 0.25, f"expired after {elapsed:.3f} s, before its 300 ms"
     assert r.ttl(e) == -2 and r.exists(e) == 0
+    # Expired means missing to the updates too (the primary judges it by its clock): EXPIRE
+    # finds nothing, INCR counts from 0, SET NX sets.
+    assert r.expire(e, 100) is False
+    assert r.getex(e, persist=True) is None
+    assert r.incr(e) == 1
+    assert r.ttl(e) == -1
+    r.set(e, "41", px=200)
+    while r.exists(e):
+        assert time.monotonic() - started < 2 * WAIT_SECONDS_MAX, "the key outlived its deadline by seconds"
+        time.sleep(0.02)
+    assert r.set(e, "new", nx=True) is True and r.get(e) == "new"
 
     # Inside MULTI, EXPIRE is refused as it is queued, and the transaction with it.
     with r.pipeline(transaction=True) as pipe:
