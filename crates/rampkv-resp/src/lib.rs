@@ -7,7 +7,8 @@
 //! - [`codec`]: RESP2/RESP3 values ([`codec::Frame`]), the request parser (arrays of bulk
 //!   strings and inline commands) and the reply encoder. No I/O.
 //! - [`command`]: the command table (names, arities, flags) and the translation of one parsed
-//!   command into a [`command::Request`]: a transaction to run or a reply to send. No I/O.
+//!   command into a [`command::Request`]: a transaction to run, a single-key update or a reply
+//!   to send. No I/O (its one clock reading: a relative expiry of an update, at receipt).
 //! - [`keyspace`]: SCAN's and KEYS's arguments and SCAN's cursor (partition and hash position
 //!   in one number). No I/O.
 //! - [`value`]: how the gateway stores values in rampkv (a presence byte, so DEL can work

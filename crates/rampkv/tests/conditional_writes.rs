@@ -3,8 +3,8 @@
 //!
 //! Four servers over TCP. Incrementers INCR counters that nothing else writes; MSET writers
 //! write a group of keys on several partitions (check values); a group updater runs
-//! GETSET / APPEND / SET XX on single keys of that group (one-key writes at the update's
-//! timestamp); readers read the group and the counters read-atomically. Every transaction goes
+//! GETSET / APPEND / SET XX / EXPIRE / PERSIST / GETEX EXAT on single keys of that group
+//! (one-key writes at the update's timestamp); readers read the group and the counters read-atomically. Every transaction goes
 //! into a history. Asserted: every counter ends at the number of acknowledged increments (no
 //! increment lost, none counted twice), the checker finds the history clean (no read saw an
 //! MSET on one key and missed it on another, updates and all), and the run raced updates
@@ -26,7 +26,7 @@ use rampkv::cluster::Cluster;
 use rampkv::history::{fill_check_value, key_to_history_string, ReadRecord, Record, WriteRecord};
 use rampkv::protocol::ramp::{Algorithm, TxnOptions};
 use rampkv::server::{ServerConfig, ServerGroup};
-use rampkv::wire::{SetCondition, UpdateOp};
+use rampkv::wire::{ExpireCondition, GetExExpiry, SetCondition, SetExpiry, UpdateOp};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -137,10 +137,25 @@ fn run(algorithm: Algorithm) {
     spawn(Box::new(|id, mut client, mut rng, shared| {
         while shared.running() {
             let key = group_key(rng.gen_range(0..GROUP_KEYS));
-            let op = match rng.gen_range(0..3) {
-                0 => UpdateOp::Set { value: b"getset".to_vec(), condition: SetCondition::Always, get_old: true },
+            // The expiry ops' deadline is an hour away: the keys stay readable.
+            let far_ms = rampkv::types::wall_clock_unix_ms() + 3_600_000;
+            let op = match rng.gen_range(0..6) {
+                0 => UpdateOp::Set {
+                    value: b"getset".to_vec(),
+                    condition: SetCondition::Always,
+                    get_old: true,
+                    expiry: SetExpiry::Clear,
+                },
                 1 => UpdateOp::Append(b"+".to_vec()),
-                _ => UpdateOp::Set { value: b"xx".to_vec(), condition: SetCondition::IfPresent, get_old: false },
+                2 => UpdateOp::Expire { deadline_ms: far_ms, condition: ExpireCondition::Always },
+                3 => UpdateOp::Persist,
+                4 => UpdateOp::GetEx(GetExExpiry::At(far_ms)),
+                _ => UpdateOp::Set {
+                    value: b"xx".to_vec(),
+                    condition: SetCondition::IfPresent,
+                    get_old: false,
+                    expiry: SetExpiry::Clear,
+                },
             };
             let start_ns = shared.now_ns();
             let updated = client.update(key.clone(), op).expect("update failed");

@@ -40,8 +40,9 @@ use rampkv::resp::auth::{Permissions, Users};
 use rampkv::resp::codec::{parse_frame, Frame, Protocol, RequestLimits, RequestParser};
 use rampkv::resp::command::{parse_request, Request as RespRequest};
 use rampkv::wire::{
-    request, AuthFrame, ErrorCode, FrameHeader, GetItem, Metadata, Request, Response, Selector, TxnState, VersionItem,
-    Write, WriteSet, AUTH_BYTES, FRAME_HEADER_BYTES,
+    request, AuthFrame, ErrorCode, ExpireCondition, FrameHeader, GetExExpiry, GetItem, Metadata, Request, Response,
+    Selector, SetCondition, SetExpiry, TxnState, UpdateOp, VersionItem, Write, WriteSet, AUTH_BYTES,
+    FRAME_HEADER_BYTES,
 };
 
 #[global_allocator]
@@ -360,7 +361,8 @@ fn get_items(rng: &mut SmallRng) -> Vec<GetItem> {
 fn request(rng: &mut SmallRng, variant: usize) -> Request {
     let ts = rng.gen();
     let keys = |rng: &mut SmallRng| (0..rng.gen_range(0..5)).map(|_| bytes(rng, 12)).collect();
-    match variant % 11 {
+    match variant % 12 {
+        11 => Request::Update { ts, metadata: metadata(rng), key: bytes(rng, 12), op: update_op(rng) },
         0 => Request::Hello { client_ids_wanted: rng.gen(), cluster: cluster_view(rng) },
         1 => Request::Get { items: get_items(rng) },
         2 => Request::GetLocate { items: get_items(rng) },
@@ -372,6 +374,43 @@ fn request(rng: &mut SmallRng, variant: usize) -> Request {
         8 => Request::CommitLocked { ts },
         9 => Request::Release { ts },
         _ => Request::Status { ts, keys: keys(rng) },
+    }
+}
+
+/// An UPDATE's op of every tag (the expiry ops' deadlines among them up to the largest).
+fn update_op(rng: &mut SmallRng) -> UpdateOp {
+    let deadline_ms = |rng: &mut SmallRng| rng.gen_range(0..=rampkv::types::Expiry::DEADLINE_MS_MAX);
+    let conditions = [SetCondition::Always, SetCondition::IfAbsent, SetCondition::IfPresent];
+    match rng.gen_range(0..7) {
+        0 => UpdateOp::IncrBy(rng.gen()),
+        1 => {
+            let expiry = match rng.gen_range(0..3) {
+                0 => SetExpiry::Clear,
+                1 => SetExpiry::Keep,
+                _ => SetExpiry::At(deadline_ms(rng)),
+            };
+            let condition = conditions[rng.gen_range(0..3)];
+            UpdateOp::Set { value: bytes(rng, 40), condition, get_old: rng.gen(), expiry }
+        }
+        2 => UpdateOp::GetDel,
+        3 => UpdateOp::Append(bytes(rng, 40)),
+        4 => {
+            let conditions = [
+                ExpireCondition::Always,
+                ExpireCondition::IfNone,
+                ExpireCondition::IfSome,
+                ExpireCondition::IfLater,
+                ExpireCondition::IfEarlier,
+                ExpireCondition::IfSomeAndEarlier,
+            ];
+            UpdateOp::Expire { deadline_ms: deadline_ms(rng), condition: conditions[rng.gen_range(0..6)] }
+        }
+        5 => UpdateOp::Persist,
+        _ => UpdateOp::GetEx(match rng.gen_range(0..3) {
+            0 => GetExExpiry::Keep,
+            1 => GetExExpiry::Persist,
+            _ => GetExExpiry::At(deadline_ms(rng)),
+        }),
     }
 }
 
@@ -410,7 +449,7 @@ fn response(rng: &mut SmallRng, variant: usize) -> Response {
 fn wire_corpus(seed: u64) -> Vec<Vec<u8>> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut frames = Vec::new();
-    for variant in 0..66 {
+    for variant in 0..72 {
         let mut frame = Vec::new();
         request(&mut rng, variant).encode_frame(rng.gen(), &mut frame);
         frames.push(frame);
@@ -558,6 +597,15 @@ fn resp_corpus(seed: u64) -> Vec<Vec<u8>> {
         &["UNLINK", "a", "b"],
         &["STRLEN", "k"],
         &["TYPE", "k"],
+        &["EXPIRE", "k", "10", "NX"],
+        &["PEXPIRE", "k", "-5", "XX", "LT"],
+        &["EXPIREAT", "k", "1700000000", "GT"],
+        &["PEXPIREAT", "k", "9223372036854775807"],
+        &["PERSIST", "k"],
+        &["GETEX", "k", "PX", "100"],
+        &["GETEX", "k", "PERSIST"],
+        &["SET", "k", "v", "NX", "GET", "EX", "10"],
+        &["SET", "k", "v", "XX", "KEEPTTL"],
         &["MULTI"],
         &["EXEC"],
         &["EXEC", "x"],

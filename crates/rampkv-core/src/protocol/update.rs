@@ -1,5 +1,6 @@
-//! Single-key conditional writes (INCR, SETNX, SET NX|XX|GET, GETSET, GETDEL, APPEND): what an
-//! [`UpdateOp`] does to a value, and the client's machine that sends one UPDATE and retries it.
+//! Single-key conditional writes (INCR, SETNX, SET NX|XX|GET|KEEPTTL, GETSET, GETDEL, APPEND,
+//! EXPIRE, PERSIST, GETEX): what an [`UpdateOp`] does to a value and its deadline, and the
+//! client's machine that sends one UPDATE and retries it.
 //!
 //! # Contract
 //! An update runs at its key's server in one step under the key's lock
@@ -13,8 +14,9 @@
 //! Updates read and write values in the convention the RESP gateway stores them in
 //! (`rampkv_resp::value`), so that INCR sees what SET wrote and GET sees what INCR wrote: a
 //! version with the single byte `0x00` is a deleted key (absent, as is a key never written), a
-//! value starting with `0x01` is the rest of it, any other value is all its bytes. GETDEL
-//! deletes by writing that `0x00`. A Rust client that writes raw bytes starting with `0x00` or
+//! value starting with `0x01` is the rest of it, any other value is all its bytes. GETDEL, and an
+//! expiry op given a deadline already past, write a deletion as DEL does ([`deletion`]: no
+//! value, `Expiry::DELETED`). A Rust client that writes raw bytes starting with `0x00` or
 //! `0x01` and then updates them sees them so.
 //!
 //! # Retries ([`UpdateTxn`])
@@ -34,8 +36,10 @@ use crate::limits::{
     UPDATE_BUSY_BACKOFF_US_MAX, UPDATE_BUSY_BACKOFF_US_MIN, UPDATE_BUSY_RETRIES_MAX, UPDATE_TS_LEAD_US,
     UPDATE_TS_RETRIES_MAX, VALUE_BYTES_MAX,
 };
-use crate::types::{Timestamp, CLIENT_ID_BITS, TIMESTAMP_INITIAL};
-use crate::wire::{Metadata, Request, Response, SetCondition, UpdateOp, UpdateResult};
+use crate::types::{Expiry, Timestamp, CLIENT_ID_BITS, TIMESTAMP_INITIAL};
+use crate::wire::{
+    ExpireCondition, GetExExpiry, Metadata, Request, Response, SetCondition, SetExpiry, UpdateOp, UpdateResult,
+};
 
 /// The whole stored value of a deleted key (the RESP gateway's tombstone).
 pub const STORED_DELETED: u8 = 0x00;
@@ -94,47 +98,115 @@ pub fn parse_integer(bytes: &[u8]) -> Option<i64> {
     }
 }
 
-/// What an op decided for the value it read: the stored form to write (`None`: write nothing)
-/// and the result for the client (its `written` filled in by the server once stored).
-pub fn apply(op: &UpdateOp, current: Option<&[u8]>) -> (Option<Box<[u8]>>, UpdateResult) {
+/// The newest committed version of a key as an op reads it: its value (in the convention of the
+/// module docs) and its expiry. `None` for an op: absent (never written, deleted, or expired by
+/// the primary's clock).
+pub type Current<'a> = Option<(&'a [u8], Expiry)>;
+
+/// A version an op writes: its stored form and its expiry.
+pub type Written = (Box<[u8]>, Expiry);
+
+/// The version that deletes a key: no value, expired since the epoch (what DEL writes).
+pub fn deletion() -> Written {
+    (Box::default(), Expiry::DELETED)
+}
+
+/// What an op decided for the version it read (`current`), at `now_ms` (ms since the Unix
+/// epoch, the primary's clock: it judges the op's deadlines): the version to write (`None`:
+/// write nothing) and the result for the client (its `written` filled in by the server once
+/// stored).
+///
+/// # Deadlines (Redis 7's rules)
+/// INCR_BY and APPEND keep the key's deadline; SET clears it, keeps it (KEEPTTL) or sets one;
+/// EXPIRE sets one if its condition holds; PERSIST clears one; GET_EX sets or clears one or
+/// leaves it; GET_DEL deletes. A deadline at or before `now_ms` (SET, EXPIRE, GET_EX) deletes
+/// the key instead, as Redis deletes a key given a deadline in the past.
+pub fn apply(op: &UpdateOp, current: Current<'_>, now_ms: u64) -> (Option<Written>, UpdateResult) {
     let done = |old: Option<Vec<u8>>, integer: i64| UpdateResult::Done { written: None, old, integer };
+    let value = current.map(|(value, _)| value);
+    let expiry = current.map_or(Expiry::NEVER, |(_, expiry)| expiry);
+    // A version holding `value` that expires at `deadline_ms`, or the deletion if that is past.
+    let expiring = |value: &[u8], deadline_ms: u64| match Expiry::at_ms(deadline_ms) {
+        Some(expiry) if deadline_ms > now_ms => (stored_form(value), expiry),
+        _ => deletion(),
+    };
     match op {
         UpdateOp::IncrBy(delta) => {
-            let Some(before) = current.map_or(Some(0), parse_integer) else {
+            let Some(before) = value.map_or(Some(0), parse_integer) else {
                 return (None, UpdateResult::NotAnInteger);
             };
             match before.checked_add(*delta) {
-                Some(after) => (Some(after.to_string().into_bytes().into()), done(None, after)),
+                Some(after) => (Some((after.to_string().into_bytes().into(), expiry)), done(None, after)),
                 None => (None, UpdateResult::Overflow),
             }
         }
-        UpdateOp::Set { value, condition, get_old } => {
-            let old = get_old.then(|| current.map(<[u8]>::to_vec)).flatten();
+        UpdateOp::Set { value: new, condition, get_old, expiry: set_expiry } => {
+            let old = get_old.then(|| value.map(<[u8]>::to_vec)).flatten();
             let writes = match condition {
                 SetCondition::Always => true,
-                SetCondition::IfAbsent => current.is_none(),
-                SetCondition::IfPresent => current.is_some(),
+                SetCondition::IfAbsent => value.is_none(),
+                SetCondition::IfPresent => value.is_some(),
             };
             if !writes {
                 return (None, done(old, 0));
             }
-            if value.len() > UPDATE_VALUE_BYTES_MAX {
-                return (None, UpdateResult::TooLarge { bytes: value.len() as u64 });
+            if new.len() > UPDATE_VALUE_BYTES_MAX {
+                return (None, UpdateResult::TooLarge { bytes: new.len() as u64 });
             }
-            (Some(stored_form(value)), done(old, 1))
+            let written = match set_expiry {
+                SetExpiry::Clear => (stored_form(new), Expiry::NEVER),
+                SetExpiry::Keep => (stored_form(new), expiry),
+                SetExpiry::At(deadline_ms) => expiring(new, *deadline_ms),
+            };
+            (Some(written), done(old, 1))
         }
-        UpdateOp::GetDel => match current {
+        UpdateOp::GetDel => match value {
             None => (None, done(None, 0)),
-            Some(old) => (Some(Box::new([STORED_DELETED])), done(Some(old.to_vec()), 1)),
+            Some(old) => (Some(deletion()), done(Some(old.to_vec()), 1)),
         },
         UpdateOp::Append(suffix) => {
-            let before = current.unwrap_or_default();
+            let before = value.unwrap_or_default();
             let length = before.len() + suffix.len();
             if length > UPDATE_VALUE_BYTES_MAX {
                 return (None, UpdateResult::TooLarge { bytes: length as u64 });
             }
             let after = [before, &suffix[..]].concat();
-            (Some(stored_form(&after)), done(None, length as i64))
+            (Some((stored_form(&after), expiry)), done(None, length as i64))
+        }
+        UpdateOp::Expire { deadline_ms, condition } => {
+            let Some(value) = value else {
+                return (None, done(None, 0));
+            };
+            // The key's deadline; none is an infinite TTL to GT and LT, as in Redis.
+            let has = expiry.expires().then(|| expiry.deadline_ms());
+            let holds = match condition {
+                ExpireCondition::Always => true,
+                ExpireCondition::IfNone => has.is_none(),
+                ExpireCondition::IfSome => has.is_some(),
+                ExpireCondition::IfLater => has.is_some_and(|has| *deadline_ms > has),
+                ExpireCondition::IfEarlier => has.is_none_or(|has| *deadline_ms < has),
+                ExpireCondition::IfSomeAndEarlier => has.is_some_and(|has| *deadline_ms < has),
+            };
+            if !holds {
+                return (None, done(None, 0));
+            }
+            (Some(expiring(value, *deadline_ms)), done(None, 1))
+        }
+        UpdateOp::Persist => match value {
+            Some(value) if expiry.expires() => (Some((stored_form(value), Expiry::NEVER)), done(None, 1)),
+            _ => (None, done(None, 0)),
+        },
+        UpdateOp::GetEx(get_ex) => {
+            let Some(value) = value else {
+                return (None, done(None, 0));
+            };
+            let old = Some(value.to_vec());
+            let written = match get_ex {
+                GetExExpiry::Keep => None,
+                GetExExpiry::Persist => expiry.expires().then(|| (stored_form(value), Expiry::NEVER)),
+                GetExExpiry::At(deadline_ms) => Some(expiring(value, *deadline_ms)),
+            };
+            (written, done(old, 1))
         }
     }
 }
@@ -292,7 +364,12 @@ mod tests {
     use super::*;
 
     fn set(value: &[u8], condition: SetCondition, get_old: bool) -> UpdateOp {
-        UpdateOp::Set { value: value.to_vec(), condition, get_old }
+        UpdateOp::Set { value: value.to_vec(), condition, get_old, expiry: SetExpiry::Clear }
+    }
+
+    /// A present value that never expires.
+    fn lasting(value: &[u8]) -> Current<'_> {
+        Some((value, Expiry::NEVER))
     }
 
     fn done(old: Option<&[u8]>, integer: i64) -> UpdateResult {
@@ -312,16 +389,18 @@ mod tests {
 
     #[test]
     fn each_op_reads_the_value_and_decides_as_redis_does() {
-        let incr = |current: Option<&[u8]>, by| apply(&UpdateOp::IncrBy(by), current);
-        assert_eq!(incr(None, 1), (Some(b"1"[..].into()), done(None, 1)));
-        assert_eq!(incr(Some(b"41"), 1), (Some(b"42"[..].into()), done(None, 42)));
-        assert_eq!(incr(Some(b"-5"), -5), (Some(b"-10"[..].into()), done(None, -10)));
+        let incr = |current: Option<&[u8]>, by| apply(&UpdateOp::IncrBy(by), current.and_then(lasting), NOW);
+        let number = |text: &[u8]| Some((Box::from(text), Expiry::NEVER));
+        assert_eq!(incr(None, 1), (number(b"1"), done(None, 1)));
+        assert_eq!(incr(Some(b"41"), 1), (number(b"42"), done(None, 42)));
+        assert_eq!(incr(Some(b"-5"), -5), (number(b"-10"), done(None, -10)));
         assert_eq!(incr(Some(b"x"), 1), (None, UpdateResult::NotAnInteger));
         assert_eq!(incr(Some(b""), 1), (None, UpdateResult::NotAnInteger));
         assert_eq!(incr(Some(b"9223372036854775807"), 1), (None, UpdateResult::Overflow));
         assert_eq!(incr(Some(b"-9223372036854775808"), -1), (None, UpdateResult::Overflow));
 
-        let stored = |value: &[u8]| Some(stored_form(value));
+        let stored = |value: &[u8]| Some((stored_form(value), Expiry::NEVER));
+        let apply = |op: &UpdateOp, current: Option<&[u8]>| apply(op, current.and_then(lasting), NOW);
         assert_eq!(apply(&set(b"v", SetCondition::IfAbsent, false), None), (stored(b"v"), done(None, 1)));
         assert_eq!(apply(&set(b"v", SetCondition::IfAbsent, true), Some(b"o")), (None, done(Some(b"o"), 0)));
         assert_eq!(apply(&set(b"v", SetCondition::IfPresent, false), None), (None, done(None, 0)));
@@ -329,8 +408,10 @@ mod tests {
         assert_eq!(apply(&set(b"", SetCondition::Always, true), None), (stored(b""), done(None, 1)));
         assert_eq!(stored_form(b""), Box::from(&[STORED_ESCAPE][..]), "an empty value is escaped");
 
+        // GETDEL yields the deletion itself (what DEL writes), not a tombstone value to map.
         assert_eq!(apply(&UpdateOp::GetDel, None), (None, done(None, 0)));
-        assert_eq!(apply(&UpdateOp::GetDel, Some(b"o")), (Some(Box::from(&[STORED_DELETED][..])), done(Some(b"o"), 1)));
+        assert_eq!(apply(&UpdateOp::GetDel, Some(b"o")), (Some(deletion()), done(Some(b"o"), 1)));
+        assert_eq!(deletion(), (Box::default(), Expiry::DELETED));
 
         let append = |current: Option<&[u8]>, suffix: &[u8]| apply(&UpdateOp::Append(suffix.to_vec()), current);
         assert_eq!(append(None, b"ab"), (stored(b"ab"), done(None, 2)));
@@ -338,6 +419,99 @@ mod tests {
         assert_eq!(append(Some(b""), b"\x00"), (stored(b"\x00"), done(None, 1)), "escaped: not a deletion");
         let big = vec![b'x'; UPDATE_VALUE_BYTES_MAX];
         assert_eq!(append(Some(&big), b"y"), (None, UpdateResult::TooLarge { bytes: big.len() as u64 + 1 }));
+    }
+
+    /// The primary's clock in these tests (ms since the Unix epoch).
+    const NOW: u64 = 1_800_000_000_000;
+
+    fn at(deadline_ms: u64) -> Expiry {
+        Expiry::at_ms(deadline_ms).unwrap()
+    }
+
+    /// Issue 31: what each op does to a key's deadline, as Redis 7 does (checked against
+    /// redis-server 7.0's expireGenericCommand, setGenericCommand and getexCommand).
+    #[test]
+    fn each_op_keeps_sets_or_clears_the_deadline_as_redis_does() {
+        let later = NOW + 10_000;
+        let expiring = Some((&b"7"[..], at(later)));
+        // INCR and APPEND keep the deadline; a SET clears it unless KEEPTTL; SET with an expiry
+        // sets it, and one already past deletes the key.
+        let (written, _) = apply(&UpdateOp::IncrBy(1), expiring, NOW);
+        assert_eq!(written, Some((Box::from(&b"8"[..]), at(later))));
+        let (written, _) = apply(&UpdateOp::Append(b"x".to_vec()), expiring, NOW);
+        assert_eq!(written, Some((stored_form(b"7x"), at(later))));
+        let set_with =
+            |expiry| UpdateOp::Set { value: b"v".to_vec(), condition: SetCondition::Always, get_old: true, expiry };
+        assert_eq!(apply(&set_with(SetExpiry::Clear), expiring, NOW).0, Some((stored_form(b"v"), Expiry::NEVER)));
+        assert_eq!(apply(&set_with(SetExpiry::Keep), expiring, NOW).0, Some((stored_form(b"v"), at(later))));
+        assert_eq!(apply(&set_with(SetExpiry::Keep), None, NOW).0, Some((stored_form(b"v"), Expiry::NEVER)));
+        assert_eq!(apply(&set_with(SetExpiry::At(NOW + 5)), expiring, NOW).0, Some((stored_form(b"v"), at(NOW + 5))));
+        let (written, result) = apply(&set_with(SetExpiry::At(NOW)), expiring, NOW);
+        assert_eq!((written, result), (Some(deletion()), done(Some(b"7"), 1)), "a deadline at now is past");
+        let nx_past = UpdateOp::Set {
+            value: b"v".to_vec(),
+            condition: SetCondition::IfAbsent,
+            get_old: false,
+            expiry: SetExpiry::At(0),
+        };
+        assert_eq!(apply(&nx_past, expiring, NOW), (None, done(None, 0)), "NX on a present key writes nothing");
+
+        // EXPIRE: absent keys are never given a deadline; the conditions compare deadlines,
+        // none being an infinite TTL; a deadline in the past deletes.
+        let expire = |deadline_ms, condition| UpdateOp::Expire { deadline_ms, condition };
+        let lasting = lasting(b"7");
+        let sets = |current, deadline_ms, condition| {
+            let (written, result) = apply(&expire(deadline_ms, condition), current, NOW);
+            match result {
+                UpdateResult::Done { integer: 1, old: None, .. } => Some(written.expect("1: written").1),
+                UpdateResult::Done { integer: 0, old: None, .. } => {
+                    assert_eq!(written, None, "0: nothing written");
+                    None
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        use ExpireCondition::*;
+        assert_eq!(sets(None, later, Always), None);
+        assert_eq!(sets(lasting, later, Always), Some(at(later)));
+        assert_eq!(sets(expiring, later + 1, Always), Some(at(later + 1)));
+        assert_eq!(sets(lasting, later, IfNone), Some(at(later)));
+        assert_eq!(sets(expiring, later + 1, IfNone), None);
+        assert_eq!(sets(lasting, later, IfSome), None);
+        assert_eq!(sets(expiring, later - 1, IfSome), Some(at(later - 1)));
+        assert_eq!(sets(lasting, later, IfLater), None, "GT: no deadline is infinite");
+        assert_eq!(sets(expiring, later, IfLater), None);
+        assert_eq!(sets(expiring, later + 1, IfLater), Some(at(later + 1)));
+        assert_eq!(sets(lasting, later, IfEarlier), Some(at(later)), "LT: anything is below infinite");
+        assert_eq!(sets(expiring, later, IfEarlier), None);
+        assert_eq!(sets(expiring, later - 1, IfEarlier), Some(at(later - 1)));
+        assert_eq!(sets(lasting, later, IfSomeAndEarlier), None);
+        assert_eq!(sets(expiring, later - 1, IfSomeAndEarlier), Some(at(later - 1)));
+        assert_eq!(sets(lasting, NOW, Always), Some(Expiry::DELETED), "past: deleted");
+        assert_eq!(sets(expiring, 0, IfEarlier), Some(Expiry::DELETED));
+        assert_eq!(sets(expiring, 0, IfLater), None);
+        let (written, _) = apply(&expire(NOW - 1, Always), lasting, NOW);
+        assert_eq!(written, Some(deletion()), "the deletion carries no value");
+
+        // PERSIST: 1 and a lasting version only if there was a deadline.
+        assert_eq!(apply(&UpdateOp::Persist, expiring, NOW), (Some((stored_form(b"7"), Expiry::NEVER)), done(None, 1)));
+        assert_eq!(apply(&UpdateOp::Persist, lasting, NOW), (None, done(None, 0)));
+        assert_eq!(apply(&UpdateOp::Persist, None, NOW), (None, done(None, 0)));
+
+        // GETEX: the value, and the deadline changed as asked.
+        let get_ex = |expiry, current| apply(&UpdateOp::GetEx(expiry), current, NOW);
+        assert_eq!(get_ex(GetExExpiry::Keep, expiring), (None, done(Some(b"7"), 1)));
+        assert_eq!(get_ex(GetExExpiry::At(later), None), (None, done(None, 0)));
+        assert_eq!(
+            get_ex(GetExExpiry::At(later + 9), lasting),
+            (Some((stored_form(b"7"), at(later + 9))), done(Some(b"7"), 1))
+        );
+        assert_eq!(get_ex(GetExExpiry::At(1), expiring), (Some(deletion()), done(Some(b"7"), 1)));
+        assert_eq!(
+            get_ex(GetExExpiry::Persist, expiring),
+            (Some((stored_form(b"7"), Expiry::NEVER)), done(Some(b"7"), 1))
+        );
+        assert_eq!(get_ex(GetExExpiry::Persist, lasting), (None, done(Some(b"7"), 1)), "nothing to persist");
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub use keyspace::{CountKeys, KeyPage, ListKeys};
 pub use metadata::{Metadata, MetadataRef, BLOOM_BYTES_MAX};
 pub use request::{GetItem, Request, Selector, Write};
 pub use response::{ErrorCode, Response, TxnState, VersionItem};
-pub use update::{SetCondition, UpdateOp, UpdateResult};
+pub use update::{ExpireCondition, GetExExpiry, SetCondition, SetExpiry, UpdateOp, UpdateResult};
 pub use write_set::{WriteSet, WriteSetKeys};
 
 /// What a HELLO says of the cluster file its sender runs with: the partition count, and the

@@ -15,7 +15,7 @@ use super::{follows_failover, Client, ClientError, TxnResult};
 use crate::transport::ClientTransport;
 use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_RETRY_BACKOFF_MS};
 use rampkv_core::types::Timestamp;
-use rampkv_core::wire::{SetCondition, UpdateOp, UpdateResult};
+use rampkv_core::wire::{SetCondition, SetExpiry, UpdateOp, UpdateResult};
 
 /// Why an update's op wrote nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,19 +83,19 @@ impl<T: ClientTransport> Client<T> {
 
     /// SETNX: sets the key only if it is absent; true if it did.
     pub fn set_if_absent(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<bool, ClientError> {
-        let op = UpdateOp::Set { value, condition: SetCondition::IfAbsent, get_old: false };
+        let op = UpdateOp::Set { value, condition: SetCondition::IfAbsent, get_old: false, expiry: SetExpiry::Clear };
         Ok(self.update(key, op)?.written.is_some())
     }
 
     /// SET XX: sets the key only if it is present; true if it did.
     pub fn set_if_present(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<bool, ClientError> {
-        let op = UpdateOp::Set { value, condition: SetCondition::IfPresent, get_old: false };
+        let op = UpdateOp::Set { value, condition: SetCondition::IfPresent, get_old: false, expiry: SetExpiry::Clear };
         Ok(self.update(key, op)?.written.is_some())
     }
 
     /// GETSET: sets the key and returns its value before (`None`: absent).
     pub fn get_set(&mut self, key: Vec<u8>, value: Vec<u8>) -> Result<Option<Vec<u8>>, ClientError> {
-        let op = UpdateOp::Set { value, condition: SetCondition::Always, get_old: true };
+        let op = UpdateOp::Set { value, condition: SetCondition::Always, get_old: true, expiry: SetExpiry::Clear };
         Ok(self.update(key, op)?.old)
     }
 

@@ -1,5 +1,5 @@
-//! The single-key conditional writes: INCR, INCRBY, DECR, DECRBY, SETNX, SET with NX, XX or
-//! GET, GETSET, GETDEL and APPEND, each one UPDATE at the key's server
+//! The single-key conditional writes: INCR, INCRBY, DECR, DECRBY, SETNX, SET with NX, XX, GET
+//! or KEEPTTL, GETSET, GETDEL and APPEND, each one UPDATE at the key's server
 //! (`rampkv_core::protocol::update`: linearizable per key, a one-key RAMP write); and MSETNX,
 //! refused.
 //!
@@ -10,20 +10,10 @@
 //! (not an integer, overflow, too large) are answered when the update returns
 //! ([`UpdateReply`]).
 
-use super::{checked_key, wrong_arity, Request, STORED_VALUE_BYTES_MAX};
+use super::parse::{checked_key, checked_value, wrong_arity};
+use super::request::{Request, UpdateReply};
 use crate::codec::{Args, Frame};
-use rampkv_core::wire::{SetCondition, UpdateOp};
-
-/// How an update's result is answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpdateReply {
-    /// The op's integer (INCR's new value, APPEND's new length, SETNX's 1 or 0).
-    Integer,
-    /// `+OK` if it wrote, else a null (SET NX, SET XX).
-    OkOrNull,
-    /// The value before, or a null (GETSET, GETDEL, SET ... GET).
-    Old,
-}
+use rampkv_core::wire::{SetCondition, SetExpiry, UpdateOp};
 
 /// Why MSETNX is refused.
 pub const MSETNX_REFUSAL: &str = "ERR MSETNX is not supported by rampkv: setting several keys only if none of them \
@@ -41,16 +31,11 @@ fn integer(text: &[u8]) -> Result<i64, Frame> {
 }
 
 fn value(bytes: &[u8]) -> Result<Vec<u8>, Frame> {
-    if bytes.len() > STORED_VALUE_BYTES_MAX {
-        return Err(Frame::error(format!(
-            "ERR value too large: {} bytes, at most {STORED_VALUE_BYTES_MAX}",
-            bytes.len()
-        )));
-    }
-    Ok(bytes.to_vec())
+    Ok(checked_value(bytes)?.to_vec())
 }
 
-fn update(name: &'static str, args: &Args<'_>, op: UpdateOp, reply: UpdateReply) -> Result<Request, Frame> {
+/// The update `op` of the key `args` name first, answered as `reply` says.
+pub(super) fn update(name: &'static str, args: &Args<'_>, op: UpdateOp, reply: UpdateReply) -> Result<Request, Frame> {
     let key = checked_key(args.get(1))?.to_vec();
     Ok(Request::Update { name, key, op, reply })
 }
@@ -70,12 +55,22 @@ pub(super) fn incr_by(args: &Args<'_>, name: &'static str, negate: bool) -> Resu
 }
 
 pub(super) fn setnx(args: &Args<'_>) -> Result<Request, Frame> {
-    let op = UpdateOp::Set { value: value(args.get(2))?, condition: SetCondition::IfAbsent, get_old: false };
+    let op = UpdateOp::Set {
+        value: value(args.get(2))?,
+        condition: SetCondition::IfAbsent,
+        get_old: false,
+        expiry: SetExpiry::Clear,
+    };
     update("SETNX", args, op, UpdateReply::Integer)
 }
 
 pub(super) fn getset(args: &Args<'_>) -> Result<Request, Frame> {
-    let op = UpdateOp::Set { value: value(args.get(2))?, condition: SetCondition::Always, get_old: true };
+    let op = UpdateOp::Set {
+        value: value(args.get(2))?,
+        condition: SetCondition::Always,
+        get_old: true,
+        expiry: SetExpiry::Clear,
+    };
     update("GETSET", args, op, UpdateReply::Old)
 }
 
@@ -87,12 +82,18 @@ pub(super) fn append(args: &Args<'_>) -> Result<Request, Frame> {
     update("APPEND", args, UpdateOp::Append(value(args.get(2))?), UpdateReply::Integer)
 }
 
-/// `SET key value [NX | XX] [GET]` as one single-key update, its options already parsed (Redis
-/// 7.0's order of checks, `command::set_with_options`): `condition` from NX / XX, `get_old`
-/// from GET.
-pub(super) fn set(args: &Args<'_>, condition: SetCondition, get_old: bool) -> Result<Request, Frame> {
+/// `SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms | KEEPTTL]` as one
+/// single-key update, its options already parsed (Redis 7.0's order of checks,
+/// `strings::set_with_options`): `condition` from NX / XX, `get_old` from GET, `expiry` from
+/// KEEPTTL or the expiry (a deadline already).
+pub(super) fn set(
+    args: &Args<'_>,
+    condition: SetCondition,
+    get_old: bool,
+    expiry: SetExpiry,
+) -> Result<Request, Frame> {
     let reply = if get_old { UpdateReply::Old } else { UpdateReply::OkOrNull };
-    let op = UpdateOp::Set { value: value(args.get(2))?, condition, get_old };
+    let op = UpdateOp::Set { value: value(args.get(2))?, condition, get_old, expiry };
     update("SET", args, op, reply)
 }
 

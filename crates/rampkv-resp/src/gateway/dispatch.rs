@@ -4,8 +4,9 @@
 //! are made here ([`EventLoop::local_reply`], which EXEC also runs for the queued ones) and
 //! appended to the connection's output; GET, MGET, EXISTS, STRLEN, TYPE, TTL, PTTL, SET, MSET,
 //! SETEX, PSETEX and SET with an expiry start a batch (`batch`); DEL and UNLINK read their keys,
-//! then write a deletion of each (one write); INCR, SETNX, SET NX|XX|GET, GETSET, GETDEL and
-//! APPEND are one single-key update each (`command::conditional`); SCAN, KEYS and DBSIZE list or
+//! then write a deletion of each (one write); INCR, SETNX, SET NX|XX|GET|KEEPTTL, GETSET, GETDEL,
+//! APPEND, EXPIRE & co., PERSIST and GETEX are one single-key update each
+//! (`command::conditional`, `command::expiry`); SCAN, KEYS and DBSIZE list or
 //! count pages of the key space.
 //!
 //! # Contract

@@ -33,9 +33,10 @@
 //!   transaction that fails answers EXEC with one error (`-CLUSTERDOWN ...`, `-ERR rampkv: ...`)
 //!   and the connection commands of its queue do not run; a write that timed out may or may not
 //!   have taken effect, as outside MULTI.
-//! - **Conditional writes** (INCR, DECR, INCRBY, DECRBY, SETNX, SET NX|XX|GET, GETSET,
-//!   GETDEL, APPEND) are refused as they are queued, with why, and doom the transaction: each
-//!   reads its key and writes it, which one read-only or write-only RAMP transaction cannot
+//! - **Conditional writes** (INCR, DECR, INCRBY, DECRBY, SETNX, SET NX|XX|GET|KEEPTTL, GETSET,
+//!   GETDEL, APPEND; and the expiry updates EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT, PERSIST,
+//!   GETEX: every `Request::Update`) are refused as they are queued, with why, and doom the
+//!   transaction: each reads its key (value or deadline) and writes it, which one read-only or write-only RAMP transaction cannot
 //!   do together with the rest of the queue. Outside MULTI each is atomic on its own.
 //! - **WATCH** is refused, with why: an optimistic check-and-set reads keys and then writes them
 //!   in one transaction. UNWATCH answers `+OK` (nothing is ever watched). Nested MULTI, EXEC and

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use super::{Effects, LogRecord, Now, ServerCore};
 use crate::protocol::update::{apply, present_value};
 use crate::storage::{Key, StoredWrites, UpdateCheck, Version};
-use crate::types::{Expiry, Timestamp};
+use crate::types::{unix_ms_of_wall_clock_us, Expiry, Timestamp};
 use crate::wire::{Metadata, Response, UpdateOp, UpdateResult};
 
 impl ServerCore {
@@ -31,7 +31,11 @@ impl ServerCore {
         now: Now,
         effects: &mut Effects,
     ) -> Response {
-        let (now_ms, wall_ms) = (now.monotonic_ms, now.wall_clock_us / 1_000);
+        // The wall clock in the deadlines' unit, ms since the Unix epoch (`Now::wall_clock_us`
+        // counts from 2025: divided alone, every deadline looked decades away and an expired
+        // key stayed present to updates). 0 (a caller without a clock): nothing has expired.
+        let now_ms = now.monotonic_ms;
+        let wall_ms = if now.wall_clock_us == 0 { 0 } else { unix_ms_of_wall_clock_us(now.wall_clock_us) };
         let names_other_keys = match &metadata {
             Metadata::WriteSet(write_set) => write_set.len() != 1 || write_set.iter().next() != Some(key.as_slice()),
             Metadata::None | Metadata::Bloom(_) => false,
@@ -47,24 +51,13 @@ impl ServerCore {
         let logged = effects.logging().then(|| metadata.clone());
         let mut stored = StoredWrites::new();
         // The primary's clock decides whether the current version has expired (docs/resp.md,
-        // "Expiry"): an expired key is absent to the op. A counter or an APPEND keeps the key's
-        // deadline, as Redis's INCR and APPEND keep its TTL; a SET (NX, XX, GET, GETSET) writes a
-        // value that never expires, as Redis's SET without KEEPTTL; GETDEL writes a deletion.
+        // "Expiry"): an expired key is absent to the op; and it judges the op's deadlines (one at
+        // or before now deletes the key). What each op does to the deadline is `apply`'s.
         let decide = |latest: Option<&Version>| {
             let live =
                 latest.filter(|version| version.expiry != Expiry::DELETED && !version.expiry.is_expired_at(wall_ms));
-            let current = live.and_then(|version| present_value(version.ts, &version.value));
-            let (value, outcome) = apply(op, current);
-            let expiry = match op {
-                UpdateOp::IncrBy(_) | UpdateOp::Append(_) => live.map_or(Expiry::NEVER, |version| version.expiry),
-                UpdateOp::GetDel => Expiry::DELETED,
-                _ => Expiry::NEVER,
-            };
-            let value = value.map(|value| match op {
-                UpdateOp::GetDel => Box::default(),
-                _ => value,
-            });
-            (value.map(|value| (value, expiry)), outcome)
+            let current = live.and_then(|version| Some((present_value(version.ts, &version.value)?, version.expiry)));
+            apply(op, current, wall_ms)
         };
         let keeping = logged.is_some().then_some(&mut stored);
         let checked = self.store.update_keeping(ts, key.clone(), metadata, decide, now_ms, keeping);
@@ -96,7 +89,7 @@ mod tests {
     use crate::protocol::server::{Now, Reply};
     use crate::protocol::ConnectionId;
     use crate::storage::Store;
-    use crate::wire::{Request, SetCondition, Write, WriteSet};
+    use crate::wire::{ExpireCondition, GetExExpiry, Request, SetCondition, SetExpiry, Write, WriteSet};
 
     fn ts(clock: u64) -> Timestamp {
         clock << 16 | 1
@@ -154,11 +147,21 @@ mod tests {
         records_replay_to(&core, records.into_iter().chain(std::mem::take(&mut effects.logged)));
 
         // An op that writes nothing logs nothing; its refusals are results, not errors.
-        let nx = UpdateOp::Set { value: b"v".to_vec(), condition: SetCondition::IfAbsent, get_old: true };
+        let nx = UpdateOp::Set {
+            value: b"v".to_vec(),
+            condition: SetCondition::IfAbsent,
+            get_old: true,
+            expiry: SetExpiry::Clear,
+        };
         let kept = Response::Updated(UpdateResult::Done { written: None, old: Some(b"101".to_vec()), integer: 0 });
         assert_eq!(update(&core, &mut effects, ts(40), nx), kept);
         assert!(effects.logged.is_empty() && effects.committed.is_empty());
-        let set = UpdateOp::Set { value: b"x".to_vec(), condition: SetCondition::Always, get_old: false };
+        let set = UpdateOp::Set {
+            value: b"x".to_vec(),
+            condition: SetCondition::Always,
+            get_old: false,
+            expiry: SetExpiry::Clear,
+        };
         update(&core, &mut effects, ts(41), set);
         assert_eq!(
             update(&core, &mut effects, ts(42), UpdateOp::IncrBy(1)),
@@ -169,6 +172,54 @@ mod tests {
         let deleted = UpdateResult::Done { written: Some(ts(43)), old: Some(b"x".to_vec()), integer: 1 };
         assert_eq!(getdel, Response::Updated(deleted));
         assert_eq!(update(&core, &mut effects, ts(44), UpdateOp::IncrBy(-2)), done(Some(ts(44)), -2));
+    }
+
+    /// Issue 31: the primary judges expiry by its wall clock in the deadlines' unit (ms since
+    /// the Unix epoch). Before, it divided `Now::wall_clock_us` (which counts from 2025) by a
+    /// thousand, so every deadline looked decades away: an INCR after a key expired still
+    /// counted from the expired value. The expiry ops run on the same judgement.
+    #[test]
+    fn the_primary_judges_deadlines_by_its_wall_clock_in_unix_milliseconds() {
+        let core = ServerCore::new(10);
+        let mut effects = Effects::default();
+        let wall_clock_us = 100_000_000; // 100 s after the clock's epoch (2025)
+        let unix_ms = unix_ms_of_wall_clock_us(wall_clock_us);
+        let at =
+            |elapsed_ms: u64| Now { monotonic_ms: 1 + elapsed_ms, wall_clock_us: wall_clock_us + elapsed_ms * 1_000 };
+        let run = |effects: &mut Effects, elapsed_ms: u64, op: UpdateOp| {
+            effects.clear();
+            let now = at(elapsed_ms);
+            let request =
+                Request::Update { ts: now.wall_clock_us << 16 | 1, metadata: alone(b"k"), key: b"k".to_vec(), op };
+            match core.handle(ConnectionId::default(), request, 1, now, effects) {
+                Some(Reply::Response(Response::Updated(UpdateResult::Done { integer, old, .. }))) => (integer, old),
+                other => panic!("{other:?}"),
+            }
+        };
+        let expiry = || core.store().get_latest(b"k").map(|version| version.expiry);
+        let expiring = SetExpiry::At(unix_ms + 5_000);
+        let set =
+            UpdateOp::Set { value: b"7".to_vec(), condition: SetCondition::Always, get_old: false, expiry: expiring };
+        assert_eq!(run(&mut effects, 0, set), (1, None));
+        assert_eq!(run(&mut effects, 1, UpdateOp::IncrBy(1)), (8, None), "INCR keeps the deadline");
+        assert_eq!(expiry(), Expiry::at_ms(unix_ms + 5_000));
+        assert_eq!(run(&mut effects, 6_000, UpdateOp::IncrBy(1)), (1, None), "expired: counts from 0");
+        assert_eq!(expiry(), Some(Expiry::NEVER));
+
+        // EXPIRE NX, then GT; PERSIST; GETEX; a deadline in the past deletes.
+        let expire = |deadline_ms, condition| UpdateOp::Expire { deadline_ms, condition };
+        assert_eq!(run(&mut effects, 6_001, expire(unix_ms + 60_000, ExpireCondition::IfNone)), (1, None));
+        assert_eq!(expiry(), Expiry::at_ms(unix_ms + 60_000));
+        assert_eq!(run(&mut effects, 6_002, expire(unix_ms + 50_000, ExpireCondition::IfLater)), (0, None));
+        assert_eq!(run(&mut effects, 6_003, UpdateOp::Persist), (1, None));
+        assert_eq!(expiry(), Some(Expiry::NEVER));
+        let get_ex = UpdateOp::GetEx(GetExExpiry::At(unix_ms + 7_000));
+        assert_eq!(run(&mut effects, 6_004, get_ex), (1, Some(b"1".to_vec())));
+        assert_eq!(expiry(), Expiry::at_ms(unix_ms + 7_000));
+        assert_eq!(run(&mut effects, 6_005, expire(unix_ms + 6_005, ExpireCondition::Always)), (1, None));
+        let deleted = core.store().get_latest(b"k").unwrap();
+        assert_eq!((deleted.expiry, &deleted.value[..]), (Expiry::DELETED, &b""[..]), "what DEL writes");
+        assert_eq!(run(&mut effects, 6_006, UpdateOp::Persist), (0, None), "absent now");
     }
 
     /// Every record an update logged, replayed as recovery and backups do (PREPARE then
