@@ -11,6 +11,7 @@
 //! - [`snapshot`]: snapshot files, written from a live store and loaded at start.
 //! - [`recovery`]: [`open`]: lock, load, replay, cut, and start the log.
 //! - `files`: names, the file header, the directory lock.
+//! - [`error`]: [`DurableError`], the layer's one error enum, and what a damaged file reports.
 //! - [`limits`]: every bound; at the bottom (it names no other module of the crate).
 //!
 //! # Intended use by a server

@@ -16,6 +16,11 @@
 //!   its placement is what replication uses).
 //!
 //! Every module keeps its path under `rampkv::` (`rampkv::client::Client`, ...).
+//!
+//! # Layout
+//! - [`logging`]: where the layers' log records go in the binary (standard error).
+//! - [`pages`]: the process's page-size policy (no transparent huge pages).
+//! - the re-exports of every layer; the binary's subcommands are in `main.rs` and `cli/`.
 #![forbid(unsafe_code)]
 
 pub mod logging;

@@ -8,30 +8,16 @@
 //! request; every post signals at least one request in each `signal_interval`, so a full send
 //! queue always has a completion coming.
 
-use super::completion::{WorkQueue, WorkRange};
+use super::completion::WorkRange;
 use super::device::call_error;
+use super::error::VerbsError;
 use super::ffi::{self, IbvSendWr, IbvSge};
 use super::limits::TRANSFER_BYTES_MAX;
-use super::queue_pair::QueuePair;
+use super::queue_pair::{accepted_before, QueuePair};
 use super::region::{MemoryRegion, RegionAccess, RemoteRegion};
-use super::VerbsError;
+use super::status::{QueuePairState, WorkQueue};
 use std::ffi::c_uint;
 use std::sync::Arc;
-
-/// The number of requests of a linked list of `count` that a failed post accepted: those
-/// before `bad` (all of them if `bad` is not in the list).
-///
-/// A provider that reports no `bad` (or one outside the list) is taken to have accepted all:
-/// the safe side, since a request wrongly thought posted only keeps its region pinned until a
-/// later completion, while one wrongly thought refused would unpin memory the NIC may write.
-pub(crate) fn accepted_before<T>(first: *mut T, bad: *mut T, count: usize) -> usize {
-    let offset = (bad as usize).wrapping_sub(first as usize) / std::mem::size_of::<T>().max(1);
-    if bad.is_null() || offset > count {
-        count
-    } else {
-        offset
-    }
-}
 
 /// Send requests staged to be posted together (one `ibv_post_send`, one doorbell). Holds the
 /// queue pair mutably; dropping it unposted posts nothing.
@@ -43,6 +29,20 @@ pub struct SendBatch<'q> {
 impl std::fmt::Debug for SendBatch<'_> {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         formatter.debug_struct("SendBatch").field("len", &self.len).finish()
+    }
+}
+
+impl QueuePair {
+    /// Starts a batch of send requests, posted together with one doorbell.
+    ///
+    /// # Errors
+    /// `QueuePairFailed` after a failure; `NotConnected` before [`QueuePair::connect`].
+    pub fn batch(&mut self) -> Result<SendBatch<'_>, VerbsError> {
+        self.check_usable()?;
+        if self.state != QueuePairState::ReadyToSend {
+            return Err(VerbsError::NotConnected { state: self.state });
+        }
+        Ok(SendBatch { queue_pair: self, len: 0 })
     }
 }
 

@@ -10,6 +10,7 @@
 
 use super::ffi::{self, Api, IbvCompChannel, IbvCq, IbvWc};
 use super::region::MrInner;
+use super::status::WorkQueue;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -17,15 +18,6 @@ use std::sync::Arc;
 /// Set in the `wr_id` of receive requests, so that a completion names its queue even when it
 /// failed (a failed completion's opcode is undefined).
 pub(crate) const RECEIVE_BIT: u64 = 1 << 63;
-
-/// Which queue of a queue pair.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WorkQueue {
-    /// The send queue: READ, WRITE, atomics, SEND.
-    Send,
-    /// The receive queue: posted receive buffers.
-    Receive,
-}
 
 /// Sequence numbers `first..end` of requests posted together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -12,9 +12,9 @@
 //! file rdma-core's own tools read). On InfiniBand the GID at index 0 (subnet prefix and port
 //! GUID) is used, with the port's LID. [`DeviceSelection::gid_index`] overrides the choice.
 
+use super::error::VerbsError;
 use super::ffi::{self, Api, IbvContext, IbvDevice, IbvDeviceAttr, IbvGid, PortAttrBuffer};
 use super::limits::{GID_ENTRIES_SCANNED_MAX, PORTS_PER_DEVICE_MAX, READ_ATOMIC_DEPTH_MAX};
-use super::VerbsError;
 use serde::{Deserialize, Serialize};
 use std::ffi::{c_int, CStr};
 use std::ptr::NonNull;

@@ -4,11 +4,11 @@
 //! trusted); [`QueuePairOptions`] bound the queues and set the transport's timers, each field
 //! checked against its range before anything is created.
 
+use super::error::VerbsError;
 use super::limits::{
     MIN_RNR_TIMER_DEFAULT, QUEUE_DEPTH_MAX, RECEIVE_DEPTH_DEFAULT, RETRY_COUNT_DEFAULT, RNR_RETRY_DEFAULT,
     SEND_DEPTH_DEFAULT, SIGNAL_INTERVAL_DEFAULT, TIMEOUT_EXPONENT_DEFAULT,
 };
-use super::VerbsError;
 use serde::{Deserialize, Serialize};
 use std::ffi::c_uint;
 

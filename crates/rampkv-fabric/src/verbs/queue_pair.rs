@@ -13,58 +13,39 @@
 //!   [`VerbsError::QueuePairFailed`] with that first status. The caller reconnects with a new
 //!   queue pair.
 
-use super::batch::{accepted_before, SendBatch};
-use super::completion::{Channel, Completion, CompletionQueue, Tracker, WorkQueue, WorkRange, RECEIVE_BIT};
+use super::completion::{Channel, Completion, CompletionQueue, Tracker, WorkRange, RECEIVE_BIT};
 use super::device::{call_error, Context, LinkLayer, PortInfo};
 use super::endpoint::{mtu_code, Endpoint, QueuePairOptions, TWENTY_FOUR_BITS};
+use super::error::VerbsError;
 use super::ffi::{self, Api, IbvCq, IbvQp, IbvQpAttr, IbvQpInitAttr, IbvRecvWr, IbvSendWr, IbvSge, IbvWc};
 use super::limits::{
     HOP_LIMIT, POLL_BATCH, READ_ATOMIC_DEPTH_MAX, TRANSFER_BYTES_MAX, WAIT_SLEEP_MAX_US, WAIT_SPIN_POLLS,
 };
 use super::region::{MemoryRegion, ProtectionDomain, RegionAccess};
-use super::{VerbsError, WorkStatus};
+use super::status::{QueuePairState, WorkQueue, WorkStatus};
 use std::ffi::{c_int, c_uint};
 use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Most channel events taken in one call (each CQ raises at most one per arming).
-const EVENTS_PER_TAKE_MAX: u32 = 64;
-
-/// The state of a queue pair as this process drove it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum QueuePairState {
-    /// Created, not yet usable.
-    Reset,
-    /// May post receives; not connected.
-    Init,
-    /// Connected for receiving.
-    ReadyToReceive,
-    /// Connected: may post sends.
-    ReadyToSend,
-    /// Send queue drained (only [`QueuePair::query_state`] reports it).
-    SendQueueDrained,
-    /// Send queue error (only [`QueuePair::query_state`] reports it).
-    SendQueueError,
-    /// A work request failed, or the device moved it to the error state: unusable.
-    Error,
-}
-
-impl QueuePairState {
-    fn from_raw(raw: c_uint) -> Option<QueuePairState> {
-        Some(match raw {
-            ffi::IBV_QPS_RESET => QueuePairState::Reset,
-            ffi::IBV_QPS_INIT => QueuePairState::Init,
-            ffi::IBV_QPS_RTR => QueuePairState::ReadyToReceive,
-            ffi::IBV_QPS_RTS => QueuePairState::ReadyToSend,
-            ffi::IBV_QPS_SQD => QueuePairState::SendQueueDrained,
-            ffi::IBV_QPS_SQE => QueuePairState::SendQueueError,
-            ffi::IBV_QPS_ERR => QueuePairState::Error,
-            _ => return None,
-        })
+/// The number of requests of a linked list of `count` that a failed post accepted: those
+/// before `bad` (all of them if `bad` is not in the list).
+///
+/// A provider that reports no `bad` (or one outside the list) is taken to have accepted all:
+/// the safe side, since a request wrongly thought posted only keeps its region pinned until a
+/// later completion, while one wrongly thought refused would unpin memory the NIC may write.
+pub(crate) fn accepted_before<T>(first: *mut T, bad: *mut T, count: usize) -> usize {
+    let offset = (bad as usize).wrapping_sub(first as usize) / std::mem::size_of::<T>().max(1);
+    if bad.is_null() || offset > count {
+        count
+    } else {
+        offset
     }
 }
+
+/// Most channel events taken in one call (each CQ raises at most one per arming).
+const EVENTS_PER_TAKE_MAX: u32 = 64;
 
 /// A receive buffer to post: `len_bytes` at `offset_bytes` of a region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -428,18 +409,6 @@ impl QueuePair {
         Ok(())
     }
 
-    /// Starts a batch of send requests, posted together with one doorbell.
-    ///
-    /// # Errors
-    /// `QueuePairFailed` after a failure; `NotConnected` before [`QueuePair::connect`].
-    pub fn batch(&mut self) -> Result<SendBatch<'_>, VerbsError> {
-        self.check_usable()?;
-        if self.state != QueuePairState::ReadyToSend {
-            return Err(VerbsError::NotConnected { state: self.state });
-        }
-        Ok(SendBatch { queue_pair: self, len: 0 })
-    }
-
     /// Posts receive buffers in `region`, with one doorbell. Allowed from INIT on.
     ///
     /// # Errors
@@ -597,7 +566,8 @@ impl QueuePair {
     }
 
     /// Waits up to `timeout` until every send up to `sequence` (which must be covered by a
-    /// signalled send, e.g. the last of a batch posted with [`SendBatch::post`]) completed.
+    /// signalled send, e.g. the last of a batch posted with
+    /// [`SendBatch::post`](super::SendBatch::post)) completed.
     ///
     /// # Errors
     /// `InvalidArgument` for a sequence not posted or not covered by a signalled send;

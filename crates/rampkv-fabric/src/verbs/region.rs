@@ -14,9 +14,9 @@
 //! `REMOTE_WRITE` cannot be written by any peer, whatever it claims.
 
 use super::device::{call_error, Context};
+use super::error::VerbsError;
 use super::ffi::{self, IbvMr, IbvPd};
 use super::limits::REGION_BYTES_MAX;
-use super::VerbsError;
 use crate::words::{LoadOrdering, StoreOrdering};
 use memmap2::MmapMut;
 use serde::{Deserialize, Serialize};

@@ -18,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::ClientError;
+use super::error::ClientError;
 use crate::transport::{ClientTransport, ServerEvent};
 use rampkv_core::cluster::Cluster;
 use rampkv_core::protocol::ramp::TxnOptions;

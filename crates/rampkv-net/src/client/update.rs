@@ -11,23 +11,12 @@
 
 use std::time::Duration;
 
-use super::{follows_failover, Client, ClientError, TxnResult};
+use super::error::{ClientError, UpdateError};
+use super::{follows_failover, Client, TxnResult};
 use crate::transport::ClientTransport;
 use rampkv_core::limits::{FAILOVER_CLIENT_RETRY_MS_MAX, FAILOVER_RETRY_BACKOFF_MS};
 use rampkv_core::types::Timestamp;
 use rampkv_core::wire::{SetCondition, SetExpiry, UpdateOp, UpdateResult};
-
-/// Why an update's op wrote nothing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum UpdateError {
-    #[error("value is not an integer or out of range")]
-    NotAnInteger,
-    #[error("increment or decrement would overflow")]
-    Overflow,
-    #[error("the value would be {bytes} bytes, over the limit")]
-    TooLarge { bytes: u64 },
-}
 
 /// What an update did, for the ops that return more than a number.
 #[derive(Debug, Clone, PartialEq, Eq)]

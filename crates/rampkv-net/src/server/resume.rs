@@ -69,7 +69,8 @@ use rampkv_core::cluster::Cluster;
 use rampkv_core::limits::{CLUSTER_PARTITIONS_MAX, FAILOVER_CONFIG_ASK_TIMEOUT_MS, FAILOVER_FIRST_LEASE_WAIT_MS_MAX};
 
 use super::durable::write_file_durably;
-use super::failover::{FirstLease, HostClock, LeaseGate, CONFIG_STATE_DIR};
+use super::ids::random_id;
+use super::lease::{FirstLease, HostClock, LeaseGate, CONFIG_STATE_DIR};
 use crate::auth::{ConfigPortAuth, SharedSecret};
 
 /// The server's state file in its data directory (module docs).
@@ -274,12 +275,12 @@ pub fn start_config_node(
         // Its incarnation: the process it ran as (without a state file, one that cannot be
         // admitted: it rejoins, below).
         Some(saved) => (StartMode::Restart, saved.clone()),
-        None if restarting => (StartMode::Restart, ServerState::holding_nothing(cluster, id, super::random_id())),
+        None if restarting => (StartMode::Restart, ServerState::holding_nothing(cluster, id, random_id())),
         None => {
             let ask_timeout = Duration::from_millis(FAILOVER_CONFIG_ASK_TIMEOUT_MS);
             match rampkv_config::client::start_mode(&initial, id, ask_timeout, authenticator.as_deref()) {
                 StartMode::Bootstrap => (StartMode::Bootstrap, ServerState::bootstrap(cluster)),
-                mode => (mode, ServerState::holding_nothing(cluster, id, super::random_id())),
+                mode => (mode, ServerState::holding_nothing(cluster, id, random_id())),
             }
         }
     };

@@ -51,9 +51,11 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::{ClientTransport, ServerEvent, TransportError};
+use super::client::{ClientTransport, ServerEvent};
+use super::error::TransportError;
+use super::stats::GetStarStats;
+pub use super::stats::InterleaveStats;
 use crate::message::BatchStats;
-use crate::transport::onesided::GetStarStats;
 use rampkv_core::limits::{
     INTERLEAVE_BLOCKING_WAIT_US_MIN, INTERLEAVE_DELAY_US_MAX, INTERLEAVE_JITTER_TAIL_FACTOR_MAX,
     INTERLEAVE_SLEEP_SLICE_US,
@@ -152,27 +154,6 @@ impl Ord for Held {
 struct Link {
     last_deliver_at_us: u64,
     held: usize,
-}
-
-/// Counters of the model.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct InterleaveStats {
-    /// Requests delivered.
-    pub delivered: u64,
-    /// Of those, requests delivered to their server after a request posted later (by another
-    /// session): the reorderings the model made.
-    pub overtaken: u64,
-    /// Times the clock jumped ahead instead of waiting ([`Pacing::SkipIdle`]).
-    pub idle_skips: u64,
-}
-
-impl InterleaveStats {
-    /// Adds `other` into `self`.
-    pub fn merge(&mut self, other: &InterleaveStats) {
-        self.delivered += other.delivered;
-        self.overtaken += other.overtaken;
-        self.idle_skips += other.idle_skips;
-    }
 }
 
 /// The model's schedule, I/O-free: requests in, requests out in delivery order at the times

@@ -44,10 +44,14 @@ use std::time::{Duration, Instant};
 
 use ahash::AHashMap as HashMap;
 use rampkv_fabric::slot::SLOT_BYTES_MIN;
-use rampkv_fabric::{read_slot, Access, FabricError, LoadOrdering, SlotReadError};
+use rampkv_fabric::{read_slot, Access, LoadOrdering, SlotReadError};
 use serde::Serialize;
 
-use super::{ClientTransport, ServerEvent, Transport, TransportError};
+use super::client::{ClientTransport, ServerEvent};
+pub use super::error::ItemRegionError;
+use super::error::TransportError;
+use super::medium::Transport;
+pub use super::stats::GetStarStats;
 use crate::item_slots::{lease_word_offset, LEASE_LINE_BYTES, LEASE_WORD_NOT_NEEDED};
 use crate::message::control::ItemRegionInfo;
 use crate::message::fabric::FabricClient;
@@ -75,70 +79,6 @@ impl Default for OneSidedOptions {
     }
 }
 
-/// GET\* counters of one client transport (summed over client threads in the bench).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct GetStarStats {
-    /// GET requests eligible for GET\* (all selectors LATEST or LATEST_TS).
-    pub eligible_gets: u64,
-    /// Of those, served by one-sided slot reads alone.
-    pub hits: u64,
-    /// Slots read and accepted (one per key of a hit, and of partial attempts).
-    pub slots_accepted: u64,
-    /// Torn attempts that were retried and then succeeded.
-    pub torn_retries: u64,
-    /// Fallbacks to GET+ because a key was not in the address cache (or the server has no
-    /// item region).
-    pub fallback_miss: u64,
-    /// ... because a slot was torn in every attempt.
-    pub fallback_torn: u64,
-    /// ... because a slot held another key.
-    pub fallback_wrong_key: u64,
-    /// ... because a slot held no valid version.
-    pub fallback_not_valid: u64,
-    /// ... because a slot was over its capacity, had undefined flags, ts 0 or metadata that
-    /// does not decode.
-    pub fallback_corrupt: u64,
-    /// ... because the newer-prepared bit was set and the option is on.
-    pub fallback_newer_prepared: u64,
-    /// ... because the server's lease word did not cover the read (no lease, or it ends within
-    /// `GETSTAR_LEASE_MARGIN_US` of the clock read after the slots).
-    pub fallback_unleased: u64,
-    /// Address-cache entries evicted after a failed slot check.
-    pub evictions: u64,
-    /// Address-cache entries learnt (new or changed) from GET_LOCATE replies.
-    pub cache_fills: u64,
-}
-
-impl GetStarStats {
-    /// Adds `other` into `self`.
-    pub fn merge(&mut self, other: &GetStarStats) {
-        self.eligible_gets += other.eligible_gets;
-        self.hits += other.hits;
-        self.slots_accepted += other.slots_accepted;
-        self.torn_retries += other.torn_retries;
-        self.fallback_miss += other.fallback_miss;
-        self.fallback_torn += other.fallback_torn;
-        self.fallback_wrong_key += other.fallback_wrong_key;
-        self.fallback_not_valid += other.fallback_not_valid;
-        self.fallback_corrupt += other.fallback_corrupt;
-        self.fallback_newer_prepared += other.fallback_newer_prepared;
-        self.fallback_unleased += other.fallback_unleased;
-        self.evictions += other.evictions;
-        self.cache_fills += other.cache_fills;
-    }
-
-    /// Fallbacks to GET+, all reasons.
-    pub fn fallbacks(&self) -> u64 {
-        self.fallback_miss
-            + self.fallback_torn
-            + self.fallback_wrong_key
-            + self.fallback_not_valid
-            + self.fallback_corrupt
-            + self.fallback_newer_prepared
-            + self.fallback_unleased
-    }
-}
-
 /// Why a GET was not served one-sidedly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Fallback {
@@ -149,20 +89,6 @@ enum Fallback {
     Corrupt,
     NewerPrepared,
     Unleased,
-}
-
-/// Why an announced item region cannot be read (input from the server).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ItemRegionError {
-    #[error("an item region must be read-only for clients")]
-    Writable,
-    #[error("slots of {slot_bytes} bytes (need a multiple of 8 within the slot bounds)")]
-    SlotBytes { slot_bytes: u64 },
-    #[error("{slots} slots of {slot_bytes} bytes do not fit the region")]
-    TooLarge { slots: u64, slot_bytes: u64 },
-    #[error(transparent)]
-    Map(#[from] FabricError),
 }
 
 /// A server's item region, mapped read-only.

@@ -23,63 +23,13 @@
 //! a pipelining client get more than one transaction's worth of work per round trip.
 
 use super::event_loop::EventLoop;
-use super::failover::TxnInput;
-use super::keyspace::Listing;
-use super::multi::ExecPlan;
-use super::{BATCH_COMMANDS_MAX, WRITE_BATCH_KEYS_MAX};
-use crate::command::{batch_key_count, parse_request, ExpiryArg, InfoSections, Request, TtlUnit, UpdateReply};
+use super::input::TxnInput;
+use super::limits::{BATCH_COMMANDS_MAX, WRITE_BATCH_KEYS_MAX};
+use super::plan::ReadCommand;
+use super::state::Pending;
+use crate::command::{batch_key_count, parse_request, ExpiryArg, Request};
 use rampkv_core::limits::TXN_KEYS_MAX;
 use rampkv_core::wire::Write;
-
-/// One read command of a batch; its keys are the next ones of the batch's read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum ReadCommand {
-    Get,
-    Strlen,
-    Type,
-    MultiGet {
-        keys: usize,
-    },
-    Exists {
-        keys: usize,
-    },
-    /// TTL or PTTL of one key.
-    TimeToLive(TtlUnit),
-}
-
-impl ReadCommand {
-    /// How many keys of the read are this command's.
-    pub(super) fn keys(self) -> usize {
-        match self {
-            ReadCommand::Get | ReadCommand::Strlen | ReadCommand::Type | ReadCommand::TimeToLive(_) => 1,
-            ReadCommand::MultiGet { keys } | ReadCommand::Exists { keys } => keys,
-        }
-    }
-}
-
-/// The commands a connection waits on; says how to answer the transaction's result.
-#[derive(Debug)]
-pub(super) enum Pending {
-    /// Consecutive GET, MGET and EXISTS commands read by one `get_all`, in order.
-    Reads(Vec<ReadCommand>),
-    /// Consecutive SET and MSET commands written by one `put_all`: `commands` OK replies.
-    Writes { commands: usize },
-    /// DEL, first step: reading the keys to count the present ones.
-    DeleteRead,
-    /// DEL, second step: writing the tombstones; `removed` keys were present.
-    DeleteWrite { removed: i64 },
-    /// A single-key conditional write (INCR, SETNX, ...): its result answered as this says.
-    Update(UpdateReply),
-    /// EXEC: the queued commands' transaction (a read, or a write and maybe a read before it
-    /// for DEL's counts); EXEC's one reply is written when it has finished (`multi`).
-    Exec(Box<ExecPlan>),
-    /// SCAN or KEYS: a page of the key listing (`keyspace`).
-    Listing(Box<Listing>),
-    /// DBSIZE: the count of live keys.
-    DbSize,
-    /// INFO with its keyspace section: the count, then the text.
-    Info(InfoSections),
-}
 
 impl EventLoop {
     /// Starts one read for `first` and the read commands right behind it in the connection's
@@ -227,21 +177,4 @@ fn expiring_writes(pairs: Vec<(Vec<u8>, Vec<u8>)>, expiring: &[(usize, ExpiryArg
         writes[index].expires_at_ms = expiry.deadline_ms(now_ms);
     }
     writes
-}
-
-impl Pending {
-    /// How many commands wait on the transaction: each gets a reply, an error included.
-    pub(super) fn replies(&self) -> usize {
-        match self {
-            Pending::Reads(commands) => commands.len(),
-            Pending::Writes { commands } => *commands,
-            Pending::DeleteRead
-            | Pending::DeleteWrite { .. }
-            | Pending::Exec(_)
-            | Pending::Listing(_)
-            | Pending::DbSize
-            | Pending::Info(_)
-            | Pending::Update(_) => 1,
-        }
-    }
 }

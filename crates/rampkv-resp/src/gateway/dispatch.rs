@@ -27,10 +27,10 @@
 
 use ahash::AHashSet;
 
-use super::batch::Pending;
 use super::event_loop::{Connection, EventLoop};
-use super::failover::TxnInput;
+use super::input::TxnInput;
 use super::replies::hello_reply;
+use super::state::Pending;
 use crate::auth::{self, Users};
 use crate::codec::Frame;
 use crate::command::{InfoSection, Request};

@@ -15,62 +15,17 @@
 //!   an error, and later commands try to reconnect at most once per [`RECONNECT_INTERVAL`];
 //!   until that works they get `-ERR rampkv cluster unavailable: ...`.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::Waker;
-
-use super::batch::Pending;
+use super::connect::{connect_driver, GatewayDriver};
 use super::event_loop::EventLoop;
-use super::failover::{self, TxnInput};
+use super::failover;
+use super::input::TxnInput;
+use super::limits::{IN_FLIGHT_POLL_TIMEOUT, RECONNECT_INTERVAL};
 use super::replies::{transaction_error, write_errors, write_read_replies, write_update_reply};
-use super::{InProcessServers, IN_FLIGHT_POLL_TIMEOUT, RECONNECT_INTERVAL};
+use super::state::Pending;
 use crate::codec;
-use crate::transport::SharedPollTransport;
-use rampkv_core::cluster::Cluster;
-use rampkv_core::protocol::ramp::TxnOptions;
-use rampkv_net::client::{ClientError, Completion, Driver, TxnResult};
-use rampkv_net::transport::local::LocalTransport;
-
-pub(super) type GatewayDriver = Driver<SharedPollTransport>;
-
-/// A driver whose server sockets are registered in `registry` (or that calls the servers of
-/// this process, waking the loop through `waker` when a deferred reply comes).
-pub(super) fn connect_driver(
-    registry: &mio::Registry,
-    waker: &Arc<Waker>,
-    cluster: &Cluster,
-    in_process: Option<&InProcessServers>,
-    sessions: usize,
-    options: TxnOptions,
-) -> Result<GatewayDriver, ClientError> {
-    let transport = match in_process {
-        Some(servers) => {
-            let wake = Arc::clone(waker) as Arc<dyn rampkv_net::message::Wake>;
-            SharedPollTransport::InProcess(LocalTransport::new(&servers.groups, Some(wake)))
-        }
-        None => return connect_driver_to(registry, cluster, cluster.servers(), sessions, options),
-    };
-    let mut driver = Driver::connect(transport, cluster.clone(), sessions)?;
-    driver.set_txn_options(options);
-    Ok(driver)
-}
-
-/// A driver whose connection to server i goes to `routes[i]` (the cluster file's address, or
-/// with failover the current primary of its partitions), its sockets registered in `registry`.
-/// Blocks for the connects and the HELLOs (the follower calls it on its own thread).
-pub(super) fn connect_driver_to(
-    registry: &mio::Registry,
-    cluster: &Cluster,
-    routes: &[String],
-    sessions: usize,
-    options: TxnOptions,
-) -> Result<GatewayDriver, ClientError> {
-    let transport = SharedPollTransport::connect(registry, routes)?;
-    let mut driver = Driver::connect(transport, cluster.clone(), sessions)?;
-    driver.set_txn_options(options);
-    Ok(driver)
-}
+use rampkv_net::client::{ClientError, Completion, TxnResult};
 
 impl EventLoop {
     /// Starts `input` for connection `slot`, which then waits on `pending`; answers at once

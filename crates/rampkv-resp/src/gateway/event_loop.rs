@@ -47,11 +47,12 @@ use std::time::{Duration, Instant};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use super::batch::Pending;
-use super::driver::GatewayDriver;
-use super::failover::{Follower, Retry};
-use super::multi::MultiState;
-use super::{GatewayError, InProcessServers, IN_FLIGHT_POLL_TIMEOUT};
+use super::config::{GatewayError, InProcessServers};
+use super::connect::GatewayDriver;
+use super::follower::Follower;
+use super::input::Retry;
+use super::limits::IN_FLIGHT_POLL_TIMEOUT;
+use super::state::{MultiState, Pending};
 use crate::auth::{Permissions, UserId, Users};
 use crate::codec::{self, Protocol, RequestLimits, RequestParser};
 use crate::command::parse_request;

@@ -17,7 +17,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::event_loop::EventLoop;
-use super::INFO_PARTITION_LINES_MAX;
+use super::limits::INFO_PARTITION_LINES_MAX;
 use crate::command::{InfoSection, InfoSections};
 use crate::REDIS_COMPATIBLE_VERSION;
 use rampkv_config::configuration::{backups_of, ServerId};

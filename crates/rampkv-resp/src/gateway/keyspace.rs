@@ -21,9 +21,9 @@ use rampkv_core::limits::LIST_PAGE_KEYS_MAX;
 use rampkv_core::pattern::Pattern;
 use rampkv_core::wire::KeyPage;
 
-use super::batch::Pending;
 use super::event_loop::EventLoop;
-use super::failover::TxnInput;
+use super::input::TxnInput;
+use super::state::{Listing, Mode, Pending};
 use crate::codec::{self, Frame};
 use crate::command::InfoSections;
 use crate::keyspace::{ScanCursor, ScanRequest};
@@ -35,39 +35,6 @@ pub const KEYS_REPLY_KEYS_MAX: usize = 1 << 20;
 /// Most pages one SCAN asks while it has fewer keys than COUNT (sparse partitions, MATCH):
 /// bounds the command's latency; past it, it answers what it has, maybe nothing, as Redis may.
 pub const SCAN_PAGES_PER_COMMAND_MAX: usize = 16;
-
-/// A SCAN or KEYS under way.
-#[derive(Debug)]
-pub(super) struct Listing {
-    mode: Mode,
-    partition: u32,
-    after: Option<u64>,
-    keys_max: usize,
-    /// `None`: every key (no MATCH, or `*`).
-    pattern: Option<Pattern>,
-    /// False for a TYPE other than `string`: no key matches, the cursor still moves.
-    type_matches: bool,
-    found: Vec<Vec<u8>>,
-    /// Pages asked so far by this command.
-    pages: usize,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Scan,
-    Keys,
-}
-
-impl Listing {
-    fn input(&self) -> TxnInput {
-        // SCAN asks only for what COUNT still wants; KEYS takes whole pages.
-        let keys_max = match self.mode {
-            Mode::Scan => self.keys_max.saturating_sub(self.found.len()).max(1),
-            Mode::Keys => self.keys_max,
-        };
-        TxnInput::List { partition: self.partition, after: self.after, keys_max }
-    }
-}
 
 impl EventLoop {
     /// SCAN: the page the cursor names.

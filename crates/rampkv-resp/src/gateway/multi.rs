@@ -60,18 +60,14 @@
 //! of them or none (docs/resp.md, "Expiry"). The same instant decides DEL's counts of keys the
 //! queue wrote with a deadline already past.
 
-use ahash::AHashMap;
-
-use super::batch::{Pending, ReadCommand};
 use super::event_loop::EventLoop;
+use super::plan::{ExecPlan, Step, Transaction};
 use super::replies::{write_read_reply, KeyRead};
-use super::{MULTI_QUEUED_BYTES_MAX, MULTI_QUEUED_COMMANDS_MAX};
-use crate::codec::{self, Frame, Protocol};
-use crate::command::{Request, TtlUnit};
-use rampkv_core::limits::TXN_KEYS_MAX;
+use super::state::{MultiState, Pending};
+use crate::codec::{self, Frame};
+use crate::command::Request;
 use rampkv_core::protocol::ReadOutcome;
 use rampkv_core::types::wall_clock_unix_ms;
-use rampkv_core::wire::Write;
 use rampkv_net::client::TxnResult;
 
 /// Redis 7.0's texts.
@@ -80,105 +76,10 @@ const EXEC_WITHOUT_MULTI_REPLY: &str = "ERR EXEC without MULTI";
 const DISCARD_WITHOUT_MULTI_REPLY: &str = "ERR DISCARD without MULTI";
 const WATCH_INSIDE_MULTI_REPLY: &str = "ERR WATCH inside MULTI is not allowed";
 const EXECABORT_REPLY: &str = "EXECABORT Transaction discarded because of previous errors.";
-/// SCAN, KEYS and DBSIZE are not queued: a RAMP transaction reads named keys, and a listing
-/// or a count is no part of one (the transaction is discarded, as for a command Redis refuses).
-const KEYSPACE_INSIDE_MULTI_REPLY: &str =
-    "ERR SCAN, KEYS and DBSIZE are not supported inside MULTI by rampkv (a RAMP transaction reads named keys)";
-
 /// Why WATCH is refused.
 pub const WATCH_REFUSAL: &str = "ERR WATCH is not supported by rampkv: an optimistic check-and-set reads keys and \
                                  then writes them in one transaction, and rampkv runs a transaction as read-only or \
                                  write-only (RAMP). MULTI/EXEC without WATCH works, with reads only or writes only";
-
-/// Why a conditional write (INCR, SETNX, ...) is refused inside MULTI.
-fn conditional_refusal(name: &str) -> String {
-    format!(
-        "ERR {name} inside MULTI is not supported by rampkv: it reads its key and writes it, and a MULTI/EXEC runs as \
-         one RAMP transaction, which is read-only or write-only; run it outside MULTI, where it is atomic on its own. \
-         The transaction is discarded"
-    )
-}
-
-/// What one queued command holds beyond its keys and values (its `Request`, its allocations),
-/// for the queue's byte count.
-const QUEUED_COMMAND_OVERHEAD_BYTES: usize = 64;
-
-/// A connection's state between MULTI and EXEC (or DISCARD, or its close).
-#[derive(Debug, Default)]
-pub(super) struct MultiState {
-    queued: Vec<Request>,
-    /// What `queued` holds ([`queued_bytes`]).
-    bytes: usize,
-    /// A command failed to queue: EXEC answers EXECABORT, and nothing more is kept.
-    doomed: bool,
-}
-
-impl MultiState {
-    /// Bytes the queue holds (for the gateway's budget).
-    pub(super) fn held_bytes(&self) -> usize {
-        self.bytes
-    }
-
-    /// Queues `request` (checked already); its reply.
-    fn queue(&mut self, request: Request) -> Frame {
-        if let Request::Reply(Frame::Error(message)) = request {
-            self.doom();
-            return Frame::Error(message);
-        }
-        if self.doomed {
-            return Frame::simple("QUEUED"); // never run: EXEC discards the transaction
-        }
-        if matches!(request, Request::Scan(_) | Request::Keys { .. } | Request::DbSize) {
-            self.doom();
-            return Frame::error(KEYSPACE_INSIDE_MULTI_REPLY);
-        }
-        if let Request::Update { name, .. } = request {
-            self.doom();
-            return Frame::error(conditional_refusal(name));
-        }
-        let bytes = queued_bytes(&request);
-        if self.queued.len() >= MULTI_QUEUED_COMMANDS_MAX || self.bytes + bytes > MULTI_QUEUED_BYTES_MAX {
-            self.doom();
-            return Frame::error(format!(
-                "ERR MULTI queue full: rampkv queues at most {MULTI_QUEUED_COMMANDS_MAX} commands and \
-                 {MULTI_QUEUED_BYTES_MAX} bytes between MULTI and EXEC; the transaction is discarded"
-            ));
-        }
-        self.bytes += bytes;
-        self.queued.push(request);
-        debug_assert!(self.queued.len() <= MULTI_QUEUED_COMMANDS_MAX && self.bytes <= MULTI_QUEUED_BYTES_MAX);
-        Frame::simple("QUEUED")
-    }
-
-    fn doom(&mut self) {
-        self.doomed = true;
-        self.queued = Vec::new();
-        self.bytes = 0;
-    }
-}
-
-/// Bytes a queued command holds: its keys, values and a fixed overhead.
-fn queued_bytes(request: &Request) -> usize {
-    let keys = |keys: &[Vec<u8>]| keys.iter().map(Vec::len).sum::<usize>();
-    let data = match request {
-        Request::Get { key } | Request::Strlen { key } | Request::Type { key } => key.len(),
-        Request::MultiGet { keys: list }
-        | Request::Exists { keys: list }
-        | Request::Delete { keys: list }
-        | Request::Unlink { keys: list } => keys(list),
-        Request::Set { key, value } | Request::SetExpiring { key, value, .. } => key.len() + value.len(),
-        Request::TimeToLive { key, .. } => key.len(),
-        Request::MultiSet { pairs } => pairs.iter().map(|(key, value)| key.len() + value.len()).sum(),
-        Request::Reply(frame) => frame.to_bytes(Protocol::Resp3).len(),
-        Request::ClientSetName(name) => name.len(),
-        Request::Auth { user, password } => user.as_ref().map_or(0, Vec::len) + password.len(),
-        Request::Hello { auth, name, .. } => {
-            auth.as_ref().map_or(0, |(user, password)| user.len() + password.len()) + name.as_ref().map_or(0, Vec::len)
-        }
-        _ => 0,
-    };
-    data + QUEUED_COMMAND_OVERHEAD_BYTES
-}
 
 impl EventLoop {
     /// What MULTI changes about a command of connection `slot`: MULTI, EXEC, DISCARD and WATCH
@@ -310,239 +211,19 @@ fn key_reads(outcome: &ReadOutcome) -> Vec<KeyRead<'_>> {
     outcome.items.iter().map(KeyRead::of).collect()
 }
 
-/// What an EXEC runs: its transaction and how to answer each queued command from it.
-#[derive(Debug)]
-pub(super) struct ExecPlan {
-    steps: Vec<Step>,
-    transaction: Transaction,
-}
-
-/// How one queued command is answered.
-#[derive(Debug)]
-enum Step {
-    /// A connection command: run once the transaction has finished.
-    Local(Request),
-    /// A read command; its keys' values are at the read's next positions.
-    Read(ReadCommand),
-    /// SET (with an expiry or not), SETEX, PSETEX or MSET: `+OK`.
-    Written,
-    /// DEL or UNLINK: `known_present` of its keys were present by the queue's earlier commands,
-    /// plus those of `read` (positions in the read of DEL's counts) that the read found.
-    Deleted { known_present: i64, read: Vec<usize> },
-}
-
-#[derive(Debug)]
-enum Transaction {
-    /// Only connection commands.
-    None,
-    /// One `get_all` of the distinct `keys` (taken when it starts); `positions` are, for each
-    /// read command's keys in order, their positions in `keys`.
-    Read { keys: Vec<Vec<u8>>, key_count: usize, positions: Vec<usize> },
-    /// One `put_all` of `writes`, after one `get_all` of `counted` (the keys whose presence
-    /// DEL's counts need and the queue does not tell; skipped if none) whose answers are
-    /// `present`, by position.
-    Write { writes: Vec<Write>, counted: Vec<Vec<u8>>, counted_count: usize, present: Vec<bool> },
-}
-
-/// Whether a queued command reads, writes or neither; its name for errors.
-enum Access {
-    Read(&'static str),
-    Write(&'static str),
-    Local,
-}
-
-fn access(request: &Request) -> Access {
-    match request {
-        Request::Get { .. } => Access::Read("GET"),
-        Request::MultiGet { .. } => Access::Read("MGET"),
-        Request::Exists { .. } => Access::Read("EXISTS"),
-        Request::Strlen { .. } => Access::Read("STRLEN"),
-        Request::Type { .. } => Access::Read("TYPE"),
-        Request::TimeToLive { unit: TtlUnit::Seconds, .. } => Access::Read("TTL"),
-        Request::TimeToLive { unit: TtlUnit::Milliseconds, .. } => Access::Read("PTTL"),
-        Request::Set { .. } | Request::SetExpiring { .. } => Access::Write("SET"),
-        Request::MultiSet { .. } => Access::Write("MSET"),
-        Request::Delete { .. } => Access::Write("DEL"),
-        Request::Unlink { .. } => Access::Write("UNLINK"),
-        _ => Access::Local,
-    }
-}
-
-impl ExecPlan {
-    /// The plan of a queue, or why EXEC refuses it (reads mixed with writes, too many keys).
-    /// The one place where queued commands become the transaction (module docs, *Expiry*):
-    /// `now_ms`, the EXEC's one reading of the clock (Unix ms), turns every relative expiry of
-    /// the queue into a deadline.
-    fn new(queued: Vec<Request>, now_ms: u64) -> Result<ExecPlan, String> {
-        let (mut reads, mut writes) = (Vec::new(), Vec::new());
-        for request in &queued {
-            match access(request) {
-                Access::Read(name) if !reads.contains(&name) => reads.push(name),
-                Access::Write(name) if !writes.contains(&name) => writes.push(name),
-                _ => {}
-            }
-        }
-        if !reads.is_empty() && !writes.is_empty() {
-            return Err(format!(
-                "it mixes reads ({}) and writes ({}): rampkv runs a transaction as read-only or write-only (RAMP); \
-                 send them in two MULTI blocks",
-                reads.join(", "),
-                writes.join(", ")
-            ));
-        }
-        let plan = if writes.is_empty() { Self::reads(queued) } else { Self::writes(queued, now_ms) };
-        let keys = match &plan.transaction {
-            Transaction::None => 0,
-            Transaction::Read { key_count, .. } => *key_count,
-            Transaction::Write { writes, .. } => writes.len(),
-        };
-        if keys > TXN_KEYS_MAX {
-            return Err(format!(
-                "it touches {keys} distinct keys, and a rampkv transaction takes at most {TXN_KEYS_MAX}"
-            ));
-        }
-        Ok(plan)
-    }
-
-    fn reads(queued: Vec<Request>) -> ExecPlan {
-        let mut keys = DistinctKeys::default();
-        let mut positions = Vec::new();
-        let mut read = |command: ReadCommand, command_keys: Vec<Vec<u8>>| {
-            debug_assert_eq!(command.keys(), command_keys.len());
-            positions.extend(command_keys.into_iter().map(|key| keys.position(key)));
-            Step::Read(command)
-        };
-        let steps: Vec<Step> = queued
-            .into_iter()
-            .map(|request| match request {
-                Request::Get { key } => read(ReadCommand::Get, vec![key]),
-                Request::Strlen { key } => read(ReadCommand::Strlen, vec![key]),
-                Request::Type { key } => read(ReadCommand::Type, vec![key]),
-                Request::MultiGet { keys } => read(ReadCommand::MultiGet { keys: keys.len() }, keys),
-                Request::Exists { keys } => read(ReadCommand::Exists { keys: keys.len() }, keys),
-                Request::TimeToLive { key, unit } => read(ReadCommand::TimeToLive(unit), vec![key]),
-                other => Step::Local(other),
-            })
-            .collect();
-        let transaction = match keys.len() {
-            0 => Transaction::None,
-            key_count => Transaction::Read { keys: keys.into_keys(), key_count, positions },
-        };
-        ExecPlan { steps, transaction }
-    }
-
-    fn writes(queued: Vec<Request>, now_ms: u64) -> ExecPlan {
-        let mut written = LastWrites { now_ms, ..LastWrites::default() };
-        let mut counted = DistinctKeys::default();
-        let steps = queued
-            .into_iter()
-            .map(|request| match request {
-                Request::Set { key, value } => {
-                    written.put(Write::new(key, value));
-                    Step::Written
-                }
-                Request::SetExpiring { key, value, expiry } => {
-                    written.put(Write::expiring(key, value, expiry.deadline_ms(now_ms)));
-                    Step::Written
-                }
-                Request::MultiSet { pairs } => {
-                    pairs.into_iter().for_each(|(key, value)| written.put(Write::new(key, value)));
-                    Step::Written
-                }
-                Request::Delete { keys } | Request::Unlink { keys } => {
-                    let (mut known_present, mut read) = (0, Vec::new());
-                    for key in keys {
-                        match written.present(&key) {
-                            Some(present) => known_present += i64::from(present),
-                            None => read.push(counted.position(key.clone())),
-                        }
-                        written.put(Write::delete(key));
-                    }
-                    Step::Deleted { known_present, read }
-                }
-                other => Step::Local(other),
-            })
-            .collect();
-        let counted_count = counted.len();
-        let transaction = Transaction::Write {
-            writes: written.into_writes(),
-            counted: counted.into_keys(),
-            counted_count,
-            present: Vec::new(),
-        };
-        ExecPlan { steps, transaction }
-    }
-}
-
-/// Distinct keys in first-seen order, each with its position.
-#[derive(Debug, Default)]
-struct DistinctKeys {
-    positions: AHashMap<Vec<u8>, usize>,
-}
-
-impl DistinctKeys {
-    fn position(&mut self, key: Vec<u8>) -> usize {
-        let next = self.positions.len();
-        *self.positions.entry(key).or_insert(next)
-    }
-
-    fn get(&self, key: &[u8]) -> Option<usize> {
-        self.positions.get(key).copied()
-    }
-
-    fn len(&self) -> usize {
-        self.positions.len()
-    }
-
-    fn into_keys(self) -> Vec<Vec<u8>> {
-        let mut keys = vec![Vec::new(); self.positions.len()];
-        for (key, position) in self.positions {
-            keys[position] = key;
-        }
-        keys
-    }
-}
-
-/// The last write (value and deadline) of each key, keys in first-seen order.
-#[derive(Debug, Default)]
-struct LastWrites {
-    keys: DistinctKeys,
-    /// `writes[position]` is the last write of the key at that position.
-    writes: Vec<Write>,
-    /// The EXEC's instant: a key the queue wrote with a deadline at or before it is absent.
-    now_ms: u64,
-}
-
-impl LastWrites {
-    fn put(&mut self, write: Write) {
-        let position = self.keys.position(write.key.clone());
-        match self.writes.get_mut(position) {
-            Some(last) => *last = write,
-            None => self.writes.push(write),
-        }
-        debug_assert_eq!(self.writes.len(), self.keys.len());
-    }
-
-    /// Whether the queue so far leaves `key` present (None: it has not written it): not
-    /// deleted, and not expired at the EXEC's instant.
-    fn present(&self, key: &[u8]) -> Option<bool> {
-        let expired = |write: &Write| write.expires_at_ms != 0 && write.expires_at_ms <= self.now_ms;
-        self.keys.get(key).map(|position| !expired(&self.writes[position]))
-    }
-
-    fn into_writes(self) -> Vec<Write> {
-        debug_assert!(self.writes.iter().zip(self.keys.into_keys()).all(|(write, key)| write.key == key));
-        self.writes
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::limits::{MULTI_QUEUED_BYTES_MAX, MULTI_QUEUED_COMMANDS_MAX};
+    use super::super::plan::ReadCommand;
+    use super::super::state::QUEUED_COMMAND_OVERHEAD_BYTES;
     use super::*;
     use crate::auth::Permissions;
     use crate::codec::RequestParser;
     use crate::command::parse_request;
+    use crate::command::TtlUnit;
     use crate::value;
+    use rampkv_core::limits::TXN_KEYS_MAX;
+    use rampkv_core::wire::Write;
 
     fn queue_of(lines: &[&str]) -> Vec<Request> {
         let mut parser = RequestParser::new();

@@ -1,8 +1,8 @@
 //! Reply writers: the replies that are more than one frame or one constant. They append to a
 //! connection's outgoing bytes and do no I/O.
 
-use super::batch::ReadCommand;
 use super::event_loop::EventLoop;
+use super::plan::ReadCommand;
 use crate::codec::{self, Frame, Protocol};
 use crate::command::{TtlUnit, UpdateReply, NOT_AN_INTEGER_REPLY, OVERFLOW_REPLY};
 use crate::{value, REDIS_COMPATIBLE_VERSION};

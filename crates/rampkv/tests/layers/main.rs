@@ -42,18 +42,11 @@ mod facts;
 mod source;
 mod tree;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use tree::check_root;
-
-/// Crates with circles left to break (issue 32): each between a folder's `mod.rs` and its
-/// rooms (a room names a type its `mod.rs` defines while `mod.rs` names the room's), in code
-/// other branches are still changing. TEMPORARY: the list is emptied before issue 32 is called
-/// done, and the test fails while a crate listed here has no circle left, so that an entry
-/// cannot outlive its reason.
-const KNOWN_CIRCLES_TO_FIX: &[&str] = &["rampkv-fabric", "rampkv-net", "rampkv-resp"];
 
 /// The workspace's member directories, from the root Cargo.toml's `members` list.
 fn workspace_members(root: &Path) -> Vec<PathBuf> {
@@ -111,7 +104,6 @@ fn no_crate_has_an_import_circle() {
     let members = workspace_members(&workspace);
     assert!(members.len() > 1, "the workspace lists its members");
     let mut failures = String::new();
-    let mut circled = BTreeSet::new();
     for member in members {
         let name = package_name(&member);
         let mut sources = BTreeMap::new();
@@ -121,16 +113,8 @@ fn no_crate_has_an_import_circle() {
             println!("{name} ({root}): {summary}");
             print!("{described}");
             if !described.is_empty() {
-                circled.insert(name.clone());
-                if !KNOWN_CIRCLES_TO_FIX.contains(&name.as_str()) {
-                    let _ = write!(failures, "{name} ({root}) has import circles:\n{described}");
-                }
+                let _ = write!(failures, "{name} ({root}) has import circles:\n{described}");
             }
-        }
-    }
-    for name in KNOWN_CIRCLES_TO_FIX {
-        if !circled.contains(*name) {
-            let _ = writeln!(failures, "{name} has no circle left: remove it from KNOWN_CIRCLES_TO_FIX");
         }
     }
     assert!(failures.is_empty(), "modules must form layers that point one way:\n{failures}");

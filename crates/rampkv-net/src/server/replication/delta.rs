@@ -28,7 +28,7 @@ use super::primary::{Batch, CatchUp, Link, Replicator, Shared};
 
 /// A random non-zero stream identity.
 pub(super) fn new_stream_id() -> u64 {
-    super::super::random_id()
+    super::super::ids::random_id()
 }
 
 impl Replicator {
