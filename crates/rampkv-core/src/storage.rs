@@ -96,6 +96,14 @@ const ABORTED_REMEMBERED_MAX: usize = 4_096;
 /// A key as stored.
 pub type Key = Box<[u8]>;
 
+/// A key as the table holds it: up to 24 bytes inline in the table's bucket, beside its state
+/// (a lookup compares it without following a pointer to a separate allocation: one cache miss
+/// fewer per lookup of a key not in cache; docs/performance.md), longer keys on the heap.
+pub(crate) type TableKey = SmallVec<[u8; 24]>;
+
+/// One shard's keys.
+type Table = HashMap<TableKey, KeyState>;
+
 /// A prepared transaction awaiting COMMIT on this server.
 #[derive(Debug, Clone)]
 pub struct PendingTxn {
@@ -281,7 +289,7 @@ struct KeyState {
 /// The store of one server: every key it owns, with its versions.
 #[derive(Debug)]
 pub struct Store {
-    shards: Box<[RwLock<HashMap<Key, KeyState>>]>,
+    shards: Box<[RwLock<Table>]>,
     /// Per shard: the read stamp of the last round-1 read of a key the shard did not hold; a
     /// key created in the shard starts with it (a reader may come back for its first version).
     absent_read_stamps: Box<[AtomicU64]>,
@@ -345,7 +353,7 @@ impl Store {
         shard_of_hash(key_hash(key))
     }
 
-    fn shard(&self, key: &[u8]) -> &RwLock<HashMap<Key, KeyState>> {
+    fn shard(&self, key: &[u8]) -> &RwLock<Table> {
         &self.shards[Self::shard_index(key)]
     }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::{note_read, Key, KeyState, PendingTxn, Store, StoredVersion, Version};
+use super::{note_read, Key, KeyState, PendingTxn, Store, StoredVersion, TableKey, Version};
 use crate::limits::VALUE_BYTES_MAX;
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
 
@@ -50,7 +50,7 @@ pub enum Superseded {
 }
 
 /// One key's copy (called under its shard's lock).
-fn key_versions(key: &Key, state: &KeyState, superseded: Superseded) -> KeyVersions {
+fn key_versions(key: &[u8], state: &KeyState, superseded: Superseded) -> KeyVersions {
     let copy = |stored: &StoredVersion| (Arc::clone(&stored.version), stored.committed.load(Ordering::Acquire));
     let mut collected_max_ts = state.collected_max_ts;
     let versions = match superseded {
@@ -83,7 +83,7 @@ fn key_versions(key: &Key, state: &KeyState, superseded: Superseded) -> KeyVersi
             kept
         }
     };
-    KeyVersions { key: key.clone(), collected_max_ts, versions }
+    KeyVersions { key: Key::from(key), collected_max_ts, versions }
 }
 
 impl Store {
@@ -116,7 +116,7 @@ impl Store {
         let KeyVersions { key, collected_max_ts, versions } = entry;
         self.advance_clock(now_ms);
         let mut shard = self.shard(&key).write();
-        let state = shard.entry(key.clone()).or_default();
+        let state = shard.entry(TableKey::from_slice(&key)).or_default();
         // Its readers, if any, read another store (a restart's, a failed primary's): it counts
         // as read now, so what it brings keeps the grace period (`gc`'s contract).
         note_read(&state.read_stamp, now_ms);
@@ -161,7 +161,7 @@ impl Store {
             .into_iter()
             .filter(|key| {
                 let shard = self.shard(key).read();
-                let stored = shard.get(key).and_then(|state| state.versions.get(&ts));
+                let stored = shard.get(&key[..]).and_then(|state| state.versions.get(&ts));
                 stored.is_some_and(|stored| !stored.committed.load(Ordering::Acquire))
             })
             .collect();
@@ -215,19 +215,23 @@ impl Store {
             for (key, mut state) in taken {
                 moved += 1;
                 if let Some(keys) = keys.as_deref_mut() {
-                    keys.push(key.clone());
+                    keys.push(Key::from(&key[..]));
                 }
                 let value_bytes: usize = state.versions.values().map(|stored| stored.version.value.len()).sum();
                 let version_count = state.versions.values().count();
                 source.version_count.fetch_sub(version_count, Ordering::Relaxed);
                 source.forget_version_bytes(value_bytes);
-                if into.contains_key(&key) {
+                if into.contains_key(&key[..]) {
                     let versions = state
                         .versions
                         .values()
                         .map(|stored| (Arc::clone(&stored.version), stored.committed.load(Ordering::Acquire)))
                         .collect();
-                    held_here.push(KeyVersions { key, collected_max_ts: state.collected_max_ts, versions });
+                    held_here.push(KeyVersions {
+                        key: Key::from(&key[..]),
+                        collected_max_ts: state.collected_max_ts,
+                        versions,
+                    });
                     continue;
                 }
                 for entry in state.superseded.iter_mut() {

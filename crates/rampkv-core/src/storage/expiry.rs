@@ -62,7 +62,7 @@ enum Removal {
 impl Store {
     /// Stage 1 for one key (its shard write-locked): drops the value of an expired latest
     /// version that is the key's only one. Returns whether it did.
-    pub(super) fn reclaim_value(&self, key: &Key, state: &mut KeyState, unix_ms: u64, now_ms: u64) -> bool {
+    pub(super) fn reclaim_value(&self, key: &[u8], state: &mut KeyState, unix_ms: u64, now_ms: u64) -> bool {
         if unix_ms == 0 || state.versions.len() != 1 {
             return false;
         }
@@ -92,7 +92,7 @@ impl Store {
         });
         let dropped = std::mem::replace(&mut stored.version, Arc::clone(&skeleton));
         *latest = skeleton;
-        queue.push_back(Reclaimed { at_ms: now_ms, ts, key: key.clone() });
+        queue.push_back(Reclaimed { at_ms: now_ms, ts, key: Key::from(key) });
         drop(queue);
         self.forget_version_bytes(dropped.value.len());
         self.values_reclaimed.fetch_add(1, Ordering::Relaxed);
@@ -120,7 +120,7 @@ impl Store {
                 }
             };
             let mut shard = self.shard(&entry.key).write();
-            let removal = match shard.get_mut(&entry.key) {
+            let removal = match shard.get_mut(&entry.key[..]) {
                 None => Removal::Forget,
                 Some(state) => match state.latest.get_mut() {
                     Some(latest) if latest.ts == entry.ts && latest.expiry.is_reclaimed() => {
@@ -137,10 +137,10 @@ impl Store {
                 Removal::Remove => {
                     // Raised before the key goes, under its shard's lock: a read that finds the
                     // key missing (after this lock) reads a deadline at least the key's.
-                    let state = shard.get_mut(&entry.key).expect("looked up above");
+                    let state = shard.get_mut(&entry.key[..]).expect("looked up above");
                     let deadline_ms = state.latest.get_mut().as_ref().map_or(0, |latest| latest.expiry.deadline_ms());
                     self.removed_deadline_ms.fetch_max(deadline_ms, Ordering::AcqRel);
-                    shard.remove(&entry.key);
+                    shard.remove(&entry.key[..]);
                     drop(shard);
                     self.version_count.fetch_sub(1, Ordering::Relaxed);
                     self.keys_reclaimed.fetch_add(1, Ordering::Relaxed);

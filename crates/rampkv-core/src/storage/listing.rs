@@ -99,7 +99,7 @@ impl PageBuilder {
     /// Offers the live keys of hash block `block` (above every block offered before). A group
     /// that does not fit ends the page before it (resume at the end of the block below) unless
     /// the page is empty: then it is taken whole, so that no cursor falls inside a block.
-    fn offer(&mut self, block: u64, group: &[&Key]) -> Offer {
+    fn offer(&mut self, block: u64, group: &[&[u8]]) -> Offer {
         debug_assert!(self.page.resume.is_none(), "a full page takes nothing more");
         if group.is_empty() {
             return Offer::Taken;
@@ -113,7 +113,7 @@ impl PageBuilder {
             self.page.resume = Some((block << LIST_HASH_BLOCK_BITS) - 1);
             return Offer::Full;
         }
-        self.page.keys.extend(group.iter().map(|key| (*key).clone()));
+        self.page.keys.extend(group.iter().map(|&key| Key::from(key)));
         self.bytes += group_bytes;
         if self.page.keys.len() >= self.bounds.keys_max || self.bytes >= self.bounds.bytes_max {
             self.page.resume = Some(block_last_hash(block));
@@ -144,15 +144,15 @@ impl Store {
         for shard_index in shard_of_hash(from)..SHARD_COUNT {
             let shard = self.shards[shard_index].read();
             visited += shard.len();
-            let mut candidates: Vec<(u64, &Key, &KeyState)> = shard
+            let mut candidates: Vec<(u64, &[u8], &KeyState)> = shard
                 .iter()
                 .filter_map(|(key, state)| {
                     let hash = key_hash(key);
-                    (hash >= from && wanted(hash)).then_some((hash, key, state))
+                    (hash >= from && wanted(hash)).then_some((hash, &key[..], state))
                 })
                 .collect();
             candidates.sort_unstable_by_key(|(hash, _, _)| *hash);
-            let mut group: Vec<&Key> = Vec::new();
+            let mut group: Vec<&[u8]> = Vec::new();
             let block_of = |hash: u64| hash >> LIST_HASH_BLOCK_BITS;
             for same_block in candidates.chunk_by(|left, right| block_of(left.0) == block_of(right.0)) {
                 group.clear();
@@ -293,7 +293,7 @@ mod tests {
         // Blocks holding several keys (64-bit FNV-1a collisions, or hashes within 2^16 of one
         // another) are rare in a test: the page builder is offered made-up blocks instead.
         let keys: Vec<Key> = (0..6u8).map(|index| vec![index].into_boxed_slice()).collect();
-        let refs: Vec<&Key> = keys.iter().collect();
+        let refs: Vec<&[u8]> = keys.iter().map(|key| &key[..]).collect();
         let end_of = |block: u64| (block << LIST_HASH_BLOCK_BITS) | 0xFFFF;
         let mut builder = PageBuilder { page: KeyListing::default(), bytes: 0, bounds: ListBounds::keys(3) };
         assert_eq!(builder.offer(10, &refs[0..2]), Offer::Taken);

@@ -21,7 +21,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::validate::validate_prepare;
-use super::{Key, KeyState, Store, StoreError, StoreWrite, StoredMetadata, StoredVersion, StoredWrites, Version};
+use super::{
+    Key, KeyState, Store, StoreError, StoreWrite, StoredMetadata, StoredVersion, StoredWrites, TableKey, Version,
+};
 use crate::types::{Expiry, Timestamp};
 
 /// Why an update changed nothing before deciding, or what its decision did.
@@ -59,7 +61,7 @@ impl Store {
         }
         let index = Self::shard_index(&key);
         let mut shard = self.shards[index].write();
-        if let Some(state) = shard.get(&key) {
+        if let Some(state) = shard.get(&key[..]) {
             if let Some(prepared) = lowest_uncommitted(state) {
                 return Ok(UpdateCheck::Busy { prepared });
             }
@@ -69,7 +71,7 @@ impl Store {
                 return Ok(UpdateCheck::TsTooLow { newest });
             }
         }
-        let latest = shard.get(&key).and_then(|state| state.latest.lock().clone());
+        let latest = shard.get(&key[..]).and_then(|state| state.latest.lock().clone());
         let (value, outcome) = decide(latest.as_deref());
         drop(latest);
         let Some((value, expiry)) = value else {
@@ -85,7 +87,7 @@ impl Store {
         }
         // A reader that found the key missing may come back for this version (`gc`'s contract).
         let absent_read = &self.absent_read_stamps[index];
-        let state = shard.entry(key).or_insert_with(|| KeyState {
+        let state = shard.entry(TableKey::from_slice(&key)).or_insert_with(|| KeyState {
             read_stamp: AtomicU64::new(absent_read.load(Ordering::Relaxed)),
             ..KeyState::default()
         });

@@ -24,8 +24,8 @@ use smallvec::SmallVec;
 
 use super::validate::validate_prepare;
 use super::{
-    Key, KeyState, PendingTxn, Store, StoreError, StoreWrite, StoredMetadata, StoredVersion, StoredWrites, Version,
-    ABORTED_REMEMBERED_MAX, ABORTED_RETENTION_MS,
+    Key, KeyState, PendingTxn, Store, StoreError, StoreWrite, StoredMetadata, StoredVersion, StoredWrites, TableKey,
+    Version, ABORTED_REMEMBERED_MAX, ABORTED_RETENTION_MS,
 };
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
 use crate::wire::TxnState;
@@ -85,12 +85,14 @@ impl Store {
             let index = Self::shard_index(&key);
             let mut shard = self.shards[index].write();
             // One lookup for a key already stored (most writes); a new key is inserted.
-            match shard.get_mut(&key) {
+            match shard.get_mut(&key[..]) {
                 Some(state) => self.store_prepared(state, version, value_bytes, now_ms),
                 None => {
                     // A reader that found the key missing may come back for this version.
                     let read_stamp = AtomicU64::new(self.absent_read_stamps[index].load(Ordering::Relaxed));
-                    let state = shard.entry(key.clone()).or_insert(KeyState { read_stamp, ..KeyState::default() });
+                    let state = shard
+                        .entry(TableKey::from_slice(&key))
+                        .or_insert(KeyState { read_stamp, ..KeyState::default() });
                     self.store_prepared(state, version, value_bytes, now_ms);
                 }
             }
@@ -158,11 +160,9 @@ impl Store {
             let index = Self::shard_index(&key);
             let mut shard = self.shards[index].write();
             let absent_read = &self.absent_read_stamps[index];
-            // One lookup; the key moves in only if it is new (a key written again is dropped:
-            // the map holds its own).
+            // One lookup; the table copies the key in only if it is new (inline when short).
             let keep_key = !single && !keys.contains(&key);
-            let key_for_later = keep_key.then(|| key.clone());
-            let state = shard.entry(key).or_insert_with(|| KeyState {
+            let state = shard.entry(TableKey::from_slice(&key)).or_insert_with(|| KeyState {
                 // A reader that found the key missing may come back for this version.
                 read_stamp: AtomicU64::new(absent_read.load(Ordering::Relaxed)),
                 ..KeyState::default()
@@ -176,11 +176,13 @@ impl Store {
                 false => self.store_prepared(state, version, value_bytes, now_ms),
             }
             drop(shard);
-            keys.extend(key_for_later);
+            if keep_key {
+                keys.push(key);
+            }
         }
         for key in &keys {
             let mut shard = self.shard(key).write();
-            let state = shard.get_mut(key).expect("a key stored above stays");
+            let state = shard.get_mut(&key[..]).expect("a key stored above stays");
             self.commit_locked(state, ts, now_ms);
         }
         Ok(())
@@ -249,7 +251,7 @@ impl Store {
             let mut shard = self.shard(key).write();
             // A version is prepared before it is committed, and committed once: the pending
             // entry just taken is its prepare's, and a pending version is never collected.
-            let state = shard.get_mut(key).expect("a pending key has a prepared version");
+            let state = shard.get_mut(&key[..]).expect("a pending key has a prepared version");
             let stored = state.versions.get(&ts).expect("a pending version is never collected");
             let committed_before = stored.committed.swap(true, Ordering::AcqRel);
             assert!(!committed_before, "version {ts} committed twice");
@@ -317,7 +319,7 @@ impl Store {
         let mut state = TxnState::Unknown;
         for key in keys {
             let shard = self.shard(key).read();
-            if let Some(stored) = shard.get(key).and_then(|entry| entry.versions.get(&ts)) {
+            if let Some(stored) = shard.get(&key[..]).and_then(|entry| entry.versions.get(&ts)) {
                 if stored.committed.load(Ordering::Acquire) {
                     return TxnState::Committed;
                 }
@@ -338,7 +340,7 @@ impl Store {
         };
         for key in &pending.keys {
             let mut shard = self.shard(key).write();
-            let Some(state) = shard.get_mut(key) else { continue };
+            let Some(state) = shard.get_mut(&key[..]) else { continue };
             let committed = state.versions.get(&ts).is_some_and(|stored| stored.committed.load(Ordering::Acquire));
             if !committed {
                 if let Some(removed) = state.versions.remove(&ts) {

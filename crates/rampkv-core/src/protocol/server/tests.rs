@@ -288,3 +288,23 @@ fn a_reply_as_a_response_is_what_its_frame_decodes_to() {
         (7, &b"b7"[..], &Metadata::Bloom(vec![0x5a; 16]))
     );
 }
+
+#[test]
+fn prepares_of_one_write_set_share_its_decoded_keys_and_others_get_their_own() {
+    let keys: Vec<Vec<u8>> = (0..10u8).map(|index| vec![b'k', index]).collect();
+    let first = shared_write_set(WriteSet::from_keys(&keys).unwrap());
+    let second = shared_write_set(WriteSet::from_keys(&keys).unwrap());
+    assert!(Arc::ptr_eq(&first, &second), "the second PREPARE of the same write set decodes nothing");
+    assert_eq!(first.iter().map(|key| key.to_vec()).collect::<Vec<_>>(), keys);
+
+    let other_keys: Vec<Vec<u8>> = keys.iter().rev().cloned().collect();
+    let other = shared_write_set(WriteSet::from_keys(&other_keys).unwrap());
+    assert!(!Arc::ptr_eq(&first, &other));
+    assert_eq!(other.iter().map(|key| key.to_vec()).collect::<Vec<_>>(), other_keys);
+
+    // One key (a SET): decoded on its own each time, never kept.
+    let single = || shared_write_set(WriteSet::from_keys(&[b"solo"]).unwrap());
+    let (a, b) = (single(), single());
+    assert!(!Arc::ptr_eq(&a, &b));
+    assert_eq!(&a[..], &[Key::from(&b"solo"[..])]);
+}
