@@ -176,6 +176,10 @@ pub enum Refusal {
     /// The client's proof is missing or wrong: its secret is not the server's.
     #[error("wrong proof: the client's secret is not the server's")]
     Authentication,
+    /// No fabric medium joins the two sides (another host, and RDMA missing on one of them):
+    /// the client should reach this server over TCP (the fabric's words).
+    #[error("no fabric medium reaches the client's region: {reason}")]
+    NoMedium { reason: String },
     /// The server could not register the connection's region (the fabric's words).
     #[error("the server cannot register a region for the connection: {message}")]
     ServerRegion { message: String },

@@ -66,17 +66,29 @@ pub trait FabricHandle:
 {
     /// This process's fabric.
     fn open() -> Result<Self, FabricError>;
+
+    /// The medium a mapped region is reached through (`shm`, `verbs`, ...), for what a client
+    /// reports it chose.
+    fn medium_name(&self, _remote: &Self::RemoteRegion) -> &'static str;
 }
 
 impl FabricHandle for ShmFabric {
     fn open() -> Result<Self, FabricError> {
         ShmFabric::new()
     }
+
+    fn medium_name(&self, _remote: &Self::RemoteRegion) -> &'static str {
+        "shm"
+    }
 }
 
 impl FabricHandle for rampkv_fabric::MemoryFabric {
     fn open() -> Result<Self, FabricError> {
         Ok(rampkv_fabric::MemoryFabric::global())
+    }
+
+    fn medium_name(&self, _remote: &Self::RemoteRegion) -> &'static str {
+        "memory"
     }
 }
 
@@ -218,6 +230,8 @@ pub struct FabricClient<F: FabricHandle, K> {
     secret: Option<Arc<SharedSecret>>,
     doorbell: Doorbell<Arc<F::LocalRegion>>,
     items: Vec<Option<ItemRegionInfo>>,
+    /// Per server: the medium its connection region was mapped through.
+    media: Vec<&'static str>,
     _kind: PhantomData<K>,
 }
 
@@ -233,7 +247,8 @@ impl<F: FabricHandle, K: FabricKind<F>> FabricClient<F, K> {
     pub fn with_fabric(fabric: F, servers: usize) -> Result<Self, ChannelError> {
         let endpoint = Endpoint::register(fabric, "client", HEADER_BYTES + servers * K::CLIENT_SLOT_BYTES)?;
         let doorbell = endpoint.doorbell()?;
-        Ok(Self { endpoint, secret: crate::auth::client_secret(), doorbell, items: Vec::new(), _kind: PhantomData })
+        let secret = crate::auth::client_secret();
+        Ok(Self { endpoint, secret, doorbell, items: Vec::new(), media: Vec::new(), _kind: PhantomData })
     }
 }
 
@@ -275,6 +290,19 @@ impl<F: FabricHandle, K> FabricClient<F, K> {
     /// GET\*: the item region server `server` announced, if any.
     pub fn item_region(&self, server: usize) -> Option<&ItemRegionInfo> {
         self.items.get(server).and_then(Option::as_ref)
+    }
+
+    /// The medium server `server`'s region was last mapped through (`-` before it was).
+    pub fn medium_name(&self, server: usize) -> &'static str {
+        self.media.get(server).copied().unwrap_or("-")
+    }
+
+    /// Waits on the doorbell (a bounded spin, then a sleep of at most `WRITEPOLL_SLEEP_MS_MAX`,
+    /// so that the control connections are checked that often) until `ready`. True if it timed
+    /// out.
+    pub fn wait_ready(&self, ready: impl Fn() -> bool, timeout: Option<Duration>) -> bool {
+        let slice = Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX);
+        self.doorbell.wait_until(ready, timeout.map_or(slice, |timeout| timeout.min(slice))).is_err()
     }
 }
 
@@ -335,6 +363,8 @@ impl<F: FabricHandle, K: FabricKind<F>> ClientMedium for FabricClient<F, K> {
         let doorbells = Doorbells { remote: Some(self.endpoint.fabric.map(&doorbell)?), local: None };
         self.items.resize(server + 1, None);
         self.items[server] = items;
+        self.media.resize(server + 1, "-");
+        self.media[server] = self.endpoint.fabric.medium_name(&peer);
         // Our receiving side is fresh, and the server writes to it only in answer to a request:
         // building it (which zeroes it) after the handshake is in time.
         let peer_slot = peer_slot as usize;
@@ -345,8 +375,7 @@ impl<F: FabricHandle, K: FabricKind<F>> ClientMedium for FabricClient<F, K> {
     /// so that the control connections are checked that often) for a channel to become
     /// readable or writable. True if it timed out.
     fn wait(&mut self, channels: &mut [Option<K::Client>], timeout: Option<Duration>) -> Result<bool, ChannelError> {
-        let slice = Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX);
         let ready = || channels.iter().flatten().any(|channel| channel.readable() || channel.writable());
-        Ok(self.doorbell.wait_until(ready, timeout.map_or(slice, |timeout| timeout.min(slice))).is_err())
+        Ok(self.wait_ready(ready, timeout))
     }
 }

@@ -57,7 +57,7 @@ use rampkv_core::limits::{
     CONTROL_HANDSHAKES_MAX, CONTROL_HANDSHAKE_TIMEOUT_MS, RFRPC_GROUP_CONNECTIONS_MAX, SENDRECV_GROUP_CONNECTIONS_MAX,
     WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_GROUP_CONNECTIONS_MAX,
 };
-use rampkv_fabric::{Doorbell, ShmFabric, Words};
+use rampkv_fabric::{Doorbell, FabricError, ShmFabric, Words};
 
 use super::{PollerThread, ServerGroup, Servers};
 use crate::auth::{ProofLabel, SharedSecret};
@@ -539,7 +539,10 @@ impl<F: FabricHandle> Control<F> {
             server_proof = Some(ControlToken(secret.proof(ProofLabel::ControlServer, &nonce.0, &challenge.0)));
         }
         let fabric = &self.doorbell.fabric;
-        let peer = fabric.map(&hello.region).map_err(|error| region_refusal(&error))?;
+        let peer = fabric.map(&hello.region).map_err(|error| match error {
+            // VERBSFAB-PENDING FabricError::NoMedium { .. } => Refusal::NoMedium { reason: error.to_string() },
+            error => region_refusal(&error),
+        })?;
         let peer_slot = usize::try_from(hello.slot_offset_bytes).map_err(|error| region_refusal(&error))?;
         let mut written = [0u8; CONTROL_CHALLENGE_BYTES];
         fabric.read(&peer, peer_slot, &mut written).map_err(|error| region_refusal(&error))?;

@@ -40,7 +40,8 @@ use rampkv_core::limits::{CLIENT_RECONNECT_BACKOFF_MS_MAX, CLIENT_RECONNECT_BACK
 use rampkv_core::wire::{Request, Response, WireError};
 use rampkv_fabric::ShmFabric;
 
-use crate::message::fabric::FabricClient;
+use crate::message::fabric::{FabricClient, FabricHandle, FabricKind};
+use crate::message::fallback::Fallback;
 use crate::message::rfrpc::RfRpc;
 use crate::message::ring::Ring;
 use crate::message::sendrecv::SendRecv;
@@ -57,6 +58,13 @@ pub type SendRecvClientTransport = Transport<FabricClient<ShmFabric, SendRecv>>;
 pub type RfRpcClientTransport = Transport<FabricClient<ShmFabric, RfRpc>>;
 /// GET\*/PUT+ over the (shared-memory) fabric.
 pub type OneSidedClientTransport = onesided::GetStarTransport<ShmFabric>;
+/// [`WritePollClientTransport`] that reaches over TCP a server the fabric cannot reach
+/// ([`Transport::connect_or_tcp`]).
+pub type MixedWritePollTransport = Transport<Fallback<ShmFabric, Ring>>;
+/// [`SendRecvClientTransport`] with the TCP fallback.
+pub type MixedSendRecvTransport = Transport<Fallback<ShmFabric, SendRecv>>;
+/// [`RfRpcClientTransport`] with the TCP fallback.
+pub type MixedRfRpcTransport = Transport<Fallback<ShmFabric, RfRpc>>;
 
 /// Why a transport failed. A failed transport is broken for good: the caller reconnects.
 #[derive(Debug, thiserror::Error)]
@@ -200,6 +208,16 @@ impl<M: OpenMedium> Transport<M> {
     }
 }
 
+impl<F: FabricHandle, K: FabricKind<F>> Transport<Fallback<F, K>> {
+    /// Connects to every server's front end at `control_addresses`; a server the fabric cannot
+    /// reach (another host, no RDMA on one side) is reached over TCP at `tcp_addresses[i]`
+    /// instead, and said so (`crate::message::fallback`).
+    pub fn connect_or_tcp(control_addresses: &[String], tcp_addresses: &[String]) -> Result<Self, TransportError> {
+        let fabric = FabricClient::open(control_addresses.len()).map_err(TransportError::Open)?;
+        Self::with_medium(Fallback::new(fabric, tcp_addresses), control_addresses)
+    }
+}
+
 impl<M: ClientMedium> Transport<M> {
     /// Connects to every address over `medium`.
     pub fn with_medium(mut medium: M, addresses: &[String]) -> Result<Self, TransportError> {
@@ -302,10 +320,11 @@ impl<M: ClientMedium> Transport<M> {
         let mut delivered = 0;
         for server in 0..self.channels.len() {
             let Some(channel) = self.channels[server].as_mut() else { continue };
+            let stream = channel.is_stream();
             let mut failure = None;
             let mut consume = |bytes: &[u8]| {
                 let (walked, fault) =
-                    walk_frames(bytes, M::Channel::STREAM, |header, body| match Response::decode(header.kind, body) {
+                    walk_frames(bytes, stream, |header, body| match Response::decode(header.kind, body) {
                         Ok(response) => {
                             deliver(server, header.request_id, response);
                             delivered += 1;

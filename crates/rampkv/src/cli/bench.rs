@@ -11,6 +11,7 @@ use clap::Args;
 
 use rampkv::bench::{self, BenchConfig, StopAfter, Workload};
 use rampkv::limits::GC_GRACE_MS;
+use rampkv::message::fallback::{media_line, take_chosen_media};
 use rampkv::progress::{Goal, ProgressBar};
 use rampkv::protocol::bloom::BloomParameters;
 use rampkv::protocol::ramp::Algorithm;
@@ -222,6 +223,9 @@ pub(crate) fn run(args: BenchArgs) -> Result<ExitCode> {
         out!("{}", serde_json::to_string(&result)?);
     } else {
         out!("{result}");
+        if let Some(line) = media_line(&take_chosen_media()) {
+            out!("media: {line}");
+        }
     }
     if args.ycsb {
         out_raw!("{}", result.ycsb_text());
@@ -245,11 +249,15 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
         transports.push(bench::TransportKind::InProcess);
     }
     let progress = ProgressBar::new(Goal::Steps { total: transports.len() as u64 }, "rampkv bench --compare");
+    let mut media = Vec::new();
     let results = bench::compare::run_each(config, &transports, |result| {
         progress.println(&format!(
             "rampkv bench --compare: {} done, {:.0} txn/s",
             result.transport, result.throughput_txn_per_s
         ));
+        if let Some(line) = media_line(&take_chosen_media()) {
+            media.push(format!("media of {}: {line}", result.transport));
+        }
         progress.inc();
     });
     progress.finish();
@@ -276,6 +284,9 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
         out_raw!("{}", bench::compare::comparison_table(&results));
         for line in results.iter().filter_map(bench::BenchResult::batching_line) {
             out!("\n{line}");
+        }
+        for line in &media {
+            out!("{line}");
         }
         if in_process {
             out!(
