@@ -487,12 +487,12 @@ count_run() { # OUTPUT TRANSPORT
 
 # bench on host b against host a's cluster over TRANSPORT, checked, racing on 16 keys (with the
 # network model on: each request its own random delay, so servers see sessions' requests in
-# different orders, as the embedded cluster's runs do): the
+# different orders, as the embedded cluster's runs do; a 3 ms mean: TCG guests are slow): the
 # exit status must be 0 (clean, races seen); the media line must name MEDIUM for every server
 # (a fabric transport).
 check_bench() { # TRANSPORT MEDIUM [EXTRA...]
   local transport=$1 medium=$2 out rc=0; shift 2
-  out=$(run_on b --timeout 300 "$RAMPKV bench --cluster /tmp/cluster.toml --transport $transport --keys 16 --read-ratio 0.5 --interleave on --duration 3s --check $* 2>&1") || rc=$?
+  out=$(run_on b --timeout 300 "$RAMPKV bench --cluster /tmp/cluster.toml --transport $transport --keys 16 --read-ratio 0.5 --interleave on --jitter 3ms --duration 5s --check $* 2>&1") || rc=$?
   echo "$out" | grep -Ev '^\s*$' | tail -14
   count_run "$out" "$transport"
   [ "$rc" = 0 ] || { echo "bench over $transport: exit status $rc (0 is a clean check with races)"; return 1; }
@@ -524,7 +524,7 @@ check_rfrpc_transport() { # MEDIUM
 check_mixed_pair() {
   start_servers ring || return 1
   local out rc=0
-  out=$(run_on b --timeout 300 "$RAMPKV bench --fabric shm --cluster /tmp/cluster.toml --transport writepoll --keys 16 --read-ratio 0.5 --interleave on --duration 3s --check 2>&1") || rc=$?
+  out=$(run_on b --timeout 300 "$RAMPKV bench --fabric shm --cluster /tmp/cluster.toml --transport writepoll --keys 16 --read-ratio 0.5 --interleave on --jitter 3ms --duration 5s --check 2>&1") || rc=$?
   echo "$out" | grep -Ev '^\s*$' | tail -8
   count_run "$out" writepoll
   [ "$rc" = 0 ] || { echo "bench with --fabric shm: exit status $rc"; return 1; }
@@ -581,7 +581,10 @@ measure_getstar_read() {
 
 # Acknowledged writes across kill -9: `rampkv chaos` on host a (its servers, persistent with
 # --appendfsync always, killed and restarted; every key read back against its last acknowledged
-# write), over a one-sided transport on host a's fabric.
+# write), over a one-sided transport on host a's fabric. What decides here is the read-back:
+# nothing acknowledged lost, after at least one kill, and no failure but `inconclusive` (a TCG
+# guest's one vCPU seldom races enough for chaos's own atomicity check, which the bench steps
+# above make with the network model).
 check_chaos_lost() {
   local out rc=0
   out=$(run_on a --timeout 400 "rm -rf /tmp/chaos; mkdir -p /tmp/chaos; $RAMPKV chaos --servers 3 --duration 8s --transport writepoll --network loopback --kill-interval 2s..3s --data-dir /tmp/chaos/data --history /tmp/chaos/history.jsonl --json 2>/tmp/chaos.err; echo \"status \$?\"; tail -5 /tmp/chaos.err") || rc=$?
@@ -603,7 +606,8 @@ for line in sys.stdin:
   LAB_TXNS=$((LAB_TXNS + txns))
   LAB_LOST=$((LAB_LOST + lost))
   [[ " ${LAB_TRANSPORTS[*]} " == *" writepoll (chaos) "* ]] || LAB_TRANSPORTS+=("writepoll (chaos)")
-  [ "$rc" = 0 ] && [ "$passed" = True ] && [ "$lost" = 0 ] && [ "$kills" -gt 0 ]
+  local others; others=$(echo "$figures" | sed -n 2p | grep -o "'failure': '[a-z_]*'" | grep -v "'inconclusive'")
+  [ "$rc" = 0 ] && [ -z "$others" ] && [ "$lost" = 0 ] && [ "$kills" -gt 0 ]
 }
 
 one_guest_steps() {
