@@ -377,6 +377,12 @@ build_binaries() {
   [ -n "$VERBS_TESTS" ] || { echo "$out"; echo "no verbs_device test binary in cargo's output"; return 1; }
   VERBS_TESTS="$REPO/$VERBS_TESTS"
   VERBS_PAIR="$REPO/target/release/examples/verbs_pair"
+  (cd "$REPO" && cargo build --release -p rampkv-fabric --example verbs_fabric_pair --quiet) || return 1
+  out=$(cd "$REPO" && cargo test --release -p rampkv-fabric --test verbs_fabric --no-run 2>&1) || { echo "$out"; return 1; }
+  FABRIC_TESTS=$(printf '%s\n' "$out" | sed -n 's/.*Executable .*(\(.*verbs_fabric-[0-9a-f]*\)).*/\1/p' | tail -1)
+  [ -n "$FABRIC_TESTS" ] || { echo "$out"; echo "no verbs_fabric test binary in cargo's output"; return 1; }
+  FABRIC_TESTS="$REPO/$FABRIC_TESTS"
+  FABRIC_PAIR="$REPO/target/release/examples/verbs_fabric_pair"
   (cd "$REPO" && cargo build --release -p rampkv --quiet) || return 1
   RAMPKV="$REPO/target/release/rampkv"
 }
@@ -391,6 +397,24 @@ check_device_tests() { # in one guest: every #[ignore]d device test of the verbs
   run_on a --timeout 300 "$VERBS_TESTS --ignored --test-threads 1 --show-output"
 }
 
+check_fabric_tests() { # in one guest: the verbs fabric between processes (rxe loopback)
+  run_on a --timeout 300 "$FABRIC_TESTS --ignored --test-threads 1 --nocapture"
+}
+check_fabric_pair() { # a owns regions, b reaches them through AnyFabric (auto: verbs); both check
+  run_on a --background --timeout 180 "$FABRIC_PAIR owner > /tmp/fabric-owner.log 2>&1; echo \$? > /tmp/fabric-owner.rc" >/dev/null
+  local descriptors rc=0 out
+  descriptors=$(run_on a --timeout 90 'for i in $(seq 800); do [ "$(grep -c "^descriptor " /tmp/fabric-owner.log 2>/dev/null)" = 2 ] && break; [ -f /tmp/fabric-owner.rc ] && break; sleep 0.1; done; grep "^descriptor " /tmp/fabric-owner.log') || {
+    run_on a --timeout 30 'cat /tmp/fabric-owner.log'; return 1; }
+  local region slots
+  region=$(printf '%s\n' "$descriptors" | sed -n '1s/^descriptor //p')
+  slots=$(printf '%s\n' "$descriptors" | sed -n '2s/^descriptor //p')
+  out=$(run_on b --timeout 150 "$FABRIC_PAIR client '$region' '$slots'") || rc=$?
+  echo "$out"
+  local line
+  while read -r line; do FIGURES+=("verbs_fabric_pair $line"); done < <(echo "$out" | grep -E '^(slot read|fabric READ)')
+  run_on a --timeout 60 'for i in $(seq 500); do [ -f /tmp/fabric-owner.rc ] && break; sleep 0.1; done; cat /tmp/fabric-owner.log; exit "$(cat /tmp/fabric-owner.rc 2>/dev/null || echo 1)"' || rc=$?
+  return $rc
+}
 check_pair() { # a serves, b runs every operation against it; both check
   run_on a --background --timeout 120 "$VERBS_PAIR server 0.0.0.0:7471 > /tmp/pair-server.log 2>&1; echo \$? > /tmp/pair-server.rc" >/dev/null
   local rc=0 out
@@ -623,12 +647,14 @@ for line in sys.stdin:
 
 one_guest_steps() {
   step "verbs device tests, one guest (rxe loopback)" check_device_tests
+  step "verbs fabric tests between processes, one guest (rxe loopback)" check_fabric_tests
 }
 
 two_guest_steps() {
   if [ "${RAMPKV_LAB_ONLY:-}" != rampkv ]; then
     step "verbs_pair: READ, WRITE, CAS, FAA, SEND between two hosts" check_pair
     step "peer killed -9 mid-transfer: a clear error, bounded" check_peer_killed
+    step "verbs fabric (AnyFabric auto) between two hosts: every operation, wakes, slot reads" check_fabric_pair
   fi
   step "perftest ib_read_lat 8 B" check_read_latency 8
   step "perftest ib_read_lat 1 KiB" check_read_latency 1024
