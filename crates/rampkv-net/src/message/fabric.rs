@@ -102,11 +102,10 @@ pub fn fabric_choice() -> FabricChoice {
     process_fabric().0.unwrap_or(FabricChoice::Auto)
 }
 
-/// What this process's fabric chose and can do, e.g. `auto (shm; verbs: no device)`, once it
-/// is open (None before).
+/// What this process's fabric chose and can do, e.g. `fabric auto: shm, no verbs (no RDMA
+/// device)`, once it is open (None before).
 pub fn fabric_summary() -> Option<String> {
-    let fabric = process_fabric();
-    fabric.1.as_ref().map(|opened| format!("{} ({})", opened.choice(), opened.capabilities()))
+    process_fabric().1.as_ref().map(|opened| opened.capabilities().to_string())
 }
 
 impl FabricHandle for AnyFabric {

@@ -291,7 +291,7 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
         );
         out!("machine: {} x {} ({})", first.machine.cpus, first.machine.cpu_model, first.machine.os);
         match rampkv::message::fabric::fabric_summary() {
-            Some(fabric) => out!("fabric: {fabric}; the medium per server is in the media lines below\n"),
+            Some(fabric) => out!("{fabric}; the medium per server is in the media lines below\n"),
             None => out!("fabric: not opened\n"),
         }
         out_raw!("{}", bench::compare::comparison_table(&results));
