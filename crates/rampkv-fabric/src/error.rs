@@ -50,4 +50,31 @@ pub enum FabricError {
         #[source]
         source: std::io::Error,
     },
+    /// No medium joins this process and the region's owner (another host without RDMA on
+    /// both sides, or a forced choice that cannot be met). The layer above falls back to TCP.
+    #[error("no fabric medium reaches region {name}: {reason}")]
+    NoMedium {
+        /// Region name.
+        name: String,
+        /// Why (which side lacks what).
+        reason: String,
+    },
+    /// RDMA was asked for and cannot be used here (no libibverbs, no device, no active port,
+    /// no address for the rendezvous listener).
+    #[error("RDMA unavailable: {reason}")]
+    VerbsUnavailable {
+        /// Why.
+        reason: String,
+    },
+    /// An RDMA operation on a peer failed: its queue pair went to error (the peer died or
+    /// became unreachable), an operation did not complete within its bound, or the connection
+    /// could not be set up. The link to the peer is dropped; mapping a new descriptor at the
+    /// same rendezvous connects afresh.
+    #[error("RDMA peer {peer} failed: {reason}")]
+    PeerFailed {
+        /// The peer's rendezvous address.
+        peer: String,
+        /// What happened.
+        reason: String,
+    },
 }

@@ -21,7 +21,7 @@
 //!   (a write zero-fills the padding). Our layouts are all word-aligned and word-padded.
 
 pub use crate::error::FabricError;
-pub use crate::region::{Access, RegionDescriptor};
+pub use crate::region::{Access, RegionDescriptor, VerbsRegionInfo};
 use crate::words::{LoadOrdering, StoreOrdering, Words};
 
 /// The data path: one-sided operations on a mapped peer region.

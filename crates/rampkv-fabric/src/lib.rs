@@ -32,10 +32,14 @@
 //! - [`verbs`]: real RDMA through libibverbs, loaded at run time (devices, registered regions,
 //!   RC queue pairs, batched READ/WRITE/atomics/SEND, completions; with `shm` and `futex`, the
 //!   crate's `unsafe`); the lab that runs it on Soft-RoCE is `scripts/rdma-lab.sh`.
+//! - [`verbs_fabric`]: the fabric traits over [`verbs`]: shm regions registered with the device,
+//!   one RC queue pair per pair of processes set up through a rendezvous, wakes as SENDs.
+//! - [`any`]: the product's fabric: shm on one host, verbs across hosts, chosen per peer.
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("rampkv-fabric needs Linux: /dev/shm regions and futex doorbells");
 
+pub mod any;
 pub mod clock;
 mod error;
 pub mod fabric;
@@ -49,10 +53,13 @@ pub mod sendrecv;
 pub mod shm;
 pub mod slot;
 pub mod verbs;
+pub mod verbs_fabric;
 pub mod words;
 
-pub use fabric::{Access, Fabric, FabricError, OneSided, RegionDescriptor};
+pub use any::{AnyFabric, AnyLocalRegion, AnyRemoteRegion, Capabilities, FabricChoice, Medium, ParseFabricChoiceError};
+pub use fabric::{Access, Fabric, FabricError, OneSided, RegionDescriptor, VerbsRegionInfo};
 pub use memory::{MemoryFabric, MemoryLocalRegion, MemoryRemoteRegion};
+pub use region::host_identity;
 pub use ring::{
     Doorbell, Doorbells, MessageView, RingAddresses, RingError, RingLayout, RingReceiver, RingSender, SendError,
     WaitError,
@@ -60,4 +67,5 @@ pub use ring::{
 pub use sendrecv::{Completion, PostError, QueueAddresses, QueueError, QueueLayout, ReceiveQueue, SendQueue};
 pub use shm::{cleanup_stale, ShmFabric, ShmLocalRegion, ShmRemoteRegion, StaleCleanup};
 pub use slot::{read_slot, slot_bytes, SlotReadError, SlotView, SlotWriteError, SlotWriter};
+pub use verbs_fabric::{VerbsConfig, VerbsFabric, VerbsLocalRegion, VerbsPort, VerbsRemoteRegion};
 pub use words::{FenceOrdering, HeapWords, LoadOrdering, StoreOrdering, Words};

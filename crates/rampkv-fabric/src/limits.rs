@@ -125,3 +125,38 @@ pub const RPC_CALL_TIMEOUT_MS_DEFAULT: u64 = 5_000;
 /// In-memory fabric, fault mode: how long (spins) a torn read waits half way for the region's
 /// owner to store, so that a read overlapping a write returns a mix of old and new words.
 pub const MEMORY_FAULT_WAIT_SPINS_MAX: u32 = 4_000;
+
+/// Longest an operation of the verbs fabric waits for its completion. Beyond it the peer's link
+/// is declared failed (a late completion could still land in the link's bounce buffer, so the
+/// link cannot be reused). Generous: Soft-RoCE under software emulation is slow, and a dead peer
+/// is reported by the transport's retries well within it.
+pub const VERBS_OP_TIMEOUT_MS: u64 = 10_000;
+
+/// Registered bounce buffer of one verbs link: reads and writes move through it, larger ones in
+/// chunks of this size.
+pub const VERBS_BOUNCE_BYTES: usize = 64 << 10;
+
+/// Receive buffers a verbs link keeps posted for wakes from its peer (each holds one wake).
+pub const VERBS_WAKE_BUFFERS: u32 = 256;
+
+/// Bytes of one wake message: the region's address and the word's offset, little-endian.
+pub const VERBS_WAKE_MESSAGE_BYTES: u32 = 16;
+
+/// Longest JSON line of the verbs rendezvous handshake.
+pub const VERBS_RENDEZVOUS_LINE_BYTES_MAX: usize = 2_048;
+
+/// Bound on connecting to a rendezvous and on each of its handshake's reads and writes.
+pub const VERBS_RENDEZVOUS_TIMEOUT_MS: u64 = 10_000;
+
+/// Longest sleep of a link's wake thread between checks of its peer's control connection
+/// (it sleeps on the completion channel and the control socket together, so this only bounds
+/// how late it notices its own fabric being dropped).
+pub const VERBS_RECEIVER_POLL_MS: i32 = 1_000;
+
+/// The RNR NAK timer code a verbs link asks senders to wait before retrying a wake that found
+/// no receive buffer posted: 22 = 20.48 ms, so six retries give the wake thread 120 ms to
+/// re-post before the sender's queue pair fails.
+pub const VERBS_MIN_RNR_TIMER: u8 = 22;
+
+/// Most verbs links (queue pairs to peers) one process keeps; a rendezvous beyond it is refused.
+pub const VERBS_LINKS_MAX: usize = 1_024;

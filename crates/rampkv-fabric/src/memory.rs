@@ -294,7 +294,7 @@ impl Fabric for MemoryFabric<HeapWords> {
         let words = Arc::new(HeapWords::new(len_bytes / WORD_BYTES));
         let stores = Arc::new(AtomicU64::new(0));
         regions.insert(name.to_owned(), (Arc::downgrade(&words), Arc::clone(&stores)));
-        let descriptor = RegionDescriptor { name: name.to_owned(), len_bytes: len_bytes as u64, access };
+        let descriptor = RegionDescriptor::new(name, len_bytes as u64, access);
         Ok(MemoryLocalRegion { words, stores, descriptor })
     }
 

@@ -129,6 +129,12 @@ impl ShmLocalRegion {
     pub fn descriptor(&self) -> &RegionDescriptor {
         &self.descriptor
     }
+
+    /// The first byte of the owner's mapping and its length in bytes: what the verbs fabric
+    /// registers with the device (`ibv_reg_mr`). The mapping lives as long as `self`.
+    pub(crate) fn mapped_range(&self) -> (*mut u8, usize) {
+        (self.mapping.base.as_ptr().cast::<u8>(), self.mapping.len_words * WORD_BYTES)
+    }
 }
 
 impl Drop for ShmLocalRegion {
@@ -366,7 +372,7 @@ impl Fabric for ShmFabric {
         cleanup.disarm();
         Ok(ShmLocalRegion {
             mapping: Mapping::read_write(map),
-            descriptor: RegionDescriptor { name: file_name, len_bytes: len_bytes as u64, access },
+            descriptor: RegionDescriptor::new(file_name, len_bytes as u64, access),
             path,
             _claim: claim,
         })
@@ -630,7 +636,7 @@ mod tests {
             format!("rampkv-1-x-{}", nonce.to_uppercase()), // not as we write it
             format!("rampkv-1-../x-{nonce}"),
         ] {
-            let descriptor = RegionDescriptor { name: bad.clone(), len_bytes: 64, access: Access::ReadOnly };
+            let descriptor = RegionDescriptor::new(bad.clone(), 64, Access::ReadOnly);
             assert!(matches!(fabric.map(&descriptor), Err(FabricError::InvalidRegion { .. })), "{bad}");
         }
         let mut descriptor = fabric.describe(&_first);

@@ -30,8 +30,8 @@ use rampkv_net::transport::interleave::{InterleaveStats, Interleaving};
 use rampkv_net::transport::local::LocalTransport;
 use rampkv_net::transport::onesided::{GetStarStats, OneSidedOptions};
 use rampkv_net::transport::{
-    ClientTransport, OneSidedClientTransport, RfRpcClientTransport, SendRecvClientTransport, TcpClientTransport,
-    WritePollClientTransport,
+    ClientTransport, MixedRfRpcTransport, MixedSendRecvTransport, MixedWritePollTransport, OneSidedClientTransport,
+    TcpClientTransport,
 };
 
 /// How long a driver waits in one poll before checking the clock again.
@@ -73,16 +73,16 @@ pub(super) fn spawn_client_threads(
                         run_client_thread(&config, transport, cluster, context)
                     }
                     TransportKind::WritePoll => {
-                        let transport =
-                            WritePollClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
+                        let transport = MixedWritePollTransport::connect_or_tcp(&control_addresses, cluster.servers())
+                            .map_err(ClientError::from)?;
                         run_client_thread(&config, transport, cluster, context)
                     }
                     TransportKind::InProcess => {
                         run_client_thread(&config, LocalTransport::new(&local_servers, None), cluster, context)
                     }
                     TransportKind::SendRecv => {
-                        let transport =
-                            SendRecvClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
+                        let transport = MixedSendRecvTransport::connect_or_tcp(&control_addresses, cluster.servers())
+                            .map_err(ClientError::from)?;
                         run_client_thread(&config, transport, cluster, context)
                     }
                     TransportKind::OneSided => {
@@ -91,11 +91,13 @@ pub(super) fn spawn_client_threads(
                             ..OneSidedOptions::default()
                         };
                         let transport =
-                            OneSidedClientTransport::connect(&control_addresses, options).map_err(ClientError::from)?;
+                            OneSidedClientTransport::connect_or_tcp(&control_addresses, cluster.servers(), options)
+                                .map_err(ClientError::from)?;
                         run_client_thread(&config, transport, cluster, context)
                     }
                     TransportKind::RfRpc => {
-                        let transport = RfRpcClientTransport::connect(&control_addresses).map_err(ClientError::from)?;
+                        let transport = MixedRfRpcTransport::connect_or_tcp(&control_addresses, cluster.servers())
+                            .map_err(ClientError::from)?;
                         run_client_thread(&config, transport, cluster, context)
                     }
                 }

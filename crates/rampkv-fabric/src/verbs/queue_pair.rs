@@ -637,6 +637,18 @@ impl QueuePair {
         }
     }
 
+    /// Arms only the receive queue (a thread that sleeps for received messages while others
+    /// wait for their sends arms only what it waits for, so their completions do not wake it).
+    ///
+    /// # Errors
+    /// `InvalidArgument` without a channel; `Call` when the device refuses.
+    pub(crate) fn arm_receive(&mut self) -> Result<(), VerbsError> {
+        if self.channel.is_none() {
+            return Err(VerbsError::InvalidArgument { reason: "the queue pair has no completion channel" });
+        }
+        self.arm_queue(WorkQueue::Receive)
+    }
+
     fn arm_queue(&mut self, queue: WorkQueue) -> Result<(), VerbsError> {
         let cq = match queue {
             WorkQueue::Send => self.send_cq.raw,

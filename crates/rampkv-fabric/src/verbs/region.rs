@@ -175,7 +175,14 @@ pub(crate) struct MrInner {
     pub(crate) len_bytes: u64,
     pub(crate) access: RegionAccess,
     /// Dropped after `Drop::drop` deregistered the region.
-    memory: MmapMut,
+    _memory: Memory,
+}
+
+/// The memory behind a registration: its own anonymous mapping, or memory someone else owns
+/// (a shared-memory region of the verbs fabric), kept alive by the handle held here.
+enum Memory {
+    Owned(#[allow(dead_code)] MmapMut),
+    Borrowed(#[allow(dead_code)] Arc<dyn std::any::Any + Send + Sync>),
 }
 
 // SAFETY: the registration is only passed to verbs (thread-safe); the memory is reached only
@@ -243,7 +250,59 @@ impl MemoryRegion {
                 address,
                 len_bytes: len_bytes as u64,
                 access,
-                memory,
+                _memory: Memory::Owned(memory),
+            }),
+        })
+    }
+
+    /// Registers `len_bytes` of memory that `owner` keeps mapped (the verbs fabric's
+    /// shared-memory regions: the owner's CPU and the NIC reach the same pages).
+    ///
+    /// # Safety
+    /// `address` must point to `len_bytes` of mapped, 8-aligned memory that stays mapped as long
+    /// as `owner` lives, and that memory must only ever be accessed through atomic 8-byte words
+    /// (by every thread and process), since the NIC may write any of it at any time.
+    ///
+    /// # Errors
+    /// As [`MemoryRegion::register`].
+    pub(crate) unsafe fn register_borrowed(
+        pd: &ProtectionDomain,
+        address: *mut u8,
+        len_bytes: usize,
+        access: RegionAccess,
+        owner: Arc<dyn std::any::Any + Send + Sync>,
+    ) -> Result<MemoryRegion, VerbsError> {
+        if len_bytes == 0 || len_bytes as u64 % WORD_BYTES != 0 || len_bytes as u64 > REGION_BYTES_MAX {
+            return Err(VerbsError::InvalidArgument {
+                reason: "region length must be a positive multiple of 8 within REGION_BYTES_MAX",
+            });
+        }
+        if address as u64 % WORD_BYTES != 0 {
+            return Err(VerbsError::Misaligned { offset_bytes: address as u64 });
+        }
+        let needs_local_write =
+            access.contains(RegionAccess::REMOTE_WRITE) || access.contains(RegionAccess::REMOTE_ATOMIC);
+        if needs_local_write && !access.contains(RegionAccess::LOCAL_WRITE) {
+            return Err(VerbsError::InvalidArgument { reason: "REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE" });
+        }
+        let api = pd.inner.context.inner.api;
+        // SAFETY: a live protection domain; the caller promises `len_bytes` of mapped memory at
+        // `address` for as long as `owner` lives, and `owner` is dropped only after
+        // ibv_dereg_mr (field order of MrInner and its Drop).
+        let raw = unsafe { (api.reg_mr)(pd.inner.raw.as_ptr(), address.cast(), len_bytes, access.to_raw()) };
+        let raw = NonNull::new(raw).ok_or_else(|| call_error("ibv_reg_mr", 0))?;
+        // SAFETY: ibv_reg_mr returned a valid ibv_mr, which lives until ibv_dereg_mr.
+        let (lkey, rkey) = unsafe { ((*raw.as_ptr()).lkey, (*raw.as_ptr()).rkey) };
+        Ok(MemoryRegion {
+            inner: Arc::new(MrInner {
+                pd: pd.clone(),
+                raw,
+                lkey,
+                rkey,
+                address: address as u64,
+                len_bytes: len_bytes as u64,
+                access,
+                _memory: Memory::Borrowed(owner),
             }),
         })
     }
@@ -270,10 +329,11 @@ impl MemoryRegion {
 
     fn words(&self) -> &[AtomicU64] {
         let words = (self.inner.len_bytes / WORD_BYTES) as usize;
-        // SAFETY: the mapping is page-aligned (so 8-aligned), `len_bytes` long (a multiple of
-        // 8) and lives as long as `self.inner`; AtomicU64 has u64's size and alignment and
-        // allows the concurrent writes that the NIC and other threads make.
-        unsafe { std::slice::from_raw_parts(self.inner.memory.as_ptr().cast::<AtomicU64>(), words) }
+        // SAFETY: the memory at `address` (an owned page-aligned mapping, or borrowed memory
+        // whose owner promised 8-alignment) is `len_bytes` long (a multiple of 8) and lives as
+        // long as `self.inner`; AtomicU64 has u64's size and alignment and allows the
+        // concurrent writes that the NIC and other threads make.
+        unsafe { std::slice::from_raw_parts(self.inner.address as *const AtomicU64, words) }
     }
 
     /// Copies `dst.len()` bytes from `offset_bytes` (8-aligned) with relaxed word loads in no

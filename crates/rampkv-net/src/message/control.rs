@@ -120,6 +120,9 @@ pub struct ControlResponse {
 /// The server's control lines: a challenge, then the verdict (or a refusal at once).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
+// One reply per connection, parsed once on the control path: its size does not matter, and
+// region descriptors grew their optional RDMA fields (host, verbs).
+#[allow(clippy::large_enum_variant)]
 pub enum ControlReply {
     /// Write these bytes at the start of your slot, then answer with a [`ControlResponse`].
     Challenge {
@@ -176,6 +179,10 @@ pub enum Refusal {
     /// The client's proof is missing or wrong: its secret is not the server's.
     #[error("wrong proof: the client's secret is not the server's")]
     Authentication,
+    /// No fabric medium joins the two sides (another host, and RDMA missing on one of them):
+    /// the client should reach this server over TCP (the fabric's words).
+    #[error("no fabric medium reaches the client's region: {reason}")]
+    NoMedium { reason: String },
     /// The server could not register the connection's region (the fabric's words).
     #[error("the server cannot register a region for the connection: {message}")]
     ServerRegion { message: String },

@@ -41,7 +41,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rampkv_fabric::{
-    Access, Doorbell, Doorbells, Fabric, FabricError, OneSided, RegionDescriptor, ShmFabric, StoreOrdering, Words,
+    Access, AnyFabric, Capabilities, Doorbell, Doorbells, Fabric, FabricChoice, FabricError, OneSided,
+    RegionDescriptor, ShmFabric, StoreOrdering, Words,
 };
 use serde::{Deserialize, Serialize};
 
@@ -54,8 +55,9 @@ use rampkv_core::limits::{
     CONTROL_CHALLENGE_BYTES, WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX,
 };
 
-/// A fabric the store runs over: the shared-memory fabric by default, the in-memory one in
-/// tests. Bundles the bounds the adapters need, and how to open the process's fabric.
+/// A fabric the store runs over: [`AnyFabric`] (shared memory on one host, RDMA verbs across
+/// hosts, as `--fabric` chose), the shared-memory one alone (replication's log regions), the
+/// in-memory one in tests. Bundles the bounds the adapters need, and how to open the process's fabric.
 pub trait FabricHandle:
     Fabric<LocalRegion: Send + Sync + 'static>
     + OneSided<RemoteRegion: Clone + Send + Sync + 'static>
@@ -66,17 +68,80 @@ pub trait FabricHandle:
 {
     /// This process's fabric.
     fn open() -> Result<Self, FabricError>;
+
+    /// The medium a mapped region is reached through (`shm`, `verbs`, ...), for what a client
+    /// reports it chose.
+    fn medium_name(&self, _remote: &Self::RemoteRegion) -> &'static str;
+}
+
+/// The fabric choice of this process (`--fabric`), and its fabric once opened: every front end,
+/// item region and client of the process shares one [`AnyFabric`] (one RDMA device context,
+/// one rendezvous listener, one queue pair per peer process).
+static PROCESS_FABRIC: Mutex<(Option<FabricChoice>, Option<AnyFabric>)> = Mutex::new((None, None));
+
+fn process_fabric() -> std::sync::MutexGuard<'static, (Option<FabricChoice>, Option<AnyFabric>)> {
+    PROCESS_FABRIC.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sets this process's fabric choice (`--fabric`; without a call: [`FabricChoice::Auto`]) and
+/// opens the fabric now, so that a forced choice that cannot be met (`verbs` without an active
+/// RDMA port) is an error at start-up. Returns what the opened fabric can do.
+///
+/// # Errors
+/// The fabric's, e.g. [`FabricError::VerbsUnavailable`] for a forced `verbs`.
+pub fn set_fabric_choice(choice: FabricChoice) -> Result<Capabilities, FabricError> {
+    let fabric = AnyFabric::open(choice)?;
+    let capabilities = fabric.capabilities();
+    *process_fabric() = (Some(choice), Some(fabric));
+    Ok(capabilities)
+}
+
+/// This process's fabric choice ([`FabricChoice::Auto`] unless [`set_fabric_choice`] said
+/// otherwise): what a process passes on to the server processes it starts.
+pub fn fabric_choice() -> FabricChoice {
+    process_fabric().0.unwrap_or(FabricChoice::Auto)
+}
+
+/// What this process's fabric chose and can do, e.g. `fabric auto: shm, no verbs (no RDMA
+/// device)`, once it is open (None before).
+pub fn fabric_summary() -> Option<String> {
+    process_fabric().1.as_ref().map(|opened| opened.capabilities().to_string())
+}
+
+impl FabricHandle for AnyFabric {
+    /// The process's fabric (opened at the first call with the process's choice).
+    fn open() -> Result<Self, FabricError> {
+        let mut fabric = process_fabric();
+        if let Some(opened) = &fabric.1 {
+            return Ok(opened.clone());
+        }
+        let opened = AnyFabric::open(fabric.0.unwrap_or(FabricChoice::Auto))?;
+        fabric.1 = Some(opened.clone());
+        Ok(opened)
+    }
+
+    fn medium_name(&self, remote: &Self::RemoteRegion) -> &'static str {
+        self.medium_of(remote).as_str()
+    }
 }
 
 impl FabricHandle for ShmFabric {
     fn open() -> Result<Self, FabricError> {
         ShmFabric::new()
     }
+
+    fn medium_name(&self, _remote: &Self::RemoteRegion) -> &'static str {
+        "shm"
+    }
 }
 
 impl FabricHandle for rampkv_fabric::MemoryFabric {
     fn open() -> Result<Self, FabricError> {
         Ok(rampkv_fabric::MemoryFabric::global())
+    }
+
+    fn medium_name(&self, _remote: &Self::RemoteRegion) -> &'static str {
+        "memory"
     }
 }
 
@@ -218,6 +283,8 @@ pub struct FabricClient<F: FabricHandle, K> {
     secret: Option<Arc<SharedSecret>>,
     doorbell: Doorbell<Arc<F::LocalRegion>>,
     items: Vec<Option<ItemRegionInfo>>,
+    /// Per server: the medium its connection region was mapped through.
+    media: Vec<&'static str>,
     _kind: PhantomData<K>,
 }
 
@@ -233,7 +300,8 @@ impl<F: FabricHandle, K: FabricKind<F>> FabricClient<F, K> {
     pub fn with_fabric(fabric: F, servers: usize) -> Result<Self, ChannelError> {
         let endpoint = Endpoint::register(fabric, "client", HEADER_BYTES + servers * K::CLIENT_SLOT_BYTES)?;
         let doorbell = endpoint.doorbell()?;
-        Ok(Self { endpoint, secret: crate::auth::client_secret(), doorbell, items: Vec::new(), _kind: PhantomData })
+        let secret = crate::auth::client_secret();
+        Ok(Self { endpoint, secret, doorbell, items: Vec::new(), media: Vec::new(), _kind: PhantomData })
     }
 }
 
@@ -275,6 +343,19 @@ impl<F: FabricHandle, K> FabricClient<F, K> {
     /// GET\*: the item region server `server` announced, if any.
     pub fn item_region(&self, server: usize) -> Option<&ItemRegionInfo> {
         self.items.get(server).and_then(Option::as_ref)
+    }
+
+    /// The medium server `server`'s region was last mapped through (`-` before it was).
+    pub fn medium_name(&self, server: usize) -> &'static str {
+        self.media.get(server).copied().unwrap_or("-")
+    }
+
+    /// Waits on the doorbell (a bounded spin, then a sleep of at most `WRITEPOLL_SLEEP_MS_MAX`,
+    /// so that the control connections are checked that often) until `ready`. True if it timed
+    /// out.
+    pub fn wait_ready(&self, ready: impl Fn() -> bool, timeout: Option<Duration>) -> bool {
+        let slice = Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX);
+        self.doorbell.wait_until(ready, timeout.map_or(slice, |timeout| timeout.min(slice))).is_err()
     }
 }
 
@@ -335,6 +416,8 @@ impl<F: FabricHandle, K: FabricKind<F>> ClientMedium for FabricClient<F, K> {
         let doorbells = Doorbells { remote: Some(self.endpoint.fabric.map(&doorbell)?), local: None };
         self.items.resize(server + 1, None);
         self.items[server] = items;
+        self.media.resize(server + 1, "-");
+        self.media[server] = self.endpoint.fabric.medium_name(&peer);
         // Our receiving side is fresh, and the server writes to it only in answer to a request:
         // building it (which zeroes it) after the handshake is in time.
         let peer_slot = peer_slot as usize;
@@ -345,8 +428,7 @@ impl<F: FabricHandle, K: FabricKind<F>> ClientMedium for FabricClient<F, K> {
     /// so that the control connections are checked that often) for a channel to become
     /// readable or writable. True if it timed out.
     fn wait(&mut self, channels: &mut [Option<K::Client>], timeout: Option<Duration>) -> Result<bool, ChannelError> {
-        let slice = Duration::from_millis(WRITEPOLL_SLEEP_MS_MAX);
         let ready = || channels.iter().flatten().any(|channel| channel.readable() || channel.writable());
-        Ok(self.doorbell.wait_until(ready, timeout.map_or(slice, |timeout| timeout.min(slice))).is_err())
+        Ok(self.wait_ready(ready, timeout))
     }
 }

@@ -12,6 +12,8 @@
 //! - [`ring`]: GET+/PUT+ message rings written one-sidedly (whole frames per message).
 //! - [`sendrecv`]: two-sided send/recv with posted receive buffers and a completion queue.
 //! - [`rfrpc`]: remote-fetch RPC: requests into the server's ring, replies fetched from its slot.
+//! - [`fallback`]: a fabric medium that reaches a server over TCP where the fabric cannot
+//!   (another host without RDMA), and what each server got.
 //! - [`fabric`]: what the fabric adapters share: the fabric handle, the client's region and
 //!   doorbell, the server connection regions and doorbell region, and the client's side of the
 //!   control handshake (TCP, JSON lines with a challenge, like rdma-cm).
@@ -27,6 +29,7 @@
 
 pub mod control;
 pub mod fabric;
+pub mod fallback;
 pub mod rfrpc;
 pub mod ring;
 pub mod sendrecv;
@@ -80,6 +83,12 @@ pub trait Channel {
     /// A byte stream (frames may be cut anywhere); otherwise every message holds whole frames
     /// and one that does not is corruption.
     const STREAM: bool;
+
+    /// [`Channel::STREAM`] of this channel (a channel type that wraps media of both kinds says
+    /// it per channel).
+    fn is_stream(&self) -> bool {
+        Self::STREAM
+    }
 
     /// The largest frame this channel carries (a larger reply is replaced by an error reply).
     fn frame_bytes_max(&self) -> usize;

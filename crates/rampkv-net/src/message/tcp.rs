@@ -437,6 +437,27 @@ impl TcpClient {
     }
 }
 
+impl TcpClient {
+    /// Waits up to `timeout` for epoll events and hands each to `ready` (server, readable,
+    /// writable, the peer finished). True if none came.
+    pub fn wait_events(
+        &mut self,
+        timeout: Option<Duration>,
+        mut ready: impl FnMut(usize, bool, bool, bool),
+    ) -> Result<bool, ChannelError> {
+        self.spin.poll(&mut self.poll, &mut self.events, timeout)?;
+        for event in self.events.iter() {
+            ready(
+                event.token().0,
+                event.is_readable(),
+                event.is_writable(),
+                event.is_read_closed() || event.is_error(),
+            );
+        }
+        Ok(self.events.is_empty())
+    }
+}
+
 impl OpenMedium for TcpClient {
     /// Proves this process's client secret, if it has one.
     fn open(_servers: usize) -> Result<Self, ChannelError> {
@@ -452,13 +473,11 @@ impl ClientMedium for TcpClient {
     }
 
     fn wait(&mut self, channels: &mut [Option<TcpChannel>], timeout: Option<Duration>) -> Result<bool, ChannelError> {
-        self.spin.poll(&mut self.poll, &mut self.events, timeout)?;
-        for event in self.events.iter() {
-            if let Some(Some(channel)) = channels.get_mut(event.token().0) {
-                channel.set_ready(event.is_readable(), event.is_writable(), event.is_read_closed() || event.is_error());
+        self.wait_events(timeout, |server, readable, writable, finished| {
+            if let Some(Some(channel)) = channels.get_mut(server) {
+                channel.set_ready(readable, writable, finished);
             }
-        }
-        Ok(self.events.is_empty())
+        })
     }
 }
 

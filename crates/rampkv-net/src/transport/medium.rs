@@ -9,6 +9,8 @@ use rampkv_core::wire::{Request, Response};
 
 use super::client::{ClientTransport, ServerEvent};
 use super::error::TransportError;
+use crate::message::fabric::{FabricClient, FabricHandle, FabricKind};
+use crate::message::fallback::Fallback;
 use crate::message::{walk_frames, BatchStats, Channel, ClientMedium, FrameFault, OpenMedium, OutBuffer};
 
 /// The client transport over any medium: per server a channel (while it is up) and the frames
@@ -50,6 +52,16 @@ impl<M: OpenMedium> Transport<M> {
     /// end's control address for a fabric medium).
     pub fn connect(addresses: &[String]) -> Result<Self, TransportError> {
         Self::with_medium(M::open(addresses.len()).map_err(TransportError::Open)?, addresses)
+    }
+}
+
+impl<F: FabricHandle, K: FabricKind<F>> Transport<Fallback<F, K>> {
+    /// Connects to every server's front end at `control_addresses`; a server the fabric cannot
+    /// reach (another host, no RDMA on one side) is reached over TCP at `tcp_addresses[i]`
+    /// instead, and said so (`crate::message::fallback`).
+    pub fn connect_or_tcp(control_addresses: &[String], tcp_addresses: &[String]) -> Result<Self, TransportError> {
+        let fabric = FabricClient::open(control_addresses.len()).map_err(TransportError::Open)?;
+        Self::with_medium(Fallback::new(fabric, tcp_addresses), control_addresses)
     }
 }
 
@@ -155,10 +167,11 @@ impl<M: ClientMedium> Transport<M> {
         let mut delivered = 0;
         for server in 0..self.channels.len() {
             let Some(channel) = self.channels[server].as_mut() else { continue };
+            let stream = channel.is_stream();
             let mut failure = None;
             let mut consume = |bytes: &[u8]| {
                 let (walked, fault) =
-                    walk_frames(bytes, M::Channel::STREAM, |header, body| match Response::decode(header.kind, body) {
+                    walk_frames(bytes, stream, |header, body| match Response::decode(header.kind, body) {
                         Ok(response) => {
                             deliver(server, header.request_id, response);
                             delivered += 1;

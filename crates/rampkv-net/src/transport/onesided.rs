@@ -56,6 +56,7 @@ use crate::item_slots::{lease_word_offset, LEASE_LINE_BYTES, LEASE_WORD_NOT_NEED
 use crate::message::control::ItemRegionInfo;
 use crate::message::fabric::FabricClient;
 use crate::message::fabric::FabricHandle;
+use crate::message::fallback::Fallback as MediumFallback;
 use crate::message::ring::Ring;
 use rampkv_core::limits::{
     ADDRESS_CACHE_ENTRIES_MAX, GETSTAR_LEASE_MARGIN_US, ITEM_REGION_BYTES_MAX, WRITEPOLL_SLEEP_MS_MAX,
@@ -145,7 +146,7 @@ impl AddressCache {
 
 /// GET\* reads over item slots, everything else over the write-poll transport.
 pub struct GetStarTransport<F: FabricHandle> {
-    inner: Transport<FabricClient<F, Ring>>,
+    inner: Transport<MediumFallback<F, Ring>>,
     fabric: F,
     /// Per server: its item region, if it announced one.
     regions: Vec<Option<ItemRegion<F::RemoteRegion>>>,
@@ -183,8 +184,28 @@ impl<F: FabricHandle> GetStarTransport<F> {
         control_addresses: &[String],
         options: OneSidedOptions,
     ) -> Result<Self, TransportError> {
+        Self::connect_with_fallback(fabric, control_addresses, &[], options)
+    }
+
+    /// [`GetStarTransport::connect`] that reaches server i over TCP at `tcp_addresses[i]` where
+    /// the fabric cannot (`crate::message::fallback`): that server's reads go to it as plain GETs.
+    pub fn connect_or_tcp(
+        control_addresses: &[String],
+        tcp_addresses: &[String],
+        options: OneSidedOptions,
+    ) -> Result<Self, TransportError> {
+        let fabric = F::open().map_err(|error| TransportError::Open(error.into()))?;
+        Self::connect_with_fallback(fabric, control_addresses, tcp_addresses, options)
+    }
+
+    fn connect_with_fallback(
+        fabric: F,
+        control_addresses: &[String],
+        tcp_addresses: &[String],
+        options: OneSidedOptions,
+    ) -> Result<Self, TransportError> {
         let medium = FabricClient::with_fabric(fabric, control_addresses.len()).map_err(TransportError::Open)?;
-        let inner = Transport::with_medium(medium, control_addresses)?;
+        let inner = Transport::with_medium(MediumFallback::new(medium, tcp_addresses), control_addresses)?;
         let fabric = inner.medium().fabric().clone();
         let mut regions = Vec::with_capacity(control_addresses.len());
         for server in 0..control_addresses.len() {
