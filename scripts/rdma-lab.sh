@@ -18,7 +18,8 @@
 #   rdma-lab.sh down         power the guests off (QEMU processes are ended by their PIDs)
 #   rdma-lab.sh test         boot, run the project's lab checks, print a summary line last,
 #                            power off; every step and the whole run (RAMPKV_LAB_TEST_S,
-#                            default 1500) are bounded by timeouts
+#                            default 1500) are bounded by timeouts. RAMPKV_LAB_ONLY=rampkv: only
+#                            the rampkv checks between the two guests
 #
 # How it works. A guest runs Debian bookworm's stock kernel with a busybox initramfs whose only
 # job is to mount the HOST's / read-only over virtio-9p (with a tmpfs overlay for writes), so
@@ -376,6 +377,8 @@ build_binaries() {
   [ -n "$VERBS_TESTS" ] || { echo "$out"; echo "no verbs_device test binary in cargo's output"; return 1; }
   VERBS_TESTS="$REPO/$VERBS_TESTS"
   VERBS_PAIR="$REPO/target/release/examples/verbs_pair"
+  (cd "$REPO" && cargo build --release -p rampkv --quiet) || return 1
+  RAMPKV="$REPO/target/release/rampkv"
 }
 
 # The verbs FFI's struct layouts against the installed C headers (libibverbs-dev).
@@ -423,15 +426,169 @@ check_read_latency() { # SIZE
   FIGURES+=("perftest ib_read_lat ${size} B: median (t_typical) ${median} us")
 }
 
+# --- rampkv across the two hosts -----------------------------------------------------------
+#
+# Servers run on host a (10.99.0.1), clients on host b; each host writes its own copy of the
+# cluster file into its /tmp. The totals of every checked run go into the summary line.
+
+LAB_TRANSPORTS=()
+LAB_TXNS=0
+LAB_ANOMALIES=0
+LAB_LOST=0
+LAB_FRONT= # ring or rfrpc: the front end of the cluster that runs on host a
+# What the fabric transports between the hosts must choose: verbs (both guests have rxe0);
+# RAMPKV_LAB_MEDIUM=tcp-fallback where the build has no verbs fabric.
+LAB_MEDIUM=${RAMPKV_LAB_MEDIUM:-verbs}
+
+# A cluster file of two servers on host a with FRONT's control addresses.
+cluster_toml() { # FRONT
+  local front=$1 i
+  for i in 1 2; do
+    printf '[[servers]]\naddress = "10.99.0.1:71%02d"\n%s = "10.99.0.1:72%02d"\n' "$i" "$front" "$i"
+  done
+}
+
+# Writes the cluster file into /tmp/cluster.toml on host NAME.
+put_cluster() { # NAME FRONT
+  run_on "$1" --timeout 30 "printf '%s' '$(cluster_toml "$2")' > /tmp/cluster.toml"
+}
+
+# Starts the two servers on host a with FRONT (ring|rfrpc), EXTRA server flags, and waits until
+# both answer on their ports. Each server's pid is in /tmp/server-I.pid, its log in
+# /tmp/server-I.log.
+start_servers() { # FRONT [EXTRA...]
+  local front=$1; shift
+  stop_servers
+  put_cluster a "$front" || return 1
+  put_cluster b "$front" || return 1
+  local i
+  for i in 1 2; do
+    run_on a --background --timeout 900 "exec $RAMPKV server --cluster /tmp/cluster.toml --listen 10.99.0.1:71$(printf %02d $i) --$front-listen 10.99.0.1:72$(printf %02d $i) --insecure-no-secret $* > /tmp/server-$i.log 2>&1 & echo \$! > /tmp/server-$i.pid; wait" >/dev/null || return 1
+  done
+  run_on a --timeout 120 'for t in $(seq 600); do up=0; for p in 7101 7102 7201 7202; do (exec 3<>/dev/tcp/10.99.0.1/$p) 2>/dev/null && up=$((up + 1)); done; [ $up = 4 ] && exit 0; sleep 0.2; done; cat /tmp/server-*.log; exit 1'
+  LAB_FRONT=$front
+}
+
+stop_servers() {
+  [ -n "$LAB_FRONT" ] || return 0
+  run_on a --timeout 30 'for f in /tmp/server-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; done; true' >/dev/null
+  LAB_FRONT=
+}
+
+# Adds one checked bench run's figures (its output in $1) to the totals.
+count_run() { # OUTPUT TRANSPORT
+  local txns anomalies
+  txns=$(echo "$1" | sed -n 's/^ *\([0-9]*\) transactions in .*/\1/p' | head -1)
+  anomalies=$(echo "$1" | awk '/^  (garbage|fractured):/ {sum += $2} END {print sum + 0}')
+  LAB_TXNS=$((LAB_TXNS + ${txns:-0}))
+  LAB_ANOMALIES=$((LAB_ANOMALIES + anomalies))
+  [[ " ${LAB_TRANSPORTS[*]} " == *" $2 "* ]] || LAB_TRANSPORTS+=("$2")
+}
+
+# bench on host b against host a's cluster over TRANSPORT, checked, racing on 16 keys: the
+# exit status must be 0 (clean, races seen); the media line must name MEDIUM for every server
+# (a fabric transport).
+check_bench() { # TRANSPORT MEDIUM [EXTRA...]
+  local transport=$1 medium=$2 out rc=0; shift 2
+  out=$(run_on b --timeout 300 "$RAMPKV bench --cluster /tmp/cluster.toml --transport $transport --keys 16 --read-ratio 0.5 --clients 4 --duration 3s --check $* 2>&1") || rc=$?
+  echo "$out" | grep -Ev '^\s*$' | tail -14
+  count_run "$out" "$transport"
+  [ "$rc" = 0 ] || { echo "bench over $transport: exit status $rc (0 is a clean check with races)"; return 1; }
+  if [ "$transport" != tcp ]; then
+    local media; media=$(echo "$out" | sed -n 's/^media: //p')
+    [ "$(echo "$media" | grep -o "server [0-9]* ([^)]*) $medium" | wc -l)" = 2 ] \
+      || { echo "expected both servers over $medium, media: ${media:-none}"; return 1; }
+  fi
+}
+
+check_ring_transports() { # MEDIUM: what the fabric transports must choose between the hosts
+  local medium=$1 rc=0 transport
+  start_servers ring || return 1
+  check_bench tcp tcp || rc=1
+  for transport in writepoll sendrecv onesided; do check_bench "$transport" "$medium" || rc=1; done
+  return $rc
+}
+
+check_rfrpc_transport() { # MEDIUM
+  start_servers rfrpc || return 1
+  check_bench rfrpc "$1"
+}
+
+# A peer without RDMA: the bench on b runs with --fabric shm (as a host without an rxe
+# device does): no medium joins it to host a, so each server is reached over TCP, and said so.
+check_mixed_pair() {
+  start_servers ring || return 1
+  local out rc=0
+  out=$(run_on b --timeout 300 "$RAMPKV bench --fabric shm --cluster /tmp/cluster.toml --transport writepoll --keys 16 --read-ratio 0.5 --clients 4 --duration 3s --check 2>&1") || rc=$?
+  echo "$out" | grep -Ev '^\s*$' | tail -8
+  count_run "$out" writepoll
+  [ "$rc" = 0 ] || { echo "bench with --fabric shm: exit status $rc"; return 1; }
+  echo "$out" | grep -q '^media: server 0 (.*) tcp-fallback, server 1 (.*) tcp-fallback' || { echo "no tcp-fallback in the media line"; return 1; }
+  echo "$out" | grep -q 'warning: server .*no fabric medium reaches' || { echo "no fallback warning on stderr"; return 1; }
+}
+
+# A server killed with SIGKILL in the middle of a run: the bench on b must end (a clear error,
+# or a result with failed transactions) within its bound, never hang; what it acknowledged
+# before and after stays checkable (its history is checked).
+check_server_killed() { # TRANSPORT
+  local transport=$1
+  start_servers ring || return 1
+  run_on b --background --timeout 240 "$RAMPKV bench --cluster /tmp/cluster.toml --transport $transport --keys 16 --read-ratio 0.5 --clients 4 --duration 20s --history /tmp/killed.jsonl > /tmp/killed.log 2>&1; echo \$? > /tmp/killed.rc" >/dev/null
+  run_on b --timeout 120 'for i in $(seq 1200); do grep -q "transactions\|rampkv bench: ramp" /tmp/killed.log 2>/dev/null && break; sleep 0.1; done' || return 1
+  sleep 4
+  run_on a --timeout 30 'kill -9 "$(cat /tmp/server-2.pid)" && rm -f /tmp/server-2.pid && echo "server 2 killed -9"' || return 1
+  local out rc=0
+  out=$(run_on b --timeout 200 'for i in $(seq 1800); do [ -f /tmp/killed.rc ] && break; sleep 0.1; done; [ -f /tmp/killed.rc ] || { echo "bench still running 180 s after the kill"; exit 1; }; tail -12 /tmp/killed.log; echo "bench exit status $(cat /tmp/killed.rc)"; '"$RAMPKV"' check /tmp/killed.jsonl 2>&1 | tail -6') || rc=$?
+  echo "$out"
+  [ $rc = 0 ] || return 1
+  # A clear end: a result, or an error line naming the server.
+  echo "$out" | grep -qE 'transactions in|rampkv: error|server 1|10\.99\.0\.1:7102' || return 1
+  count_run "$(echo "$out" | sed -n '/^read atomicity\|garbage\|fractured/p')" "$transport (kill -9)"
+  echo "$out" | grep -qiE 'read atomicity: (clean|inconclusive)|clean' || { echo "the history of the killed run is not clean"; return 1; }
+}
+
+# Acknowledged writes across kill -9: `rampkv chaos` on host a (its servers, persistent with
+# --appendfsync always, killed and restarted; every key read back against its last acknowledged
+# write), over a one-sided transport on host a's fabric.
+check_chaos_lost() {
+  local out rc=0
+  out=$(run_on a --timeout 400 "rm -rf /tmp/chaos; mkdir -p /tmp/chaos; $RAMPKV chaos --servers 3 --duration 8s --transport writepoll --network loopback --kill-interval 2s..3s --data-dir /tmp/chaos/data --history /tmp/chaos/history.jsonl --json 2>/tmp/chaos.err; echo \"status \$?\"; tail -5 /tmp/chaos.err") || rc=$?
+  local figures
+  figures=$(echo "$out" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    if line.startswith("{"):
+        r = json.loads(line); w = r["workload"]
+        print(w["reads_ok"] + w["writes_ok"], r["final_read"]["lost"], r["kills"], r["passed"])
+        break' 2>/dev/null)
+  echo "$out" | grep -v '^{' | tail -6
+  [ -n "$figures" ] || { echo "no chaos report"; return 1; }
+  local txns lost kills passed
+  read -r txns lost kills passed <<< "$figures"
+  echo "chaos: $txns transactions, $kills kills, $lost acknowledged writes lost, passed: $passed"
+  LAB_TXNS=$((LAB_TXNS + txns))
+  LAB_LOST=$((LAB_LOST + lost))
+  [[ " ${LAB_TRANSPORTS[*]} " == *" writepoll (chaos) "* ]] || LAB_TRANSPORTS+=("writepoll (chaos)")
+  [ "$rc" = 0 ] && [ "$passed" = True ] && [ "$lost" = 0 ] && [ "$kills" -gt 0 ]
+}
+
 one_guest_steps() {
   step "verbs device tests, one guest (rxe loopback)" check_device_tests
 }
 
 two_guest_steps() {
-  step "verbs_pair: READ, WRITE, CAS, FAA, SEND between two hosts" check_pair
-  step "peer killed -9 mid-transfer: a clear error, bounded" check_peer_killed
-  step "perftest ib_read_lat 8 B" check_read_latency 8
-  step "perftest ib_read_lat 1 KiB" check_read_latency 1024
+  if [ "${RAMPKV_LAB_ONLY:-}" != rampkv ]; then
+    step "verbs_pair: READ, WRITE, CAS, FAA, SEND between two hosts" check_pair
+    step "peer killed -9 mid-transfer: a clear error, bounded" check_peer_killed
+    step "perftest ib_read_lat 8 B" check_read_latency 8
+    step "perftest ib_read_lat 1 KiB" check_read_latency 1024
+  fi
+  step "rampkv: servers on a, bench --check on b over tcp, writepoll, sendrecv, onesided" check_ring_transports "$LAB_MEDIUM"
+  step "rampkv: rfrpc between the hosts" check_rfrpc_transport "$LAB_MEDIUM"
+  step "rampkv: a peer without RDMA falls back to TCP and says so" check_mixed_pair
+  step "rampkv: a server killed -9 mid-run: the bench ends clearly" check_server_killed writepoll
+  stop_servers
+  step "rampkv chaos on host a: kill -9, every key read back" check_chaos_lost
 }
 
 lab_test() {
@@ -453,7 +610,9 @@ lab_test() {
   [ "$FAILED" = 0 ] || { echo "rdma-lab: $PASSED passed, $FAILED failed"; return 1; }
   step "host: verbs struct layouts match libibverbs-dev's headers" check_layouts
   local booted=$SECONDS
-  if up --one; then
+  if [ "${RAMPKV_LAB_ONLY:-}" = rampkv ]; then
+    : # RAMPKV_LAB_ONLY=rampkv: only the rampkv checks between two guests (a quicker run)
+  elif up --one; then
     echo "-- one guest up in $((SECONDS - booted)) s"
     one_guest_steps
   else
@@ -473,6 +632,7 @@ lab_test() {
   local figure
   for figure in "${FIGURES[@]}"; do echo "  $figure"; done
   echo "rdma-lab: $PASSED passed, $FAILED failed"
+  echo "rdma-lab summary: transports run: $(IFS=,; echo "${LAB_TRANSPORTS[*]:-none}"); transactions: $LAB_TXNS; anomalies: $LAB_ANOMALIES; acknowledged writes lost: $LAB_LOST"
   [ "$FAILED" = 0 ]
 }
 

@@ -62,7 +62,7 @@ use std::sync::Arc;
 use ahash::AHashMap as HashMap;
 use parking_lot::Mutex;
 use rampkv_fabric::slot::{SLOT_BYTES_MIN, SLOT_FLAG_NEWER_PREPARED, SLOT_FLAG_VALID};
-use rampkv_fabric::{slot_bytes, Access, FabricError, ShmFabric, SlotWriter, StoreOrdering, Words};
+use rampkv_fabric::{slot_bytes, Access, AnyFabric, FabricError, SlotWriter, StoreOrdering, Words};
 use serde::{Deserialize, Serialize};
 
 use crate::message::control::ItemRegionInfo;
@@ -199,7 +199,7 @@ pub trait Publisher: Send + Sync + std::fmt::Debug {
 }
 
 /// One server's item region and its slot table.
-pub struct ItemSlots<F: FabricHandle = ShmFabric> {
+pub struct ItemSlots<F: FabricHandle = AnyFabric> {
     region: Arc<F::LocalRegion>,
     info: ItemRegionInfo,
     config: ItemSlotConfig,
@@ -475,11 +475,11 @@ impl<F: FabricHandle> ItemSlots<F> {
 mod tests {
     use super::*;
     use rampkv_core::storage::StoredMetadata;
-    use rampkv_fabric::{read_slot, Fabric, OneSided, ShmRemoteRegion, SlotReadError};
+    use rampkv_fabric::{read_slot, Fabric, OneSided, ShmFabric, ShmRemoteRegion, SlotReadError};
 
     static NAMES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-    fn slots(config: ItemSlotConfig) -> (ShmFabric, ItemSlots, ShmRemoteRegion) {
+    fn slots(config: ItemSlotConfig) -> (ShmFabric, ItemSlots<ShmFabric>, ShmRemoteRegion) {
         let fabric = ShmFabric::new().unwrap();
         let name = format!("items-test-{}", NAMES.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let slots = ItemSlots::register(&fabric, &name, config).unwrap();
@@ -496,7 +496,7 @@ mod tests {
     fn read<F: OneSided<RemoteRegion = ShmRemoteRegion>>(
         fabric: &F,
         remote: &ShmRemoteRegion,
-        slots: &ItemSlots,
+        slots: &ItemSlots<ShmFabric>,
         key: &[u8],
     ) -> Result<(Timestamp, Vec<u8>, bool), SlotReadError> {
         let index = slots.slot_of(key).expect("the key has a slot");

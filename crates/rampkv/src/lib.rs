@@ -25,5 +25,6 @@ pub use rampkv_bench::{bench, chaos, checker, figures, history, progress};
 pub use rampkv_config as config;
 pub use rampkv_core::{cluster, limits, protocol, storage, types, wire};
 pub use rampkv_durable as durable;
+pub use rampkv_fabric as fabric;
 pub use rampkv_net::{auth, client, item_slots, message, recovery, server, transport};
 pub use rampkv_resp as resp;

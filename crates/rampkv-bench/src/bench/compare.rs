@@ -19,8 +19,8 @@ pub fn run_each(
     transports: &[TransportKind],
     mut on_result: impl FnMut(&BenchResult),
 ) -> Result<Vec<BenchResult>, BenchError> {
-    if config.cluster_file.is_some() {
-        let why = "runs the embedded cluster (the one-sided transports need it); drop --cluster";
+    if config.cluster_file.is_some() && transports.contains(&TransportKind::InProcess) {
+        let why = "inprocess needs the embedded cluster: leave it out with --cluster";
         return Err(ConfigError::NotTogether { what: "--compare", why }.into());
     }
     let mut results = Vec::with_capacity(transports.len());

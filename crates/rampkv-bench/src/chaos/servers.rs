@@ -164,6 +164,7 @@ impl Servers {
         let mut command = network.server_command(index, &self.setup.program);
         command.arg("server").arg("--listen").arg(server.address.to_string());
         command.arg("--cluster").arg(&self.setup.cluster_file);
+        command.arg("--fabric").arg(rampkv_net::message::fabric::fabric_choice().as_str());
         if let (Some(front), Some(control)) = (self.setup.front, server.control) {
             command.arg(front.flag()).arg(control.to_string());
         }

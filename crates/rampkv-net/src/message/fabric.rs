@@ -41,7 +41,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rampkv_fabric::{
-    Access, Doorbell, Doorbells, Fabric, FabricError, OneSided, RegionDescriptor, ShmFabric, StoreOrdering, Words,
+    Access, AnyFabric, Capabilities, Doorbell, Doorbells, Fabric, FabricChoice, FabricError, OneSided,
+    RegionDescriptor, ShmFabric, StoreOrdering, Words,
 };
 use serde::{Deserialize, Serialize};
 
@@ -54,8 +55,9 @@ use rampkv_core::limits::{
     CONTROL_CHALLENGE_BYTES, WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_CONTROL_TIMEOUT_MS, WRITEPOLL_SLEEP_MS_MAX,
 };
 
-/// A fabric the store runs over: the shared-memory fabric by default, the in-memory one in
-/// tests. Bundles the bounds the adapters need, and how to open the process's fabric.
+/// A fabric the store runs over: [`AnyFabric`] (shared memory on one host, RDMA verbs across
+/// hosts, as `--fabric` chose), the shared-memory one alone (replication's log regions), the
+/// in-memory one in tests. Bundles the bounds the adapters need, and how to open the process's fabric.
 pub trait FabricHandle:
     Fabric<LocalRegion: Send + Sync + 'static>
     + OneSided<RemoteRegion: Clone + Send + Sync + 'static>
@@ -70,6 +72,58 @@ pub trait FabricHandle:
     /// The medium a mapped region is reached through (`shm`, `verbs`, ...), for what a client
     /// reports it chose.
     fn medium_name(&self, _remote: &Self::RemoteRegion) -> &'static str;
+}
+
+/// The fabric choice of this process (`--fabric`), and its fabric once opened: every front end,
+/// item region and client of the process shares one [`AnyFabric`] (one RDMA device context,
+/// one rendezvous listener, one queue pair per peer process).
+static PROCESS_FABRIC: Mutex<(Option<FabricChoice>, Option<AnyFabric>)> = Mutex::new((None, None));
+
+fn process_fabric() -> std::sync::MutexGuard<'static, (Option<FabricChoice>, Option<AnyFabric>)> {
+    PROCESS_FABRIC.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sets this process's fabric choice (`--fabric`; without a call: [`FabricChoice::Auto`]) and
+/// opens the fabric now, so that a forced choice that cannot be met (`verbs` without an active
+/// RDMA port) is an error at start-up. Returns what the opened fabric can do.
+///
+/// # Errors
+/// The fabric's, e.g. [`FabricError::VerbsUnavailable`] for a forced `verbs`.
+pub fn set_fabric_choice(choice: FabricChoice) -> Result<Capabilities, FabricError> {
+    let fabric = AnyFabric::open(choice)?;
+    let capabilities = fabric.capabilities();
+    *process_fabric() = (Some(choice), Some(fabric));
+    Ok(capabilities)
+}
+
+/// This process's fabric choice ([`FabricChoice::Auto`] unless [`set_fabric_choice`] said
+/// otherwise): what a process passes on to the server processes it starts.
+pub fn fabric_choice() -> FabricChoice {
+    process_fabric().0.unwrap_or(FabricChoice::Auto)
+}
+
+/// What this process's fabric chose and can do, e.g. `auto (shm; verbs: no device)`, once it
+/// is open (None before).
+pub fn fabric_summary() -> Option<String> {
+    let fabric = process_fabric();
+    fabric.1.as_ref().map(|opened| format!("{} ({})", opened.choice(), opened.capabilities()))
+}
+
+impl FabricHandle for AnyFabric {
+    /// The process's fabric (opened at the first call with the process's choice).
+    fn open() -> Result<Self, FabricError> {
+        let mut fabric = process_fabric();
+        if let Some(opened) = &fabric.1 {
+            return Ok(opened.clone());
+        }
+        let opened = AnyFabric::open(fabric.0.unwrap_or(FabricChoice::Auto))?;
+        fabric.1 = Some(opened.clone());
+        Ok(opened)
+    }
+
+    fn medium_name(&self, remote: &Self::RemoteRegion) -> &'static str {
+        self.medium_of(remote).as_str()
+    }
 }
 
 impl FabricHandle for ShmFabric {

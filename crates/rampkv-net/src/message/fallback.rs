@@ -90,8 +90,7 @@ pub fn media_line(media: &[(usize, String, ChosenMedium)]) -> Option<String> {
 pub fn no_medium_reason(error: &ChannelError) -> Option<String> {
     match error {
         ChannelError::Refused(Refusal::NoMedium { reason }) => Some(format!("the server cannot map ours: {reason}")),
-        // VERBSFAB-PENDING ChannelError::Fabric(error @ FabricError::NoMedium { .. }) => Some(error.to_string()),
-        ChannelError::Fabric(FabricError::NoWriteAccess) => None,
+        ChannelError::Fabric(error @ FabricError::NoMedium { .. }) => Some(error.to_string()),
         _ => None,
     }
 }
@@ -268,7 +267,7 @@ impl<F: FabricHandle, K: FabricKind<F>> ClientMedium for Fallback<F, K> {
             }
         };
         if !fabric_open {
-            return Ok(tcp.wait_events(timeout, &mut set_ready)?);
+            return tcp.wait_events(timeout, &mut set_ready);
         }
         // Both: epoll without blocking, then a slice of the doorbell wait.
         if !tcp.wait_events(Some(Duration::ZERO), &mut set_ready)? {

@@ -57,7 +57,7 @@ use rampkv_core::limits::{
     CONTROL_HANDSHAKES_MAX, CONTROL_HANDSHAKE_TIMEOUT_MS, RFRPC_GROUP_CONNECTIONS_MAX, SENDRECV_GROUP_CONNECTIONS_MAX,
     WRITEPOLL_CONTROL_LINE_BYTES_MAX, WRITEPOLL_GROUP_CONNECTIONS_MAX,
 };
-use rampkv_fabric::{Doorbell, FabricError, ShmFabric, Words};
+use rampkv_fabric::{AnyFabric, Doorbell, FabricError, Words};
 
 use super::{PollerThread, ServerGroup, Servers};
 use crate::auth::{ProofLabel, SharedSecret};
@@ -540,7 +540,7 @@ impl<F: FabricHandle> Control<F> {
         }
         let fabric = &self.doorbell.fabric;
         let peer = fabric.map(&hello.region).map_err(|error| match error {
-            // VERBSFAB-PENDING FabricError::NoMedium { .. } => Refusal::NoMedium { reason: error.to_string() },
+            FabricError::NoMedium { .. } => Refusal::NoMedium { reason: error.to_string() },
             error => region_refusal(&error),
         })?;
         let peer_slot = usize::try_from(hello.slot_offset_bytes).map_err(|error| region_refusal(&error))?;
@@ -635,7 +635,7 @@ fn read_line_now(stream: &mut std::net::TcpStream, line: &mut Vec<u8>) -> LineRe
 }
 
 /// The fabric front end over the shared-memory fabric.
-pub type FrontEnd = FabricFront<ShmFabric>;
+pub type FrontEnd = FabricFront<AnyFabric>;
 
 /// A running fabric front end. Dropping it stops it (the control thread first, then the
 /// poller, which drops every connection and tells the clients).

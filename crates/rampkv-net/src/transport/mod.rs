@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 
 use rampkv_core::limits::{CLIENT_RECONNECT_BACKOFF_MS_MAX, CLIENT_RECONNECT_BACKOFF_MS_MIN};
 use rampkv_core::wire::{Request, Response, WireError};
-use rampkv_fabric::ShmFabric;
+use rampkv_fabric::AnyFabric;
 
 use crate::message::fabric::{FabricClient, FabricHandle, FabricKind};
 use crate::message::fallback::Fallback;
@@ -50,21 +50,21 @@ use crate::message::{walk_frames, BatchStats, Channel, ChannelError, ClientMediu
 
 /// TCP: one socket per server.
 pub type TcpClientTransport = Transport<TcpClient>;
-/// GET+/PUT+: message rings written one-sidedly over the (shared-memory) fabric.
-pub type WritePollClientTransport = Transport<FabricClient<ShmFabric, Ring>>;
+/// GET+/PUT+: message rings written one-sidedly over the fabric (shared memory or RDMA).
+pub type WritePollClientTransport = Transport<FabricClient<AnyFabric, Ring>>;
 /// Two-sided send/recv emulated over the fabric (posted receive buffers, a completion queue).
-pub type SendRecvClientTransport = Transport<FabricClient<ShmFabric, SendRecv>>;
+pub type SendRecvClientTransport = Transport<FabricClient<AnyFabric, SendRecv>>;
 /// Remote-fetch RPC: requests into the server's memory, replies fetched from it.
-pub type RfRpcClientTransport = Transport<FabricClient<ShmFabric, RfRpc>>;
+pub type RfRpcClientTransport = Transport<FabricClient<AnyFabric, RfRpc>>;
 /// GET\*/PUT+ over the (shared-memory) fabric.
-pub type OneSidedClientTransport = onesided::GetStarTransport<ShmFabric>;
+pub type OneSidedClientTransport = onesided::GetStarTransport<AnyFabric>;
 /// [`WritePollClientTransport`] that reaches over TCP a server the fabric cannot reach
 /// ([`Transport::connect_or_tcp`]).
-pub type MixedWritePollTransport = Transport<Fallback<ShmFabric, Ring>>;
+pub type MixedWritePollTransport = Transport<Fallback<AnyFabric, Ring>>;
 /// [`SendRecvClientTransport`] with the TCP fallback.
-pub type MixedSendRecvTransport = Transport<Fallback<ShmFabric, SendRecv>>;
+pub type MixedSendRecvTransport = Transport<Fallback<AnyFabric, SendRecv>>;
 /// [`RfRpcClientTransport`] with the TCP fallback.
-pub type MixedRfRpcTransport = Transport<Fallback<ShmFabric, RfRpc>>;
+pub type MixedRfRpcTransport = Transport<Fallback<AnyFabric, RfRpc>>;
 
 /// Why a transport failed. A failed transport is broken for good: the caller reconnects.
 #[derive(Debug, thiserror::Error)]

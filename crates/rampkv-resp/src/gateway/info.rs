@@ -89,6 +89,13 @@ impl EventLoop {
             format!("rampkv_servers:{}", self.cluster.servers().len()),
             format!("rampkv_partitions:{}", self.cluster.partition_count()),
         ]);
+        // How the gateway reaches its servers (its driver's transport), and this process's
+        // fabric (what `--fabric` chose and what it can do; the servers' in `rampkv local`).
+        let media = if self.in_process.is_some() { "in_process" } else { "tcp" };
+        lines.push(format!("rampkv_media:{media}"));
+        if let Some(fabric) = rampkv_net::message::fabric::fabric_summary() {
+            lines.push(format!("rampkv_fabric:{}", fabric.replace(['\r', '\n'], " ")));
+        }
         lines
     }
 

@@ -1,6 +1,6 @@
 //! Flag groups that several subcommands share (`#[command(flatten)]`): the cluster's shared
-//! secret, persistence of the servers' stores, and who may use a RESP gateway. Each turns its
-//! flags into the settings the servers or the gateway take.
+//! secret, the fabric, persistence of the servers' stores, and who may use a RESP gateway. Each
+//! turns its flags into the settings the servers or the gateway take.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use clap::Args;
 
 use rampkv::auth::SharedSecret;
 use rampkv::durable::FsyncPolicy;
+use rampkv::fabric::FabricChoice;
 use rampkv::resp::auth::Users;
 use rampkv::resp::gateway::GatewayConfig;
 use rampkv::server::durable::DurabilityConfig;
@@ -36,6 +37,27 @@ impl SecretArgs {
         let secret = Arc::new(SharedSecret::from_file(path).context("--secret-file")?);
         rampkv::auth::set_client_secret(Some(Arc::clone(&secret)));
         Ok(Some(secret))
+    }
+}
+
+/// The medium of the one-sided paths (README, "Running on RDMA"; docs/fabric.md).
+#[derive(Debug, Args)]
+pub(crate) struct FabricArgs {
+    /// The medium of the one-sided transports and front ends (writepoll, sendrecv, onesided,
+    /// rfrpc). auto: per peer, shared memory with a process on this host, RDMA verbs with one on
+    /// another host when both have an active RDMA port, otherwise TCP (a client says so). verbs:
+    /// RDMA must be there (an error without an active port). shm: shared memory only (peers on
+    /// other hosts over TCP).
+    #[arg(long, value_name = "MEDIUM", default_value = "auto")]
+    pub(crate) fabric: FabricChoice,
+}
+
+impl FabricArgs {
+    /// Makes the choice this process's fabric's and opens it: a forced choice that cannot be
+    /// met is an error here, before anything listens or connects.
+    pub(crate) fn install(&self) -> Result<()> {
+        rampkv::message::fabric::set_fabric_choice(self.fabric).with_context(|| format!("--fabric {}", self.fabric))?;
+        Ok(())
     }
 }
 

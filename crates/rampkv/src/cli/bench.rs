@@ -17,7 +17,7 @@ use rampkv::protocol::bloom::BloomParameters;
 use rampkv::protocol::ramp::Algorithm;
 use rampkv::server::ReplicationMedium;
 
-use super::args::{PersistenceArgs, SecretArgs};
+use super::args::{FabricArgs, PersistenceArgs, SecretArgs};
 use super::check::check_exit_code;
 use super::clock_seed;
 use super::output::{out, out_raw, say};
@@ -149,6 +149,7 @@ pub(crate) struct BenchArgs {
     jitter: Option<u64>,
     /// Run this configuration over every transport in turn (--transport is ignored) and print
     /// a table side by side, with throughput ratios to TCP. With --json: one result per line.
+    /// With --cluster: tcp and the transports of the front end the cluster file lists.
     #[arg(long)]
     compare: bool,
     /// Persistence of the embedded servers (not with --cluster): --data-dir DIR (server-<i>
@@ -157,10 +158,13 @@ pub(crate) struct BenchArgs {
     /// the logs' records and fsyncs per second, records per write and per fsync.
     #[command(flatten)]
     persistence: PersistenceArgs,
+    #[command(flatten)]
+    fabric: FabricArgs,
 }
 
 pub(crate) fn run(args: BenchArgs) -> Result<ExitCode> {
     SecretArgs { secret_file: args.secret_file.clone() }.install()?;
+    args.fabric.install()?;
     let stop_after = match (&args.duration, args.txns) {
         (_, Some(count)) => StopAfter::Transactions { count },
         (Some(text), None) => StopAfter::Duration { seconds: parse_duration(text)?.as_secs_f64() },
@@ -244,7 +248,13 @@ fn bench_goal(stop_after: &StopAfter) -> Goal {
 /// `--compare`: `config` over every transport (and in-process, but for S2PL), one table.
 fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
     let mut transports = bench::TransportKind::ALL.to_vec();
-    let in_process = config.algorithm != Algorithm::S2pl;
+    // Against a cluster file: the transports its servers serve (tcp, and those of the front
+    // end it lists); the embedded cluster serves every one, and in process too.
+    if let Some(path) = &config.cluster_file {
+        let cluster = rampkv::cluster::Cluster::from_file(path)?;
+        transports.retain(|transport| transport.front().is_none_or(|front| cluster.front_addresses(front).is_ok()));
+    }
+    let in_process = config.algorithm != Algorithm::S2pl && config.cluster_file.is_none();
     if in_process {
         transports.push(bench::TransportKind::InProcess);
     }
@@ -280,7 +290,10 @@ fn run_comparison(config: &BenchConfig, json: bool) -> Result<ExitCode> {
             config.seed
         );
         out!("machine: {} x {} ({})", first.machine.cpus, first.machine.cpu_model, first.machine.os);
-        out!("one-sided transports run over the shared-memory fabric emulation, not RDMA hardware\n");
+        match rampkv::message::fabric::fabric_summary() {
+            Some(fabric) => out!("fabric: {fabric}; the medium per server is in the media lines below\n"),
+            None => out!("fabric: not opened\n"),
+        }
         out_raw!("{}", bench::compare::comparison_table(&results));
         for line in results.iter().filter_map(bench::BenchResult::batching_line) {
             out!("\n{line}");

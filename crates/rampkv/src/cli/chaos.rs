@@ -19,7 +19,7 @@ use clap::Args;
 use rampkv::bench;
 use rampkv::chaos;
 
-use super::args::SecretArgs;
+use super::args::{FabricArgs, SecretArgs};
 use super::clock_seed;
 use super::output::{out, out_raw, say};
 use super::parse::{parse_duration, parse_duration_range};
@@ -32,6 +32,9 @@ pub(crate) struct ChaosArgs {
     /// The cluster's shared secret: the servers require it, the workload proves it.
     #[command(flatten)]
     secret: SecretArgs,
+    /// Also given to every server the run starts.
+    #[command(flatten)]
+    fabric: FabricArgs,
     /// Copies of every partition: the servers replicate, fail over and rejoin (configuration
     /// service); the nemesis then kills only while every partition has its full replica set
     /// (it waits for a server to catch up). Above 1: kill-one, pause, partition, mixed or none,
@@ -129,6 +132,7 @@ pub(crate) fn run(args: ChaosArgs) -> Result<ExitCode> {
         ..chaos::ChaosConfig::new(program)
     };
     args.secret.install()?;
+    args.fabric.install()?;
     config.validate()?;
     // Ctrl-C (and SIGTERM, SIGHUP) end the run through its own clean-up: servers killed by pid,
     // namespaces deleted.

@@ -12,7 +12,7 @@ use clap::Args;
 use rampkv::cluster::Cluster;
 use rampkv::resp::gateway::{Gateway, GatewayConfig};
 
-use super::args::{RespAuthArgs, SecretArgs};
+use super::args::{FabricArgs, RespAuthArgs, SecretArgs};
 use super::output::say;
 
 #[derive(Debug, Args)]
@@ -27,12 +27,15 @@ pub(crate) struct GatewayArgs {
     resp_auth: RespAuthArgs,
     #[command(flatten)]
     secret: SecretArgs,
+    #[command(flatten)]
+    fabric: FabricArgs,
 }
 
 pub(crate) fn run(args: GatewayArgs) -> Result<ExitCode> {
-    let GatewayArgs { cluster, listen, resp_auth, secret } = args;
+    let GatewayArgs { cluster, listen, resp_auth, secret, fabric } = args;
     let config = resp_auth.apply(GatewayConfig::new(listen))?;
     secret.install()?;
+    fabric.install()?;
     // Refused before anything connects to the cluster.
     if let Some(refusal) = config.protected_mode_refusal() {
         return Err(refusal.into());

@@ -24,7 +24,7 @@ use rampkv::server::durable::cluster_data_dirs;
 use rampkv::server::front::FrontEnd;
 use rampkv::server::{Durability, ReplicationMedium, ReplicationOptions, ServerConfig, ServerOptions};
 
-use super::args::{PersistenceArgs, RespAuthArgs, SecretArgs};
+use super::args::{FabricArgs, PersistenceArgs, RespAuthArgs, SecretArgs};
 use super::output::say;
 use super::server::spawn_servers;
 
@@ -66,6 +66,8 @@ pub(crate) struct LocalArgs {
     secret: SecretArgs,
     #[command(flatten)]
     persistence: PersistenceArgs,
+    #[command(flatten)]
+    fabric: FabricArgs,
 }
 
 pub(crate) fn run(args: LocalArgs) -> Result<ExitCode> {
@@ -81,10 +83,12 @@ pub(crate) fn run(args: LocalArgs) -> Result<ExitCode> {
         front,
         secret,
         persistence,
+        fabric,
     } = args;
     let resp =
         resp_port.map(|port| resp_auth.apply(GatewayConfig::new(SocketAddr::new(resp_bind, port)))).transpose()?;
     let secret = secret.install()?;
+    fabric.install()?;
     let layout = LocalLayout { servers, replicas, base_port, medium: replication_medium };
     run_local(layout, &cluster_file, resp, front.front(), secret, &persistence)
 }

@@ -30,7 +30,7 @@ use rampkv::server::{
     ServerConfig, ServerGroup, ServerOptions,
 };
 
-use super::args::{PersistenceArgs, SecretArgs};
+use super::args::{FabricArgs, PersistenceArgs, SecretArgs};
 use super::output::say;
 
 #[derive(Debug, Args)]
@@ -86,6 +86,8 @@ pub(crate) struct ServerArgs {
     /// servers share this host's fabric), tcp otherwise. A backup takes either.
     #[arg(long, value_name = "MEDIUM")]
     replication_medium: Option<ReplicationMedium>,
+    #[command(flatten)]
+    fabric: FabricArgs,
 }
 
 pub(crate) fn run(args: ServerArgs) -> Result<ExitCode> {
@@ -103,11 +105,13 @@ pub(crate) fn run(args: ServerArgs) -> Result<ExitCode> {
         persistence,
         exit_on_stdin_eof,
         replication_medium,
+        fabric,
     } = args;
     if exit_on_stdin_eof {
         watch_stdin().context("cannot watch standard input (--exit-on-stdin-eof)")?;
     }
     let secret = secret.install()?;
+    fabric.install()?;
     let addresses: Vec<SocketAddr> = [Some(listen), ring_listen, rfrpc_listen].into_iter().flatten().collect();
     if let Some(refusal) = binary_protected_mode_refusal(&addresses, secret.is_some(), insecure_no_secret) {
         bail!(refusal); // before anything listens
