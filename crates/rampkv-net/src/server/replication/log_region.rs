@@ -104,22 +104,25 @@
 //!   A primary whose backup's host went silent sees its WRITEs fail once the queue pair's
 //!   retries run out (or `VERBS_OP_TIMEOUT_MS`), never a write counted held that did not land.
 
+use std::io::Read;
 use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::Instant;
 
 use rampkv_core::limits::{REPLICATION_LOG_MESSAGE_BYTES_MAX, REPLICATION_LOG_RING_BYTES};
 use rampkv_fabric::{
-    FabricError, FenceOrdering, LoadOrdering, RegionDescriptor, RingAddresses, RingError, RingLayout, RingReceiver,
-    RingSender, SendError, ShmFabric, StoreOrdering, Words,
+    AnyFabric, FabricError, FenceOrdering, LoadOrdering, RegionDescriptor, RingAddresses, RingError, RingLayout,
+    RingReceiver, RingSender, SendError, StoreOrdering, Words,
 };
 use rustix::event::{PollFd, PollFlags, Timespec};
 use serde::{Deserialize, Serialize};
 
-use crate::message::fabric::{read_json_line, write_json_line, Endpoint, FabricHandle, ServedRegion};
+use rampkv_core::limits::WRITEPOLL_CONTROL_LINE_BYTES_MAX;
+
+use crate::message::fabric::{write_json_line, Endpoint, FabricHandle, ServedRegion};
 
 /// The fabric the replication of this process writes log regions over (module docs).
-pub(super) type LogFabric = ShmFabric;
+pub(super) type LogFabric = AnyFabric;
 
 /// Bytes before the ring in a log region, and the whole of a primary's region.
 const HEADER_BYTES: usize = 64;
@@ -206,6 +209,27 @@ fn addresses() -> RingAddresses {
     }
 }
 
+/// Reads one JSON line of at most `WRITEPOLL_CONTROL_LINE_BYTES_MAX` bytes, a byte at a time:
+/// after a TCP fallback the stream's bytes follow the line on the same connection, and none
+/// may be read ahead (the stream's read timeout bounds each read).
+fn read_line<T: for<'de> Deserialize<'de>>(control: &mut TcpStream) -> std::io::Result<T> {
+    let mut line = Vec::with_capacity(256);
+    let mut byte = [0u8; 1];
+    while line.len() <= WRITEPOLL_CONTROL_LINE_BYTES_MAX {
+        match control.read(&mut byte) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) if byte[0] == b'\n' => {
+                return serde_json::from_slice(&line)
+                    .map_err(|error| std::io::Error::new(std::io::ErrorKind::InvalidData, error));
+            }
+            Ok(_) => line.push(byte[0]),
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "a handshake line too long"))
+}
+
 fn malformed(what: &str) -> LogError {
     LogError::Handshake(std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_owned()))
 }
@@ -228,22 +252,35 @@ fn peer_region(region: RegionDescriptor) -> Result<RegionDescriptor, LogError> {
     Ok(region)
 }
 
-/// Test hook: backups whose replication port is at one of these addresses describe their log
-/// regions as another host's without RDMA, so that no primary can map them (`NoMedium`).
+/// Test hook: for the backups whose replication port is at one of these addresses, the regions
+/// of one side (the backup's log region, or the primary's region) are described as another
+/// host's without RDMA, so that the other side cannot map them (`NoMedium`).
 #[cfg(test)]
-pub(super) static FOREIGN_LOG_REGIONS: std::sync::Mutex<Vec<std::net::SocketAddr>> = std::sync::Mutex::new(Vec::new());
+pub(super) static FOREIGN_REGIONS: std::sync::Mutex<Vec<(std::net::SocketAddr, ForeignSide)>> =
+    std::sync::Mutex::new(Vec::new());
 
+/// Whose regions [`FOREIGN_REGIONS`] makes another host's.
 #[cfg(test)]
-fn describe_for_tests(control: &TcpStream, descriptor: &mut RegionDescriptor) {
-    let foreign = FOREIGN_LOG_REGIONS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if control.local_addr().is_ok_and(|address| foreign.contains(&address)) {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ForeignSide {
+    Primary,
+    Backup,
+}
+
+/// Test hook ([`FOREIGN_REGIONS`]): `backup` is the backup's replication port.
+#[cfg(test)]
+fn foreign_for_tests(
+    mut descriptor: RegionDescriptor,
+    backup: std::io::Result<std::net::SocketAddr>,
+    side: ForeignSide,
+) -> RegionDescriptor {
+    let foreign = FOREIGN_REGIONS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if backup.is_ok_and(|address| foreign.contains(&(address, side))) {
         descriptor.host = Some("another-host-without-rdma".to_owned());
         descriptor.verbs = None;
     }
+    descriptor
 }
-
-#[cfg(not(test))]
-fn describe_for_tests(_control: &TcpStream, _descriptor: &mut RegionDescriptor) {}
 
 /// The primary's end: writes the stream into the backup's log region.
 pub(super) struct LogSender<F: FabricHandle = LogFabric> {
@@ -278,9 +315,12 @@ impl<F: FabricHandle> LogSender<F> {
     /// region; both go on over `control`.
     pub(super) fn negotiate(fabric: F, control: &mut TcpStream) -> Result<Negotiated<LogSender<F>>, LogError> {
         let endpoint = Endpoint::register(fabric.clone(), "replication-primary", HEADER_BYTES)?;
-        let line = RegionLine { region: Some(endpoint.descriptor.clone()), no_medium: None };
+        let descriptor = endpoint.descriptor.clone();
+        #[cfg(test)]
+        let descriptor = foreign_for_tests(descriptor, control.peer_addr(), ForeignSide::Primary);
+        let line = RegionLine { region: Some(descriptor), no_medium: None };
         write_json_line(control, &line).map_err(LogError::Handshake)?;
-        let answer: RegionLine = read_json_line(control).map_err(LogError::Handshake)?;
+        let answer: RegionLine = read_line(control).map_err(LogError::Handshake)?;
         let region = match answer {
             RegionLine { region: Some(region), no_medium: None } => peer_region(region)?,
             RegionLine { region: None, no_medium: Some(reason) } => {
@@ -415,7 +455,7 @@ impl<F: FabricHandle> LogReceiver<F> {
     /// the primary's word on what carries the stream (module docs). `Negotiated::Tcp`: either
     /// side cannot map the other's region; both go on over `control`.
     pub(super) fn negotiate(fabric: F, control: &mut TcpStream) -> Result<Negotiated<LogReceiver<F>>, LogError> {
-        let line: RegionLine = read_json_line(control).map_err(LogError::Handshake)?;
+        let line: RegionLine = read_line(control).map_err(LogError::Handshake)?;
         let region = match line {
             RegionLine { region: Some(region), no_medium: None } => peer_region(region)?,
             _ => return Err(malformed("the primary's region line names no region")),
@@ -437,8 +477,9 @@ impl<F: FabricHandle> LogReceiver<F> {
             Endpoint::register(fabric.clone(), "replication-log", HEADER_BYTES + REPLICATION_LOG_RING_BYTES)?;
         let local = Arc::clone(&endpoint.region);
         let receiver = RingReceiver::new(fabric, Arc::clone(&local), primary, addresses())?;
-        let mut descriptor = endpoint.descriptor.clone();
-        describe_for_tests(control, &mut descriptor);
+        let descriptor = endpoint.descriptor.clone();
+        #[cfg(test)]
+        let descriptor = foreign_for_tests(descriptor, control.local_addr(), ForeignSide::Backup);
         write_json_line(control, &RegionLine { region: Some(descriptor), no_medium: None })
             .map_err(LogError::Handshake)?;
         let mut log = LogReceiver {
@@ -450,7 +491,7 @@ impl<F: FabricHandle> LogReceiver<F> {
             closed: false,
             _endpoint: endpoint,
         };
-        let word: MediumLine = read_json_line(control).map_err(LogError::Handshake)?;
+        let word: MediumLine = read_line(control).map_err(LogError::Handshake)?;
         match (word.medium.as_str(), word.reason) {
             (MEDIUM_ONE_SIDED, None) => Ok(Negotiated::OneSided(log)),
             (MEDIUM_TCP, Some(reason)) => {
