@@ -485,12 +485,14 @@ count_run() { # OUTPUT TRANSPORT
   [[ " ${LAB_TRANSPORTS[*]} " == *" $2 "* ]] || LAB_TRANSPORTS+=("$2")
 }
 
-# bench on host b against host a's cluster over TRANSPORT, checked, racing on 16 keys: the
+# bench on host b against host a's cluster over TRANSPORT, checked, racing on 16 keys (with the
+# network model on: each request its own random delay, so servers see sessions' requests in
+# different orders, as the embedded cluster's runs do; a 3 ms mean: TCG guests are slow): the
 # exit status must be 0 (clean, races seen); the media line must name MEDIUM for every server
 # (a fabric transport).
 check_bench() { # TRANSPORT MEDIUM [EXTRA...]
   local transport=$1 medium=$2 out rc=0; shift 2
-  out=$(run_on b --timeout 300 "$RAMPKV bench --cluster /tmp/cluster.toml --transport $transport --keys 16 --read-ratio 0.5 --clients 4 --duration 3s --check $* 2>&1") || rc=$?
+  out=$(run_on b --timeout 300 "$RAMPKV bench --cluster /tmp/cluster.toml --transport $transport --keys 16 --read-ratio 0.5 --interleave on --jitter 3ms --duration 5s --check $* 2>&1") || rc=$?
   echo "$out" | grep -Ev '^\s*$' | tail -14
   count_run "$out" "$transport"
   [ "$rc" = 0 ] || { echo "bench over $transport: exit status $rc (0 is a clean check with races)"; return 1; }
@@ -501,11 +503,14 @@ check_bench() { # TRANSPORT MEDIUM [EXTRA...]
   fi
 }
 
+# Each run gets fresh servers: a history is checkable only if it holds every write its reads
+# can see.
 check_ring_transports() { # MEDIUM: what the fabric transports must choose between the hosts
   local medium=$1 rc=0 transport
-  start_servers ring || return 1
-  check_bench tcp tcp || rc=1
-  for transport in writepoll sendrecv onesided; do check_bench "$transport" "$medium" || rc=1; done
+  start_servers ring && check_bench tcp tcp || rc=1
+  for transport in writepoll sendrecv onesided; do
+    start_servers ring && check_bench "$transport" "$medium" || rc=1
+  done
   return $rc
 }
 
@@ -519,7 +524,7 @@ check_rfrpc_transport() { # MEDIUM
 check_mixed_pair() {
   start_servers ring || return 1
   local out rc=0
-  out=$(run_on b --timeout 300 "$RAMPKV bench --fabric shm --cluster /tmp/cluster.toml --transport writepoll --keys 16 --read-ratio 0.5 --clients 4 --duration 3s --check 2>&1") || rc=$?
+  out=$(run_on b --timeout 300 "$RAMPKV bench --fabric shm --cluster /tmp/cluster.toml --transport writepoll --keys 16 --read-ratio 0.5 --interleave on --jitter 3ms --duration 5s --check 2>&1") || rc=$?
   echo "$out" | grep -Ev '^\s*$' | tail -8
   count_run "$out" writepoll
   [ "$rc" = 0 ] || { echo "bench with --fabric shm: exit status $rc"; return 1; }
@@ -533,23 +538,53 @@ check_mixed_pair() {
 check_server_killed() { # TRANSPORT
   local transport=$1
   start_servers ring || return 1
-  run_on b --background --timeout 240 "$RAMPKV bench --cluster /tmp/cluster.toml --transport $transport --keys 16 --read-ratio 0.5 --clients 4 --duration 20s --history /tmp/killed.jsonl > /tmp/killed.log 2>&1; echo \$? > /tmp/killed.rc" >/dev/null
-  run_on b --timeout 120 'for i in $(seq 1200); do grep -q "transactions\|rampkv bench: ramp" /tmp/killed.log 2>/dev/null && break; sleep 0.1; done' || return 1
-  sleep 4
-  run_on a --timeout 30 'kill -9 "$(cat /tmp/server-2.pid)" && rm -f /tmp/server-2.pid && echo "server 2 killed -9"' || return 1
+  run_on b --background --timeout 240 "$RAMPKV bench --cluster /tmp/cluster.toml --transport $transport --keys 16 --read-ratio 0.5 --duration 25s --history /tmp/killed.jsonl > /tmp/killed.log 2>&1; echo \$? > /tmp/killed.rc" >/dev/null
+  # The history file appears when the load phase is done and the measured window starts.
+  run_on b --timeout 120 'for i in $(seq 1200); do [ -s /tmp/killed.jsonl ] && break; sleep 0.1; done; [ -s /tmp/killed.jsonl ]' || return 1
+  sleep 5
+  run_on a --timeout 30 'kill -9 "$(cat /tmp/server-2.pid)" && rm -f /tmp/server-2.pid && echo "server 2 killed -9 at $(date +%s)"' || return 1
   local out rc=0
-  out=$(run_on b --timeout 200 'for i in $(seq 1800); do [ -f /tmp/killed.rc ] && break; sleep 0.1; done; [ -f /tmp/killed.rc ] || { echo "bench still running 180 s after the kill"; exit 1; }; tail -12 /tmp/killed.log; echo "bench exit status $(cat /tmp/killed.rc)"; '"$RAMPKV"' check /tmp/killed.jsonl 2>&1 | tail -6') || rc=$?
+  out=$(run_on b --timeout 200 'for i in $(seq 1800); do [ -f /tmp/killed.rc ] && break; sleep 0.1; done; [ -f /tmp/killed.rc ] || { echo "bench still running 180 s after the kill"; exit 1; }; echo "bench ended at $(date +%s), exit status $(cat /tmp/killed.rc)"; grep -E "transactions in|first failure|error|media" /tmp/killed.log; '"$RAMPKV"' check /tmp/killed.jsonl > /tmp/killed.check 2>&1; echo "check exit status $?"; grep -E "^  (garbage|fractured):|read atomicity" /tmp/killed.check') || rc=$?
   echo "$out"
   [ $rc = 0 ] || return 1
-  # A clear end: a result, or an error line naming the server.
-  echo "$out" | grep -qE 'transactions in|rampkv: error|server 1|10\.99\.0\.1:7102' || return 1
-  count_run "$(echo "$out" | sed -n '/^read atomicity\|garbage\|fractured/p')" "$transport (kill -9)"
-  echo "$out" | grep -qiE 'read atomicity: (clean|inconclusive)|clean' || { echo "the history of the killed run is not clean"; return 1; }
+  # The kill was noticed: a failure named (the bench goes on with the other server's
+  # partitions) or a clear error; and what was recorded is free of anomalies.
+  echo "$out" | grep -qE 'first failure|rampkv: error|\([1-9][0-9]* failed\)' || { echo "the bench did not notice the kill"; return 1; }
+  count_run "$out" "$transport (kill -9)"
+  echo "$out" | grep -qE 'check exit status (0|3)$' || { echo "the history of the killed run has anomalies"; return 1; }
+}
+
+# Figures between the hosts (Soft-RoCE under TCG: they show the code works, not hardware
+# speed): bench --compare of tcp and the ring transports, then of tcp and rfrpc; and GET*'s
+# read of one item slot (1-key read-only transactions from one client, every key preloaded:
+# each is one slot read, with its lease word) against perftest's ib_read_lat above.
+measure_compare() { # FRONT
+  start_servers "$1" || return 1
+  local out rc=0
+  out=$(run_on b --timeout 400 "$RAMPKV bench --compare --cluster /tmp/cluster.toml --duration 5s 2>&1") || rc=$?
+  echo "$out" | grep -E '^\||^media|^fabric'
+  local line
+  while read -r line; do FIGURES+=("compare ($1 cluster) $line"); done < <(echo "$out" | grep -E '^\| (tcp|writepoll|sendrecv|onesided|rfrpc) ')
+  return $rc
+}
+
+measure_getstar_read() {
+  start_servers ring || return 1
+  local out rc=0 p50
+  out=$(run_on b --timeout 300 "$RAMPKV bench --cluster /tmp/cluster.toml --transport onesided --txn-size 1 --read-ratio 1 --keys 8 --preload --clients 1 --duration 5s --value-size 900 2>&1") || rc=$?
+  echo "$out" | grep -E 'read  n=|GET\*|media'
+  p50=$(echo "$out" | sed -n 's/^ *read  n=.* p50 *\([0-9]*\) us.*/\1/p' | head -1)
+  [ -n "$p50" ] || return 1
+  FIGURES+=("GET* one slot read (1-key read-only txn, 1 client, 1280 B slots): p50 ${p50} us")
+  return $rc
 }
 
 # Acknowledged writes across kill -9: `rampkv chaos` on host a (its servers, persistent with
 # --appendfsync always, killed and restarted; every key read back against its last acknowledged
-# write), over a one-sided transport on host a's fabric.
+# write), over a one-sided transport on host a's fabric. What decides here is the read-back:
+# nothing acknowledged lost, after at least one kill, and no failure but `inconclusive` (a TCG
+# guest's one vCPU seldom races enough for chaos's own atomicity check, which the bench steps
+# above make with the network model).
 check_chaos_lost() {
   local out rc=0
   out=$(run_on a --timeout 400 "rm -rf /tmp/chaos; mkdir -p /tmp/chaos; $RAMPKV chaos --servers 3 --duration 8s --transport writepoll --network loopback --kill-interval 2s..3s --data-dir /tmp/chaos/data --history /tmp/chaos/history.jsonl --json 2>/tmp/chaos.err; echo \"status \$?\"; tail -5 /tmp/chaos.err") || rc=$?
@@ -560,16 +595,19 @@ for line in sys.stdin:
     if line.startswith("{"):
         r = json.loads(line); w = r["workload"]
         print(w["reads_ok"] + w["writes_ok"], r["final_read"]["lost"], r["kills"], r["passed"])
-        break' 2>/dev/null)
+        print("failures:", r["failures"])
+        break' 2>&1)
   echo "$out" | grep -v '^{' | tail -6
   [ -n "$figures" ] || { echo "no chaos report"; return 1; }
   local txns lost kills passed
   read -r txns lost kills passed <<< "$figures"
+  echo "$figures" | sed -n 2p
   echo "chaos: $txns transactions, $kills kills, $lost acknowledged writes lost, passed: $passed"
   LAB_TXNS=$((LAB_TXNS + txns))
   LAB_LOST=$((LAB_LOST + lost))
   [[ " ${LAB_TRANSPORTS[*]} " == *" writepoll (chaos) "* ]] || LAB_TRANSPORTS+=("writepoll (chaos)")
-  [ "$rc" = 0 ] && [ "$passed" = True ] && [ "$lost" = 0 ] && [ "$kills" -gt 0 ]
+  local others; others=$(echo "$figures" | sed -n 2p | grep -o "'failure': '[a-z_]*'" | grep -v "'inconclusive'")
+  [ "$rc" = 0 ] && [ -z "$others" ] && [ "$lost" = 0 ] && [ "$kills" -gt 0 ]
 }
 
 one_guest_steps() {
@@ -580,15 +618,19 @@ two_guest_steps() {
   if [ "${RAMPKV_LAB_ONLY:-}" != rampkv ]; then
     step "verbs_pair: READ, WRITE, CAS, FAA, SEND between two hosts" check_pair
     step "peer killed -9 mid-transfer: a clear error, bounded" check_peer_killed
-    step "perftest ib_read_lat 8 B" check_read_latency 8
-    step "perftest ib_read_lat 1 KiB" check_read_latency 1024
   fi
+  step "perftest ib_read_lat 8 B" check_read_latency 8
+  step "perftest ib_read_lat 1 KiB" check_read_latency 1024
   step "rampkv: servers on a, bench --check on b over tcp, writepoll, sendrecv, onesided" check_ring_transports "$LAB_MEDIUM"
   step "rampkv: rfrpc between the hosts" check_rfrpc_transport "$LAB_MEDIUM"
   step "rampkv: a peer without RDMA falls back to TCP and says so" check_mixed_pair
   step "rampkv: a server killed -9 mid-run: the bench ends clearly" check_server_killed writepoll
   stop_servers
   step "rampkv chaos on host a: kill -9, every key read back" check_chaos_lost
+  step "figures: bench --compare across the hosts (ring transports)" measure_compare ring
+  step "figures: bench --compare across the hosts (rfrpc)" measure_compare rfrpc
+  step "figures: GET* read of one item slot across the hosts" measure_getstar_read
+  stop_servers
 }
 
 lab_test() {

@@ -355,11 +355,13 @@ impl Link {
         // The wait may have slept on the channel and taken the receive queue's event: drain
         // the receive queue here, and re-arm it for the wake thread.
         let drained = if state.qp.event_wakeups() != wakeups { state.drain_receives() } else { Ok(()) };
-        drop(state);
         match result.and_then(|value| drained.map(|()| value)) {
             Ok(value) => Ok(value),
             Err(error) => {
+                // Still under the lock: the wake thread, which would meet the same queue pair
+                // failure as a flushed receive, cannot record a less telling reason first.
                 self.fail(error.to_string());
+                drop(state);
                 Err(self.failed_error())
             }
         }
