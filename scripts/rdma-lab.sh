@@ -19,7 +19,8 @@
 #   rdma-lab.sh test         boot, run the project's lab checks, print a summary line last,
 #                            power off; every step and the whole run (RAMPKV_LAB_TEST_S,
 #                            default 1500) are bounded by timeouts. RAMPKV_LAB_ONLY=rampkv: only
-#                            the rampkv checks between the two guests
+#                            the rampkv checks between the two guests; =replication: only the
+#                            replication check (log over verbs, a primary killed -9)
 #
 # How it works. A guest runs Debian bookworm's stock kernel with a busybox initramfs whose only
 # job is to mount the HOST's / read-only over virtio-9p (with a tmpfs overlay for writes), so
@@ -645,12 +646,82 @@ for line in sys.stdin:
   [ "$rc" = 0 ] && [ -z "$others" ] && [ "$lost" = 0 ] && [ "$kills" -gt 0 ]
 }
 
+# Replication across the hosts (`--replicas 2` with the configuration service): servers 0 and 2
+# on host a, server 1 on host b; server i's backup is server i+1, so server 0 (a) ships its log
+# to server 1 (b) one-sided over verbs (RDMA WRITE into the backup's log region; both servers
+# say so in their logs). A writer on b records every acknowledged `rampkv put`; server 0 is
+# killed -9 in the middle; its backup on b takes its partitions over; every acknowledged write
+# is read back. Server I's pid is in /tmp/repl-I.pid, its log in /tmp/repl-I.log on its host.
+REPL_HOSTS=(10.99.0.1 10.99.0.2 10.99.0.1)
+REPL_NAMES=(a b a)
+
+repl_cluster_toml() {
+  local i
+  printf 'replicas = 2\n'
+  for i in 0 1 2; do
+    printf '[[servers]]\naddress = "%s:730%d"\nreplicate = "%s:740%d"\nconfig = "%s:750%d"\n' \
+      "${REPL_HOSTS[$i]}" "$i" "${REPL_HOSTS[$i]}" "$i" "${REPL_HOSTS[$i]}" "$i"
+  done
+}
+
+stop_repl_servers() {
+  local host
+  for host in a b; do
+    run_on "$host" --timeout 30 'for f in /tmp/repl-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; done; true' >/dev/null || true
+  done
+}
+
+check_replication_failover() {
+  local i host rc=0 out
+  stop_repl_servers
+  for host in a b; do
+    run_on "$host" --timeout 30 "rm -f /tmp/repl-* /tmp/writer.*; printf '%s' '$(repl_cluster_toml)' > /tmp/repl.toml" || return 1
+  done
+  for i in 0 1 2; do
+    run_on "${REPL_NAMES[$i]}" --background --timeout 900 "exec $RAMPKV server --cluster /tmp/repl.toml --listen ${REPL_HOSTS[$i]}:730$i --insecure-no-secret > /tmp/repl-$i.log 2>&1 & echo \$! > /tmp/repl-$i.pid; wait" >/dev/null || return 1
+  done
+  # Up: every data port answers, and server 0's link to its backup on b runs over verbs.
+  run_on b --timeout 150 'for t in $(seq 700); do up=0; for a in 10.99.0.1/7300 10.99.0.2/7301 10.99.0.1/7302; do (exec 3<>/dev/tcp/$a) 2>/dev/null && up=$((up + 1)); done; [ $up = 3 ] && exit 0; sleep 0.2; done; echo "the servers did not come up"; exit 1' || rc=1
+  out=$(run_on a --timeout 120 'for t in $(seq 500); do grep -q "records to backup 1 .* go one-sided over verbs" /tmp/repl-0.log && break; sleep 0.2; done; grep "replication:" /tmp/repl-0.log; grep -q "records to backup 1 .* go one-sided over verbs" /tmp/repl-0.log') || rc=1
+  echo "server 0 (host a): $out"
+  out=$(run_on b --timeout 60 'grep "replication:" /tmp/repl-1.log; grep -q "primary 0 writes its records into this backup.s log region over verbs" /tmp/repl-1.log') || rc=1
+  echo "server 1 (host b): $out"
+  [ $rc = 0 ] || { stop_repl_servers; return 1; }
+  # The writer: 60 single-key puts in order, each acknowledged one recorded. (The guests have
+  # no /dev/fd: no process substitution in the jobs.)
+  run_on b --background --timeout 600 "for i in \$(seq 60); do if timeout 60 $RAMPKV put k\$i=v\$i --cluster /tmp/repl.toml >/dev/null 2>>/tmp/writer.err; then echo k\$i=v\$i >> /tmp/writer.acked; else echo \"put k\$i failed\" >> /tmp/writer.err; fi; done; echo done > /tmp/writer.rc" >/dev/null || return 1
+  run_on b --timeout 300 'for t in $(seq 2400); do [ "$(wc -l < /tmp/writer.acked 2>/dev/null || echo 0)" -ge 20 ] && exit 0; sleep 0.1; done; echo "fewer than 20 puts acknowledged in 240 s: $(cat /tmp/writer.acked 2>/dev/null | wc -l)"; tail -5 /tmp/writer.err; grep -hE "warning|error" /tmp/repl-*.log | tail -8; exit 1' || { stop_repl_servers; return 1; }
+  run_on a --timeout 30 'kill -9 "$(cat /tmp/repl-0.pid)" && rm -f /tmp/repl-0.pid && echo "server 0 (a primary, host a) killed -9 at $(date +%s)"' || rc=1
+  out=$(run_on b --timeout 500 'for t in $(seq 4500); do [ -f /tmp/writer.rc ] && break; sleep 0.1; done; [ -f /tmp/writer.rc ] || { echo "the writer did not finish"; exit 1; }; echo "acknowledged: $(wc -l < /tmp/writer.acked) of 60 puts"; tail -3 /tmp/writer.err; keys=$(cut -d= -f1 /tmp/writer.acked | tr "\n" " "); timeout 60 '"$RAMPKV"' get $keys --cluster /tmp/repl.toml > /tmp/writer.read 2>&1 || { cat /tmp/writer.read; exit 1; }; sort /tmp/writer.acked > /tmp/writer.acked.sorted; sort /tmp/writer.read > /tmp/writer.read.sorted; comm -23 /tmp/writer.acked.sorted /tmp/writer.read.sorted > /tmp/writer.lost || exit 1; echo "read back: $(comm -12 /tmp/writer.acked.sorted /tmp/writer.read.sorted | wc -l) with their acknowledged value"; echo "lost: $(wc -l < /tmp/writer.lost)"; head -5 /tmp/writer.lost') || rc=1
+  echo "$out"
+  run_on b --timeout 30 'grep -E "warning|error" /tmp/repl-1.log | grep -v "took over" | tail -8; true'
+  # The failover used the copy shipped over verbs: server 1 took over server 0's copy, with keys.
+  local took
+  took=$(run_on b --timeout 30 'grep "took over server 0.s copy" /tmp/repl-1.log') || rc=1
+  echo "server 1 (host b): $took"
+  echo "$took" | grep -qE '\([1-9][0-9]* keys' || { echo "no takeover of server 0's copy with its keys"; rc=1; }
+  local acked lost
+  acked=$(echo "$out" | sed -n 's/^acknowledged: \([0-9]*\) of .*/\1/p')
+  lost=$(echo "$out" | sed -n 's/^lost: \([0-9]*\)$/\1/p')
+  stop_repl_servers
+  [ -n "$acked" ] && [ -n "$lost" ] || return 1
+  LAB_TXNS=$((LAB_TXNS + acked))
+  LAB_LOST=$((LAB_LOST + lost))
+  [[ " ${LAB_TRANSPORTS[*]} " == *" replication-verbs "* ]] || LAB_TRANSPORTS+=("replication-verbs")
+  # Nothing acknowledged lost, and writes went on after the kill (the failover served them).
+  [ $rc = 0 ] && [ "$lost" = 0 ] && [ "$acked" -gt 20 ]
+}
+
 one_guest_steps() {
   step "verbs device tests, one guest (rxe loopback)" check_device_tests
   step "verbs fabric tests between processes, one guest (rxe loopback)" check_fabric_tests
 }
 
 two_guest_steps() {
+  if [ "${RAMPKV_LAB_ONLY:-}" = replication ]; then
+    step "rampkv replication across the hosts: log over verbs, a primary killed -9, nothing lost" check_replication_failover
+    return
+  fi
   if [ "${RAMPKV_LAB_ONLY:-}" != rampkv ]; then
     step "verbs_pair: READ, WRITE, CAS, FAA, SEND between two hosts" check_pair
     step "peer killed -9 mid-transfer: a clear error, bounded" check_peer_killed
@@ -664,6 +735,7 @@ two_guest_steps() {
   step "rampkv: a server killed -9 mid-run: the bench ends clearly" check_server_killed writepoll
   stop_servers
   step "rampkv chaos on host a: kill -9, every key read back" check_chaos_lost
+  step "rampkv replication across the hosts: log over verbs, a primary killed -9, nothing lost" check_replication_failover
   step "figures: bench --compare across the hosts (ring transports)" measure_compare ring
   step "figures: bench --compare across the hosts (rfrpc)" measure_compare rfrpc
   step "figures: GET* read of one item slot across the hosts" measure_getstar_read
@@ -689,8 +761,8 @@ lab_test() {
   [ "$FAILED" = 0 ] || { echo "rdma-lab: $PASSED passed, $FAILED failed"; return 1; }
   step "host: verbs struct layouts match libibverbs-dev's headers" check_layouts
   local booted=$SECONDS
-  if [ "${RAMPKV_LAB_ONLY:-}" = rampkv ]; then
-    : # RAMPKV_LAB_ONLY=rampkv: only the rampkv checks between two guests (a quicker run)
+  if [ "${RAMPKV_LAB_ONLY:-}" = rampkv ] || [ "${RAMPKV_LAB_ONLY:-}" = replication ]; then
+    : # RAMPKV_LAB_ONLY=rampkv|replication: only (those) rampkv checks between two guests
   elif up --one; then
     echo "-- one guest up in $((SECONDS - booted)) s"
     one_guest_steps

@@ -221,9 +221,11 @@ pub const REPLICATION_APPLY_POLL_US: u64 = 500;
 /// larger part of the stream is cut into several).
 pub const REPLICATION_LOG_MESSAGE_BYTES_MAX: usize = 64 << 10;
 
-/// One-sided replication: the bound on each read of the log region handshake (one JSON line each
-/// way on the replication port's connection, after the hello).
-pub const REPLICATION_LOG_HANDSHAKE_TIMEOUT_MS: u64 = 1_000;
+/// One-sided replication: the bound on each read of the log region handshake (JSON lines on the
+/// replication port's connection, after the hello). Each side maps the other's region before it
+/// answers, which across hosts brings up an RDMA queue pair (bounded by the fabric's rendezvous
+/// timeout, 10 s, and seconds under Soft-RoCE in an emulated guest): the bound leaves room for it.
+pub const REPLICATION_LOG_HANDSHAKE_TIMEOUT_MS: u64 = 12_000;
 
 /// One-sided replication: the pause of a primary's link thread between two looks at a full log
 /// region, when it writes what waited (a snapshot, records queued before the link was up).

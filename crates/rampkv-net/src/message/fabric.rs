@@ -56,7 +56,7 @@ use rampkv_core::limits::{
 };
 
 /// A fabric the store runs over: [`AnyFabric`] (shared memory on one host, RDMA verbs across
-/// hosts, as `--fabric` chose), the shared-memory one alone (replication's log regions), the
+/// hosts, as `--fabric` chose; replication's log regions too), the shared-memory one alone, the
 /// in-memory one in tests. Bundles the bounds the adapters need, and how to open the process's fabric.
 pub trait FabricHandle:
     Fabric<LocalRegion: Send + Sync + 'static>

@@ -32,6 +32,12 @@
 //! drift margin). Otherwise the request goes to the server as GET_LOCATE (GET+), without
 //! evicting anything: a deposed server's lease gate refuses it with `NotPrimary`, which makes
 //! the client follow the failover; a server whose renewal was merely late answers it.
+//! The end is on the server host's `CLOCK_MONOTONIC`: a client on another host (its region
+//! mapped over RDMA) reads the word as well (an RDMA READ), but cannot compare it with its own
+//! clock (neither origin nor rate is shared: docs/replication.md), so it trusts that server's
+//! slots only when the word says no lease is needed, and otherwise asks the server (GET+),
+//! whose lease gate is the fence: a cluster with failover across hosts reads over GET+ until
+//! leases are on a clock both sides relate to (the fix docs/replication.md describes).
 //!
 //! # Why round 1 from a slot is correct
 //! A slot only ever holds a committed version with the metadata it was written with
@@ -100,6 +106,11 @@ struct ItemRegion<R> {
     slots: u32,
     /// Byte offset of the lease word (after the last slot).
     lease_word_offset: usize,
+    /// The region's owner runs on this host (its descriptor names this host, or no host): its
+    /// lease word's end is on the clock this process reads. A region on another host (mapped
+    /// over RDMA) has its end on another host's clock, which this one cannot compare with: its
+    /// slots are trusted only where no lease is needed (module docs).
+    same_clock: bool,
 }
 
 /// Where a key's slot is.
@@ -285,7 +296,7 @@ impl<F: FabricHandle> GetStarTransport<F> {
             self.stats.evictions += u64::from(self.cache.evict(&item.key));
             return Err(failure);
         }
-        if !lease_covers(lease_end) {
+        if !lease_trusted(lease_end, region.same_clock) {
             return Err(Fallback::Unleased);
         }
         Ok(versions)
@@ -351,7 +362,8 @@ fn map_item_region<F: FabricHandle>(
         _ => return Err(too_large()),
     };
     let remote = fabric.map(&info.region)?;
-    Ok(ItemRegion { remote, slot_bytes, slots, lease_word_offset })
+    let same_clock = info.region.host.as_deref().is_none_or(|host| rampkv_fabric::host_identity() == Some(host));
+    Ok(ItemRegion { remote, slot_bytes, slots, lease_word_offset, same_clock })
 }
 
 /// The reply entry a server would send for `selector` from a verified slot's fields, its
@@ -381,6 +393,12 @@ fn decode_slot_version(
 fn lease_covers(lease_end: u64) -> bool {
     lease_end == LEASE_WORD_NOT_NEEDED
         || rampkv_fabric::clock::monotonic_ns().saturating_add(GETSTAR_LEASE_MARGIN_US * 1_000) < lease_end
+}
+
+/// [`lease_covers`] for a region whose lease word is on this host's clock (`same_clock`); one on
+/// another host's clock is trusted only when it says no lease is needed (module docs).
+fn lease_trusted(lease_end: u64, same_clock: bool) -> bool {
+    lease_end == LEASE_WORD_NOT_NEEDED || (same_clock && lease_covers(lease_end))
 }
 
 fn round_one(items: &[GetItem]) -> bool {
@@ -535,6 +553,28 @@ mod tests {
         assert!(!lease_covers(now), "a lease that ended");
         assert!(!lease_covers(now + margin_ns / 2), "within the margin");
         assert!(lease_covers(now + margin_ns + 10_000_000_000), "a lease ten seconds ahead");
+    }
+
+    /// A server on another host (its item region mapped over RDMA) writes its lease's end on its
+    /// own clock: a reader here cannot compare it with this host's, and trusts the slots only
+    /// when no lease is needed.
+    #[test]
+    fn a_lease_on_another_hosts_clock_is_never_trusted_but_no_lease_needed_is() {
+        let ahead = rampkv_fabric::clock::monotonic_ns() + 10_000_000_000;
+        assert!(lease_trusted(ahead, true), "this host's clock: trusted before the end");
+        assert!(!lease_trusted(ahead, false), "another host's clock: never trusted");
+        assert!(lease_trusted(LEASE_WORD_NOT_NEEDED, false), "no lease needed: trusted on any host");
+        assert!(!lease_trusted(crate::item_slots::LEASE_WORD_UNLEASED, false));
+        let fabric = ShmFabric::new().unwrap();
+        let slots =
+            ItemSlots::register(&fabric, "onesided-clock-test", ItemSlotConfig { slots: 4, slot_bytes: 128 }).unwrap();
+        let mut info = slots.info().clone();
+        info.region.host = rampkv_fabric::host_identity().map(str::to_owned);
+        assert!(map_item_region(&fabric, &info).unwrap().same_clock, "a region of this host");
+        info.region.host = None;
+        assert!(map_item_region(&fabric, &info).unwrap().same_clock, "a plain shared-memory descriptor");
+        info.region.host = Some("another-boot".to_owned());
+        assert!(!map_item_region(&fabric, &info).unwrap().same_clock, "a region of another host");
     }
 
     #[test]

@@ -81,9 +81,11 @@ pub(crate) struct ServerArgs {
     exit_on_stdin_eof: bool,
     /// With `replicas` above 1 in the cluster file: how records reach the backups. tcp:
     /// messages on the replication port; onesided: one-sided writes into a log region each
-    /// backup registers on the shared-memory fabric (FaRM's way; servers on one host).
-    /// Default: onesided when every server's `replicate` address is a loopback one (the
-    /// servers share this host's fabric), tcp otherwise. A backup takes either.
+    /// backup registers on this process's fabric (FaRM's way: shared memory with a backup on
+    /// this host, RDMA WRITE with one on another host when both have RDMA; a backup reached
+    /// by neither gets TCP, said in a log line). Default: onesided when every server's
+    /// `replicate` address is a loopback one or this process has an RDMA port (`--fabric`),
+    /// tcp otherwise. A backup takes either.
     #[arg(long, value_name = "MEDIUM")]
     replication_medium: Option<ReplicationMedium>,
     #[command(flatten)]
@@ -135,7 +137,7 @@ pub(crate) fn run(args: ServerArgs) -> Result<ExitCode> {
         Some((file, index)) if file.replicas() > 1 => {
             let addresses = file.replicate_addresses()?;
             let medium = replication_medium
-                .unwrap_or_else(|| ReplicationMedium::for_addresses(addresses.iter().map(String::as_str)));
+                .unwrap_or_else(|| ReplicationMedium::for_process(addresses.iter().map(String::as_str)));
             let base = ReplicationOptions::new(file.replicas());
             let (epoch, resume) = match &start {
                 Some(ServerStart::Resume { epoch, backups }) => (*epoch, Some(backups.clone())),

@@ -32,7 +32,7 @@ use rampkv_durable::{apply_record, RecordError};
 use super::super::durable::{CopyJournal, RestoredCopy};
 use super::copy::{BackupShared, BackupStats, BackupStore, Copies, CopyPersistence, Incoming, PrimaryStream};
 use super::fencing::BackupTakeover;
-use super::log_region::LogReceiver;
+use super::log_region::{LogFabric, LogReceiver, Negotiated};
 use super::rejoin::receive_snapshot;
 use super::wire::{
     decode_hello, decode_marker, encode_ack, encode_answer, u32_at, Hello, HELLO_BYTES, MARKER_BYTES, MARKER_DELTA,
@@ -40,6 +40,7 @@ use super::wire::{
 };
 use super::BackupRefusal;
 use crate::auth::SharedSecret;
+use crate::message::fabric::FabricHandle;
 
 /// The backup's side: a replication port whose connections each stream one primary's records
 /// into that primary's [`BackupStore`]. Stops (and joins its threads) when dropped.
@@ -337,9 +338,26 @@ fn serve_primary(shared: &BackupShared, mut control: TcpStream) -> Result<(), Ba
         }
         let handshake = Duration::from_millis(REPLICATION_LOG_HANDSHAKE_TIMEOUT_MS);
         stream.control.set_read_timeout(Some(handshake))?;
-        let log = LogReceiver::accept(&mut stream.control).map_err(|error| BackupRefusal::Log { primary, error })?;
+        let fabric =
+            <LogFabric as FabricHandle>::open().map_err(|error| BackupRefusal::Log { primary, error: error.into() })?;
+        let negotiated = LogReceiver::negotiate(fabric, &mut stream.control)
+            .map_err(|error| BackupRefusal::Log { primary, error })?;
         stream.control.set_read_timeout(Some(Duration::from_millis(REPLICATION_IO_TIMEOUT_MS)))?;
-        stream.log = Some(log);
+        stream.log = match negotiated {
+            Negotiated::OneSided(log) => {
+                if log.medium() != "shm" {
+                    log::warn!(
+                        "replication: primary {primary} writes its records into this backup's log region over {}",
+                        log.medium()
+                    );
+                }
+                Some(log)
+            }
+            Negotiated::Tcp { reason } => {
+                log::warn!("replication: primary {primary}'s records come over TCP ({reason})");
+                None
+            }
+        };
     }
     let mut acked = applied;
     let mut awaiting_snapshot = catch_up;

@@ -16,12 +16,13 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use rampkv_config::configuration::BOOTSTRAP_INCARNATION;
 use rampkv_core::limits::{
     REPLICATION_CONNECT_BACKOFF_MS, REPLICATION_CONNECT_WAIT_MS_MAX, REPLICATION_FULL_WAIT_MS_MAX,
-    REPLICATION_IO_TIMEOUT_MS, REPLICATION_LOG_FULL_BACKOFF_US, REPLICATION_SNAPSHOT_WAIT_MS_MAX,
+    REPLICATION_IO_TIMEOUT_MS, REPLICATION_LOG_FULL_BACKOFF_US, REPLICATION_LOG_HANDSHAKE_TIMEOUT_MS,
+    REPLICATION_SNAPSHOT_WAIT_MS_MAX,
 };
 use rampkv_core::protocol::server::ServerCore;
 
 use super::delta::{new_stream_id, queue_delta};
-use super::log_region::LogSender;
+use super::log_region::{LogFabric, LogSender, Negotiated};
 use super::primary::{
     io_error, landed, log_error, Backlog, CatchUp, LagHistogram, Link, LinkQueue, ReplicationStats, Replicator, Shared,
     MARKER_ACKNOWLEDGED, MARKER_DUE, MARKER_NOT_DUE, MARKER_SENT,
@@ -33,6 +34,7 @@ use super::wire::{
 };
 use super::{ReplicationError, ReplicationMedium};
 use crate::auth::{authenticate_client, SharedSecret};
+use crate::message::fabric::FabricHandle;
 
 /// How a primary's stream starts ([`Replicator::start_with`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +170,7 @@ impl Replicator {
                 landed: Mutex::new(VecDeque::new()),
                 written: AtomicU64::new(point - 1),
                 held_once_applied: self.shared.held_once_applied,
+                one_sided: AtomicBool::new(self.shared.medium == ReplicationMedium::OneSided),
             });
             let mut links = self.shared.links.write();
             // Links that hold nothing any more are dropped (a failed, counted one stays: its
@@ -469,11 +472,7 @@ fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64, u64, Option<
     let (backup, address) = (link.backup, link.address.clone());
     match decode_answer(&answer) {
         Some((0, applied)) => {
-            let log = if flags & HELLO_LOG_REGION != 0 {
-                Some(LogSender::connect(&mut stream).map_err(|error| log_error(link, error))?)
-            } else {
-                None
-            };
+            let log = if flags & HELLO_LOG_REGION != 0 { negotiate_log(link, &mut stream)? } else { None };
             stream.set_read_timeout(None).map_err(|error| io_error(link, error))?;
             Ok((stream, applied, lineage, log))
         }
@@ -482,6 +481,37 @@ fn connect(shared: &Shared, link: &Link) -> Result<(TcpStream, u64, u64, Option<
         Some((3, _)) => Err(ReplicationError::HelloRefused { backup, address }),
         Some((4, _)) => Err(ReplicationError::Busy { backup, address }),
         _ => Err(ReplicationError::Malformed { backup, address, what: "hello answer" }),
+    }
+}
+
+/// One-sided: the log region handshake (`log_region`). A backup whose region cannot be mapped
+/// (or that cannot map the primary's) gets this stream over TCP, said in a log line; so does
+/// the medium of a backup written over RDMA (a region on this host, written through shared
+/// memory, is the quiet default).
+fn negotiate_log(link: &Link, stream: &mut TcpStream) -> Result<Option<LogSender>, ReplicationError> {
+    let handshake = Duration::from_millis(REPLICATION_LOG_HANDSHAKE_TIMEOUT_MS);
+    stream.set_read_timeout(Some(handshake)).map_err(|error| io_error(link, error))?;
+    let fabric = <LogFabric as FabricHandle>::open().map_err(|error| log_error(link, error.into()))?;
+    let (backup, address) = (link.backup, &link.address);
+    match LogSender::negotiate(fabric, stream).map_err(|error| log_error(link, error))? {
+        Negotiated::OneSided(log) => {
+            if log.medium() != "shm" {
+                let how = if log.medium() == "verbs" { "RDMA WRITE into its log region" } else { "its log region" };
+                log::warn!(
+                    "replication: records to backup {backup} ({address}) go one-sided over {} ({how})",
+                    log.medium()
+                );
+            }
+            Ok(Some(log))
+        }
+        Negotiated::Tcp { reason } => {
+            log::warn!(
+                "replication: records to backup {backup} ({address}) go over TCP (the replication medium falls back \
+                 for this backup: {reason})"
+            );
+            link.one_sided.store(false, Ordering::Release);
+            Ok(None)
+        }
     }
 }
 
@@ -509,9 +539,9 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
             shared.wake(); // a recovered primary's replies held for it may go
             continue;
         }
-        let taken = match shared.medium {
-            ReplicationMedium::Tcp => take_acknowledgement(shared, link, applied),
-            ReplicationMedium::OneSided => take_applied(shared, link, applied),
+        let taken = match link.one_sided() {
+            false => take_acknowledgement(shared, link, applied),
+            true => take_applied(shared, link, applied),
         };
         if let Err(error) = taken {
             return link.fail(error, shared);
@@ -540,7 +570,7 @@ fn read_acks(shared: &Shared, link: &Link, mut stream: TcpStream) {
         // front ends for it would cost two thread wake-ups per call for nothing, but while a
         // catching-up link starts to count (which moves the watermark), and with persistence
         // (`held_once_applied`: the acknowledgement is what releases the replies).
-        if shared.medium == ReplicationMedium::Tcp || link.catch_up.is_some() || link.held_once_applied {
+        if !link.one_sided() || link.catch_up.is_some() || link.held_once_applied() {
             link.changed.notify_all();
             shared.wake();
         }

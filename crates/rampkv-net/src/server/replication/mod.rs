@@ -35,6 +35,7 @@ use rampkv_core::storage::StoreError;
 use rampkv_durable::RecordError;
 
 use crate::auth::AuthError;
+use crate::message::fabric::FabricHandle;
 
 mod backup;
 mod copy;
@@ -140,9 +141,11 @@ pub enum ReplicationMedium {
     /// applied it and said so.
     #[serde(rename = "tcp")]
     Tcp,
-    /// One-sided writes into a log region the backup registered on the host's shared-memory
-    /// fabric (FaRM's way); a backup holds a record once the write completed into its open
-    /// region, and applies it off the primary's critical path. Needs the servers on one host.
+    /// One-sided writes into a log region the backup registered on the process's fabric
+    /// (FaRM's way): shared memory with a backup on this host, RDMA WRITE with one on another
+    /// host where both have an RDMA port; a backup holds a record once the write completed into
+    /// its open region, and applies it off the primary's critical path. A backup whose region
+    /// cannot be reached so gets this primary's records over TCP instead (`log_region`).
     #[default]
     #[serde(rename = "onesided")]
     OneSided,
@@ -168,6 +171,24 @@ impl ReplicationMedium {
             ReplicationMedium::Tcp
         }
     }
+}
+
+impl ReplicationMedium {
+    /// A server process's default ([`ReplicationMedium::for_addresses`], with this process's
+    /// fabric): one-sided also when the fabric has an RDMA port, as backups on other hosts with
+    /// RDMA are then written by RDMA WRITE (a backup that cannot be reached one-sidedly gets
+    /// TCP on its own, said in a log line).
+    pub fn for_process<'a>(addresses: impl IntoIterator<Item = &'a str>) -> ReplicationMedium {
+        match ReplicationMedium::for_addresses(addresses) {
+            ReplicationMedium::Tcp if process_has_rdma() => ReplicationMedium::OneSided,
+            medium => medium,
+        }
+    }
+}
+
+/// Whether this process's fabric (`--fabric`) has an RDMA port.
+fn process_has_rdma() -> bool {
+    <log_region::LogFabric as FabricHandle>::open().is_ok_and(|fabric| fabric.verbs().is_some())
 }
 
 /// A replication medium's name that is not one.

@@ -224,6 +224,10 @@ pub(super) struct Link {
     /// the backup acknowledged that it applied it and made its copy's log durable up to it,
     /// not once it landed in the log region.
     pub(super) held_once_applied: bool,
+    /// The stream goes one-sided into the backup's log region: the replicator's medium, until
+    /// the log region handshake falls back to TCP for this backup (`log_region`: a region that
+    /// cannot be mapped), before the link takes its first acknowledgement.
+    pub(super) one_sided: AtomicBool,
 }
 
 /// The progress of a catching-up backup's link (`rejoin` module docs).
@@ -292,9 +296,20 @@ impl Link {
             {
                 catch_up.point - 1
             }
-            _ if self.held_once_applied => self.applied.load(Ordering::SeqCst).min(self.acked.load(Ordering::SeqCst)),
+            _ if self.held_once_applied() => self.applied.load(Ordering::SeqCst).min(self.acked.load(Ordering::SeqCst)),
             _ => self.acked.load(Ordering::SeqCst),
         }
+    }
+
+    /// Whether a record is held once the backup applied it rather than once it landed: a
+    /// one-sided link with persistence (a TCP link's acknowledgements say applied anyway).
+    pub(super) fn held_once_applied(&self) -> bool {
+        self.held_once_applied && self.one_sided.load(Ordering::SeqCst)
+    }
+
+    /// Whether the stream goes one-sided (else over the replication port's TCP connection).
+    pub(super) fn one_sided(&self) -> bool {
+        self.one_sided.load(Ordering::Acquire)
     }
 
     pub(super) fn catches_up(&self, backup: usize, incarnation: u64, since: u64) -> bool {

@@ -792,3 +792,65 @@ fn catch_up_size_and_time_delta_against_snapshot() {
         delta.catch_up_delta_records, snapshot.catch_up_snapshot_versions
     );
 }
+
+/// A backup whose log region cannot be mapped (described as another host's without RDMA: the
+/// primary's fabric gives `NoMedium`), and one that cannot map the primary's region, get the
+/// stream over TCP, agreed in the log region handshake; the other backup keeps its log region.
+/// Over TCP a call is released only once that backup applied it, so the copy holds every
+/// released record at the moment it is released; both copies end up with every record.
+#[test]
+fn a_backup_whose_log_region_cannot_be_mapped_gets_the_stream_over_tcp_and_holds_every_record() {
+    use super::log_region::{ForeignSide, FOREIGN_REGIONS};
+    for side in [ForeignSide::Backup, ForeignSide::Primary] {
+        let (foreign, local) = (service(), service());
+        FOREIGN_REGIONS.lock().unwrap().push((foreign.address(), side));
+        let backups = vec![(1, foreign.address().to_string()), (2, local.address().to_string())];
+        let replicator = Replicator::start(0, 1, backups, None, ReplicationMedium::OneSided).unwrap();
+        let write = |index: u64| {
+            let mut effects = Effects::default();
+            let key = format!("key{index}");
+            effects.logged.push(rampkv_core::protocol::server::LogRecord::put(
+                (index + 1) << 20,
+                vec![(Key::from(key.as_bytes()), Box::from(key.as_bytes()))],
+            ));
+            replicator.append(&mut effects);
+            effects.release_after.expect("a record was appended")
+        };
+        let released = |position: LogPosition| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while replicator.acknowledged() < position && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            assert!(replicator.acknowledged() >= position, "{side:?}: {position:?} released");
+        };
+        // Call by call: released means applied by the backup reached over TCP.
+        for index in 0..20 {
+            let position = write(index);
+            released(position);
+            let applied = foreign.copy_of(0).map_or(0, |copy| copy.applied());
+            assert!(applied >= position.0, "{side:?}: record {} released, {applied} applied", position.0);
+        }
+        let media: Vec<(usize, bool)> =
+            replicator.shared.links.read().iter().map(|link| (link.backup, link.one_sided())).collect();
+        assert_eq!(media, vec![(1, false), (2, true)], "{side:?}: TCP for the foreign backup only");
+        // Then a burst, released at once.
+        let last = (20..300).fold(LogPosition(0), |_, index| write(index));
+        released(last);
+        let copy = foreign.copy_of(0).expect("the TCP backup's copy");
+        assert!(copy.applied() >= last.0, "{side:?}: every released record applied: {}", copy.applied());
+        let other = local.copy_of(0).expect("the one-sided backup's copy");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while other.applied() < last.0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for index in 0..300 {
+            let key = format!("key{index}");
+            assert!(copy.store().get_latest(key.as_bytes()).is_some(), "{side:?}: {key} on the TCP backup");
+            assert!(other.store().get_latest(key.as_bytes()).is_some(), "{side:?}: {key} on the one-sided backup");
+        }
+        assert!(replicator.failure().is_none(), "{side:?}: no link failed: {:?}", replicator.failure());
+        let stats = replicator.stats();
+        assert_eq!(stats.links_failed, 0, "{side:?}: {stats:?}");
+        FOREIGN_REGIONS.lock().unwrap().retain(|(address, _)| *address != foreign.address());
+    }
+}

@@ -17,7 +17,7 @@
 //!   8 u64 accepted: the last sequence number applied (catch-up: the last one it holds of
 //!         that stream, 0 for none); stale epoch: the epoch it knows
 //!   16 u32 CRC32C of bytes [0, 16)           20 u32 reserved, zero
-//! (bit 1: then the log region handshake, one JSON line each way, `log_region`)
+//! (bit 1: then the log region handshake, JSON lines that may fall back to TCP, `log_region`)
 //! then records, primary -> backup (over TCP, or written into the log region): log record
 //! frames (docs/persistence.md), lsn = sequence number, epoch = the primary's epoch when it
 //! appended (never older than the hello's, but a delta's records before the hello's first
