@@ -160,8 +160,8 @@ fn client(address: &str, choice: FabricChoice, reads: usize) -> Result<()> {
     };
 
     // Warm up (the queue pair is set up at the first operation).
-    for slot in 0..SLOTS.min(reads) {
-        read_slot(&fabric, &remote, slot * SLOT_BYTES, SLOT_BYTES, &keys[slot], &mut buffer)?;
+    for (slot, key) in keys.iter().enumerate().take(reads) {
+        read_slot(&fabric, &remote, slot * SLOT_BYTES, SLOT_BYTES, key, &mut buffer)?;
     }
 
     // The GET* slot read: lease word, then read_slot with its verification.
