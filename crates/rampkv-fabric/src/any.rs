@@ -316,6 +316,10 @@ impl OneSided for AnyFabric {
             AnyRemoteRegion::Verbs(region) => region.wake(offset_bytes),
         }
     }
+    #[inline]
+    fn reads_are_round_trips(&self, remote: &Self::RemoteRegion) -> bool {
+        matches!(remote, AnyRemoteRegion::Verbs(_))
+    }
 }
 
 impl Fabric for AnyFabric {

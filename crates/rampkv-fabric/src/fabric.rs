@@ -79,6 +79,15 @@ pub trait OneSided {
     /// The one operation that involves the target's CPU, and only because it asked to sleep:
     /// on RDMA this would be a write-with-immediate raising a completion event.
     fn wake(&self, remote: &Self::RemoteRegion, offset_bytes: usize) -> Result<(), FabricError>;
+
+    /// Whether every operation on `remote` is a network round trip whose bytes arrive in no
+    /// order (RDMA). Readers of self-verifying layouts (item slots) then read once and rely on
+    /// the layout's own checks instead of bracketing the read with loads of its sequence word,
+    /// each a round trip of its own. Shared memory: `false` (loads are cheap, and the brackets
+    /// are what the seqlock's proof rests on).
+    fn reads_are_round_trips(&self, _remote: &Self::RemoteRegion) -> bool {
+        false
+    }
 }
 
 /// The control path: registering local regions and mapping peers' regions.

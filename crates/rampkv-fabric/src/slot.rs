@@ -464,6 +464,24 @@ fn read_stable_used<F: OneSided>(
     Ok((after == before).then_some((before, bytes)))
 }
 
+/// The whole capacity in one read, for a backend whose reads are round trips with unordered
+/// bytes (RDMA READ): no brackets, one round trip. The image's own seq word stands for `s1`;
+/// [`verify`] then accepts it only if that seq is even and non-zero, the trailer's seq copy
+/// equals it and the checksum over everything else matches, so an image mixing two writes, or
+/// caught in the middle of one (odd seq, a trailer or checksum of another write), is rejected
+/// as torn (the format's "Why the checksum and trailer as well"). Returns the seq and the bytes
+/// read, as [`read_stable_used`] does.
+fn read_once<F: OneSided>(
+    fabric: &F,
+    remote: &F::RemoteRegion,
+    offset_bytes: usize,
+    image: &mut [u8],
+) -> Result<Option<(u64, usize)>, FabricError> {
+    fabric.read(remote, offset_bytes, image)?;
+    let seq = word_at(image, SLOT_SEQ_OFFSET_BYTES);
+    Ok((seq % 2 == 0).then_some((seq, image.len())))
+}
+
 /// A version read from a slot and verified. Borrows the caller's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlotView<'a> {
@@ -597,9 +615,15 @@ fn read_slot_attempts<'b, F: OneSided>(
         return Err(SlotReadError::InvalidCapacity { capacity_bytes, buffer_bytes: buf.len() });
     }
     let image = &mut buf[..capacity_bytes];
+    let once = fabric.reads_are_round_trips(remote);
     let mut accepted = None;
     for attempt in 1..=attempts_max {
-        if let Some((seq, bytes)) = read_stable_used(fabric, remote, offset_bytes, image)? {
+        let stable = if once {
+            read_once(fabric, remote, offset_bytes, image)?
+        } else {
+            read_stable_used(fabric, remote, offset_bytes, image)?
+        };
+        if let Some((seq, bytes)) = stable {
             match verify(&image[..bytes], seq, expected_key) {
                 Ok((layout, ts, flags)) => {
                     accepted = Some((seq, ts, flags, layout, attempt));
@@ -853,12 +877,123 @@ mod tests {
         assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::Corrupt { .. })));
     }
 
+    /// A memory fabric that says its reads are round trips (as RDMA's are) and counts the
+    /// operations a reader makes: slot reads then take one read of the capacity each.
+    struct RoundTrips {
+        inner: MemoryFabric,
+        operations: std::sync::atomic::AtomicU64,
+    }
+
+    impl RoundTrips {
+        fn count(&self) {
+            self.operations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    impl OneSided for RoundTrips {
+        type RemoteRegion = crate::memory::MemoryRemoteRegion;
+        fn remote_len_bytes(&self, remote: &Self::RemoteRegion) -> usize {
+            self.inner.remote_len_bytes(remote)
+        }
+        fn read(&self, remote: &Self::RemoteRegion, offset: usize, dst: &mut [u8]) -> Result<(), FabricError> {
+            self.count();
+            self.inner.read(remote, offset, dst)
+        }
+        fn write(&self, remote: &Self::RemoteRegion, offset: usize, src: &[u8]) -> Result<(), FabricError> {
+            self.count();
+            self.inner.write(remote, offset, src)
+        }
+        fn compare_and_swap(
+            &self,
+            remote: &Self::RemoteRegion,
+            offset: usize,
+            old: u64,
+            new: u64,
+        ) -> Result<u64, FabricError> {
+            self.count();
+            self.inner.compare_and_swap(remote, offset, old, new)
+        }
+        fn fetch_add(&self, remote: &Self::RemoteRegion, offset: usize, add: u64) -> Result<u64, FabricError> {
+            self.count();
+            self.inner.fetch_add(remote, offset, add)
+        }
+        fn read_word(
+            &self,
+            remote: &Self::RemoteRegion,
+            offset: usize,
+            ordering: LoadOrdering,
+        ) -> Result<u64, FabricError> {
+            self.count();
+            self.inner.read_word(remote, offset, ordering)
+        }
+        fn write_word(
+            &self,
+            remote: &Self::RemoteRegion,
+            offset: usize,
+            value: u64,
+            ordering: StoreOrdering,
+        ) -> Result<(), FabricError> {
+            self.count();
+            self.inner.write_word(remote, offset, value, ordering)
+        }
+        fn wake(&self, remote: &Self::RemoteRegion, offset: usize) -> Result<(), FabricError> {
+            self.inner.wake(remote, offset)
+        }
+        fn reads_are_round_trips(&self, _remote: &Self::RemoteRegion) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn where_reads_are_round_trips_a_slot_is_read_once_and_its_checks_still_hold() {
+        let (inner, local, remote) = setup();
+        let fabric = RoundTrips { inner, operations: std::sync::atomic::AtomicU64::new(0) };
+        let mut writer = SlotWriter::new(CAPACITY);
+        let mut buf = vec![0u8; CAPACITY];
+        assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::NotValid)));
+        writer.publish(&local, 0, CAPACITY, b"k", 7, 0, b"", b"value", SLOT_FLAG_VALID).unwrap();
+        let before = fabric.operations.load(std::sync::atomic::Ordering::Relaxed);
+        let view = read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf).unwrap();
+        assert_eq!((view.ts(), view.value(), view.attempts()), (7, &b"value"[..], 1));
+        assert_eq!(fabric.operations.load(std::sync::atomic::Ordering::Relaxed) - before, 1, "one round trip");
+        assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"other", &mut buf), Err(SlotReadError::WrongKey)));
+        // A flipped value byte, a writer stuck mid-write, a trailer of another write: torn.
+        let value_index = (SLOT_HEADER_BYTES + 8) / WORD_BYTES;
+        let good = local.load(value_index, LoadOrdering::Relaxed);
+        local.store(value_index, good ^ 0x100, StoreOrdering::Relaxed);
+        assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::Torn { .. })));
+        local.store(value_index, good, StoreOrdering::Relaxed);
+        local.store(0, 3, StoreOrdering::Relaxed);
+        assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::Torn { .. })));
+        local.store(0, 2, StoreOrdering::Relaxed);
+        let trailer_index = slot_bytes(1, 0, 5) / WORD_BYTES - 1;
+        local.store(trailer_index, 4, StoreOrdering::Relaxed);
+        assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::Torn { .. })));
+    }
+
     #[test]
     fn concurrent_writer_and_reader_threads_never_accept_a_torn_value() {
         // A fast in-process smoke version of the cross-process stress test.
         let fabric = MemoryFabric::new();
         let local = fabric.register("stress", CAPACITY, Access::ReadOnly).unwrap();
         let remote = fabric.map(&fabric.describe(&local)).unwrap();
+        never_accept_a_torn_value(&fabric, &local, &remote);
+    }
+
+    #[test]
+    fn concurrent_writer_and_one_read_readers_never_accept_a_torn_value() {
+        let inner = MemoryFabric::new();
+        let local = inner.register("stress-once", CAPACITY, Access::ReadOnly).unwrap();
+        let remote = inner.map(&inner.describe(&local)).unwrap();
+        let fabric = RoundTrips { inner, operations: std::sync::atomic::AtomicU64::new(0) };
+        never_accept_a_torn_value(&fabric, &local, &remote);
+    }
+
+    fn never_accept_a_torn_value<F: OneSided + Sync>(
+        fabric: &F,
+        local: &(impl Words + Sync),
+        remote: &F::RemoteRegion,
+    ) {
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|scope| {
             scope.spawn(|| {
@@ -868,14 +1003,14 @@ mod tests {
                     generation += 1;
                     let len = (generation % 150) as usize;
                     let value = vec![generation as u8; len];
-                    writer.publish(&local, 0, CAPACITY, b"k", generation, 0, b"", &value, SLOT_FLAG_VALID).unwrap();
+                    writer.publish(local, 0, CAPACITY, b"k", generation, 0, b"", &value, SLOT_FLAG_VALID).unwrap();
                 }
             });
             let mut buf = vec![0u8; CAPACITY];
             let mut accepted = 0;
             let deadline = std::time::Instant::now() + std::time::Duration::from_millis(300);
             while std::time::Instant::now() < deadline {
-                match read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf) {
+                match read_slot(fabric, remote, 0, CAPACITY, b"k", &mut buf) {
                     Ok(view) => {
                         let generation = view.ts();
                         assert_eq!(view.value().len(), (generation % 150) as usize);

@@ -508,6 +508,9 @@ impl OneSided for VerbsFabric {
     fn wake(&self, remote: &Self::RemoteRegion, offset_bytes: usize) -> Result<(), FabricError> {
         remote.wake(offset_bytes)
     }
+    fn reads_are_round_trips(&self, _remote: &Self::RemoteRegion) -> bool {
+        true
+    }
 }
 
 impl Fabric for VerbsFabric {
