@@ -159,11 +159,24 @@ mod tests {
     }
 
     #[test]
-    fn a_cluster_file_is_refused_before_anything_runs() {
+    fn a_cluster_file_with_the_in_process_transport_is_refused_before_anything_runs() {
         let config = BenchConfig { cluster_file: Some("cluster.toml".into()), ..BenchConfig::default() };
         let mut ran = false;
-        let error = run_each(&config, TransportKind::ALL, |_| ran = true).unwrap_err();
+        let with_in_process = [TransportKind::Tcp, TransportKind::InProcess];
+        let error = run_each(&config, &with_in_process, |_| ran = true).unwrap_err();
         assert!(error.to_string().contains("--compare"), "{error}");
+        assert!(error.to_string().contains("inprocess"), "{error}");
+        assert!(!ran);
+    }
+
+    #[test]
+    fn a_cluster_file_without_the_in_process_transport_is_run_against_and_a_missing_one_named() {
+        let directory = tempfile::tempdir().unwrap();
+        let missing = directory.path().join("no-such-cluster.toml");
+        let config = BenchConfig { cluster_file: Some(missing.clone()), ..BenchConfig::default() };
+        let mut ran = false;
+        let error = run_each(&config, TransportKind::ALL, |_| ran = true).unwrap_err();
+        assert!(error.to_string().contains("no-such-cluster.toml"), "{error}");
         assert!(!ran);
     }
 }
