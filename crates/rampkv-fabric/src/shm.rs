@@ -257,40 +257,7 @@ impl Words for Mapping {
 }
 
 impl Words for ShmLocalRegion {
-    #[inline]
-    fn len_words(&self) -> usize {
-        self.mapping.len_words()
-    }
-    #[inline]
-    fn load(&self, index: usize, ordering: LoadOrdering) -> u64 {
-        self.mapping.load(index, ordering)
-    }
-    #[inline]
-    fn store(&self, index: usize, value: u64, ordering: StoreOrdering) {
-        self.mapping.store(index, value, ordering)
-    }
-    fn compare_and_swap(&self, index: usize, expected: u64, new: u64) -> u64 {
-        self.mapping.compare_and_swap(index, expected, new)
-    }
-    fn fetch_add(&self, index: usize, add: u64) -> u64 {
-        self.mapping.fetch_add(index, add)
-    }
-    #[inline]
-    fn fence(&self, ordering: FenceOrdering) {
-        self.mapping.fence(ordering)
-    }
-    fn wait_while_equal(&self, index: usize, expected_low: u32, timeout: Duration) {
-        self.mapping.wait_while_equal(index, expected_low, timeout)
-    }
-    fn wake_all(&self, index: usize) {
-        self.mapping.wake_all(index)
-    }
-    fn copy_out(&self, first_index: usize, dst: &mut [u8]) {
-        self.mapping.copy_out(first_index, dst)
-    }
-    fn copy_in(&self, first_index: usize, src: &[u8]) {
-        self.mapping.copy_in(first_index, src)
-    }
+    crate::words::delegate_words!(mapping);
 }
 
 impl OneSided for ShmFabric {

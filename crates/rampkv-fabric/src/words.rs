@@ -52,6 +52,48 @@ pub enum FenceOrdering {
     SeqCst,
 }
 
+/// The body of an `impl Words` that hands every method to the field `$field` (itself
+/// [`Words`]): for a region that wraps another one and adds no word behaviour of its own.
+macro_rules! delegate_words {
+    ($field:ident) => {
+        #[inline]
+        fn len_words(&self) -> usize {
+            self.$field.len_words()
+        }
+        #[inline]
+        fn load(&self, index: usize, ordering: $crate::words::LoadOrdering) -> u64 {
+            self.$field.load(index, ordering)
+        }
+        #[inline]
+        fn store(&self, index: usize, value: u64, ordering: $crate::words::StoreOrdering) {
+            self.$field.store(index, value, ordering)
+        }
+        fn compare_and_swap(&self, index: usize, expected: u64, new: u64) -> u64 {
+            self.$field.compare_and_swap(index, expected, new)
+        }
+        fn fetch_add(&self, index: usize, add: u64) -> u64 {
+            self.$field.fetch_add(index, add)
+        }
+        #[inline]
+        fn fence(&self, ordering: $crate::words::FenceOrdering) {
+            self.$field.fence(ordering)
+        }
+        fn wait_while_equal(&self, index: usize, expected_low: u32, timeout: std::time::Duration) {
+            self.$field.wait_while_equal(index, expected_low, timeout)
+        }
+        fn wake_all(&self, index: usize) {
+            self.$field.wake_all(index)
+        }
+        fn copy_out(&self, first_index: usize, dst: &mut [u8]) {
+            self.$field.copy_out(first_index, dst)
+        }
+        fn copy_in(&self, first_index: usize, src: &[u8]) {
+            self.$field.copy_in(first_index, src)
+        }
+    };
+}
+pub(crate) use delegate_words;
+
 /// An array of 64-bit atomic words.
 ///
 /// Indices are in words. Every method panics if `index >= self.len_words()`: callers check

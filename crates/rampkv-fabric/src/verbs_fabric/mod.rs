@@ -328,40 +328,7 @@ impl VerbsLocalRegion {
 }
 
 impl Words for VerbsLocalRegion {
-    #[inline]
-    fn len_words(&self) -> usize {
-        self.shm.len_words()
-    }
-    #[inline]
-    fn load(&self, index: usize, ordering: LoadOrdering) -> u64 {
-        self.shm.load(index, ordering)
-    }
-    #[inline]
-    fn store(&self, index: usize, value: u64, ordering: StoreOrdering) {
-        self.shm.store(index, value, ordering)
-    }
-    fn compare_and_swap(&self, index: usize, expected: u64, new: u64) -> u64 {
-        self.shm.compare_and_swap(index, expected, new)
-    }
-    fn fetch_add(&self, index: usize, add: u64) -> u64 {
-        self.shm.fetch_add(index, add)
-    }
-    #[inline]
-    fn fence(&self, ordering: FenceOrdering) {
-        self.shm.fence(ordering)
-    }
-    fn wait_while_equal(&self, index: usize, expected_low: u32, timeout: Duration) {
-        self.shm.wait_while_equal(index, expected_low, timeout)
-    }
-    fn wake_all(&self, index: usize) {
-        self.shm.wake_all(index)
-    }
-    fn copy_out(&self, first_index: usize, dst: &mut [u8]) {
-        self.shm.copy_out(first_index, dst)
-    }
-    fn copy_in(&self, first_index: usize, src: &[u8]) {
-        self.shm.copy_in(first_index, src)
-    }
+    crate::words::delegate_words!(shm);
 }
 
 /// A peer's region reached over RDMA. Cloning shares the link.
