@@ -225,16 +225,27 @@ fn client(address: &str, choice: FabricChoice, reads: usize) -> Result<()> {
     } else {
         "  part: read_slot alone (seq, header, rest, seq; verified)"
     });
-    let (mut word, mut header, mut rest, mut full, mut pair) =
-        (Samples(Vec::new()), Samples(Vec::new()), Samples(Vec::new()), Samples(Vec::new()), Samples(Vec::new()));
+    let (mut word, mut header, mut rest, mut full, mut pair, mut sequential) = (
+        Samples(Vec::new()),
+        Samples(Vec::new()),
+        Samples(Vec::new()),
+        Samples(Vec::new()),
+        Samples(Vec::new()),
+        Samples(Vec::new()),
+    );
     for read in 0..parts {
         bound(read)?;
-        let offset = (read % SLOTS) * SLOT_BYTES;
+        let slot = read % SLOTS;
+        let offset = slot * SLOT_BYTES;
         word.time(|| fabric.read_word(&remote, offset, LoadOrdering::Acquire))?;
         full.time(|| fabric.read(&remote, offset, &mut buffer))?;
         if batched {
             let mut batch = [(LEASE_OFFSET, &mut lease_word[..]), (offset, &mut buffer[..])];
             pair.time(|| fabric.read_many(&remote, &mut batch))?;
+            sequential.time(|| {
+                fabric.read_word(&remote, LEASE_OFFSET, LoadOrdering::Acquire)?;
+                read_slot(&fabric, &remote, offset, SLOT_BYTES, &keys[slot], &mut buffer).map(|view| view.seq())
+            })?;
         } else {
             header.time(|| fabric.read(&remote, offset, &mut buffer[..SLOT_HEADER_BYTES]))?;
             rest.time(|| fabric.read(&remote, offset + SLOT_HEADER_BYTES, &mut buffer[SLOT_HEADER_BYTES..]))?;
@@ -243,6 +254,7 @@ fn client(address: &str, choice: FabricChoice, reads: usize) -> Result<()> {
     if batched {
         word.report("  part: one word read (one READ: what the lease word cost before it joined the batch)");
         pair.report(&format!("  part: one batch of two READs (8 B lease word + {SLOT_BYTES} B slot; no verification)"));
+        sequential.report("  before batching: lease word READ, then read_slot (two dependent round trips; verified)");
     } else {
         word.report("  part: one word read (lease, seq before, seq after: 3 of these)");
         header.report("  part: one 48 B header read");
