@@ -624,8 +624,9 @@ build_slot_read_lat() {
   SLOT_READ_LAT="$REPO/target/release/examples/slot_read_lat"
 }
 
-# One GET* item-slot read at the fabric level (lease word + read_slot with its verification,
-# 1,280 B slots filled by their version) against perftest's ib_read_lat of the same 1,280 B, in
+# One GET* item-slot read at the fabric level, as GET* does it over verbs (the lease word and the
+# whole slot in one batch of READs, one doorbell, then verify_image; 1,280 B slots filled by their
+# version) against perftest's ib_read_lat of the same 1,280 B, in
 # the same two guests, one after the other; prints the ratio of the medians (issue 29 asks for
 # at most 1.5x). A figure, not a gate: the step fails only if either side cannot be measured.
 SLOT_READ_BYTES=1280

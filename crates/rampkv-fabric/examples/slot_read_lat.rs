@@ -8,20 +8,24 @@
 //!                 map the descriptor and time N single-slot reads as GET* does them
 //! ```
 //!
-//! One GET\* slot read, as `rampkv-net`'s one-sided transport does it for a one-key GET: one
-//! acquire read of the region's lease word (GET\* reads it once per GET and server, so once per
-//! slot read for a one-key GET), then [`read_slot`] (a read of `seq`, of the 48-byte header, of the
-//! rest of the version, of `seq` again; then checksum, trailer, flags and key checked). Each slot
-//! is `SLOT_BYTES` (1,280 B, the bench's default slot) and its version fills it, so the bytes read
-//! equal perftest's `ib_read_lat -s 1280`. The client also times the parts: each fabric operation
-//! of the read on its own, one whole-slot read, and the verification alone (over memory).
+//! One GET\* slot read, as `rampkv-net`'s one-sided transport does it for a one-key GET (it reads
+//! the region's lease word once per GET and server, so once per slot read for a one-key GET).
+//! Over verbs (reads are round trips): the lease word and the whole slot in one
+//! [`OneSided::read_many`] (two READs, one doorbell, one round trip), then [`verify_image`]
+//! (seq even, trailer copy, checksum, flags and key); [`read_slot`] only for a torn image. Over
+//! shared memory: an acquire read of the lease word, then [`read_slot`] (`seq`, the 48-byte
+//! header, the rest of the version, `seq` again; then the same checks). Each slot is
+//! `SLOT_BYTES` (1,280 B, the bench's default slot) and its version fills it, so the slot bytes
+//! read equal perftest's `ib_read_lat -s 1280`. The client also times the parts: `read_slot`
+//! alone (one whole-slot READ over verbs), each fabric operation on its own, one whole-slot read,
+//! and the verification alone (over memory).
 //! `scripts/rdma-lab.sh` runs it between two QEMU guests with Soft-RoCE.
 
 use rampkv_fabric::memory::MemoryFabric;
 use rampkv_fabric::slot::SLOT_HEADER_BYTES;
 use rampkv_fabric::{
-    read_slot, slot_bytes, Access, AnyFabric, Fabric, FabricChoice, LoadOrdering, OneSided, RegionDescriptor,
-    SlotWriter, StoreOrdering, Words,
+    read_slot, slot_bytes, verify_image, Access, AnyFabric, Fabric, FabricChoice, LoadOrdering, OneSided,
+    RegionDescriptor, SlotReadError, SlotWriter, StoreOrdering, Words,
 };
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -164,40 +168,98 @@ fn client(address: &str, choice: FabricChoice, reads: usize) -> Result<()> {
         read_slot(&fabric, &remote, slot * SLOT_BYTES, SLOT_BYTES, key, &mut buffer)?;
     }
 
-    // The GET* slot read: lease word, then read_slot with its verification.
-    let (mut whole, mut slot_only) = (Samples(Vec::new()), Samples(Vec::new()));
+    // The GET* slot read, as the one-sided transport does it on this medium. Reads that are
+    // round trips (verbs): the lease word and the whole slot in one batch (one doorbell, one
+    // round trip), the image checked by verify_image (read_slot only if it was torn). Shared
+    // memory: the lease word, then read_slot (seq, header, rest, seq).
+    let batched = fabric.reads_are_round_trips(&remote);
+    let mut lease_word = [0u8; 8];
+    let mut whole = Samples(Vec::new());
+    let mut torn = 0u32;
     for read in 0..reads {
         bound(read)?;
         let slot = read % SLOTS;
         let started = Instant::now();
-        let lease = fabric.read_word(&remote, LEASE_OFFSET, LoadOrdering::Acquire)?;
-        let slot_started = Instant::now();
-        let view = read_slot(&fabric, &remote, slot * SLOT_BYTES, SLOT_BYTES, &keys[slot], &mut buffer)?;
-        let done = Instant::now();
-        if lease != u64::MAX || view.value() != value_of(slot).as_slice() || view.attempts() != 1 {
+        let (lease, value_ok) = if batched {
+            let mut batch = [(LEASE_OFFSET, &mut lease_word[..]), (slot * SLOT_BYTES, &mut buffer[..])];
+            fabric.read_many(&remote, &mut batch)?;
+            let lease = u64::from_le_bytes(lease_word);
+            match verify_image(&buffer, &keys[slot]) {
+                Ok(view) => (lease, view.value() == value_of(slot).as_slice()),
+                Err(SlotReadError::Torn { .. }) => {
+                    torn += 1;
+                    let view = read_slot(&fabric, &remote, slot * SLOT_BYTES, SLOT_BYTES, &keys[slot], &mut buffer)?;
+                    (lease, view.value() == value_of(slot).as_slice())
+                }
+                Err(error) => return Err(error.into()),
+            }
+        } else {
+            let lease = fabric.read_word(&remote, LEASE_OFFSET, LoadOrdering::Acquire)?;
+            let view = read_slot(&fabric, &remote, slot * SLOT_BYTES, SLOT_BYTES, &keys[slot], &mut buffer)?;
+            (lease, view.value() == value_of(slot).as_slice() && view.attempts() == 1)
+        };
+        whole.0.push(started.elapsed().as_secs_f64() * 1e6);
+        if lease != u64::MAX || !value_ok {
             return Err(format!("slot {slot}: wrong lease {lease:#x} or value, or torn").into());
         }
-        whole.0.push((done - started).as_secs_f64() * 1e6);
-        slot_only.0.push((done - slot_started).as_secs_f64() * 1e6);
     }
-    let getstar = whole.report("GET* slot read (lease word + read_slot, verified)");
-    slot_only.report("  of which read_slot alone (seq, header, rest, seq; verified)");
+    if torn > 0 {
+        return Err(format!("{torn} of {reads} batched images torn: no writer runs, none should be").into());
+    }
+    let getstar = whole.report(if batched {
+        "GET* slot read (lease word + whole slot in one batch: one doorbell, one round trip; verified)"
+    } else {
+        "GET* slot read (lease word, then read_slot: seq, header, rest, seq; verified)"
+    });
 
-    // Where the time goes: each fabric operation of read_slot on its own.
+    // Where the time goes: read_slot alone, then each fabric operation on its own.
     let parts = reads.min(500);
-    let (mut word, mut header, mut rest, mut full) =
-        (Samples(Vec::new()), Samples(Vec::new()), Samples(Vec::new()), Samples(Vec::new()));
+    let mut slot_only = Samples(Vec::new());
     for read in 0..parts {
         bound(read)?;
-        let offset = (read % SLOTS) * SLOT_BYTES;
-        word.time(|| fabric.read_word(&remote, offset, LoadOrdering::Acquire))?;
-        header.time(|| fabric.read(&remote, offset, &mut buffer[..SLOT_HEADER_BYTES]))?;
-        rest.time(|| fabric.read(&remote, offset + SLOT_HEADER_BYTES, &mut buffer[SLOT_HEADER_BYTES..]))?;
-        full.time(|| fabric.read(&remote, offset, &mut buffer))?;
+        let slot = read % SLOTS;
+        slot_only.time(|| read_slot(&fabric, &remote, slot * SLOT_BYTES, SLOT_BYTES, &keys[slot], &mut buffer))?;
     }
-    word.report("  part: one word read (lease, seq before, seq after: 3 of these)");
-    header.report("  part: one 48 B header read");
-    rest.report(&format!("  part: one {} B body read", SLOT_BYTES - SLOT_HEADER_BYTES));
+    slot_only.report(if batched {
+        "  part: read_slot alone (one whole-slot READ; verified)"
+    } else {
+        "  part: read_slot alone (seq, header, rest, seq; verified)"
+    });
+    let (mut word, mut header, mut rest, mut full, mut pair, mut sequential) = (
+        Samples(Vec::new()),
+        Samples(Vec::new()),
+        Samples(Vec::new()),
+        Samples(Vec::new()),
+        Samples(Vec::new()),
+        Samples(Vec::new()),
+    );
+    for read in 0..parts {
+        bound(read)?;
+        let slot = read % SLOTS;
+        let offset = slot * SLOT_BYTES;
+        word.time(|| fabric.read_word(&remote, offset, LoadOrdering::Acquire))?;
+        full.time(|| fabric.read(&remote, offset, &mut buffer))?;
+        if batched {
+            let mut batch = [(LEASE_OFFSET, &mut lease_word[..]), (offset, &mut buffer[..])];
+            pair.time(|| fabric.read_many(&remote, &mut batch))?;
+            sequential.time(|| {
+                fabric.read_word(&remote, LEASE_OFFSET, LoadOrdering::Acquire)?;
+                read_slot(&fabric, &remote, offset, SLOT_BYTES, &keys[slot], &mut buffer).map(|view| view.seq())
+            })?;
+        } else {
+            header.time(|| fabric.read(&remote, offset, &mut buffer[..SLOT_HEADER_BYTES]))?;
+            rest.time(|| fabric.read(&remote, offset + SLOT_HEADER_BYTES, &mut buffer[SLOT_HEADER_BYTES..]))?;
+        }
+    }
+    if batched {
+        word.report("  part: one word read (one READ: what the lease word cost before it joined the batch)");
+        pair.report(&format!("  part: one batch of two READs (8 B lease word + {SLOT_BYTES} B slot; no verification)"));
+        sequential.report("  before batching: lease word READ, then read_slot (two dependent round trips; verified)");
+    } else {
+        word.report("  part: one word read (lease, seq before, seq after: 3 of these)");
+        header.report("  part: one 48 B header read");
+        rest.report(&format!("  part: one {} B body read", SLOT_BYTES - SLOT_HEADER_BYTES));
+    }
     let one_read = full.report(&format!("  reference: one whole {SLOT_BYTES} B fabric read (no seq, no verification)"));
 
     // The verification alone: the same read_slot over an in-process memory fabric.

@@ -258,6 +258,13 @@ impl OneSided for AnyFabric {
         }
     }
     #[inline]
+    fn read_many(&self, remote: &Self::RemoteRegion, reads: &mut [(usize, &mut [u8])]) -> Result<(), FabricError> {
+        match remote {
+            AnyRemoteRegion::Shm(region) => self.shm.read_many(region, reads),
+            AnyRemoteRegion::Verbs(region) => region.read_many(reads),
+        }
+    }
+    #[inline]
     fn write(&self, remote: &Self::RemoteRegion, offset_bytes: usize, src: &[u8]) -> Result<(), FabricError> {
         match remote {
             AnyRemoteRegion::Shm(region) => self.shm.write(region, offset_bytes, src),

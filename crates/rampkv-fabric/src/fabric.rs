@@ -80,6 +80,20 @@ pub trait OneSided {
     /// on RDMA this would be a write-with-immediate raising a completion event.
     fn wake(&self, remote: &Self::RemoteRegion, offset_bytes: usize) -> Result<(), FabricError>;
 
+    /// Reads several ranges of one region, `(offset_bytes, dst)` each, as [`OneSided::read`]
+    /// would one after another (every range checked the same way; the first error stops).
+    /// The default does exactly that. A backend whose reads are round trips (verbs) posts them
+    /// all with one doorbell and waits once: one round trip for the lot. The ranges are read
+    /// in the order given: on one RDMA reliable connection the responder executes READs in the
+    /// order they were posted, so a word read staged first is read before what follows it (as
+    /// a sequential reader would read it). Each range ends with the acquire of a `read`.
+    fn read_many(&self, remote: &Self::RemoteRegion, reads: &mut [(usize, &mut [u8])]) -> Result<(), FabricError> {
+        for (offset_bytes, dst) in reads.iter_mut() {
+            self.read(remote, *offset_bytes, dst)?;
+        }
+        Ok(())
+    }
+
     /// Whether every operation on `remote` is a network round trip whose bytes arrive in no
     /// order (RDMA). Readers of self-verifying layouts (item slots) then read once and rely on
     /// the layout's own checks instead of bracketing the read with loads of its sequence word,

@@ -66,6 +66,6 @@ pub use ring::{
 };
 pub use sendrecv::{Completion, PostError, QueueAddresses, QueueError, QueueLayout, ReceiveQueue, SendQueue};
 pub use shm::{cleanup_stale, ShmFabric, ShmLocalRegion, ShmRemoteRegion, StaleCleanup};
-pub use slot::{read_slot, slot_bytes, SlotReadError, SlotView, SlotWriteError, SlotWriter};
+pub use slot::{read_slot, slot_bytes, verify_image, SlotReadError, SlotView, SlotWriteError, SlotWriter};
 pub use verbs_fabric::{VerbsConfig, VerbsFabric, VerbsLocalRegion, VerbsPort, VerbsRemoteRegion};
 pub use words::{FenceOrdering, HeapWords, LoadOrdering, StoreOrdering, Words};

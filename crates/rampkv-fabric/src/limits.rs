@@ -136,6 +136,11 @@ pub const VERBS_OP_TIMEOUT_MS: u64 = 10_000;
 /// chunks of this size.
 pub const VERBS_BOUNCE_BYTES: usize = 64 << 10;
 
+/// Most READs a verbs link posts with one doorbell for [`crate::OneSided::read_many`]
+/// (well inside the send queue's depth); a longer list, or one whose ranges together exceed
+/// [`VERBS_BOUNCE_BYTES`], is read one range after another.
+pub const VERBS_READ_BATCH_MAX: usize = 32;
+
 /// Receive buffers a verbs link keeps posted for wakes from its peer (each holds one wake).
 pub const VERBS_WAKE_BUFFERS: u32 = 256;
 

@@ -602,6 +602,43 @@ pub fn read_slot<'b, F: OneSided>(
     read_slot_attempts(fabric, remote, offset_bytes, capacity_bytes, expected_key, buf, SLOT_READ_ATTEMPTS_MAX)
 }
 
+/// Verifies a slot image the caller read itself, in one read of the whole capacity
+/// (`image.len()`), e.g. together with other ranges in one [`OneSided::read_many`]: the checks
+/// of [`read_slot`]'s one-read mode (its seq even and non-zero, the trailer's copy equal to it,
+/// the checksum, flags and key), for a backend whose reads are round trips with unordered
+/// bytes. On shared memory an image read without the seqlock's brackets proves nothing: use
+/// [`read_slot`] there.
+///
+/// # Errors
+/// `Torn { attempts: 1 }` for an image caught mid-write or mixing writes: retriable, e.g. with
+/// [`read_slot`]. The other verdicts as [`read_slot`]'s; `InvalidCapacity` for a length that is
+/// not a valid capacity.
+pub fn verify_image<'b>(image: &'b [u8], expected_key: &[u8]) -> Result<SlotView<'b>, SlotReadError> {
+    if !valid_capacity(image.len()) {
+        return Err(SlotReadError::InvalidCapacity { capacity_bytes: image.len(), buffer_bytes: image.len() });
+    }
+    let seq = word_at(image, SLOT_SEQ_OFFSET_BYTES);
+    let verdict = if seq % 2 == 0 { verify(image, seq, expected_key) } else { Err(Verdict::Torn) };
+    match verdict {
+        Ok((layout, ts, flags)) => Ok(view_of(image, seq, ts, flags, layout, 1)),
+        Err(Verdict::Final(error)) => Err(error),
+        Err(Verdict::Torn) => Err(SlotReadError::Torn { attempts: 1 }),
+    }
+}
+
+fn view_of(image: &[u8], seq: u64, ts: u64, flags: u64, layout: SlotLayout, attempts: u32) -> SlotView<'_> {
+    SlotView {
+        seq,
+        ts,
+        flags,
+        expiry: word_at(image, SLOT_EXPIRY_OFFSET_BYTES),
+        key: &image[layout.key],
+        metadata: &image[layout.metadata],
+        value: &image[layout.value],
+        attempts,
+    }
+}
+
 fn read_slot_attempts<'b, F: OneSided>(
     fabric: &F,
     remote: &F::RemoteRegion,
@@ -639,17 +676,7 @@ fn read_slot_attempts<'b, F: OneSided>(
         return Err(SlotReadError::Torn { attempts: attempts_max });
     };
     let image: &'b [u8] = buf;
-    let expiry = word_at(image, SLOT_EXPIRY_OFFSET_BYTES);
-    Ok(SlotView {
-        seq,
-        ts,
-        flags,
-        expiry,
-        key: &image[layout.key],
-        metadata: &image[layout.metadata],
-        value: &image[layout.value],
-        attempts,
-    })
+    Ok(view_of(image, seq, ts, flags, layout, attempts))
 }
 
 #[cfg(test)]

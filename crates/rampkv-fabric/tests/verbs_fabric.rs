@@ -190,6 +190,28 @@ fn a_peer_processs_region_is_read_written_and_woken_over_rdma() {
         let word = 0x5a5a_0000_0000_0000u64 | (512 + index) as u64;
         assert_eq!(chunk, &word.to_le_bytes()[..chunk.len()], "word {index}");
     }
+    // Batched reads (one doorbell): a word, a slot-sized range and an odd length, each where
+    // it was asked; ranges over one bounce buffer in all are read one by one; a bad range fails
+    // before anything is posted.
+    let pattern = |offset: usize| 0x5a5a_0000_0000_0000u64 | (offset / 8) as u64;
+    let (mut word, mut range, mut odd) = ([0u8; 8], vec![0u8; 1280], [0u8; 13]);
+    let mut reads = [(8 * 9, &mut word[..]), (4096, &mut range[..]), (8 * 3, &mut odd[..])];
+    fabric.read_many(&remote, &mut reads).expect("read_many");
+    assert_eq!(u64::from_le_bytes(word), pattern(8 * 9));
+    for (index, chunk) in range.chunks(8).enumerate() {
+        assert_eq!(chunk, &pattern(4096 + 8 * index).to_le_bytes()[..], "batched word {index}");
+    }
+    assert_eq!(&odd[..8], &pattern(24).to_le_bytes()[..]);
+    assert_eq!(&odd[8..], &pattern(32).to_le_bytes()[..5]);
+    let mut over = vec![0u8; 70_000];
+    let mut reads = [(8 * 9, &mut word[..]), (8, &mut over[..])];
+    fabric.read_many(&remote, &mut reads).expect("read_many over the bounce buffer");
+    assert_eq!(&over[..8], &pattern(8).to_le_bytes()[..]);
+    assert_eq!(&over[69_992..], &pattern(8 + 69_992).to_le_bytes()[..]);
+    let mut reads = [(8, &mut word[..]), (3, &mut odd[..])];
+    assert!(matches!(fabric.read_many(&remote, &mut reads), Err(FabricError::Misaligned { .. })));
+    let mut reads = [(8, &mut word[..]), (REGION_BYTES - 8, &mut range[..])];
+    assert!(matches!(fabric.read_many(&remote, &mut reads), Err(FabricError::OutOfBounds { .. })));
     // Writes, read back.
     let message: Vec<u8> = (0..70_001u32).map(|i| (i % 251) as u8).collect();
     fabric.write(&remote, 8192, &message).expect("write 70 kB");

@@ -390,6 +390,36 @@ impl Link {
         })
     }
 
+    /// RDMA READs of several ranges of `remote` (checked by the caller; together within the
+    /// bounce buffer and one batch), staged at consecutive word-aligned sub-ranges of the
+    /// bounce buffer and posted with one doorbell; one wait for the last completion (an RC
+    /// queue pair completes its sends in order, and a failed one fails the wait), then each
+    /// copied out. Empty ranges are skipped.
+    pub(crate) fn read_many(
+        self: &Arc<Self>,
+        remote: &RemoteRegion,
+        reads: &mut [(usize, &mut [u8])],
+    ) -> Result<(), FabricError> {
+        self.run(|state| {
+            state.post_and_wait(|qp, bounce| {
+                let mut batch = qp.batch()?;
+                let mut at = 0u64;
+                for (offset_bytes, dst) in reads.iter().filter(|(_, dst)| !dst.is_empty()) {
+                    let len = dst.len().div_ceil(8) * 8;
+                    batch.read(bounce, at, remote, *offset_bytes as u64, len as u32)?;
+                    at += len as u64;
+                }
+                batch.post()
+            })?;
+            let mut at = 0u64;
+            for (_, dst) in reads.iter_mut().filter(|(_, dst)| !dst.is_empty()) {
+                state.bounce.read(at, dst)?;
+                at += (dst.len().div_ceil(8) * 8) as u64;
+            }
+            Ok(())
+        })
+    }
+
     /// RDMA WRITE of `src` (zero-padded to whole words) at `offset_bytes` of `remote`.
     pub(crate) fn write(
         self: &Arc<Self>,

@@ -29,7 +29,7 @@ pub mod registry;
 
 use crate::error::FabricError;
 use crate::fabric::{Access, Fabric, OneSided, RegionDescriptor, VerbsRegionInfo};
-use crate::limits::{VERBS_LINKS_MAX, WORD_BYTES};
+use crate::limits::{VERBS_BOUNCE_BYTES, VERBS_LINKS_MAX, VERBS_READ_BATCH_MAX, WORD_BYTES};
 use crate::region::host_identity;
 use crate::shm::{ShmFabric, ShmLocalRegion};
 use crate::verbs::{
@@ -389,6 +389,31 @@ impl VerbsRemoteRegion {
         Ok(())
     }
 
+    /// Every range checked first (nothing is posted if one is bad); then, if they fit the
+    /// link's bounce buffer and one batch, one doorbell and one wait for them all (the
+    /// ordering argument is the trait's: one RC queue pair's READs execute in posted order);
+    /// otherwise one read after another.
+    pub(crate) fn read_many(&self, reads: &mut [(usize, &mut [u8])]) -> Result<(), FabricError> {
+        let mut staged = 0usize;
+        let mut bytes = 0usize;
+        for (offset_bytes, dst) in reads.iter() {
+            self.check(*offset_bytes, dst.len())?;
+            if !dst.is_empty() {
+                staged += 1;
+                bytes = bytes.saturating_add(words::padded_bytes(dst.len()));
+            }
+        }
+        if staged <= 1 || staged > VERBS_READ_BATCH_MAX || bytes > VERBS_BOUNCE_BYTES {
+            for (offset_bytes, dst) in reads.iter_mut() {
+                self.read(*offset_bytes, dst)?;
+            }
+            return Ok(());
+        }
+        self.link.read_many(&self.remote, reads)?;
+        words::std_fence(FenceOrdering::Acquire);
+        Ok(())
+    }
+
     pub(crate) fn write(&self, offset_bytes: usize, src: &[u8]) -> Result<(), FabricError> {
         self.check_writable()?;
         let offset = self.check(offset_bytes, src.len())?;
@@ -439,6 +464,9 @@ impl OneSided for VerbsFabric {
     }
     fn read(&self, remote: &Self::RemoteRegion, offset_bytes: usize, dst: &mut [u8]) -> Result<(), FabricError> {
         remote.read(offset_bytes, dst)
+    }
+    fn read_many(&self, remote: &Self::RemoteRegion, reads: &mut [(usize, &mut [u8])]) -> Result<(), FabricError> {
+        remote.read_many(reads)
     }
     fn write(&self, remote: &Self::RemoteRegion, offset_bytes: usize, src: &[u8]) -> Result<(), FabricError> {
         remote.write(offset_bytes, src)

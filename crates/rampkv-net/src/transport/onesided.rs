@@ -7,7 +7,9 @@
 //! one-sidedly: each slot with `rampkv_fabric::read_slot` (seqlock, checksum, trailer seq copy
 //! and key check; bounded retries). If every slot verifies and holds its key, the VERSIONS
 //! reply is synthesized locally and delivered by the next `poll` (LATEST_TS: the timestamp
-//! only, as the server answers it). Otherwise the request goes over the ring as GET_LOCATE,
+//! only, as the server answers it). Where reads are round trips (RDMA), the lease word and all
+//! of a request's slots are read together, one doorbell and one round trip, each image checked
+//! with `rampkv_fabric::verify_image` and only a torn one read again with `read_slot`. Otherwise the request goes over the ring as GET_LOCATE,
 //! whose reply (VERSIONS_LOCATED) also names each key's slot: the transport fills the cache
 //! from it and hands the driver a plain VERSIONS reply. Round-2 reads (EXACT, HIGHEST_OF),
 //! PREPARE/COMMIT/PUT, locks and STATUS go over the rings unchanged; the protocol state
@@ -49,8 +51,9 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use ahash::AHashMap as HashMap;
+use rampkv_fabric::limits::{VERBS_BOUNCE_BYTES, VERBS_READ_BATCH_MAX};
 use rampkv_fabric::slot::SLOT_BYTES_MIN;
-use rampkv_fabric::{read_slot, Access, LoadOrdering, SlotReadError};
+use rampkv_fabric::{read_slot, verify_image, Access, LoadOrdering, SlotReadError};
 use serde::Serialize;
 
 use super::client::{ClientTransport, ServerEvent};
@@ -69,6 +72,13 @@ use rampkv_core::limits::{
 };
 use rampkv_core::types::Expiry;
 use rampkv_core::wire::{Decoder, GetItem, Metadata, Request, Response, Selector, VersionItem};
+
+/// Bytes of the lease word read with the slots.
+const LEASE_WORD_BYTES: usize = 8;
+/// Most bytes of slot images read in one batch (with the lease word: one verbs bounce buffer).
+const GETSTAR_BATCH_BYTES: usize = VERBS_BOUNCE_BYTES - LEASE_WORD_BYTES;
+/// Most reads in one batch (the lease word's included).
+const GETSTAR_BATCH_READS_MAX: usize = VERBS_READ_BATCH_MAX;
 
 /// Options of the one-sided transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -168,6 +178,9 @@ pub struct GetStarTransport<F: FabricHandle> {
     locating: HashMap<(usize, u64), Vec<Box<[u8]>>>,
     /// Slot read buffer (the largest slot of any server).
     buffer: Vec<u8>,
+    /// The lease word and slot images of one batched read (round-trip fabrics only; grown on
+    /// first use, at most `LEASE_WORD_BYTES + GETSTAR_BATCH_BYTES` or one slot more).
+    batch: Vec<u8>,
     options: OneSidedOptions,
     stats: GetStarStats,
     /// When the servers' control connections were last checked (a read answered from slots
@@ -234,6 +247,7 @@ impl<F: FabricHandle> GetStarTransport<F> {
             ready: VecDeque::new(),
             locating: HashMap::default(),
             buffer: vec![0; slot_bytes_max],
+            batch: Vec::new(),
             options,
             stats: GetStarStats::default(),
             peers_checked: Instant::now(),
@@ -252,6 +266,14 @@ impl<F: FabricHandle> GetStarTransport<F> {
 
     /// Reads every item of a GET from slots; `Err` names the first reason it cannot.
     fn read_slots(&mut self, server: usize, items: &[GetItem]) -> Result<Vec<VersionItem>, Fallback> {
+        let batched = self
+            .regions
+            .get(server)
+            .and_then(Option::as_ref)
+            .is_some_and(|region| self.fabric.reads_are_round_trips(&region.remote));
+        if batched {
+            return self.read_slots_batched(server, items);
+        }
         let Some(region) = self.regions.get(server).and_then(Option::as_ref) else {
             return Err(Fallback::Miss);
         };
@@ -272,30 +294,98 @@ impl<F: FabricHandle> GetStarTransport<F> {
             }
             let offset = location.slot as usize * region.slot_bytes;
             let read = read_slot(&self.fabric, &region.remote, offset, region.slot_bytes, &item.key, &mut self.buffer);
-            let failure = match read {
-                Ok(view) => {
-                    if view.newer_prepared() && self.options.newer_prepared_fallback {
-                        return Err(Fallback::NewerPrepared);
+            match judge(read, 0, &item.selector, self.options.newer_prepared_fallback) {
+                Ok((version, retries)) => {
+                    self.stats.torn_retries += retries;
+                    self.stats.slots_accepted += 1;
+                    versions.push(version);
+                }
+                Err(Judged::NewerPrepared) => return Err(Fallback::NewerPrepared),
+                Err(Judged::Failed(failure)) => {
+                    // A failed check: forget the address; GET_LOCATE re-learns it.
+                    self.stats.evictions += u64::from(self.cache.evict(&item.key));
+                    return Err(failure);
+                }
+            }
+        }
+        if !lease_trusted(lease_end, region.same_clock) {
+            return Err(Fallback::Unleased);
+        }
+        Ok(versions)
+    }
+
+    /// [`Self::read_slots`] over a fabric whose reads are round trips (RDMA): the lease word and
+    /// the slots in one [`rampkv_fabric::OneSided::read_many`] (one doorbell, one round trip; groups of
+    /// `GETSTAR_BATCH_BYTES`), each image checked by [`verify_image`], and only a torn one read
+    /// again with [`read_slot`]. The lease word is staged first: one reliable connection's
+    /// READs execute in posted order, so it is read before every slot, as the sequential path
+    /// reads it; the clock is still read after the last slot.
+    fn read_slots_batched(&mut self, server: usize, items: &[GetItem]) -> Result<Vec<VersionItem>, Fallback> {
+        let Some(region) = self.regions.get(server).and_then(Option::as_ref) else {
+            return Err(Fallback::Miss);
+        };
+        let mut offsets = Vec::with_capacity(items.len());
+        for item in items {
+            let Some(location) = self.cache.get(&item.key) else {
+                return Err(Fallback::Miss);
+            };
+            if location.server as usize != server || location.slot >= region.slots {
+                self.stats.evictions += u64::from(self.cache.evict(&item.key));
+                return Err(Fallback::Miss);
+            }
+            offsets.push(location.slot as usize * region.slot_bytes);
+        }
+        let slot_bytes = region.slot_bytes;
+        let per_batch = (GETSTAR_BATCH_BYTES / slot_bytes).clamp(1, GETSTAR_BATCH_READS_MAX - 1);
+        let needed = LEASE_WORD_BYTES + per_batch.min(items.len()) * slot_bytes;
+        if self.batch.len() < needed {
+            self.batch.resize(needed, 0);
+        }
+        let mut lease_end = None;
+        let mut versions = Vec::with_capacity(items.len());
+        for (group, group_offsets) in items.chunks(per_batch).zip(offsets.chunks(per_batch)) {
+            let (lease, images) = self.batch.split_at_mut(LEASE_WORD_BYTES);
+            let mut reads: Vec<(usize, &mut [u8])> = Vec::with_capacity(group.len() + 1);
+            if lease_end.is_none() {
+                reads.push((region.lease_word_offset, lease));
+            }
+            reads.extend(group_offsets.iter().copied().zip(images.chunks_exact_mut(slot_bytes)));
+            let read = self.fabric.read_many(&region.remote, &mut reads);
+            drop(reads);
+            // A word that cannot be read counts as no lease (as on the sequential path).
+            let first = lease_end.is_none();
+            if first {
+                let word = u64::from_le_bytes(self.batch[..LEASE_WORD_BYTES].try_into().unwrap_or_default());
+                lease_end = Some(if read.is_ok() { word } else { crate::item_slots::LEASE_WORD_UNLEASED });
+            }
+            if read.is_err() {
+                self.stats.evictions += u64::from(self.cache.evict(&group[0].key));
+                return Err(Fallback::Corrupt);
+            }
+            for ((item, &offset), index) in group.iter().zip(group_offsets).zip(0..) {
+                let start = LEASE_WORD_BYTES + index * slot_bytes;
+                let image = &self.batch[start..start + slot_bytes];
+                let mut retried = 0;
+                let mut read = verify_image(image, &item.key);
+                if let Err(SlotReadError::Torn { .. }) = read {
+                    retried = 1;
+                    read = read_slot(&self.fabric, &region.remote, offset, slot_bytes, &item.key, &mut self.buffer);
+                }
+                match judge(read, retried, &item.selector, self.options.newer_prepared_fallback) {
+                    Ok((version, retries)) => {
+                        self.stats.torn_retries += retries;
+                        self.stats.slots_accepted += 1;
+                        versions.push(version);
                     }
-                    self.stats.torn_retries += u64::from(view.attempts() - 1);
-                    match decode_slot_version(view.ts(), view.expiry(), view.metadata(), view.value(), &item.selector) {
-                        Some(version) => {
-                            self.stats.slots_accepted += 1;
-                            versions.push(version);
-                            continue;
-                        }
-                        None => Fallback::Corrupt,
+                    Err(Judged::NewerPrepared) => return Err(Fallback::NewerPrepared),
+                    Err(Judged::Failed(failure)) => {
+                        self.stats.evictions += u64::from(self.cache.evict(&item.key));
+                        return Err(failure);
                     }
                 }
-                Err(SlotReadError::Torn { .. }) => Fallback::Torn,
-                Err(SlotReadError::WrongKey) => Fallback::WrongKey,
-                Err(SlotReadError::NotValid) => Fallback::NotValid,
-                Err(_) => Fallback::Corrupt,
-            };
-            // A failed check: forget the address; GET_LOCATE re-learns it.
-            self.stats.evictions += u64::from(self.cache.evict(&item.key));
-            return Err(failure);
+            }
         }
+        let lease_end = lease_end.unwrap_or(crate::item_slots::LEASE_WORD_UNLEASED);
         if !lease_trusted(lease_end, region.same_clock) {
             return Err(Fallback::Unleased);
         }
@@ -364,6 +454,41 @@ fn map_item_region<F: FabricHandle>(
     let remote = fabric.map(&info.region)?;
     let same_clock = info.region.host.as_deref().is_none_or(|host| rampkv_fabric::host_identity() == Some(host));
     Ok(ItemRegion { remote, slot_bytes, slots, lease_word_offset, same_clock })
+}
+
+/// Why a slot read gave no version (see [`judge`]).
+enum Judged {
+    /// The newer-prepared bit with the option on: fall back, keep the address.
+    NewerPrepared,
+    /// A failed check: fall back and forget the address.
+    Failed(Fallback),
+}
+
+/// What a slot read (`retried` torn attempts before it) means for a GET: the version and the
+/// torn attempts it took, or why not.
+fn judge(
+    read: Result<rampkv_fabric::SlotView<'_>, SlotReadError>,
+    retried: u32,
+    selector: &Selector,
+    newer_prepared_fallback: bool,
+) -> Result<(VersionItem, u64), Judged> {
+    let failure = match read {
+        Ok(view) => {
+            if view.newer_prepared() && newer_prepared_fallback {
+                return Err(Judged::NewerPrepared);
+            }
+            let retries = u64::from(retried + view.attempts() - 1);
+            match decode_slot_version(view.ts(), view.expiry(), view.metadata(), view.value(), selector) {
+                Some(version) => return Ok((version, retries)),
+                None => Fallback::Corrupt,
+            }
+        }
+        Err(SlotReadError::Torn { .. }) => Fallback::Torn,
+        Err(SlotReadError::WrongKey) => Fallback::WrongKey,
+        Err(SlotReadError::NotValid) => Fallback::NotValid,
+        Err(_) => Fallback::Corrupt,
+    };
+    Err(Judged::Failed(failure))
 }
 
 /// The reply entry a server would send for `selector` from a verified slot's fields, its
