@@ -21,7 +21,7 @@
 use super::conditional::update;
 use super::parse::parse_integer;
 use super::request::{Request, UpdateReply};
-use super::strings::parse_set_expiry;
+use super::strings::{expiry_option, is_expiry_unit, parse_set_expiry};
 use super::table::CommandKind;
 use crate::codec::{Args, Frame};
 use rampkv_core::types::Expiry;
@@ -115,12 +115,8 @@ pub(super) fn getex(args: &Args<'_>, now_ms: impl FnOnce() -> u64) -> Result<Req
         let is = |name: &str| option.eq_ignore_ascii_case(name.as_bytes());
         if is("PERSIST") && expiry.is_none() {
             persist = true;
-        } else if is("EX") || is("PX") || is("EXAT") || is("PXAT") {
-            let other_unit = expiry.is_some_and(|(unit, _)| !unit.eq_ignore_ascii_case(option));
-            let Some(number) = args.iter_from(position + 1).next().filter(|_| !other_unit && !persist) else {
-                return Err(syntax());
-            };
-            expiry = Some((option, number));
+        } else if is_expiry_unit(option) {
+            expiry = Some(expiry_option(args, position, expiry, persist)?);
             position += 1;
         } else {
             return Err(syntax());

@@ -46,13 +46,8 @@ pub(super) fn set_with_options(args: &Args<'_>, now_ms: impl FnOnce() -> u64) ->
             get = true;
         } else if is("KEEPTTL") && expiry.is_none() {
             keep_ttl = true;
-        } else if is("EX") || is("PX") || is("EXAT") || is("PXAT") {
-            // As Redis: one unit, given again or not (the last number counts), and no KEEPTTL.
-            let other_unit = expiry.is_some_and(|(unit, _)| !unit.eq_ignore_ascii_case(option));
-            let Some(number) = args.iter_from(position + 1).next().filter(|_| !other_unit && !keep_ttl) else {
-                return Err(syntax());
-            };
-            expiry = Some((option, number));
+        } else if is_expiry_unit(option) {
+            expiry = Some(expiry_option(args, position, expiry, keep_ttl)?);
             position += 1;
         } else {
             return Err(syntax());
@@ -91,6 +86,29 @@ pub(super) fn set_expire(spec: &CommandSpec, args: &Args<'_>) -> Result<Request,
     let key = checked_key(args.get(1))?.to_vec();
     let value = checked_value(args.get(3))?;
     Ok(Request::SetExpiring { key, value: value::encode(value), expiry })
+}
+
+/// Whether `option` names an expiry unit: `EX`, `PX`, `EXAT` or `PXAT`, any letter case.
+pub(super) fn is_expiry_unit(option: &[u8]) -> bool {
+    [&b"EX"[..], b"PX", b"EXAT", b"PXAT"].iter().any(|unit| option.eq_ignore_ascii_case(unit))
+}
+
+/// The expiry unit at `position` of SET's or GETEX's options and the number after it, as Redis
+/// 7.0's `parseExtendedStringArgumentsOrReply` takes them: one unit, given again or not (the
+/// last number counts), never after another unit nor where `excluded` (KEEPTTL for SET,
+/// PERSIST for GETEX) was given; `ERR syntax error` otherwise, or when the number is missing.
+pub(super) fn expiry_option<'a>(
+    args: &Args<'a>,
+    position: usize,
+    earlier: Option<(&'a [u8], &'a [u8])>,
+    excluded: bool,
+) -> Result<(&'a [u8], &'a [u8]), Frame> {
+    let option = args.get(position);
+    let other_unit = earlier.is_some_and(|(unit, _)| !unit.eq_ignore_ascii_case(option));
+    match args.iter_from(position + 1).next() {
+        Some(number) if !other_unit && !excluded => Ok((option, number)),
+        _ => Err(Frame::error("ERR syntax error")),
+    }
 }
 
 /// An expiry option's number (`EX`, `PX`, `EXAT`, `PXAT`, any letter case) as Redis 7.0
