@@ -20,6 +20,12 @@
 //!
 //! Single words stay atomic and release/acquire words keep their meaning (the contract's
 //! promises); everything else may tear.
+//!
+//! # Round-trip mode
+//! [`MemoryFabric::with_round_trips`] makes the fabric say what the verbs fabric says, that every
+//! read is a network round trip (`OneSided::reads_are_round_trips`): readers of item slots then
+//! take their one-read path, which this mode lets the tests run without a device. It counts the
+//! one-sided operations and `read_many` batches it is asked for ([`RoundTripCounts`]).
 
 use crate::fabric::{Access, Fabric, FabricError, OneSided, RegionDescriptor};
 use crate::limits::{MEMORY_FAULT_WAIT_SPINS_MAX, WORD_BYTES};
@@ -42,17 +48,32 @@ type Registry<W> = Mutex<HashMap<String, (Weak<W>, Arc<AtomicU64>)>>;
 pub struct MemoryFabric<W = HeapWords> {
     registry: Arc<Registry<W>>,
     faults: Option<Arc<Faults>>,
+    round_trips: Option<Arc<RoundTripCounts>>,
+}
+
+/// What a fabric in round-trip mode was asked for (module docs).
+#[derive(Debug, Default)]
+pub struct RoundTripCounts {
+    /// One-sided operations: reads (each of a `read_many` too), writes, atomics, word loads and
+    /// stores.
+    pub operations: AtomicU64,
+    /// `read_many` batches.
+    pub batches: AtomicU64,
 }
 
 impl<W> Clone for MemoryFabric<W> {
     fn clone(&self) -> Self {
-        Self { registry: Arc::clone(&self.registry), faults: self.faults.clone() }
+        Self {
+            registry: Arc::clone(&self.registry),
+            faults: self.faults.clone(),
+            round_trips: self.round_trips.clone(),
+        }
     }
 }
 
 impl<W> Default for MemoryFabric<W> {
     fn default() -> Self {
-        Self { registry: Arc::new(Mutex::new(HashMap::new())), faults: None }
+        Self { registry: Arc::new(Mutex::new(HashMap::new())), faults: None, round_trips: None }
     }
 }
 
@@ -64,7 +85,24 @@ impl<W> MemoryFabric<W> {
 
     /// The same fabric (same registry), with seeded fault injection (see the module docs).
     pub fn with_faults(&self, seed: u64) -> Self {
-        Self { registry: Arc::clone(&self.registry), faults: Some(Arc::new(Faults::new(seed))) }
+        Self { faults: Some(Arc::new(Faults::new(seed))), ..self.clone() }
+    }
+
+    /// The same fabric (same registry, same fault mode), in round-trip mode (module docs).
+    pub fn with_round_trips(&self) -> Self {
+        Self { round_trips: Some(Arc::default()), ..self.clone() }
+    }
+
+    /// What round-trip mode counted; `None` outside it.
+    pub fn round_trip_counts(&self) -> Option<&RoundTripCounts> {
+        self.round_trips.as_deref()
+    }
+
+    /// Counts one operation in round-trip mode.
+    fn count(&self) {
+        if let Some(counts) = &self.round_trips {
+            counts.operations.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Torn reads the fault mode produced: reads that saw the owner store during their copy.
@@ -78,7 +116,7 @@ impl MemoryFabric<HeapWords> {
     /// registered by a server is mapped by a client through its descriptor's name.
     pub fn global() -> Self {
         static GLOBAL: OnceLock<Arc<Registry<HeapWords>>> = OnceLock::new();
-        Self { registry: Arc::clone(GLOBAL.get_or_init(Default::default)), faults: None }
+        Self { registry: Arc::clone(GLOBAL.get_or_init(Default::default)), faults: None, round_trips: None }
     }
 }
 
@@ -236,12 +274,14 @@ impl<W: Words> OneSided for MemoryFabric<W> {
         remote.words.len_words() * WORD_BYTES
     }
     fn read(&self, remote: &Self::RemoteRegion, offset_bytes: usize, dst: &mut [u8]) -> Result<(), FabricError> {
+        self.count();
         match &self.faults {
             Some(faults) => self.faulty_read(faults, remote, offset_bytes, dst),
             None => words::read_bytes(&*remote.words, offset_bytes, dst),
         }
     }
     fn write(&self, remote: &Self::RemoteRegion, offset_bytes: usize, src: &[u8]) -> Result<(), FabricError> {
+        self.count();
         match &self.faults {
             Some(faults) => self.faulty_write(faults, remote, offset_bytes, src),
             None => words::write_bytes(&*remote.words, remote.access, offset_bytes, src),
@@ -254,9 +294,11 @@ impl<W: Words> OneSided for MemoryFabric<W> {
         expected: u64,
         new: u64,
     ) -> Result<u64, FabricError> {
+        self.count();
         words::compare_and_swap(&*remote.words, remote.access, offset_bytes, expected, new)
     }
     fn fetch_add(&self, remote: &Self::RemoteRegion, offset_bytes: usize, add: u64) -> Result<u64, FabricError> {
+        self.count();
         words::fetch_add(&*remote.words, remote.access, offset_bytes, add)
     }
     fn read_word(
@@ -265,6 +307,7 @@ impl<W: Words> OneSided for MemoryFabric<W> {
         offset_bytes: usize,
         ordering: LoadOrdering,
     ) -> Result<u64, FabricError> {
+        self.count();
         words::read_word(&*remote.words, offset_bytes, ordering)
     }
     fn write_word(
@@ -274,10 +317,20 @@ impl<W: Words> OneSided for MemoryFabric<W> {
         value: u64,
         ordering: StoreOrdering,
     ) -> Result<(), FabricError> {
+        self.count();
         words::write_word(&*remote.words, remote.access, offset_bytes, value, ordering)
     }
     fn wake(&self, remote: &Self::RemoteRegion, offset_bytes: usize) -> Result<(), FabricError> {
         words::wake(&*remote.words, remote.access, offset_bytes)
+    }
+    fn read_many(&self, remote: &Self::RemoteRegion, reads: &mut [(usize, &mut [u8])]) -> Result<(), FabricError> {
+        if let Some(counts) = &self.round_trips {
+            counts.batches.fetch_add(1, Ordering::Relaxed);
+        }
+        reads.iter_mut().try_for_each(|(offset_bytes, dst)| self.read(remote, *offset_bytes, dst))
+    }
+    fn reads_are_round_trips(&self, _remote: &Self::RemoteRegion) -> bool {
+        self.round_trips.is_some()
     }
 }
 

@@ -904,85 +904,19 @@ mod tests {
         assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::Corrupt { .. })));
     }
 
-    /// A memory fabric that says its reads are round trips (as RDMA's are) and counts the
-    /// operations a reader makes: slot reads then take one read of the capacity each.
-    struct RoundTrips {
-        inner: MemoryFabric,
-        operations: std::sync::atomic::AtomicU64,
-    }
-
-    impl RoundTrips {
-        fn count(&self) {
-            self.operations.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    impl OneSided for RoundTrips {
-        type RemoteRegion = crate::memory::MemoryRemoteRegion;
-        fn remote_len_bytes(&self, remote: &Self::RemoteRegion) -> usize {
-            self.inner.remote_len_bytes(remote)
-        }
-        fn read(&self, remote: &Self::RemoteRegion, offset: usize, dst: &mut [u8]) -> Result<(), FabricError> {
-            self.count();
-            self.inner.read(remote, offset, dst)
-        }
-        fn write(&self, remote: &Self::RemoteRegion, offset: usize, src: &[u8]) -> Result<(), FabricError> {
-            self.count();
-            self.inner.write(remote, offset, src)
-        }
-        fn compare_and_swap(
-            &self,
-            remote: &Self::RemoteRegion,
-            offset: usize,
-            old: u64,
-            new: u64,
-        ) -> Result<u64, FabricError> {
-            self.count();
-            self.inner.compare_and_swap(remote, offset, old, new)
-        }
-        fn fetch_add(&self, remote: &Self::RemoteRegion, offset: usize, add: u64) -> Result<u64, FabricError> {
-            self.count();
-            self.inner.fetch_add(remote, offset, add)
-        }
-        fn read_word(
-            &self,
-            remote: &Self::RemoteRegion,
-            offset: usize,
-            ordering: LoadOrdering,
-        ) -> Result<u64, FabricError> {
-            self.count();
-            self.inner.read_word(remote, offset, ordering)
-        }
-        fn write_word(
-            &self,
-            remote: &Self::RemoteRegion,
-            offset: usize,
-            value: u64,
-            ordering: StoreOrdering,
-        ) -> Result<(), FabricError> {
-            self.count();
-            self.inner.write_word(remote, offset, value, ordering)
-        }
-        fn wake(&self, remote: &Self::RemoteRegion, offset: usize) -> Result<(), FabricError> {
-            self.inner.wake(remote, offset)
-        }
-        fn reads_are_round_trips(&self, _remote: &Self::RemoteRegion) -> bool {
-            true
-        }
-    }
-
     #[test]
     fn where_reads_are_round_trips_a_slot_is_read_once_and_its_checks_still_hold() {
-        let (inner, local, remote) = setup();
-        let fabric = RoundTrips { inner, operations: std::sync::atomic::AtomicU64::new(0) };
+        let (plain, local, remote) = setup();
+        let fabric = plain.with_round_trips();
+        let operations = || fabric.round_trip_counts().unwrap().operations.load(std::sync::atomic::Ordering::Relaxed);
         let mut writer = SlotWriter::new(CAPACITY);
         let mut buf = vec![0u8; CAPACITY];
         assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf), Err(SlotReadError::NotValid)));
         writer.publish(&local, 0, CAPACITY, b"k", 7, 0, b"", b"value", SLOT_FLAG_VALID).unwrap();
-        let before = fabric.operations.load(std::sync::atomic::Ordering::Relaxed);
+        let before = operations();
         let view = read_slot(&fabric, &remote, 0, CAPACITY, b"k", &mut buf).unwrap();
         assert_eq!((view.ts(), view.value(), view.attempts()), (7, &b"value"[..], 1));
-        assert_eq!(fabric.operations.load(std::sync::atomic::Ordering::Relaxed) - before, 1, "one round trip");
+        assert_eq!(operations() - before, 1, "one round trip");
         assert!(matches!(read_slot(&fabric, &remote, 0, CAPACITY, b"other", &mut buf), Err(SlotReadError::WrongKey)));
         // A flipped value byte, a writer stuck mid-write, a trailer of another write: torn.
         let value_index = (SLOT_HEADER_BYTES + 8) / WORD_BYTES;
@@ -1009,10 +943,9 @@ mod tests {
 
     #[test]
     fn concurrent_writer_and_one_read_readers_never_accept_a_torn_value() {
-        let inner = MemoryFabric::new();
-        let local = inner.register("stress-once", CAPACITY, Access::ReadOnly).unwrap();
-        let remote = inner.map(&inner.describe(&local)).unwrap();
-        let fabric = RoundTrips { inner, operations: std::sync::atomic::AtomicU64::new(0) };
+        let fabric = MemoryFabric::new().with_round_trips();
+        let local = fabric.register("stress-once", CAPACITY, Access::ReadOnly).unwrap();
+        let remote = fabric.map(&fabric.describe(&local)).unwrap();
         never_accept_a_torn_value(&fabric, &local, &remote);
     }
 

@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 use rampkv::checker;
 use rampkv::client::{Completion, Driver, TxnResult};
 use rampkv::cluster::{Cluster, Front};
-use rampkv::fabric::{Access, Fabric, FabricError, LoadOrdering, OneSided, RegionDescriptor, StoreOrdering};
 use rampkv::history::{fill_check_value, ReadRecord, Record, WriteRecord};
 use rampkv::item_slots::ItemSlotConfig;
 use rampkv::message::fabric::FabricClient;
@@ -27,8 +26,7 @@ use rampkv::transport::onesided::GetStarStats;
 use rampkv::transport::onesided::{GetStarTransport, OneSidedOptions};
 use rampkv::transport::{ClientTransport, Transport};
 use rampkv_fabric::MemoryFabric;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 const KEYS: usize = 4;
 const WRITERS: usize = 3;
@@ -63,93 +61,6 @@ fn seed() -> u64 {
     seed | 1
 }
 
-/// The in-memory fabric (fault mode and all) saying that its reads are network round trips, as
-/// the verbs fabric does: GET\* then reads each server's lease word and slots with one
-/// `read_many` (counted here; the in-memory one reads them in order) and verifies the images
-/// with `verify_image`, with no seqlock brackets: the slot's trailer and checksum alone must
-/// catch every torn copy.
-#[derive(Clone, Debug)]
-struct RoundTrips {
-    inner: MemoryFabric,
-    batches: Arc<AtomicU64>,
-}
-
-impl OneSided for RoundTrips {
-    type RemoteRegion = <MemoryFabric as OneSided>::RemoteRegion;
-
-    fn remote_len_bytes(&self, remote: &Self::RemoteRegion) -> usize {
-        self.inner.remote_len_bytes(remote)
-    }
-    fn read(&self, remote: &Self::RemoteRegion, offset_bytes: usize, dst: &mut [u8]) -> Result<(), FabricError> {
-        self.inner.read(remote, offset_bytes, dst)
-    }
-    fn read_many(&self, remote: &Self::RemoteRegion, reads: &mut [(usize, &mut [u8])]) -> Result<(), FabricError> {
-        self.batches.fetch_add(1, Ordering::Relaxed);
-        self.inner.read_many(remote, reads)
-    }
-    fn write(&self, remote: &Self::RemoteRegion, offset_bytes: usize, src: &[u8]) -> Result<(), FabricError> {
-        self.inner.write(remote, offset_bytes, src)
-    }
-    fn compare_and_swap(
-        &self,
-        remote: &Self::RemoteRegion,
-        offset_bytes: usize,
-        expected: u64,
-        new: u64,
-    ) -> Result<u64, FabricError> {
-        self.inner.compare_and_swap(remote, offset_bytes, expected, new)
-    }
-    fn fetch_add(&self, remote: &Self::RemoteRegion, offset_bytes: usize, add: u64) -> Result<u64, FabricError> {
-        self.inner.fetch_add(remote, offset_bytes, add)
-    }
-    fn read_word(
-        &self,
-        remote: &Self::RemoteRegion,
-        offset_bytes: usize,
-        ordering: LoadOrdering,
-    ) -> Result<u64, FabricError> {
-        self.inner.read_word(remote, offset_bytes, ordering)
-    }
-    fn write_word(
-        &self,
-        remote: &Self::RemoteRegion,
-        offset_bytes: usize,
-        value: u64,
-        ordering: StoreOrdering,
-    ) -> Result<(), FabricError> {
-        self.inner.write_word(remote, offset_bytes, value, ordering)
-    }
-    fn wake(&self, remote: &Self::RemoteRegion, offset_bytes: usize) -> Result<(), FabricError> {
-        self.inner.wake(remote, offset_bytes)
-    }
-    fn reads_are_round_trips(&self, _remote: &Self::RemoteRegion) -> bool {
-        true
-    }
-}
-
-impl Fabric for RoundTrips {
-    type LocalRegion = <MemoryFabric as Fabric>::LocalRegion;
-
-    fn register(&self, name: &str, len_bytes: usize, access: Access) -> Result<Self::LocalRegion, FabricError> {
-        self.inner.register(name, len_bytes, access)
-    }
-    fn describe(&self, local: &Self::LocalRegion) -> RegionDescriptor {
-        self.inner.describe(local)
-    }
-    fn map(&self, descriptor: &RegionDescriptor) -> Result<Self::RemoteRegion, FabricError> {
-        self.inner.map(descriptor)
-    }
-}
-
-impl FabricHandle for RoundTrips {
-    fn open() -> Result<Self, FabricError> {
-        Ok(RoundTrips { inner: MemoryFabric::global(), batches: Arc::default() })
-    }
-    fn medium_name(&self, _remote: &Self::RemoteRegion) -> &'static str {
-        "memory-round-trips"
-    }
-}
-
 #[test]
 fn getstar_over_torn_and_reordered_memory_detects_every_torn_slot_and_stays_read_atomic() {
     let seed = seed();
@@ -164,10 +75,13 @@ fn getstar_over_torn_and_reordered_memory_detects_every_torn_slot_and_stays_read
 fn getstar_reading_lease_and_slots_in_one_batch_catches_every_torn_slot_and_stays_read_atomic() {
     let seed = seed();
     let fabric = MemoryFabric::global().with_faults(seed);
-    let batches = Arc::new(AtomicU64::new(0));
-    let reader = RoundTrips { inner: fabric.clone(), batches: Arc::clone(&batches) };
-    let stats = getstar_under_torn_writes(seed, reader, &fabric);
-    let batches = batches.load(Ordering::Relaxed);
+    // The fault mode and all, saying that its reads are network round trips, as the verbs
+    // fabric does: GET* then reads each server's lease word and slots with one `read_many`
+    // (counted) and verifies the images with `verify_image`, with no seqlock brackets: the
+    // slot's trailer and checksum alone must catch every torn copy.
+    let reader = fabric.with_round_trips();
+    let stats = getstar_under_torn_writes(seed, reader.clone(), &fabric);
+    let batches = reader.round_trip_counts().expect("round-trip mode").batches.load(Ordering::Relaxed);
     println!("read_many batches: {batches}");
     assert!(batches >= stats.hits, "every GET* served from slots was one batch: {batches} < {stats:?}");
     assert!(stats.torn_retries + stats.fallback_torn > 0, "GET* saw torn images and retried them: {stats:?}");
