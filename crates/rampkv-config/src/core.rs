@@ -1048,7 +1048,21 @@ impl ConfigCore {
             let set = base.replica_set(partition).expect("partition below the count").clone();
             if set.primary.is_some_and(|primary| failed[usize::from(primary)]) {
                 match set.backups.iter().find(|backup| !failed[usize::from(**backup)]) {
-                    Some(backup) => add(&mut draft, Change::Promote { partition, server: *backup }),
+                    Some(backup) => {
+                        add(&mut draft, Change::Promote { partition, server: *backup });
+                        // The new primary adopts its copy of the old one into its store: data
+                        // no record of its own stream describes. The other in-sync backups
+                        // hold that data only in their copy of the old primary, not in their
+                        // copy of the new one, which is what a later promotion would take
+                        // over: they copy the partition afresh (a snapshot, rejoin) before
+                        // they may be promoted again.
+                        for other in
+                            set.backups.iter().filter(|other| *other != backup && !failed[usize::from(**other)])
+                        {
+                            add(&mut draft, Change::RemoveReplica { partition, server: *other });
+                            add(&mut draft, Change::AddCatchingUp { partition, server: *other });
+                        }
+                    }
                     None => {
                         for backup in &set.backups {
                             add(&mut draft, Change::RemoveReplica { partition, server: *backup });

@@ -31,14 +31,34 @@ fn chaos(args: &[&str]) -> (Output, Option<Value>, u32) {
     (output, report, harness_pid)
 }
 
+/// The run's status, output and, when the harness kept its working directory (a failed run),
+/// the last lines of every server log in it: CI keeps nothing else of a failed run.
 fn describe(output: &Output) -> String {
-    format!(
+    let mut text = format!(
         "status {:?}\nstdout: {}\nstderr: {}",
         output.status.code(),
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
-    )
+    );
+    let report: Option<Value> = serde_json::from_slice(&output.stdout).ok();
+    let kept = report.as_ref().and_then(|report| report["kept_directory"].as_str().map(std::path::PathBuf::from));
+    let mut logs: Vec<std::path::PathBuf> = kept
+        .and_then(|kept| std::fs::read_dir(kept).ok())
+        .map(|entries| entries.filter_map(Result::ok).map(|entry| entry.path()).collect())
+        .unwrap_or_default();
+    logs.retain(|path| path.extension().is_some_and(|extension| extension == "log"));
+    logs.sort();
+    for log in logs {
+        let content = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = content.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(SERVER_LOG_TAIL_LINES)..];
+        text.push_str(&format!("\n--- last {} lines of {}:\n{}", tail.len(), log.display(), tail.join("\n")));
+    }
+    text
 }
+
+/// How much of each server log a failed run's description shows.
+const SERVER_LOG_TAIL_LINES: usize = 60;
 
 /// Every server process the report names (started, killed, restarted) is gone, and no
 /// namespace of the harness is left.
