@@ -34,6 +34,11 @@
 //! drift margin). Otherwise the request goes to the server as GET_LOCATE (GET+), without
 //! evicting anything: a deposed server's lease gate refuses it with `NotPrimary`, which makes
 //! the client follow the failover; a server whose renewal was merely late answers it.
+//! A region's word settles for the region's life once it says no lease is needed (a server
+//! without a configuration service sets it so once, for good), or, for a region on another
+//! host, once it holds a lease's end (such a server never says otherwise): from then on GET\*
+//! does not read it again, or sends that server's reads straight to it (GET+), instead of
+//! reading slots it would refuse (`KnownLease`; over RDMA one READ less per GET\*).
 //! The end is on the server host's `CLOCK_MONOTONIC`: a client on another host (its region
 //! mapped over RDMA) reads the word as well (an RDMA READ), but cannot compare it with its own
 //! clock (neither origin nor rate is shared: docs/replication.md), so it trusts that server's
@@ -121,6 +126,39 @@ struct ItemRegion<R> {
     /// over RDMA) has its end on another host's clock, which this one cannot compare with: its
     /// slots are trusted only where no lease is needed (module docs).
     same_clock: bool,
+    /// What the lease word has shown of the region's owner so far (it reads the word until
+    /// the word settles that for the region's life).
+    lease: KnownLease,
+}
+
+/// What a region's lease word says for as long as the region lives. A server sets its word
+/// once it has item slots: to [`LEASE_WORD_NOT_NEEDED`] for good if it runs without a
+/// configuration service (nothing can depose it), otherwise to its lease ends from then on,
+/// which never read as not needed (`crate::item_slots`). A new region says unleased until
+/// then, which settles nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KnownLease {
+    /// Not settled: every GET\* reads the word.
+    Unknown,
+    /// The owner needs no lease: the word is not read again (one READ less per GET\* over
+    /// RDMA).
+    NotNeeded,
+    /// The owner serves under leases on another host's clock, which this process cannot
+    /// compare with: its slots are never trusted, so GET\* goes to the server at once (GET+)
+    /// instead of reading slots it would then refuse.
+    OtherClock,
+}
+
+impl KnownLease {
+    /// What a word read from a region (of this host's clock or not) settles.
+    fn learn(self, word: u64, same_clock: bool) -> KnownLease {
+        match word {
+            LEASE_WORD_NOT_NEEDED => KnownLease::NotNeeded,
+            crate::item_slots::LEASE_WORD_UNLEASED => self,
+            _ if !same_clock => KnownLease::OtherClock,
+            _ => self,
+        }
+    }
 }
 
 /// Where a key's slot is.
@@ -279,10 +317,16 @@ impl<F: FabricHandle> GetStarTransport<F> {
         };
         // The lease word first, the clock after the slots (module docs). A word that cannot be
         // read (it can: the region was checked to hold it) counts as no lease.
-        let lease_end = self
-            .fabric
-            .read_word(&region.remote, region.lease_word_offset, LoadOrdering::Acquire)
-            .unwrap_or(crate::item_slots::LEASE_WORD_UNLEASED);
+        let lease_end = match region.lease {
+            KnownLease::NotNeeded => LEASE_WORD_NOT_NEEDED,
+            KnownLease::OtherClock => return Err(Fallback::Unleased),
+            KnownLease::Unknown => {
+                self.stats.lease_word_reads += 1;
+                self.fabric
+                    .read_word(&region.remote, region.lease_word_offset, LoadOrdering::Acquire)
+                    .unwrap_or(crate::item_slots::LEASE_WORD_UNLEASED)
+            }
+        };
         let mut versions = Vec::with_capacity(items.len());
         for item in items {
             let Some(location) = self.cache.get(&item.key) else {
@@ -308,10 +352,21 @@ impl<F: FabricHandle> GetStarTransport<F> {
                 }
             }
         }
-        if !lease_trusted(lease_end, region.same_clock) {
-            return Err(Fallback::Unleased);
-        }
+        self.settle_lease(server, lease_end)?;
         Ok(versions)
+    }
+
+    /// Notes what `lease_end`, just read from `server`'s region, settles for the region's life
+    /// ([`KnownLease`]); `Err` unless it lets this process trust the slots read before it.
+    fn settle_lease(&mut self, server: usize, lease_end: u64) -> Result<(), Fallback> {
+        let Some(region) = self.regions.get_mut(server).and_then(Option::as_mut) else {
+            return Err(Fallback::Miss);
+        };
+        region.lease = region.lease.learn(lease_end, region.same_clock);
+        match lease_trusted(lease_end, region.same_clock) {
+            true => Ok(()),
+            false => Err(Fallback::Unleased),
+        }
     }
 
     /// [`Self::read_slots`] over a fabric whose reads are round trips (RDMA): the lease word and
@@ -323,6 +378,12 @@ impl<F: FabricHandle> GetStarTransport<F> {
     fn read_slots_batched(&mut self, server: usize, items: &[GetItem]) -> Result<Vec<VersionItem>, Fallback> {
         let Some(region) = self.regions.get(server).and_then(Option::as_ref) else {
             return Err(Fallback::Miss);
+        };
+        // A word that settled is not read again (`KnownLease`).
+        let mut lease_end = match region.lease {
+            KnownLease::NotNeeded => Some(LEASE_WORD_NOT_NEEDED),
+            KnownLease::OtherClock => return Err(Fallback::Unleased),
+            KnownLease::Unknown => None,
         };
         let mut offsets = Vec::with_capacity(items.len());
         for item in items {
@@ -341,12 +402,12 @@ impl<F: FabricHandle> GetStarTransport<F> {
         if self.batch.len() < needed {
             self.batch.resize(needed, 0);
         }
-        let mut lease_end = None;
         let mut versions = Vec::with_capacity(items.len());
         for (group, group_offsets) in items.chunks(per_batch).zip(offsets.chunks(per_batch)) {
             let (lease, images) = self.batch.split_at_mut(LEASE_WORD_BYTES);
             let mut reads: Vec<(usize, &mut [u8])> = Vec::with_capacity(group.len() + 1);
             if lease_end.is_none() {
+                self.stats.lease_word_reads += 1;
                 reads.push((region.lease_word_offset, lease));
             }
             reads.extend(group_offsets.iter().copied().zip(images.chunks_exact_mut(slot_bytes)));
@@ -385,10 +446,7 @@ impl<F: FabricHandle> GetStarTransport<F> {
                 }
             }
         }
-        let lease_end = lease_end.unwrap_or(crate::item_slots::LEASE_WORD_UNLEASED);
-        if !lease_trusted(lease_end, region.same_clock) {
-            return Err(Fallback::Unleased);
-        }
+        self.settle_lease(server, lease_end.unwrap_or(crate::item_slots::LEASE_WORD_UNLEASED))?;
         Ok(versions)
     }
 
@@ -453,7 +511,7 @@ fn map_item_region<F: FabricHandle>(
     };
     let remote = fabric.map(&info.region)?;
     let same_clock = info.region.host.as_deref().is_none_or(|host| rampkv_fabric::host_identity() == Some(host));
-    Ok(ItemRegion { remote, slot_bytes, slots, lease_word_offset, same_clock })
+    Ok(ItemRegion { remote, slot_bytes, slots, lease_word_offset, same_clock, lease: KnownLease::Unknown })
 }
 
 /// Why a slot read gave no version (see [`judge`]).
@@ -700,6 +758,22 @@ mod tests {
         assert!(map_item_region(&fabric, &info).unwrap().same_clock, "a plain shared-memory descriptor");
         info.region.host = Some("another-boot".to_owned());
         assert!(!map_item_region(&fabric, &info).unwrap().same_clock, "a region of another host");
+    }
+
+    /// A region's lease word settles what GET\* does with it for the region's life: no lease
+    /// needed (never read again), or a lease on another host's clock (slots never read); an
+    /// unleased word (a new region, or a deposed server) and a lease on this host's clock
+    /// settle nothing.
+    #[test]
+    fn a_lease_word_settles_only_what_it_says_for_the_regions_life() {
+        let unleased = crate::item_slots::LEASE_WORD_UNLEASED;
+        let lease = crate::item_slots::lease_word_of(rampkv_fabric::clock::monotonic_ns() + 10_000_000_000);
+        for same_clock in [true, false] {
+            assert_eq!(KnownLease::Unknown.learn(LEASE_WORD_NOT_NEEDED, same_clock), KnownLease::NotNeeded);
+            assert_eq!(KnownLease::Unknown.learn(unleased, same_clock), KnownLease::Unknown);
+        }
+        assert_eq!(KnownLease::Unknown.learn(lease, true), KnownLease::Unknown, "read again every GET*");
+        assert_eq!(KnownLease::Unknown.learn(lease, false), KnownLease::OtherClock);
     }
 
     #[test]

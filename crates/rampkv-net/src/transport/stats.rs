@@ -37,6 +37,9 @@ pub struct GetStarStats {
     pub evictions: u64,
     /// Address-cache entries learnt (new or changed) from GET_LOCATE replies.
     pub cache_fills: u64,
+    /// Lease words read (a region's word is read until it settles what it says for the
+    /// region's life, `transport::onesided`: with no lease needed, once per server).
+    pub lease_word_reads: u64,
 }
 
 impl GetStarStats {
@@ -55,6 +58,7 @@ impl GetStarStats {
         self.fallback_unleased += other.fallback_unleased;
         self.evictions += other.evictions;
         self.cache_fills += other.cache_fills;
+        self.lease_word_reads += other.lease_word_reads;
     }
 
     /// Fallbacks to GET+, all reasons.
