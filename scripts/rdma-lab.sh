@@ -171,6 +171,8 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/r
 for directory in tmp run dev/shm; do mkdir -p /\$directory; mount -t tmpfs tmpfs /\$directory; done
 mkdir -p /dev/pts && mount -t devpts devpts /dev/pts
 mkdir -p "/lib/modules/$abi" && mount --bind "$CACHE/kroot/lib/modules/$abi" "/lib/modules/$abi"
+# A clone under /tmp (CI's, say) is hidden by the tmpfs above: make its mount point again.
+mkdir -p "$REPO"
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,ro,cache=mmap repo "$REPO"
 export RAMPKV_LAB_HOST=$name RAMPKV_LAB_ADDRESS=$address RAMPKV_LAB_PEER=$peer RAMPKV_LAB_NETDEV=$netdev
 export RAMPKV_LAB_IDLE_S=${RAMPKV_LAB_IDLE_S:-1800}
