@@ -323,18 +323,20 @@ impl Link {
         }
     }
 
-    /// Fails the link (first reason wins), closes its control connection (the peer's link fails
-    /// too) and removes it from its fabric's set.
+    /// Fails the link (first reason wins): removes it from its fabric's set, then marks it
+    /// failed and closes its control connection (the peer's link fails too).
     pub(crate) fn fail(self: &Arc<Self>, reason: String) {
         {
             let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
             failure.get_or_insert(reason);
         }
-        self.failed.store(true, Ordering::Release);
-        let _ = self.control.shutdown(Shutdown::Both);
+        // Out of the set before the failure shows: whoever sees the link failed (an operation
+        // that returns `PeerFailed`) finds it gone, and a new map makes a new link.
         if let Some(links) = self.links.upgrade() {
             links.lock().unwrap_or_else(PoisonError::into_inner).retain(|link| !Arc::ptr_eq(link, self));
         }
+        self.failed.store(true, Ordering::Release);
+        let _ = self.control.shutdown(Shutdown::Both);
     }
 
     fn lock(&self) -> MutexGuard<'_, LinkState> {
