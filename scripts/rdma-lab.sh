@@ -530,9 +530,11 @@ start_servers() { # FRONT [EXTRA...]
   LAB_FRONT=$front
 }
 
+# Ends the servers and waits until each is gone (10 s each, then SIGKILL): the next step binds
+# the same ports, and a server still exiting would answer its readiness probe and then vanish.
 stop_servers() {
   [ -n "$LAB_FRONT" ] || return 0
-  run_on a --timeout 30 'for f in /tmp/server-*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; rm -f "$f"; done; true' >/dev/null
+  run_on a --timeout 60 'for f in /tmp/server-*.pid; do [ -f "$f" ] || continue; p=$(cat "$f"); kill "$p" 2>/dev/null; for t in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done; kill -9 "$p" 2>/dev/null; rm -f "$f"; done; true' >/dev/null
   LAB_FRONT=
 }
 
@@ -646,7 +648,7 @@ measure_getstar_read() {
   out=$(run_on b --timeout 300 "$RAMPKV bench --cluster /tmp/cluster.toml --transport onesided --txn-size 1 --read-ratio 1 --keys 8 --preload --clients 1 --duration 5s --value-size 900 2>&1") || rc=$?
   echo "$out" | grep -E 'read  n=|GET\*|media'
   p50=$(echo "$out" | sed -n 's/^ *read  n=.* p50 *\([0-9]*\) us.*/\1/p' | head -1)
-  [ -n "$p50" ] || return 1
+  [ -n "$p50" ] || { echo "$out" | tail -20; return 1; }
   FIGURES+=("GET* one slot read (1-key read-only txn, 1 client, 1280 B slots): p50 ${p50} us")
   return $rc
 }
