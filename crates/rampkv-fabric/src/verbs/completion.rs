@@ -9,11 +9,13 @@
 //! regions they named.
 
 use super::ffi::{self, Api, IbvCompChannel, IbvCq, IbvWc};
+use super::limits::SEND_SPIN_MAX_US;
 use super::region::MrInner;
 use super::status::WorkQueue;
 use std::os::fd::RawFd;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Set in the `wr_id` of receive requests, so that a completion names its queue even when it
 /// failed (a failed completion's opcode is undefined).
@@ -169,6 +171,34 @@ impl Tracker {
     }
 }
 
+/// How long a wait for a queue pair's own sends spins on the queue before it sleeps on the
+/// completion channel: twice the typical wait of late (an average that gives the newest wait an
+/// eighth), at most `SEND_SPIN_MAX_US`. A send's completion is a round trip that is already
+/// under way, so a wait that spins through its usual length costs what busy polling costs
+/// (perftest's way) and skips the channel's arm, sleep and wake-up, which under a loaded or
+/// emulated vCPU cost as much as the round trip; a link whose round trips are a few
+/// microseconds spins a few microseconds. A wait that outlasts the budget (a peer gone, a lost
+/// packet being retried) sleeps, so a dead link costs no CPU.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct SpinBudget {
+    typical_ns: u64,
+}
+
+impl SpinBudget {
+    /// How long the next wait spins.
+    pub(crate) fn budget(&self) -> Duration {
+        Duration::from_nanos(self.typical_ns.saturating_mul(2).min(SEND_SPIN_MAX_US * 1_000))
+    }
+
+    /// A wait found its completion after `waited`. A wait longer than the largest budget counts
+    /// as that long, so one slow wait does not keep later ones spinning long.
+    pub(crate) fn observe(&mut self, waited: Duration) {
+        let waited_ns = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX).min(SEND_SPIN_MAX_US * 1_000);
+        self.typical_ns =
+            if self.typical_ns == 0 { waited_ns } else { self.typical_ns - self.typical_ns / 8 + waited_ns / 8 };
+    }
+}
+
 /// A completion queue, destroyed on drop.
 pub(crate) struct CompletionQueue {
     pub(crate) api: &'static Api,
@@ -234,6 +264,29 @@ mod tests {
             (read.queue(), read.sequence(), read.kind(), read.immediate()),
             (WorkQueue::Send, 9, CompletionKind::Read, None)
         );
+    }
+
+    #[test]
+    fn a_spin_budget_follows_the_typical_wait_within_its_bound() {
+        let mut spin = SpinBudget::default();
+        assert_eq!(spin.budget(), Duration::ZERO);
+        spin.observe(Duration::from_micros(400));
+        assert_eq!(spin.budget(), Duration::from_micros(800));
+        // One slow wait moves the typical wait by an eighth of at most the bound.
+        spin.observe(Duration::from_secs(5));
+        let after_slow = spin.budget();
+        assert!(after_slow < Duration::from_micros(SEND_SPIN_MAX_US), "{after_slow:?}");
+        assert!(after_slow > Duration::from_micros(800), "{after_slow:?}");
+        // Fast waits bring it down again.
+        for _ in 0..64 {
+            spin.observe(Duration::from_micros(3));
+        }
+        assert!(spin.budget() < Duration::from_micros(10), "{:?}", spin.budget());
+        // Never above the bound, however slow every wait is.
+        for _ in 0..64 {
+            spin.observe(Duration::from_secs(1));
+        }
+        assert!(spin.budget() <= Duration::from_micros(SEND_SPIN_MAX_US), "{:?}", spin.budget());
     }
 
     #[test]

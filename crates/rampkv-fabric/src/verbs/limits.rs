@@ -52,8 +52,14 @@ pub const READ_ATOMIC_DEPTH_MAX: u8 = 16;
 /// Hop limit of RoCE v2 packets (routable across IP routers).
 pub const HOP_LIMIT: u8 = 64;
 
-/// Polls of the completion queue a wait makes before it sleeps on the completion channel.
+/// Polls of the completion queue a wait makes before it sleeps on the completion channel (a
+/// wait for the queue pair's own sends may spin longer: `SEND_SPIN_MAX_US`).
 pub const WAIT_SPIN_POLLS: u32 = 2_000;
+
+/// Longest a wait for the queue pair's own sends spins, however long its round trips have
+/// been (`completion::SpinBudget`: twice the typical wait). 2 ms covers a READ between two
+/// software-emulated guests (about 0.5 ms); a hardware round trip is a few microseconds.
+pub const SEND_SPIN_MAX_US: u64 = 2_000;
 
 /// Completions fetched per `ibv_poll_cq` call inside the waits of this module.
 pub const POLL_BATCH: usize = 32;

@@ -7,13 +7,15 @@
 //!   channel that both report to: its file descriptor ([`QueuePair::event_fd`]) is what an idle
 //!   poller sleeps on (epoll or poll), after [`QueuePair::arm`].
 //! - Every wait is bounded: it spins on the queue, then sleeps on the channel (or in short
-//!   steps without one), then returns [`VerbsError::Timeout`].
+//!   steps without one), then returns [`VerbsError::Timeout`]. A wait for the queue pair's own
+//!   sends spins through twice their typical round trip (`SpinBudget`, at most
+//!   `SEND_SPIN_MAX_US`) before it sleeps; a wait for receives spins `WAIT_SPIN_POLLS` polls.
 //! - The first failed completion moves the queue pair to the error state: it is returned as
 //!   [`VerbsError::CompletionFailed`], and every later post or wait returns
 //!   [`VerbsError::QueuePairFailed`] with that first status. The caller reconnects with a new
 //!   queue pair.
 
-use super::completion::{Channel, Completion, CompletionQueue, Tracker, WorkRange, RECEIVE_BIT};
+use super::completion::{Channel, Completion, CompletionQueue, SpinBudget, Tracker, WorkRange, RECEIVE_BIT};
 use super::device::{call_error, Context, LinkLayer, PortInfo};
 use super::endpoint::{mtu_code, Endpoint, QueuePairOptions, TWENTY_FOUR_BITS};
 use super::error::VerbsError;
@@ -101,6 +103,8 @@ pub struct QueuePair {
     /// The highest signalled send sequence posted.
     pub(crate) last_signalled: Option<u64>,
     pub(crate) event_wakeups: u64,
+    /// How long a wait for this queue pair's sends spins before it sleeps.
+    pub(crate) send_spin: SpinBudget,
     // Scratch work requests, reused by every post (no allocation on the data path).
     pub(crate) send_requests: Box<[IbvSendWr]>,
     pub(crate) send_entries: Box<[IbvSge]>,
@@ -235,6 +239,7 @@ impl QueuePair {
             unsignalled_run: 0,
             last_signalled: None,
             event_wakeups: 0,
+            send_spin: SpinBudget::default(),
             send_requests: vec![IbvSendWr::zeroed(); send_depth].into_boxed_slice(),
             send_entries: vec![IbvSge::default(); send_depth].into_boxed_slice(),
             receive_requests: vec![IbvRecvWr::zeroed(); receive_depth].into_boxed_slice(),
@@ -601,10 +606,41 @@ impl QueuePair {
             return Err(VerbsError::InvalidArgument { reason: "an empty completion buffer" });
         }
         let started = Instant::now();
-        for _ in 0..WAIT_SPIN_POLLS {
+        let found = self.wait_queue_inner(queue, out, timeout, started)?;
+        if queue == WorkQueue::Send {
+            self.send_spin.observe(started.elapsed());
+        }
+        Ok(found)
+    }
+
+    fn wait_queue_inner(
+        &mut self,
+        queue: WorkQueue,
+        out: &mut [Completion],
+        timeout: Duration,
+        started: Instant,
+    ) -> Result<usize, VerbsError> {
+        // Sends spin through their usual round trip (SpinBudget); receives, which wait for
+        // whenever a peer speaks, spin only WAIT_SPIN_POLLS polls.
+        let spin_for = match queue {
+            WorkQueue::Send => self.send_spin.budget().min(timeout),
+            WorkQueue::Receive => Duration::ZERO,
+        };
+        let mut polls = 0u32;
+        loop {
             let found = self.poll_queue(queue, out)?;
             if found > 0 {
                 return Ok(found);
+            }
+            polls = polls.wrapping_add(1);
+            // Past the fixed spin, every 64 polls: read the clock, and yield the CPU to any
+            // thread that waits for it (a vCPU shared by several clients' threads keeps serving
+            // them all while each spins through its round trip).
+            if polls >= WAIT_SPIN_POLLS && polls % 64 == 0 {
+                if started.elapsed() >= spin_for {
+                    break;
+                }
+                std::thread::yield_now();
             }
             std::hint::spin_loop();
         }
