@@ -7,7 +7,7 @@
 //!
 //! # Layout (bottom up; see `docs/architecture.md`)
 //! - [`limits`]: every bound, in one place.
-//! - [`types`]: timestamps and the per-client timestamp clock.
+//! - [`types`]: timestamps, the per-client timestamp clock, and the value type reads return.
 //! - [`wire`]: the binary message format, framed for byte streams and message rings.
 //! - [`storage`]: the multi-version partition store (lastCommit by atomic max, GC), in rooms:
 //!   validation, garbage collection, the write path, the read path, the snapshot copy.

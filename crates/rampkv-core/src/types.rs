@@ -22,6 +22,10 @@
 //!   reads beyond [`CLOCK_US_MAX`] or the clock has no timestamp left; never a repeated or
 //!   smaller one.
 
+/// A value as reads return it: shared with the stored version when the server is in the same
+/// process (no copy), owned when decoded from a frame. `bytes`'s `Bytes`, re-exported so that
+/// every crate names the same type.
+pub use bytes::Bytes;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::limits::TIMESTAMP_FUTURE_SKEW_MS;

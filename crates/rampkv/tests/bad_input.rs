@@ -67,7 +67,7 @@ fn assert_bad_request(response: &Response) {
 fn assert_still_served(fixture: &Fixture) {
     let mut client = Client::connect(&fixture.cluster).unwrap();
     let read = client.get_all(vec![b"kept".to_vec()]).unwrap();
-    assert_eq!(read.items[0].value, b"safe", "stored data survived");
+    assert_eq!(&read.items[0].value[..], b"safe", "stored data survived");
     assert_eq!(fixture.group.cores()[0].store().stats().versions, 1, "no state changed");
 }
 
@@ -139,7 +139,7 @@ fn a_valid_frame_with_a_garbage_body_gets_an_error_and_the_connection_goes_on() 
     let (id, response) = read_one_reply(&mut stream);
     assert_eq!(id, 1000);
     match response {
-        Response::Versions { items } => assert_eq!(items[0].value, b"safe"),
+        Response::Versions { items } => assert_eq!(&items[0].value[..], b"safe"),
         other => panic!("expected VERSIONS, got {other:?}"),
     }
     assert_still_served(&fixture);

@@ -185,7 +185,7 @@ fn killed_primary_is_failed_over_and_no_acknowledged_write_is_lost(medium: Optio
     // A client that connects now finds the new primary by itself.
     let mut fresh = Client::connect(&cluster).unwrap();
     let read = fresh.get_all(keys.clone()).unwrap();
-    assert!(read.items.iter().zip(&last).all(|(item, value)| &item.value == value));
+    assert!(read.items.iter().zip(&last).all(|(item, value)| item.value == value));
     // The restarted victim rejoins as a new incarnation and serves nothing.
     let address = cluster.servers()[0].clone();
     restart(directory.path(), &cluster, &mut processes, 0);
@@ -196,7 +196,7 @@ fn killed_primary_is_failed_over_and_no_acknowledged_write_is_lost(medium: Optio
     }
     assert_refuses_its_old_partitions(&address, &keys_of(&cluster, 0, 1)[0]);
     let read = client.get_all(keys.clone()).unwrap();
-    assert!(read.items.iter().zip(&last).all(|(item, value)| &item.value == value));
+    assert!(read.items.iter().zip(&last).all(|(item, value)| item.value == value));
 }
 
 /// A GET and a PUT of `key` sent straight to `address` are refused as `NotPrimary`.
@@ -232,7 +232,7 @@ fn a_deposed_primary_that_comes_back_with_its_old_state_serves_no_read_and_takes
     std::thread::sleep(Duration::from_millis(500)); // it has heard from the configuration service by now
     assert_refuses_its_old_partitions(&address, &key);
     let read = client.get_all(vec![key.clone()]).unwrap();
-    assert_eq!(read.items[0].value, b"new", "the deposed primary's state was served");
+    assert_eq!(&read.items[0].value[..], b"new", "the deposed primary's state was served");
     processes.kill(0);
 }
 
@@ -501,13 +501,13 @@ fn write_through_a_kill<T: ClientTransport>(name: &str, connector: Connector<T>,
     let mut client = Client::connect_with(&cluster, connector).unwrap_or_else(|error| failed("connecting", error));
     client.put_all(with("first")).unwrap_or_else(|error| failed("the first write", error));
     let read = client.get_all(keys.clone()).unwrap_or_else(|error| failed("the first read", error));
-    assert!(read.items.iter().all(|item| item.value == b"first"), "{name}: {read:?}");
+    assert!(read.items.iter().all(|item| item.value == b"first"[..]), "{name}: {read:?}");
     processes.kill(0);
     let killed = Instant::now();
     client.put_all(with("second")).unwrap_or_else(|error| failed("the write after the kill", error));
     println!("{name}: the write after the kill took {} ms", killed.elapsed().as_millis());
     let read = client.get_all(keys.clone()).unwrap_or_else(|error| failed("the read after the kill", error));
-    assert!(read.items.iter().all(|item| item.value == b"second"), "{name}: {read:?}");
+    assert!(read.items.iter().all(|item| item.value == b"second"[..]), "{name}: {read:?}");
 }
 
 /// GET\* reads trust a lease (FaRM's way): a primary stopped with SIGSTOP keeps its item
@@ -533,7 +533,7 @@ fn a_getstar_client_never_reads_a_stopped_deposed_primarys_slots() {
     };
     let read = |driver: &mut Driver<OneSidedClientTransport>| {
         finish(driver, |driver| driver.begin_read(0, vec![key.clone()])).map(|result| match result {
-            TxnResult::Read(read) => read.items[0].value.clone(),
+            TxnResult::Read(read) => read.items[0].value.to_vec(),
             other => panic!("a read finished as {other:?}"),
         })
     };
@@ -564,7 +564,7 @@ fn a_getstar_client_never_reads_a_stopped_deposed_primarys_slots() {
     let mut results: Vec<Result<Vec<u8>, String>> = completions
         .drain(..)
         .map(|completion| match completion.result {
-            Ok(TxnResult::Read(read)) => Ok(read.items[0].value.clone()),
+            Ok(TxnResult::Read(read)) => Ok(read.items[0].value.to_vec()),
             Ok(other) => panic!("a read finished as {other:?}"),
             Err(error) => Err(error.to_string()),
         })
@@ -577,7 +577,7 @@ fn a_getstar_client_never_reads_a_stopped_deposed_primarys_slots() {
             cached.step(Some(Duration::from_millis(20)), &mut completions).unwrap();
         }
         results.extend(completions.drain(..).map(|completion| match completion.result {
-            Ok(TxnResult::Read(read)) => Ok(read.items[0].value.clone()),
+            Ok(TxnResult::Read(read)) => Ok(read.items[0].value.to_vec()),
             Ok(other) => panic!("a read finished as {other:?}"),
             Err(error) => Err(error.to_string()),
         }));

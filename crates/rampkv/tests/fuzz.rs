@@ -416,7 +416,7 @@ fn update_op(rng: &mut SmallRng) -> UpdateOp {
 
 fn version(rng: &mut SmallRng) -> VersionItem {
     let (ts, value, metadata) = (rng.gen(), bytes(rng, 40), metadata(rng));
-    VersionItem { ts, value, metadata, expiry: rampkv::types::Expiry::from_word(expiry_word(rng, true)) }
+    VersionItem { ts, value: value.into(), metadata, expiry: rampkv::types::Expiry::from_word(expiry_word(rng, true)) }
 }
 
 fn response(rng: &mut SmallRng, variant: usize) -> Response {

@@ -105,7 +105,7 @@ fn a_slow_reader_whose_version_was_collected_restarts_and_reads_atomically() {
     assert_eq!(outcome.items[0].ts, ts(4), "x: the newest version");
     assert_eq!(outcome.items[1].ts, ts(1), "y: W1's");
     for item in &outcome.items {
-        assert_eq!(item.value, item.ts.to_le_bytes(), "each value is its version's");
+        assert_eq!(&item.value[..], item.ts.to_le_bytes(), "each value is its version's");
     }
 }
 

@@ -121,7 +121,7 @@ fn getstar_serves_reads_and_the_servers_see_fewer_gets() {
     for _ in 0..reads {
         let outcome = read(&mut driver, &key_refs);
         for ((_, value), item) in pairs.iter().zip(&outcome.items) {
-            assert_eq!((&item.value, item.ts), (value, ts));
+            assert_eq!((&item.value[..], item.ts), (&value[..], ts));
         }
     }
     let over_slots = gets() - before;
@@ -166,7 +166,7 @@ fn a_rewritten_slot_is_read_as_the_new_version_and_a_reused_slot_is_rejected() {
     assert_eq!((outcome.items[0].ts, &outcome.items[0].value[..]), (ts4, &b"b-1"[..]));
     let before = driver.transport().stats();
     let outcome = read(&mut driver, &[a]);
-    assert_eq!((outcome.items[0].ts, &outcome.items[0].value), (ts3, &large), "the right answer, over GET+");
+    assert_eq!((outcome.items[0].ts, &outcome.items[0].value[..]), (ts3, &large[..]), "the right answer, over GET+");
     let after = driver.transport().stats();
     assert_eq!(after.fallback_wrong_key, before.fallback_wrong_key + 1, "{after:?}");
     assert_eq!(after.evictions, before.evictions + 1);
@@ -176,7 +176,7 @@ fn a_rewritten_slot_is_read_as_the_new_version_and_a_reused_slot_is_rejected() {
     // a has no slot any more: it keeps being read over GET+, correctly.
     for _ in 0..3 {
         let outcome = read(&mut driver, &[a]);
-        assert_eq!((outcome.items[0].ts, &outcome.items[0].value), (ts3, &large));
+        assert_eq!((outcome.items[0].ts, &outcome.items[0].value[..]), (ts3, &large[..]));
     }
 }
 

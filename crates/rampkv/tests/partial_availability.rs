@@ -114,7 +114,7 @@ impl<T: ClientTransport> Probe for Driver<T> {
     fn read(&mut self, keys: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, ClientError> {
         self.begin_read(0, keys.to_vec())?;
         match finish(self)? {
-            TxnResult::Read(outcome) => Ok(outcome.items.into_iter().map(|item| item.value).collect()),
+            TxnResult::Read(outcome) => Ok(outcome.items.into_iter().map(|item| item.value.to_vec()).collect()),
             other => panic!("a read finished as {other:?}"),
         }
     }

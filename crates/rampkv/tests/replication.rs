@@ -226,7 +226,7 @@ fn a_replicated_group_with_data_directories_restarts_from_its_files_and_refills_
     let read = client.get_all(keys.clone()).unwrap();
     assert_eq!(read.items.len(), keys.len());
     for (key, item) in keys.iter().zip(&read.items) {
-        assert_eq!((&item.key, &item.value), (key, key), "{:?} read back", String::from_utf8_lossy(key));
+        assert_eq!((&item.key, &item.value[..]), (key, &key[..]), "{:?} read back", String::from_utf8_lossy(key));
     }
     client.put_all(vec![(b"after".to_vec(), b"restart".to_vec())]).unwrap();
     let stats = group.servers().replication_stats().unwrap();

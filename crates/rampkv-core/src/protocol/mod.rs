@@ -77,7 +77,8 @@ pub struct ReadItem {
     pub key: Vec<u8>,
     /// Timestamp of the version returned; 0 for the initial (empty) value.
     pub ts: Timestamp,
-    pub value: Vec<u8>,
+    /// The value (shared, not copied, with a reply from a server in the same process).
+    pub value: bytes::Bytes,
     /// What round 1 of the attempt that finished returned for this key: the answer the read
     /// would have given without its round-2 repair (the read-atomicity checker counts the
     /// reads whose round 1 alone was fractured). S2PL: the key's latest committed timestamp
@@ -144,7 +145,7 @@ impl ReadOutcome {
         for item in self.items.iter_mut().filter(|item| item.exists && item.expires_at_ms != 0) {
             if item.expires_at_ms <= at_ms {
                 item.exists = false;
-                item.value = Vec::new();
+                item.value = bytes::Bytes::new();
             }
         }
     }

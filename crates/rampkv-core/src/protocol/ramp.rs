@@ -606,7 +606,7 @@ pub(super) fn read_item(
     ReadItem {
         key,
         ts: result.ts,
-        value: if exists { std::mem::take(&mut result.value) } else { Vec::new() },
+        value: if exists { std::mem::take(&mut result.value) } else { bytes::Bytes::new() },
         round1_ts,
         fetched_in_round2,
         expires_at_ms: result.expiry.deadline_ms(),

@@ -849,7 +849,7 @@ fn owned_item(answer: &Answer) -> Result<VersionItem, crate::wire::WireError> {
     Ok(match answer {
         Answer::Version(version) => VersionItem {
             ts: version.ts,
-            value: version.value.to_vec(),
+            value: shared_value(version),
             metadata: match &version.metadata {
                 StoredMetadata::None => Metadata::None,
                 StoredMetadata::WriteSet(keys) => Metadata::WriteSet(WriteSet::from_keys(keys)?),
@@ -860,6 +860,21 @@ fn owned_item(answer: &Answer) -> Result<VersionItem, crate::wire::WireError> {
         Answer::TimestampOnly(ts) => VersionItem::new(*ts, Vec::new(), Metadata::None),
         Answer::Initial => VersionItem::new(TIMESTAMP_INITIAL, Vec::new(), Metadata::None),
     })
+}
+
+/// A stored version's value, shared: the answer holds the version (an `Arc`) for as long as the
+/// value is used, so no byte is copied and nothing is allocated but the owner's handle.
+fn shared_value(version: &Arc<Version>) -> bytes::Bytes {
+    struct Shared(Arc<Version>);
+    impl AsRef<[u8]> for Shared {
+        fn as_ref(&self) -> &[u8] {
+            &self.0.value
+        }
+    }
+    if version.value.is_empty() {
+        return bytes::Bytes::new();
+    }
+    bytes::Bytes::from_owner(Shared(Arc::clone(version)))
 }
 
 /// The entries of a reply, borrowed from the stored versions. A LATEST_TS answer carries no

@@ -32,6 +32,7 @@ use super::update::UpdateResult;
 use super::{ClusterView, Decoder, Encoder, WireError};
 use crate::limits::{TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::{Expiry, Timestamp};
+use bytes::Bytes;
 
 pub const KIND_HELLO_REPLY: u8 = 0x81;
 pub const KIND_VERSIONS: u8 = 0x82;
@@ -52,7 +53,9 @@ pub const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VersionItem {
     pub ts: Timestamp,
-    pub value: Vec<u8>,
+    /// The value: decoded from a frame, or shared with the stored version it was read from
+    /// (a server in the same process answers without copying it).
+    pub value: Bytes,
     /// What the writing transaction attached (its write set, a Bloom filter of it, or nothing).
     pub metadata: Metadata,
     /// When the version stops being visible (the reader judges it), or that the server
@@ -62,8 +65,8 @@ pub struct VersionItem {
 
 impl VersionItem {
     /// A version that never expires.
-    pub fn new(ts: Timestamp, value: Vec<u8>, metadata: Metadata) -> Self {
-        Self { ts, value, metadata, expiry: Expiry::NEVER }
+    pub fn new(ts: Timestamp, value: impl Into<Bytes>, metadata: Metadata) -> Self {
+        Self { ts, value: value.into(), metadata, expiry: Expiry::NEVER }
     }
 }
 

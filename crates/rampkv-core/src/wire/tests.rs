@@ -52,7 +52,7 @@ fn returned_expiry() -> impl Strategy<Value = crate::types::Expiry> {
 fn version_item() -> impl Strategy<Value = VersionItem> {
     (any::<u64>(), value(), metadata(), returned_expiry()).prop_map(|(ts, value, metadata, expiry)| VersionItem {
         ts,
-        value,
+        value: value.into(),
         metadata,
         expiry,
     })

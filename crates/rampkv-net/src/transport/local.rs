@@ -274,7 +274,7 @@ mod tests {
         }
         let Ok(TxnResult::Read(outcome)) = &completions[0].result else { panic!("{:?}", completions[0].result) };
         for (item, (key, value)) in outcome.items.iter().zip(&pairs) {
-            assert_eq!((&item.key, &item.value, item.ts), (key, value, ts));
+            assert_eq!((&item.key, &item.value[..], item.ts), (key, &value[..], ts));
         }
     }
 }

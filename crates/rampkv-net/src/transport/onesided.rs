@@ -567,7 +567,12 @@ fn decode_slot_version(
     decoder.finish().ok()?;
     Some(match selector {
         Selector::LatestTimestamp => VersionItem::new(ts, Vec::new(), Metadata::None),
-        _ => VersionItem { ts, value: value.to_vec(), metadata, expiry: Expiry::from_word(expiry) },
+        _ => VersionItem {
+            ts,
+            value: rampkv_core::types::Bytes::copy_from_slice(value),
+            metadata,
+            expiry: Expiry::from_word(expiry),
+        },
     })
 }
 

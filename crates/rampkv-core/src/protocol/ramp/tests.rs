@@ -316,7 +316,7 @@ fn independent_writes_are_one_prepare_commit_per_key_each_alone_in_its_write_set
 fn expiring_version(ts: Timestamp, expiry: Expiry) -> VersionItem {
     let metadata = Metadata::WriteSet(WriteSet::from_keys(&[&b"x"[..], b"z"]).unwrap());
     let value = if expiry.is_reclaimed() { Vec::new() } else { ts.to_le_bytes().to_vec() };
-    VersionItem { ts, value, metadata, expiry }
+    VersionItem { ts, value: value.into(), metadata, expiry }
 }
 
 /// A read of x and z whose round 1 sees x at 20 (written with z, expiring at 5,000) and z at
