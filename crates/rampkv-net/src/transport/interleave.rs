@@ -123,30 +123,17 @@ pub struct Held {
     pub request: Request,
 }
 
-impl Held {
-    fn order_key(&self) -> (u64, u64) {
-        (self.deliver_at_us, self.sequence)
-    }
-}
+/// A held request's place in the delivery order: its time, its posting order (ties keep it),
+/// and where its request is parked. The heap orders these small keys; the requests (over 100
+/// bytes each) stay put in `Schedule::parked` instead of being moved at every sift.
+type OrderKey = (u64, u64, u32);
 
-impl PartialEq for Held {
-    fn eq(&self, other: &Self) -> bool {
-        self.order_key() == other.order_key()
-    }
-}
-
-impl Eq for Held {}
-
-impl PartialOrd for Held {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Held {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.order_key().cmp(&other.order_key())
-    }
+/// A held request, parked until its key comes up.
+#[derive(Debug)]
+struct Parked {
+    server: usize,
+    request_id: u64,
+    request: Request,
 }
 
 /// One (session, server) link: its latest delivery time, and how many of its requests wait.
@@ -163,7 +150,10 @@ pub struct Schedule {
     random: ChaCha8Rng,
     delay_us: u64,
     jitter_us: u64,
-    held: BinaryHeap<Reverse<Held>>,
+    held: BinaryHeap<Reverse<OrderKey>>,
+    /// The held requests, by the slot their key names; `free` lists the empty slots.
+    parked: Vec<Option<Parked>>,
+    free: Vec<u32>,
     links: HashMap<(usize, usize), Link>,
     next_sequence: u64,
     /// Per server, the highest posting sequence delivered so far (for `overtaken`).
@@ -180,6 +170,8 @@ impl Schedule {
             delay_us: options.delay_us,
             jitter_us: options.jitter_us,
             held: BinaryHeap::new(),
+            parked: Vec::new(),
+            free: Vec::new(),
             links: HashMap::default(),
             next_sequence: 0,
             delivered_sequence: vec![None; servers],
@@ -210,13 +202,24 @@ impl Schedule {
         link.held += 1;
         let sequence = self.next_sequence;
         self.next_sequence += 1;
-        self.held.push(Reverse(Held { deliver_at_us, sequence, server, request_id, request }));
+        let parked = Parked { server, request_id, request };
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.parked[slot as usize] = Some(parked);
+                slot
+            }
+            None => {
+                self.parked.push(Some(parked));
+                (self.parked.len() - 1) as u32
+            }
+        };
+        self.held.push(Reverse((deliver_at_us, sequence, slot)));
         deliver_at_us
     }
 
     /// The earliest delivery time held, if any request is held.
     pub fn next_deliver_at_us(&self) -> Option<u64> {
-        self.held.peek().map(|Reverse(held)| held.deliver_at_us)
+        self.held.peek().map(|Reverse((deliver_at_us, _, _))| *deliver_at_us)
     }
 
     /// Requests held.
@@ -234,7 +237,11 @@ impl Schedule {
         if self.next_deliver_at_us()? > now_us {
             return None;
         }
-        let Reverse(held) = self.held.pop()?;
+        let Reverse((deliver_at_us, sequence, slot)) = self.held.pop()?;
+        let Parked { server, request_id, request } =
+            self.parked[slot as usize].take().expect("a held request's slot holds it");
+        self.free.push(slot);
+        let held = Held { deliver_at_us, sequence, server, request_id, request };
         let key = (session_of_request(held.request_id), held.server);
         let link = self.links.get_mut(&key).expect("a held request's link is known");
         debug_assert!(link.held > 0 && held.deliver_at_us <= link.last_deliver_at_us);
