@@ -105,7 +105,8 @@ impl Reply {
     }
 
     /// The reply as a client decodes it from the frame [`Reply::encode_frame`] writes, without
-    /// the frame: a version's value is copied once, into the response.
+    /// the frame: a version's value is not copied but shared with the stored version
+    /// (`shared_value`).
     pub fn into_response(self, locate: impl FnMut(&[u8]) -> Option<u32>) -> Response {
         let versions = |answers: &[Answer]| answers.iter().map(owned_item).collect::<Result<Vec<_>, _>>();
         let converted = match self {
