@@ -8,6 +8,8 @@
 //! # Layout (bottom up; see `docs/architecture.md`)
 //! - [`limits`]: every bound, in one place.
 //! - [`types`]: timestamps, the per-client timestamp clock, and the value type reads return.
+//! - [`spare`]: value buffers a store let go of, kept per thread for the next value of their
+//!   length.
 //! - [`wire`]: the binary message format, framed for byte streams and message rings.
 //! - [`storage`]: the multi-version partition store (lastCommit by atomic max, GC), in rooms:
 //!   validation, garbage collection, the write path, the read path, the snapshot copy.
@@ -22,6 +24,7 @@ pub mod cluster;
 pub mod limits;
 pub mod pattern;
 pub mod protocol;
+pub mod spare;
 pub mod storage;
 pub mod types;
 pub mod wire;

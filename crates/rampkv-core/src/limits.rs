@@ -466,3 +466,16 @@ pub const INTERLEAVE_BLOCKING_WAIT_US_MIN: u64 = 1_000;
 
 /// Interleaving network model: one slice of the short waits above.
 pub const INTERLEAVE_SLEEP_SLICE_US: u64 = 50;
+
+/// Most spare value buffers one thread keeps (`spare`; a pipeline's worth of writes: 16 MSETs
+/// of 10 keys).
+pub const SPARE_BUFFERS_MAX: usize = 256;
+
+/// Most bytes of spare buffers one thread keeps.
+pub const SPARE_BYTES_MAX: usize = 1024 * 1024;
+
+/// Most distinct lengths one thread keeps spares of (writes of a workload mostly share a few).
+pub const SPARE_LENGTHS_MAX: usize = 4;
+
+/// Longest buffer kept as a spare.
+pub const SPARE_VALUE_BYTES_MAX: usize = 64 * 1024;

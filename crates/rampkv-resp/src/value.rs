@@ -25,6 +25,7 @@
 
 use rampkv_core::limits::VALUE_BYTES_MAX;
 use rampkv_core::protocol::ReadItem;
+use rampkv_core::spare;
 use rampkv_core::types::{Timestamp, TIMESTAMP_INITIAL};
 
 /// First byte of a present value stored escaped (empty, or starting with `0x00` or `0x01`).
@@ -38,14 +39,10 @@ pub const STORED_VALUE_BYTES_MAX: usize = VALUE_BYTES_MAX - 1;
 /// The stored form of `value`. The caller checks `value.len() <= STORED_VALUE_BYTES_MAX`.
 pub fn encode(value: &[u8]) -> Vec<u8> {
     debug_assert!(value.len() <= STORED_VALUE_BYTES_MAX);
+    // In a spare buffer of its length when the thread keeps them (the gateway's does).
     match value.first() {
-        Some(&first) if first != TOMBSTONE && first != PRESENT => value.to_vec(),
-        _ => {
-            let mut stored = Vec::with_capacity(value.len() + 1);
-            stored.push(PRESENT);
-            stored.extend_from_slice(value);
-            stored
-        }
+        Some(&first) if first != TOMBSTONE && first != PRESENT => spare::copy(value),
+        _ => spare::copy_with_prefix(Some(PRESENT), value),
     }
 }
 

@@ -43,10 +43,12 @@
 //! [`StoredMetadata::names_only_its_key`]: super::StoredMetadata::names_only_its_key
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use super::expiry::SweepClock;
 use super::version_map::VersionMap;
-use super::{Key, KeyState, Store, StoredVersion, SHARD_COUNT};
+use super::{Key, KeyState, Store, StoredVersion, Version, SHARD_COUNT};
+use crate::spare;
 use crate::types::Timestamp;
 
 /// Where a background sweep stands ([`Store::sweep`]).
@@ -182,6 +184,11 @@ impl Store {
         *collected_max_ts = (*collected_max_ts).max(ts);
         let removed = versions.remove(&ts).expect("a version present is collected");
         self.forget_version_bytes(removed.version.value.len());
+        // Its value's buffer, when no reader holds the version, serves the thread's next value
+        // of its length (`spare`).
+        if let Ok(Version { value, .. }) = Arc::try_unwrap(removed.version) {
+            spare::give(value);
+        }
         self.version_count.fetch_sub(1, Ordering::Relaxed);
         self.versions_collected.fetch_add(1, Ordering::Relaxed);
     }

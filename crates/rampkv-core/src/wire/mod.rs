@@ -191,8 +191,13 @@ impl<'a> Decoder<'a> {
         }
         Ok(self.take(length)?.to_vec())
     }
+    /// A value: in a spare buffer of its length when this thread keeps them (`spare`).
     pub fn value(&mut self) -> Result<Vec<u8>, WireError> {
-        self.bytes_up_to("value", VALUE_BYTES_MAX)
+        let length = self.u32()? as usize;
+        if length > VALUE_BYTES_MAX {
+            return Err(WireError::FieldTooLarge { what: "value", length, max: VALUE_BYTES_MAX });
+        }
+        Ok(crate::spare::copy(self.take(length)?))
     }
     pub fn bytes_up_to(&mut self, what: &'static str, max: usize) -> Result<Vec<u8>, WireError> {
         let length = self.u32()? as usize;

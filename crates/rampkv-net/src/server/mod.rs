@@ -116,7 +116,12 @@ impl PollerThread {
         let stop = Arc::new(AtomicBool::new(false));
         let wake = medium.waker();
         let poller = Poller::new(medium, servers, Arc::clone(&stop), limits);
-        let thread = std::thread::Builder::new().name(name.into()).spawn(move || poller.run())?;
+        // A poller serves its servers' writes: superseded values' buffers serve the next ones
+        // (`rampkv_core::spare`).
+        let thread = std::thread::Builder::new().name(name.into()).spawn(move || {
+            rampkv_core::spare::keep_on_this_thread();
+            poller.run()
+        })?;
         Ok(Self { stop, wake, thread: Some(thread) })
     }
 

@@ -142,7 +142,12 @@ impl Gateway {
             (address.port(), Arc::clone(&config.users), config.idle_timeout),
             config.buffered_bytes_max,
         );
-        let thread = std::thread::Builder::new().name("rampkv-gateway".into()).spawn(move || event_loop.run())?;
+        // The gateway copies values out of requests, and its in-process servers let go of the
+        // values those supersede: one thread, so the buffers go round (`rampkv_core::spare`).
+        let thread = std::thread::Builder::new().name("rampkv-gateway".into()).spawn(move || {
+            rampkv_core::spare::keep_on_this_thread();
+            event_loop.run()
+        })?;
         Ok(Gateway { address, stop, waker, thread: Some(thread) })
     }
 
