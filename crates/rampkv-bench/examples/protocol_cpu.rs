@@ -21,12 +21,12 @@
 
 use std::hint::black_box;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use rampkv_bench::bench::{self, BenchConfig, Interleave, NetworkModel, StopAfter, TransportKind};
 use rampkv_core::cluster::{Cluster, Front};
-use rampkv_core::storage::{Key, Store, StoredMetadata};
+use rampkv_core::storage::{Store, StoredMetadata};
+use rampkv_core::wire::WriteSet;
 use rampkv_fabric::{read_slot, Fabric, ShmFabric};
 use rampkv_net::client::{Completion, Driver, TxnResult};
 use rampkv_net::item_slots::{ItemSlotConfig, ItemSlots};
@@ -118,11 +118,11 @@ fn raw_reads_ns(iterations: usize) -> Option<f64> {
     let slots = ItemSlots::register(&fabric, "protocol-cpu", config).expect("item slots register");
     let store = Store::new(u64::MAX);
     let keys: Vec<Vec<u8>> = (0..KEYS_PER_TXN).map(key).collect();
-    let write_set: Arc<[Key]> = keys.iter().map(|key| key.clone().into_boxed_slice()).collect();
+    let write_set = WriteSet::from_keys(&keys).expect("short keys, few");
     let ts = 1 << 16;
     let writes = keys.iter().map(|key| (key.clone().into_boxed_slice(), vec![7u8; VALUE_BYTES].into_boxed_slice()));
     store
-        .prepare(ts, StoredMetadata::WriteSet(Arc::clone(&write_set)), write_set, writes.collect(), 0)
+        .prepare(ts, StoredMetadata::WriteSet(write_set.clone()), write_set, writes.collect(), 0)
         .expect("the prepare is valid");
     store.commit(ts);
     for key in &keys {

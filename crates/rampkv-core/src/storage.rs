@@ -51,7 +51,7 @@ use smallvec::SmallVec;
 use crate::cluster::key_hash;
 use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
 use crate::types::{Expiry, Timestamp};
-use crate::wire::MetadataRef;
+use crate::wire::{MetadataRef, WireError, WriteSet};
 
 mod copy;
 mod expiry;
@@ -110,7 +110,7 @@ pub struct PendingTxn {
     /// Its keys on this server.
     pub keys: Vec<Key>,
     /// Its whole write set (for recovery: who else to ask).
-    pub write_set: Arc<[Key]>,
+    pub write_set: WriteSet,
     /// When it was prepared here (store clock, ms).
     pub prepared_at_ms: u64,
 }
@@ -124,8 +124,10 @@ pub enum StoredMetadata {
     /// RAMP-Small and NoCC: nothing.
     #[default]
     None,
-    /// RAMP-Fast: the transaction's whole write set.
-    WriteSet(Arc<[Key]>),
+    /// RAMP-Fast: the transaction's whole write set, in its compact form: one buffer, shared
+    /// by the transaction's versions (and its pending entry and log record), so a version
+    /// superseded drops a reference, not a list of boxed keys.
+    WriteSet(WriteSet),
     /// RAMP-Hybrid: a Bloom filter of the write set.
     Bloom(Arc<[u8]>),
 }
@@ -138,11 +140,19 @@ impl StoredMetadata {
         matches!(self, StoredMetadata::WriteSet(keys) if keys.len() == 1)
     }
 
+    /// RAMP-Fast metadata naming `keys`.
+    ///
+    /// # Errors
+    /// More than `TXN_KEYS_MAX` keys, or a key longer than `KEY_BYTES_MAX`.
+    pub fn write_set<K: AsRef<[u8]>>(keys: &[K]) -> Result<StoredMetadata, WireError> {
+        WriteSet::from_keys(keys).map(StoredMetadata::WriteSet)
+    }
+
     /// A borrowed view for encoding a reply.
     pub fn as_wire(&self) -> MetadataRef<'_, Key> {
         match self {
             StoredMetadata::None => MetadataRef::None,
-            StoredMetadata::WriteSet(keys) => MetadataRef::WriteSet(keys),
+            StoredMetadata::WriteSet(keys) => MetadataRef::EncodedWriteSet(keys),
             StoredMetadata::Bloom(bits) => MetadataRef::Bloom(bits),
         }
     }

@@ -109,7 +109,7 @@ pub struct RecordHeader {
 /// A store operation, owned (what decoding gives).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
-    Prepare { ts: Timestamp, metadata: StoredMetadata, write_set: Arc<[Key]>, writes: Writes },
+    Prepare { ts: Timestamp, metadata: StoredMetadata, write_set: WriteSet, writes: Writes },
     Commit { ts: Timestamp },
     Abort { ts: Timestamp },
     Put { ts: Timestamp, writes: Writes },
@@ -118,7 +118,7 @@ pub enum Record {
 /// A store operation, borrowed (what encoding takes, so a caller encodes without copies).
 #[derive(Debug, Clone, Copy)]
 pub enum RecordRef<'a> {
-    Prepare { ts: Timestamp, metadata: &'a StoredMetadata, write_set: &'a [Key], writes: WritesRef<'a> },
+    Prepare { ts: Timestamp, metadata: &'a StoredMetadata, write_set: &'a WriteSet, writes: WritesRef<'a> },
     Commit { ts: Timestamp },
     Abort { ts: Timestamp },
     Put { ts: Timestamp, writes: WritesRef<'a> },
@@ -250,9 +250,10 @@ impl RecordRef<'_> {
             return Err(RecordError::Invalid("timestamp 0 is the initial value"));
         }
         match self {
-            RecordRef::Prepare { metadata, write_set, writes, .. } => {
+            RecordRef::Prepare { metadata, writes, .. } => {
+                // A write set holds at most TXN_KEYS_MAX keys of at most KEY_BYTES_MAX bytes
+                // by construction (`WriteSet`).
                 validate_metadata(metadata)?;
-                validate_keys(write_set.iter(), "write set")?;
                 validate_writes(*writes)
             }
             RecordRef::Commit { .. } | RecordRef::Abort { .. } => Ok(()),
@@ -265,14 +266,11 @@ impl RecordRef<'_> {
         encoder.u64(self.ts());
         match self {
             RecordRef::Prepare { metadata, write_set, writes, .. } => {
-                let shared = matches!(metadata, StoredMetadata::WriteSet(keys) if keys[..] == write_set[..]);
+                let shared = matches!(metadata, StoredMetadata::WriteSet(keys) if keys == *write_set);
                 encoder.u8(if shared { FLAG_WRITE_SET_IS_METADATA } else { 0 });
                 metadata.as_wire().encode(encoder);
                 if !shared {
-                    encoder.count(write_set.len());
-                    for key in write_set.iter() {
-                        encoder.key(key);
-                    }
+                    write_set.encode(encoder);
                 }
                 encode_writes(*writes, encoder);
             }
@@ -297,7 +295,7 @@ fn validate_keys<'k>(keys: impl ExactSizeIterator<Item = &'k Key>, what: &'stati
 fn validate_metadata(metadata: &StoredMetadata) -> Result<(), RecordError> {
     match metadata {
         StoredMetadata::None => Ok(()),
-        StoredMetadata::WriteSet(keys) => validate_keys(keys.iter(), "metadata write set"),
+        StoredMetadata::WriteSet(_) => Ok(()), // within the limits by construction
         StoredMetadata::Bloom(bits) if bits.len() > BLOOM_BYTES_MAX => {
             Err(WireError::FieldTooLarge { what: "bloom filter", length: bits.len(), max: BLOOM_BYTES_MAX }.into())
         }
@@ -470,13 +468,13 @@ fn decode_payload(kind: u8, payload: &[u8]) -> Result<Record, RecordError> {
                 return Err(RecordError::Invalid("unknown PREPARE flags"));
             }
             let metadata = stored_metadata(Metadata::decode(&mut decoder)?);
-            let write_set: Arc<[Key]> = if flags & FLAG_WRITE_SET_IS_METADATA != 0 {
+            let write_set = if flags & FLAG_WRITE_SET_IS_METADATA != 0 {
                 match &metadata {
-                    StoredMetadata::WriteSet(keys) => Arc::clone(keys),
+                    StoredMetadata::WriteSet(keys) => keys.clone(),
                     _ => return Err(RecordError::Invalid("write set said to be the metadata's, which has none")),
                 }
             } else {
-                WriteSet::decode(&mut decoder)?.iter().map(Key::from).collect()
+                WriteSet::decode(&mut decoder)?
             };
             Record::Prepare { ts, metadata, write_set, writes: decode_writes(&mut decoder)? }
         }
@@ -493,7 +491,7 @@ fn decode_payload(kind: u8, payload: &[u8]) -> Result<Record, RecordError> {
 pub(crate) fn stored_metadata(metadata: Metadata) -> StoredMetadata {
     match metadata {
         Metadata::None => StoredMetadata::None,
-        Metadata::WriteSet(write_set) => StoredMetadata::WriteSet(write_set.iter().map(Key::from).collect()),
+        Metadata::WriteSet(write_set) => StoredMetadata::WriteSet(write_set),
         Metadata::Bloom(bits) => StoredMetadata::Bloom(bits.into()),
     }
 }

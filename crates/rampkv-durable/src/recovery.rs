@@ -40,11 +40,11 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
 use rampkv_core::storage::{Key, Store, StoreError};
 use rampkv_core::types::Timestamp;
+use rampkv_core::wire::WriteSet;
 
 use crate::error::{DurableError, FileHeaderError};
 use crate::files::{list, segment_path, DirLock, FileHeader, FILE_HEADER_BYTES, SEGMENT_MAGIC};
@@ -124,7 +124,7 @@ pub struct InDoubt {
     /// Its keys on this server.
     pub keys: Vec<Key>,
     /// Its whole write set (whom to ask).
-    pub write_set: Arc<[Key]>,
+    pub write_set: WriteSet,
 }
 
 /// What opening a data directory found and did.

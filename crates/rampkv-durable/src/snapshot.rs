@@ -350,10 +350,7 @@ impl<W: Write> EntryWriter<W> {
         for (ts, pending) in &image.pending {
             self.entry(KIND_PENDING, |encoder| {
                 encoder.u64(*ts);
-                encoder.count(pending.write_set.len());
-                for key in pending.write_set.iter() {
-                    encoder.key(key);
-                }
+                pending.write_set.encode(encoder);
             })?;
             counts.pending += 1;
         }
@@ -538,7 +535,7 @@ struct Loader<'a> {
     /// Uncommitted versions loaded, by transaction: where a pending transaction's keys are.
     uncommitted: HashMap<Timestamp, Vec<Key>>,
     /// Pending transactions, applied at END, once every version is in.
-    pending: Vec<(Timestamp, Arc<[Key]>)>,
+    pending: Vec<(Timestamp, WriteSet)>,
 }
 
 impl Loader<'_> {
@@ -605,9 +602,9 @@ impl Loader<'_> {
         }
         for (ts, keys) in std::mem::take(&mut self.uncommitted) {
             let version = self.store.get_at(&keys[0], ts).ok();
-            let write_set: Arc<[Key]> = match version.as_ref().map(|version| &version.metadata) {
-                Some(StoredMetadata::WriteSet(write_set)) => Arc::clone(write_set),
-                _ => keys.iter().cloned().collect(),
+            let write_set = match version.as_ref().map(|version| &version.metadata) {
+                Some(StoredMetadata::WriteSet(write_set)) => write_set.clone(),
+                _ => WriteSet::from_keys(&keys).map_err(|error| SnapshotDamage::Entry(error.into()))?,
             };
             self.store.restore_pending(ts, keys, write_set, self.now_ms);
         }
@@ -616,9 +613,9 @@ impl Loader<'_> {
 }
 
 /// A PENDING entry: the transaction and its write set.
-fn read_pending(decoder: &mut Decoder<'_>) -> Result<(Timestamp, Arc<[Key]>), RecordError> {
+fn read_pending(decoder: &mut Decoder<'_>) -> Result<(Timestamp, WriteSet), RecordError> {
     let ts = read_ts(decoder)?;
-    let write_set = WriteSet::decode(decoder)?.iter().map(Key::from).collect();
+    let write_set = WriteSet::decode(decoder)?;
     end(decoder)?;
     Ok((ts, write_set))
 }

@@ -4,11 +4,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{key, options, reopen, seed, test_dir};
 use rampkv_core::storage::{Store, StoredMetadata};
+use rampkv_core::wire::WriteSet;
 use rampkv_durable::record::check_frame;
 use rampkv_durable::{open, CutReason, DurableError, FsyncPolicy, OpenOptions, RecordRef};
 use rand::rngs::SmallRng;
@@ -261,11 +261,11 @@ fn transactions_prepared_and_never_decided_are_reported_in_doubt() {
     let dir = test_dir();
     let options = options(FsyncPolicy::Always);
     let (log, store, _) = reopen(dir.path(), &options);
-    let write_set: Arc<[_]> = Arc::from([key("a"), key("b"), key("elsewhere")]);
+    let write_set = WriteSet::from_keys(&[key("a"), key("b"), key("elsewhere")]).unwrap();
     for ts in [10, 20, 30] {
         let writes = vec![(key("a"), Box::from(&b"1"[..])), (key("b"), Box::from(&b"2"[..]))];
         let metadata = StoredMetadata::None;
-        store.prepare(ts, metadata.clone(), Arc::clone(&write_set), writes.clone(), 0).unwrap();
+        store.prepare(ts, metadata.clone(), write_set.clone(), writes.clone(), 0).unwrap();
         log.append(0, RecordRef::Prepare { ts, metadata: &metadata, write_set: &write_set, writes: (&writes).into() })
             .unwrap();
     }

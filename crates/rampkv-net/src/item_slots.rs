@@ -475,6 +475,7 @@ impl<F: FabricHandle> ItemSlots<F> {
 mod tests {
     use super::*;
     use rampkv_core::storage::StoredMetadata;
+    use rampkv_core::wire::WriteSet;
     use rampkv_fabric::{read_slot, Fabric, OneSided, ShmFabric, ShmRemoteRegion, SlotReadError};
 
     static NAMES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -488,8 +489,8 @@ mod tests {
     }
 
     fn prepare(store: &Store, ts: Timestamp, key: &[u8], value: &[u8]) {
-        let metadata = StoredMetadata::WriteSet(Arc::from([Key::from(key)]));
-        store.prepare(ts, metadata, Arc::from([]), vec![(key.into(), value.into())], 0).unwrap();
+        let metadata = StoredMetadata::write_set(&[key]).unwrap();
+        store.prepare(ts, metadata, WriteSet::default(), vec![(key.into(), value.into())], 0).unwrap();
     }
 
     /// (ts, value, newer_prepared) of `key`'s slot as a client reads it.
@@ -565,10 +566,10 @@ mod tests {
     fn commits_publish_only_keys_a_get_locate_gave_a_slot() {
         let (fabric, slots, remote) = slots(ItemSlotConfig { slots: 4, slot_bytes: 256 });
         let store = Store::new_tracking_reads(1_000);
-        let write_set = |key: &[u8]| StoredMetadata::WriteSet(Arc::from([Key::from(key), Key::from(&b"z"[..])]));
+        let write_set = |key: &[u8]| StoredMetadata::write_set(&[key, b"z"]).unwrap();
         let write = |ts: Timestamp, key: &[u8], value: &[u8]| {
             let writes = vec![(Key::from(key), Box::from(value))];
-            store.prepare(ts, write_set(key), Arc::from([]), writes, 20_000).unwrap();
+            store.prepare(ts, write_set(key), WriteSet::default(), writes, 20_000).unwrap();
             store.commit(ts);
         };
         write(10, b"a", b"ten");

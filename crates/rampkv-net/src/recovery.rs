@@ -33,7 +33,7 @@ use crate::transport::{ClientTransport, ServerEvent, TcpClientTransport};
 use rampkv_core::cluster::Cluster;
 use rampkv_core::storage::PendingTxn;
 use rampkv_core::types::Timestamp;
-use rampkv_core::wire::{Request, Response, TxnState};
+use rampkv_core::wire::{Request, Response, TxnState, WriteSet};
 
 /// How often the resolver scans for stale prepared transactions.
 pub const RECOVERY_SCAN_MS: u64 = 100;
@@ -69,7 +69,7 @@ pub fn verdict(states: &[Option<TxnState>]) -> Verdict {
 }
 
 /// The other participants of a transaction with `write_set`, and its keys at each.
-pub fn participants(cluster: &Cluster, own: usize, write_set: &[Box<[u8]>]) -> Vec<(usize, Vec<Vec<u8>>)> {
+pub fn participants(cluster: &Cluster, own: usize, write_set: &WriteSet) -> Vec<(usize, Vec<Vec<u8>>)> {
     let mut participants: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
     for key in write_set {
         let server = cluster.server_of(key);

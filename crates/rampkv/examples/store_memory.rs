@@ -10,13 +10,13 @@
 //! 200000 and 100000). Prints its seed; RAMPKV_STORE_MEMORY_SEED=S replays it.
 
 use std::alloc::System;
-use std::sync::Arc;
 
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
 use rampkv::limits::{GC_GRACE_MS, GC_SWEEP_KEYS_PER_TICK};
 use rampkv::storage::{Key, Store, StoredMetadata, SweepCursor};
+use rampkv::wire::WriteSet;
 
 #[global_allocator]
 static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
@@ -42,9 +42,9 @@ fn main() {
     let region = Region::new(GLOBAL);
     for ts in 1..=writes {
         let key: Key = format!("key:{:012}", random.gen_range(0..keyspace)).into_bytes().into();
-        let write_set: Arc<[Key]> = Arc::from([key.clone()]);
+        let write_set = WriteSet::from_keys(&[&key]).expect("a short key");
         let value = vec![b'x'; VALUE_BYTES].into_boxed_slice();
-        let metadata = StoredMetadata::WriteSet(Arc::clone(&write_set));
+        let metadata = StoredMetadata::WriteSet(write_set.clone());
         store.prepare(ts, metadata, write_set, vec![(key, value)], 0).expect("a valid prepare");
         store.commit(ts);
     }

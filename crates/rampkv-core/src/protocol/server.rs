@@ -34,7 +34,6 @@
 //! ahead it is and the bound. Stored, such a version would pin its key: every later write is
 //! older, hence invisible, and readers would carry the forged timestamp on (issue 15).
 
-use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -156,7 +155,7 @@ pub struct LogPosition(pub u64);
 pub enum LogRecord {
     /// Versions stored prepared (a RAMP PREPARE), with the transaction's whole write set.
     /// `writes` are the versions stored, shared with the store (the log copies no value).
-    Prepare { ts: Timestamp, metadata: StoredMetadata, write_set: Arc<[Key]>, writes: StoredWrites },
+    Prepare { ts: Timestamp, metadata: StoredMetadata, write_set: WriteSet, writes: StoredWrites },
     /// Transaction `ts` made visible (a no-op for one not prepared here: logged all the same,
     /// so that its reply waits for every record before it).
     Commit { ts: Timestamp },
@@ -653,7 +652,7 @@ impl ServerCore {
         now_ms: u64,
         effects: &mut Effects,
     ) -> Result<(), StoreError> {
-        let (metadata, write_set) = stored_write_set(metadata, write_set);
+        let (metadata, write_set) = stored_write_set(metadata, write_set)?;
         let writes = stored_writes(writes);
         let keys = effects.publishing.then(|| staged_keys(&writes));
         self.prepare_stored(ts, metadata, write_set, writes, now_ms, effects)?;
@@ -679,10 +678,10 @@ impl ServerCore {
         now_ms: u64,
         effects: &mut Effects,
     ) -> Result<(), StoreError> {
-        let (metadata, write_set) = stored_write_set(metadata, write_set);
+        let (metadata, write_set) = stored_write_set(metadata, write_set)?;
         let writes = stored_writes(writes);
         let whole = !write_set.is_empty()
-            && write_set.iter().all(|key| writes.iter().any(|written| written.key == *key))
+            && write_set.iter().all(|key| writes.iter().any(|written| *written.key == *key))
             && writes.iter().all(|written| write_set.contains(&written.key));
         if !whole {
             return Err(StoreError::InvalidPrepare(InvalidPrepare::NotWholeWriteSet));
@@ -706,12 +705,12 @@ impl ServerCore {
         &self,
         ts: Timestamp,
         metadata: StoredMetadata,
-        write_set: Arc<[Key]>,
+        write_set: WriteSet,
         writes: Vec<StoreWrite>,
         now_ms: u64,
         effects: &mut Effects,
     ) -> Result<(), StoreError> {
-        let logged = effects.logging.then(|| (metadata.clone(), Arc::clone(&write_set)));
+        let logged = effects.logging.then(|| (metadata.clone(), write_set.clone()));
         let mut stored = StoredWrites::new();
         self.store.prepare_keeping(ts, metadata, write_set, writes, now_ms, logged.is_some().then_some(&mut stored))?;
         if let Some((metadata, write_set)) = logged {
@@ -853,7 +852,7 @@ fn owned_item(answer: &Answer) -> Result<VersionItem, crate::wire::WireError> {
             value: shared_value(version),
             metadata: match &version.metadata {
                 StoredMetadata::None => Metadata::None,
-                StoredMetadata::WriteSet(keys) => Metadata::WriteSet(WriteSet::from_keys(keys)?),
+                StoredMetadata::WriteSet(keys) => Metadata::WriteSet(keys.clone()),
                 StoredMetadata::Bloom(bits) => Metadata::Bloom(bits.to_vec()),
             },
             expiry: version.expiry,
@@ -926,46 +925,23 @@ fn validate_writes(writes: &[StoreWrite]) -> Result<(), WriteLimitError> {
 fn stored_metadata(metadata: Metadata) -> StoredMetadata {
     match metadata {
         Metadata::None => StoredMetadata::None,
-        Metadata::WriteSet(write_set) => StoredMetadata::WriteSet(shared_write_set(write_set)),
+        // Kept as it arrived: one buffer, shared by the transaction's versions here (and, in
+        // process, with the client and the other servers it prepared on).
+        Metadata::WriteSet(write_set) => StoredMetadata::WriteSet(write_set),
         Metadata::Bloom(bits) => StoredMetadata::Bloom(bits.into()),
     }
 }
 
-thread_local! {
-    /// The last write set of several keys this thread decoded, and its decoded keys.
-    static LAST_WRITE_SET: RefCell<Option<(WriteSet, Arc<[Key]>)>> = const { RefCell::new(None) };
-}
-
-/// A RAMP-Fast write set decoded into the keys the store keeps. The PREPAREs of one
-/// transaction to the servers of one process (the in-process transport serves them on its
-/// caller's thread, one after the other) carry the same write set: the second and later decode
-/// nothing and share the first's keys (immutable, so sharing them between stores changes no
-/// reply; an MSET of 10 keys over 4 servers made 44 allocations for its write sets, now 11).
-/// A write set of one key (a SET) is decoded as before: no other request carries it.
-fn shared_write_set(write_set: WriteSet) -> Arc<[Key]> {
-    let decode = |write_set: &WriteSet| write_set.iter().map(Key::from).collect::<Arc<[Key]>>();
-    if write_set.len() < 2 {
-        return decode(&write_set);
-    }
-    LAST_WRITE_SET.with_borrow_mut(|last| match last {
-        Some((seen, keys)) if *seen == write_set => Arc::clone(keys),
-        _ => {
-            let keys = decode(&write_set);
-            *last = Some((write_set, Arc::clone(&keys)));
-            keys
-        }
-    })
-}
-
 /// A PREPARE's metadata as stored, and the transaction's whole write set (the metadata's when
 /// it is the write set, else the one the request carries for recovery).
-fn stored_write_set(metadata: Metadata, write_set: Vec<Vec<u8>>) -> (StoredMetadata, Arc<[Key]>) {
+fn stored_write_set(metadata: Metadata, write_set: Vec<Vec<u8>>) -> Result<(StoredMetadata, WriteSet), StoreError> {
     let metadata = stored_metadata(metadata);
-    let write_set: Arc<[Key]> = match (&metadata, write_set.is_empty()) {
-        (StoredMetadata::WriteSet(keys), true) => Arc::clone(keys),
-        _ => write_set.into_iter().map(Vec::into_boxed_slice).collect(),
+    let write_set = match (&metadata, write_set.is_empty()) {
+        (StoredMetadata::WriteSet(keys), true) => keys.clone(),
+        _ => WriteSet::from_keys(&write_set)
+            .map_err(|_| StoreError::InvalidPrepare(InvalidPrepare::WriteSetTooLarge { count: write_set.len() }))?,
     };
-    (metadata, write_set)
+    Ok((metadata, write_set))
 }
 
 fn stored_writes(writes: Vec<Write>) -> Vec<StoreWrite> {

@@ -23,6 +23,7 @@ use smallvec::SmallVec;
 use super::{note_read, Key, KeyState, PendingTxn, Store, StoredVersion, TableKey, Version};
 use crate::limits::VALUE_BYTES_MAX;
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
+use crate::wire::WriteSet;
 
 /// One key's stored state as a snapshot copies it ([`Store::shard_versions`]) and a restart
 /// loads it back ([`Store::restore_key`]).
@@ -156,7 +157,7 @@ impl Store {
     /// Names transaction `ts` pending on those of `keys` that hold an uncommitted version `ts`
     /// (keys without one are left out, so a COMMIT never looks for a version that is not
     /// there). Returns how many keys that is; with none, nothing is recorded.
-    pub fn restore_pending(&self, ts: Timestamp, keys: Vec<Key>, write_set: Arc<[Key]>, now_ms: u64) -> usize {
+    pub fn restore_pending(&self, ts: Timestamp, keys: Vec<Key>, write_set: WriteSet, now_ms: u64) -> usize {
         let keys: Vec<Key> = keys
             .into_iter()
             .filter(|key| {

@@ -12,7 +12,7 @@ fn key(text: &str) -> Key {
 }
 
 fn write_set(keys: &[&str]) -> StoredMetadata {
-    StoredMetadata::WriteSet(keys.iter().map(|text| key(text)).collect())
+    StoredMetadata::write_set(keys).unwrap()
 }
 
 /// The story: S2PL over a connection that reorders its messages staged a retried attempt's
@@ -29,7 +29,7 @@ fn a_key_written_twice_in_one_transaction_keeps_its_last_value() {
 
 fn prepare(store: &Store, ts: Timestamp, keys: &[&str], now_ms: u64) {
     let writes = keys.iter().map(|text| (key(text), format!("{text}@{ts}").into_bytes().into())).collect();
-    store.prepare(ts, write_set(keys), Arc::from([]), writes, now_ms).unwrap();
+    store.prepare(ts, write_set(keys), WriteSet::default(), writes, now_ms).unwrap();
 }
 
 #[test]
@@ -91,12 +91,14 @@ fn an_invalid_prepare_changes_nothing() {
     let store = Store::new(1_000);
     let oversized = vec![0u8; VALUE_BYTES_MAX + 1].into_boxed_slice();
     let writes = vec![(key("a"), b"ok".to_vec().into()), (key("b"), oversized)];
-    let error = store.prepare(5, write_set(&["a", "b"]), Arc::from([]), writes, 0).unwrap_err();
+    let error = store.prepare(5, write_set(&["a", "b"]), WriteSet::default(), writes, 0).unwrap_err();
     assert!(matches!(error, StoreError::InvalidPrepare(_)));
     assert_eq!(store.stats(), StoreStats::default());
     let outside = vec![(key("c"), b"x".to_vec().into())];
-    assert!(store.prepare(6, write_set(&["a"]), Arc::from([]), outside, 0).is_err());
-    assert!(store.prepare(0, write_set(&["a"]), Arc::from([]), vec![(key("a"), b"x".to_vec().into())], 0).is_err());
+    assert!(store.prepare(6, write_set(&["a"]), WriteSet::default(), outside, 0).is_err());
+    assert!(store
+        .prepare(0, write_set(&["a"]), WriteSet::default(), vec![(key("a"), b"x".to_vec().into())], 0)
+        .is_err());
 }
 
 #[test]
@@ -388,7 +390,7 @@ fn recovery_sees_prepared_and_committed_and_an_unknown_transaction_becomes_abort
     assert_eq!(store.status(10, &[key("a")], 0), TxnState::Committed);
     assert_eq!(store.status(20, &[key("a")], 0), TxnState::Unknown);
     // A PREPARE of 20 still in flight is now refused, so its writer can never commit it.
-    let late = store.prepare(20, write_set(&["a"]), Arc::from([]), vec![(key("a"), b"x".to_vec().into())], 0);
+    let late = store.prepare(20, write_set(&["a"]), WriteSet::default(), vec![(key("a"), b"x".to_vec().into())], 0);
     assert_eq!(late.unwrap_err(), StoreError::Aborted { ts: 20 });
     assert_eq!(store.status(20, &[key("a")], 0), TxnState::Aborted);
 }
@@ -571,7 +573,7 @@ fn latest_and_collection_match_a_model_under_out_of_order_commits_and_aborts() {
                 // A retried PREPARE of a transaction awaiting its COMMIT.
                 let (ts, keys) = pending[random.gen_range(0..pending.len())].clone();
                 let writes = keys.iter().map(|text| (key(text), format!("{text}@{ts}").into_bytes().into())).collect();
-                store.prepare(ts, write_set(&keys), Arc::from([]), writes, now_ms).unwrap();
+                store.prepare(ts, write_set(&keys), WriteSet::default(), writes, now_ms).unwrap();
                 for key in &keys {
                     model.get_mut(key).unwrap().prepared(ts, keys.len() == 1, now_ms, GRACE_MS);
                 }
@@ -769,7 +771,7 @@ fn a_store_copied_shard_by_shard_and_restored_answers_as_the_original() {
     assert_eq!(copy.status(30, &[key("a")], 0), TxnState::Prepared);
     assert_eq!(copy.commit(30), 2, "and commits on both of its keys");
     assert_eq!(copy.last_commit(b"c"), 30);
-    let refused = copy.prepare(40, write_set(&["b"]), Arc::from([]), vec![(key("b"), b"x".to_vec().into())], 0);
+    let refused = copy.prepare(40, write_set(&["b"]), WriteSet::default(), vec![(key("b"), b"x".to_vec().into())], 0);
     assert_eq!(refused.unwrap_err(), StoreError::Aborted { ts: 40 }, "the aborted set is restored");
     copy.clear();
     assert_eq!(copy.stats(), StoreStats::default());
@@ -787,7 +789,7 @@ fn a_restored_pending_transaction_names_only_keys_holding_its_prepared_version()
         versions: vec![(Arc::new(Version::new(7, b"a@7".to_vec().into(), write_set(&["a"]))), true)],
     };
     store.restore_key(committed, 0);
-    assert_eq!(store.restore_pending(7, vec![key("a"), key("z")], Arc::from([key("a")]), 0), 0);
+    assert_eq!(store.restore_pending(7, vec![key("a"), key("z")], WriteSet::from_keys(&[key("a")]).unwrap(), 0), 0);
     assert_eq!(store.stats().pending_transactions, 0);
     assert_eq!(store.commit(7), 0, "a replayed COMMIT finds nothing left to do");
     assert_eq!(store.get_latest(b"a").unwrap().ts, 7);
@@ -800,7 +802,7 @@ fn write_expiring(store: &Store, ts: Timestamp, keys: &[&str], expiry: Expiry) {
         value: format!("{text}@{ts}").into_bytes().into(),
         expiry,
     });
-    store.prepare_writes(ts, write_set(keys), Arc::from([]), writes.collect(), 0).unwrap();
+    store.prepare_writes(ts, write_set(keys), WriteSet::default(), writes.collect(), 0).unwrap();
     store.commit(ts);
 }
 

@@ -28,7 +28,7 @@ use super::{
     Version, ABORTED_REMEMBERED_MAX, ABORTED_RETENTION_MS,
 };
 use crate::types::{Timestamp, TIMESTAMP_INITIAL};
-use crate::wire::TxnState;
+use crate::wire::{TxnState, WriteSet};
 
 impl Store {
     /// Stores `writes` as prepared versions of transaction `ts` that never expire. Everything is
@@ -38,7 +38,7 @@ impl Store {
         &self,
         ts: Timestamp,
         metadata: StoredMetadata,
-        write_set: Arc<[Key]>,
+        write_set: WriteSet,
         writes: Vec<(Key, Box<[u8]>)>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
@@ -51,7 +51,7 @@ impl Store {
         &self,
         ts: Timestamp,
         metadata: StoredMetadata,
-        write_set: Arc<[Key]>,
+        write_set: WriteSet,
         writes: Vec<StoreWrite>,
         now_ms: u64,
     ) -> Result<(), StoreError> {
@@ -65,7 +65,7 @@ impl Store {
         &self,
         ts: Timestamp,
         metadata: StoredMetadata,
-        write_set: Arc<[Key]>,
+        write_set: WriteSet,
         writes: Vec<StoreWrite>,
         now_ms: u64,
         mut stored: Option<&mut StoredWrites>,
@@ -304,7 +304,7 @@ impl Store {
         now_ms: u64,
         stored: Option<&mut StoredWrites>,
     ) -> Result<(), StoreError> {
-        self.prepare_keeping(ts, StoredMetadata::None, Arc::from([]), writes, now_ms, stored)?;
+        self.prepare_keeping(ts, StoredMetadata::None, WriteSet::default(), writes, now_ms, stored)?;
         self.commit(ts);
         Ok(())
     }

@@ -14,8 +14,14 @@
 //! other) in one buffer, so decoding is one bounds walk and one copy, encoding one copy, and
 //! the keys are read back as borrowed slices. The walk checks every length once; afterwards
 //! the buffer is known to hold exactly `count` well-formed keys.
+//!
+//! The buffer is shared (`Arc<[u8]>`): a clone is a reference count, so a server's store keeps
+//! the write set of a transaction once, in this form, for all of the transaction's versions
+//! (`storage::StoredMetadata::WriteSet`), and the PREPAREs of one transaction to the servers of
+//! one process share it too.
 
 use std::fmt;
+use std::sync::Arc;
 
 use super::{Decoder, Encoder, WireError};
 use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX};
@@ -29,7 +35,7 @@ const KEY_LENGTH_BYTES: usize = 2;
 /// `u16 length, length bytes` with `length <= KEY_BYTES_MAX`, and `count <= TXN_KEYS_MAX`.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct WriteSet {
-    encoded: Box<[u8]>,
+    encoded: Arc<[u8]>,
     count: u32,
 }
 
@@ -51,7 +57,7 @@ impl WriteSet {
             encoded.extend_from_slice(&(key.len() as u16).to_le_bytes());
             encoded.extend_from_slice(key);
         }
-        Ok(WriteSet { encoded: encoded.into_boxed_slice(), count: keys.len() as u32 })
+        Ok(WriteSet { encoded: encoded.into(), count: keys.len() as u32 })
     }
 
     /// Number of keys.
@@ -67,6 +73,16 @@ impl WriteSet {
     /// The keys, borrowed, in order.
     pub fn iter(&self) -> WriteSetKeys<'_> {
         WriteSetKeys { rest: &self.encoded, remaining: self.count }
+    }
+
+    /// Whether the two share one buffer (a clone of the other, not an equal copy).
+    pub fn shares_buffer_with(&self, other: &WriteSet) -> bool {
+        Arc::ptr_eq(&self.encoded, &other.encoded)
+    }
+
+    /// Whether `key` is one of the keys.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.iter().any(|entry| entry == key)
     }
 
     /// The keys as owned vectors (for tests and tools; the read path uses [`WriteSet::iter`]).

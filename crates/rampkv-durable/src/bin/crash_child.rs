@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rampkv_core::storage::{Key, Store, StoredMetadata};
+use rampkv_core::wire::WriteSet;
 use rampkv_durable::{open, FsyncPolicy, Log, OpenOptions, RecordRef};
 
 /// The key a transaction writes: one of 32 per thread.
@@ -65,9 +66,9 @@ fn append_until(log: &Log, store: &Store, round: u64, thread: u64, deadline: Ins
         // A second key (written elsewhere, as far as this store knows), so that superseded
         // versions keep the grace period the test's check relies on: a version alone in its
         // write set goes as soon as it is superseded.
-        let write_set: Arc<[Key]> = Arc::from([key_of(prepared), Key::from(&b"elsewhere"[..])]);
-        let metadata = StoredMetadata::WriteSet(Arc::clone(&write_set));
-        store.prepare(prepared, metadata.clone(), Arc::clone(&write_set), writes.clone(), 0)?;
+        let write_set = WriteSet::from_keys(&[&key_of(prepared)[..], b"elsewhere"]).expect("short keys");
+        let metadata = StoredMetadata::WriteSet(write_set.clone());
+        store.prepare(prepared, metadata.clone(), write_set.clone(), writes.clone(), 0)?;
         let record =
             RecordRef::Prepare { ts: prepared, metadata: &metadata, write_set: &write_set, writes: (&writes).into() };
         durable(log, "P", prepared, record)?;

@@ -6,6 +6,10 @@ fn key(text: &str) -> Key {
     text.as_bytes().into()
 }
 
+fn write_set_of(keys: &[Key]) -> WriteSet {
+    WriteSet::from_keys(keys).unwrap()
+}
+
 fn writes(pairs: &[(&str, &str)]) -> Vec<StoreWrite> {
     pairs.iter().map(|(name, value)| StoreWrite::new(key(name), value.as_bytes().into())).collect()
 }
@@ -27,23 +31,23 @@ fn round_trip(record: &Record) -> Vec<u8> {
 
 #[test]
 fn every_kind_round_trips() {
-    let write_set: Arc<[Key]> = Arc::from([key("a"), key("b")]);
+    let write_set = write_set_of(&[key("a"), key("b")]);
     round_trip(&Record::Prepare {
         ts: 77,
-        metadata: StoredMetadata::WriteSet(Arc::clone(&write_set)),
-        write_set: Arc::clone(&write_set),
+        metadata: StoredMetadata::WriteSet(write_set.clone()),
+        write_set: write_set.clone(),
         writes: writes(&[("a", "1"), ("b", "22")]),
     });
     round_trip(&Record::Prepare {
         ts: 78,
         metadata: StoredMetadata::Bloom(Arc::from(&[1u8, 2, 3][..])),
-        write_set: Arc::clone(&write_set),
+        write_set: write_set.clone(),
         writes: writes(&[("a", "")]),
     });
     round_trip(&Record::Prepare {
         ts: 79,
         metadata: StoredMetadata::None,
-        write_set: Arc::from([]),
+        write_set: WriteSet::default(),
         writes: writes(&[("a", "x")]),
     });
     round_trip(&Record::Commit { ts: 80 });
@@ -53,17 +57,17 @@ fn every_kind_round_trips() {
 
 #[test]
 fn a_write_set_equal_to_the_metadata_is_stored_once_and_shared_again_when_decoded() {
-    let write_set: Arc<[Key]> = Arc::from([key("alpha"), key("beta")]);
+    let write_set = write_set_of(&[key("alpha"), key("beta")]);
     let shared = Record::Prepare {
         ts: 5,
-        metadata: StoredMetadata::WriteSet(Arc::clone(&write_set)),
-        write_set: Arc::clone(&write_set),
+        metadata: StoredMetadata::WriteSet(write_set.clone()),
+        write_set: write_set.clone(),
         writes: writes(&[("alpha", "1")]),
     };
     let separate = Record::Prepare {
         ts: 5,
-        metadata: StoredMetadata::WriteSet(Arc::clone(&write_set)),
-        write_set: Arc::from([key("alpha")]),
+        metadata: StoredMetadata::WriteSet(write_set.clone()),
+        write_set: write_set_of(&[key("alpha")]),
         writes: writes(&[("alpha", "1")]),
     };
     let shared_bytes = round_trip(&shared);
@@ -73,7 +77,7 @@ fn a_write_set_equal_to_the_metadata_is_stored_once_and_shared_again_when_decode
     else {
         panic!("decoded a PREPARE with a write set");
     };
-    assert!(Arc::ptr_eq(&keys, &write_set));
+    assert!(keys.shares_buffer_with(&write_set));
 }
 
 #[test]
@@ -113,8 +117,8 @@ fn the_largest_record_fits_the_payload_bound() {
         .collect();
     let record = Record::Prepare {
         ts: 1,
-        metadata: StoredMetadata::WriteSet(keys.iter().cloned().collect()),
-        write_set: keys.iter().rev().cloned().collect(),
+        metadata: StoredMetadata::WriteSet(write_set_of(&keys)),
+        write_set: write_set_of(&keys.iter().rev().cloned().collect::<Vec<_>>()),
         writes,
     };
     let bytes = round_trip(&record);
@@ -188,7 +192,7 @@ fn arbitrary_writes() -> impl Strategy<Value = Vec<StoreWrite>> {
 fn arbitrary_metadata() -> impl Strategy<Value = StoredMetadata> {
     prop_oneof![
         Just(StoredMetadata::None),
-        prop::collection::vec(arbitrary_key(), 0..5).prop_map(|keys| StoredMetadata::WriteSet(keys.into())),
+        prop::collection::vec(arbitrary_key(), 0..5).prop_map(|keys| StoredMetadata::WriteSet(write_set_of(&keys))),
         prop::collection::vec(any::<u8>(), 0..64).prop_map(|bits| StoredMetadata::Bloom(bits.into())),
     ]
 }
@@ -204,9 +208,9 @@ fn arbitrary_record() -> impl Strategy<Value = Record> {
             any::<bool>()
         )
             .prop_map(|(ts, metadata, keys, writes, reuse)| {
-                let write_set: Arc<[Key]> = match (&metadata, reuse) {
-                    (StoredMetadata::WriteSet(shared), true) => Arc::clone(shared),
-                    _ => keys.into(),
+                let write_set = match (&metadata, reuse) {
+                    (StoredMetadata::WriteSet(shared), true) => shared.clone(),
+                    _ => write_set_of(&keys),
                 };
                 Record::Prepare { ts, metadata, write_set, writes }
             }),

@@ -10,15 +10,15 @@ fn key(text: &str) -> Key {
 /// A store with committed, superseded, prepared and aborted state.
 fn sample_store() -> Store {
     let store = Store::new(1_000_000);
-    let write_set: Arc<[Key]> = Arc::from([key("a"), key("b")]);
+    let write_set = WriteSet::from_keys(&[key("a"), key("b")]).unwrap();
     for ts in 1..=20u64 {
         let writes = vec![(key("a"), vec![ts as u8; ts as usize].into()), (key("b"), Box::from(&b"b"[..]))];
         let metadata = match ts % 3 {
-            0 => StoredMetadata::WriteSet(Arc::clone(&write_set)),
+            0 => StoredMetadata::WriteSet(write_set.clone()),
             1 => StoredMetadata::Bloom(Arc::from(&[ts as u8; 4][..])),
             _ => StoredMetadata::None,
         };
-        store.prepare(ts, metadata, Arc::clone(&write_set), writes, 0).unwrap();
+        store.prepare(ts, metadata, write_set.clone(), writes, 0).unwrap();
         match ts % 4 {
             0 => {}
             1 => store.abort(ts, 0),
@@ -135,13 +135,14 @@ proptest! {
 #[test]
 fn the_largest_version_fits_an_entry() {
     use rampkv_core::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX, VALUE_BYTES_MAX};
-    let write_set: Arc<[Key]> = (0..TXN_KEYS_MAX).map(|index| Key::from(vec![index as u8; KEY_BYTES_MAX])).collect();
+    let keys: Vec<Key> = (0..TXN_KEYS_MAX).map(|index| Key::from(vec![index as u8; KEY_BYTES_MAX])).collect();
+    let write_set = WriteSet::from_keys(&keys).unwrap();
     let store = Store::new(1_000);
-    let writes = vec![(write_set[0].clone(), vec![3u8; VALUE_BYTES_MAX].into_boxed_slice())];
-    store.prepare(5, StoredMetadata::WriteSet(Arc::clone(&write_set)), Arc::clone(&write_set), writes, 0).unwrap();
+    let writes = vec![(keys[0].clone(), vec![3u8; VALUE_BYTES_MAX].into_boxed_slice())];
+    store.prepare(5, StoredMetadata::WriteSet(write_set.clone()), write_set.clone(), writes, 0).unwrap();
     let (_dir, path) = written(&store);
     let loaded_into = Store::new(1_000);
     load(&path, &loaded_into, 0).unwrap();
-    assert_eq!(loaded_into.get_at(&write_set[0], 5).unwrap().value.len(), VALUE_BYTES_MAX);
+    assert_eq!(loaded_into.get_at(&keys[0], 5).unwrap().value.len(), VALUE_BYTES_MAX);
     assert_eq!(loaded_into.stale_pending(u64::MAX)[0].1.write_set, write_set);
 }

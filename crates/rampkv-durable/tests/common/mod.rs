@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use rampkv_core::storage::{Key, Store, StoredMetadata};
 use rampkv_core::types::Timestamp;
-use rampkv_core::wire::TxnState;
+use rampkv_core::wire::{TxnState, WriteSet};
 use rampkv_durable::{open, FsyncPolicy, Log, Lsn, OpenOptions, RecordRef, RecoveryReport};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -130,7 +130,7 @@ impl Workload {
                 let ts = self.aborted[self.random.gen_range(0..self.aborted.len())];
                 let keys = self.some_keys();
                 let writes = keys.iter().map(|key| (key.clone(), Box::from(&b"late"[..]))).collect();
-                assert!(store.prepare(ts, StoredMetadata::None, Arc::from([]), writes, 0).is_err());
+                assert!(store.prepare(ts, StoredMetadata::None, WriteSet::default(), writes, 0).is_err());
                 None
             }
             18 if !self.pending.is_empty() => {
@@ -152,9 +152,9 @@ impl Workload {
     /// PREPARE `ts` on `keys`; its metadata follows the transaction (RAMP-Fast, -Small or
     /// -Hybrid), so a retry carries the same.
     fn prepare_as(&mut self, store: &Store, log: &Log, ts: Timestamp, keys: Vec<Key>) -> Lsn {
-        let write_set: Arc<[Key]> = keys.iter().cloned().collect();
+        let write_set = WriteSet::from_keys(&keys).expect("short keys, few");
         let metadata = match ts % 3 {
-            0 => StoredMetadata::WriteSet(Arc::clone(&write_set)),
+            0 => StoredMetadata::WriteSet(write_set.clone()),
             1 => StoredMetadata::None,
             _ => StoredMetadata::Bloom(Arc::from(&ts.to_le_bytes()[..])),
         };
@@ -166,7 +166,7 @@ impl Workload {
                 (key.clone(), value.into())
             })
             .collect();
-        store.prepare(ts, metadata.clone(), Arc::clone(&write_set), writes.clone(), 0).expect("prepare");
+        store.prepare(ts, metadata.clone(), write_set.clone(), writes.clone(), 0).expect("prepare");
         let record = RecordRef::Prepare { ts, metadata: &metadata, write_set: &write_set, writes: (&writes).into() };
         log.append(0, record).expect("append")
     }
@@ -215,7 +215,9 @@ pub fn image(store: &Store) -> StoreImage {
     let pending = store
         .stale_pending(u64::MAX)
         .into_iter()
-        .map(|(ts, pending)| (ts, (pending.keys.into_iter().collect(), pending.write_set.to_vec())))
+        .map(|(ts, pending)| {
+            (ts, (pending.keys.into_iter().collect(), pending.write_set.iter().map(Key::from).collect()))
+        })
         .collect();
     let aborted = store.aborted_transactions().into_iter().collect();
     StoreImage { keys, pending, aborted, superseded }

@@ -127,11 +127,11 @@ fn each_change_to_the_store_is_logged_once_made_and_refusals_are_not() {
     let write_set = Metadata::WriteSet(WriteSet::from_keys(&[b"a", b"b"]).unwrap());
     let prepared =
         logged(Request::Prepare { ts: 5, metadata: write_set, write_set: Vec::new(), writes: vec![write("a")] });
-    let keys: Arc<[Key]> = Arc::from([key("a"), key("b")]);
+    let keys = WriteSet::from_keys(&[b"a", b"b"]).unwrap();
     let expected = LogRecord::Prepare {
         ts: 5,
-        metadata: StoredMetadata::WriteSet(Arc::clone(&keys)),
-        writes: vec![version("a", 5, StoredMetadata::WriteSet(Arc::clone(&keys)))],
+        metadata: StoredMetadata::WriteSet(keys.clone()),
+        writes: vec![version("a", 5, StoredMetadata::WriteSet(keys.clone()))],
         write_set: keys,
     };
     assert_eq!(prepared, vec![expected]);
@@ -290,21 +290,21 @@ fn a_reply_as_a_response_is_what_its_frame_decodes_to() {
 }
 
 #[test]
-fn prepares_of_one_write_set_share_its_decoded_keys_and_others_get_their_own() {
+fn a_prepared_write_set_is_kept_as_it_arrived_shared_not_decoded() {
     let keys: Vec<Vec<u8>> = (0..10u8).map(|index| vec![b'k', index]).collect();
-    let first = shared_write_set(WriteSet::from_keys(&keys).unwrap());
-    let second = shared_write_set(WriteSet::from_keys(&keys).unwrap());
-    assert!(Arc::ptr_eq(&first, &second), "the second PREPARE of the same write set decodes nothing");
-    assert_eq!(first.iter().map(|key| key.to_vec()).collect::<Vec<_>>(), keys);
+    let arrived = WriteSet::from_keys(&keys).unwrap();
+    let (metadata, write_set) = stored_write_set(Metadata::WriteSet(arrived.clone()), Vec::new()).unwrap();
+    let StoredMetadata::WriteSet(stored) = &metadata else { panic!("{metadata:?}") };
+    assert!(stored.shares_buffer_with(&arrived), "the versions' metadata is the request's buffer");
+    assert!(write_set.shares_buffer_with(&arrived), "so is the pending entry's write set");
+    assert_eq!(write_set.to_keys(), keys);
 
-    let other_keys: Vec<Vec<u8>> = keys.iter().rev().cloned().collect();
-    let other = shared_write_set(WriteSet::from_keys(&other_keys).unwrap());
-    assert!(!Arc::ptr_eq(&first, &other));
-    assert_eq!(other.iter().map(|key| key.to_vec()).collect::<Vec<_>>(), other_keys);
-
-    // One key (a SET): decoded on its own each time, never kept.
-    let single = || shared_write_set(WriteSet::from_keys(&[b"solo"]).unwrap());
-    let (a, b) = (single(), single());
-    assert!(!Arc::ptr_eq(&a, &b));
-    assert_eq!(&a[..], &[Key::from(&b"solo"[..])]);
+    // RAMP-Small and Hybrid carry the write set beside their metadata: encoded once.
+    let (metadata, write_set) = stored_write_set(Metadata::None, keys.clone()).unwrap();
+    assert_eq!((metadata, write_set.to_keys()), (StoredMetadata::None, keys));
+    let too_many: Vec<Vec<u8>> = (0..=TXN_KEYS_MAX as u32).map(|index| index.to_le_bytes().to_vec()).collect();
+    assert!(matches!(
+        stored_write_set(Metadata::None, too_many),
+        Err(StoreError::InvalidPrepare(InvalidPrepare::WriteSetTooLarge { .. }))
+    ));
 }

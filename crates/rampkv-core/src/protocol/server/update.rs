@@ -12,7 +12,7 @@
 //! held until those records are durable and replicated, like any write's. An update that wrote
 //! nothing logs nothing. The key is republished (GET\* item slots) when it wrote.
 
-use std::sync::Arc;
+use crate::wire::WriteSet;
 
 use super::{Effects, LogRecord, Now, ServerCore};
 use crate::protocol::update::{apply, present_value};
@@ -68,7 +68,10 @@ impl ServerCore {
             Ok(UpdateCheck::Decided { written: false, outcome }) => outcome,
             Ok(UpdateCheck::Decided { written: true, outcome }) => {
                 if let Some(metadata) = logged {
-                    let write_set: Arc<[Key]> = Arc::from([key.clone()]);
+                    // The store wrote the key, so it is within `KEY_BYTES_MAX`: the one-key
+                    // write set always builds.
+                    let write_set =
+                        WriteSet::from_keys(&[&key[..]]).expect("a key the store accepted fits a write set");
                     effects.logged.push(LogRecord::Prepare { ts, metadata, write_set, writes: stored });
                     effects.logged.push(LogRecord::Commit { ts });
                 }

@@ -208,7 +208,7 @@ fn replicator_releases_a_call_only_once_every_backup_holds_it(medium: Replicatio
     effects.logged.push(rampkv_core::protocol::server::LogRecord::Prepare {
         ts: 2 << 20,
         metadata: StoredMetadata::None,
-        write_set: Arc::from(vec![Key::from(b"p".as_slice())]),
+        write_set: rampkv_core::wire::WriteSet::from_keys(&[b"p"]).unwrap(),
         writes: vec![(
             Key::from(b"p".as_slice()),
             Arc::new(Version::new(2 << 20, Box::from(b"w".as_slice()), StoredMetadata::None)),
