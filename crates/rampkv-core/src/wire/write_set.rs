@@ -18,7 +18,10 @@
 //! The buffer is shared (`Arc<[u8]>`): a clone is a reference count, so a server's store keeps
 //! the write set of a transaction once, in this form, for all of the transaction's versions
 //! (`storage::StoredMetadata::WriteSet`), and the PREPAREs of one transaction to the servers of
-//! one process share it too.
+//! one process share it too. A write set that fits [`INLINE_BYTES`] (one key of up to 20 bytes:
+//! a SET's) is held inline instead, in the value that holds it: no allocation to make, and none
+//! to follow when a stored version is read or dropped (on a large key space each was a cache
+//! miss per SET and per GET: docs/performance.md).
 
 use std::fmt;
 use std::sync::Arc;
@@ -29,13 +32,49 @@ use crate::limits::{KEY_BYTES_MAX, TXN_KEYS_MAX};
 /// Bytes of a key's length prefix.
 const KEY_LENGTH_BYTES: usize = 2;
 
+/// Most encoded bytes a write set holds inline (so that [`WriteSet`] is 32 bytes).
+pub const INLINE_BYTES: usize = 22;
+
+/// Where a write set's encoded keys are.
+#[derive(Clone)]
+enum Buffer {
+    Inline { len: u8, bytes: [u8; INLINE_BYTES] },
+    Shared(Arc<[u8]>),
+}
+
+impl Buffer {
+    fn new(encoded: &[u8]) -> Buffer {
+        match encoded.len() <= INLINE_BYTES {
+            true => {
+                let mut bytes = [0; INLINE_BYTES];
+                bytes[..encoded.len()].copy_from_slice(encoded);
+                Buffer::Inline { len: encoded.len() as u8, bytes }
+            }
+            false => Buffer::Shared(encoded.into()),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Buffer::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Buffer::Shared(shared) => shared,
+        }
+    }
+}
+
+impl Default for Buffer {
+    fn default() -> Self {
+        Buffer::Inline { len: 0, bytes: [0; INLINE_BYTES] }
+    }
+}
+
 /// A transaction's write set: its keys in wire encoding, in one buffer.
 ///
 /// Invariant (checked by every constructor): `encoded` is exactly `count` entries of
 /// `u16 length, length bytes` with `length <= KEY_BYTES_MAX`, and `count <= TXN_KEYS_MAX`.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct WriteSet {
-    encoded: Arc<[u8]>,
+    encoded: Buffer,
     count: u32,
 }
 
@@ -48,16 +87,32 @@ impl WriteSet {
         if keys.len() > TXN_KEYS_MAX {
             return Err(WireError::FieldTooLarge { what: "write set", length: keys.len(), max: TXN_KEYS_MAX });
         }
-        let mut encoded = Vec::with_capacity(keys.iter().map(|key| KEY_LENGTH_BYTES + key.as_ref().len()).sum());
-        for key in keys {
-            let key = key.as_ref();
-            if key.len() > KEY_BYTES_MAX {
-                return Err(WireError::FieldTooLarge { what: "key", length: key.len(), max: KEY_BYTES_MAX });
-            }
-            encoded.extend_from_slice(&(key.len() as u16).to_le_bytes());
-            encoded.extend_from_slice(key);
+        if let Some(key) = keys.iter().map(AsRef::as_ref).find(|key| key.len() > KEY_BYTES_MAX) {
+            return Err(WireError::FieldTooLarge { what: "key", length: key.len(), max: KEY_BYTES_MAX });
         }
-        Ok(WriteSet { encoded: encoded.into(), count: keys.len() as u32 })
+        let total: usize = keys.iter().map(|key| KEY_LENGTH_BYTES + key.as_ref().len()).sum();
+        let fill = |encoded: &mut [u8]| {
+            let mut offset = 0;
+            for key in keys.iter().map(AsRef::as_ref) {
+                encoded[offset..offset + KEY_LENGTH_BYTES].copy_from_slice(&(key.len() as u16).to_le_bytes());
+                offset += KEY_LENGTH_BYTES;
+                encoded[offset..offset + key.len()].copy_from_slice(key);
+                offset += key.len();
+            }
+        };
+        let encoded = match total <= INLINE_BYTES {
+            true => {
+                let mut bytes = [0; INLINE_BYTES];
+                fill(&mut bytes[..total]);
+                Buffer::Inline { len: total as u8, bytes }
+            }
+            false => {
+                let mut encoded = vec![0; total];
+                fill(&mut encoded);
+                Buffer::Shared(encoded.into())
+            }
+        };
+        Ok(WriteSet { encoded, count: keys.len() as u32 })
     }
 
     /// Number of keys.
@@ -72,12 +127,18 @@ impl WriteSet {
 
     /// The keys, borrowed, in order.
     pub fn iter(&self) -> WriteSetKeys<'_> {
-        WriteSetKeys { rest: &self.encoded, remaining: self.count }
+        WriteSetKeys { rest: self.encoded.bytes(), remaining: self.count }
     }
 
-    /// Whether the two share one buffer (a clone of the other, not an equal copy).
+    /// Whether the two share one buffer on the heap (a clone of the other, not an equal
+    /// copy; a write set held inline shares none).
     pub fn shares_buffer_with(&self, other: &WriteSet) -> bool {
-        Arc::ptr_eq(&self.encoded, &other.encoded)
+        matches!((&self.encoded, &other.encoded), (Buffer::Shared(one), Buffer::Shared(other)) if Arc::ptr_eq(one, other))
+    }
+
+    /// Whether the keys are held inline (see the module docs), not in a buffer on the heap.
+    pub fn is_inline(&self) -> bool {
+        matches!(self.encoded, Buffer::Inline { .. })
     }
 
     /// Whether `key` is one of the keys.
@@ -92,7 +153,7 @@ impl WriteSet {
 
     /// Bytes on the wire after the metadata tag: the count and the keys.
     pub fn encoded_bytes(&self) -> usize {
-        4 + self.encoded.len()
+        4 + self.encoded.bytes().len()
     }
 
     /// Decodes `u32 count, key * count`, checking every length before copying anything.
@@ -100,13 +161,13 @@ impl WriteSet {
         let count = decoder.count("write set", TXN_KEYS_MAX, KEY_LENGTH_BYTES)?;
         let span = encoded_span(decoder.remaining(), count)?;
         let encoded = decoder.take(span)?;
-        Ok(WriteSet { encoded: encoded.into(), count: count as u32 })
+        Ok(WriteSet { encoded: Buffer::new(encoded), count: count as u32 })
     }
 
     /// Appends `u32 count, key * count`.
     pub fn encode(&self, encoder: &mut Encoder<'_>) {
         encoder.count(self.len());
-        encoder.raw(&self.encoded);
+        encoder.raw(self.encoded.bytes());
     }
 }
 
@@ -129,6 +190,15 @@ fn encoded_span(bytes: &[u8], count: usize) -> Result<usize, WireError> {
     }
     Ok(offset)
 }
+
+/// Equal when they name the same keys in the same order (wherever the bytes are held).
+impl PartialEq for WriteSet {
+    fn eq(&self, other: &WriteSet) -> bool {
+        self.count == other.count && (self.shares_buffer_with(other) || self.encoded.bytes() == other.encoded.bytes())
+    }
+}
+
+impl Eq for WriteSet {}
 
 impl fmt::Debug for WriteSet {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -211,6 +281,29 @@ mod tests {
         assert!(WriteSet::default().is_empty());
         assert_eq!(WriteSet::default().iter().next(), None);
         assert_eq!(format!("{:?}", WriteSet::from_keys(&[b"a", b"b"]).unwrap()), r#"["a", "b"]"#);
+    }
+
+    #[test]
+    fn a_short_write_set_is_held_inline_and_equals_the_same_keys_held_shared() {
+        assert_eq!(std::mem::size_of::<WriteSet>(), 32);
+        let short = WriteSet::from_keys(&[b"key:000000012345"]).unwrap();
+        assert!(short.is_inline(), "one key of 16 bytes: 18 encoded bytes, inline");
+        assert!(!short.shares_buffer_with(&short.clone()), "nothing on the heap to share");
+        let twenty = WriteSet::from_keys(&[[7u8; 20]]).unwrap();
+        assert!(twenty.is_inline());
+        let long = WriteSet::from_keys(&[[7u8; 21]]).unwrap();
+        assert!(!long.is_inline() && long.shares_buffer_with(&long.clone()));
+        for write_set in [short, twenty, long, WriteSet::from_keys(&[b"a", b"b"]).unwrap(), WriteSet::default()] {
+            let mut bytes = Vec::new();
+            write_set.encode(&mut Encoder::new(&mut bytes));
+            let decoded = WriteSet::decode(&mut Decoder::new(&bytes)).unwrap();
+            assert_eq!((decoded.is_inline(), &decoded), (write_set.is_inline(), &write_set));
+            assert_eq!(decoded.to_keys(), write_set.to_keys());
+        }
+        let shared = Buffer::Shared(Arc::from(&b"\x01\x00a"[..]));
+        let inline = WriteSet::from_keys(&[b"a"]).unwrap();
+        assert_eq!(WriteSet { encoded: shared, count: 1 }, inline, "equal wherever the bytes are");
+        assert_ne!(WriteSet::from_keys(&[b"a"]).unwrap(), WriteSet::from_keys(&[b"b"]).unwrap());
     }
 
     #[test]

@@ -57,18 +57,19 @@ fn every_kind_round_trips() {
 
 #[test]
 fn a_write_set_equal_to_the_metadata_is_stored_once_and_shared_again_when_decoded() {
-    let write_set = write_set_of(&[key("alpha"), key("beta")]);
+    // Long enough not to be held inline: decoded, the two share one buffer.
+    let write_set = write_set_of(&[key("alpha-alpha-alpha"), key("beta-beta-beta")]);
     let shared = Record::Prepare {
         ts: 5,
         metadata: StoredMetadata::WriteSet(write_set.clone()),
         write_set: write_set.clone(),
-        writes: writes(&[("alpha", "1")]),
+        writes: writes(&[("alpha-alpha-alpha", "1")]),
     };
     let separate = Record::Prepare {
         ts: 5,
         metadata: StoredMetadata::WriteSet(write_set.clone()),
-        write_set: write_set_of(&[key("alpha")]),
-        writes: writes(&[("alpha", "1")]),
+        write_set: write_set_of(&[key("alpha-alpha-alpha")]),
+        writes: writes(&[("alpha-alpha-alpha", "1")]),
     };
     let shared_bytes = round_trip(&shared);
     round_trip(&separate);
