@@ -8,17 +8,17 @@
 //! 100,000 keys), the allocator's free of the cold block and its allocation of another cold one
 //! took 15-19% of the thread's time: the allocator follows and writes free-list links inside
 //! those blocks, and a block in a page it had set aside as full goes back through its
-//! cross-thread path (docs/performance.md). Here a superseded value's buffer is handed, untouched,
-//! to the next value of its length: a pointer pushed and popped, and the copy of the new bytes
-//! is the first touch.
+//! cross-thread path (docs/performance.md). Here a superseded value's buffer is handed,
+//! untouched, to the next value of its length: a pointer pushed and popped, and the copy of the
+//! new bytes is the first touch.
 //!
 //! # Contract
 //! - Only a thread that asked for it ([`keep_on_this_thread`]: the RESP gateway's thread, a
 //!   server's poller) keeps spares; on any other thread [`give`] drops the buffer as before.
 //! - A thread keeps at most `SPARE_BUFFERS_MAX` buffers and `SPARE_BYTES_MAX` bytes, of at
-//!   most `SPARE_LENGTHS_MAX` distinct lengths, each at most `SPARE_VALUE_BYTES_MAX`
-//!   bytes (`limits`). Past those bounds a buffer given is dropped. A thread that stops writing holds at
-//!   most those bytes.
+//!   most `SPARE_LENGTHS_MAX` distinct lengths, each at most `SPARE_VALUE_BYTES_MAX` bytes
+//!   (`limits`). Past those bounds a buffer given is dropped. A thread that stops writing holds
+//!   at most those bytes.
 //! - [`copy`] returns a vector holding exactly the bytes given, whose capacity is its length
 //!   (so `into_boxed_slice` keeps the buffer): a spare of that length if the thread has one,
 //!   otherwise a new allocation. A spare's old bytes are all overwritten before anyone sees it.

@@ -193,18 +193,18 @@ impl<'a> Decoder<'a> {
     }
     /// A value: in a spare buffer of its length when this thread keeps them (`spare`).
     pub fn value(&mut self) -> Result<Vec<u8>, WireError> {
-        let length = self.u32()? as usize;
-        if length > VALUE_BYTES_MAX {
-            return Err(WireError::FieldTooLarge { what: "value", length, max: VALUE_BYTES_MAX });
-        }
-        Ok(crate::spare::copy(self.take(length)?))
+        Ok(crate::spare::copy(self.field_up_to("value", VALUE_BYTES_MAX)?))
     }
     pub fn bytes_up_to(&mut self, what: &'static str, max: usize) -> Result<Vec<u8>, WireError> {
+        Ok(self.field_up_to(what, max)?.to_vec())
+    }
+    /// A u32 length then that many bytes, borrowed; an error past `max`.
+    fn field_up_to(&mut self, what: &'static str, max: usize) -> Result<&'a [u8], WireError> {
         let length = self.u32()? as usize;
         if length > max {
             return Err(WireError::FieldTooLarge { what, length, max });
         }
-        Ok(self.take(length)?.to_vec())
+        self.take(length)
     }
     /// A list of keys: u32 count then keys.
     pub fn keys(&mut self, what: &'static str) -> Result<Vec<Vec<u8>>, WireError> {

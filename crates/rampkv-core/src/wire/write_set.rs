@@ -44,13 +44,22 @@ enum Buffer {
 
 impl Buffer {
     fn new(encoded: &[u8]) -> Buffer {
-        match encoded.len() <= INLINE_BYTES {
+        Buffer::filled(encoded.len(), |bytes| bytes.copy_from_slice(encoded))
+    }
+
+    /// `length` bytes written by `fill`: inline when they fit, else in a buffer of their own.
+    fn filled(length: usize, fill: impl FnOnce(&mut [u8])) -> Buffer {
+        match length <= INLINE_BYTES {
             true => {
                 let mut bytes = [0; INLINE_BYTES];
-                bytes[..encoded.len()].copy_from_slice(encoded);
-                Buffer::Inline { len: encoded.len() as u8, bytes }
+                fill(&mut bytes[..length]);
+                Buffer::Inline { len: length as u8, bytes }
             }
-            false => Buffer::Shared(encoded.into()),
+            false => {
+                let mut bytes = vec![0; length];
+                fill(&mut bytes);
+                Buffer::Shared(bytes.into())
+            }
         }
     }
 
@@ -100,18 +109,7 @@ impl WriteSet {
                 offset += key.len();
             }
         };
-        let encoded = match total <= INLINE_BYTES {
-            true => {
-                let mut bytes = [0; INLINE_BYTES];
-                fill(&mut bytes[..total]);
-                Buffer::Inline { len: total as u8, bytes }
-            }
-            false => {
-                let mut encoded = vec![0; total];
-                fill(&mut encoded);
-                Buffer::Shared(encoded.into())
-            }
-        };
+        let encoded = Buffer::filled(total, fill);
         Ok(WriteSet { encoded, count: keys.len() as u32 })
     }
 
