@@ -17,8 +17,9 @@
 # and the ratio of the two: what a request costs rampkv against Redis, steadier under load.
 #
 # With BASE_BIN=path/to/another/rampkv (a build of main, say) a third server runs that binary
-# beside the two, interleaved the same way, and the table adds its rate and the ratio of
-# rampkv to it: before and after a change, measured side by side in one run.
+# beside the two, interleaved the same way, and the table adds its rate, the ratio of rampkv to
+# it and the ratio of their CPU per request (steadier than the rates when the client, not the
+# server, is the bottleneck): before and after a change, measured side by side in one run.
 #
 # An MSET test that follows a read test (GET, MGET) waits until the reads are READS_SETTLE_S
 # (default 11) seconds old: rampkv keeps the versions an MSET supersedes for the GC grace
@@ -250,10 +251,10 @@ LINES="$OUT_DIR/result.lines"
   echo "# rampkv: rampkv local --front $FRONT --resp-port (4 servers on 1 poller thread + gateway thread, RAMP-Fast), loopback${BASE_BIN:+; base: $BASE_BIN}"
   printf "| %5s | %-6s | %8s | %12s | %12s | %7s | %13s | %13s | %13s | %12s | %9s |" round test pipeline "rampkv req/s" "redis req/s" ratio \
     "rampkv p50 ms" "redis p50 ms" "rampkv µs/req" "redis µs/req" "CPU ratio"
-  if [ -n "$BASE_BIN" ]; then printf " %10s | %9s |" "base req/s" "to base"; fi
+  if [ -n "$BASE_BIN" ]; then printf " %10s | %9s | %11s |" "base req/s" "to base" "CPU to base"; fi
   printf "\n|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|%s|" ------- -------- ---------- -------------- -------------- --------- --------------- \
     --------------- --------------- -------------- -----------
-  if [ -n "$BASE_BIN" ]; then printf "%s|%s|" ------------ -----------; fi
+  if [ -n "$BASE_BIN" ]; then printf "%s|%s|%s|" ------------ ----------- -------------; fi
   printf "\n"
 } | tee "$RESULT"
 for round in $(seq 1 "$ROUNDS"); do
@@ -273,8 +274,9 @@ for round in $(seq 1 "$ROUNDS"); do
       rampkv_line=$(bench "$RAMPKV_PORT" "$pipeline" "$test" "$RAMPKV_PID")
       redis_line=$(bench "$REDIS_PORT" "$pipeline" "$test" "$REDIS_PID")
       base_rps=0
+      base_cpu=0
       if [ -n "$BASE_BIN" ]; then
-        read -r base_rps _ _ <<<"$(bench "$BASE_PORT" "$pipeline" "$test" "$BASE_PID")"
+        read -r base_rps _ base_cpu <<<"$(bench "$BASE_PORT" "$pipeline" "$test" "$BASE_PID")"
       fi
       read -r rampkv_rps rampkv_p50 rampkv_cpu <<<"$rampkv_line"
       read -r redis_rps redis_p50 redis_cpu <<<"$redis_line"
@@ -282,7 +284,9 @@ for round in $(seq 1 "$ROUNDS"); do
       # CPU per request, rampkv over Redis (above 1: rampkv spends more).
       cpu_ratio=$(awk -v a="$rampkv_cpu" -v b="$redis_cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
       base_ratio=$(awk -v a="$rampkv_rps" -v b="$base_rps" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
-      echo "$test $pipeline $ratio $cpu_ratio $base_ratio" >>"$LINES"
+      # CPU per request, rampkv over the base build (below 1: the change saves CPU).
+      base_cpu_ratio=$(awk -v a="$rampkv_cpu" -v b="$base_cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
+      echo "$test $pipeline $ratio $cpu_ratio $base_ratio $base_cpu_ratio" >>"$LINES"
       case "$test" in
         GET | MGET*) READ_AT=$(date +%s) ;;
       esac
@@ -290,7 +294,7 @@ for round in $(seq 1 "$ROUNDS"); do
         printf "| %5s | %-6s | %8s | %12.0f | %12.0f | %7s | %13s | %13s | %13s | %12s | %9s |" \
           "$round" "$test" "$pipeline" "$rampkv_rps" "$redis_rps" "$ratio" "$rampkv_p50" "$redis_p50" \
           "$rampkv_cpu" "$redis_cpu" "$cpu_ratio"
-        if [ -n "$BASE_BIN" ]; then printf " %10.0f | %9s |" "$base_rps" "$base_ratio"; fi
+        if [ -n "$BASE_BIN" ]; then printf " %10.0f | %9s | %11s |" "$base_rps" "$base_ratio" "$base_cpu_ratio"; fi
         printf "\n"
       } | tee -a "$RESULT"
     done
@@ -300,7 +304,7 @@ if [ "$ROUNDS" -gt 1 ]; then
   {
     echo
     echo "# medians over the $ROUNDS rounds (the range in brackets)"
-    printf "| %-6s | %8s | %18s | %18s |%s\n" test pipeline "ratio to redis" "CPU ratio" "${BASE_BIN:+ ratio to base |}"
+    printf "| %-6s | %8s | %18s | %18s |%s\n" test pipeline "ratio to redis" "CPU ratio" "${BASE_BIN:+ ratio to base | CPU to base |}"
     for pipeline in $PIPELINES; do
       for test in $TESTS; do
         awk -v test="$test" -v pipeline="$pipeline" -v base="${BASE_BIN:+1}" '
@@ -309,12 +313,13 @@ if [ "$ROUNDS" -gt 1 ]; then
               if (values[j] < values[i]) { swap = values[i]; values[i] = values[j]; values[j] = swap }
             return count % 2 ? values[(count + 1) / 2] : (values[count / 2] + values[count / 2 + 1]) / 2
           }
-          $1 == test && $2 == pipeline { n++; ratio[n] = $3; cpu[n] = $4; to_base[n] = $5 }
+          $1 == test && $2 == pipeline { n++; ratio[n] = $3; cpu[n] = $4; to_base[n] = $5; cpu_to_base[n] = $6 }
           END {
             if (n == 0) exit
             printf "| %-6s | %8s | %5.2f [%4.2f-%4.2f] | %5.2f [%4.2f-%4.2f] |", test, pipeline,
               median(ratio, n), ratio[1], ratio[n], median(cpu, n), cpu[1], cpu[n]
-            if (base) printf " %5.2f [%4.2f-%4.2f] |", median(to_base, n), to_base[1], to_base[n]
+            if (base) printf " %5.2f [%4.2f-%4.2f] | %5.2f [%4.2f-%4.2f] |", median(to_base, n), to_base[1], to_base[n],
+              median(cpu_to_base, n), cpu_to_base[1], cpu_to_base[n]
             printf "\n"
           }' "$LINES"
       done
