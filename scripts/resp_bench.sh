@@ -4,8 +4,9 @@
 # Starts `rampkv local --resp-port` (4 servers on one poller thread, the gateway on its own
 # thread, all in one process) and `redis-server` (no persistence) on free loopback ports, then
 # runs, for each round, each pipeline depth and each test, redis-benchmark against rampkv and
-# right after against Redis (interleaved, so machine noise hits both alike). Tests: GET, SET
-# and MSET10 are redis-benchmark's own (`-t get`, `-t set`, `-t mset`: 10 keys); MGET10, MGET4
+# right after against Redis (interleaved, so machine noise hits both alike). Tests: GET, SET,
+# MSET10 and INCR are redis-benchmark's own (`-t get`, `-t set`, `-t mset`: 10 keys, `-t incr`:
+# counters `counter:N` over the same KEYSPACE, not filled: each starts absent); MGET10, MGET4
 # and MSET4 are custom commands (MGET of 10 or 4 random keys, MSET of 4). Before each pipeline
 # depth of each round every key of the key space is written once, with single-key SETs, on
 # each server (see fill below), so the reads read versions of the same shape and both hold the
@@ -30,7 +31,7 @@
 # SET needs no wait: a version alone in its write set goes as soon as it is superseded.
 #
 # Usage: scripts/resp_bench.sh [REQUESTS] (default 100000). Environment: CLIENTS (8),
-# VALUE_BYTES (1024), KEYSPACE (100000), PIPELINES ("1 16"), TESTS ("GET SET MGET10 MSET10"),
+# VALUE_BYTES (1024), KEYSPACE (100000), PIPELINES ("1 16"), TESTS ("GET SET MGET10 MSET10 INCR"),
 # ROUNDS (1), FRONT (ring: `rampkv local`'s default front end, with GET* item slots; none:
 # without), RAMPKV_BIN (a built binary: no build), BASE_BIN (see above).
 #
@@ -62,7 +63,7 @@ KEYSPACE="${KEYSPACE:-100000}"
 CLIENTS="${CLIENTS:-8}"
 VALUE_BYTES="${VALUE_BYTES:-1024}"
 PIPELINES="${PIPELINES:-1 16}"
-TESTS="${TESTS:-GET SET MGET10 MSET10}"
+TESTS="${TESTS:-GET SET MGET10 MSET10 INCR}"
 ROUNDS="${ROUNDS:-1}"
 FRONT="${FRONT:-ring}"
 SETTLE_S="${SETTLE_S:-22}"
@@ -225,6 +226,7 @@ bench() {
     GET) output=$(redis-benchmark "${common[@]}" -d "$VALUE_BYTES" -t get) ;;
     SET) output=$(redis-benchmark "${common[@]}" -d "$VALUE_BYTES" -t set) ;;
     MSET10) output=$(redis-benchmark "${common[@]}" -d "$VALUE_BYTES" -t mset) ;;
+    INCR) output=$(redis-benchmark "${common[@]}" -t incr) ;;
     MGET4) output=$(redis-benchmark "${common[@]}" MGET "$KEY" "$KEY" "$KEY" "$KEY") ;;
     MGET10) output=$(redis-benchmark "${common[@]}" MGET "$KEY" "$KEY" "$KEY" "$KEY" "$KEY" "$KEY" "$KEY" "$KEY" "$KEY" "$KEY") ;;
     MSET4) output=$(redis-benchmark "${common[@]}" MSET "$KEY" "$VALUE" "$KEY" "$VALUE" "$KEY" "$VALUE" "$KEY" "$VALUE") ;;

@@ -55,23 +55,31 @@ impl Store {
         now_ms: u64,
         stored: Option<&mut StoredWrites>,
     ) -> Result<UpdateCheck<R>, StoreError> {
-        validate_prepare(ts, &metadata, &[StoreWrite::new(key.clone(), Box::default())])?;
+        // The key checked in place (moved in and out, not copied), its value not decided yet.
+        let unvalued = [StoreWrite::new(key, Box::default())];
+        validate_prepare(ts, &metadata, &unvalued)?;
+        let [StoreWrite { key, .. }] = unvalued;
         if self.aborted.lock().contains_key(&ts) {
             return Err(StoreError::Aborted { ts });
         }
         let index = Self::shard_index(&key);
         let mut shard = self.shards[index].write();
-        if let Some(state) = shard.get(&key[..]) {
-            if let Some(prepared) = lowest_uncommitted(state) {
-                return Ok(UpdateCheck::Busy { prepared });
+        // One lookup for the checks and the latest version (timestamps read from the key's
+        // entries, not from the versions: a version is a block of its own).
+        let latest = match shard.get(&key[..]) {
+            None => None,
+            Some(state) => {
+                if let Some(prepared) = lowest_uncommitted(state) {
+                    return Ok(UpdateCheck::Busy { prepared });
+                }
+                let newest_stored = state.versions.newest_ts().unwrap_or(0);
+                let newest = newest_stored.max(state.last_commit.load(Ordering::Acquire)).max(state.collected_max_ts);
+                if newest >= ts {
+                    return Ok(UpdateCheck::TsTooLow { newest });
+                }
+                state.latest.lock().clone()
             }
-            let newest_stored = state.versions.values().next_back().map_or(0, |stored| stored.version.ts);
-            let newest = newest_stored.max(state.last_commit.load(Ordering::Acquire)).max(state.collected_max_ts);
-            if newest >= ts {
-                return Ok(UpdateCheck::TsTooLow { newest });
-            }
-        }
-        let latest = shard.get(&key[..]).and_then(|state| state.latest.lock().clone());
+        };
         let (value, outcome) = decide(latest.as_deref());
         drop(latest);
         let Some((value, expiry)) = value else {

@@ -192,6 +192,14 @@ impl<V> VersionMap<V> {
         }
     }
 
+    /// The newest timestamp stored (`None`: no version).
+    pub(super) fn newest_ts(&self) -> Option<Timestamp> {
+        match &self.entries {
+            Entries::Inline(slots) => slots.iter().flatten().next_back().map(|&(ts, _)| ts),
+            Entries::Ring(ring) => ring.back().map(|&(ts, _)| ts),
+        }
+    }
+
     /// In timestamp order.
     pub(super) fn values(&self) -> Values<'_, V> {
         match &self.entries {
@@ -259,6 +267,7 @@ mod tests {
             assert_eq!(map.len(), model.len(), "step {step}");
             assert_eq!(map.get(&ts), model.get(&ts), "step {step}");
             assert!(map.values().eq(model.values()), "step {step}: order");
+            assert_eq!(map.newest_ts(), model.keys().next_back().copied(), "step {step}: newest");
             assert!(map.capacity() <= 4 * map.len().max(1), "step {step}: shrinks");
         }
     }
