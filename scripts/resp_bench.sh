@@ -4,7 +4,8 @@
 # Starts `rampkv local --resp-port` (4 servers on one poller thread, the gateway on its own
 # thread, all in one process) and `redis-server` (no persistence) on free loopback ports, then
 # runs, for each round, each pipeline depth and each test, redis-benchmark against rampkv and
-# right after against Redis (interleaved, so machine noise hits both alike). Tests: GET, SET,
+# right after against Redis (interleaved, so machine noise hits both alike; each round starts
+# fresh processes, and who starts and runs first turns with the round: see the loop below). Tests: GET, SET,
 # MSET10 and INCR are redis-benchmark's own (`-t get`, `-t set`, `-t mset`: 10 keys, `-t incr`:
 # counters `counter:N` over the same KEYSPACE, not filled: each starts absent); MGET10, MGET4
 # and MSET4 are custom commands (MGET of 10 or 4 random keys, MSET of 4). Before each pipeline
@@ -104,23 +105,35 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$RAMPKV" local --front "$FRONT" --cluster-file "$OUT_DIR/cluster.toml" --resp-port "$RAMPKV_PORT" 2>"$OUT_DIR/rampkv.log" &
-RAMPKV_PID=$!
-PIDS+=("$RAMPKV_PID")
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT_DIR/redis.log" 2>&1 &
-REDIS_PID=$!
-PIDS+=("$REDIS_PID")
-if [ "$MODE" = memory ]; then
-  # The same cluster without the one-sided front end (no item slots: RESP does not use them).
+start_rampkv() {
+  "$RAMPKV" local --front "$FRONT" --cluster-file "$OUT_DIR/cluster.toml" --resp-port "$RAMPKV_PORT" 2>"$OUT_DIR/rampkv.log" &
+  RAMPKV_PID=$!
+  PIDS+=("$RAMPKV_PID")
+}
+start_redis() {
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >"$OUT_DIR/redis.log" 2>&1 &
+  REDIS_PID=$!
+  PIDS+=("$REDIS_PID")
+}
+# The same cluster without the one-sided front end (no item slots: RESP does not use them).
+start_bare() {
   "$RAMPKV" local --front none --cluster-file "$OUT_DIR/cluster-bare.toml" --resp-port "$BARE_PORT" 2>"$OUT_DIR/rampkv-bare.log" &
   BARE_PID=$!
   PIDS+=("$BARE_PID")
-fi
-if [ -n "$BASE_BIN" ]; then
+}
+start_base() {
   "$BASE_BIN" local --front "$FRONT" --cluster-file "$OUT_DIR/cluster-base.toml" --resp-port "$BASE_PORT" 2>"$OUT_DIR/rampkv-base.log" &
   BASE_PID=$!
   PIDS+=("$BASE_PID")
-fi
+}
+port_of() {
+  case "$1" in
+    rampkv) echo "$RAMPKV_PORT" ;;
+    redis) echo "$REDIS_PORT" ;;
+    bare) echo "$BARE_PORT" ;;
+    base) echo "$BASE_PORT" ;;
+  esac
+}
 
 wait_for() {
   for _ in $(seq 1 100); do
@@ -130,10 +143,21 @@ wait_for() {
   echo "resp_bench.sh: nothing answers PING on port $1" >&2
   exit 1
 }
-wait_for "$RAMPKV_PORT"
-wait_for "$REDIS_PORT"
-if [ "$MODE" = memory ]; then wait_for "$BARE_PORT"; fi
-if [ -n "$BASE_BIN" ]; then wait_for "$BASE_PORT"; fi
+
+# Starts the named servers in the order given and waits until each answers.
+start_servers() {
+  local server
+  for server in "$@"; do "start_$server"; done
+  for server in "$@"; do wait_for "$(port_of "$server")"; done
+}
+
+# Stops every server started, and waits for them to go.
+stop_servers() {
+  local pid
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+}
 
 # A field of /proc/PID/status in KB (VmRSS, RssAnon, RssShmem...).
 status_kb() {
@@ -166,6 +190,7 @@ PYTHON
 }
 
 if [ "$MODE" = memory ]; then
+  start_servers rampkv redis bare
   NAMES=("rampkv" "rampkv --front none" "redis-server")
   PORTS=("$RAMPKV_PORT" "$BARE_PORT" "$REDIS_PORT")
   SERVER_PIDS=("$RAMPKV_PID" "$BARE_PID" "$REDIS_PID")
@@ -259,7 +284,18 @@ LINES="$OUT_DIR/result.lines"
   if [ -n "$BASE_BIN" ]; then printf "%s|%s|%s|" ------------ ----------- -------------; fi
   printf "\n"
 } | tee "$RESULT"
+SERVERS=(rampkv redis)
+if [ -n "$BASE_BIN" ]; then SERVERS+=(base); fi
 for round in $(seq 1 "$ROUNDS"); do
+  # Fresh processes each round, started in an order that turns with the round: a process's
+  # speed depends on where its memory lands (of three instances of one build, started one
+  # after the other, the last ran GET -P 16 3-10% faster, round after round), and on whether
+  # it runs first in a test (docs/performance.md, "seventh look"); over the rounds each server
+  # is started first, and runs first, in turn.
+  turn=$(((round - 1) % ${#SERVERS[@]}))
+  ORDER=("${SERVERS[@]:turn}" "${SERVERS[@]:0:turn}")
+  start_servers "${ORDER[@]}"
+  unset READ_AT # no reads yet in these processes
   for pipeline in $PIPELINES; do
     fill "$RAMPKV_PORT"
     fill "$REDIS_PORT"
@@ -273,13 +309,15 @@ for round in $(seq 1 "$ROUNDS"); do
           fi
           ;;
       esac
-      rampkv_line=$(bench "$RAMPKV_PORT" "$pipeline" "$test" "$RAMPKV_PID")
-      redis_line=$(bench "$REDIS_PORT" "$pipeline" "$test" "$REDIS_PID")
-      base_rps=0
-      base_cpu=0
-      if [ -n "$BASE_BIN" ]; then
-        read -r base_rps _ base_cpu <<<"$(bench "$BASE_PORT" "$pipeline" "$test" "$BASE_PID")"
-      fi
+      rampkv_line="" redis_line="" base_line="0 0 0"
+      for server in "${ORDER[@]}"; do
+        case "$server" in
+          rampkv) rampkv_line=$(bench "$RAMPKV_PORT" "$pipeline" "$test" "$RAMPKV_PID") ;;
+          redis) redis_line=$(bench "$REDIS_PORT" "$pipeline" "$test" "$REDIS_PID") ;;
+          base) base_line=$(bench "$BASE_PORT" "$pipeline" "$test" "$BASE_PID") ;;
+        esac
+      done
+      read -r base_rps _ base_cpu <<<"$base_line"
       read -r rampkv_rps rampkv_p50 rampkv_cpu <<<"$rampkv_line"
       read -r redis_rps redis_p50 redis_cpu <<<"$redis_line"
       ratio=$(awk -v a="$rampkv_rps" -v b="$redis_rps" 'BEGIN { printf "%.2f", a / b }')
@@ -301,6 +339,7 @@ for round in $(seq 1 "$ROUNDS"); do
       } | tee -a "$RESULT"
     done
   done
+  stop_servers
 done
 if [ "$ROUNDS" -gt 1 ]; then
   {
