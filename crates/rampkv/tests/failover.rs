@@ -84,7 +84,41 @@ fn start_with_front(directory: &Path, servers: usize, front: Option<Front>) -> (
 
 /// As [`start_with_front`], the servers replicating over `medium` (`--replication-medium`;
 /// None: the default, onesided for these loopback addresses).
+///
+/// The addresses are ports the kernel found free, released before the servers bind them: one
+/// taken meanwhile (another test's outgoing connection draws from the same range) makes its
+/// server exit at once with "Address already in use". Then the whole cluster starts again on
+/// fresh addresses, at most `START_ATTEMPTS` times; any other early exit, or a server still not
+/// listening after 40 s, fails the test with the servers' logs.
 fn start_with(directory: &Path, servers: usize, front: Option<Front>, medium: Option<&str>) -> (Cluster, Processes) {
+    const START_ATTEMPTS: usize = 3;
+    for attempt in 1..=START_ATTEMPTS {
+        match try_start(directory, servers, front, medium) {
+            Ok(started) => return started,
+            Err(StartFailure::PortTaken(log)) if attempt < START_ATTEMPTS => {
+                eprintln!("start attempt {attempt}: a port was taken before its server bound it; again on fresh ports:\n{log}");
+            }
+            Err(StartFailure::PortTaken(log) | StartFailure::Other(log)) => {
+                panic!("the servers did not start (attempt {attempt}):\n{log}")
+            }
+        }
+    }
+    unreachable!("the last attempt returns or panics")
+}
+
+/// Why [`try_start`] gave up, with the servers' logs.
+enum StartFailure {
+    PortTaken(String),
+    Other(String),
+}
+
+/// One attempt of [`start_with`].
+fn try_start(
+    directory: &Path,
+    servers: usize,
+    front: Option<Front>,
+    medium: Option<&str>,
+) -> Result<(Cluster, Processes), StartFailure> {
     // Data, control, replication and configuration addresses, all distinct.
     let mut addresses = common::free_addresses(4 * servers).into_iter();
     let mut next = || addresses.by_ref().take(servers).collect::<Vec<String>>();
@@ -103,11 +137,12 @@ fn start_with(directory: &Path, servers: usize, front: Option<Front>, medium: Op
     };
     let file = directory.join("cluster.toml");
     std::fs::write(&file, cluster.to_toml()).unwrap();
-    let processes = Processes(
+    let log_path = |address: &str| directory.join(format!("{}.log", address.replace(':', "_")));
+    let mut processes = Processes(
         data.iter()
             .zip(&controls)
             .map(|(address, control)| {
-                let log = std::fs::File::create(directory.join(format!("{}.log", address.replace(':', "_")))).unwrap();
+                let log = std::fs::File::create(log_path(address)).unwrap();
                 let front_flag = match front {
                     Some(Front::Ring) => vec!["--ring-listen", control.as_str()],
                     Some(Front::RfRpc) => vec!["--rfrpc-listen", control.as_str()],
@@ -126,13 +161,31 @@ fn start_with(directory: &Path, servers: usize, front: Option<Front>, medium: Op
             })
             .collect(),
     );
+    let logs = || {
+        data.iter()
+            .map(|address| {
+                let log = std::fs::read_to_string(log_path(address)).unwrap_or_default();
+                format!("--- server {address}:\n{log}")
+            })
+            .collect::<String>()
+    };
     let deadline = Instant::now() + Duration::from_secs(40);
     let ports: Vec<&String> = data.iter().chain(controls.iter().filter(|_| front.is_some())).collect();
     while ports.iter().any(|address| TcpStream::connect(address).is_err()) {
-        assert!(Instant::now() < deadline, "the servers did not start (logs in {})", directory.display());
+        let exited = processes.0.iter_mut().flatten().any(|child| child.try_wait().ok().flatten().is_some());
+        if exited {
+            let logs = logs();
+            return Err(match logs.contains("Address already in use") {
+                true => StartFailure::PortTaken(logs),
+                false => StartFailure::Other(logs),
+            });
+        }
+        if Instant::now() >= deadline {
+            return Err(StartFailure::Other(format!("not all listening after 40 s\n{}", logs())));
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
-    (cluster, processes)
+    Ok((cluster, processes))
 }
 
 /// `count` keys of server `server`'s partitions.
