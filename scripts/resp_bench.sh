@@ -5,8 +5,8 @@
 # thread, all in one process) and `redis-server` (no persistence) on free loopback ports, then
 # runs, for each round, each pipeline depth and each test, redis-benchmark against rampkv and
 # right after against Redis (interleaved, so machine noise hits both alike; each round starts
-# fresh processes, and who starts and runs first turns with the round: see the loop below). Tests: GET, SET,
-# MSET10 and INCR are redis-benchmark's own (`-t get`, `-t set`, `-t mset`: 10 keys, `-t incr`:
+# fresh processes, and who starts, is filled and runs first turns with the round: see the loop
+# below). Tests: GET, SET, MSET10 and INCR are redis-benchmark's own (`-t get`, `-t set`, `-t mset`: 10 keys, `-t incr`:
 # counters `counter:N` over the same KEYSPACE, not filled: each starts absent); MGET10, MGET4
 # and MSET4 are custom commands (MGET of 10 or 4 random keys, MSET of 4). Before each pipeline
 # depth of each round every key of the key space is written once, with single-key SETs, on
@@ -297,9 +297,7 @@ for round in $(seq 1 "$ROUNDS"); do
   start_servers "${ORDER[@]}"
   unset READ_AT # no reads yet in these processes
   for pipeline in $PIPELINES; do
-    fill "$RAMPKV_PORT"
-    fill "$REDIS_PORT"
-    if [ -n "$BASE_BIN" ]; then fill "$BASE_PORT"; fi
+    for server in "${ORDER[@]}"; do fill "$(port_of "$server")"; done
     for test in $TESTS; do
       case "$test" in
         MSET*)
