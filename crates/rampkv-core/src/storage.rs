@@ -269,6 +269,17 @@ struct StoredVersion {
     version: Arc<Version>,
     /// Set by COMMIT (under the shard's read lock, hence atomic).
     committed: AtomicBool,
+    /// Whether the version has a deadline the sweep may reclaim it at (`version.expiry`, kept
+    /// beside the pointer, in what was padding): the sweep visits every key and reads this
+    /// instead of the version's own block, a cache miss per key (`expiry`).
+    expires: bool,
+}
+
+impl StoredVersion {
+    fn new(version: Arc<Version>, committed: bool) -> Self {
+        let expires = version.expiry.expires() && !version.expiry.is_reclaimed();
+        Self { version, committed: AtomicBool::new(committed), expires }
+    }
 }
 
 #[derive(Debug, Default)]

@@ -15,7 +15,7 @@
 //! actually loaded, so the store's invariant (a pending key has its prepared version) holds
 //! whatever the copy caught.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -126,7 +126,7 @@ impl Store {
             let ts = version.ts;
             debug_assert!(ts != TIMESTAMP_INITIAL && version.value.len() <= VALUE_BYTES_MAX);
             let value_bytes = version.value.len();
-            let stored = StoredVersion { version: Arc::clone(&version), committed: AtomicBool::new(committed) };
+            let stored = StoredVersion::new(Arc::clone(&version), committed);
             match state.versions.insert(ts, stored) {
                 Some(old) => self.forget_version_bytes(old.version.value.len()),
                 None => {

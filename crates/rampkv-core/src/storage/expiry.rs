@@ -66,6 +66,11 @@ impl Store {
         if unix_ms == 0 || state.versions.len() != 1 {
             return false;
         }
+        // The only version's flag, beside its pointer: a key that never expires costs the
+        // sweep no look at the version's own block.
+        if !state.versions.values().next().is_some_and(|stored| stored.expires) {
+            return false;
+        }
         let Some(latest) = state.latest.get_mut() else { return false };
         let expiry = latest.expiry;
         if !expiry.expires() || expiry.is_reclaimed() {
@@ -91,6 +96,7 @@ impl Store {
             expiry: expiry.reclaimed(),
         });
         let dropped = std::mem::replace(&mut stored.version, Arc::clone(&skeleton));
+        stored.expires = false; // reclaimed: nothing left for a sweep to do
         *latest = skeleton;
         queue.push_back(Reclaimed { at_ms: now_ms, ts, key: Key::from(key) });
         drop(queue);

@@ -885,3 +885,32 @@ fn an_older_write_after_reclaiming_never_becomes_the_latest() {
     assert_eq!((latest.ts, latest.expiry.is_reclaimed()), (10, true));
     assert_eq!(store.last_commit(b"a"), 10);
 }
+
+/// The sweep tells an expiring version from the flag kept beside its pointer: a version an
+/// update gives a deadline is reclaimed like any other, one whose update took the deadline
+/// away (PERSIST) is not, and a reclaimed one is not looked at again.
+#[test]
+fn the_sweep_reclaims_what_updates_leave_expiring_and_nothing_else() {
+    use crate::limits::EXPIRY_RECLAIM_MARGIN_MS;
+    let store = Store::new(1_000);
+    let deadline = Expiry::at_ms(5_000).unwrap();
+    write_expiring(&store, 10, &["kept", "lost"], deadline);
+    let update = |ts: Timestamp, name: &str, expiry: Expiry| {
+        let decide = |current: Option<&Version>| {
+            assert_eq!(current.map(|version| version.ts), Some(10), "the update reads the latest");
+            (Some((Box::from(&b"1"[..]), expiry)), ())
+        };
+        let checked = store.update_keeping(ts, key(name), write_set(&[name]), decide, 100, None).unwrap();
+        assert!(matches!(checked, UpdateCheck::Decided { written: true, .. }));
+    };
+    update(11, "kept", Expiry::NEVER); // PERSIST
+    update(12, "lost", deadline); // INCR keeps the deadline
+    let clock = SweepClock { monotonic_ms: 100 + 1_000, unix_ms: 5_000 + EXPIRY_RECLAIM_MARGIN_MS };
+    store.sweep(&mut SweepCursor::default(), usize::MAX, clock, None); // collects ts 10 (grace: 1 s)
+    store.sweep(&mut SweepCursor::default(), usize::MAX, clock, None); // one version each now
+    assert_eq!(store.stats().values_reclaimed, 1);
+    assert!(store.get_latest(b"lost").unwrap().expiry.is_reclaimed());
+    assert_eq!((store.get_latest(b"kept").unwrap().ts, &*store.get_latest(b"kept").unwrap().value), (11, &b"1"[..]));
+    store.sweep(&mut SweepCursor::default(), usize::MAX, clock, None);
+    assert_eq!(store.stats().values_reclaimed, 1, "a reclaimed version is not reclaimed twice");
+}

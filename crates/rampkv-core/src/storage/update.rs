@@ -17,7 +17,7 @@
 //!   what was latest is marked superseded, exactly as a PREPARE of the one key followed by its
 //!   COMMIT would leave the store. The server logs it so (a PREPARE and a COMMIT record).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::validate::validate_prepare;
@@ -66,8 +66,8 @@ impl Store {
         let mut shard = self.shards[index].write();
         // One lookup for the checks and the latest version (timestamps read from the key's
         // entries, not from the versions: a version is a block of its own).
-        let latest = match shard.get(&key[..]) {
-            None => None,
+        let (value, outcome) = match shard.get(&key[..]) {
+            None => decide(None),
             Some(state) => {
                 if let Some(prepared) = lowest_uncommitted(state) {
                     return Ok(UpdateCheck::Busy { prepared });
@@ -77,11 +77,11 @@ impl Store {
                 if newest >= ts {
                     return Ok(UpdateCheck::TsTooLow { newest });
                 }
-                state.latest.lock().clone()
+                // Decided under the lock, on the version in place (no count taken on it).
+                let latest = state.latest.lock();
+                decide(latest.as_deref())
             }
         };
-        let (value, outcome) = decide(latest.as_deref());
-        drop(latest);
         let Some((value, expiry)) = value else {
             return Ok(UpdateCheck::Decided { written: false, outcome });
         };
@@ -99,7 +99,7 @@ impl Store {
             read_stamp: AtomicU64::new(absent_read.load(Ordering::Relaxed)),
             ..KeyState::default()
         });
-        let committed = StoredVersion { version: Arc::clone(&version), committed: AtomicBool::new(true) };
+        let committed = StoredVersion::new(Arc::clone(&version), true);
         let replaced = state.versions.insert(ts, committed);
         debug_assert!(replaced.is_none(), "ts is above every stored version");
         self.version_count.fetch_add(1, Ordering::Relaxed);

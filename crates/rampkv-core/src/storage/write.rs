@@ -17,7 +17,7 @@
 //!   later is refused, so its writer can never commit it anywhere.
 //! - Each write collects what its key's superseded versions allow (`gc`).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use smallvec::SmallVec;
@@ -200,7 +200,7 @@ impl Store {
     /// write-locked.
     fn insert_version(&self, state: &mut KeyState, version: Arc<Version>, value_bytes: usize) {
         let ts = version.ts;
-        let replaced = state.versions.insert(ts, StoredVersion { version, committed: AtomicBool::new(false) });
+        let replaced = state.versions.insert(ts, StoredVersion::new(version, false));
         match replaced {
             Some(old) => self.forget_version_bytes(old.version.value.len()),
             None => {
